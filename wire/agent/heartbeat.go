@@ -1,0 +1,144 @@
+package agent
+
+import (
+	"errors"
+
+	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/postcard"
+)
+
+// MaxActiveAttempts bounds the attempts listed in a heartbeat or resync.
+const MaxActiveAttempts = 256
+
+// AttemptPhase is an attempt's execution phase (§74). Postcard enum.
+type AttemptPhase uint32
+
+// Attempt phases.
+const (
+	PhasePreparing        AttemptPhase = 0
+	PhaseRunning          AttemptPhase = 1
+	PhaseUploadingOutputs AttemptPhase = 2
+
+	numPhases = 3
+)
+
+func (p AttemptPhase) String() string {
+	switch p {
+	case PhasePreparing:
+		return "Preparing"
+	case PhaseRunning:
+		return "Running"
+	case PhaseUploadingOutputs:
+		return "UploadingOutputs"
+	}
+	return "Unknown"
+}
+
+// ActiveAttemptV1 is one attempt reported in a heartbeat:
+//
+//	struct ActiveAttemptV1 { attempt: [u8;16], lease: [u8;16], phase: AttemptPhase, log_seq: u64 }
+type ActiveAttemptV1 struct {
+	Attempt wire.JobAttemptId
+	Lease   wire.LeaseId
+	Phase   AttemptPhase
+	LogSeq  uint64
+}
+
+const activeAttemptMinSize = 16 + 16 + 1 + 1
+
+func (a *ActiveAttemptV1) appendPostcard(b []byte) []byte {
+	b = append(b, a.Attempt.ULID[:]...)
+	b = append(b, a.Lease.ULID[:]...)
+	b = postcard.AppendVariant(b, uint32(a.Phase))
+	return postcard.AppendU64(b, a.LogSeq)
+}
+
+func (a *ActiveAttemptV1) decodePostcard(d *postcard.Decoder) {
+	wire.ReadULID(d, &a.Attempt.ULID)
+	wire.ReadULID(d, &a.Lease.ULID)
+	a.Phase = AttemptPhase(d.Variant(numPhases))
+	a.LogSeq = d.U64()
+}
+
+// ResourceSummaryV1 is a coarse resource report (§80):
+//
+//	struct ResourceSummaryV1 { cpu_millis: u32, mem_bytes: u64, disk_bytes: u64, running_jobs: u16 }
+type ResourceSummaryV1 struct {
+	CPUMillis   uint32
+	MemBytes    uint64
+	DiskBytes   uint64
+	RunningJobs uint16
+}
+
+// HeartbeatV1 is the agent's periodic liveness and state report (§80–82).
+// Seq increases by one per heartbeat of one agent session, so the daemon can
+// drop out-of-order duplicates.
+//
+//	struct HeartbeatV1 {
+//	    runner: [u8;16], session: [u8;16], seq: u64,
+//	    active_attempts: Vec<ActiveAttemptV1>,   // ≤ 256
+//	    capability_digest: [u8;32],
+//	    resources: ResourceSummaryV1,
+//	}
+type HeartbeatV1 struct {
+	Runner           wire.RunnerId
+	Session          wire.AgentSessionId
+	Seq              uint64
+	ActiveAttempts   []ActiveAttemptV1
+	CapabilityDigest wire.CapabilityDigest
+	Resources        ResourceSummaryV1
+}
+
+// MessageType implements wire.Message.
+func (*HeartbeatV1) MessageType() wire.MessageTypeId { return MsgHeartbeat }
+
+// AppendPostcard implements wire.Message.
+func (m *HeartbeatV1) AppendPostcard(b []byte) []byte {
+	b = append(b, m.Runner.ULID[:]...)
+	b = append(b, m.Session.ULID[:]...)
+	b = postcard.AppendU64(b, m.Seq)
+	b = postcard.AppendLen(b, len(m.ActiveAttempts))
+	for i := range m.ActiveAttempts {
+		b = m.ActiveAttempts[i].appendPostcard(b)
+	}
+	b = append(b, m.CapabilityDigest.Digest[:]...)
+	b = postcard.AppendU32(b, m.Resources.CPUMillis)
+	b = postcard.AppendU64(b, m.Resources.MemBytes)
+	b = postcard.AppendU64(b, m.Resources.DiskBytes)
+	return postcard.AppendU16(b, m.Resources.RunningJobs)
+}
+
+// DecodePostcard implements wire.Message. It reuses the capacity of
+// m.ActiveAttempts, so decoding into the same value allocates nothing.
+func (m *HeartbeatV1) DecodePostcard(d *postcard.Decoder) {
+	wire.ReadULID(d, &m.Runner.ULID)
+	wire.ReadULID(d, &m.Session.ULID)
+	m.Seq = d.U64()
+	n := d.SeqLen(MaxActiveAttempts, activeAttemptMinSize)
+	if cap(m.ActiveAttempts) >= n {
+		m.ActiveAttempts = m.ActiveAttempts[:n]
+	} else {
+		m.ActiveAttempts = make([]ActiveAttemptV1, n)
+	}
+	for i := range m.ActiveAttempts {
+		m.ActiveAttempts[i].decodePostcard(d)
+	}
+	wire.ReadDigest(d, &m.CapabilityDigest.Digest)
+	m.Resources.CPUMillis = d.U32()
+	m.Resources.MemBytes = d.U64()
+	m.Resources.DiskBytes = d.U64()
+	m.Resources.RunningJobs = d.U16()
+}
+
+// Validate implements wire.Message.
+func (m *HeartbeatV1) Validate() error {
+	if m.Runner.IsZero() || m.Session.IsZero() {
+		return errors.New("heartbeat: runner and session are required")
+	}
+	for i := range m.ActiveAttempts {
+		if m.ActiveAttempts[i].Attempt.IsZero() || m.ActiveAttempts[i].Lease.IsZero() {
+			return errors.New("heartbeat: active attempt without attempt or lease id")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+package wire
+
+import (
+	"strconv"
+	"strings"
+
+	"forgeyard.dev/transport/wire/postcard"
+)
+
+// ProtocolFeature is an optional protocol capability advertised during
+// negotiation (§245–247). Wire values are explicit u16s and never reused.
+// A peer ignores feature numbers it does not know.
+type ProtocolFeature uint16
+
+// Known features.
+const (
+	FeatureLogResumeV1      ProtocolFeature = 1
+	FeatureCasRangeResumeV1 ProtocolFeature = 2
+	FeatureDeviceControlV1  ProtocolFeature = 3
+	FeatureLogCompressionV1 ProtocolFeature = 4
+	FeatureSigningV1        ProtocolFeature = 5
+	FeatureTraceContextV1   ProtocolFeature = 6
+
+	maxKnownFeature = 63
+)
+
+var featureNames = map[ProtocolFeature]string{
+	FeatureLogResumeV1:      "LogResumeV1",
+	FeatureCasRangeResumeV1: "CasRangeResumeV1",
+	FeatureDeviceControlV1:  "DeviceControlV1",
+	FeatureLogCompressionV1: "LogCompressionV1",
+	FeatureSigningV1:        "SigningV1",
+	FeatureTraceContextV1:   "TraceContextV1",
+}
+
+func (f ProtocolFeature) String() string {
+	if s, ok := featureNames[f]; ok {
+		return s
+	}
+	return "Feature(" + strconv.Itoa(int(f)) + ")"
+}
+
+// FeatureSet is a set of features numbered 0..63. Unknown numbers above 63
+// are dropped on decode (they cannot be features this build knows).
+type FeatureSet uint64
+
+// MaxFeatures bounds the number of feature entries accepted on decode.
+const MaxFeatures = 64
+
+// Features returns a set holding fs.
+func Features(fs ...ProtocolFeature) FeatureSet {
+	var s FeatureSet
+	for _, f := range fs {
+		s = s.With(f)
+	}
+	return s
+}
+
+// Has reports whether f is in s.
+func (s FeatureSet) Has(f ProtocolFeature) bool {
+	return f <= maxKnownFeature && s&(1<<f) != 0
+}
+
+// With returns s plus f.
+func (s FeatureSet) With(f ProtocolFeature) FeatureSet {
+	if f > maxKnownFeature {
+		return s
+	}
+	return s | 1<<f
+}
+
+// Intersect returns the features both sides support (§247).
+func (s FeatureSet) Intersect(o FeatureSet) FeatureSet { return s & o }
+
+// List returns the features in ascending order.
+func (s FeatureSet) List() []ProtocolFeature {
+	var out []ProtocolFeature
+	for f := ProtocolFeature(0); f <= maxKnownFeature; f++ {
+		if s.Has(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (s FeatureSet) String() string {
+	var parts []string
+	for _, f := range s.List() {
+		parts = append(parts, f.String())
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// AppendPostcard appends s as seq<u16> in ascending order.
+func (s FeatureSet) AppendPostcard(b []byte) []byte {
+	n := 0
+	for x := s; x != 0; x &= x - 1 {
+		n++
+	}
+	b = postcard.AppendLen(b, n)
+	for f := ProtocolFeature(0); f <= maxKnownFeature; f++ {
+		if s.Has(f) {
+			b = postcard.AppendU16(b, uint16(f))
+		}
+	}
+	return b
+}
+
+// DecodePostcard reads s; unknown feature numbers are ignored.
+func (s *FeatureSet) DecodePostcard(d *postcard.Decoder) {
+	n := d.SeqLen(MaxFeatures, 1)
+	*s = 0
+	for i := 0; i < n; i++ {
+		*s = s.With(ProtocolFeature(d.U16()))
+	}
+}

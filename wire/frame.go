@@ -1,0 +1,138 @@
+package wire
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+
+	"forgeyard.dev/transport/wire/postcard"
+)
+
+// Frame limits. A message stream carries frames `varint(len) ‖ body`; the
+// length is checked against the stream kind's limit before anything is
+// allocated (§38, §50, §52). The same constant bounds reading and writing.
+const (
+	MaxControlFrame      = 64 << 10  // control and heartbeat streams
+	MaxLogFrame          = 256 << 10 // log stream frames (a 64 KiB chunk plus envelope; compressed chunks)
+	MaxCasHeaderFrame    = 4 << 10   // CAS object stream header
+	MaxStreamHeaderFrame = 64        // the StreamHeader that opens every stream
+	MaxAnyFrame          = 1 << 20   // absolute ceiling for any frame
+
+	maxFramePrefix = 10
+)
+
+// FrameTooLargeError reports a frame whose declared length exceeds the
+// reader's or writer's limit. Nothing was allocated for it.
+type FrameTooLargeError struct {
+	Size  uint64
+	Limit int
+}
+
+func (e *FrameTooLargeError) Error() string {
+	return fmt.Sprintf("wire: frame of %d bytes exceeds limit %d", e.Size, e.Limit)
+}
+
+// ErrFramePrefix reports a malformed length prefix.
+var ErrFramePrefix = errors.New("wire: malformed frame length prefix")
+
+// AppendFrame appends varint(len(body)) ‖ body where body is what encode
+// appends. It encodes in place: one pass, one move of the body bytes.
+func AppendFrame(b []byte, limit int, encode func([]byte) []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, make([]byte, maxFramePrefix)...)
+	b = encode(b)
+	n := len(b) - start - maxFramePrefix
+	if n > limit {
+		return b[:start], &FrameTooLargeError{Size: uint64(n), Limit: limit}
+	}
+	pl := postcard.UvarintLen(uint64(n))
+	postcard.AppendUvarint(b[start:start], uint64(n))
+	copy(b[start+pl:], b[start+maxFramePrefix:])
+	return b[:start+pl+n], nil
+}
+
+// AppendEnvelopeFrame appends e as one frame, refusing bodies above limit.
+func AppendEnvelopeFrame(b []byte, limit int, e *Envelope) ([]byte, error) {
+	return AppendFrame(b, limit, e.AppendPostcard)
+}
+
+// FrameReader reads length-prefixed frames from a stream. It allocates a
+// body buffer only after checking the declared length against its limit,
+// and grows it to at most the limit. Not safe for concurrent use.
+type FrameReader struct {
+	r     *bufio.Reader
+	limit int
+	buf   []byte
+}
+
+// NewFrameReader returns a reader that rejects frames longer than limit.
+func NewFrameReader(r io.Reader, limit int) *FrameReader {
+	if limit > MaxAnyFrame {
+		limit = MaxAnyFrame
+	}
+	br, ok := r.(*bufio.Reader)
+	if !ok {
+		br = bufio.NewReaderSize(r, 4096)
+	}
+	return &FrameReader{r: br, limit: limit}
+}
+
+// SetLimit changes the frame limit (clipped to MaxAnyFrame).
+func (fr *FrameReader) SetLimit(limit int) {
+	if limit > MaxAnyFrame {
+		limit = MaxAnyFrame
+	}
+	fr.limit = limit
+}
+
+// Buffered exposes the underlying buffered reader, for protocols that switch
+// from frames to raw bytes on the same stream (a CAS object after its
+// header). Bytes already buffered are not lost.
+func (fr *FrameReader) Buffered() *bufio.Reader { return fr.r }
+
+// Next returns the next frame body. The slice aliases an internal buffer
+// that is valid until the next call. At a clean end of stream between frames
+// it returns io.EOF; a stream that ends inside a frame returns
+// io.ErrUnexpectedEOF; an over-limit length returns *FrameTooLargeError.
+func (fr *FrameReader) Next() ([]byte, error) {
+	n, err := fr.readLen()
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(fr.limit) {
+		return nil, &FrameTooLargeError{Size: n, Limit: fr.limit}
+	}
+	if cap(fr.buf) < int(n) {
+		fr.buf = make([]byte, n)
+	}
+	body := fr.buf[:n]
+	if _, err := io.ReadFull(fr.r, body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return body, nil
+}
+
+func (fr *FrameReader) readLen() (uint64, error) {
+	var v uint64
+	for i := 0; i < maxFramePrefix; i++ {
+		c, err := fr.r.ReadByte()
+		if err != nil {
+			if i > 0 && err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+		if c < 0x80 {
+			if i == maxFramePrefix-1 && c > 1 {
+				return 0, ErrFramePrefix
+			}
+			return v | uint64(c)<<(7*uint(i)), nil
+		}
+		v |= uint64(c&0x7f) << (7 * uint(i))
+	}
+	return 0, ErrFramePrefix
+}
