@@ -1,0 +1,93 @@
+package semantics
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"time"
+)
+
+// RawSendStream is the sending half of a backend stream.
+//
+// Write blocks under flow control; it returns *StreamError when the peer
+// stopped the stream, *ConnError when the connection closed, and an error
+// wrapping os.ErrDeadlineExceeded when the write deadline passed.
+// Close ends the stream gracefully (FIN) after buffered data.
+// CancelWrite abandons it, telling the peer code (RESET_STREAM).
+type RawSendStream interface {
+	io.Writer
+	Close() error
+	CancelWrite(code StreamErrorCode)
+	SetWriteDeadline(t time.Time) error
+}
+
+// RawRecvStream is the receiving half of a backend stream.
+//
+// Read returns io.EOF after the peer's FIN, *StreamError after the peer's
+// reset, *ConnError when the connection closed, and an error wrapping
+// os.ErrDeadlineExceeded when the read deadline passed. CancelRead asks the
+// peer to stop sending (STOP_SENDING with code).
+type RawRecvStream interface {
+	io.Reader
+	CancelRead(code StreamErrorCode)
+	SetReadDeadline(t time.Time) error
+}
+
+// RawStream is a bidirectional backend stream.
+type RawStream interface {
+	RawSendStream
+	RawRecvStream
+	SetDeadline(t time.Time) error
+}
+
+// BackendConn is one authenticated, encrypted connection of a backend. All
+// methods are safe for concurrent use.
+type BackendConn interface {
+	// OpenStream opens a bidirectional stream. It blocks while the peer's
+	// stream limit is reached, until ctx is done.
+	OpenStream(ctx context.Context) (RawStream, error)
+	// OpenUniStream opens a unidirectional (send-only) stream.
+	OpenUniStream(ctx context.Context) (RawSendStream, error)
+	// AcceptStream waits for the peer's next bidirectional stream.
+	AcceptStream(ctx context.Context) (RawStream, error)
+	// AcceptUniStream waits for the peer's next unidirectional stream.
+	AcceptUniStream(ctx context.Context) (RawRecvStream, error)
+	// CloseWithCode closes the connection; the peer observes a *ConnError
+	// with the same code and reason (Remote=true). Idempotent.
+	CloseWithCode(code CloseCode, reason string) error
+	// Context is cancelled when the connection closes, with a *ConnError as
+	// its cause (context.Cause).
+	Context() context.Context
+	LocalAddr() net.Addr
+	RemoteAddr() net.Addr
+	// ConnectionState returns the TLS state, including the peer's verified
+	// certificate chains.
+	ConnectionState() tls.ConnectionState
+	// Backend names the backend: "quic", "webtransport", "yamux", "memory".
+	Backend() string
+}
+
+// BackendListener accepts backend connections. Accept returns after the TLS
+// handshake completed (and client certificates were verified if required).
+type BackendListener interface {
+	Accept(ctx context.Context) (BackendConn, error)
+	Addr() net.Addr
+	Close() error
+}
+
+// BackendDialer dials backend connections to addr (host:port or a backend
+// URL, as the backend documents).
+type BackendDialer interface {
+	Dial(ctx context.Context, addr string) (BackendConn, error)
+}
+
+// BulkHinter is implemented by backends that can report how much data is
+// queued below the application (for example unsent bytes in a kernel socket
+// buffer). The priority scheduler uses it, when present, to keep bulk data
+// from building a queue that control frames must wait behind.
+type BulkHinter interface {
+	// QueuedBytes returns an estimate of bytes accepted by Write but not yet
+	// put on the wire.
+	QueuedBytes() int
+}

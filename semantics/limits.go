@@ -1,0 +1,119 @@
+package semantics
+
+import (
+	"fmt"
+	"time"
+
+	"forgeyard.dev/transport/wire"
+)
+
+// Limits bounds what one connection may use (§126–137, §275). Both sides
+// enforce them: the opener never exceeds the peer's advertised limits, and
+// the receiver refuses a stream over a limit at stream level (StreamRefused)
+// and closes the connection with CloseLimitExceeded when the peer persists.
+//
+// The zero value means "use the default" for every field; Validate reports
+// negative values, and withDefaults fills zero fields. Limits are copied on
+// entry: changing a Limits after passing it has no effect.
+type Limits struct {
+	// MaxStreams bounds concurrently open incoming streams of all kinds.
+	MaxStreams int
+	// MaxStreamsPerKind bounds concurrently open incoming streams per kind.
+	MaxStreamsPerKind [wire.NumStreamKinds]int
+	// MaxFrame bounds a frame body per stream kind (bytes).
+	MaxFrame [wire.NumStreamKinds]int
+	// ControlQueue, LogQueue and CasQueue bound application queue depths
+	// (frames) for the three traffic classes (§128–130).
+	ControlQueue, LogQueue, CasQueue int
+	// MaxRefusals is how many refused streams a peer may cause before the
+	// connection is closed with CloseLimitExceeded.
+	MaxRefusals int
+	// HeaderTimeout bounds how long an accepted stream may take to deliver
+	// its StreamHeader.
+	HeaderTimeout time.Duration
+	// BulkChunk is the largest single write of a bulk (log/CAS) stream
+	// between two checks for pending control writes.
+	BulkChunk int
+}
+
+// Default limits.
+const (
+	DefaultMaxStreams    = 256
+	DefaultControlQueue  = 64
+	DefaultLogQueue      = 1024
+	DefaultCasQueue      = 64
+	DefaultMaxRefusals   = 16
+	DefaultHeaderTimeout = 10 * time.Second
+	DefaultBulkChunk     = 16 << 10
+)
+
+// DefaultStreamsPerKind is the default per-kind incoming stream limit.
+var DefaultStreamsPerKind = [wire.NumStreamKinds]int{
+	wire.StreamControl:     1,
+	wire.StreamHeartbeat:   1,
+	wire.StreamLog:         64,
+	wire.StreamCasUpload:   16,
+	wire.StreamCasDownload: 16,
+	wire.StreamDiagnostic:  4,
+	wire.StreamDevice:      4,
+	wire.StreamSigning:     4,
+	wire.StreamSecret:      4,
+}
+
+// Validate reports the first negative field by name.
+func (l *Limits) Validate() error {
+	if l.MaxStreams < 0 {
+		return fmt.Errorf("semantics: Limits.MaxStreams is negative (%d)", l.MaxStreams)
+	}
+	for k, v := range l.MaxStreamsPerKind {
+		if v < 0 {
+			return fmt.Errorf("semantics: Limits.MaxStreamsPerKind[%s] is negative (%d)", wire.StreamKind(k), v)
+		}
+	}
+	for k, v := range l.MaxFrame {
+		if v < 0 || v > wire.MaxAnyFrame {
+			return fmt.Errorf("semantics: Limits.MaxFrame[%s] = %d is outside 0..%d", wire.StreamKind(k), v, wire.MaxAnyFrame)
+		}
+	}
+	if l.ControlQueue < 0 || l.LogQueue < 0 || l.CasQueue < 0 {
+		return fmt.Errorf("semantics: Limits queue depths must not be negative")
+	}
+	if l.MaxRefusals < 0 || l.HeaderTimeout < 0 || l.BulkChunk < 0 {
+		return fmt.Errorf("semantics: Limits.MaxRefusals, HeaderTimeout and BulkChunk must not be negative")
+	}
+	return nil
+}
+
+// WithDefaults returns a copy of l with zero fields set to defaults.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxStreams == 0 {
+		l.MaxStreams = DefaultMaxStreams
+	}
+	for k := range l.MaxStreamsPerKind {
+		if l.MaxStreamsPerKind[k] == 0 {
+			l.MaxStreamsPerKind[k] = DefaultStreamsPerKind[k]
+		}
+		if l.MaxFrame[k] == 0 {
+			l.MaxFrame[k] = wire.StreamKind(k).FrameLimit()
+		}
+	}
+	if l.ControlQueue == 0 {
+		l.ControlQueue = DefaultControlQueue
+	}
+	if l.LogQueue == 0 {
+		l.LogQueue = DefaultLogQueue
+	}
+	if l.CasQueue == 0 {
+		l.CasQueue = DefaultCasQueue
+	}
+	if l.MaxRefusals == 0 {
+		l.MaxRefusals = DefaultMaxRefusals
+	}
+	if l.HeaderTimeout == 0 {
+		l.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if l.BulkChunk == 0 {
+		l.BulkChunk = DefaultBulkChunk
+	}
+	return l
+}
