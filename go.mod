@@ -3,6 +3,7 @@ module forgeyard.dev/transport
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/dunglas/httpsfv v1.1.1 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
 	github.com/oklog/ulid/v2 v2.1.1 // indirect
