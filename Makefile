@@ -1,0 +1,72 @@
+# Forgeyard Transport — the two commands are `make demo` and `make test`.
+# Every target installs what it needs (Go modules through the module proxy,
+# Go tools with `go install`) and is safe to run again.
+
+GO       ?= go
+GOBIN    := $(shell $(GO) env GOPATH)/bin
+export PATH := $(GOBIN):$(PATH)
+
+STATICCHECK_VERSION := v0.7.0
+BENCHSTAT_VERSION   := v0.0.0-20260908200009-22c9c6c9d4da
+FUZZTIME ?= 30s
+BENCHCOUNT ?= 6
+OUT := out
+
+.PHONY: all demo test test-short lint fmt vet layering staticcheck bench bench-codec bench-backends fuzz deps tools clean help
+
+all: test
+
+help:
+	@echo "make demo      decode and print the golden vectors with the protocol inspector"
+	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included)"
+	@echo "make lint      gofmt check, go vet, staticcheck, layering check"
+	@echo "make bench     codec and backend benchmarks; tables for docs/perf.md (BENCHCOUNT=$(BENCHCOUNT))"
+	@echo "make fuzz      every fuzz target for FUZZTIME each (default $(FUZZTIME))"
+
+deps:
+	$(GO) mod download
+
+tools:
+	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@test -x $(GOBIN)/benchstat || $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
+
+demo: deps
+	$(GO) run ./cmd/forgeyard-protocol-inspect vectors
+
+test: deps vet layering
+	$(GO) test -race -shuffle=on -timeout 18m ./...
+
+test-short: deps
+	$(GO) test -short -timeout 10m ./...
+
+vet:
+	$(GO) vet ./...
+
+layering:
+	./.ci/check-layering.sh
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+lint: deps tools vet layering
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted:"; echo "$$unformatted"; exit 1; fi
+	staticcheck ./...
+
+bench: bench-codec bench-backends
+
+bench-codec: deps tools
+	@mkdir -p $(OUT)/bench
+	$(GO) test ./wire/internal/codecbench/ -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) | tee $(OUT)/bench/codec.txt
+	benchstat $(OUT)/bench/codec.txt
+
+bench-backends: deps tools
+	@mkdir -p $(OUT)/bench
+	$(GO) test ./backends/... -run '^$$' -bench . -benchmem -count 3 -timeout 60m | tee $(OUT)/bench/backends.txt
+	benchstat $(OUT)/bench/backends.txt
+
+fuzz: deps
+	FUZZTIME=$(FUZZTIME) ./.ci/fuzz.sh
+
+clean:
+	rm -rf $(OUT) bin

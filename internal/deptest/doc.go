@@ -1,0 +1,6 @@
+// Package deptest holds the test that pins the layering rule of
+// ARCHITECTURE.md on the module's import graph (in the spirit of Tailscale's
+// tstest/deptest): wire imports nothing of semantics, backends, relay or cmd;
+// semantics imports no backend; only backends/quic and backends/webtransport
+// import quic-go; only backends/yamux imports yamux.
+package deptest
