@@ -1,0 +1,205 @@
+// Package backendtest is the one conformance suite every backend runs
+// unchanged (ARCHITECTURE.md §8, in the spirit of go-libp2p's transport
+// testsuite): the raw BackendConn contract (streams, FIN, resets with codes,
+// close codes, deadlines, TLS and peer certificates) and semantics.Conn over
+// the backend (stream header, kinds, limits, priorities).
+//
+// A backend's test file calls
+//
+//	func TestConformance(t *testing.T) { backendtest.Run(t, factory) }
+//	func BenchmarkBackend(b *testing.B) { backendtest.RunBenchmarks(b, factory) }
+//
+// Every check is a named subtest. A backend that cannot meet one declares it
+// in Caps; the subtest then calls t.Skip with the declared reason from INSIDE
+// the subtest, so the skip is visible and can never silently end the parent
+// or go stale.
+//
+// TLS material comes from semantics/trust/trusttest: the server configuration
+// requires and verifies client certificates; the backend adds its ALPN.
+package backendtest
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"testing"
+	"time"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/trust/trusttest"
+	"forgeyard.dev/transport/wire"
+)
+
+// ServerName is the TLS server name the suite uses. trusttest server
+// certificates also cover localhost, 127.0.0.1 and ::1.
+const ServerName = "daemon.forgeyard.test"
+
+// Factory builds listeners and dialers of one backend. All fields except
+// Caps are required.
+type Factory struct {
+	// Name names the backend in logs ("memory", "quic", ...).
+	Name string
+	// Listen starts a listener using serverTLS (already containing the
+	// certificate, ClientCAs and ClientAuth; the backend adds its ALPN) and
+	// returns it plus the address to dial. The suite closes the listener
+	// when the subtest ends; Listen may also register its own t.Cleanup.
+	Listen func(t testing.TB, serverTLS *tls.Config) (semantics.BackendListener, string)
+	// Dialer returns a dialer using clientTLS (the backend adds its ALPN).
+	Dialer func(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer
+	// Caps declares what the backend can and cannot do.
+	Caps Caps
+}
+
+// Caps declares a backend's capabilities. The zero value means "a full
+// backend on an in-process network": every subtest runs with the default
+// sizes and bounds.
+//
+// Skip* fields name a subtest the backend cannot pass; a non-empty string is
+// the reason, printed by t.Skip inside that subtest.
+type Caps struct {
+	// RealNetwork is true when connections use real sockets (loopback).
+	// The suite then allows more time for handshakes and latency bounds.
+	RealNetwork bool
+	// LargeTransfer is the size in bytes of the large-transfer subtests;
+	// 0 means 64 MiB, or 4 MiB under -short.
+	LargeTransfer int
+	// ControlP99 bounds the 99th-percentile control round trip while a bulk
+	// stream saturates the connection; 0 means DefaultControlP99.
+	ControlP99 time.Duration
+	// SkipControlUnderBulk, when non-empty, skips the Conn/ControlUnderBulk
+	// subtest with this reason.
+	SkipControlUnderBulk string
+}
+
+// DefaultControlP99 is the default bound for control round trips under bulk
+// saturation. It is generous so that it holds under -race on a loaded
+// 2-core machine; the measured figure is logged by the subtest.
+const DefaultControlP99 = 250 * time.Millisecond
+
+// opTimeout bounds every single step of a subtest that waits for an event.
+const opTimeout = 20 * time.Second
+
+// Run runs the whole conformance suite against f. Subtests are independent
+// (each has its own PKI and listener) and run sequentially.
+func Run(t *testing.T, f Factory) {
+	if f.Listen == nil || f.Dialer == nil {
+		t.Fatal("backendtest: Factory.Listen and Factory.Dialer are required")
+	}
+	t.Run("Raw", func(t *testing.T) { runRaw(t, f) })
+	t.Run("TLS", func(t *testing.T) { runTLS(t, f) })
+	t.Run("Conn", func(t *testing.T) { runConn(t, f) })
+}
+
+// env is one subtest's world: a PKI, a listener and its address.
+type env struct {
+	f    Factory
+	pki  *trusttest.PKI
+	ln   semantics.BackendListener
+	addr string
+}
+
+func newEnv(t testing.TB, f Factory) *env {
+	t.Helper()
+	e := &env{f: f, pki: trusttest.NewPKI(t)}
+	e.ln, e.addr = f.Listen(t, e.pki.ServerConfig(t, ServerName))
+	t.Cleanup(func() { _ = e.ln.Close() })
+	return e
+}
+
+func (e *env) clientTLS(t testing.TB, runner wire.RunnerId) *tls.Config {
+	return e.pki.ClientConfig(t, runner, ServerName)
+}
+
+type acceptResult struct {
+	c   semantics.BackendConn
+	err error
+}
+
+// startAccept accepts one connection in the background.
+func (e *env) startAccept(ctx context.Context) <-chan acceptResult {
+	ch := make(chan acceptResult, 1)
+	go func() {
+		c, err := e.ln.Accept(ctx)
+		ch <- acceptResult{c, err}
+	}()
+	return ch
+}
+
+// pair dials one connection with a fresh client certificate and returns
+// (client, server). Both are closed at cleanup.
+func (e *env) pair(t testing.TB) (client, server semantics.BackendConn) {
+	t.Helper()
+	return e.pairWith(t, e.clientTLS(t, wire.NewRunnerId()))
+}
+
+func (e *env) pairWith(t testing.TB, clientTLS *tls.Config) (client, server semantics.BackendConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	acc := e.startAccept(ctx)
+	c, err := e.f.Dialer(t, clientTLS).Dial(ctx, e.addr)
+	if err != nil {
+		cancel()
+		<-acc
+		t.Fatalf("dial %s: %v", e.addr, err)
+	}
+	r := <-acc
+	if r.err != nil {
+		_ = c.CloseWithCode(wire.CloseInternalError, "test")
+		t.Fatalf("accept: %v", r.err)
+	}
+	t.Cleanup(func() {
+		_ = c.CloseWithCode(wire.CloseNormal, "")
+		_ = r.c.CloseWithCode(wire.CloseNormal, "")
+	})
+	return c, r.c
+}
+
+// largeSize returns the large-transfer size.
+func largeSize(f Factory) int {
+	if f.Caps.LargeTransfer > 0 {
+		return f.Caps.LargeTransfer
+	}
+	if testing.Short() {
+		return 4 << 20
+	}
+	return 64 << 20
+}
+
+func wantStreamError(t testing.TB, what string, err error, code semantics.StreamErrorCode, remote bool) {
+	t.Helper()
+	var se *semantics.StreamError
+	if !errors.As(err, &se) {
+		t.Fatalf("%s: got %v (%T), want *semantics.StreamError{Code: %s, Remote: %v}", what, err, err, code, remote)
+	}
+	if se.Code != code || se.Remote != remote {
+		t.Fatalf("%s: got %+v, want Code %s Remote %v", what, *se, code, remote)
+	}
+}
+
+func wantConnError(t testing.TB, what string, err error, code semantics.CloseCode, remote bool) {
+	t.Helper()
+	var ce *semantics.ConnError
+	if !errors.As(err, &ce) {
+		t.Fatalf("%s: got %v (%T), want *semantics.ConnError{Code: %s, Remote: %v}", what, err, err, code, remote)
+	}
+	if ce.Code != code || ce.Remote != remote {
+		t.Fatalf("%s: got %+v, want Code %s Remote %v", what, *ce, code, remote)
+	}
+}
+
+// waitDone waits for ch or fails after opTimeout.
+func waitDone(t testing.TB, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(opTimeout):
+		t.Fatalf("%s: not done after %v", what, opTimeout)
+	}
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
