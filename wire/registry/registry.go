@@ -13,7 +13,11 @@
 // session layer, not here.
 package registry
 
-import "forgeyard.dev/transport/wire"
+import (
+	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/cas"
+	"forgeyard.dev/transport/wire/logs"
+)
 
 // Family is one protocol family as registered: its number, its message
 // table and its samples. Values returned by Families are shared; the caller
@@ -36,6 +40,8 @@ func (f Family) Name() string { return f.Family.String() }
 // that every entry's messages carry the entry's family number.
 var families = []Family{
 	{Family: wire.FamilyCommon, Messages: wire.CommonMessages, Samples: commonSamples},
+	{Family: wire.FamilyLogs, Messages: logs.Messages, Samples: logs.Samples},
+	{Family: wire.FamilyCas, Messages: cas.Messages, Samples: cas.Samples},
 }
 
 // Default is the registry of every family in this build. It is immutable
