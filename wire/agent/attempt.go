@@ -1,0 +1,385 @@
+package agent
+
+import (
+	"strconv"
+
+	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/postcard"
+)
+
+// CancelAttemptV1 tells the agent to stop an attempt (§72). It is idempotent
+// (§73): a repeated cancel is acknowledged again.
+//
+//	struct CancelAttemptV1 {
+//	    attempt: [u8;16], lease: [u8;16],
+//	    reason: CancellationReason,
+//	    message: String,                    // ≤ MaxMessage (256) bytes, truncated on encode
+//	}
+//
+// Validate: non-zero ids, known reason, UTF-8 message.
+type CancelAttemptV1 struct {
+	Attempt wire.JobAttemptId
+	Lease   wire.LeaseId
+	Reason  CancellationReason
+	Message string
+}
+
+const nameCancelAttempt = "agent.CancelAttemptV1"
+
+var maxCancelAttemptSize = 2*idSize + variant1 + strMax(MaxMessage)
+
+// MessageType implements wire.Message.
+func (*CancelAttemptV1) MessageType() wire.MessageTypeId { return MsgCancelAttempt }
+
+// AppendPostcard implements wire.Message.
+func (m *CancelAttemptV1) AppendPostcard(b []byte) []byte {
+	b = append(b, m.Attempt.ULID[:]...)
+	b = append(b, m.Lease.ULID[:]...)
+	b = postcard.AppendVariant(b, uint32(m.Reason))
+	return postcard.AppendString(b, truncateText(m.Message, MaxMessage))
+}
+
+// DecodePostcard implements wire.Message.
+func (m *CancelAttemptV1) DecodePostcard(d *postcard.Decoder) {
+	wire.ReadULID(d, &m.Attempt.ULID)
+	wire.ReadULID(d, &m.Lease.ULID)
+	m.Reason = CancellationReason(d.Variant(numCancellationReasons))
+	m.Message = d.String(MaxMessage)
+}
+
+// Validate implements wire.Message.
+func (m *CancelAttemptV1) Validate() error {
+	const n = nameCancelAttempt
+	if err := checkIDs(n, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID}); err != nil {
+		return err
+	}
+	if !m.Reason.Valid() {
+		return invalid(n, "reason", "unknown reason")
+	}
+	return checkText(n, "message", m.Message)
+}
+
+// CancelAckV1 acknowledges a CancelAttemptV1 once the agent has begun
+// stopping the attempt; the attempt's completion follows separately.
+//
+//	struct CancelAckV1 { attempt: [u8;16], lease: [u8;16] }
+//
+// Validate: non-zero ids.
+type CancelAckV1 struct {
+	Attempt wire.JobAttemptId
+	Lease   wire.LeaseId
+}
+
+const nameCancelAck = "agent.CancelAckV1"
+
+var maxCancelAckSize = 2 * idSize
+
+// MessageType implements wire.Message.
+func (*CancelAckV1) MessageType() wire.MessageTypeId { return MsgCancelAck }
+
+// AppendPostcard implements wire.Message.
+func (m *CancelAckV1) AppendPostcard(b []byte) []byte {
+	b = append(b, m.Attempt.ULID[:]...)
+	return append(b, m.Lease.ULID[:]...)
+}
+
+// DecodePostcard implements wire.Message.
+func (m *CancelAckV1) DecodePostcard(d *postcard.Decoder) {
+	wire.ReadULID(d, &m.Attempt.ULID)
+	wire.ReadULID(d, &m.Lease.ULID)
+}
+
+// Validate implements wire.Message.
+func (m *CancelAckV1) Validate() error {
+	return checkIDs(nameCancelAck, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID})
+}
+
+// PhaseChangeV1 reports that an attempt entered a new phase (§74).
+//
+//	struct PhaseChangeV1 { attempt: [u8;16], lease: [u8;16], phase: AttemptPhase, at_ms: u64 /* agent clock, Unix ms */ }
+//
+// Validate: non-zero ids and at_ms, known phase. AtMs comes from the
+// agent's clock and is diagnostic only (§146).
+type PhaseChangeV1 struct {
+	Attempt wire.JobAttemptId
+	Lease   wire.LeaseId
+	Phase   AttemptPhase
+	AtMs    uint64
+}
+
+const namePhaseChange = "agent.PhaseChangeV1"
+
+var maxPhaseChangeSize = 2*idSize + variant1 + maxU64
+
+// MessageType implements wire.Message.
+func (*PhaseChangeV1) MessageType() wire.MessageTypeId { return MsgPhaseChange }
+
+// AppendPostcard implements wire.Message.
+func (m *PhaseChangeV1) AppendPostcard(b []byte) []byte {
+	b = append(b, m.Attempt.ULID[:]...)
+	b = append(b, m.Lease.ULID[:]...)
+	b = postcard.AppendVariant(b, uint32(m.Phase))
+	return postcard.AppendU64(b, m.AtMs)
+}
+
+// DecodePostcard implements wire.Message.
+func (m *PhaseChangeV1) DecodePostcard(d *postcard.Decoder) {
+	wire.ReadULID(d, &m.Attempt.ULID)
+	wire.ReadULID(d, &m.Lease.ULID)
+	m.Phase = AttemptPhase(d.Variant(numPhases))
+	m.AtMs = d.U64()
+}
+
+// Validate implements wire.Message.
+func (m *PhaseChangeV1) Validate() error {
+	const n = namePhaseChange
+	if err := checkIDs(n, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID}); err != nil {
+		return err
+	}
+	if !m.Phase.Valid() {
+		return invalid(n, "phase", "unknown phase")
+	}
+	if m.AtMs == 0 {
+		return invalid(n, "at_ms", "zero")
+	}
+	return nil
+}
+
+// ExecutionResultKind is the discriminant of ExecutionResultV1.
+type ExecutionResultKind uint32
+
+// Execution results.
+const (
+	ResultSucceeded  ExecutionResultKind = 0 // carries ExitCode
+	ResultFailed     ExecutionResultKind = 1 // carries ExitCode and Message
+	ResultCancelled  ExecutionResultKind = 2
+	ResultTimedOut   ExecutionResultKind = 3
+	ResultInfraError ExecutionResultKind = 4 // carries Message: the runner, not the job, failed
+
+	numExecutionResults = 5
+)
+
+func (k ExecutionResultKind) String() string {
+	switch k {
+	case ResultSucceeded:
+		return "Succeeded"
+	case ResultFailed:
+		return "Failed"
+	case ResultCancelled:
+		return "Cancelled"
+	case ResultTimedOut:
+		return "TimedOut"
+	case ResultInfraError:
+		return "InfraError"
+	}
+	return "ExecutionResultKind(" + strconv.FormatUint(uint64(k), 10) + ")"
+}
+
+// ExecutionResultV1 is an attempt's outcome (§75), a Postcard enum with data:
+//
+//	enum ExecutionResultV1 {
+//	    Succeeded { exit_code: i32 } = 0,
+//	    Failed { exit_code: i32, message: String /* ≤ 256, truncated on encode */ } = 1,
+//	    Cancelled = 2,
+//	    TimedOut = 3,
+//	    InfraError { message: String /* ≤ 256, truncated on encode */ } = 4,
+//	}
+//
+// Only the fields of Kind's variant are encoded; the others must be zero
+// (Validate) and are zero after decoding.
+type ExecutionResultV1 struct {
+	Kind     ExecutionResultKind
+	ExitCode int32
+	Message  string
+}
+
+var maxExecutionResultSize = variant1 + maxI32 + strMax(MaxMessage)
+
+func (r *ExecutionResultV1) appendPostcard(b []byte) []byte {
+	b = postcard.AppendVariant(b, uint32(r.Kind))
+	switch r.Kind {
+	case ResultSucceeded:
+		b = postcard.AppendI32(b, r.ExitCode)
+	case ResultFailed:
+		b = postcard.AppendI32(b, r.ExitCode)
+		b = postcard.AppendString(b, truncateText(r.Message, MaxMessage))
+	case ResultInfraError:
+		b = postcard.AppendString(b, truncateText(r.Message, MaxMessage))
+	}
+	return b
+}
+
+func (r *ExecutionResultV1) decodePostcard(d *postcard.Decoder) {
+	*r = ExecutionResultV1{Kind: ExecutionResultKind(d.Variant(numExecutionResults))}
+	switch r.Kind {
+	case ResultSucceeded:
+		r.ExitCode = d.I32()
+	case ResultFailed:
+		r.ExitCode = d.I32()
+		r.Message = d.String(MaxMessage)
+	case ResultInfraError:
+		r.Message = d.String(MaxMessage)
+	}
+}
+
+func (r *ExecutionResultV1) validate(msg string) error {
+	const f = "result"
+	switch r.Kind {
+	case ResultSucceeded:
+		if r.Message != "" {
+			return invalid(msg, f, "field set that its variant does not carry")
+		}
+	case ResultFailed:
+		return checkText(msg, f, r.Message)
+	case ResultCancelled, ResultTimedOut:
+		if r.ExitCode != 0 || r.Message != "" {
+			return invalid(msg, f, "field set that its variant does not carry")
+		}
+	case ResultInfraError:
+		if r.ExitCode != 0 {
+			return invalid(msg, f, "field set that its variant does not carry")
+		}
+		return checkText(msg, f, r.Message)
+	default:
+		return invalid(msg, f, "unknown variant")
+	}
+	return nil
+}
+
+// AttemptCompletionV1 reports an attempt's final result and outputs (§75).
+// The agent retries it with the same envelope MessageId until a
+// CompletionAckV1 arrives, across reconnects (§77); the daemon deduplicates
+// by MessageId (§78).
+//
+//	struct AttemptCompletionV1 {
+//	    job: [u8;16], attempt: [u8;16], lease: [u8;16],
+//	    spec: [u8;32],
+//	    result: ExecutionResultV1,
+//	    outputs: Vec<CasObjectRef>,         // ≤ MaxOutputs (1024)
+//	    log_last_seq: u64,                  // last log sequence number written
+//	}
+//
+// Validate: non-zero ids and spec, a valid result, outputs with known
+// algorithms and non-zero digests.
+type AttemptCompletionV1 struct {
+	Job        wire.JobId
+	Attempt    wire.JobAttemptId
+	Lease      wire.LeaseId
+	Spec       wire.JobSpecId
+	Result     ExecutionResultV1
+	Outputs    []wire.CasObjectRef
+	LogLastSeq uint64
+}
+
+const nameAttemptCompletion = "agent.AttemptCompletionV1"
+
+var maxAttemptCompletionSize = 3*idSize + digSize + maxExecutionResultSize +
+	seqMax(MaxOutputs, casMax) + maxU64
+
+// MessageType implements wire.Message.
+func (*AttemptCompletionV1) MessageType() wire.MessageTypeId { return MsgAttemptCompletion }
+
+// AppendPostcard implements wire.Message.
+func (m *AttemptCompletionV1) AppendPostcard(b []byte) []byte {
+	b = append(b, m.Job.ULID[:]...)
+	b = append(b, m.Attempt.ULID[:]...)
+	b = append(b, m.Lease.ULID[:]...)
+	b = append(b, m.Spec.Digest[:]...)
+	b = m.Result.appendPostcard(b)
+	b = postcard.AppendLen(b, len(m.Outputs))
+	for i := range m.Outputs {
+		b = m.Outputs[i].AppendPostcard(b)
+	}
+	return postcard.AppendU64(b, m.LogLastSeq)
+}
+
+// DecodePostcard implements wire.Message. It reuses the capacity of
+// m.Outputs.
+func (m *AttemptCompletionV1) DecodePostcard(d *postcard.Decoder) {
+	wire.ReadULID(d, &m.Job.ULID)
+	wire.ReadULID(d, &m.Attempt.ULID)
+	wire.ReadULID(d, &m.Lease.ULID)
+	wire.ReadDigest(d, &m.Spec.Digest)
+	m.Result.decodePostcard(d)
+	m.Outputs = resize(m.Outputs, d.SeqLen(MaxOutputs, wire.CasObjectRefMinSize))
+	for i := range m.Outputs {
+		m.Outputs[i].DecodePostcard(d)
+	}
+	m.LogLastSeq = d.U64()
+}
+
+// Validate implements wire.Message.
+func (m *AttemptCompletionV1) Validate() error {
+	const n = nameAttemptCompletion
+	if err := checkIDs(n, idField{"job", m.Job.ULID}, idField{"attempt", m.Attempt.ULID},
+		idField{"lease", m.Lease.ULID}); err != nil {
+		return err
+	}
+	if m.Spec.IsZero() {
+		return invalid(n, "spec", "zero digest")
+	}
+	if err := m.Result.validate(n); err != nil {
+		return err
+	}
+	if len(m.Outputs) > MaxOutputs {
+		return invalid(n, "outputs", "more elements than its bound")
+	}
+	for i := range m.Outputs {
+		if err := checkCas(n, "outputs", &m.Outputs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CompletionAckV1 is the daemon's verdict on a completion (§76). Any kind
+// ends the agent's retries of that completion.
+//
+//	struct CompletionAckV1 {
+//	    attempt: [u8;16], lease: [u8;16],
+//	    kind: CompletionAckKind,
+//	    message: String,                    // ≤ MaxMessage (256) bytes, truncated on encode
+//	}
+//
+// Validate: non-zero ids, known kind, UTF-8 message.
+type CompletionAckV1 struct {
+	Attempt wire.JobAttemptId
+	Lease   wire.LeaseId
+	Kind    CompletionAckKind
+	Message string
+}
+
+const nameCompletionAck = "agent.CompletionAckV1"
+
+var maxCompletionAckSize = 2*idSize + variant1 + strMax(MaxMessage)
+
+// MessageType implements wire.Message.
+func (*CompletionAckV1) MessageType() wire.MessageTypeId { return MsgCompletionAck }
+
+// AppendPostcard implements wire.Message.
+func (m *CompletionAckV1) AppendPostcard(b []byte) []byte {
+	b = append(b, m.Attempt.ULID[:]...)
+	b = append(b, m.Lease.ULID[:]...)
+	b = postcard.AppendVariant(b, uint32(m.Kind))
+	return postcard.AppendString(b, truncateText(m.Message, MaxMessage))
+}
+
+// DecodePostcard implements wire.Message.
+func (m *CompletionAckV1) DecodePostcard(d *postcard.Decoder) {
+	wire.ReadULID(d, &m.Attempt.ULID)
+	wire.ReadULID(d, &m.Lease.ULID)
+	m.Kind = CompletionAckKind(d.Variant(numCompletionAckKinds))
+	m.Message = d.String(MaxMessage)
+}
+
+// Validate implements wire.Message.
+func (m *CompletionAckV1) Validate() error {
+	const n = nameCompletionAck
+	if err := checkIDs(n, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID}); err != nil {
+		return err
+	}
+	if !m.Kind.Valid() {
+		return invalid(n, "kind", "unknown kind")
+	}
+	return checkText(n, "message", m.Message)
+}
