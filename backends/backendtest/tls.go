@@ -36,6 +36,10 @@ func runTLS(t *testing.T, f Factory) {
 		// A client of another PKI: its certificate is unknown to the server
 		// and it does not trust the server's CA.
 		e.wantRejected(t, other.ClientConfig(t, wire.NewRunnerId(), ServerName))
+		// A client trusting the server's CA but with a certificate from another CA.
+		foreign := other.ClientConfig(t, wire.NewRunnerId(), ServerName)
+		foreign.RootCAs = e.pki.CAPool()
+		e.wantRejected(t, foreign)
 		// A client with a valid certificate that trusts only another CA.
 		cfg := e.clientTLS(t, wire.NewRunnerId())
 		cfg.RootCAs = other.CAPool()

@@ -1,0 +1,32 @@
+package memory_test
+
+import (
+	"crypto/tls"
+	"testing"
+
+	"forgeyard.dev/transport/backends/backendtest"
+	"forgeyard.dev/transport/backends/memory"
+	"forgeyard.dev/transport/semantics"
+)
+
+// factory returns a memory backend on its own Network with opts.
+func factory(opts memory.Options) backendtest.Factory {
+	n := memory.NewNetwork()
+	return backendtest.Factory{
+		Name: "memory",
+		Listen: func(t testing.TB, serverTLS *tls.Config) (semantics.BackendListener, string) {
+			l, err := n.Listen("", serverTLS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, l.Addr().String()
+		},
+		Dialer: func(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer {
+			return &memory.Dialer{Network: n, TLSConfig: clientTLS, Options: opts}
+		},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	backendtest.Run(t, factory(memory.Options{}))
+}
