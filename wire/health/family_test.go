@@ -66,7 +66,7 @@ func TestMessagesRegistered(t *testing.T) {
 		if mi.Name != want {
 			t.Errorf("%s: name should be %s", mi.Name, want)
 		}
-		if mi.Since != wire.V(1, 0) || mi.MaxSize <= 0 {
+		if mi.Since != wire.V(1, 0) || mi.MaxSize < 0 || mi.Sensitive {
 			t.Errorf("%s: since %v max size %d", mi.Name, mi.Since, mi.MaxSize)
 		}
 		if !sampled[mi.Type] {
