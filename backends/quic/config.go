@@ -1,0 +1,248 @@
+package quic
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"forgeyard.dev/transport/semantics"
+)
+
+// ALPN is the application protocol every Forgeyard QUIC connection
+// negotiates. A peer that negotiates anything else is rejected.
+const ALPN = "forgeyard/1"
+
+// Defaults for Config zero values.
+const (
+	// DefaultKeepAlivePeriod keeps NAT bindings alive (§216) without
+	// excessive traffic.
+	DefaultKeepAlivePeriod = 15 * time.Second
+	// DefaultMaxIdleTimeout closes a connection that received nothing for
+	// this long (§217–218); three missed keepalives.
+	DefaultMaxIdleTimeout = 45 * time.Second
+	// DefaultHandshakeTimeout bounds the whole QUIC+TLS handshake.
+	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultMaxIncomingStreams is the QUIC stream credit granted to the
+	// peer, per direction type: semantics.DefaultMaxStreams plus
+	// semantics.DefaultMaxRefusals (see the package doc).
+	DefaultMaxIncomingStreams = semantics.DefaultMaxStreams + semantics.DefaultMaxRefusals
+	// DefaultStreamReceiveWindow is the largest per-stream receive window
+	// (flow-control credit) quic-go's auto-tuning may grow to. See
+	// docs/perf/backends-quic.md for the measurements behind it.
+	DefaultStreamReceiveWindow = 1 << 20
+	// DefaultConnectionReceiveWindow is the largest per-connection receive
+	// window; it bounds the memory one peer can make this side buffer.
+	DefaultConnectionReceiveWindow = 4 << 20
+	// initialReceiveWindow is where auto-tuning starts (clipped to the max).
+	initialReceiveWindow = 512 << 10
+	// minReceiveWindow keeps a window from being configured so small that
+	// a single packet cannot be received.
+	minReceiveWindow = 16 << 10
+	// maxStreamCredit bounds MaxIncomingStreams (QUIC allows 2^60).
+	maxStreamCredit = 1 << 20
+)
+
+// Config tunes a Listener or Dialer. The zero value is ready to use: every
+// zero field takes the default named beside it. Config is copied on entry
+// (Listen, Dial); changing it afterwards has no effect. Validate reports the
+// first invalid field by name.
+type Config struct {
+	// KeepAlivePeriod is how often a keepalive PING is sent when nothing
+	// else is (0: DefaultKeepAlivePeriod; negative: no keepalives). quic-go
+	// caps it at half the negotiated idle timeout.
+	KeepAlivePeriod time.Duration
+	// MaxIdleTimeout closes the connection when nothing was received for
+	// this long (0: DefaultMaxIdleTimeout). The effective value is the
+	// minimum of both sides'. The error is semantics.IdleTimeoutError().
+	MaxIdleTimeout time.Duration
+	// HandshakeTimeout bounds the QUIC+TLS handshake
+	// (0: DefaultHandshakeTimeout). quic-go's HandshakeIdleTimeout is set
+	// to half of it (quic-go aborts after twice that).
+	HandshakeTimeout time.Duration
+	// MaxIncomingStreams and MaxIncomingUniStreams are the QUIC stream
+	// credit granted to the peer: how many bidirectional/unidirectional
+	// streams it may have open at once (0: DefaultMaxIncomingStreams;
+	// must be ≤ 2^20). Use WithLimits to derive them from semantics.Limits.
+	MaxIncomingStreams, MaxIncomingUniStreams int64
+	// StreamReceiveWindow is the largest flow-control window of one stream
+	// in bytes (0: DefaultStreamReceiveWindow; ≥ 16 KiB). It bounds how
+	// many bytes of one stream can be in flight or buffered unread, and so
+	// how much bulk data can sit ahead of a control frame.
+	StreamReceiveWindow uint64
+	// ConnectionReceiveWindow is the largest flow-control window of the
+	// connection in bytes (0: DefaultConnectionReceiveWindow; ≥
+	// StreamReceiveWindow). It bounds the receive memory one connection can
+	// make this side hold.
+	ConnectionReceiveWindow uint64
+	// Budget, when not nil, is a receive-memory budget shared by every
+	// connection using it (several Configs may share one). Window growth
+	// beyond the initial window (512 KiB or less) is granted only while
+	// the budget has room; a connection's share is returned when it
+	// closes. Nil: each connection is bounded by ConnectionReceiveWindow
+	// only.
+	Budget *MemoryBudget
+	// Logger receives the backend's few log lines (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// WithLimits returns a copy of c whose stream credit matches l: the peer
+// may open l.MaxStreams + l.MaxRefusals streams of each direction type, so
+// semantics.Conn can refuse the excess itself (see the package doc).
+func (c Config) WithLimits(l semantics.Limits) Config {
+	l = l.WithDefaults()
+	n := int64(l.MaxStreams + l.MaxRefusals)
+	c.MaxIncomingStreams, c.MaxIncomingUniStreams = n, n
+	return c
+}
+
+// Validate reports the first invalid field by name.
+func (c *Config) Validate() error {
+	switch {
+	case c.MaxIdleTimeout < 0:
+		return fmt.Errorf("quic: Config.MaxIdleTimeout is negative (%v)", c.MaxIdleTimeout)
+	case c.HandshakeTimeout < 0:
+		return fmt.Errorf("quic: Config.HandshakeTimeout is negative (%v)", c.HandshakeTimeout)
+	case c.MaxIncomingStreams < 0 || c.MaxIncomingStreams > maxStreamCredit:
+		return fmt.Errorf("quic: Config.MaxIncomingStreams = %d is outside 0..%d", c.MaxIncomingStreams, maxStreamCredit)
+	case c.MaxIncomingUniStreams < 0 || c.MaxIncomingUniStreams > maxStreamCredit:
+		return fmt.Errorf("quic: Config.MaxIncomingUniStreams = %d is outside 0..%d", c.MaxIncomingUniStreams, maxStreamCredit)
+	case c.StreamReceiveWindow != 0 && c.StreamReceiveWindow < minReceiveWindow:
+		return fmt.Errorf("quic: Config.StreamReceiveWindow = %d is below %d", c.StreamReceiveWindow, minReceiveWindow)
+	case c.ConnectionReceiveWindow != 0 && c.ConnectionReceiveWindow < minReceiveWindow:
+		return fmt.Errorf("quic: Config.ConnectionReceiveWindow = %d is below %d", c.ConnectionReceiveWindow, minReceiveWindow)
+	}
+	d := c.withDefaults()
+	if d.ConnectionReceiveWindow < d.StreamReceiveWindow {
+		return fmt.Errorf("quic: Config.ConnectionReceiveWindow (%d) is below StreamReceiveWindow (%d)",
+			d.ConnectionReceiveWindow, d.StreamReceiveWindow)
+	}
+	if d.KeepAlivePeriod > 0 && d.KeepAlivePeriod >= d.MaxIdleTimeout {
+		return fmt.Errorf("quic: Config.KeepAlivePeriod (%v) must be below MaxIdleTimeout (%v)",
+			d.KeepAlivePeriod, d.MaxIdleTimeout)
+	}
+	return nil
+}
+
+// withDefaults returns c with zero fields filled.
+func (c Config) withDefaults() Config {
+	if c.KeepAlivePeriod == 0 {
+		c.KeepAlivePeriod = DefaultKeepAlivePeriod
+	}
+	if c.MaxIdleTimeout == 0 {
+		c.MaxIdleTimeout = DefaultMaxIdleTimeout
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.MaxIncomingStreams == 0 {
+		c.MaxIncomingStreams = DefaultMaxIncomingStreams
+	}
+	if c.MaxIncomingUniStreams == 0 {
+		c.MaxIncomingUniStreams = DefaultMaxIncomingStreams
+	}
+	if c.StreamReceiveWindow == 0 {
+		c.StreamReceiveWindow = DefaultStreamReceiveWindow
+	}
+	if c.ConnectionReceiveWindow == 0 {
+		c.ConnectionReceiveWindow = max(DefaultConnectionReceiveWindow, c.StreamReceiveWindow)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// checked validates c and returns it with defaults filled.
+func (c Config) checked() (Config, error) {
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c.withDefaults(), nil
+}
+
+// QUICConfig validates c and returns the quic-go configuration it stands
+// for (defaults filled, a fresh value on every call). It exists for
+// backends/webtransport, which runs HTTP/3 over the same QUIC settings;
+// nothing else should need it.
+func (c Config) QUICConfig() (*quicgo.Config, error) {
+	c, err := c.checked()
+	if err != nil {
+		return nil, err
+	}
+	return c.quicConfig(), nil
+}
+
+// quicConfig converts a checked Config.
+func (c Config) quicConfig() *quicgo.Config {
+	keepAlive := c.KeepAlivePeriod
+	if keepAlive < 0 {
+		keepAlive = 0 // quic-go: 0 = no keepalives
+	}
+	qc := &quicgo.Config{
+		HandshakeIdleTimeout:           c.HandshakeTimeout / 2,
+		MaxIdleTimeout:                 c.MaxIdleTimeout,
+		KeepAlivePeriod:                keepAlive,
+		MaxIncomingStreams:             c.MaxIncomingStreams,
+		MaxIncomingUniStreams:          c.MaxIncomingUniStreams,
+		InitialStreamReceiveWindow:     min(initialReceiveWindow, c.StreamReceiveWindow),
+		MaxStreamReceiveWindow:         c.StreamReceiveWindow,
+		InitialConnectionReceiveWindow: min(initialReceiveWindow, c.ConnectionReceiveWindow),
+		MaxConnectionReceiveWindow:     c.ConnectionReceiveWindow,
+	}
+	if c.Budget != nil {
+		qc.AllowConnectionWindowIncrease = c.Budget.allow
+	}
+	return qc
+}
+
+// MemoryBudget is a receive-memory budget in bytes shared by connections
+// (Config.Budget). It is safe for concurrent use. The zero value is a
+// budget of 0 bytes: connections keep their initial windows only.
+type MemoryBudget struct {
+	mu    sync.Mutex
+	limit uint64                  // guarded by mu
+	used  uint64                  // guarded by mu
+	conns map[*quicgo.Conn]uint64 // bytes granted per live connection; guarded by mu
+}
+
+// NewMemoryBudget returns a budget of limit bytes.
+func NewMemoryBudget(limit uint64) *MemoryBudget {
+	return &MemoryBudget{limit: limit}
+}
+
+// Used returns the bytes currently granted to live connections.
+func (b *MemoryBudget) Used() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// allow is quic-go's AllowConnectionWindowIncrease. It must not call into
+// the connection; it only registers a release hook on the conn's context.
+func (b *MemoryBudget) allow(c *quicgo.Conn, delta uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+delta > b.limit {
+		return false
+	}
+	if b.conns == nil {
+		b.conns = make(map[*quicgo.Conn]uint64)
+	}
+	if _, ok := b.conns[c]; !ok {
+		context.AfterFunc(c.Context(), func() { b.release(c) })
+	}
+	b.used += delta
+	b.conns[c] += delta
+	return true
+}
+
+func (b *MemoryBudget) release(c *quicgo.Conn) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= b.conns[c]
+	delete(b.conns, c)
+}

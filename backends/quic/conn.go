@@ -1,0 +1,96 @@
+package quic
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/wire"
+)
+
+var _ semantics.BackendConn = (*conn)(nil)
+
+// conn adapts *quicgo.Conn to semantics.BackendConn. All methods are safe
+// for concurrent use (quic-go's are).
+type conn struct {
+	qc  *quicgo.Conn
+	ctx context.Context // cancelled with the *semantics.ConnError when qc closes
+}
+
+// newConn wraps qc. release (may be nil) runs once after qc closed.
+func newConn(qc *quicgo.Conn, release func()) *conn {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	context.AfterFunc(qc.Context(), func() {
+		cause := ConnErrorOf(context.Cause(qc.Context()))
+		if cause == nil {
+			cause = &semantics.ConnError{Code: wire.CloseInternalError, Reason: "quic connection ended: " + context.Cause(qc.Context()).Error()}
+		}
+		cancel(cause)
+		if release != nil {
+			release()
+		}
+	})
+	return &conn{qc: qc, ctx: ctx}
+}
+
+func (c *conn) OpenStream(ctx context.Context) (semantics.RawStream, error) {
+	s, err := c.qc.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, TranslateError(err)
+	}
+	return &stream{s: s}, nil
+}
+
+func (c *conn) OpenUniStream(ctx context.Context) (semantics.RawSendStream, error) {
+	s, err := c.qc.OpenUniStreamSync(ctx)
+	if err != nil {
+		return nil, TranslateError(err)
+	}
+	return &sendStream{s: s}, nil
+}
+
+func (c *conn) AcceptStream(ctx context.Context) (semantics.RawStream, error) {
+	s, err := c.qc.AcceptStream(ctx)
+	if err != nil {
+		return nil, TranslateError(err)
+	}
+	return &stream{s: s}, nil
+}
+
+func (c *conn) AcceptUniStream(ctx context.Context) (semantics.RawRecvStream, error) {
+	s, err := c.qc.AcceptUniStream(ctx)
+	if err != nil {
+		return nil, TranslateError(err)
+	}
+	return &recvStream{s: s}, nil
+}
+
+// CloseWithCode sends CONNECTION_CLOSE with application error code
+// uint64(code) and reason (cut to wire.MaxCloseReason bytes). Idempotent:
+// later calls do nothing and return nil.
+func (c *conn) CloseWithCode(code semantics.CloseCode, reason string) error {
+	return c.qc.CloseWithError(quicgo.ApplicationErrorCode(code), wire.TruncateUTF8(reason, wire.MaxCloseReason))
+}
+
+func (c *conn) Context() context.Context { return c.ctx }
+func (c *conn) LocalAddr() net.Addr      { return c.qc.LocalAddr() }
+func (c *conn) RemoteAddr() net.Addr     { return c.qc.RemoteAddr() }
+
+func (c *conn) ConnectionState() tls.ConnectionState { return c.qc.ConnectionState().TLS }
+
+func (c *conn) Backend() string { return "quic" }
+
+// checkALPN rejects a connection that negotiated anything but ALPN.
+// quic-go requires ALPN, and our TLS configs offer only ALPN, so this is
+// defence in depth against a caller-modified tls.Config.
+func checkALPN(qc *quicgo.Conn) error {
+	if got := qc.ConnectionState().TLS.NegotiatedProtocol; got != ALPN {
+		reason := "ALPN " + ALPN + " required, negotiated " + `"` + got + `"`
+		_ = qc.CloseWithError(quicgo.ApplicationErrorCode(wire.CloseProtocolError), reason)
+		return &semantics.ConnError{Code: wire.CloseProtocolError, Reason: reason}
+	}
+	return nil
+}

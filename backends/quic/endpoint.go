@@ -1,0 +1,78 @@
+package quic
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"slices"
+	"sync"
+
+	quicgo "github.com/quic-go/quic-go"
+)
+
+// endpoint owns one UDP socket and the quic-go Transport on it. It closes
+// both once its owner (a Listener, or the single dialled connection) and
+// every connection using it are done, so closing a Listener stops
+// accepting without cutting established connections (like net.Listener).
+type endpoint struct {
+	udp *net.UDPConn
+	tr  *quicgo.Transport
+
+	mu     sync.Mutex
+	users  int  // live connections plus the owner; guarded by mu
+	closed bool // guarded by mu
+}
+
+// newEndpoint opens a UDP socket on addr ("host:port"; port 0 picks one).
+func newEndpoint(network, addr string) (*endpoint, error) {
+	ua, err := net.ResolveUDPAddr(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	prepareUDPBufferWarning()
+	udp, err := net.ListenUDP(network, ua)
+	if err != nil {
+		return nil, err
+	}
+	return &endpoint{udp: udp, tr: &quicgo.Transport{Conn: udp}, users: 1}, nil
+}
+
+// acquire registers a connection; false if the endpoint already closed.
+func (e *endpoint) acquire() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.users++
+	return true
+}
+
+// release drops one user and closes the endpoint with the last.
+func (e *endpoint) release() {
+	e.mu.Lock()
+	e.users--
+	last := e.users == 0 && !e.closed
+	if last {
+		e.closed = true
+	}
+	e.mu.Unlock()
+	if last {
+		_ = e.tr.Close()
+		_ = e.udp.Close()
+	}
+}
+
+// prepareTLS clones conf for QUIC: TLS 1.3 only and ALPN offered first.
+func prepareTLS(conf *tls.Config) (*tls.Config, error) {
+	if conf == nil {
+		return nil, errors.New("quic: a *tls.Config is required (TLS 1.3 with certificates; no insecure mode)")
+	}
+	c := conf.Clone()
+	c.MinVersion = tls.VersionTLS13
+	c.MaxVersion = 0
+	if !slices.Contains(c.NextProtos, ALPN) {
+		c.NextProtos = append([]string{ALPN}, c.NextProtos...)
+	}
+	return c, nil
+}

@@ -1,0 +1,83 @@
+package quic
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"sync"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/wire"
+)
+
+var _ semantics.BackendListener = (*Listener)(nil)
+
+// Listener accepts QUIC connections. Accept may be called concurrently.
+type Listener struct {
+	ep  *endpoint
+	ln  *quicgo.Listener
+	cfg Config
+
+	closeOnce sync.Once
+}
+
+// Listen listens on the UDP address addr ("host:port", port 0 picks a free
+// port; see Addr) with a clone of tlsConf (TLS 1.3 only, ALPN
+// "forgeyard/1" added; set ClientAuth/ClientCAs there for mTLS) and cfg
+// (validated, copied, defaults filled).
+func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
+	cfg, err := cfg.checked()
+	if err != nil {
+		return nil, err
+	}
+	tc, err := prepareTLS(tlsConf)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := newEndpoint("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := ep.tr.Listen(tc, cfg.quicConfig())
+	if err != nil {
+		ep.release()
+		return nil, err
+	}
+	checkUDPBuffers(ep.udp, cfg.Logger)
+	return &Listener{ep: ep, ln: ln, cfg: cfg}, nil
+}
+
+// Accept returns the next connection whose handshake completed (client
+// certificate verified if the tls.Config requires one). It returns ctx's
+// error when ctx is done, and a *semantics.ConnError (CloseShutdown)
+// after Close.
+func (l *Listener) Accept(ctx context.Context) (semantics.BackendConn, error) {
+	for {
+		qc, err := l.ln.Accept(ctx)
+		if err != nil {
+			return nil, TranslateError(err)
+		}
+		if err := checkALPN(qc); err != nil {
+			l.cfg.Logger.Warn("quic: rejected connection", "remote", qc.RemoteAddr().String(), "err", err)
+			continue
+		}
+		if !l.ep.acquire() {
+			_ = qc.CloseWithError(quicgo.ApplicationErrorCode(wire.CloseShutdown), "listener closed")
+			continue
+		}
+		return newConn(qc, l.ep.release), nil
+	}
+}
+
+// Addr returns the bound UDP address.
+func (l *Listener) Addr() net.Addr { return l.ep.udp.LocalAddr() }
+
+// Close stops accepting. Established connections stay up; the UDP socket
+// closes with the last of them. Idempotent.
+func (l *Listener) Close() error {
+	err := l.ln.Close()
+	l.closeOnce.Do(l.ep.release) // drop the listener's own reference
+	return err
+}

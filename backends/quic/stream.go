@@ -1,0 +1,75 @@
+package quic
+
+import (
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"forgeyard.dev/transport/semantics"
+)
+
+// Compile-time checks.
+var (
+	_ semantics.RawStream     = (*stream)(nil)
+	_ semantics.RawSendStream = (*sendStream)(nil)
+	_ semantics.RawRecvStream = (*recvStream)(nil)
+)
+
+// stream adapts *quicgo.Stream. Like quic-go, Read and Write may run
+// concurrently with each other but not with themselves.
+type stream struct{ s *quicgo.Stream }
+
+func (s *stream) Read(p []byte) (int, error) {
+	n, err := s.s.Read(p)
+	return n, TranslateError(err)
+}
+
+func (s *stream) Write(p []byte) (int, error) {
+	n, err := s.s.Write(p)
+	return n, TranslateError(err)
+}
+
+func (s *stream) Close() error { return TranslateError(s.s.Close()) }
+
+func (s *stream) CancelWrite(code semantics.StreamErrorCode) {
+	s.s.CancelWrite(quicgo.StreamErrorCode(code))
+}
+
+func (s *stream) CancelRead(code semantics.StreamErrorCode) {
+	s.s.CancelRead(quicgo.StreamErrorCode(code))
+}
+
+func (s *stream) SetDeadline(t time.Time) error      { return s.s.SetDeadline(t) }
+func (s *stream) SetReadDeadline(t time.Time) error  { return s.s.SetReadDeadline(t) }
+func (s *stream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
+
+// sendStream adapts *quicgo.SendStream (the opening side of a uni stream).
+type sendStream struct{ s *quicgo.SendStream }
+
+func (s *sendStream) Write(p []byte) (int, error) {
+	n, err := s.s.Write(p)
+	return n, TranslateError(err)
+}
+
+func (s *sendStream) Close() error { return TranslateError(s.s.Close()) }
+
+func (s *sendStream) CancelWrite(code semantics.StreamErrorCode) {
+	s.s.CancelWrite(quicgo.StreamErrorCode(code))
+}
+
+func (s *sendStream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
+
+// recvStream adapts *quicgo.ReceiveStream (the accepting side of a uni
+// stream).
+type recvStream struct{ s *quicgo.ReceiveStream }
+
+func (s *recvStream) Read(p []byte) (int, error) {
+	n, err := s.s.Read(p)
+	return n, TranslateError(err)
+}
+
+func (s *recvStream) CancelRead(code semantics.StreamErrorCode) {
+	s.s.CancelRead(quicgo.StreamErrorCode(code))
+}
+
+func (s *recvStream) SetReadDeadline(t time.Time) error { return s.s.SetReadDeadline(t) }
