@@ -25,6 +25,10 @@ import (
 //     call Validate before sending.
 //   - Sequences are bounded the same way, and each element's minimum size is
 //     checked against the remaining input before anything is allocated.
+//     DecodePostcard reuses the capacity of the slices already in the value,
+//     so decoding into the same value again allocates nothing for them; an
+//     empty sequence decodes as nil into a fresh value and may decode as an
+//     empty non-nil slice into a reused one.
 
 // Bounds on the variable-length fields of the agent family, in bytes for
 // strings and byte strings and in elements for sequences. The same constant
