@@ -15,8 +15,12 @@ package registry
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/admin"
+	"forgeyard.dev/transport/wire/agent"
 	"forgeyard.dev/transport/wire/cas"
+	"forgeyard.dev/transport/wire/health"
 	"forgeyard.dev/transport/wire/logs"
+	"forgeyard.dev/transport/wire/signing"
 )
 
 // Family is one protocol family as registered: its number, its message
@@ -40,8 +44,12 @@ func (f Family) Name() string { return f.Family.String() }
 // that every entry's messages carry the entry's family number.
 var families = []Family{
 	{Family: wire.FamilyCommon, Messages: wire.CommonMessages, Samples: commonSamples},
+	{Family: wire.FamilyAgent, Messages: agent.Messages, Samples: agent.Samples},
 	{Family: wire.FamilyLogs, Messages: logs.Messages, Samples: logs.Samples},
 	{Family: wire.FamilyCas, Messages: cas.Messages, Samples: cas.Samples},
+	{Family: wire.FamilyHealth, Messages: health.Messages, Samples: health.Samples},
+	{Family: wire.FamilyAdmin, Messages: admin.Messages, Samples: admin.Samples},
+	{Family: wire.FamilySigning, Messages: signing.Messages, Samples: signing.Samples},
 }
 
 // Default is the registry of every family in this build. It is immutable

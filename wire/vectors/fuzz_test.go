@@ -27,9 +27,13 @@ import (
 // familyFuzzers lists the per-family targets; TestFuzzTargetsCoverFamilies
 // fails when a registered family has none.
 var familyFuzzers = map[wire.Family]func(*testing.F){
-	wire.FamilyCommon: FuzzFamilyCommon,
-	wire.FamilyLogs:   FuzzFamilyLogs,
-	wire.FamilyCas:    FuzzFamilyCas,
+	wire.FamilyCommon:  FuzzFamilyCommon,
+	wire.FamilyAgent:   FuzzFamilyAgent,
+	wire.FamilyLogs:    FuzzFamilyLogs,
+	wire.FamilyCas:     FuzzFamilyCas,
+	wire.FamilyHealth:  FuzzFamilyHealth,
+	wire.FamilyAdmin:   FuzzFamilyAdmin,
+	wire.FamilySigning: FuzzFamilySigning,
 }
 
 func TestFuzzTargetsCoverFamilies(t *testing.T) {
@@ -214,11 +218,23 @@ func fuzzFamily(f *testing.F, fam wire.Family) {
 // FuzzFamilyCommon fuzzes the common family's payload enum.
 func FuzzFamilyCommon(f *testing.F) { fuzzFamily(f, wire.FamilyCommon) }
 
+// FuzzFamilyAgent fuzzes the agent-control family's payload enum.
+func FuzzFamilyAgent(f *testing.F) { fuzzFamily(f, wire.FamilyAgent) }
+
 // FuzzFamilyLogs fuzzes the logs family's payload enum.
 func FuzzFamilyLogs(f *testing.F) { fuzzFamily(f, wire.FamilyLogs) }
 
 // FuzzFamilyCas fuzzes the CAS family's payload enum.
 func FuzzFamilyCas(f *testing.F) { fuzzFamily(f, wire.FamilyCas) }
+
+// FuzzFamilyHealth fuzzes the health family's payload enum.
+func FuzzFamilyHealth(f *testing.F) { fuzzFamily(f, wire.FamilyHealth) }
+
+// FuzzFamilyAdmin fuzzes the admin family's payload enum.
+func FuzzFamilyAdmin(f *testing.F) { fuzzFamily(f, wire.FamilyAdmin) }
+
+// FuzzFamilySigning fuzzes the signing family's payload enum.
+func FuzzFamilySigning(f *testing.F) { fuzzFamily(f, wire.FamilySigning) }
 
 // FuzzStreamHeaders decodes a frame body as every header that opens a
 // stream: the StreamHeader (§40, §184) and the family headers that follow
