@@ -281,7 +281,7 @@ func TestSamplesCoverEnumVariants(t *testing.T) {
 		"LeaseRejectReason": numLeaseRejectReasons, "AttemptPhase": numPhases,
 		"RenewOutcome": numRenewOutcomes, "CancellationReason": numCancellationReasons,
 		"ExecutionResult": numExecutionResults, "CompletionAckKind": numCompletionAckKinds,
-		"ResyncDecision": numResyncDecisions,
+		"ResyncDecision":        numResyncDecisions,
 		"Option(agent_session)": 2, "Option(resume_epoch)": 2, "Option(server_range)": 2, "Option(completion)": 2,
 	}
 	for enum, n := range want {

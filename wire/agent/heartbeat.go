@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"errors"
-
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -130,14 +128,25 @@ func (m *HeartbeatV1) DecodePostcard(d *postcard.Decoder) {
 	m.Resources.RunningJobs = d.U16()
 }
 
-// Validate implements wire.Message.
+// Validate implements wire.Message: non-zero runner and session, at most
+// MaxActiveAttempts attempts, each with non-zero ids and a known phase. A
+// zero capability digest is allowed (an idle agent may not have one yet).
 func (m *HeartbeatV1) Validate() error {
-	if m.Runner.IsZero() || m.Session.IsZero() {
-		return errors.New("heartbeat: runner and session are required")
+	const n = "agent.HeartbeatV1"
+	if err := checkIDs(n, idField{"runner", m.Runner.ULID}, idField{"session", m.Session.ULID}); err != nil {
+		return err
+	}
+	if len(m.ActiveAttempts) > MaxActiveAttempts {
+		return invalid(n, "active_attempts", "more elements than its bound")
 	}
 	for i := range m.ActiveAttempts {
-		if m.ActiveAttempts[i].Attempt.IsZero() || m.ActiveAttempts[i].Lease.IsZero() {
-			return errors.New("heartbeat: active attempt without attempt or lease id")
+		a := &m.ActiveAttempts[i]
+		if err := checkIDs(n, idField{"active_attempts.attempt", a.Attempt.ULID},
+			idField{"active_attempts.lease", a.Lease.ULID}); err != nil {
+			return err
+		}
+		if !a.Phase.Valid() {
+			return invalid(n, "active_attempts.phase", "unknown phase")
 		}
 	}
 	return nil
