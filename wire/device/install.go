@@ -1,0 +1,91 @@
+package device
+
+import (
+	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/postcard"
+)
+
+// InstallV1 installs a CAS artifact of the lease (an app package, a firmware
+// image) on a reserved device (§100). The device agent fetches the artifact
+// through the cas family, verifying its digest, before installing it.
+//
+//	struct InstallV1 { device: DeviceId, lease: [u8;16], artifact: CasObjectRef }
+type InstallV1 struct {
+	Device   DeviceId
+	Lease    wire.LeaseId
+	Artifact wire.CasObjectRef
+}
+
+// MessageType implements wire.Message.
+func (*InstallV1) MessageType() wire.MessageTypeId { return MsgInstall }
+
+// AppendPostcard implements wire.Message.
+func (m *InstallV1) AppendPostcard(b []byte) []byte {
+	b = appendDeviceId(b, m.Device)
+	b = append(b, m.Lease.ULID[:]...)
+	return m.Artifact.AppendPostcard(b)
+}
+
+// DecodePostcard implements wire.Message.
+func (m *InstallV1) DecodePostcard(d *postcard.Decoder) {
+	m.Device = readDeviceId(d)
+	wire.ReadULID(d, &m.Lease.ULID)
+	m.Artifact.DecodePostcard(d)
+}
+
+// Validate implements wire.Message: a valid device id, a lease and a valid
+// artifact reference are required.
+func (m *InstallV1) Validate() error {
+	if !m.Device.Valid() {
+		return errInvalid("install: invalid device id")
+	}
+	if m.Lease.IsZero() {
+		return errInvalid("install: lease is required")
+	}
+	if !validRef(&m.Artifact) {
+		return errInvalid("install: artifact with unknown algorithm or zero digest")
+	}
+	return nil
+}
+
+// InstallResultV1 answers InstallV1; Message is operator text (the installer's
+// summary or why it failed), no secrets (§212).
+//
+//	struct InstallResultV1 { device: DeviceId, outcome: DeviceOutcome, message: String /* ≤ 256 */ }
+type InstallResultV1 struct {
+	Device  DeviceId
+	Outcome DeviceOutcome
+	Message string
+}
+
+// MessageType implements wire.Message.
+func (*InstallResultV1) MessageType() wire.MessageTypeId { return MsgInstallResult }
+
+// AppendPostcard implements wire.Message.
+func (m *InstallResultV1) AppendPostcard(b []byte) []byte {
+	b = appendDeviceId(b, m.Device)
+	b = postcard.AppendVariant(b, uint32(m.Outcome))
+	return postcard.AppendString(b, m.Message)
+}
+
+// DecodePostcard implements wire.Message.
+func (m *InstallResultV1) DecodePostcard(d *postcard.Decoder) {
+	m.Device = readDeviceId(d)
+	m.Outcome = DeviceOutcome(d.Variant(numDeviceOutcomes))
+	m.Message = d.String(MaxMessage)
+}
+
+// Validate implements wire.Message: a valid device id, a known outcome and a
+// message of at most MaxMessage bytes of UTF-8.
+func (m *InstallResultV1) Validate() error {
+	if !m.Device.Valid() {
+		return errInvalid("install result: invalid device id")
+	}
+	if m.Outcome >= numDeviceOutcomes {
+		return errInvalid("install result: unknown outcome")
+	}
+	if !validText(m.Message, MaxMessage, false) {
+		return errInvalid("install result: message must be ≤ 256 bytes of printable UTF-8")
+	}
+	return nil
+}

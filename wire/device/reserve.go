@@ -1,0 +1,161 @@
+package device
+
+import (
+	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/postcard"
+)
+
+// ReserveV1 reserves a device for a lease for DurationMs milliseconds
+// (§100); install, test and reset then require the same lease.
+//
+//	struct ReserveV1 { device: DeviceId, lease: [u8;16], duration_ms: u32 /* > 0 */ }
+type ReserveV1 struct {
+	Device     DeviceId
+	Lease      wire.LeaseId
+	DurationMs uint32
+}
+
+// MessageType implements wire.Message.
+func (*ReserveV1) MessageType() wire.MessageTypeId { return MsgReserve }
+
+// AppendPostcard implements wire.Message.
+func (m *ReserveV1) AppendPostcard(b []byte) []byte {
+	b = appendDeviceId(b, m.Device)
+	b = append(b, m.Lease.ULID[:]...)
+	return postcard.AppendU32(b, m.DurationMs)
+}
+
+// DecodePostcard implements wire.Message.
+func (m *ReserveV1) DecodePostcard(d *postcard.Decoder) {
+	m.Device = readDeviceId(d)
+	wire.ReadULID(d, &m.Lease.ULID)
+	m.DurationMs = d.U32()
+}
+
+// Validate implements wire.Message: a valid device id, a lease and a non-zero
+// duration are required.
+func (m *ReserveV1) Validate() error {
+	if !m.Device.Valid() {
+		return errInvalid("reserve: invalid device id")
+	}
+	if m.Lease.IsZero() {
+		return errInvalid("reserve: lease is required")
+	}
+	if m.DurationMs == 0 {
+		return errInvalid("reserve: zero duration")
+	}
+	return nil
+}
+
+// ReserveResultV1 answers ReserveV1. When Outcome is OutcomeOk,
+// ReservationExpiresMs is the reservation's expiry in unix milliseconds
+// (non-zero); otherwise it is 0.
+//
+//	struct ReserveResultV1 { device: DeviceId, outcome: DeviceOutcome, reservation_expires_ms: u64 }
+type ReserveResultV1 struct {
+	Device               DeviceId
+	Outcome              DeviceOutcome
+	ReservationExpiresMs uint64
+}
+
+// MessageType implements wire.Message.
+func (*ReserveResultV1) MessageType() wire.MessageTypeId { return MsgReserveResult }
+
+// AppendPostcard implements wire.Message.
+func (m *ReserveResultV1) AppendPostcard(b []byte) []byte {
+	b = appendDeviceId(b, m.Device)
+	b = postcard.AppendVariant(b, uint32(m.Outcome))
+	return postcard.AppendU64(b, m.ReservationExpiresMs)
+}
+
+// DecodePostcard implements wire.Message.
+func (m *ReserveResultV1) DecodePostcard(d *postcard.Decoder) {
+	m.Device = readDeviceId(d)
+	m.Outcome = DeviceOutcome(d.Variant(numDeviceOutcomes))
+	m.ReservationExpiresMs = d.U64()
+}
+
+// Validate implements wire.Message: a valid device id and a known outcome;
+// an expiry exactly when the reservation succeeded.
+func (m *ReserveResultV1) Validate() error {
+	if !m.Device.Valid() {
+		return errInvalid("reserve result: invalid device id")
+	}
+	if m.Outcome >= numDeviceOutcomes {
+		return errInvalid("reserve result: unknown outcome")
+	}
+	if (m.Outcome == OutcomeOk) != (m.ReservationExpiresMs != 0) {
+		return errInvalid("reserve result: expiry must be set exactly when the outcome is Ok")
+	}
+	return nil
+}
+
+// ResetV1 returns a reserved device to a clean state and ends the lease's
+// reservation (§100).
+//
+//	struct ResetV1 { device: DeviceId, lease: [u8;16] }
+type ResetV1 struct {
+	Device DeviceId
+	Lease  wire.LeaseId
+}
+
+// MessageType implements wire.Message.
+func (*ResetV1) MessageType() wire.MessageTypeId { return MsgReset }
+
+// AppendPostcard implements wire.Message.
+func (m *ResetV1) AppendPostcard(b []byte) []byte {
+	b = appendDeviceId(b, m.Device)
+	return append(b, m.Lease.ULID[:]...)
+}
+
+// DecodePostcard implements wire.Message.
+func (m *ResetV1) DecodePostcard(d *postcard.Decoder) {
+	m.Device = readDeviceId(d)
+	wire.ReadULID(d, &m.Lease.ULID)
+}
+
+// Validate implements wire.Message: a valid device id and a lease are
+// required.
+func (m *ResetV1) Validate() error {
+	if !m.Device.Valid() {
+		return errInvalid("reset: invalid device id")
+	}
+	if m.Lease.IsZero() {
+		return errInvalid("reset: lease is required")
+	}
+	return nil
+}
+
+// ResetResultV1 answers ResetV1.
+//
+//	struct ResetResultV1 { device: DeviceId, outcome: DeviceOutcome }
+type ResetResultV1 struct {
+	Device  DeviceId
+	Outcome DeviceOutcome
+}
+
+// MessageType implements wire.Message.
+func (*ResetResultV1) MessageType() wire.MessageTypeId { return MsgResetResult }
+
+// AppendPostcard implements wire.Message.
+func (m *ResetResultV1) AppendPostcard(b []byte) []byte {
+	b = appendDeviceId(b, m.Device)
+	return postcard.AppendVariant(b, uint32(m.Outcome))
+}
+
+// DecodePostcard implements wire.Message.
+func (m *ResetResultV1) DecodePostcard(d *postcard.Decoder) {
+	m.Device = readDeviceId(d)
+	m.Outcome = DeviceOutcome(d.Variant(numDeviceOutcomes))
+}
+
+// Validate implements wire.Message: a valid device id and a known outcome.
+func (m *ResetResultV1) Validate() error {
+	if !m.Device.Valid() {
+		return errInvalid("reset result: invalid device id")
+	}
+	if m.Outcome >= numDeviceOutcomes {
+		return errInvalid("reset result: unknown outcome")
+	}
+	return nil
+}

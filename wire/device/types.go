@@ -1,0 +1,164 @@
+// Package device holds the V1 device-agent family (family 7, §100): typed
+// operations on attached test devices — discover, reserve, install an
+// artifact, run a named test suite, reset — and their results.
+//
+// Like admin (§98), this family carries no command line: a test run names a
+// suite inside the leased artifact and an optional filter, never a program
+// or arguments. Every operation but discovery names the lease that
+// authorizes it.
+//
+// Every message is a wire type, distinct from the domain types built from it
+// after Validate (§34, §260). Type numbers are explicit and stable
+// (§159–160): never renumber, never reuse. Every length is bounded by a named
+// constant that both Validate and the decoder enforce. AppendPostcard encodes
+// exactly what it is given and never allocates beyond growing its buffer;
+// call Validate before encoding a value built locally. Validate errors match
+// postcard.ErrInvalidValue under errors.Is.
+package device
+
+import (
+	"fmt"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+
+	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/postcard"
+)
+
+func id(v uint8) wire.MessageTypeId { return wire.TypeID(wire.FamilyDevice, v) }
+
+// Message type numbers of the device family (family 7). Frozen.
+var (
+	MsgDiscover       = id(0x01)
+	MsgDiscoverResult = id(0x02)
+	MsgReserve        = id(0x03)
+	MsgReserveResult  = id(0x04)
+	MsgInstall        = id(0x05)
+	MsgInstallResult  = id(0x06)
+	MsgRunTest        = id(0x07)
+	MsgRunTestResult  = id(0x08)
+	MsgReset          = id(0x09)
+	MsgResetResult    = id(0x0a)
+)
+
+// Bounds of the device family, in bytes or elements.
+const (
+	MaxDeviceId = 64  // DeviceId, bytes
+	MaxModel    = 64  // DeviceInfoV1.Model, bytes
+	MaxPlatform = 32  // DeviceInfoV1.Platform and DiscoverV1.PlatformFilter, bytes
+	MaxDevices  = 256 // DiscoverResultV1.Devices, elements
+	MaxSuite    = 128 // RunTestV1.Suite, bytes
+	MaxFilter   = 256 // RunTestV1.Filter, bytes
+	MaxMessage  = 256 // InstallResultV1.Message, bytes
+)
+
+// DeviceId names a device attached to a device agent: 1..=64 bytes of
+// [A-Za-z0-9._:-] (a serial number, a USB path, a simulator UDID). On the
+// wire it is a String.
+type DeviceId string
+
+// Valid reports whether id is 1..=MaxDeviceId bytes of [A-Za-z0-9._:-].
+func (id DeviceId) Valid() bool {
+	if len(id) == 0 || len(id) > MaxDeviceId {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func appendDeviceId(b []byte, id DeviceId) []byte { return postcard.AppendString(b, string(id)) }
+
+func readDeviceId(d *postcard.Decoder) DeviceId { return DeviceId(d.String(MaxDeviceId)) }
+
+// DeviceState is a device's availability. Postcard enum.
+type DeviceState uint32
+
+// Device states.
+const (
+	StateAvailable DeviceState = 0 // attached, idle, not reserved
+	StateReserved  DeviceState = 1 // reserved by a lease
+	StateBusy      DeviceState = 2 // installing, testing or resetting
+	StateOffline   DeviceState = 3 // known but not reachable
+
+	numDeviceStates = 4
+)
+
+func (s DeviceState) String() string {
+	switch s {
+	case StateAvailable:
+		return "Available"
+	case StateReserved:
+		return "Reserved"
+	case StateBusy:
+		return "Busy"
+	case StateOffline:
+		return "Offline"
+	}
+	return "DeviceState(" + strconv.FormatUint(uint64(s), 10) + ")"
+}
+
+// DeviceOutcome is the result of one device operation. Postcard enum.
+type DeviceOutcome uint32
+
+// Device operation outcomes.
+const (
+	OutcomeOk       DeviceOutcome = 0 // the operation completed
+	OutcomeNotFound DeviceOutcome = 1 // no such device
+	OutcomeBusy     DeviceOutcome = 2 // reserved by another lease or in use
+	OutcomeFailed   DeviceOutcome = 3 // the operation failed on the device
+	OutcomeTimeout  DeviceOutcome = 4 // the operation did not finish in time
+
+	numDeviceOutcomes = 5
+)
+
+func (o DeviceOutcome) String() string {
+	switch o {
+	case OutcomeOk:
+		return "Ok"
+	case OutcomeNotFound:
+		return "NotFound"
+	case OutcomeBusy:
+		return "Busy"
+	case OutcomeFailed:
+		return "Failed"
+	case OutcomeTimeout:
+		return "Timeout"
+	}
+	return "DeviceOutcome(" + strconv.FormatUint(uint64(o), 10) + ")"
+}
+
+// errInvalid reports a Validate failure. It matches postcard.ErrInvalidValue
+// under errors.Is.
+func errInvalid(what string) error {
+	return fmt.Errorf("device: %s (%w)", what, postcard.ErrInvalidValue)
+}
+
+// validText reports whether s is at most max bytes of UTF-8 without control
+// characters (so that no newline or NUL reaches a device tool), and non-empty
+// when required.
+func validText(s string, max int, required bool) bool {
+	if len(s) > max || (required && s == "") || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// validRef reports whether r names a known digest algorithm and a non-zero
+// digest.
+func validRef(r *wire.CasObjectRef) bool {
+	return (r.Algorithm == wire.DigestSHA256 || r.Algorithm == wire.DigestBLAKE3) && !r.Digest.IsZero()
+}
