@@ -210,6 +210,10 @@ func validServerName(name string) bool {
 // which case everything is regenerated. The manifest is always rewritten
 // from the certificates, which are the source of truth.
 //
+// Concurrent calls on one directory are not coordinated, but without Force
+// files are created exclusively (O_EXCL), so neither call overwrites the
+// other's files: the loser fails with ErrDevPKIConflict.
+//
 // These credentials are for development and tests only: the CA key sits
 // next to the certificates it signs.
 func GenerateDevPKI(dir string, opts DevPKIOptions) (*DevPKI, error) {
