@@ -192,7 +192,7 @@ func (f *LogFrameV1) Payload(enc LogEncoding, dst []byte) ([]byte, error) {
 	switch enc {
 	case LogEncodingRaw:
 		if len(f.Bytes) != n {
-			return dst, &PayloadError{Reason: PayloadLengthMismatch, Declared: f.UncompressedLen, Produced: len(f.Bytes)}
+			return dst, &PayloadError{Reason: PayloadLengthMismatch, Declared: f.UncompressedLen}
 		}
 		return append(dst, f.Bytes...), nil
 	case LogEncodingFlate:

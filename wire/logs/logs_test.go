@@ -5,6 +5,7 @@ import (
 	"compress/flate"
 	"errors"
 	"math"
+	"reflect"
 	"testing"
 
 	"forgeyard.dev/transport/wire"
@@ -189,5 +190,88 @@ func TestPayloadReusesDst(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("Payload with a large enough dst allocates %.1f times", n)
+	}
+}
+
+// FuzzFramePayload: any frame body either fails to decode with a typed error
+// or decodes to a frame whose Payload, under either encoding, never panics
+// and never yields more than UncompressedLen ≤ MaxLogChunk bytes.
+func FuzzFramePayload(f *testing.F) {
+	for _, m := range Samples() {
+		if fr, ok := m.(*LogFrameV1); ok {
+			f.Add(fr.AppendPostcard(nil))
+		}
+	}
+	f.Add((&LogFrameV1{UncompressedLen: 16, Bytes: []byte{0x4b, 0x4c, 0x44, 0x05, 0x00}}).AppendPostcard(nil))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var fr LogFrameV1
+		d := postcard.NewDecoder(body)
+		fr.DecodePostcard(&d)
+		if err := d.Finish(); err != nil {
+			var pe *postcard.Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("untyped decode error %v", err)
+			}
+			return
+		}
+		// Postcard accepts non-canonical varints, so compare values, not bytes.
+		var again LogFrameV1
+		d = postcard.NewDecoder(fr.AppendPostcard(nil))
+		again.DecodePostcard(&d)
+		if err := d.Finish(); err != nil || !reflect.DeepEqual(again, fr) {
+			t.Fatalf("re-encoded frame decodes to %+v, %v; want %+v", again, err, fr)
+		}
+		for _, enc := range []LogEncoding{LogEncodingRaw, LogEncodingFlate} {
+			out, err := fr.Payload(enc, nil)
+			if err != nil {
+				var pe *PayloadError
+				if !errors.As(err, &pe) || pe.Produced > int(fr.UncompressedLen)+1 {
+					t.Fatalf("%v: %v", enc, err)
+				}
+				continue
+			}
+			if len(out) != int(fr.UncompressedLen) {
+				t.Fatalf("%v: payload %d bytes, declared %d", enc, len(out), fr.UncompressedLen)
+			}
+		}
+	})
+}
+
+func BenchmarkFrameAppend(b *testing.B) {
+	f := &LogFrameV1{Seq: 1 << 20, Stream: LogStdout, TimestampMs: 1767225600000, UncompressedLen: 4096, Bytes: make([]byte, 4096)}
+	buf := make([]byte, 0, MaxLogFrameSize)
+	b.SetBytes(4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = f.AppendPostcard(buf[:0])
+	}
+}
+
+func BenchmarkFrameDecode(b *testing.B) {
+	body := (&LogFrameV1{Seq: 1 << 20, Stream: LogStdout, TimestampMs: 1767225600000, UncompressedLen: 4096, Bytes: make([]byte, 4096)}).AppendPostcard(nil)
+	var f LogFrameV1
+	var d postcard.Decoder
+	b.SetBytes(4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		d.Reset(body)
+		f.DecodePostcard(&d)
+	}
+}
+
+func BenchmarkPayloadFlate(b *testing.B) {
+	text := bytes.Repeat([]byte("compiling package forgeyard.dev/transport/wire\n"), 64<<10/48)
+	var buf bytes.Buffer
+	w, _ := flate.NewWriter(&buf, flate.DefaultCompression)
+	w.Write(text)
+	w.Close()
+	f := &LogFrameV1{UncompressedLen: uint32(len(text)), Bytes: buf.Bytes()}
+	dst := make([]byte, 0, MaxLogChunk+1)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f.Payload(LogEncodingFlate, dst); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
