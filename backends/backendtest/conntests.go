@@ -1,7 +1,880 @@
 package backendtest
 
-import "testing"
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/trust"
+	"forgeyard.dev/transport/wire"
+)
 
 func runConn(t *testing.T, f Factory) {
-	t.Run("Pending", func(t *testing.T) { t.Skip("semantics.Conn subtests land in the next commit") })
+	t.Run("BidiBothWays", func(t *testing.T) {
+		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
+		connBidi(t, c, s, wire.StreamControl)
+		connBidi(t, s, c, wire.StreamDiagnostic)
+	})
+	t.Run("UniBothWays", func(t *testing.T) {
+		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
+		connUni(t, c, s, wire.StreamLog, payload(1, 100<<10))
+		connUni(t, s, c, wire.StreamCasDownload, payload(2, 300<<10))
+	})
+	t.Run("ConcurrentStreams", func(t *testing.T) {
+		n := 200
+		if testing.Short() {
+			n = 50
+		}
+		var cfg semantics.Config
+		cfg.Limits.MaxStreams = 2 * n
+		cfg.Limits.MaxStreamsPerKind[wire.StreamCasUpload] = n
+		c, s := newEnv(t, f).conns(t, cfg, cfg)
+		connConcurrent(t, c, s, n)
+	})
+	t.Run("LargeTransfer", func(t *testing.T) {
+		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
+		connLarge(t, c, s, largeSize(f))
+	})
+	t.Run("Frames", func(t *testing.T) {
+		var big semantics.Config
+		big.Limits.MaxFrame[wire.StreamDiagnostic] = 1 << 20
+		c, s := newEnv(t, f).conns(t, big, semantics.Config{})
+		connFrames(t, c, s)
+	})
+	t.Run("ResetCodes", func(t *testing.T) {
+		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
+		connResets(t, c, s)
+		connResets(t, s, c)
+	})
+	t.Run("CloseCodes", func(t *testing.T) {
+		e := newEnv(t, f)
+		for _, code := range []semantics.CloseCode{wire.CloseNormal, wire.CloseSessionFenced, wire.CloseRunnerDisabled, 4000} {
+			c, s := e.conns(t, semantics.Config{}, semantics.Config{})
+			connCloseCode(t, c, s, code)
+			c, s = e.conns(t, semantics.Config{}, semantics.Config{})
+			connCloseCode(t, s, c, code)
+		}
+	})
+	t.Run("StreamLimitRefused", func(t *testing.T) {
+		connRefused(t, newEnv(t, f))
+	})
+	t.Run("PersistentRefusalCloses", func(t *testing.T) {
+		connPersistentRefusal(t, newEnv(t, f))
+	})
+	t.Run("OpenerLimit", func(t *testing.T) {
+		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
+		connOpenerLimit(t, c, s)
+	})
+	t.Run("UnknownKind", func(t *testing.T) {
+		e := newEnv(t, f)
+		// Kind 9, the first unknown one, version 1.0.
+		connBadHeader(t, e, semantics.Config{}, false, []byte{3, 9, 1, 0}, semantics.StreamUnknownKind)
+		// Kind 200 (a two-byte varint) on a uni stream.
+		connBadHeader(t, e, semantics.Config{}, true, []byte{4, 0xc8, 0x01, 1, 0}, semantics.StreamUnknownKind)
+	})
+	t.Run("GarbageHeader", func(t *testing.T) {
+		e := newEnv(t, f)
+		// Kind control, version truncated.
+		connBadHeader(t, e, semantics.Config{}, false, []byte{2, 0, 0xff}, semantics.StreamProtocolError)
+		// Header frame longer than wire.MaxStreamHeaderFrame.
+		connBadHeader(t, e, semantics.Config{}, false, append([]byte{100}, make([]byte, 100)...), semantics.StreamProtocolError)
+		// Trailing bytes inside the header frame.
+		connBadHeader(t, e, semantics.Config{}, false, []byte{4, 0, 1, 0, 9}, semantics.StreamProtocolError)
+	})
+	t.Run("WrongDirectionKind", func(t *testing.T) {
+		e := newEnv(t, f)
+		ctl := wire.AppendStreamHeaderFrame(nil, wire.StreamHeader{Kind: wire.StreamControl, Version: wire.Current})
+		connBadHeader(t, e, semantics.Config{}, true, ctl, semantics.StreamProtocolError)
+		lg := wire.AppendStreamHeaderFrame(nil, wire.StreamHeader{Kind: wire.StreamLog, Version: wire.Current})
+		connBadHeader(t, e, semantics.Config{}, false, lg, semantics.StreamProtocolError)
+	})
+	t.Run("HeaderTimeout", func(t *testing.T) {
+		var cfg semantics.Config
+		cfg.Limits.HeaderTimeout = 100 * time.Millisecond
+		// Only the length prefix of a 3-byte header arrives.
+		connBadHeader(t, newEnv(t, f), cfg, false, []byte{3}, semantics.StreamProtocolError)
+	})
+	t.Run("CloseUnblocks", func(t *testing.T) {
+		opts := []goleak.Option{goleak.IgnoreCurrent()}
+		t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
+		connCloseUnblocks(t, c, s)
+	})
+	t.Run("ControlUnderBulk", func(t *testing.T) {
+		if f.Caps.SkipControlUnderBulk != "" {
+			t.Skip(f.Caps.SkipControlUnderBulk)
+		}
+		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
+		bound := f.Caps.ControlP99
+		if bound == 0 {
+			bound = DefaultControlP99
+		}
+		r := MeasureControlUnderBulk(t, c, s, 200)
+		t.Logf("control RTT idle p50 %v p99 %v; under bulk p50 %v p99 %v (bound %v); bulk %.1f MB/s",
+			r.IdleP50, r.IdleP99, r.P50, r.P99, bound, r.BulkMBps)
+		if r.P99 > bound {
+			t.Fatalf("control p99 %v under bulk exceeds %v", r.P99, bound)
+		}
+		if r.BulkBytes == 0 {
+			t.Fatal("the bulk stream moved no data: the test measured nothing")
+		}
+	})
+	t.Run("PeerCertificates", func(t *testing.T) {
+		e := newEnv(t, f)
+		runner := wire.NewRunnerId()
+		bc, bs := e.pairWith(t, e.clientTLS(t, runner))
+		c, s := wrap(t, bc, semantics.Config{}), wrap(t, bs, semantics.Config{})
+		pcs := s.PeerCertificates()
+		if len(pcs) == 0 {
+			t.Fatal("server Conn.PeerCertificates is empty")
+		}
+		if got, err := trust.RunnerIDFromCert(pcs[0]); err != nil || got != runner {
+			t.Fatalf("server Conn.PeerCertificates leaf is runner %v (%v), want %v", got, err, runner)
+		}
+		cpcs := c.PeerCertificates()
+		if len(cpcs) == 0 || cpcs[0].VerifyHostname(ServerName) != nil {
+			t.Fatalf("client Conn.PeerCertificates does not start with the server certificate")
+		}
+		if c.Backend() != bc.Backend() {
+			t.Fatalf("Conn.Backend() = %q, want %q", c.Backend(), bc.Backend())
+		}
+	})
+}
+
+// wrap returns semantics.NewConn(bc, cfg), closed at cleanup.
+func wrap(t testing.TB, bc semantics.BackendConn, cfg semantics.Config) *semantics.Conn {
+	t.Helper()
+	c, err := semantics.NewConn(bc, cfg)
+	if err != nil {
+		t.Fatalf("NewConn: %v", err)
+	}
+	t.Cleanup(func() { _ = c.CloseWithCode(wire.CloseNormal, "") })
+	return c
+}
+
+// conns dials a pair and wraps both ends.
+func (e *env) conns(t testing.TB, ccfg, scfg semantics.Config) (client, server *semantics.Conn) {
+	t.Helper()
+	bc, bs := e.pair(t)
+	return wrap(t, bc, ccfg), wrap(t, bs, scfg)
+}
+
+func connBidi(t *testing.T, a, b *semantics.Conn, kind semantics.StreamKind) {
+	t.Helper()
+	ctx := testCtx(t)
+	st, err := a.OpenStream(ctx, kind)
+	if err != nil {
+		t.Fatalf("OpenStream(%s): %v", kind, err)
+	}
+	if st.Kind() != kind || st.Priority() != semantics.DefaultPriority(kind) {
+		t.Fatalf("opened stream: kind %s priority %s", st.Kind(), st.Priority())
+	}
+	// The peer sees the stream before any payload: the header travels at
+	// open time.
+	peer, err := b.AcceptStream(ctx)
+	if err != nil {
+		t.Fatalf("AcceptStream: %v", err)
+	}
+	if peer.Kind() != kind || peer.Version() != wire.Current {
+		t.Fatalf("accepted kind %s version %v, want %s %v", peer.Kind(), peer.Version(), kind, wire.Current)
+	}
+	if err := st.WriteFrame(func(b []byte) []byte { return append(b, "ping"...) }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := peer.ReadFrame(); err != nil || string(got) != "ping" {
+		t.Fatalf("peer ReadFrame: %q, %v", got, err)
+	}
+	if err := peer.WriteFrame(func(b []byte) []byte { return append(b, "pong"...) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.ReadFrame(); err != nil || string(got) != "pong" {
+		t.Fatalf("ReadFrame: %q, %v", got, err)
+	}
+	if _, err := st.ReadFrame(); err != io.EOF {
+		t.Fatalf("ReadFrame at end: %v, want io.EOF", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.ReadFrame(); err != io.EOF {
+		t.Fatalf("peer ReadFrame at end: %v, want io.EOF", err)
+	}
+	waitSlots(t, a, b)
+}
+
+// waitSlots checks that both conns hold no stream slots. Slots are released
+// synchronously when the local halves finish, so no waiting is needed.
+func waitSlots(t testing.TB, conns ...*semantics.Conn) {
+	t.Helper()
+	for i, c := range conns {
+		st := c.Stats()
+		if st.OpenIncoming != ([wire.NumStreamKinds]int{}) || st.OpenOutgoing != ([wire.NumStreamKinds]int{}) {
+			t.Fatalf("conn %d still holds slots: incoming %v outgoing %v", i, st.OpenIncoming, st.OpenOutgoing)
+		}
+	}
+}
+
+func connUni(t *testing.T, a, b *semantics.Conn, kind semantics.StreamKind, data []byte) {
+	t.Helper()
+	ctx := testCtx(t)
+	st, err := a.OpenUniStream(ctx, kind)
+	if err != nil {
+		t.Fatalf("OpenUniStream(%s): %v", kind, err)
+	}
+	rs, err := b.AcceptUniStream(ctx)
+	if err != nil {
+		t.Fatalf("AcceptUniStream: %v", err)
+	}
+	if rs.Kind() != kind {
+		t.Fatalf("accepted kind %s, want %s", rs.Kind(), kind)
+	}
+	go func() {
+		_, _ = st.Write(data)
+		_ = st.Close()
+	}()
+	got, err := io.ReadAll(rs)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("uni %s: read %d bytes, %v; want %d bytes", kind, len(got), err, len(data))
+	}
+	if _, err := a.OpenStream(ctx, wire.StreamLog); err == nil {
+		t.Fatal("a bidirectional log stream must be refused locally")
+	}
+	if _, err := a.OpenUniStream(ctx, wire.StreamControl); err == nil {
+		t.Fatal("a unidirectional control stream must be refused locally")
+	}
+}
+
+func connConcurrent(t *testing.T, a, b *semantics.Conn, n int) {
+	t.Helper()
+	ctx := testCtx(t)
+	errs := make(chan error, 3*n)
+	var wg, srv sync.WaitGroup
+	srv.Add(1)
+	go func() {
+		defer srv.Done()
+		for i := 0; i < n; i++ {
+			st, err := b.AcceptStream(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			srv.Add(1)
+			go func() {
+				defer srv.Done()
+				data, err := io.ReadAll(st)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if _, err := st.Write(data); err != nil {
+					errs <- err
+				}
+				_ = st.Close()
+			}()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := payload(uint64(1000+i), 512+(i*613)%(16<<10))
+			st, err := a.OpenStream(ctx, wire.StreamCasUpload)
+			if err != nil {
+				errs <- fmt.Errorf("OpenStream %d: %w", i, err)
+				return
+			}
+			got := make(chan []byte, 1)
+			go func() { d, _ := io.ReadAll(st); got <- d }()
+			if _, err := st.Write(want); err != nil {
+				errs <- err
+			}
+			_ = st.Close()
+			if g := <-got; !bytes.Equal(g, want) {
+				errs <- fmt.Errorf("stream %d: echo differs (%d vs %d bytes)", i, len(g), len(want))
+			}
+		}()
+	}
+	wg.Wait()
+	srv.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if !t.Failed() {
+		waitSlots(t, a, b)
+	}
+}
+
+func connLarge(t *testing.T, a, b *semantics.Conn, size int) {
+	t.Helper()
+	ctx := testCtx(t)
+	st, err := a.OpenUniStream(ctx, wire.StreamCasUpload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		sum [32]byte
+		n   int64
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		rs, err := b.AcceptUniStream(ctx)
+		if err != nil {
+			got <- res{err: err}
+			return
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, rs)
+		var r res
+		copy(r.sum[:], h.Sum(nil))
+		r.n, r.err = n, err
+		got <- r
+	}()
+	h := sha256.New()
+	chunk := payload(3, 64<<10)
+	start := time.Now()
+	for sent := 0; sent < size; {
+		k := min(len(chunk), size-sent)
+		chunk[1] = byte(sent >> 16)
+		h.Write(chunk[:k])
+		if _, err := st.Write(chunk[:k]); err != nil {
+			t.Fatalf("Write at %d: %v", sent, err)
+		}
+		sent += k
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	var want [32]byte
+	copy(want[:], h.Sum(nil))
+	if r.err != nil || r.n != int64(size) || r.sum != want {
+		t.Fatalf("received %d bytes (hash match %v), %v; want %d", r.n, r.sum == want, r.err, size)
+	}
+	el := time.Since(start)
+	t.Logf("%d MiB over semantics.Conn in %v (%.0f MB/s)", size>>20, el.Round(time.Millisecond), float64(size)/el.Seconds()/1e6)
+}
+
+// connFrames: a writes over-limit frames (its limit is larger than b's).
+func connFrames(t *testing.T, a, b *semantics.Conn) {
+	t.Helper()
+	ctx := testCtx(t)
+	// The writer's own limit: nothing is written.
+	st, err := b.OpenStream(ctx, wire.StreamDiagnostic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.WriteFrame(func(p []byte) []byte { return append(p, make([]byte, wire.MaxControlFrame+1)...) })
+	var tl *wire.FrameTooLargeError
+	if !errors.As(err, &tl) {
+		t.Fatalf("WriteFrame over the kind's limit: %v, want *wire.FrameTooLargeError", err)
+	}
+	st.CancelWrite(semantics.StreamCancelled)
+	st.CancelRead(semantics.StreamCancelled)
+	if peer, err := a.AcceptStream(ctx); err == nil {
+		peer.CancelRead(semantics.StreamCancelled)
+		peer.CancelWrite(semantics.StreamCancelled)
+	}
+
+	// The reader's limit: b resets the stream with StreamFrameTooLarge.
+	st, err = a.OpenStream(ctx, wire.StreamDiagnostic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := b.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := []byte("fits")
+	if err := st.WriteFrame(func(p []byte) []byte { return append(p, small...) }); err != nil {
+		t.Fatal(err)
+	}
+	werr := make(chan error, 1)
+	go func() {
+		werr <- st.WriteFrame(func(p []byte) []byte { return append(p, make([]byte, 100<<10)...) })
+	}()
+	if got, err := peer.ReadFrame(); err != nil || !bytes.Equal(got, small) {
+		t.Fatalf("ReadFrame: %q, %v", got, err)
+	}
+	if _, err := peer.ReadFrame(); !errors.As(err, &tl) {
+		t.Fatalf("ReadFrame of 100 KiB on a 64 KiB stream: %v, want *wire.FrameTooLargeError", err)
+	}
+	_ = st.SetReadDeadline(time.Now().Add(opTimeout))
+	_, err = st.ReadFrame()
+	wantStreamError(t, "opener's read after the peer rejected a frame", err, semantics.StreamFrameTooLarge, true)
+	<-werr // may succeed (buffered) or fail with the reset; either is fine
+}
+
+func connResets(t *testing.T, a, b *semantics.Conn) {
+	t.Helper()
+	ctx := testCtx(t)
+	st, err := a.OpenStream(ctx, wire.StreamDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := b.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.CancelWrite(semantics.StreamForbidden)
+	_ = peer.SetReadDeadline(time.Now().Add(opTimeout))
+	_, err = peer.ReadFrame()
+	wantStreamError(t, "ReadFrame after peer CancelWrite", err, semantics.StreamForbidden, true)
+	peer.CancelRead(semantics.StreamShutdown)
+	_ = st.SetWriteDeadline(time.Now().Add(opTimeout))
+	_ = peer.SetWriteDeadline(time.Now().Add(opTimeout))
+	for i := 0; i < 1<<14; i++ {
+		if _, err = st.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	wantStreamError(t, "Write after own CancelWrite", err, semantics.StreamForbidden, false)
+	// The peer stopped reading: the opener's reads continue; the peer's
+	// writes are still allowed, then it resets its own side.
+	peer.CancelWrite(semantics.StreamShutdown)
+	_ = st.SetReadDeadline(time.Now().Add(opTimeout))
+	_, err = st.ReadFrame()
+	wantStreamError(t, "ReadFrame after the peer's CancelWrite", err, semantics.StreamShutdown, true)
+	waitSlots(t, a, b)
+}
+
+func connCloseCode(t *testing.T, closer, peer *semantics.Conn, code semantics.CloseCode) {
+	t.Helper()
+	ctx := testCtx(t)
+	acc := make(chan error, 1)
+	go func() { _, err := peer.AcceptStream(ctx); acc <- err }()
+	if closer.Err() != nil {
+		t.Fatal("Err() must be nil while open")
+	}
+	reason := "closing with " + code.String()
+	if err := closer.CloseWithCode(code, reason); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, "peer Done", peer.Done())
+	wantConnError(t, "peer Err", peer.Err(), code, true)
+	wantConnError(t, "closer Err", closer.Err(), code, false)
+	var ce *semantics.ConnError
+	if errors.As(peer.Err(), &ce); ce.Reason != reason {
+		t.Fatalf("peer reason %q, want %q", ce.Reason, reason)
+	}
+	select {
+	case err := <-acc:
+		wantConnError(t, "peer AcceptStream", err, code, true)
+	case <-time.After(opTimeout):
+		t.Fatal("peer AcceptStream not released")
+	}
+	_, err := closer.OpenStream(ctx, wire.StreamControl)
+	wantConnError(t, "OpenStream after close", err, code, false)
+}
+
+// rawClientConn returns a raw client BackendConn and a server *Conn with cfg.
+func (e *env) rawClient(t testing.TB, cfg semantics.Config) (semantics.BackendConn, *semantics.Conn) {
+	t.Helper()
+	bc, bs := e.pair(t)
+	return bc, wrap(t, bs, cfg)
+}
+
+// openRaw opens a raw stream and writes hdr (and nothing else).
+func openRaw(t testing.TB, bc semantics.BackendConn, uni bool, hdr []byte) (semantics.RawRecvStream, semantics.RawSendStream) {
+	t.Helper()
+	ctx := testCtx(t)
+	if uni {
+		st, err := bc.OpenUniStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Write(hdr); err != nil {
+			t.Fatal(err)
+		}
+		return nil, st
+	}
+	st, err := bc.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write(hdr); err != nil {
+		t.Fatal(err)
+	}
+	return st, st
+}
+
+// awaitReset returns the error that ends reading rs (bidi) or writing ws
+// (uni), within opTimeout.
+func awaitReset(rs semantics.RawRecvStream, ws semantics.RawSendStream) error {
+	if rs != nil {
+		_ = rs.SetReadDeadline(time.Now().Add(opTimeout))
+		_, err := io.Copy(io.Discard, rs)
+		if err == nil {
+			return io.EOF
+		}
+		return err
+	}
+	_ = ws.SetWriteDeadline(time.Now().Add(opTimeout))
+	buf := make([]byte, 1024)
+	for i := 0; i < 1<<18; i++ {
+		if _, err := ws.Write(buf); err != nil {
+			return err
+		}
+	}
+	return errors.New("256 MiB written to a stream that should have been stopped")
+}
+
+func hdrFrame(k semantics.StreamKind) []byte {
+	return wire.AppendStreamHeaderFrame(nil, wire.StreamHeader{Kind: k, Version: wire.Current})
+}
+
+func connRefused(t *testing.T, e *env) {
+	var cfg semantics.Config
+	cfg.Limits.MaxStreamsPerKind[wire.StreamDiagnostic] = 2
+	bc, s := e.rawClient(t, cfg)
+	ctx := testCtx(t)
+	var held []*semantics.Stream
+	for i := 0; i < 2; i++ {
+		openRaw(t, bc, false, hdrFrame(wire.StreamDiagnostic))
+		st, err := s.AcceptStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, st)
+	}
+	rs, ws := openRaw(t, bc, false, hdrFrame(wire.StreamDiagnostic))
+	wantStreamError(t, "third diagnostic stream over a limit of 2", awaitReset(rs, ws), semantics.StreamRefused, true)
+	if got := s.Stats().Refused; got != 1 {
+		t.Fatalf("Stats().Refused = %d, want 1", got)
+	}
+	// The connection survives, other kinds still work, and a freed slot
+	// admits the kind again.
+	if s.Err() != nil {
+		t.Fatalf("connection closed after one refusal: %v", s.Err())
+	}
+	for _, st := range held[:1] {
+		st.CancelRead(semantics.StreamCancelled)
+		st.CancelWrite(semantics.StreamCancelled)
+	}
+	rs, _ = openRaw(t, bc, false, hdrFrame(wire.StreamDiagnostic))
+	st, err := s.AcceptStream(ctx)
+	if err != nil || st.Kind() != wire.StreamDiagnostic {
+		t.Fatalf("stream after a slot was freed: %v", err)
+	}
+	if err := st.WriteFrame(func(b []byte) []byte { return append(b, "ok"...) }); err != nil {
+		t.Fatal(err)
+	}
+	fr := wire.NewFrameReader(rs, 64)
+	if got, err := fr.Next(); err != nil || string(got) != "ok" {
+		t.Fatalf("raw read of admitted stream: %q %v", got, err)
+	}
+}
+
+func connPersistentRefusal(t *testing.T, e *env) {
+	var cfg semantics.Config
+	cfg.Limits.MaxStreamsPerKind[wire.StreamDiagnostic] = 1
+	cfg.Limits.MaxRefusals = 3
+	bc, s := e.rawClient(t, cfg)
+	ctx := testCtx(t)
+	openRaw(t, bc, false, hdrFrame(wire.StreamDiagnostic))
+	if _, err := s.AcceptStream(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for i := 0; i < 20 && bc.Context().Err() == nil; i++ {
+		st, err := bc.OpenStream(ctx)
+		if err != nil {
+			break
+		}
+		if _, err := st.Write(hdrFrame(wire.StreamDiagnostic)); err != nil {
+			break
+		}
+		err = awaitReset(st, st)
+		var se *semantics.StreamError
+		if errors.As(err, &se) && se.Code == semantics.StreamRefused {
+			refused++
+			continue
+		}
+		break
+	}
+	waitDone(t, "connection close after persistent refusals", bc.Context().Done())
+	wantConnError(t, "client after persistent refusals", context.Cause(bc.Context()), wire.CloseLimitExceeded, true)
+	wantConnError(t, "server Err", s.Err(), wire.CloseLimitExceeded, false)
+	if refused < cfg.Limits.MaxRefusals || refused > cfg.Limits.MaxRefusals+1 {
+		t.Fatalf("connection closed after %d refusals, want %d or %d", refused, cfg.Limits.MaxRefusals, cfg.Limits.MaxRefusals+1)
+	}
+	if got := s.Stats().Refused; got != int64(cfg.Limits.MaxRefusals+1) {
+		t.Fatalf("Stats().Refused = %d, want %d", got, cfg.Limits.MaxRefusals+1)
+	}
+}
+
+func connOpenerLimit(t *testing.T, a, b *semantics.Conn) {
+	t.Helper()
+	ctx := testCtx(t)
+	st, err := a.OpenStream(ctx, wire.StreamControl) // default limit: 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	_, err = a.OpenStream(short, wire.StreamControl)
+	cancel()
+	var le *semantics.LimitError
+	if !errors.As(err, &le) || le.Kind != wire.StreamControl || le.Limit != 1 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second control stream: %v, want *LimitError{control, 1} wrapping the context error", err)
+	}
+	// A blocked opener proceeds once the first stream finishes.
+	opened := make(chan error, 1)
+	go func() {
+		st2, err := a.OpenStream(ctx, wire.StreamControl)
+		if err == nil {
+			st2.CancelWrite(semantics.StreamCancelled)
+			st2.CancelRead(semantics.StreamCancelled)
+		}
+		opened <- err
+	}()
+	peer, err := b.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	if _, err := io.ReadAll(peer); err != nil {
+		t.Fatal(err)
+	}
+	_ = peer.Close()
+	if _, err := io.ReadAll(st); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatalf("OpenStream after the slot freed: %v", err)
+		}
+	case <-time.After(opTimeout):
+		t.Fatal("OpenStream still blocked after the slot freed")
+	}
+	if b.Err() != nil {
+		t.Fatalf("peer closed: %v", b.Err())
+	}
+}
+
+// connBadHeader sends hdr on a raw stream and expects a stream reset with
+// code while the connection survives.
+func connBadHeader(t *testing.T, e *env, cfg semantics.Config, uni bool, hdr []byte, code semantics.StreamErrorCode) {
+	t.Helper()
+	bc, s := e.rawClient(t, cfg)
+	rs, ws := openRaw(t, bc, uni, hdr)
+	wantStreamError(t, fmt.Sprintf("stream with header % x", hdr), awaitReset(rs, ws), code, true)
+	// The connection survives and serves a valid stream.
+	if s.Err() != nil {
+		t.Fatalf("connection closed by a bad stream header: %v", s.Err())
+	}
+	rs, _ = openRaw(t, bc, false, hdrFrame(wire.StreamControl))
+	ctx := testCtx(t)
+	st, err := s.AcceptStream(ctx)
+	if err != nil || st.Kind() != wire.StreamControl {
+		t.Fatalf("valid stream after a bad one: %v", err)
+	}
+	_ = st.WriteFrame(func(b []byte) []byte { return append(b, "alive"...) })
+	if got, err := wire.NewFrameReader(rs, 64).Next(); err != nil || string(got) != "alive" {
+		t.Fatalf("valid stream after a bad one: %q %v", got, err)
+	}
+	st2 := s.Stats()
+	switch code {
+	case semantics.StreamUnknownKind:
+		if st2.UnknownKind != 1 {
+			t.Fatalf("Stats().UnknownKind = %d, want 1", st2.UnknownKind)
+		}
+	case semantics.StreamProtocolError:
+		if st2.ProtocolErrors != 1 {
+			t.Fatalf("Stats().ProtocolErrors = %d, want 1", st2.ProtocolErrors)
+		}
+	}
+}
+
+func connCloseUnblocks(t *testing.T, c, s *semantics.Conn) {
+	t.Helper()
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	errsC := make(chan error, 8)
+	errsS := make(chan error, 8)
+	run := func(ch chan error, fn func() error) {
+		wg.Add(1)
+		go func() { defer wg.Done(); ch <- fn() }()
+	}
+	// A bulk writer blocked by flow control: the server never reads.
+	cas, err := c.OpenUniStream(ctx, wire.StreamCasUpload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcceptUniStream(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run(errsC, func() error { _, err := c.AcceptStream(ctx); return err })
+	run(errsC, func() error { _, err := c.AcceptUniStream(ctx); return err })
+	run(errsS, func() error { _, err := s.AcceptUniStream(ctx); return err })
+	ctl, err := c.OpenStream(ctx, wire.StreamControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := s.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(errsC, func() error { _, err := ctl.ReadFrame(); return err })
+	run(errsS, func() error { _, err := peer.ReadFrame(); return err })
+	// Opener blocked on its own control-stream limit (1).
+	run(errsC, func() error { _, err := c.OpenStream(ctx, wire.StreamControl); return err })
+	run(errsC, func() error {
+		chunk := make([]byte, 64<<10)
+		for i := 0; i < 1<<12; i++ {
+			if _, err := cas.Write(chunk); err != nil {
+				return err
+			}
+		}
+		return errors.New("256 MiB written without flow control blocking")
+	})
+	if err := c.CloseWithCode(wire.CloseShutdown, "bye"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	waitDone(t, "blocked calls after close", done)
+	close(errsC)
+	close(errsS)
+	for err := range errsC {
+		wantConnError(t, "closer's blocked call", err, wire.CloseShutdown, false)
+	}
+	for err := range errsS {
+		wantConnError(t, "peer's blocked call", err, wire.CloseShutdown, true)
+	}
+}
+
+// ControlResult is what MeasureControlUnderBulk measured.
+type ControlResult struct {
+	IdleP50, IdleP99 time.Duration // control RTT with no bulk traffic
+	P50, P99         time.Duration // control RTT while one CAS stream saturates
+	BulkBytes        int64         // bytes the bulk stream moved during the pings
+	BulkMBps         float64
+}
+
+// MeasureControlUnderBulk measures n 64-byte control round trips on a
+// long-lived control stream, first idle, then while a CAS upload stream from
+// a to b writes continuously. b echoes control frames and discards bulk.
+func MeasureControlUnderBulk(t testing.TB, a, b *semantics.Conn, n int) ControlResult {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctl, err := a.OpenStream(ctx, wire.StreamControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := b.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	bg.Add(1)
+	go func() { // echo
+		defer bg.Done()
+		for {
+			f, err := peer.ReadFrame()
+			if err != nil {
+				return
+			}
+			if peer.WriteFrame(func(p []byte) []byte { return append(p, f...) }) != nil {
+				return
+			}
+		}
+	}()
+	ping := make([]byte, 64)
+	rtts := func() []time.Duration {
+		out := make([]time.Duration, 0, n)
+		for i := 0; i < n; i++ {
+			start := time.Now()
+			if err := ctl.WriteFrame(func(p []byte) []byte { return append(p, ping...) }); err != nil {
+				t.Fatalf("ping %d: %v", i, err)
+			}
+			if _, err := ctl.ReadFrame(); err != nil {
+				t.Fatalf("pong %d: %v", i, err)
+			}
+			out = append(out, time.Since(start))
+		}
+		slices.Sort(out)
+		return out
+	}
+	var r ControlResult
+	idle := rtts()
+	r.IdleP50, r.IdleP99 = pct(idle, 50), pct(idle, 99)
+
+	cas, err := a.OpenUniStream(ctx, wire.StreamCasUpload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := b.AcceptUniStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved int64
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		moved, _ = io.Copy(io.Discard, rs)
+	}()
+	stop := make(chan struct{})
+	go func() {
+		defer bg.Done()
+		chunk := make([]byte, 256<<10)
+		for {
+			select {
+			case <-stop:
+				_ = cas.Close()
+				return
+			default:
+			}
+			if _, err := cas.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	// Let the bulk stream fill every buffer before measuring.
+	for i := 0; i < 1000 && a.Stats().Sched.Written[semantics.PriorityCAS] < 1<<20; i++ {
+		time.Sleep(time.Millisecond) // polling: no event marks "buffers full"
+	}
+	start := time.Now()
+	w0 := a.Stats().Sched.Written[semantics.PriorityCAS]
+	loaded := rtts()
+	el := time.Since(start)
+	w1 := a.Stats().Sched.Written[semantics.PriorityCAS]
+	close(stop)
+	ctl.CancelWrite(semantics.StreamCancelled)
+	ctl.CancelRead(semantics.StreamCancelled)
+	peer.CancelRead(semantics.StreamCancelled)
+	peer.CancelWrite(semantics.StreamCancelled)
+	bg.Wait()
+	_ = moved
+	r.P50, r.P99 = pct(loaded, 50), pct(loaded, 99)
+	r.BulkBytes = w1 - w0
+	r.BulkMBps = float64(r.BulkBytes) / el.Seconds() / 1e6
+	return r
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return sorted[min(i, len(sorted)-1)]
 }

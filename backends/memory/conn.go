@@ -65,7 +65,7 @@ func (o Options) withDefaults() Options {
 type Addr struct{ Name string }
 
 // Network returns "memory".
-func (Addr) Network() string { return "memory" }
+func (Addr) Network() string  { return "memory" }
 func (a Addr) String() string { return a.Name }
 
 // Conn is one end of an in-process connection. It implements
@@ -83,13 +83,13 @@ type Conn struct {
 	cancel context.CancelCauseFunc
 
 	// Guarded by p.mu.
-	err       *semantics.ConnError
-	acceptQ   [2][]*stream // incoming streams not yet accepted: [0] bidi, [1] uni
-	acceptCh  chan struct{}
-	openIn    [2]int        // incoming streams open at this end, by type
-	openCh    chan struct{} // signalled when openIn decreases
-	streams   map[*stream]struct{}
-	nextSID   uint64
+	err      *semantics.ConnError
+	acceptQ  [2][]*stream // incoming streams not yet accepted: [0] bidi, [1] uni
+	acceptCh chan struct{}
+	openIn   [2]int        // incoming streams open at this end, by type
+	openCh   chan struct{} // signalled when openIn decreases
+	streams  map[*stream]struct{}
+	nextSID  uint64
 }
 
 var (

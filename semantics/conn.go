@@ -1,0 +1,537 @@
+package semantics
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"forgeyard.dev/transport/wire"
+)
+
+// Config configures a Conn. The zero value is valid: default Limits, no
+// logging, default scheduler settings. NewConn validates and copies it.
+type Config struct {
+	// Limits bounds streams and frames; zero fields take their defaults.
+	Limits Limits
+	// Logger receives connection-level events (refused and malformed
+	// streams). nil discards them. Payloads are never logged.
+	Logger *slog.Logger
+	// BulkQueueThreshold is the BulkHinter.QueuedBytes level (bytes) above
+	// which bulk writes wait; 0 means DefaultBulkQueueThreshold, negative
+	// disables the check.
+	BulkQueueThreshold int
+	// BulkMaxWait bounds how long one bulk chunk waits for higher-priority
+	// traffic; 0 means DefaultBulkMaxWait.
+	BulkMaxWait time.Duration
+}
+
+// LimitError is returned by OpenStream and OpenUniStream when this side's
+// own stream limit (the same Limits the peer enforces) stayed reached until
+// ctx was done. Err is ctx's error.
+type LimitError struct {
+	Kind  StreamKind
+	Limit int  // the limit that was reached
+	Total bool // true: Limits.MaxStreams; false: MaxStreamsPerKind[Kind]
+	Err   error
+}
+
+func (e *LimitError) Error() string {
+	which := "per-kind"
+	if e.Total {
+		which = "total"
+	}
+	return fmt.Sprintf("semantics: %s stream limit %d reached opening a %s stream: %v", which, e.Limit, e.Kind, e.Err)
+}
+
+// Unwrap returns the context error.
+func (e *LimitError) Unwrap() error { return e.Err }
+
+// ConnStats are a Conn's counters.
+type ConnStats struct {
+	// Refused counts incoming streams reset with StreamRefused.
+	Refused int64
+	// UnknownKind counts incoming streams reset with StreamUnknownKind.
+	UnknownKind int64
+	// ProtocolErrors counts incoming streams reset with
+	// StreamProtocolError (malformed header, wrong direction, timeout).
+	ProtocolErrors int64
+	// OpenIncoming and OpenOutgoing are the streams currently holding a
+	// slot, by kind.
+	OpenIncoming, OpenOutgoing [wire.NumStreamKinds]int
+	// Sched are the write scheduler's counters.
+	Sched SchedStats
+}
+
+// Conn is a connection with Forgeyard semantics over any BackendConn: every
+// stream starts with a StreamHeader naming its kind (§40), per-kind limits
+// are enforced on both sides (§133, §275), writes go through the priority
+// scheduler (§45–49, §132), and close codes behave the same on every
+// backend (§102–103). All methods are safe for concurrent use.
+//
+// A Conn runs two goroutines accepting the peer's streams (plus one short
+// one per stream while its header arrives); they end when the connection
+// closes, so the owner must eventually call CloseWithCode (or the peer
+// close it).
+type Conn struct {
+	bc    BackendConn
+	lim   Limits
+	log   *slog.Logger
+	sched *scheduler
+	ctx   context.Context
+
+	acceptBidi chan *Stream
+	acceptUni  chan *RecvStream
+
+	mu       sync.Mutex
+	out      [wire.NumStreamKinds]int
+	outTotal int
+	outWake  chan struct{} // closed and replaced when an outgoing slot frees
+	in       [wire.NumStreamKinds]int
+	inTotal  int // admitted incoming streams plus streams still sending their header
+	refusals int // decays by one per admitted stream
+
+	refused, unknownKind, protoErrs atomic.Int64
+}
+
+// NewConn wraps bc. cfg is validated and copied; zero fields take defaults.
+// On a configuration error bc is left untouched.
+func NewConn(bc BackendConn, cfg Config) (*Conn, error) {
+	if bc == nil {
+		return nil, errors.New("semantics: NewConn with nil BackendConn")
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.BulkMaxWait < 0 {
+		return nil, fmt.Errorf("semantics: Config.BulkMaxWait is negative (%v)", cfg.BulkMaxWait)
+	}
+	lim := cfg.Limits.WithDefaults()
+	threshold := cfg.BulkQueueThreshold
+	if threshold == 0 {
+		threshold = DefaultBulkQueueThreshold
+	}
+	maxWait := cfg.BulkMaxWait
+	if maxWait == 0 {
+		maxWait = DefaultBulkMaxWait
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	hinter, _ := bc.(BulkHinter)
+	c := &Conn{
+		bc:         bc,
+		lim:        lim,
+		log:        log.With("backend", bc.Backend(), "remote", bc.RemoteAddr().String()),
+		sched:      newScheduler(hinter, threshold, maxWait),
+		ctx:        bc.Context(),
+		acceptBidi: make(chan *Stream, lim.MaxStreams),
+		acceptUni:  make(chan *RecvStream, lim.MaxStreams),
+		outWake:    make(chan struct{}),
+	}
+	go c.acceptLoop(false)
+	go c.acceptLoop(true)
+	return c, nil
+}
+
+// Limits returns the effective limits (defaults filled in).
+func (c *Conn) Limits() Limits { return c.lim }
+
+// Backend returns the backend's name ("quic", "yamux", "memory", ...).
+func (c *Conn) Backend() string { return c.bc.Backend() }
+
+// Context is cancelled when the connection closes, with its *ConnError as
+// the cause.
+func (c *Conn) Context() context.Context { return c.ctx }
+
+// Done is closed when the connection closes.
+func (c *Conn) Done() <-chan struct{} { return c.ctx.Done() }
+
+// Err returns the *ConnError the connection closed with, or nil while it
+// is open.
+func (c *Conn) Err() error {
+	if c.ctx.Err() == nil {
+		return nil
+	}
+	return c.closeErr()
+}
+
+func (c *Conn) closeErr() error {
+	cause := context.Cause(c.ctx)
+	var ce *ConnError
+	if errors.As(cause, &ce) {
+		return ce
+	}
+	return &ConnError{Code: wire.CloseInternalError, Reason: fmt.Sprintf("backend closed without a close code: %v", cause)}
+}
+
+// LocalAddr returns the local address.
+func (c *Conn) LocalAddr() net.Addr { return c.bc.LocalAddr() }
+
+// RemoteAddr returns the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.bc.RemoteAddr() }
+
+// ConnectionState returns the backend's TLS state.
+func (c *Conn) ConnectionState() tls.ConnectionState { return c.bc.ConnectionState() }
+
+// PeerCertificates returns the peer's verified chain, leaf first
+// (VerifiedChains[0]), or the unverified PeerCertificates if no chain was
+// verified, or nil. The slice is a copy; the certificates are shared.
+func (c *Conn) PeerCertificates() []*x509.Certificate {
+	st := c.bc.ConnectionState()
+	if len(st.VerifiedChains) > 0 {
+		return append([]*x509.Certificate(nil), st.VerifiedChains[0]...)
+	}
+	if len(st.PeerCertificates) > 0 {
+		return append([]*x509.Certificate(nil), st.PeerCertificates...)
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the connection's counters.
+func (c *Conn) Stats() ConnStats {
+	c.mu.Lock()
+	st := ConnStats{OpenIncoming: c.in, OpenOutgoing: c.out}
+	c.mu.Unlock()
+	st.Refused = c.refused.Load()
+	st.UnknownKind = c.unknownKind.Load()
+	st.ProtocolErrors = c.protoErrs.Load()
+	st.Sched = c.sched.snapshot()
+	return st
+}
+
+// CloseWithCode closes the connection; the peer observes a *ConnError with
+// the same code and reason (Remote=true), and every blocked call here
+// returns one with Remote=false. Idempotent: later calls return nil and do
+// not change the code.
+func (c *Conn) CloseWithCode(code CloseCode, reason string) error {
+	return c.bc.CloseWithCode(code, reason)
+}
+
+// KindAllowsBidi reports whether streams of kind k may be bidirectional.
+// Control, heartbeat, diagnostic, device and signing streams are
+// request/response (bidi only); log streams are uni only; CAS and secret
+// streams may be either.
+func KindAllowsBidi(k StreamKind) bool { return k.Valid() && k != wire.StreamLog }
+
+// KindAllowsUni reports whether streams of kind k may be unidirectional.
+func KindAllowsUni(k StreamKind) bool {
+	switch k {
+	case wire.StreamLog, wire.StreamCasUpload, wire.StreamCasDownload, wire.StreamSecret:
+		return true
+	}
+	return false
+}
+
+// OpenStream opens a bidirectional stream of kind and sends its header. It
+// does not wait for the peer. While this side already has its limit of
+// open streams of kind (or in total) it waits for one to finish; if ctx
+// ends first it returns a *LimitError. After the connection closed it
+// returns the *ConnError.
+func (c *Conn) OpenStream(ctx context.Context, kind StreamKind) (*Stream, error) {
+	if !KindAllowsBidi(kind) {
+		return nil, fmt.Errorf("semantics: %s streams cannot be bidirectional", kind)
+	}
+	sl, err := c.reserve(ctx, kind)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := c.bc.OpenStream(ctx)
+	if err != nil {
+		sl.release()
+		return nil, c.connErr(err)
+	}
+	s := newStream(c, raw, kind, sl)
+	if err := s.SendStream.writeHeader(); err != nil {
+		raw.CancelRead(StreamCancelled)
+		raw.CancelWrite(StreamCancelled)
+		sl.release()
+		return nil, c.connErr(err)
+	}
+	return s, nil
+}
+
+// OpenUniStream opens a unidirectional stream of kind; see OpenStream.
+func (c *Conn) OpenUniStream(ctx context.Context, kind StreamKind) (*SendStream, error) {
+	if !KindAllowsUni(kind) {
+		return nil, fmt.Errorf("semantics: %s streams cannot be unidirectional", kind)
+	}
+	sl, err := c.reserve(ctx, kind)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := c.bc.OpenUniStream(ctx)
+	if err != nil {
+		sl.release()
+		return nil, c.connErr(err)
+	}
+	s := newSendStream(c, raw, kind, sl)
+	if err := s.writeHeader(); err != nil {
+		raw.CancelWrite(StreamCancelled)
+		sl.release()
+		return nil, c.connErr(err)
+	}
+	return s, nil
+}
+
+// connErr prefers the connection's close error once it is closed.
+func (c *Conn) connErr(err error) error {
+	if c.ctx.Err() != nil {
+		return c.closeErr()
+	}
+	return err
+}
+
+// reserve takes an outgoing slot for kind, waiting while none is free.
+func (c *Conn) reserve(ctx context.Context, kind StreamKind) (*slot, error) {
+	c.mu.Lock()
+	for {
+		if c.ctx.Err() != nil {
+			c.mu.Unlock()
+			return nil, c.closeErr()
+		}
+		perKind := c.out[kind] < c.lim.MaxStreamsPerKind[kind]
+		total := c.outTotal < c.lim.MaxStreams
+		if perKind && total {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			c.mu.Unlock()
+			le := &LimitError{Kind: kind, Limit: c.lim.MaxStreamsPerKind[kind], Err: err}
+			if !total {
+				le.Total, le.Limit = true, c.lim.MaxStreams
+			}
+			return nil, le
+		}
+		ch := c.outWake
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		case <-c.ctx.Done():
+		}
+		c.mu.Lock()
+	}
+	c.out[kind]++
+	c.outTotal++
+	c.mu.Unlock()
+	return &slot{c: c, kind: kind}, nil
+}
+
+// slot is one stream's claim on a limit. It is released once, when every
+// half of the stream is done.
+type slot struct {
+	c        *Conn
+	kind     StreamKind
+	incoming bool
+	halves   atomic.Int32 // halves still open; set before the stream is shared
+	once     sync.Once
+}
+
+func (s *slot) halfDone() {
+	if s.halves.Add(-1) == 0 {
+		s.release()
+	}
+}
+
+func (s *slot) release() {
+	s.once.Do(func() {
+		c := s.c
+		c.mu.Lock()
+		if s.incoming {
+			c.in[s.kind]--
+			c.inTotal--
+		} else {
+			c.out[s.kind]--
+			c.outTotal--
+			close(c.outWake)
+			c.outWake = make(chan struct{})
+		}
+		c.mu.Unlock()
+	})
+}
+
+// AcceptStream waits for the peer's next bidirectional stream whose header
+// was valid and which fit the limits. It returns ctx's error or, after
+// the connection closed, its *ConnError.
+func (c *Conn) AcceptStream(ctx context.Context) (*Stream, error) {
+	select {
+	case s := <-c.acceptBidi:
+		return s, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.ctx.Done():
+		return nil, c.closeErr()
+	}
+}
+
+// AcceptUniStream waits for the peer's next unidirectional stream; see
+// AcceptStream.
+func (c *Conn) AcceptUniStream(ctx context.Context) (*RecvStream, error) {
+	select {
+	case s := <-c.acceptUni:
+		return s, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.ctx.Done():
+		return nil, c.closeErr()
+	}
+}
+
+// acceptLoop accepts raw streams until the connection closes.
+func (c *Conn) acceptLoop(uni bool) {
+	for {
+		var rs RawRecvStream
+		var bidi RawStream
+		var err error
+		if uni {
+			rs, err = c.bc.AcceptUniStream(c.ctx)
+		} else {
+			bidi, err = c.bc.AcceptStream(c.ctx)
+			rs = bidi
+		}
+		if err != nil {
+			if c.ctx.Err() == nil {
+				// A backend must only fail Accept when closed; anything
+				// else leaves the connection unusable.
+				_ = c.bc.CloseWithCode(wire.CloseInternalError, "accept failed")
+			}
+			return
+		}
+		c.mu.Lock()
+		if c.inTotal >= c.lim.MaxStreams {
+			c.mu.Unlock()
+			c.refuse(rs, bidi, "total stream limit")
+			continue
+		}
+		c.inTotal++ // held while the header arrives
+		c.mu.Unlock()
+		go c.admit(rs, bidi)
+	}
+}
+
+// resetRaw resets both directions of an incoming stream with code.
+func resetRaw(rs RawRecvStream, bidi RawStream, code StreamErrorCode) {
+	rs.CancelRead(code)
+	if bidi != nil {
+		bidi.CancelWrite(code)
+	}
+}
+
+// refuse resets a stream over a limit and closes the connection once the
+// peer persists (more than Limits.MaxRefusals refusals not offset by
+// admitted streams).
+func (c *Conn) refuse(rs RawRecvStream, bidi RawStream, why string) {
+	c.refused.Add(1) // count before the peer can observe the reset
+	c.mu.Lock()
+	c.refusals++
+	over := c.refusals > c.lim.MaxRefusals
+	c.mu.Unlock()
+	resetRaw(rs, bidi, StreamRefused)
+	c.log.Debug("refused incoming stream", "why", why)
+	if over {
+		c.log.Warn("peer keeps exceeding stream limits; closing", "max_refusals", c.lim.MaxRefusals)
+		_ = c.bc.CloseWithCode(wire.CloseLimitExceeded, "stream limit exceeded repeatedly")
+	}
+}
+
+// admit reads an incoming stream's header (bounded by HeaderTimeout),
+// checks kind, direction and limits, and queues the stream for Accept. It
+// holds one unit of inTotal on entry.
+func (c *Conn) admit(rs RawRecvStream, bidi RawStream) {
+	fr := wire.NewFrameReader(rs, wire.MaxStreamHeaderFrame)
+	_ = rs.SetReadDeadline(time.Now().Add(c.lim.HeaderTimeout))
+	body, err := fr.Next()
+	_ = rs.SetReadDeadline(time.Time{})
+	var hdr wire.StreamHeader
+	code := StreamErrorCode(0)
+	why := ""
+	switch {
+	case err != nil:
+		if c.ctx.Err() != nil {
+			code, why = StreamCancelled, "connection closed"
+		} else {
+			code, why = StreamProtocolError, "header: "+err.Error()
+		}
+	default:
+		hdr, err = wire.ParseStreamHeader(body)
+		if err != nil {
+			if k, ok := leadingKind(body); ok && !k.Valid() {
+				code, why = StreamUnknownKind, fmt.Sprintf("unknown stream kind %d", k)
+			} else {
+				code, why = StreamProtocolError, "malformed header: "+err.Error()
+			}
+		} else if bidi != nil && !KindAllowsBidi(hdr.Kind) || bidi == nil && !KindAllowsUni(hdr.Kind) {
+			code, why = StreamProtocolError, fmt.Sprintf("%s stream in the wrong direction", hdr.Kind)
+		}
+	}
+	if why != "" {
+		c.mu.Lock()
+		c.inTotal--
+		c.mu.Unlock()
+		switch code { // count before the peer can observe the reset
+		case StreamUnknownKind:
+			c.unknownKind.Add(1)
+		case StreamProtocolError:
+			c.protoErrs.Add(1)
+		}
+		resetRaw(rs, bidi, code)
+		if code != StreamCancelled {
+			c.log.Debug("dropped incoming stream", "why", why)
+		}
+		return
+	}
+	c.mu.Lock()
+	if c.in[hdr.Kind] >= c.lim.MaxStreamsPerKind[hdr.Kind] {
+		c.inTotal--
+		c.mu.Unlock()
+		c.refuse(rs, bidi, hdr.Kind.String()+" stream limit")
+		return
+	}
+	c.in[hdr.Kind]++
+	if c.refusals > 0 {
+		c.refusals--
+	}
+	c.mu.Unlock()
+	sl := &slot{c: c, kind: hdr.Kind, incoming: true}
+	fr.SetLimit(c.lim.MaxFrame[hdr.Kind])
+	if bidi != nil {
+		s := newAcceptedStream(c, bidi, hdr, fr, sl)
+		select {
+		case c.acceptBidi <- s: // never blocks: admitted streams ≤ MaxStreams = cap
+		case <-c.ctx.Done():
+			resetRaw(rs, bidi, StreamCancelled)
+			sl.release()
+		}
+		return
+	}
+	s := newRecvStream(c, rs, hdr, fr, sl)
+	select {
+	case c.acceptUni <- s:
+	case <-c.ctx.Done():
+		resetRaw(rs, nil, StreamCancelled)
+		sl.release()
+	}
+}
+
+// leadingKind decodes the kind discriminant at the start of a header body.
+func leadingKind(body []byte) (StreamKind, bool) {
+	var v uint64
+	for i := 0; i < len(body) && i < 5; i++ {
+		v |= uint64(body[i]&0x7f) << (7 * i)
+		if body[i] < 0x80 {
+			if v > 255 {
+				return 255, true
+			}
+			return StreamKind(v), true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,254 @@
+package semantics
+
+import (
+	"sync"
+	"time"
+)
+
+// The write scheduler (§45–49, §132). quic-go and yamux have no usable
+// stream priorities, so each Conn owns a small fixed scheduler in the spirit
+// of x/net/http2's priority write scheduler: fixed classes, urgent traffic on
+// its own path.
+//
+//   - Non-bulk writes (cancel, lease, control) never wait: they announce
+//     themselves (beginUrgent) and write at once, concurrently with any bulk
+//     chunk already on its way.
+//   - Bulk writes (log, CAS) are cut into chunks of at most Limits.BulkChunk
+//     bytes. Before each chunk the writer waits while an urgent write is
+//     pending or in progress, while a higher bulk class (log before CAS) is
+//     waiting or writing, and, if the backend implements BulkHinter, while
+//     its QueuedBytes is above the threshold. So a control frame waits
+//     behind at most one chunk per bulk stream plus the backend's bounded
+//     queue.
+//   - Every wait is bounded by the bulk max-wait (anti-starvation: a bulk
+//     chunk then goes anyway and the event is counted), ends early when the
+//     connection closes or the write deadline passes, and sleeps on a
+//     channel or timer — never a busy loop. Only the BulkHinter condition is
+//     polled, at schedPoll, because backends have no queue-drained event.
+
+// Scheduler defaults.
+const (
+	// DefaultBulkQueueThreshold is the BulkHinter.QueuedBytes level above
+	// which bulk chunks wait (bytes).
+	DefaultBulkQueueThreshold = 64 << 10
+	// DefaultBulkMaxWait bounds one bulk chunk's wait for higher-priority
+	// traffic; after it the chunk is written anyway.
+	DefaultBulkMaxWait = 100 * time.Millisecond
+	// schedPoll is how often a bulk writer re-reads QueuedBytes.
+	schedPoll = time.Millisecond
+)
+
+// SchedStats are the scheduler's counters. Arrays are indexed by Priority.
+type SchedStats struct {
+	// Queued is the number of bytes currently inside Write calls that have
+	// not been handed to the backend yet.
+	Queued [NumPriorities]int64
+	// Written is the total number of bytes handed to the backend.
+	Written [NumPriorities]int64
+	// Waits counts bulk chunks that had to wait at least once.
+	Waits [NumPriorities]int64
+	// WaitTime is the total time bulk chunks spent waiting.
+	WaitTime [NumPriorities]time.Duration
+	// Forced counts bulk chunks written after DefaultBulkMaxWait (or the
+	// configured maximum) although higher-priority traffic was pending.
+	Forced [NumPriorities]int64
+	// HintWaits counts bulk waits caused by BulkHinter.QueuedBytes.
+	HintWaits int64
+}
+
+// scheduler orders the writes of one Conn. Safe for concurrent use.
+type scheduler struct {
+	hinter    BulkHinter // nil if the backend has none
+	threshold int
+	maxWait   time.Duration
+
+	mu          sync.Mutex
+	urgent      int    // non-bulk writes pending or in progress
+	bulkWaiting [2]int // by class: 0 log, 1 CAS
+	bulkWriting [2]int
+	wake        chan struct{} // closed and replaced on every state change
+	stats       SchedStats
+
+	// onWait, if set (tests only), is called each time a bulk writer is
+	// about to block.
+	onWait func(p Priority)
+}
+
+func newScheduler(h BulkHinter, threshold int, maxWait time.Duration) *scheduler {
+	return &scheduler{hinter: h, threshold: threshold, maxWait: maxWait, wake: make(chan struct{})}
+}
+
+func (s *scheduler) signalLocked() {
+	close(s.wake)
+	s.wake = make(chan struct{})
+}
+
+// beginUrgent announces a non-bulk write of n bytes. It never blocks.
+func (s *scheduler) beginUrgent(p Priority, n int) {
+	s.mu.Lock()
+	s.urgent++
+	s.stats.Queued[p] += int64(n)
+	s.mu.Unlock()
+}
+
+// endUrgent ends a write announced with beginUrgent; written bytes reached
+// the backend.
+func (s *scheduler) endUrgent(p Priority, n, written int) {
+	s.mu.Lock()
+	s.urgent--
+	s.stats.Queued[p] -= int64(n)
+	s.stats.Written[p] += int64(written)
+	if s.urgent == 0 {
+		s.signalLocked()
+	}
+	s.mu.Unlock()
+}
+
+// enqueueBulk accounts n bytes of a bulk Write as queued.
+func (s *scheduler) enqueueBulk(p Priority, n int) {
+	s.mu.Lock()
+	s.stats.Queued[p] += int64(n)
+	s.mu.Unlock()
+}
+
+// dequeueBulk removes n not-yet-written bytes from the queued count (a
+// Write that failed part-way).
+func (s *scheduler) dequeueBulk(p Priority, n int) {
+	s.mu.Lock()
+	s.stats.Queued[p] -= int64(n)
+	s.mu.Unlock()
+}
+
+func bulkIndex(p Priority) int {
+	if p == PriorityLog {
+		return 0
+	}
+	return 1
+}
+
+// blockedLocked reports whether higher-priority traffic keeps a bulk chunk
+// of class p waiting. The BulkHinter condition is checked separately,
+// outside the lock.
+func (s *scheduler) blockedLocked(p Priority) bool {
+	if s.urgent > 0 {
+		return true
+	}
+	if bulkIndex(p) == 1 && s.bulkWaiting[0]+s.bulkWriting[0] > 0 {
+		return true
+	}
+	return false
+}
+
+func (s *scheduler) hintOver() bool {
+	return s.hinter != nil && s.threshold > 0 && s.hinter.QueuedBytes() > s.threshold
+}
+
+// acquireBulk waits until a chunk of class p may be written, then marks it
+// in progress; the caller must call releaseBulk. It returns closed's error
+// errSchedClosed if closed is closed first, or ErrDeadline if the deadline
+// (zero: none) passes. The wait is bounded by s.maxWait.
+func (s *scheduler) acquireBulk(p Priority, closed <-chan struct{}, deadline time.Time) error {
+	idx := bulkIndex(p)
+	var start time.Time
+	var maxTimer, dlTimer, pollTimer *time.Timer
+	defer func() {
+		for _, t := range []*time.Timer{maxTimer, dlTimer, pollTimer} {
+			if t != nil {
+				t.Stop()
+			}
+		}
+	}()
+	s.mu.Lock()
+	s.bulkWaiting[idx]++
+	for {
+		blocked := s.blockedLocked(p)
+		hint := false
+		if !blocked {
+			s.mu.Unlock()
+			hint = s.hintOver()
+			s.mu.Lock()
+			blocked = hint || s.blockedLocked(p)
+		}
+		if !blocked || (!start.IsZero() && time.Since(start) >= s.maxWait) {
+			if blocked {
+				s.stats.Forced[p]++
+			}
+			break
+		}
+		if start.IsZero() {
+			start = time.Now()
+			s.stats.Waits[p]++
+			maxTimer = time.NewTimer(s.maxWait)
+			if !deadline.IsZero() {
+				dlTimer = time.NewTimer(time.Until(deadline))
+			}
+		}
+		if hint {
+			s.stats.HintWaits++
+		}
+		ch := s.wake
+		hook := s.onWait
+		s.mu.Unlock()
+		if hook != nil {
+			hook(p)
+		}
+		var pollC, dlC <-chan time.Time
+		if hint {
+			if pollTimer == nil {
+				pollTimer = time.NewTimer(schedPoll)
+			} else {
+				pollTimer.Reset(schedPoll)
+			}
+			pollC = pollTimer.C
+		}
+		if dlTimer != nil {
+			dlC = dlTimer.C
+		}
+		var err error
+		select {
+		case <-ch:
+		case <-pollC:
+		case <-maxTimer.C:
+		case <-dlC:
+			err = ErrDeadline
+		case <-closed:
+			err = errSchedClosed
+		}
+		s.mu.Lock()
+		if err != nil {
+			s.bulkWaiting[idx]--
+			s.stats.WaitTime[p] += time.Since(start)
+			s.signalLocked()
+			s.mu.Unlock()
+			return err
+		}
+	}
+	s.bulkWaiting[idx]--
+	s.bulkWriting[idx]++
+	if !start.IsZero() {
+		s.stats.WaitTime[p] += time.Since(start)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// releaseBulk ends a chunk started by acquireBulk: written bytes reached the
+// backend, n bytes leave the queue.
+func (s *scheduler) releaseBulk(p Priority, n, written int) {
+	s.mu.Lock()
+	s.bulkWriting[bulkIndex(p)]--
+	s.stats.Queued[p] -= int64(n)
+	s.stats.Written[p] += int64(written)
+	s.signalLocked()
+	s.mu.Unlock()
+}
+
+func (s *scheduler) snapshot() SchedStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// errSchedClosed is returned by acquireBulk when the connection closed; the
+// caller replaces it with the connection's *ConnError.
+var errSchedClosed = &ConnError{Code: 0, Reason: "scheduler: connection closed"}
