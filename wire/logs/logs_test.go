@@ -184,11 +184,16 @@ func TestPayloadReusesDst(t *testing.T) {
 	f := &LogFrameV1{UncompressedLen: uint32(len(sampleFlateText)), Bytes: sampleFlateChunk}
 	dst := make([]byte, 0, MaxLogChunk+1)
 	f.Payload(LogEncodingFlate, dst) // warm the reader pool
-	if n := testing.AllocsPerRun(50, func() {
-		if _, err := f.Payload(LogEncodingFlate, dst); err != nil {
-			t.Fatal(err)
+	n := testing.AllocsPerRun(50, func() {
+		if out, err := f.Payload(LogEncodingFlate, dst); err != nil || string(out) != sampleFlateText {
+			t.Fatalf("got %q, %v", out, err)
 		}
-	}); n != 0 {
+	})
+	if raceEnabled {
+		t.Logf("race detector on: sync.Pool drops readers; %.1f allocs not asserted", n)
+		return
+	}
+	if n != 0 {
 		t.Fatalf("Payload with a large enough dst allocates %.1f times", n)
 	}
 }

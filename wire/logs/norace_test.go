@@ -1,0 +1,5 @@
+//go:build !race
+
+package logs
+
+const raceEnabled = false
