@@ -67,7 +67,7 @@ func TestMessagesRegistered(t *testing.T) {
 			t.Errorf("%s: name should be %s", mi.Name, want)
 		}
 		if mi.Since != wire.V(1, 0) || mi.MaxSize < 0 || mi.Sensitive {
-			t.Errorf("%s: since %v max size %d", mi.Name, mi.Since, mi.MaxSize)
+			t.Errorf("%s: since %v, max size %d, sensitive %v (none of these families carries secrets)", mi.Name, mi.Since, mi.MaxSize, mi.Sensitive)
 		}
 		if !sampled[mi.Type] {
 			t.Errorf("%s has no sample", mi.Name)
