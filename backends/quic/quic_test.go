@@ -221,8 +221,8 @@ func TestIdleTimeout(t *testing.T) {
 	if el := time.Since(start); el < 250*time.Millisecond {
 		t.Fatalf("idle timeout after %v, want ≥ 300ms", el)
 	}
-	<-s.Context().Done()
 	for _, cc := range []semantics.BackendConn{c, s} {
+		<-cc.Context().Done()
 		cause := context.Cause(cc.Context())
 		if !errors.As(cause, &ce) || ce.Code != wire.CloseIdleTimeout || ce.Remote {
 			t.Fatalf("context cause %v, want semantics.IdleTimeoutError()", cause)

@@ -1,0 +1,35 @@
+package webtransport
+
+import (
+	"crypto/tls"
+	"testing"
+
+	"forgeyard.dev/transport/backends/backendtest"
+	"forgeyard.dev/transport/semantics"
+)
+
+// testConfig keeps tests fast: short handshake timeout, defaults otherwise.
+var testConfig = Config{HandshakeTimeout: 5e9}
+
+func factory() backendtest.Factory {
+	return backendtest.Factory{
+		Name: "webtransport",
+		Listen: func(t testing.TB, serverTLS *tls.Config) (semantics.BackendListener, string) {
+			t.Helper()
+			ln, err := Listen("127.0.0.1:0", serverTLS, testConfig)
+			if err != nil {
+				t.Fatalf("webtransport.Listen: %v", err)
+			}
+			t.Cleanup(func() { _ = ln.Close() })
+			return ln, URL(ln.Addr().String())
+		},
+		Dialer: func(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer {
+			return Dialer{TLS: clientTLS, Config: testConfig}
+		},
+		Caps: backendtest.Caps{RealNetwork: true},
+	}
+}
+
+func TestConformance(t *testing.T) { backendtest.Run(t, factory()) }
+
+func BenchmarkBackend(b *testing.B) { backendtest.RunBenchmarks(b, factory()) }

@@ -1,0 +1,90 @@
+package webtransport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"strings"
+
+	wt "github.com/quic-go/webtransport-go"
+
+	fyquic "forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/wire"
+)
+
+// This file is the ONE place where webtransport-go errors become semantics
+// errors; QUIC-level errors go through backends/quic.TranslateError.
+
+// sessionConnError maps a session's close error (what webtransport-go
+// returns once a session is gone) to a *semantics.ConnError, or nil when it
+// is not a WebTransport session error.
+func sessionConnError(err error) *semantics.ConnError {
+	if se, ok := errors.AsType[*wt.SessionError](err); ok {
+		return &semantics.ConnError{Code: semantics.CloseCode(se.ErrorCode), Reason: se.Message, Remote: se.Remote}
+	}
+	return nil
+}
+
+// translate maps a stream or session operation's error:
+//
+//   - *wt.StreamError → *semantics.StreamError{Code, Remote};
+//   - *wt.SessionError → *semantics.ConnError{Code, Reason, Remote};
+//   - anything else on a closed connection → the connection's *ConnError
+//     (its Context cause), since webtransport-go may report a gone session
+//     with HTTP/3-level errors that lost the code;
+//   - otherwise backends/quic.TranslateError (QUIC errors, deadlines kept).
+//
+// The original error stays in the chain.
+func (c *conn) translate(err error) error {
+	if err == nil || err == io.EOF {
+		return err
+	}
+	if _, ok := errors.AsType[*translated](err); ok {
+		return err
+	}
+	if se, ok := errors.AsType[*wt.StreamError](err); ok {
+		return &translated{sem: &semantics.StreamError{Code: semantics.StreamErrorCode(se.ErrorCode), Remote: se.Remote}, orig: err}
+	}
+	if ce := sessionConnError(err); ce != nil {
+		return &translated{sem: ce, orig: err}
+	}
+	if isDeadline(err) {
+		return err
+	}
+	if c != nil && c.sess.Context().Err() != nil {
+		<-c.ctx.Done() // the cause is being computed; bounded by causeWait
+		if ce, ok := context.Cause(c.ctx).(*semantics.ConnError); ok {
+			return &translated{sem: ce, orig: err}
+		}
+	}
+	return fyquic.TranslateError(err)
+}
+
+// translated pairs a semantics error with the library error it came from.
+type translated struct {
+	sem  error
+	orig error
+}
+
+func (e *translated) Error() string {
+	s, o := e.sem.Error(), e.orig.Error()
+	if strings.Contains(s, o) {
+		return s
+	}
+	return s + " (" + o + ")"
+}
+func (e *translated) Unwrap() []error { return []error{e.sem, e.orig} }
+
+// fallbackConnError is the cause when a session ended without a
+// WebTransport close and without the QUIC connection closing.
+func fallbackConnError(sessErr error) *semantics.ConnError {
+	msg := "webtransport session ended"
+	if sessErr != nil {
+		msg += ": " + sessErr.Error()
+	}
+	return &semantics.ConnError{Code: wire.CloseProtocolError, Reason: wire.TruncateUTF8(msg, wire.MaxCloseReason), Remote: true}
+}
+
+func isDeadline(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
