@@ -78,11 +78,13 @@ func TestDecodeIntoReusedValue(t *testing.T) {
 	for _, group := range byType {
 		for _, a := range group {
 			for _, b := range group {
-				dst := reflect.New(reflect.TypeOf(a).Elem()).Interface().(wire.Message)
-				reflect.ValueOf(dst).Elem().Set(reflect.ValueOf(a).Elem())
-				// Give dst its own slices so a's backing arrays stay intact.
+				// dst first holds a (in its own slices), then b over it.
+				dst := infoOf(t, a).New()
 				d0 := postcard.NewDecoder(a.AppendPostcard(nil))
 				dst.DecodePostcard(&d0)
+				if !reflect.DeepEqual(dst, a) {
+					t.Fatalf("%s: decode differs", nameOf(a))
+				}
 				d := postcard.NewDecoder(b.AppendPostcard(nil))
 				dst.DecodePostcard(&d)
 				if err := d.Finish(); err != nil {
@@ -481,6 +483,8 @@ func TestEnumStrings(t *testing.T) {
 		{ResultInfraError.String(), "InfraError"}, {ExecutionResultKind(5).String(), "ExecutionResultKind(5)"},
 		{DecisionContinue.String(), "Continue"}, {DecisionCancel.String(), "Cancel"}, {DecisionStale.String(), "Stale"},
 		{ResyncDecisionKind(3).String(), "ResyncDecisionKind(3)"},
+		{PhasePreparing.String(), "Preparing"}, {PhaseRunning.String(), "Running"},
+		{PhaseUploadingOutputs.String(), "UploadingOutputs"}, {AttemptPhase(3).String(), "AttemptPhase(3)"},
 	}
 	for _, c := range cases {
 		if c.got != c.want {

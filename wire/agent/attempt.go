@@ -159,6 +159,8 @@ const (
 	numExecutionResults = 5
 )
 
+// String returns the variant name, or "ExecutionResultKind(n)" for a value this build
+// does not define.
 func (k ExecutionResultKind) String() string {
 	switch k {
 	case ResultSucceeded:

@@ -92,6 +92,7 @@ type ValidationError struct {
 	Reason  string
 }
 
+// Error returns "<message>: invalid <field>: <reason>".
 func (e *ValidationError) Error() string {
 	return e.Message + ": invalid " + e.Field + ": " + e.Reason
 }

@@ -24,6 +24,8 @@ const (
 // Valid reports whether r is a role this build defines.
 func (r PeerRole) Valid() bool { return r < numPeerRoles }
 
+// String returns the variant name, or "PeerRole(n)" for a value this build
+// does not define.
 func (r PeerRole) String() string {
 	switch r {
 	case RoleAgent:
@@ -60,6 +62,8 @@ const (
 // Valid reports whether r is a reason this build defines.
 func (r LeaseRejectReason) Valid() bool { return r < numLeaseRejectReasons }
 
+// String returns the variant name, or "LeaseRejectReason(n)" for a value this build
+// does not define.
 func (r LeaseRejectReason) String() string {
 	switch r {
 	case RejectAtCapacity:
@@ -99,6 +103,8 @@ const (
 // Valid reports whether r is a reason this build defines.
 func (r CancellationReason) Valid() bool { return r < numCancellationReasons }
 
+// String returns the variant name, or "CancellationReason(n)" for a value this build
+// does not define.
 func (r CancellationReason) String() string {
 	switch r {
 	case CancelUserRequested:
@@ -135,6 +141,8 @@ const (
 // Valid reports whether k is a kind this build defines.
 func (k CompletionAckKind) Valid() bool { return k < numCompletionAckKinds }
 
+// String returns the variant name, or "CompletionAckKind(n)" for a value this build
+// does not define.
 func (k CompletionAckKind) String() string {
 	switch k {
 	case AckAccepted:

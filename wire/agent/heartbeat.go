@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"strconv"
+
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -20,6 +22,8 @@ const (
 	numPhases = 3
 )
 
+// String returns the variant name, or "AttemptPhase(n)" for a value this build
+// does not define.
 func (p AttemptPhase) String() string {
 	switch p {
 	case PhasePreparing:
@@ -29,7 +33,7 @@ func (p AttemptPhase) String() string {
 	case PhaseUploadingOutputs:
 		return "UploadingOutputs"
 	}
-	return "Unknown"
+	return "AttemptPhase(" + strconv.FormatUint(uint64(p), 10) + ")"
 }
 
 // ActiveAttemptV1 is one attempt reported in a heartbeat:

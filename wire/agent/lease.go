@@ -237,6 +237,8 @@ const (
 	numRenewOutcomes = 3
 )
 
+// String returns the variant name, or "RenewOutcomeKind(n)" for a value this build
+// does not define.
 func (k RenewOutcomeKind) String() string {
 	switch k {
 	case RenewExtended:

@@ -173,6 +173,8 @@ const (
 	numResyncDecisions = 3
 )
 
+// String returns the variant name, or "ResyncDecisionKind(n)" for a value this build
+// does not define.
 func (k ResyncDecisionKind) String() string {
 	switch k {
 	case DecisionContinue:
