@@ -24,6 +24,7 @@ help:
 	@echo "make fuzz      every fuzz target for FUZZTIME each (default $(FUZZTIME))"
 
 deps:
+	./.ci/ensure-debs.sh
 	$(GO) mod download
 
 tools:

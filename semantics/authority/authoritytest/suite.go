@@ -1,0 +1,497 @@
+// Package authoritytest is the one conformance suite every Authority
+// implementation passes (SQLite and PostgreSQL alike).
+package authoritytest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/wire"
+)
+
+// Opener returns a fresh, empty Authority for one test. Shared, when not nil,
+// returns a second Authority over the SAME storage as the first one opened
+// in this test (another daemon of an HA pair); implementations that cannot
+// share storage leave it nil.
+type Opener struct {
+	Open   func(t *testing.T) authority.Authority
+	Shared func(t *testing.T) authority.Authority
+}
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	a       authority.Authority
+	ctx     context.Context
+	runner  wire.RunnerId
+	session wire.AgentSessionId
+	epoch   uint64
+}
+
+func newFixture(t *testing.T, a authority.Authority) *fixture {
+	t.Helper()
+	f := &fixture{a: a, ctx: context.Background(), runner: wire.NewRunnerId(), session: wire.NewAgentSessionId()}
+	g, err := a.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: f.session,
+		Transport: wire.NewTransportSessionId(), Daemon: "d1", Remote: "127.0.0.1:1", Now: t0})
+	if err != nil {
+		t.Fatalf("RegisterSession: %v", err)
+	}
+	f.epoch = g.Epoch
+	return f
+}
+
+func (f *fixture) ref() authority.SessionRef {
+	return authority.SessionRef{Session: f.session, Epoch: f.epoch}
+}
+
+func (f *fixture) lease(t *testing.T, ttl time.Duration) authority.Lease {
+	t.Helper()
+	l := authority.Lease{ID: wire.NewLeaseId(), Attempt: wire.NewJobAttemptId(), Job: wire.NewJobId(),
+		Runner: f.runner, Session: f.session, TTL: ttl, ExpiresAt: t0.Add(ttl), CreatedAt: t0,
+		Payload: wire.CasObjectRef{Algorithm: wire.DigestBLAKE3, Size: 42}}
+	l.Spec.Digest[0] = 7
+	l.Payload.Digest[1] = 9
+	if err := f.a.CreateLease(f.ctx, l); err != nil {
+		t.Fatalf("CreateLease: %v", err)
+	}
+	return l
+}
+
+// Run runs the suite.
+func Run(t *testing.T, o Opener) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, o Opener)
+	}{
+		{"EpochsAndFencing", testEpochs},
+		{"NewSessionDoesNotInherit", testNewSession},
+		{"SessionOwnership", testOwnership},
+		{"RunnerDisabled", testDisabled},
+		{"DuplicateOfferSafe", testDuplicateOffer},
+		{"AcceptLease", testAccept},
+		{"RenewIdempotent", testRenew},
+		{"CancelIdempotent", testCancel},
+		{"CompletionExactlyOnce", testCompletion},
+		{"CompletionConcurrentRetries", testCompletionConcurrent},
+		{"Resync", testResync},
+		{"ExpiryAndRevocation", testExpiry},
+		{"DedupRetention", testDedup},
+		{"LeaseRoundTrip", testLeaseRoundTrip},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
+	}
+	t.Run("SharedStorage", func(t *testing.T) {
+		if o.Shared == nil {
+			t.Skip("implementation does not share storage between instances")
+		}
+		testShared(t, o)
+	})
+}
+
+func testEpochs(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	if f.epoch != 1 {
+		t.Fatalf("first epoch = %d, want 1", f.epoch)
+	}
+	t2 := wire.NewTransportSessionId()
+	g, err := f.a.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: f.session, Transport: t2, Daemon: "d2", Now: t0.Add(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Epoch != 2 || g.Previous == nil || g.Previous.Epoch != 1 || g.Previous.Daemon != "d1" {
+		t.Fatalf("re-registration grant = %+v (previous %+v), want epoch 2 fencing epoch 1 on d1", g, g.Previous)
+	}
+	h, err := f.a.CheckEpoch(f.ctx, f.session, 1)
+	if !errors.Is(err, authority.ErrFenced) {
+		t.Fatalf("CheckEpoch(old) = %v, want ErrFenced", err)
+	}
+	if h.Epoch != 2 || h.Transport != t2 || h.Daemon != "d2" {
+		t.Fatalf("fenced side learns holder %+v, want epoch 2 transport %s on d2", h, t2)
+	}
+	if _, err := f.a.CheckEpoch(f.ctx, f.session, 2); err != nil {
+		t.Fatalf("CheckEpoch(current) = %v", err)
+	}
+	// A message of the fenced transport is rejected.
+	l := f.lease(t, time.Minute)
+	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, authority.SessionRef{Session: f.session, Epoch: 1}, t0); !errors.Is(err, authority.ErrFenced) {
+		t.Fatalf("AcceptLease on fenced epoch = %v, want ErrFenced", err)
+	}
+	// The same session keeps its authority on the new transport (§14).
+	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, authority.SessionRef{Session: f.session, Epoch: 2}, t0); err != nil {
+		t.Fatalf("AcceptLease on current epoch = %v", err)
+	}
+}
+
+func testNewSession(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	l := f.lease(t, time.Minute)
+	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
+		t.Fatal(err)
+	}
+	// The agent restarts: new AgentSessionId (§15).
+	a2 := wire.NewAgentSessionId()
+	g, err := f.a.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: a2, Transport: wire.NewTransportSessionId(), Now: t0.Add(time.Second)})
+	if err != nil || g.Epoch != 1 {
+		t.Fatalf("new session grant %+v, %v", g, err)
+	}
+	got, err := f.a.Lease(f.ctx, l.ID)
+	if err != nil || got.State != authority.LeaseRevoked {
+		t.Fatalf("old session's lease state = %q (%v), want revoked", got.State, err)
+	}
+	// The new session cannot use the old lease…
+	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, authority.SessionRef{Session: a2, Epoch: 1}, t0); !errors.Is(err, authority.ErrStaleLease) {
+		t.Fatalf("new session accepting old lease = %v, want ErrStaleLease", err)
+	}
+	ack, err := f.a.CompleteAttempt(f.ctx, authority.Completion{MessageID: wire.NewMessageId(), Attempt: l.Attempt, Lease: l.ID,
+		Session: authority.SessionRef{Session: a2, Epoch: 1}, Now: t0})
+	if err != nil || ack != authority.AckStaleRejected {
+		t.Fatalf("new session completing old lease = %v, %v; want StaleRejected", ack, err)
+	}
+	// …and a replay from the old session is rejected too (§179).
+	ack, err = f.a.CompleteAttempt(f.ctx, authority.Completion{MessageID: wire.NewMessageId(), Attempt: l.Attempt, Lease: l.ID, Session: f.ref(), Now: t0})
+	if err != nil || ack != authority.AckStaleRejected {
+		t.Fatalf("old session completion replay = %v, %v; want StaleRejected", ack, err)
+	}
+	if _, err := f.a.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: f.session, Transport: wire.NewTransportSessionId(), Now: t0}); !errors.Is(err, authority.ErrStaleSession) {
+		t.Fatalf("re-registering the ended session = %v, want ErrStaleSession", err)
+	}
+	if n, _ := f.a.Completions(f.ctx, l.Attempt); n != 0 {
+		t.Fatalf("completions = %d, want 0", n)
+	}
+}
+
+func testOwnership(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	_, err := f.a.RegisterSession(f.ctx, authority.Registration{Runner: wire.NewRunnerId(), Session: f.session, Transport: wire.NewTransportSessionId(), Now: t0})
+	if !errors.Is(err, authority.ErrSessionOwnership) {
+		t.Fatalf("another runner claiming the session = %v, want ErrSessionOwnership", err)
+	}
+}
+
+func testDisabled(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	l := f.lease(t, time.Minute)
+	if err := f.a.SetRunnerEnabled(f.ctx, f.runner, false, "compromised", t0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := f.a.RunnerStatus(f.ctx, f.runner)
+	if err != nil || st.Enabled || st.Reason != "compromised" || st.Sessions != 0 {
+		t.Fatalf("status after disable = %+v, %v", st, err)
+	}
+	if got, _ := f.a.Lease(f.ctx, l.ID); got.State != authority.LeaseRevoked {
+		t.Fatalf("lease of disabled runner = %q, want revoked", got.State)
+	}
+	if _, err := f.a.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: wire.NewAgentSessionId(), Transport: wire.NewTransportSessionId(), Now: t0}); !errors.Is(err, authority.ErrRunnerDisabled) {
+		t.Fatalf("register while disabled = %v, want ErrRunnerDisabled", err)
+	}
+	if err := f.a.SetRunnerEnabled(f.ctx, f.runner, true, "", t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.a.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: wire.NewAgentSessionId(), Transport: wire.NewTransportSessionId(), Now: t0}); err != nil {
+		t.Fatalf("register after re-enable = %v", err)
+	}
+}
+
+func testDuplicateOffer(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	l := f.lease(t, time.Minute)
+	if err := f.a.CreateLease(f.ctx, l); err != nil {
+		t.Fatalf("duplicate identical offer = %v, want nil", err)
+	}
+	l2 := l
+	l2.Attempt = wire.NewJobAttemptId()
+	if err := f.a.CreateLease(f.ctx, l2); !errors.Is(err, authority.ErrConflict) {
+		t.Fatalf("conflicting offer = %v, want ErrConflict", err)
+	}
+}
+
+func testAccept(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	l := f.lease(t, time.Minute)
+	for i := 0; i < 2; i++ {
+		got, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0)
+		if err != nil || got.State != authority.LeaseAccepted {
+			t.Fatalf("accept #%d = %q, %v", i, got.State, err)
+		}
+	}
+	if _, err := f.a.AcceptLease(f.ctx, l.ID, wire.NewJobAttemptId(), f.ref(), t0); !errors.Is(err, authority.ErrStaleLease) {
+		t.Fatalf("accept with wrong attempt = %v, want ErrStaleLease", err)
+	}
+	if _, err := f.a.AcceptLease(f.ctx, wire.NewLeaseId(), l.Attempt, f.ref(), t0); !errors.Is(err, authority.ErrStaleLease) {
+		t.Fatalf("accept unknown lease = %v, want ErrStaleLease", err)
+	}
+	r := f.lease(t, time.Minute)
+	if err := f.a.RejectLease(f.ctx, r.ID, r.Attempt, f.ref(), t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.RejectLease(f.ctx, r.ID, r.Attempt, f.ref(), t0); err != nil {
+		t.Fatalf("repeated reject = %v", err)
+	}
+	if _, err := f.a.AcceptLease(f.ctx, r.ID, r.Attempt, f.ref(), t0); !errors.Is(err, authority.ErrStaleLease) {
+		t.Fatalf("accept after reject = %v, want ErrStaleLease", err)
+	}
+}
+
+func testRenew(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	l := f.lease(t, 30*time.Second)
+	msg := wire.NewMessageId()
+	now := t0.Add(20 * time.Second)
+	r1, err := f.a.RenewLease(f.ctx, msg, l.ID, l.Attempt, f.ref(), now)
+	if err != nil || !r1.Extended || !r1.ExpiresAt.Equal(now.Add(30*time.Second)) {
+		t.Fatalf("renew = %+v, %v; want extended to %v", r1, err, now.Add(30*time.Second))
+	}
+	// The same MessageId later gets the identical answer (§ renewals idempotent).
+	r2, err := f.a.RenewLease(f.ctx, msg, l.ID, l.Attempt, f.ref(), now.Add(10*time.Second))
+	if err != nil || r2 != r1 {
+		t.Fatalf("duplicate renew = %+v, %v; want identical %+v", r2, err, r1)
+	}
+	// A renewal never shortens the lease.
+	r3, err := f.a.RenewLease(f.ctx, wire.NewMessageId(), l.ID, l.Attempt, f.ref(), t0)
+	if err != nil || !r3.ExpiresAt.Equal(r1.ExpiresAt) {
+		t.Fatalf("earlier renew = %+v, %v; want expiry kept at %v", r3, err, r1.ExpiresAt)
+	}
+	if _, err := f.a.CancelAttempt(f.ctx, l.Attempt, 3, now); err != nil {
+		t.Fatal(err)
+	}
+	r4, err := f.a.RenewLease(f.ctx, wire.NewMessageId(), l.ID, l.Attempt, f.ref(), now)
+	if err != nil || !r4.Revoked || r4.CancelReason != 3 {
+		t.Fatalf("renew after cancel = %+v, %v; want revoked with reason 3", r4, err)
+	}
+	r5, err := f.a.RenewLease(f.ctx, wire.NewMessageId(), wire.NewLeaseId(), l.Attempt, f.ref(), now)
+	if err != nil || !r5.Unknown {
+		t.Fatalf("renew unknown lease = %+v, %v; want Unknown", r5, err)
+	}
+}
+
+func testCancel(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	l := f.lease(t, time.Minute)
+	for i := 0; i < 3; i++ {
+		got, err := f.a.CancelAttempt(f.ctx, l.Attempt, 1, t0)
+		if err != nil || !got.Cancelled || got.CancelReason != 1 || got.ID != l.ID {
+			t.Fatalf("cancel #%d = %+v, %v", i, got, err)
+		}
+	}
+	if _, err := f.a.CancelAttempt(f.ctx, wire.NewJobAttemptId(), 1, t0); !errors.Is(err, authority.ErrNotFound) {
+		t.Fatalf("cancel unknown attempt = %v, want ErrNotFound", err)
+	}
+}
+
+func testCompletion(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	l := f.lease(t, time.Minute)
+	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
+		t.Fatal(err)
+	}
+	c := authority.Completion{MessageID: wire.NewMessageId(), Attempt: l.Attempt, Lease: l.ID, Session: f.ref(),
+		Result: []byte{0, 0}, Outputs: []wire.CasObjectRef{{Size: 5}}, Now: t0}
+	if ack, err := f.a.CompleteAttempt(f.ctx, c); err != nil || ack != authority.AckAccepted {
+		t.Fatalf("completion = %v, %v; want Accepted", ack, err)
+	}
+	// The ack was lost; the agent reconnects (new epoch) and retries with the
+	// same MessageId (§177).
+	g, err := f.a.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: f.session, Transport: wire.NewTransportSessionId(), Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Session.Epoch = g.Epoch
+	if ack, err := f.a.CompleteAttempt(f.ctx, c); err != nil || ack != authority.AckDuplicateAccepted {
+		t.Fatalf("retried completion = %v, %v; want DuplicateAccepted", ack, err)
+	}
+	// A different message for a completed attempt is stale.
+	c2 := c
+	c2.MessageID = wire.NewMessageId()
+	if ack, err := f.a.CompleteAttempt(f.ctx, c2); err != nil || ack != authority.AckStaleRejected {
+		t.Fatalf("second completion = %v, %v; want StaleRejected", ack, err)
+	}
+	// The fenced transport cannot complete anything.
+	l2 := f.lease(t, time.Minute)
+	fenced := authority.SessionRef{Session: f.session, Epoch: g.Epoch - 1}
+	if _, err := f.a.CompleteAttempt(f.ctx, authority.Completion{MessageID: wire.NewMessageId(), Attempt: l2.Attempt, Lease: l2.ID, Session: fenced, Now: t0}); !errors.Is(err, authority.ErrFenced) {
+		t.Fatalf("completion from fenced transport = %v, want ErrFenced", err)
+	}
+	if n, err := f.a.Completions(f.ctx, l.Attempt); err != nil || n != 1 {
+		t.Fatalf("completions = %d, %v; want exactly 1", n, err)
+	}
+	got, _ := f.a.Lease(f.ctx, l.ID)
+	if got.State != authority.LeaseCompleted {
+		t.Fatalf("lease state = %q, want completed", got.State)
+	}
+	// Old lease replay after completion: stale (§144).
+	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, c.Session, t0); !errors.Is(err, authority.ErrStaleLease) {
+		t.Fatalf("accept of completed lease = %v, want ErrStaleLease", err)
+	}
+}
+
+func testCompletionConcurrent(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	const attempts, retries = 8, 4
+	type job struct {
+		l   authority.Lease
+		msg wire.MessageId
+	}
+	jobs := make([]job, attempts)
+	for i := range jobs {
+		jobs[i] = job{l: f.lease(t, time.Minute), msg: wire.NewMessageId()}
+	}
+	var mu sync.Mutex
+	counts := map[authority.AckKind]int{}
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		for r := 0; r < retries; r++ {
+			wg.Add(1)
+			go func(j job) {
+				defer wg.Done()
+				ack, err := f.a.CompleteAttempt(f.ctx, authority.Completion{MessageID: j.msg, Attempt: j.l.Attempt, Lease: j.l.ID, Session: f.ref(), Now: t0})
+				if err != nil {
+					t.Errorf("concurrent completion: %v", err)
+					return
+				}
+				mu.Lock()
+				counts[ack]++
+				mu.Unlock()
+			}(j)
+		}
+	}
+	wg.Wait()
+	if counts[authority.AckAccepted] != attempts || counts[authority.AckDuplicateAccepted] != attempts*(retries-1) {
+		t.Fatalf("acks = %v; want %d Accepted and %d DuplicateAccepted", counts, attempts, attempts*(retries-1))
+	}
+	for _, j := range jobs {
+		if n, _ := f.a.Completions(f.ctx, j.l.Attempt); n != 1 {
+			t.Fatalf("attempt %s has %d completions, want 1", j.l.Attempt, n)
+		}
+	}
+}
+
+func testResync(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	cont := f.lease(t, 30*time.Second)
+	canc := f.lease(t, 30*time.Second)
+	done := f.lease(t, 30*time.Second)
+	if _, err := f.a.CancelAttempt(f.ctx, canc.Attempt, 4, t0); err != nil {
+		t.Fatal(err)
+	}
+	if ack, _ := f.a.CompleteAttempt(f.ctx, authority.Completion{MessageID: wire.NewMessageId(), Attempt: done.Attempt, Lease: done.ID, Session: f.ref(), Now: t0}); ack != authority.AckAccepted {
+		t.Fatalf("complete = %v", ack)
+	}
+	unknown := authority.AttemptClaim{Attempt: wire.NewJobAttemptId(), Lease: wire.NewLeaseId()}
+	claims := []authority.AttemptClaim{{Attempt: cont.Attempt, Lease: cont.ID}, {Attempt: canc.Attempt, Lease: canc.ID}, {Attempt: done.Attempt, Lease: done.ID}, unknown}
+	now := t0.Add(10 * time.Second)
+	for round := 0; round < 2; round++ { // repeated resync is safe (§121)
+		ds, err := f.a.Resync(f.ctx, f.ref(), claims, now)
+		if err != nil || len(ds) != 4 {
+			t.Fatalf("resync = %v, %v", ds, err)
+		}
+		if ds[0].Kind != authority.DecisionContinue || !ds[0].ExpiresAt.Equal(now.Add(30*time.Second)) {
+			t.Fatalf("continue decision = %+v, want Continue until %v", ds[0], now.Add(30*time.Second))
+		}
+		if ds[1].Kind != authority.DecisionCancel || ds[1].CancelReason != 4 {
+			t.Fatalf("cancel decision = %+v", ds[1])
+		}
+		if ds[2].Kind != authority.DecisionStale || ds[3].Kind != authority.DecisionStale {
+			t.Fatalf("stale decisions = %+v %+v", ds[2], ds[3])
+		}
+	}
+	// Another session's resync cannot claim these leases.
+	other := newFixture(t, f.a)
+	ds, err := f.a.Resync(f.ctx, other.ref(), claims[:1], now)
+	if err != nil || ds[0].Kind != authority.DecisionStale {
+		t.Fatalf("foreign resync = %+v, %v; want Stale", ds, err)
+	}
+}
+
+func testExpiry(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	short := f.lease(t, 10*time.Second)
+	long := f.lease(t, time.Hour)
+	exp, err := f.a.ExpiredLeases(f.ctx, t0.Add(time.Minute), 100)
+	if err != nil || len(exp) != 1 || exp[0].ID != short.ID {
+		t.Fatalf("expired = %+v, %v; want only %s", exp, err, short.ID)
+	}
+	if err := f.a.RevokeLease(f.ctx, short.ID, "renewals stopped", t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.RevokeLease(f.ctx, short.ID, "again", t0.Add(time.Minute)); err != nil {
+		t.Fatalf("second revoke = %v", err)
+	}
+	got, _ := f.a.Lease(f.ctx, short.ID)
+	if got.State != authority.LeaseRevoked || got.RevokeReason != "renewals stopped" {
+		t.Fatalf("revoked lease = %+v", got)
+	}
+	if exp, _ := f.a.ExpiredLeases(f.ctx, t0.Add(time.Minute), 100); len(exp) != 0 {
+		t.Fatalf("expired after revoke = %+v, want none", exp)
+	}
+	if ack, _ := f.a.CompleteAttempt(f.ctx, authority.Completion{MessageID: wire.NewMessageId(), Attempt: short.Attempt, Lease: short.ID, Session: f.ref(), Now: t0}); ack != authority.AckStaleRejected {
+		t.Fatalf("completion of revoked lease = %v, want StaleRejected", ack)
+	}
+	_ = long
+}
+
+func testDedup(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	l := f.lease(t, time.Minute)
+	msg := wire.NewMessageId()
+	c := authority.Completion{MessageID: msg, Attempt: l.Attempt, Lease: l.ID, Session: f.ref(), Now: t0}
+	if ack, _ := f.a.CompleteAttempt(f.ctx, c); ack != authority.AckAccepted {
+		t.Fatal("not accepted")
+	}
+	if _, err := f.a.RenewLease(f.ctx, wire.NewMessageId(), l.ID, l.Attempt, f.ref(), t0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.a.PruneDedup(f.ctx, t0.Add(time.Hour))
+	if err != nil || n != 2 {
+		t.Fatalf("pruned %d, %v; want 2", n, err)
+	}
+	// Retention is bounded, yet the completion stays exactly-once: the
+	// completion record itself answers the retry.
+	if ack, _ := f.a.CompleteAttempt(f.ctx, c); ack != authority.AckDuplicateAccepted {
+		t.Fatalf("retry after prune = %v, want DuplicateAccepted", ack)
+	}
+}
+
+func testLeaseRoundTrip(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	l := f.lease(t, 90*time.Second)
+	got, err := f.a.Lease(f.ctx, l.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != l.ID || got.Attempt != l.Attempt || got.Job != l.Job || got.Runner != l.Runner || got.Session != l.Session ||
+		got.Spec != l.Spec || got.Payload != l.Payload || got.TTL != l.TTL || !got.ExpiresAt.Equal(l.ExpiresAt) || got.State != authority.LeaseOffered {
+		t.Fatalf("lease round trip:\n got %+v\nwant %+v", got, l)
+	}
+	if _, err := f.a.Lease(f.ctx, wire.NewLeaseId()); !errors.Is(err, authority.ErrNotFound) {
+		t.Fatalf("unknown lease = %v, want ErrNotFound", err)
+	}
+}
+
+// testShared: two daemons over one store — an agent registered on the first
+// reconnects to the second and resyncs its active attempt (§229).
+func testShared(t *testing.T, o Opener) {
+	a := o.Open(t)
+	b := o.Shared(t)
+	f := newFixture(t, a)
+	l := f.lease(t, time.Minute)
+	if _, err := a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: f.session, Transport: wire.NewTransportSessionId(), Daemon: "d2", Now: t0})
+	if err != nil || g.Epoch != 2 || g.Previous.Daemon != "d1" {
+		t.Fatalf("register on second daemon = %+v, %v", g, err)
+	}
+	ds, err := b.Resync(f.ctx, authority.SessionRef{Session: f.session, Epoch: g.Epoch}, []authority.AttemptClaim{{Attempt: l.Attempt, Lease: l.ID}}, t0.Add(time.Second))
+	if err != nil || len(ds) != 1 || ds[0].Kind != authority.DecisionContinue {
+		t.Fatalf("resync on second daemon = %+v, %v; want Continue", ds, err)
+	}
+	// The first daemon now sees the old transport fenced.
+	if _, err := a.CheckEpoch(f.ctx, f.session, 1); !errors.Is(err, authority.ErrFenced) {
+		t.Fatalf("first daemon's view = %v, want ErrFenced", err)
+	}
+}

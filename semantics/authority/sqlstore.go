@@ -1,0 +1,764 @@
+package authority
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/postcard"
+)
+
+// dialect captures the few differences between SQLite and PostgreSQL.
+type dialect struct {
+	name      string
+	dollar    bool   // placeholders $1, $2 … instead of ?
+	forUpdate string // row-lock suffix for SELECTs inside a transaction
+	blob      string // binary column type
+}
+
+var (
+	sqliteDialect   = dialect{name: "sqlite", blob: "BLOB"}
+	postgresDialect = dialect{name: "postgres", dollar: true, forUpdate: " FOR UPDATE", blob: "BYTEA"}
+)
+
+// store is the Authority over database/sql shared by both dialects.
+type store struct {
+	db *sql.DB
+	d  dialect
+}
+
+func (s *store) rebind(query string) string {
+	r := query
+	if s.d.dollar {
+		var b strings.Builder
+		n := 0
+		for i := 0; i < len(query); i++ {
+			if query[i] == '?' {
+				n++
+				b.WriteByte('$')
+				b.WriteString(strconv.Itoa(n))
+				continue
+			}
+			b.WriteByte(query[i])
+		}
+		r = b.String()
+	}
+	r = strings.ReplaceAll(r, " /*FOR UPDATE*/", s.d.forUpdate)
+	return r
+}
+
+func (s *store) schema() []string {
+	b := s.d.blob
+	return []string{
+		`CREATE TABLE IF NOT EXISTS fy_runners (
+			runner_id ` + b + ` PRIMARY KEY,
+			enabled BOOLEAN NOT NULL,
+			reason TEXT NOT NULL,
+			changed_ms BIGINT NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS fy_sessions (
+			session_id ` + b + ` PRIMARY KEY,
+			runner_id ` + b + ` NOT NULL,
+			epoch BIGINT NOT NULL,
+			transport_id ` + b + ` NOT NULL,
+			daemon TEXT NOT NULL,
+			remote TEXT NOT NULL,
+			since_ms BIGINT NOT NULL,
+			ended BOOLEAN NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS fy_sessions_runner ON fy_sessions (runner_id)`,
+		`CREATE TABLE IF NOT EXISTS fy_leases (
+			lease_id ` + b + ` PRIMARY KEY,
+			attempt_id ` + b + ` NOT NULL,
+			job_id ` + b + ` NOT NULL,
+			runner_id ` + b + ` NOT NULL,
+			session_id ` + b + ` NOT NULL,
+			spec_id ` + b + ` NOT NULL,
+			payload ` + b + ` NOT NULL,
+			ttl_ms BIGINT NOT NULL,
+			expires_ms BIGINT NOT NULL,
+			state TEXT NOT NULL,
+			cancelled BOOLEAN NOT NULL,
+			cancel_reason BIGINT NOT NULL,
+			revoke_reason TEXT NOT NULL,
+			created_ms BIGINT NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS fy_leases_attempt ON fy_leases (attempt_id)`,
+		`CREATE INDEX IF NOT EXISTS fy_leases_session ON fy_leases (session_id)`,
+		`CREATE INDEX IF NOT EXISTS fy_leases_expiry ON fy_leases (state, expires_ms)`,
+		`CREATE TABLE IF NOT EXISTS fy_completions (
+			attempt_id ` + b + ` PRIMARY KEY,
+			message_id ` + b + ` NOT NULL,
+			lease_id ` + b + ` NOT NULL,
+			session_id ` + b + ` NOT NULL,
+			result ` + b + ` NOT NULL,
+			outputs ` + b + ` NOT NULL,
+			recorded_ms BIGINT NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS fy_dedup (
+			message_id ` + b + ` PRIMARY KEY,
+			op TEXT NOT NULL,
+			answer ` + b + ` NOT NULL,
+			created_ms BIGINT NOT NULL)`,
+		`CREATE INDEX IF NOT EXISTS fy_dedup_created ON fy_dedup (created_ms)`,
+	}
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// newStore creates the schema through ex (the pool, or one connection that
+// holds a lock) and returns the store over db.
+func newStore(ctx context.Context, db *sql.DB, ex execer, d dialect) (*store, error) {
+	s := &store{db: db, d: d}
+	for _, stmt := range s.schema() {
+		if _, err := ex.ExecContext(ctx, stmt); err != nil {
+			return nil, fmt.Errorf("authority(%s): create schema: %w", d.name, err)
+		}
+	}
+	return s, nil
+}
+
+func (s *store) Close() error { return s.db.Close() }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMs(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+func idb(u [16]byte) []byte { return u[:] }
+
+// tx runs fn in a transaction, retrying serialization failures a few times.
+func (s *store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var t *sql.Tx
+		t, err = s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		err = fn(t)
+		if err == nil {
+			err = t.Commit()
+			if err == nil {
+				return nil
+			}
+		} else {
+			_ = t.Rollback()
+		}
+		if !retryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// retryable reports transient conflicts: PostgreSQL serialization/deadlock
+// failures and SQLite busy errors. Matched on the SQLSTATE / code carried in
+// the driver error text, the one portable signal across both drivers.
+func retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "SQLSTATE 40001") || strings.Contains(msg, "SQLSTATE 40P01") ||
+		strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
+}
+
+func (s *store) exec(ctx context.Context, t *sql.Tx, q string, args ...any) (sql.Result, error) {
+	return t.ExecContext(ctx, s.rebind(q), args...)
+}
+
+func (s *store) row(ctx context.Context, t *sql.Tx, q string, args ...any) *sql.Row {
+	return t.QueryRowContext(ctx, s.rebind(q), args...)
+}
+
+// ---- runners ----
+
+func (s *store) RunnerStatus(ctx context.Context, runner wire.RunnerId) (RunnerStatus, error) {
+	st := RunnerStatus{Runner: runner, Enabled: true}
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		var changed int64
+		err := s.row(ctx, t, `SELECT enabled, reason, changed_ms FROM fy_runners WHERE runner_id = ?`, idb(runner.ULID)).
+			Scan(&st.Enabled, &st.Reason, &changed)
+		if err == nil {
+			st.Changed = fromMs(changed)
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		return s.row(ctx, t, `SELECT COUNT(*) FROM fy_sessions WHERE runner_id = ? AND ended = ?`, idb(runner.ULID), false).Scan(&st.Sessions)
+	})
+	return st, err
+}
+
+func (s *store) SetRunnerEnabled(ctx context.Context, runner wire.RunnerId, enabled bool, reason string, now time.Time) error {
+	return s.tx(ctx, func(t *sql.Tx) error {
+		if _, err := s.exec(ctx, t, `INSERT INTO fy_runners (runner_id, enabled, reason, changed_ms) VALUES (?, ?, ?, ?)
+			ON CONFLICT (runner_id) DO UPDATE SET enabled = excluded.enabled, reason = excluded.reason, changed_ms = excluded.changed_ms`,
+			idb(runner.ULID), enabled, reason, ms(now)); err != nil {
+			return err
+		}
+		if enabled {
+			return nil
+		}
+		if _, err := s.exec(ctx, t, `UPDATE fy_leases SET state = ?, revoke_reason = ? WHERE runner_id = ? AND state IN (?, ?)`,
+			string(LeaseRevoked), "runner disabled: "+reason, idb(runner.ULID), string(LeaseOffered), string(LeaseAccepted)); err != nil {
+			return err
+		}
+		_, err := s.exec(ctx, t, `UPDATE fy_sessions SET ended = ? WHERE runner_id = ? AND ended = ?`, true, idb(runner.ULID), false)
+		return err
+	})
+}
+
+// ---- sessions ----
+
+type sessionRow struct {
+	runner    wire.RunnerId
+	epoch     uint64
+	transport wire.TransportSessionId
+	daemon    string
+	remote    string
+	since     int64
+	ended     bool
+}
+
+func (s *store) loadSession(ctx context.Context, t *sql.Tx, session wire.AgentSessionId, lock bool) (sessionRow, error) {
+	var r sessionRow
+	var runner, transport []byte
+	var epoch int64
+	q := `SELECT runner_id, epoch, transport_id, daemon, remote, since_ms, ended FROM fy_sessions WHERE session_id = ?`
+	if lock {
+		q += ` /*FOR UPDATE*/`
+	}
+	err := s.row(ctx, t, q, idb(session.ULID)).Scan(&runner, &epoch, &transport, &r.daemon, &r.remote, &r.since, &r.ended)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, ErrNotFound
+	}
+	if err != nil {
+		return r, err
+	}
+	copy(r.runner.ULID[:], runner)
+	copy(r.transport.ULID[:], transport)
+	r.epoch = uint64(epoch)
+	return r, nil
+}
+
+func (r sessionRow) holder(session wire.AgentSessionId) SessionHolder {
+	return SessionHolder{Session: session, Runner: r.runner, Epoch: r.epoch, Transport: r.transport,
+		Daemon: r.daemon, Remote: r.remote, Since: fromMs(r.since)}
+}
+
+func (s *store) runnerEnabled(ctx context.Context, t *sql.Tx, runner wire.RunnerId) (bool, error) {
+	var enabled bool
+	err := s.row(ctx, t, `SELECT enabled FROM fy_runners WHERE runner_id = ?`, idb(runner.ULID)).Scan(&enabled)
+	if errors.Is(err, sql.ErrNoRows) {
+		return true, nil
+	}
+	return enabled, err
+}
+
+func (s *store) RegisterSession(ctx context.Context, r Registration) (SessionGrant, error) {
+	var g SessionGrant
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		g = SessionGrant{}
+		enabled, err := s.runnerEnabled(ctx, t, r.Runner)
+		if err != nil {
+			return err
+		}
+		if !enabled {
+			return ErrRunnerDisabled
+		}
+		cur, err := s.loadSession(ctx, t, r.Session, true)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			// A new agent session supersedes the runner's older sessions:
+			// their leases are not inherited (§15).
+			if _, err := s.exec(ctx, t, `UPDATE fy_leases SET state = ?, revoke_reason = ? WHERE runner_id = ? AND session_id <> ? AND state IN (?, ?)`,
+				string(LeaseRevoked), "agent session superseded", idb(r.Runner.ULID), idb(r.Session.ULID), string(LeaseOffered), string(LeaseAccepted)); err != nil {
+				return err
+			}
+			if _, err := s.exec(ctx, t, `UPDATE fy_sessions SET ended = ? WHERE runner_id = ? AND ended = ?`, true, idb(r.Runner.ULID), false); err != nil {
+				return err
+			}
+			if _, err := s.exec(ctx, t, `INSERT INTO fy_sessions (session_id, runner_id, epoch, transport_id, daemon, remote, since_ms, ended)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, idb(r.Session.ULID), idb(r.Runner.ULID), int64(1), idb(r.Transport.ULID), r.Daemon, r.Remote, ms(r.Now), false); err != nil {
+				return err
+			}
+			g.Epoch = 1
+			return nil
+		case err != nil:
+			return err
+		}
+		if cur.runner != r.Runner {
+			return ErrSessionOwnership
+		}
+		if cur.ended {
+			return ErrStaleSession
+		}
+		prev := cur.holder(r.Session)
+		g.Previous = &prev
+		g.Epoch = cur.epoch + 1
+		_, err = s.exec(ctx, t, `UPDATE fy_sessions SET epoch = ?, transport_id = ?, daemon = ?, remote = ?, since_ms = ? WHERE session_id = ?`,
+			int64(g.Epoch), idb(r.Transport.ULID), r.Daemon, r.Remote, ms(r.Now), idb(r.Session.ULID))
+		return err
+	})
+	if err != nil {
+		return SessionGrant{}, err
+	}
+	return g, nil
+}
+
+// checkRef verifies a SessionRef inside a transaction.
+func (s *store) checkRef(ctx context.Context, t *sql.Tx, ref SessionRef) (sessionRow, error) {
+	cur, err := s.loadSession(ctx, t, ref.Session, false)
+	if errors.Is(err, ErrNotFound) {
+		return cur, ErrStaleSession
+	}
+	if err != nil {
+		return cur, err
+	}
+	if cur.ended {
+		return cur, ErrStaleSession
+	}
+	if ref.Epoch != 0 && ref.Epoch != cur.epoch {
+		return cur, ErrFenced
+	}
+	return cur, nil
+}
+
+func (s *store) CheckEpoch(ctx context.Context, session wire.AgentSessionId, epoch uint64) (SessionHolder, error) {
+	var h SessionHolder
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		cur, err := s.checkRef(ctx, t, SessionRef{Session: session, Epoch: epoch})
+		h = cur.holder(session)
+		return err
+	})
+	return h, err
+}
+
+func (s *store) EndSession(ctx context.Context, session wire.AgentSessionId, now time.Time) error {
+	return s.tx(ctx, func(t *sql.Tx) error {
+		res, err := s.exec(ctx, t, `UPDATE fy_sessions SET ended = ? WHERE session_id = ?`, true, idb(session.ULID))
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return ErrNotFound
+		}
+		_, err = s.exec(ctx, t, `UPDATE fy_leases SET state = ?, revoke_reason = ? WHERE session_id = ? AND state IN (?, ?)`,
+			string(LeaseRevoked), "agent session ended", idb(session.ULID), string(LeaseOffered), string(LeaseAccepted))
+		return err
+	})
+}
+
+// ---- leases ----
+
+const leaseCols = `lease_id, attempt_id, job_id, runner_id, session_id, spec_id, payload, ttl_ms, expires_ms, state, cancelled, cancel_reason, revoke_reason, created_ms`
+
+type scanner interface{ Scan(...any) error }
+
+func scanLease(sc scanner) (Lease, error) {
+	var l Lease
+	var id, attempt, job, runner, session, spec, payload []byte
+	var ttl, expires, created, reason int64
+	var state string
+	if err := sc.Scan(&id, &attempt, &job, &runner, &session, &spec, &payload, &ttl, &expires, &state,
+		&l.Cancelled, &reason, &l.RevokeReason, &created); err != nil {
+		return l, err
+	}
+	copy(l.ID.ULID[:], id)
+	copy(l.Attempt.ULID[:], attempt)
+	copy(l.Job.ULID[:], job)
+	copy(l.Runner.ULID[:], runner)
+	copy(l.Session.ULID[:], session)
+	copy(l.Spec.Digest[:], spec)
+	d := postcard.NewDecoder(payload)
+	l.Payload.DecodePostcard(&d)
+	if err := d.Finish(); err != nil {
+		return l, fmt.Errorf("authority: corrupt payload ref of lease %s: %w", l.ID, err)
+	}
+	l.TTL = time.Duration(ttl) * time.Millisecond
+	l.ExpiresAt = fromMs(expires)
+	l.State = LeaseState(state)
+	l.CancelReason = uint32(reason)
+	l.CreatedAt = fromMs(created)
+	return l, nil
+}
+
+func (s *store) loadLease(ctx context.Context, t *sql.Tx, id wire.LeaseId, lock bool) (Lease, error) {
+	q := `SELECT ` + leaseCols + ` FROM fy_leases WHERE lease_id = ?`
+	if lock {
+		q += ` /*FOR UPDATE*/`
+	}
+	l, err := scanLease(s.row(ctx, t, q, idb(id.ULID)))
+	if errors.Is(err, sql.ErrNoRows) {
+		return l, ErrNotFound
+	}
+	return l, err
+}
+
+func (s *store) CreateLease(ctx context.Context, l Lease) error {
+	if l.TTL <= 0 {
+		return fmt.Errorf("authority: lease %s has no TTL", l.ID)
+	}
+	if l.State == "" {
+		l.State = LeaseOffered
+	}
+	payload := l.Payload.AppendPostcard(nil)
+	return s.tx(ctx, func(t *sql.Tx) error {
+		cur, err := s.loadLease(ctx, t, l.ID, true)
+		if err == nil {
+			if cur.Attempt != l.Attempt || cur.Session != l.Session || cur.Runner != l.Runner || cur.Spec != l.Spec || cur.Job != l.Job {
+				return ErrConflict
+			}
+			return nil // duplicate offer: safe no-op (§67)
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		_, err = s.exec(ctx, t, `INSERT INTO fy_leases (`+leaseCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			idb(l.ID.ULID), idb(l.Attempt.ULID), idb(l.Job.ULID), idb(l.Runner.ULID), idb(l.Session.ULID), l.Spec.Digest[:],
+			payload, l.TTL.Milliseconds(), ms(l.ExpiresAt), string(l.State), l.Cancelled, int64(l.CancelReason), l.RevokeReason, ms(l.CreatedAt))
+		return err
+	})
+}
+
+func (s *store) Lease(ctx context.Context, id wire.LeaseId) (Lease, error) {
+	var l Lease
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		var err error
+		l, err = s.loadLease(ctx, t, id, false)
+		return err
+	})
+	return l, err
+}
+
+// boundLease loads a lease for an agent operation and checks that it belongs
+// to the caller's session and attempt.
+func (s *store) boundLease(ctx context.Context, t *sql.Tx, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef) (Lease, error) {
+	if _, err := s.checkRef(ctx, t, ref); err != nil {
+		return Lease{}, err
+	}
+	l, err := s.loadLease(ctx, t, id, true)
+	if errors.Is(err, ErrNotFound) {
+		return l, ErrStaleLease
+	}
+	if err != nil {
+		return l, err
+	}
+	if l.Attempt != attempt || l.Session != ref.Session {
+		return l, ErrStaleLease
+	}
+	return l, nil
+}
+
+func (s *store) AcceptLease(ctx context.Context, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef, now time.Time) (Lease, error) {
+	var l Lease
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		var err error
+		l, err = s.boundLease(ctx, t, id, attempt, ref)
+		if err != nil {
+			return err
+		}
+		switch l.State {
+		case LeaseAccepted:
+			return nil
+		case LeaseOffered:
+			l.State = LeaseAccepted
+			_, err = s.exec(ctx, t, `UPDATE fy_leases SET state = ? WHERE lease_id = ?`, string(LeaseAccepted), idb(id.ULID))
+			return err
+		default:
+			return ErrStaleLease
+		}
+	})
+	return l, err
+}
+
+func (s *store) RejectLease(ctx context.Context, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef, now time.Time) error {
+	return s.tx(ctx, func(t *sql.Tx) error {
+		l, err := s.boundLease(ctx, t, id, attempt, ref)
+		if err != nil {
+			return err
+		}
+		switch l.State {
+		case LeaseRejected:
+			return nil
+		case LeaseOffered:
+			_, err = s.exec(ctx, t, `UPDATE fy_leases SET state = ? WHERE lease_id = ?`, string(LeaseRejected), idb(id.ULID))
+			return err
+		default:
+			return ErrStaleLease
+		}
+	})
+}
+
+// dedup answers are small fixed encodings; see encodeRenew.
+func (s *store) dedupGet(ctx context.Context, t *sql.Tx, msg wire.MessageId, op string) ([]byte, bool, error) {
+	var gotOp string
+	var answer []byte
+	err := s.row(ctx, t, `SELECT op, answer FROM fy_dedup WHERE message_id = ?`, idb(msg.ULID)).Scan(&gotOp, &answer)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if gotOp != op {
+		return nil, false, ErrConflict
+	}
+	return answer, true, nil
+}
+
+func (s *store) dedupPut(ctx context.Context, t *sql.Tx, msg wire.MessageId, op string, answer []byte, now time.Time) error {
+	_, err := s.exec(ctx, t, `INSERT INTO fy_dedup (message_id, op, answer, created_ms) VALUES (?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`,
+		idb(msg.ULID), op, answer, ms(now))
+	return err
+}
+
+func encodeRenew(r RenewResult) []byte {
+	b := make([]byte, 0, 14)
+	var flags byte
+	if r.Extended {
+		flags |= 1
+	}
+	if r.Revoked {
+		flags |= 2
+	}
+	if r.Unknown {
+		flags |= 4
+	}
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.ExpiresAt.UnixMilli()))
+	return binary.BigEndian.AppendUint32(b, r.CancelReason)
+}
+
+func decodeRenew(b []byte) (RenewResult, error) {
+	if len(b) != 13 {
+		return RenewResult{}, fmt.Errorf("authority: corrupt renewal dedup record (%d bytes)", len(b))
+	}
+	r := RenewResult{Extended: b[0]&1 != 0, Revoked: b[0]&2 != 0, Unknown: b[0]&4 != 0}
+	if r.Extended {
+		r.ExpiresAt = fromMs(int64(binary.BigEndian.Uint64(b[1:9])))
+	}
+	r.CancelReason = binary.BigEndian.Uint32(b[9:13])
+	return r, nil
+}
+
+func (s *store) RenewLease(ctx context.Context, msg wire.MessageId, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef, now time.Time) (RenewResult, error) {
+	var res RenewResult
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		res = RenewResult{}
+		if ans, ok, err := s.dedupGet(ctx, t, msg, "renew"); err != nil {
+			return err
+		} else if ok {
+			res, err = decodeRenew(ans)
+			return err
+		}
+		l, err := s.boundLease(ctx, t, id, attempt, ref)
+		switch {
+		case errors.Is(err, ErrStaleLease):
+			res.Unknown = true
+		case err != nil:
+			return err
+		case !l.State.Live():
+			res.Revoked, res.CancelReason = true, l.CancelReason
+		case l.Cancelled:
+			// A cancelled lease still lives until the agent completes, but
+			// the renewal tells the agent to stop (§72–73).
+			res.Revoked, res.CancelReason = true, l.CancelReason
+		default:
+			exp := now.Add(l.TTL)
+			if exp.Before(l.ExpiresAt) {
+				exp = l.ExpiresAt
+			}
+			if _, err := s.exec(ctx, t, `UPDATE fy_leases SET expires_ms = ? WHERE lease_id = ?`, ms(exp), idb(id.ULID)); err != nil {
+				return err
+			}
+			res.Extended, res.ExpiresAt = true, fromMs(ms(exp))
+		}
+		return s.dedupPut(ctx, t, msg, "renew", encodeRenew(res), now)
+	})
+	return res, err
+}
+
+func (s *store) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, reason uint32, now time.Time) (Lease, error) {
+	var l Lease
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		var err error
+		l, err = scanLease(s.row(ctx, t, `SELECT `+leaseCols+` FROM fy_leases WHERE attempt_id = ? AND state IN (?, ?) /*FOR UPDATE*/`,
+			idb(attempt.ULID), string(LeaseOffered), string(LeaseAccepted)))
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if l.Cancelled {
+			return nil // repeated cancel is safe (§73)
+		}
+		l.Cancelled, l.CancelReason = true, reason
+		_, err = s.exec(ctx, t, `UPDATE fy_leases SET cancelled = ?, cancel_reason = ? WHERE lease_id = ?`, true, int64(reason), idb(l.ID.ULID))
+		return err
+	})
+	return l, err
+}
+
+func (s *store) CompleteAttempt(ctx context.Context, c Completion) (AckKind, error) {
+	var ack AckKind
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		if _, err := s.checkRef(ctx, t, c.Session); err != nil {
+			if errors.Is(err, ErrStaleSession) {
+				ack = AckStaleRejected
+				return nil
+			}
+			return err // ErrFenced and storage errors
+		}
+		// Lock the lease row first so concurrent retries of one completion
+		// serialize here and the second sees the first one's record.
+		l, err := s.loadLease(ctx, t, c.Lease, true)
+		if errors.Is(err, ErrNotFound) {
+			ack = AckStaleRejected
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		// An attempt completes once: a retry of the same message is a
+		// duplicate, anything else is stale (§76–77).
+		var prevMsg []byte
+		err = s.row(ctx, t, `SELECT message_id FROM fy_completions WHERE attempt_id = ?`, idb(c.Attempt.ULID)).Scan(&prevMsg)
+		switch {
+		case err == nil:
+			if string(prevMsg) == string(c.MessageID.ULID[:]) {
+				ack = AckDuplicateAccepted
+			} else {
+				ack = AckStaleRejected
+			}
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		if l.Attempt != c.Attempt || l.Session != c.Session.Session || !l.State.Live() {
+			ack = AckStaleRejected
+			return nil
+		}
+		var outputs []byte
+		outputs = postcard.AppendLen(outputs, len(c.Outputs))
+		for i := range c.Outputs {
+			outputs = c.Outputs[i].AppendPostcard(outputs)
+		}
+		result := c.Result
+		if result == nil {
+			result = []byte{}
+		}
+		if _, err := s.exec(ctx, t, `INSERT INTO fy_completions (attempt_id, message_id, lease_id, session_id, result, outputs, recorded_ms)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, idb(c.Attempt.ULID), idb(c.MessageID.ULID), idb(c.Lease.ULID), idb(c.Session.Session.ULID),
+			result, outputs, ms(c.Now)); err != nil {
+			return err
+		}
+		if _, err := s.exec(ctx, t, `UPDATE fy_leases SET state = ? WHERE lease_id = ?`, string(LeaseCompleted), idb(c.Lease.ULID)); err != nil {
+			return err
+		}
+		ack = AckAccepted
+		return s.dedupPut(ctx, t, c.MessageID, "complete", []byte{byte(AckAccepted)}, c.Now)
+	})
+	return ack, err
+}
+
+func (s *store) Resync(ctx context.Context, ref SessionRef, claims []AttemptClaim, now time.Time) ([]Decision, error) {
+	var out []Decision
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		out = out[:0]
+		if _, err := s.checkRef(ctx, t, ref); err != nil {
+			return err
+		}
+		for _, c := range claims {
+			d := Decision{Attempt: c.Attempt, Lease: c.Lease, Kind: DecisionStale}
+			l, err := s.loadLease(ctx, t, c.Lease, true)
+			switch {
+			case errors.Is(err, ErrNotFound):
+			case err != nil:
+				return err
+			case l.Attempt != c.Attempt || l.Session != ref.Session || !l.State.Live():
+			case l.Cancelled:
+				d.Kind, d.CancelReason = DecisionCancel, l.CancelReason
+			default:
+				exp := now.Add(l.TTL)
+				if exp.Before(l.ExpiresAt) {
+					exp = l.ExpiresAt
+				}
+				if _, err := s.exec(ctx, t, `UPDATE fy_leases SET expires_ms = ? WHERE lease_id = ?`, ms(exp), idb(l.ID.ULID)); err != nil {
+					return err
+				}
+				d.Kind, d.ExpiresAt = DecisionContinue, fromMs(ms(exp))
+			}
+			out = append(out, d)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (s *store) ExpiredLeases(ctx context.Context, before time.Time, limit int) ([]Lease, error) {
+	if limit <= 0 || limit > 10000 {
+		limit = 10000
+	}
+	var out []Lease
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		out = out[:0]
+		rows, err := t.QueryContext(ctx, s.rebind(`SELECT `+leaseCols+` FROM fy_leases WHERE state IN (?, ?) AND expires_ms < ? ORDER BY expires_ms LIMIT ?`),
+			string(LeaseOffered), string(LeaseAccepted), ms(before), limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			l, err := scanLease(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, l)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+func (s *store) RevokeLease(ctx context.Context, id wire.LeaseId, reason string, now time.Time) error {
+	return s.tx(ctx, func(t *sql.Tx) error {
+		l, err := s.loadLease(ctx, t, id, true)
+		if err != nil {
+			return err
+		}
+		if !l.State.Live() {
+			return nil
+		}
+		_, err = s.exec(ctx, t, `UPDATE fy_leases SET state = ?, revoke_reason = ? WHERE lease_id = ?`, string(LeaseRevoked), reason, idb(id.ULID))
+		return err
+	})
+}
+
+func (s *store) Completions(ctx context.Context, attempt wire.JobAttemptId) (int, error) {
+	var n int
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		return s.row(ctx, t, `SELECT COUNT(*) FROM fy_completions WHERE attempt_id = ?`, idb(attempt.ULID)).Scan(&n)
+	})
+	return n, err
+}
+
+func (s *store) PruneDedup(ctx context.Context, before time.Time) (int, error) {
+	var n int64
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		res, err := s.exec(ctx, t, `DELETE FROM fy_dedup WHERE created_ms < ?`, ms(before))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+var _ Authority = (*store)(nil)
