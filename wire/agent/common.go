@@ -34,23 +34,25 @@ import (
 // strings and byte strings and in elements for sequences. The same constant
 // bounds encoding (Validate) and decoding.
 const (
-	MaxAgentVersion       = 64    // TransportHelloV1/RegisterAgentV1 agent_version
-	MaxOSName             = 32    // RunnerCapabilitiesV1.os
-	MaxArchName           = 32    // RunnerCapabilitiesV1.arch
-	MaxLabel              = 64    // one capability label
-	MaxLabels             = 64    // capability labels
-	MaxTool               = 64    // one capability tool name
-	MaxTools              = 64    // capability tools
-	MaxKeyProof           = 512   // RegisterAgentV1.key_proof
-	MaxEndpoint           = 256   // one alternate endpoint (URL or host:port)
-	MaxAlternateEndpoints = 16    // alternate endpoints in RegistrationAcceptedV1/GoAwayV1
-	MaxFallbackStagger    = 8     // RegistrationAcceptedV1.fallback_stagger_ms
-	MaxRejectMessage      = 512   // RegistrationRejectedV1.message
-	MaxMessage            = 256   // every other free-text message field
-	MaxOutputs            = 1024  // AttemptCompletionV1.outputs
-	MaxRemoteAddr         = 128   // SessionFencedV1.holder_remote
-	MaxSecretID           = 128   // SecretMaterialV1.secret_id
-	MaxSecretBytes        = 65536 // SecretMaterialV1.bytes
+	MaxAgentVersion       = 64       // TransportHelloV1/RegisterAgentV1 agent_version
+	MaxOSName             = 32       // RunnerCapabilitiesV1.os
+	MaxArchName           = 32       // RunnerCapabilitiesV1.arch
+	MaxLabel              = 64       // one capability label
+	MaxLabels             = 64       // capability labels
+	MaxTool               = 64       // one capability tool name
+	MaxTools              = 64       // capability tools
+	MaxKeyProof           = 512      // RegisterAgentV1.key_proof
+	MaxEndpoint           = 256      // one alternate endpoint (URL or host:port)
+	MaxAlternateEndpoints = 16       // alternate endpoints in RegistrationAcceptedV1/GoAwayV1
+	MaxFallbackStagger    = 8        // RegistrationAcceptedV1.fallback_stagger_ms
+	MaxRejectMessage      = 512      // RegistrationRejectedV1.message
+	MaxMessage            = 256      // every other free-text message field
+	MaxOutputs            = 1024     // AttemptCompletionV1.outputs
+	MaxRemoteAddr         = 128      // SessionFencedV1.holder_remote
+	MaxSecretID           = 128      // SecretMaterialV1.secret_id
+	MaxSecretBytes        = 60 << 10 // SecretMaterialV1.bytes (fits one control-sized frame)
+	MaxCertChain          = 4        // RegisterAgentV1.cert_chain entries
+	MaxCertDER            = 8192     // one DER certificate in RegisterAgentV1.cert_chain
 )
 
 // Encoded-size building blocks (Postcard varints of each width).

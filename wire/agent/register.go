@@ -20,7 +20,13 @@ import (
 //	    capability_digest: [u8;32],
 //	    key_proof: Bytes,                   // ≤ MaxKeyProof (512) bytes
 //	    resume_epoch: Option<u64>,
+//	    cert_chain: Vec<Bytes>,             // ≤ MaxCertChain (4) × ≤ MaxCertDER (8192) bytes, DER, leaf first
 //	}
+//
+// CertChain carries the agent's certificate chain when TLS terminates at a
+// relay (ARCHITECTURE.md decision 10): the daemon verifies it against the
+// runner CA and KeyProof against its leaf key. On a direct connection it may
+// be empty (the TLS peer certificate is used) or must equal the TLS chain.
 //
 // Validate: non-zero runner and session, non-empty agent_version, valid
 // capabilities, non-zero capability_digest, non-empty key_proof, and a
@@ -34,12 +40,13 @@ type RegisterAgentV1 struct {
 	KeyProof         []byte
 	HasResumeEpoch   bool
 	ResumeEpoch      uint64
+	CertChain        [][]byte
 }
 
 const nameRegisterAgent = "agent.RegisterAgentV1"
 
 var maxRegisterAgentSize = 2*idSize + strMax(MaxAgentVersion) + maxCapabilitiesSize + digSize +
-	strMax(MaxKeyProof) + 1 + maxU64
+	strMax(MaxKeyProof) + 1 + maxU64 + lenMax(MaxCertChain) + MaxCertChain*strMax(MaxCertDER)
 
 // MessageType implements wire.Message.
 func (*RegisterAgentV1) MessageType() wire.MessageTypeId { return MsgRegisterAgent }
@@ -55,6 +62,10 @@ func (m *RegisterAgentV1) AppendPostcard(b []byte) []byte {
 	b = postcard.AppendOption(b, m.HasResumeEpoch)
 	if m.HasResumeEpoch {
 		b = postcard.AppendU64(b, m.ResumeEpoch)
+	}
+	b = postcard.AppendLen(b, len(m.CertChain))
+	for _, c := range m.CertChain {
+		b = postcard.AppendBytes(b, c)
 	}
 	return b
 }
@@ -73,6 +84,16 @@ func (m *RegisterAgentV1) DecodePostcard(d *postcard.Decoder) {
 	if m.HasResumeEpoch {
 		m.ResumeEpoch = d.U64()
 	}
+	n := d.SeqLen(MaxCertChain, 1)
+	if n == 0 {
+		m.CertChain = nil
+		return
+	}
+	chain := make([][]byte, n)
+	for i := range chain {
+		chain[i] = d.Bytes(MaxCertDER)
+	}
+	m.CertChain = chain
 }
 
 // Validate implements wire.Message.
@@ -101,6 +122,14 @@ func (m *RegisterAgentV1) Validate() error {
 	}
 	if !m.HasResumeEpoch && m.ResumeEpoch != 0 {
 		return invalid(n, "resume_epoch", "value set but Has flag false")
+	}
+	if len(m.CertChain) > MaxCertChain {
+		return invalid(n, "cert_chain", "more certificates than its bound")
+	}
+	for _, c := range m.CertChain {
+		if len(c) == 0 || len(c) > MaxCertDER {
+			return invalid(n, "cert_chain", "certificate empty or longer than its bound")
+		}
 	}
 	return nil
 }

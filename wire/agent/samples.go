@@ -115,6 +115,7 @@ func Samples() []wire.Message {
 			Capabilities:     RunnerCapabilitiesV1{OS: "darwin", Arch: "arm64", MaxParallel: 1},
 			CapabilityDigest: sCapDigest,
 			KeyProof:         sampleBytes(0x91, 71),
+			CertChain:        [][]byte{sampleBytes(0x30, 40), sampleBytes(0x31, 24)},
 		},
 		&RegistrationAcceptedV1{
 			Session:              sSession,

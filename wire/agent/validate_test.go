@@ -248,8 +248,8 @@ func TestValidateRejects(t *testing.T) {
 func TestBoundConstants(t *testing.T) {
 	got := []int{MaxAgentVersion, MaxOSName, MaxArchName, MaxLabel, MaxLabels, MaxTool, MaxTools, MaxKeyProof,
 		MaxEndpoint, MaxAlternateEndpoints, MaxFallbackStagger, MaxRejectMessage, MaxMessage, MaxOutputs,
-		MaxRemoteAddr, MaxSecretID, MaxSecretBytes, MaxActiveAttempts}
-	want := []int{64, 32, 32, 64, 64, 64, 64, 512, 256, 16, 8, 512, 256, 1024, 128, 128, 65536, 256}
+		MaxRemoteAddr, MaxSecretID, MaxSecretBytes, MaxActiveAttempts, MaxCertChain, MaxCertDER}
+	want := []int{64, 32, 32, 64, 64, 64, 64, 512, 256, 16, 8, 512, 256, 1024, 128, 128, 61440, 256, 4, 8192}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("bounds %v, want %v", got, want)
 	}
