@@ -18,6 +18,7 @@ import (
 	"forgeyard.dev/transport/wire/admin"
 	"forgeyard.dev/transport/wire/agent"
 	"forgeyard.dev/transport/wire/cas"
+	"forgeyard.dev/transport/wire/device"
 	"forgeyard.dev/transport/wire/health"
 	"forgeyard.dev/transport/wire/logs"
 	"forgeyard.dev/transport/wire/signing"
@@ -50,6 +51,7 @@ var families = []Family{
 	{Family: wire.FamilyHealth, Messages: health.Messages, Samples: health.Samples},
 	{Family: wire.FamilyAdmin, Messages: admin.Messages, Samples: admin.Samples},
 	{Family: wire.FamilySigning, Messages: signing.Messages, Samples: signing.Samples},
+	{Family: wire.FamilyDevice, Messages: device.Messages, Samples: device.Samples},
 }
 
 // Default is the registry of every family in this build. It is immutable

@@ -34,6 +34,7 @@ var familyFuzzers = map[wire.Family]func(*testing.F){
 	wire.FamilyHealth:  FuzzFamilyHealth,
 	wire.FamilyAdmin:   FuzzFamilyAdmin,
 	wire.FamilySigning: FuzzFamilySigning,
+	wire.FamilyDevice:  FuzzFamilyDevice,
 }
 
 func TestFuzzTargetsCoverFamilies(t *testing.T) {
@@ -235,6 +236,9 @@ func FuzzFamilyAdmin(f *testing.F) { fuzzFamily(f, wire.FamilyAdmin) }
 
 // FuzzFamilySigning fuzzes the signing family's payload enum.
 func FuzzFamilySigning(f *testing.F) { fuzzFamily(f, wire.FamilySigning) }
+
+// FuzzFamilyDevice fuzzes the device family's payload enum.
+func FuzzFamilyDevice(f *testing.F) { fuzzFamily(f, wire.FamilyDevice) }
 
 // FuzzStreamHeaders decodes a frame body as every header that opens a
 // stream: the StreamHeader (§40, §184) and the family headers that follow
