@@ -33,7 +33,14 @@ func TestRegistryFamilies(t *testing.T) {
 		if f.Samples == nil {
 			t.Errorf("family %s has no Samples function", f.Name())
 		}
+		wantPkg := "forgeyard.dev/transport/wire/" + f.Name()
+		if f.Family == wire.FamilyCommon {
+			wantPkg = "forgeyard.dev/transport/wire"
+		}
 		for _, mi := range f.Messages {
+			if got := reflect.TypeOf(mi.New()).Elem().PkgPath(); got != wantPkg {
+				t.Errorf("%s: family %s message defined in package %s, want %s", mi.Name, f.Name(), got, wantPkg)
+			}
 			if mi.Type.Family() != f.Family {
 				t.Errorf("%s: type %s belongs to family %s, registered under %s", mi.Name, mi.Type, mi.Type.Family(), f.Family)
 			}
