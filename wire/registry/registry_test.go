@@ -38,7 +38,11 @@ func TestRegistryFamilies(t *testing.T) {
 			wantPkg = "forgeyard.dev/transport/wire"
 		}
 		for _, mi := range f.Messages {
-			if got := reflect.TypeOf(mi.New()).Elem().PkgPath(); got != wantPkg {
+			rt := reflect.TypeOf(mi.New())
+			if rt.Kind() == reflect.Pointer {
+				rt = rt.Elem()
+			}
+			if got := rt.PkgPath(); got != wantPkg {
 				t.Errorf("%s: family %s message defined in package %s, want %s", mi.Name, f.Name(), got, wantPkg)
 			}
 			if mi.Type.Family() != f.Family {
