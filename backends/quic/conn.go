@@ -16,8 +16,9 @@ var _ semantics.BackendConn = (*conn)(nil)
 // conn adapts *quicgo.Conn to semantics.BackendConn. All methods are safe
 // for concurrent use (quic-go's are).
 type conn struct {
-	qc  *quicgo.Conn
-	ctx context.Context // cancelled with the *semantics.ConnError when qc closes
+	qc     *quicgo.Conn
+	ctx    context.Context // cancelled with the *semantics.ConnError when qc closes
+	cancel context.CancelCauseFunc
 }
 
 // newConn wraps qc. release (may be nil) runs once after qc closed.
@@ -33,7 +34,7 @@ func newConn(qc *quicgo.Conn, release func()) *conn {
 			release()
 		}
 	})
-	return &conn{qc: qc, ctx: ctx}
+	return &conn{qc: qc, ctx: ctx, cancel: cancel}
 }
 
 func (c *conn) OpenStream(ctx context.Context) (semantics.RawStream, error) {
@@ -69,10 +70,18 @@ func (c *conn) AcceptUniStream(ctx context.Context) (semantics.RawRecvStream, er
 }
 
 // CloseWithCode sends CONNECTION_CLOSE with application error code
-// uint64(code) and reason (cut to wire.MaxCloseReason bytes). Idempotent:
-// later calls do nothing and return nil.
+// uint64(code) and reason (cut to wire.MaxCloseReason bytes). Context is
+// cancelled (with the local *ConnError) before the peer can learn of the
+// close, and CloseWithCode returns after the connection is closed.
+// Idempotent: later calls do nothing and return nil.
 func (c *conn) CloseWithCode(code semantics.CloseCode, reason string) error {
-	return c.qc.CloseWithError(quicgo.ApplicationErrorCode(code), wire.TruncateUTF8(reason, wire.MaxCloseReason))
+	reason = wire.TruncateUTF8(reason, wire.MaxCloseReason)
+	if c.qc.Context().Err() == nil {
+		c.cancel(&semantics.ConnError{Code: code, Reason: reason})
+	}
+	_ = c.qc.CloseWithError(quicgo.ApplicationErrorCode(code), reason)
+	<-c.ctx.Done()
+	return nil
 }
 
 func (c *conn) Context() context.Context { return c.ctx }

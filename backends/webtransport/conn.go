@@ -28,19 +28,25 @@ const causeWait = time.Second
 // conn adapts one *wt.Session (and the QUIC connection that carries only
 // it). All methods are safe for concurrent use.
 type conn struct {
-	sess *wt.Session
-	qc   *quicgo.Conn
-	ctx  context.Context // cancelled with the *semantics.ConnError
+	sess   *wt.Session
+	qc     *quicgo.Conn
+	ctx    context.Context // cancelled with the *semantics.ConnError
+	cancel context.CancelCauseFunc
 }
 
 // newConn wraps sess on qc. release (may be nil) runs once after the
 // connection is gone.
 func newConn(sess *wt.Session, qc *quicgo.Conn, release func()) *conn {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	c := &conn{sess: sess, qc: qc, ctx: ctx}
+	c := &conn{sess: sess, qc: qc, ctx: ctx, cancel: cancel}
 	context.AfterFunc(sess.Context(), func() {
-		ce := c.closeCause()
-		cancel(ce)
+		if ctx.Err() == nil { // else CloseWithCode recorded the local close
+			cancel(c.closeCause())
+		}
+		ce, ok := context.Cause(ctx).(*semantics.ConnError)
+		if !ok {
+			ce = fallbackConnError(nil)
+		}
 		// One session per QUIC connection: the connection goes with it,
 		// carrying the same code (a no-op if it is already closed).
 		_ = qc.CloseWithError(quicgo.ApplicationErrorCode(ce.Code), wire.TruncateUTF8(ce.Reason, wire.MaxCloseReason))
@@ -107,9 +113,14 @@ func (c *conn) AcceptUniStream(ctx context.Context) (semantics.RawRecvStream, er
 
 // CloseWithCode closes the session with SessionErrorCode uint32(code) and
 // reason (cut to wire.MaxCloseReason bytes), then the QUIC connection with
-// the same code. Idempotent: later calls do nothing and return nil.
+// the same code. Context is cancelled (with the local *ConnError) before
+// the peer can learn of the close. Idempotent: later calls do nothing and
+// return nil.
 func (c *conn) CloseWithCode(code semantics.CloseCode, reason string) error {
 	reason = wire.TruncateUTF8(reason, wire.MaxCloseReason)
+	if c.sess.Context().Err() == nil {
+		c.cancel(&semantics.ConnError{Code: code, Reason: reason})
+	}
 	_ = c.sess.CloseWithError(wt.SessionErrorCode(code), reason)
 	<-c.ctx.Done()
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -105,8 +106,10 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 }
 
 func parseURL(addr string) (*url.URL, error) {
-	if _, _, err := net.SplitHostPort(addr); err == nil {
-		addr = URL(addr)
+	if !strings.Contains(addr, "://") {
+		if _, _, err := net.SplitHostPort(addr); err == nil {
+			addr = URL(addr)
+		}
 	}
 	u, err := url.Parse(addr)
 	if err != nil {
