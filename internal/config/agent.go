@@ -1,0 +1,204 @@
+package config
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// Agent defaults.
+const (
+	DefaultMaxParallel = 1
+	DefaultBackoffBase = 500 * time.Millisecond
+	DefaultBackoffMax  = 60 * time.Second
+	// MaxEndpoints bounds control_plane.endpoints.
+	MaxEndpoints = 16
+)
+
+// Agent is the forgeyard-agent configuration file.
+//
+//	max_parallel = 2
+//
+//	[control_plane]
+//	endpoints = ["quic://forgeyard.example.internal:7443",
+//	             "yamux://forgeyard.example.internal:7444",
+//	             "webtransport://forgeyard.example.internal:443"]
+//	server_name = "forgeyard.example.internal"
+//
+//	[control_plane.credential]
+//	certificate = "/etc/forgeyard/agent.pem"
+//	private_key = "/etc/forgeyard/agent-key.pem"
+//	ca = "/etc/forgeyard/ca.pem"
+//
+//	[capabilities]
+//	labels = ["linux", "docker"]
+//	tools = ["go"]
+//
+//	[backoff]
+//	base = "500ms"
+//	max = "60s"
+//
+//	[log]
+//	level = "info"
+type Agent struct {
+	// ControlPlane says where the daemon is and how to authenticate.
+	ControlPlane ControlPlane `toml:"control_plane"`
+	// Capabilities is advertised at registration. Zero os/arch: this
+	// machine's runtime.GOOS/GOARCH; zero max_parallel: MaxParallel.
+	Capabilities Capabilities `toml:"capabilities"`
+	// MaxParallel is how many attempts run at once (0: DefaultMaxParallel;
+	// at most 65535).
+	MaxParallel int `toml:"max_parallel"`
+	// Backoff bounds reconnect delays (exponential with full jitter; the
+	// daemon's max_backoff overrides Max once registered).
+	Backoff Backoff `toml:"backoff"`
+	// Log selects the log level and format.
+	Log Logging `toml:"log"`
+}
+
+// ControlPlane is the agent's view of the daemon(s).
+type ControlPlane struct {
+	// Endpoints are tried in order with failover; at least one, at most
+	// MaxEndpoints. See ParseEndpoint for the accepted forms.
+	Endpoints []string `toml:"endpoints"`
+	// ServerName is checked against the daemon certificate ("": the
+	// endpoint's host).
+	ServerName string `toml:"server_name"`
+	// Credential names the agent's PEM files.
+	Credential Credential `toml:"credential"`
+}
+
+// Credential names the agent's certificate (bound to its RunnerId), its
+// private key and the CA that signs the daemon certificate. All three are
+// required file paths; inline PEM is rejected (§283).
+type Credential struct {
+	Certificate string `toml:"certificate"`
+	PrivateKey  string `toml:"private_key"`
+	CA          string `toml:"ca"`
+}
+
+// Capabilities mirrors agent.RunnerCapabilitiesV1.
+type Capabilities struct {
+	OS        string   `toml:"os"`
+	Arch      string   `toml:"arch"`
+	Labels    []string `toml:"labels"`
+	Tools     []string `toml:"tools"`
+	CPUMillis uint32   `toml:"cpu_millis"`
+	MemBytes  uint64   `toml:"mem_bytes"`
+	DiskBytes uint64   `toml:"disk_bytes"`
+}
+
+// Backoff is the reconnect backoff. Zero fields: DefaultBackoffBase,
+// DefaultBackoffMax.
+type Backoff struct {
+	Base Duration `toml:"base"`
+	Max  Duration `toml:"max"`
+}
+
+// LoadAgent reads, parses, defaults and validates an agent configuration
+// file. Errors are *Error values naming the file and key.
+func LoadAgent(path string) (*Agent, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAgent(path, data)
+}
+
+// ParseAgent is LoadAgent on bytes; file only labels errors.
+func ParseAgent(file string, data []byte) (*Agent, error) {
+	var a Agent
+	if err := decode(file, data, &a); err != nil {
+		return nil, err
+	}
+	a.ApplyDefaults()
+	if err := a.Validate(); err != nil {
+		return nil, withFile(err, file)
+	}
+	return &a, nil
+}
+
+// ApplyDefaults fills zero fields with their defaults.
+func (a *Agent) ApplyDefaults() {
+	if a.MaxParallel == 0 {
+		a.MaxParallel = DefaultMaxParallel
+	}
+	if a.Capabilities.OS == "" {
+		a.Capabilities.OS = runtime.GOOS
+	}
+	if a.Capabilities.Arch == "" {
+		a.Capabilities.Arch = runtime.GOARCH
+	}
+	if a.Backoff.Base.Duration == 0 {
+		a.Backoff.Base.Duration = DefaultBackoffBase
+	}
+	if a.Backoff.Max.Duration == 0 {
+		a.Backoff.Max.Duration = DefaultBackoffMax
+	}
+}
+
+// Validate checks a after ApplyDefaults and returns the first problem as an
+// *Error.
+func (a *Agent) Validate() error {
+	cp := a.ControlPlane
+	if len(cp.Endpoints) == 0 {
+		return invalid("control_plane.endpoints", "required: at least one endpoint such as \"quic://daemon.example:7443\"")
+	}
+	if len(cp.Endpoints) > MaxEndpoints {
+		return invalid("control_plane.endpoints", "%d endpoints; at most %d", len(cp.Endpoints), MaxEndpoints)
+	}
+	for i, e := range cp.Endpoints {
+		if _, err := ParseEndpoint(e); err != nil {
+			return invalid(fmt.Sprintf("control_plane.endpoints[%d]", i), "%v", err)
+		}
+	}
+	for _, f := range []struct{ key, v string }{
+		{"control_plane.credential.certificate", cp.Credential.Certificate},
+		{"control_plane.credential.private_key", cp.Credential.PrivateKey},
+		{"control_plane.credential.ca", cp.Credential.CA},
+	} {
+		if err := checkFileRef(f.key, f.v); err != nil {
+			return err
+		}
+		if f.v == "" {
+			return invalid(f.key, "required: path of a PEM file")
+		}
+	}
+	if a.MaxParallel < 1 || a.MaxParallel > 65535 {
+		return invalid("max_parallel", "%d must be 1–65535", a.MaxParallel)
+	}
+	if a.Backoff.Base.Duration > a.Backoff.Max.Duration {
+		return invalid("backoff.base", "%v exceeds backoff.max (%v)", a.Backoff.Base.Duration, a.Backoff.Max.Duration)
+	}
+	if caps := a.RunnerCapabilities(); caps.Validate() != nil {
+		err := caps.Validate()
+		return invalid("capabilities", "%v", err)
+	}
+	return a.Log.validate("log.")
+}
+
+// Endpoints returns the normalized endpoints (Validate must have passed).
+func (a *Agent) Endpoints() []Endpoint {
+	out := make([]Endpoint, 0, len(a.ControlPlane.Endpoints))
+	for _, s := range a.ControlPlane.Endpoints {
+		if e, err := ParseEndpoint(s); err == nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// RunnerCapabilities returns the wire capability summary.
+func (a *Agent) RunnerCapabilities() agentwire.RunnerCapabilitiesV1 {
+	c := a.Capabilities
+	mp := a.MaxParallel
+	if mp > 65535 {
+		mp = 65535
+	}
+	return agentwire.RunnerCapabilitiesV1{
+		OS: c.OS, Arch: c.Arch, Labels: c.Labels, Tools: c.Tools,
+		MaxParallel: uint16(mp), CPUMillis: c.CPUMillis, MemBytes: c.MemBytes, DiskBytes: c.DiskBytes,
+	}
+}

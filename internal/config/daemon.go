@@ -1,0 +1,249 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"forgeyard.dev/transport/wire"
+)
+
+// Daemon defaults (zero values in a Daemon mean these).
+const (
+	DefaultDaemonListen      = "0.0.0.0:7443"
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultRenewInterval     = 30 * time.Second
+	DefaultLeaseTTL          = 90 * time.Second
+	DefaultRevokeGrace       = 15 * time.Second
+	DefaultMaxBackoff        = 60 * time.Second
+)
+
+// Daemon is the forgeyard-daemon configuration file.
+//
+//	id = "daemon-1"
+//	protocol_min = "1.0"
+//	protocol_max = "1.0"
+//	alternate_endpoints = ["quic://daemon-2.example:7443"]
+//
+//	[listen]
+//	quic = "0.0.0.0:7443"
+//	yamux = "0.0.0.0:7444"         # optional
+//	webtransport = "0.0.0.0:443"   # optional
+//
+//	[tls]
+//	certificate = "/etc/forgeyard/server.pem"
+//	private_key = "/etc/forgeyard/server-key.pem"
+//	client_ca = "/etc/forgeyard/runner-ca.pem"
+//
+//	[authority]
+//	sqlite = "/var/lib/forgeyard/authority.db"
+//	# or: postgres_dsn_file = "/etc/forgeyard/postgres.dsn"
+//
+//	[timing]
+//	heartbeat_interval = "10s"
+//	renew_interval = "30s"
+//	lease_ttl = "90s"
+//	revoke_grace = "15s"
+//	max_backoff = "60s"
+//
+//	[log]
+//	level = "info"
+//	format = "text"
+type Daemon struct {
+	// ID names this daemon in logs and in session records ("": the host
+	// name).
+	ID string `toml:"id"`
+	// ProtocolMin and ProtocolMax bound the versions this daemon accepts
+	// (0.0: wire.Supported.Min / Max). ProtocolMin is also the downgrade
+	// floor (§274).
+	ProtocolMin Version `toml:"protocol_min"`
+	ProtocolMax Version `toml:"protocol_max"`
+	// Listen holds one address per backend. All empty: QUIC on
+	// DefaultDaemonListen.
+	Listen Listen `toml:"listen"`
+	// TLS names the server credential files. certificate and private_key
+	// are required; client_ca is required (agents authenticate with mTLS).
+	TLS ServerTLS `toml:"tls"`
+	// Authority selects the durable store: exactly one of sqlite and
+	// postgres_dsn_file.
+	Authority AuthorityConfig `toml:"authority"`
+	// Timing sets the intervals the daemon hands to agents.
+	Timing Timing `toml:"timing"`
+	// AlternateEndpoints are advertised to agents for failover and in
+	// GoAway; each is normalized like an agent endpoint.
+	AlternateEndpoints []string `toml:"alternate_endpoints"`
+	// Log selects the log level and format.
+	Log Logging `toml:"log"`
+}
+
+// Listen holds per-backend listen addresses ("host:port"; port 0 picks a
+// free port). Empty means the backend is not served.
+type Listen struct {
+	QUIC         string `toml:"quic"`
+	Yamux        string `toml:"yamux"`
+	WebTransport string `toml:"webtransport"`
+}
+
+// Empty reports whether no backend is configured.
+func (l Listen) Empty() bool { return l.QUIC == "" && l.Yamux == "" && l.WebTransport == "" }
+
+// ServerTLS names the daemon's PEM files. All three are file paths; inline
+// PEM is rejected (§283).
+type ServerTLS struct {
+	Certificate string `toml:"certificate"`
+	PrivateKey  string `toml:"private_key"`
+	ClientCA    string `toml:"client_ca"`
+}
+
+// AuthorityConfig selects the authority store.
+type AuthorityConfig struct {
+	// SQLite is the path of the SQLite database file (created if missing).
+	SQLite string `toml:"sqlite"`
+	// PostgresDSNFile is the path of a file holding the PostgreSQL DSN
+	// (a secret: it usually carries a password, so it is never inline).
+	PostgresDSNFile string `toml:"postgres_dsn_file"`
+}
+
+// Timing holds the daemon's protocol intervals. Zero fields take the
+// Default* constants of this package.
+type Timing struct {
+	HeartbeatInterval Duration `toml:"heartbeat_interval"`
+	RenewInterval     Duration `toml:"renew_interval"`
+	LeaseTTL          Duration `toml:"lease_ttl"`
+	RevokeGrace       Duration `toml:"revoke_grace"`
+	MaxBackoff        Duration `toml:"max_backoff"`
+}
+
+// WithDefaults returns t with zero fields set to the defaults.
+func (t Timing) WithDefaults() Timing {
+	def := func(d *Duration, v time.Duration) {
+		if d.Duration == 0 {
+			d.Duration = v
+		}
+	}
+	def(&t.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&t.RenewInterval, DefaultRenewInterval)
+	def(&t.LeaseTTL, DefaultLeaseTTL)
+	def(&t.RevokeGrace, DefaultRevokeGrace)
+	def(&t.MaxBackoff, DefaultMaxBackoff)
+	return t
+}
+
+// LoadDaemon reads, parses, defaults and validates a daemon configuration
+// file. Errors are *Error values naming the file and key.
+func LoadDaemon(path string) (*Daemon, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDaemon(path, data)
+}
+
+// ParseDaemon is LoadDaemon on bytes; file only labels errors.
+func ParseDaemon(file string, data []byte) (*Daemon, error) {
+	var d Daemon
+	if err := decode(file, data, &d); err != nil {
+		return nil, err
+	}
+	d.ApplyDefaults()
+	if err := d.Validate(); err != nil {
+		return nil, withFile(err, file)
+	}
+	return &d, nil
+}
+
+// ApplyDefaults fills zero fields with defaults: QUIC on
+// DefaultDaemonListen when no backend is configured, the protocol range of
+// this build, and the Timing defaults.
+func (d *Daemon) ApplyDefaults() {
+	if d.Listen.Empty() {
+		d.Listen.QUIC = DefaultDaemonListen
+	}
+	if d.ProtocolMin.IsZero() {
+		d.ProtocolMin.ProtocolVersion = wire.Supported.Min
+	}
+	if d.ProtocolMax.IsZero() {
+		d.ProtocolMax.ProtocolVersion = wire.Supported.Max
+	}
+	d.Timing = d.Timing.WithDefaults()
+}
+
+// Validate checks d after ApplyDefaults (call ApplyDefaults first when d
+// was built in code). It returns the first problem as an *Error.
+func (d *Daemon) Validate() error {
+	if d.Listen.Empty() {
+		return invalid("listen", "no backend to listen on (set listen.quic, listen.yamux or listen.webtransport)")
+	}
+	for _, l := range []struct{ key, v string }{
+		{"listen.quic", d.Listen.QUIC}, {"listen.yamux", d.Listen.Yamux}, {"listen.webtransport", d.Listen.WebTransport},
+	} {
+		if err := checkListen(l.key, l.v); err != nil {
+			return err
+		}
+	}
+	r := d.Protocol()
+	if !r.Valid() {
+		return invalid("protocol_min", "%v is above protocol_max %v", d.ProtocolMin.ProtocolVersion, d.ProtocolMax.ProtocolVersion)
+	}
+	if !wire.Supported.Contains(r.Max) && !wire.Supported.Contains(r.Min) {
+		return invalid("protocol_max", "range %v does not overlap what this build supports (%v)", r, wire.Supported)
+	}
+	for _, f := range []struct{ key, v string }{
+		{"tls.certificate", d.TLS.Certificate}, {"tls.private_key", d.TLS.PrivateKey}, {"tls.client_ca", d.TLS.ClientCA},
+	} {
+		if err := checkFileRef(f.key, f.v); err != nil {
+			return err
+		}
+		if f.v == "" {
+			return invalid(f.key, "required: path of a PEM file")
+		}
+	}
+	if err := checkFileRef("authority.sqlite", d.Authority.SQLite); err != nil {
+		return err
+	}
+	if err := checkFileRef("authority.postgres_dsn_file", d.Authority.PostgresDSNFile); err != nil {
+		return err
+	}
+	if strings.Contains(d.Authority.PostgresDSNFile, "://") || strings.Contains(d.Authority.PostgresDSNFile, "password=") {
+		return invalid("authority.postgres_dsn_file", "looks like an inline DSN; put the DSN in a file (mode 0600) and give its path (§283)")
+	}
+	switch {
+	case d.Authority.SQLite == "" && d.Authority.PostgresDSNFile == "":
+		return invalid("authority", "set exactly one of authority.sqlite and authority.postgres_dsn_file")
+	case d.Authority.SQLite != "" && d.Authority.PostgresDSNFile != "":
+		return invalid("authority", "authority.sqlite and authority.postgres_dsn_file are mutually exclusive")
+	}
+	t := d.Timing
+	if t.RenewInterval.Duration >= t.LeaseTTL.Duration {
+		return invalid("timing.renew_interval", "%v must be shorter than timing.lease_ttl (%v) so a lease is renewed before it expires", t.RenewInterval.Duration, t.LeaseTTL.Duration)
+	}
+	if t.HeartbeatInterval.Duration < 10*time.Millisecond {
+		return invalid("timing.heartbeat_interval", "%v is below the 10ms minimum", t.HeartbeatInterval.Duration)
+	}
+	if t.RevokeGrace.Duration > t.LeaseTTL.Duration {
+		return invalid("timing.revoke_grace", "%v must not exceed timing.lease_ttl (%v)", t.RevokeGrace.Duration, t.LeaseTTL.Duration)
+	}
+	for i, a := range d.AlternateEndpoints {
+		if _, err := ParseEndpoint(a); err != nil {
+			return invalid(fmt.Sprintf("alternate_endpoints[%d]", i), "%v", err)
+		}
+	}
+	return d.Log.validate("log.")
+}
+
+// Protocol returns the configured protocol range.
+func (d *Daemon) Protocol() wire.ProtocolRange {
+	return wire.ProtocolRange{Min: d.ProtocolMin.ProtocolVersion, Max: d.ProtocolMax.ProtocolVersion}
+}
+
+// Alternates returns AlternateEndpoints normalized (Validate must have
+// passed).
+func (d *Daemon) Alternates() []string {
+	out := make([]string, 0, len(d.AlternateEndpoints))
+	for _, a := range d.AlternateEndpoints {
+		if e, err := ParseEndpoint(a); err == nil {
+			out = append(out, e.String())
+		}
+	}
+	return out
+}
