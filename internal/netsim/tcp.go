@@ -1,0 +1,273 @@
+package netsim
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	tcpChunk      = 16 << 10
+	tcpQueueLimit = 64 // chunks per direction per connection (≤ 1 MiB)
+	tcpDialTime   = 5 * time.Second
+)
+
+// TCPProxy forwards TCP connections to one target with impairments. Every
+// accepted connection gets its own upstream connection; bytes are copied
+// in chunks of at most 16 KiB, each delayed by the direction's impairment.
+// Half-closes (FIN) are propagated.
+type TCPProxy struct {
+	ln     *net.TCPListener
+	target string
+	opts   Options
+	up     *shaper
+	down   *shaper
+	gate   *gate
+	c      counters
+	done   chan struct{}
+	ctx    context.Context // cancelled by Close (aborts a pending dial)
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	pairs  map[*tcpPair]struct{}
+}
+
+type tcpPair struct {
+	client, server *net.TCPConn
+	done           chan struct{}
+	once           sync.Once
+	live           atomic.Int32 // directions still running
+}
+
+// close closes both sockets; rst resets them instead of a graceful close.
+func (t *tcpPair) close(rst bool) {
+	t.once.Do(func() {
+		if rst {
+			t.client.SetLinger(0)
+			t.server.SetLinger(0)
+		}
+		t.client.Close()
+		t.server.Close()
+		close(t.done)
+	})
+}
+
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// NewTCPProxy listens on 127.0.0.1 (a free port) and forwards to target
+// ("host:port").
+func NewTCPProxy(target string, opts Options) (*TCPProxy, error) {
+	opts.defaults()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	p := &TCPProxy{
+		ln: ln, target: target, opts: opts,
+		up: newShaper(opts.Up, opts.Seed), down: newShaper(opts.Down, opts.Seed+1),
+		gate: newGate(), done: make(chan struct{}), pairs: make(map[*tcpPair]struct{}),
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.wg.Add(1)
+	go p.acceptLoop()
+	return p, nil
+}
+
+// Addr returns the proxy's listening address.
+func (p *TCPProxy) Addr() string { return p.ln.Addr().String() }
+
+// SetUp changes the client → target impairment (Loss is ignored).
+func (p *TCPProxy) SetUp(imp Impairment) { p.up.set(imp) }
+
+// SetDown changes the target → client impairment (Loss is ignored).
+func (p *TCPProxy) SetDown(imp Impairment) { p.down.set(imp) }
+
+// Blackhole stalls (on) or resumes (off) every byte of every connection;
+// new connections are accepted but carry nothing while it is on.
+func (p *TCPProxy) Blackhole(on bool) { p.gate.set(on) }
+
+// Restore ends a blackhole. (Cut connections are gone for good; new ones
+// are always accepted.)
+func (p *TCPProxy) Restore() { p.gate.set(false) }
+
+// Cut resets (RST) both sockets of every current connection and returns how
+// many were cut. New connections are accepted afterwards.
+func (p *TCPProxy) Cut() int {
+	p.mu.Lock()
+	pairs := make([]*tcpPair, 0, len(p.pairs))
+	for t := range p.pairs {
+		pairs = append(pairs, t)
+		delete(p.pairs, t)
+	}
+	p.mu.Unlock()
+	for _, t := range pairs {
+		t.close(true)
+	}
+	if len(pairs) > 0 {
+		p.c.cuts.Add(1)
+	}
+	return len(pairs)
+}
+
+// Flows returns the number of live connections.
+func (p *TCPProxy) Flows() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pairs)
+}
+
+// Stats returns the counters.
+func (p *TCPProxy) Stats() Stats { return p.c.snapshot() }
+
+// Close stops accepting, closes every connection and waits for all
+// goroutines. Idempotent.
+func (p *TCPProxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.done)
+	p.cancel()
+	p.ln.Close()
+	pairs := make([]*tcpPair, 0, len(p.pairs))
+	for t := range p.pairs {
+		pairs = append(pairs, t)
+		delete(p.pairs, t)
+	}
+	p.mu.Unlock()
+	for _, t := range pairs {
+		t.close(false)
+	}
+	p.wg.Wait()
+	return nil
+}
+
+func (p *TCPProxy) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.AcceptTCP()
+		if err != nil {
+			select {
+			case <-p.done:
+				return
+			default:
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		p.mu.Lock()
+		full := len(p.pairs) >= p.opts.MaxFlows
+		p.mu.Unlock()
+		if full {
+			p.c.refused.Add(1)
+			c.Close()
+			continue
+		}
+		ctx, cancel := context.WithTimeout(p.ctx, tcpDialTime)
+		var d net.Dialer
+		sc, err := d.DialContext(ctx, "tcp", p.target)
+		cancel()
+		if err != nil {
+			c.SetLinger(0)
+			c.Close()
+			continue
+		}
+		t := &tcpPair{client: c, server: sc.(*net.TCPConn), done: make(chan struct{})}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			t.close(false)
+			return
+		}
+		p.pairs[t] = struct{}{}
+		p.mu.Unlock()
+		p.c.flows.Add(1)
+		t.live.Store(2)
+		p.wg.Add(4)
+		p.pipe(t, t.client, t.server, p.up, &p.c.upBytes)
+		p.pipe(t, t.server, t.client, p.down, &p.c.downBytes)
+	}
+}
+
+// pipe starts a reader and a writer goroutine copying src → dst.
+func (p *TCPProxy) pipe(t *tcpPair, src, dst *net.TCPConn, sh *shaper, bytes *atomic.Uint64) {
+	q := make(chan chunk, tcpQueueLimit)
+	go func() { // reader
+		defer p.wg.Done()
+		defer close(q)
+		for {
+			buf := make([]byte, tcpChunk)
+			n, err := src.Read(buf)
+			if n > 0 {
+				if !p.waitGate(t) {
+					return
+				}
+				due, _ := sh.schedule(n, time.Now(), false)
+				select {
+				case q <- chunk{b: buf[:n], due: due}:
+				case <-t.done:
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() { // writer
+		defer p.wg.Done()
+		for c := range q {
+			if !sleepUntil(c.due, t.done) || !p.waitGate(t) {
+				return
+			}
+			if _, err := dst.Write(c.b); err != nil {
+				t.close(true)
+				p.forget(t)
+				return
+			}
+			bytes.Add(uint64(len(c.b)))
+		}
+		select {
+		case <-t.done:
+			return
+		default:
+		}
+		dst.CloseWrite()
+		if t.live.Add(-1) == 0 {
+			t.close(false)
+			p.forget(t)
+		}
+	}()
+}
+
+// waitGate blocks while the blackhole is on; false if the pair closed.
+func (p *TCPProxy) waitGate(t *tcpPair) bool {
+	for {
+		on, open := p.gate.state()
+		if !on {
+			return true
+		}
+		select {
+		case <-open:
+		case <-t.done:
+			return false
+		}
+	}
+}
+
+func (p *TCPProxy) forget(t *tcpPair) {
+	p.mu.Lock()
+	delete(p.pairs, t)
+	p.mu.Unlock()
+}
