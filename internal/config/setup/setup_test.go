@@ -3,9 +3,9 @@ package setup
 import (
 	"context"
 	"crypto"
-	"crypto/tls"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"os"
 	"path/filepath"
