@@ -1,0 +1,216 @@
+package daemon
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// Timing is the daemon's timing policy; the daemon sends it to every agent
+// in RegistrationAcceptedV1. Zero fields take the Default* values.
+type Timing struct {
+	// HeartbeatInterval: how often agents send HeartbeatV1. A transport
+	// without a heartbeat for 3 intervals is closed with CloseIdleTimeout.
+	HeartbeatInterval time.Duration
+	// RenewInterval: how often agents renew each live lease; also the
+	// period of the daemon's expiry/dedup loop and of offer re-sends.
+	RenewInterval time.Duration
+	// LeaseTTL: default lease lifetime; each renewal extends to now+TTL.
+	LeaseTTL time.Duration
+	// RevokeGrace: how long past its expiry a lease lives on while the
+	// daemon probes the agent (LeaseProbeV1) before revoking it.
+	RevokeGrace time.Duration
+	// RegistrationTimeout: a transport not registered this long after
+	// connect is closed with CloseRegistrationTimeout (§60).
+	RegistrationTimeout time.Duration
+	// RequestTimeout: the deadline of every daemon request (cancel
+	// delivery) and the agents' request deadline hint.
+	RequestTimeout time.Duration
+	// MaxBackoff: the agents' reconnect backoff ceiling.
+	MaxBackoff time.Duration
+	// FallbackStagger: happy-eyeballs delays for the agents' fallback
+	// endpoints (at most 8 entries).
+	FallbackStagger []time.Duration
+}
+
+// Timing defaults.
+const (
+	DefaultHeartbeatInterval   = 10 * time.Second
+	DefaultRenewInterval       = 10 * time.Second
+	DefaultLeaseTTL            = 60 * time.Second
+	DefaultRevokeGrace         = 15 * time.Second
+	DefaultRegistrationTimeout = 10 * time.Second
+	DefaultRequestTimeout      = 10 * time.Second
+	DefaultMaxBackoff          = 30 * time.Second
+	DefaultDedupRetention      = 24 * time.Hour
+)
+
+// DefaultFallbackStagger is the default happy-eyeballs stagger.
+var DefaultFallbackStagger = []time.Duration{250 * time.Millisecond}
+
+func (t Timing) withDefaults() Timing {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&t.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&t.RenewInterval, DefaultRenewInterval)
+	def(&t.LeaseTTL, DefaultLeaseTTL)
+	def(&t.RevokeGrace, DefaultRevokeGrace)
+	def(&t.RegistrationTimeout, DefaultRegistrationTimeout)
+	def(&t.RequestTimeout, DefaultRequestTimeout)
+	def(&t.MaxBackoff, DefaultMaxBackoff)
+	if t.FallbackStagger == nil {
+		t.FallbackStagger = DefaultFallbackStagger
+	}
+	t.FallbackStagger = append([]time.Duration(nil), t.FallbackStagger...)
+	return t
+}
+
+// Config configures a Daemon. It is copied by New.
+type Config struct {
+	// ID names this daemon in the authority (which daemon holds a session).
+	// Empty means a random name.
+	ID string
+	// Authority is the durable state (required).
+	Authority authority.Authority
+	// RunnerCAs verifies certificate chains agents send in
+	// RegisterAgentV1.cert_chain (needed when a relay terminates TLS). Nil
+	// means such chains are accepted only when they match a TLS-verified
+	// peer.
+	RunnerCAs *x509.CertPool
+	// Protocol is the range this daemon speaks; zero means wire.Supported.
+	Protocol wire.ProtocolRange
+	// MinProtocol is a policy minimum (downgrade defence, §274): agents
+	// whose best common version is below it are rejected like a version
+	// mismatch. Zero means none.
+	MinProtocol wire.ProtocolVersion
+	// Features offered to agents; the ack carries the intersection.
+	Features wire.FeatureSet
+	// Timing policy; zero fields are defaults.
+	Timing Timing
+	// AlternateEndpoints are sent to agents for reconnects and GoAway.
+	AlternateEndpoints []string
+	// Limits for every connection (semantics.Limits; zero → defaults).
+	Limits semantics.Limits
+	// Logger receives operational and audit records; nil discards.
+	Logger *slog.Logger
+	// Now is the daemon clock; nil means time.Now.
+	Now func() time.Time
+	// DedupRetention: dedup records older than this are pruned (§79);
+	// 0 means DefaultDedupRetention.
+	DedupRetention time.Duration
+	// Hooks observe the daemon.
+	Hooks Hooks
+}
+
+// Hooks are called from daemon goroutines, synchronously with the event
+// they describe; they must not block for long and must not call back into
+// the Daemon's blocking methods. Nil hooks are skipped.
+type Hooks struct {
+	// OnRegistered: a registration was accepted (before the accept is sent).
+	OnRegistered func(SessionInfo)
+	// OnCompletion: the authority answered a completion; called after the
+	// authority committed and before CompletionAckV1 is written.
+	OnCompletion func(CompletionEvent)
+	// OnPhase: an agent reported a phase change.
+	OnPhase func(PhaseEvent)
+	// OnLeaseAnswer: an agent accepted or rejected an offer (duplicates
+	// included, with Duplicate set).
+	OnLeaseAnswer func(LeaseAnswerEvent)
+	// OnDisconnect: a transport ended; err is its close error.
+	OnDisconnect func(SessionInfo, error)
+}
+
+// SessionInfo describes one transport and the agent session on it.
+type SessionInfo struct {
+	Runner        wire.RunnerId
+	Session       wire.AgentSessionId
+	Transport     wire.TransportSessionId
+	Epoch         uint64
+	Role          agentwire.PeerRole
+	Backend       string
+	Remote        string
+	Protocol      wire.ProtocolVersion
+	AgentVersion  string
+	State         string
+	Fenced        bool
+	LastHeartbeat time.Time
+	ConnectedAt   time.Time
+}
+
+// CompletionEvent is an attempt completion and the authority's answer.
+type CompletionEvent struct {
+	Runner    wire.RunnerId
+	Session   wire.AgentSessionId
+	Transport wire.TransportSessionId
+	MessageID wire.MessageId
+	Attempt   wire.JobAttemptId
+	Lease     wire.LeaseId
+	Job       wire.JobId
+	Result    agentwire.ExecutionResultV1
+	Ack       agentwire.CompletionAckKind
+}
+
+// PhaseEvent is an attempt phase reported by an agent.
+type PhaseEvent struct {
+	Runner  wire.RunnerId
+	Attempt wire.JobAttemptId
+	Lease   wire.LeaseId
+	Phase   agentwire.AttemptPhase
+}
+
+// LeaseAnswerEvent is an agent's answer to a lease offer.
+type LeaseAnswerEvent struct {
+	Runner    wire.RunnerId
+	Session   wire.AgentSessionId
+	Lease     wire.LeaseId
+	Attempt   wire.JobAttemptId
+	Accepted  bool
+	Reason    agentwire.LeaseRejectReason // when rejected
+	Message   string
+	Duplicate bool  // a repeated answer to an already answered offer
+	Err       error // the authority refused to record it (stale lease, fenced)
+}
+
+// LeaseOffer is what OfferLease sends.
+type LeaseOffer struct {
+	Job     wire.JobId
+	Attempt wire.JobAttemptId // zero → a new attempt id
+	Spec    wire.JobSpecId
+	Payload wire.CasObjectRef
+	TTL     time.Duration // 0 → Timing.LeaseTTL
+}
+
+// Errors returned by the host API.
+var (
+	// ErrNotConnected: the runner has no registered, active transport on
+	// this daemon.
+	ErrNotConnected = errors.New("daemon: runner not connected to this daemon")
+	// ErrDraining: the runner (or the daemon) is draining; no new leases.
+	ErrDraining = errors.New("daemon: runner draining")
+	// ErrRoleForbidden: the runner's role does not take leases.
+	ErrRoleForbidden = errors.New("daemon: peer role does not take leases")
+	// ErrShutdown: the daemon is shutting down.
+	ErrShutdown = errors.New("daemon: shut down")
+	// ErrOfferExpired: the offer expired without an answer.
+	ErrOfferExpired = errors.New("daemon: lease offer expired unanswered")
+)
+
+// RejectedError is OfferLease's error when the agent rejected the offer.
+type RejectedError struct {
+	Reason  agentwire.LeaseRejectReason
+	Message string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("daemon: lease rejected by agent: %s: %s", e.Reason, e.Message)
+}

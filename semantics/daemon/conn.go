@@ -1,0 +1,712 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/control"
+	"forgeyard.dev/transport/semantics/session"
+	"forgeyard.dev/transport/semantics/trust"
+	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/admin"
+	agentwire "forgeyard.dev/transport/wire/agent"
+	"forgeyard.dev/transport/wire/registry"
+)
+
+const (
+	stateDraining = session.Draining
+	// closeGrace bounds how long a final message (rejection, fence, goaway)
+	// is given to reach the peer before the connection is closed.
+	maxCloseGrace = 500 * time.Millisecond
+)
+
+// conn is one transport: its control stream and session state.
+type conn struct {
+	d           *Daemon
+	bc          semantics.BackendConn
+	sc          *semantics.Conn
+	ch          *control.Channel
+	transport   wire.TransportSessionId
+	connectedAt time.Time
+	done        chan struct{}
+	challenge   [agentwire.ChallengeSize]byte
+
+	// Set during the handshake on the read goroutine, then read-only.
+	role         agentwire.PeerRole
+	negotiated   wire.ProtocolVersion
+	helloSession wire.AgentSessionId
+	runner       wire.RunnerId
+	session      wire.AgentSessionId
+	epoch        uint64
+	agentVersion string
+
+	mu         sync.Mutex
+	state      session.State
+	fenced     bool
+	fencedBy   wire.TransportSessionId
+	violations int
+	lastHB     time.Time
+	hbTimer    *time.Timer
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
+	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Limits, Logger: d.log})
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{d: d, bc: bc, sc: sc, transport: wire.NewTransportSessionId(), connectedAt: d.now(), done: make(chan struct{})}
+	if _, err := rand.Read(c.challenge[:]); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if d.shutdown {
+		d.mu.Unlock()
+		return nil, ErrShutdown
+	}
+	d.conns[c.transport] = c
+	d.mu.Unlock()
+	return c, nil
+}
+
+func (c *conn) setState(s session.State) {
+	c.mu.Lock()
+	if s > c.state {
+		c.state = s
+	}
+	c.mu.Unlock()
+}
+
+func (c *conn) getState() session.State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+func (c *conn) active() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state == session.Active && !c.fenced
+}
+
+func (c *conn) registered() bool {
+	s := c.getState()
+	return s >= session.Registered && s <= session.Draining
+}
+
+func (c *conn) isFenced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fenced
+}
+
+func (c *conn) info() SessionInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return SessionInfo{Runner: c.runner, Session: c.session, Transport: c.transport, Epoch: c.epoch, Role: c.role,
+		Backend: c.bc.Backend(), Remote: c.bc.RemoteAddr().String(), Protocol: c.negotiated, AgentVersion: c.agentVersion,
+		State: c.state.String(), Fenced: c.fenced, LastHeartbeat: c.lastHB, ConnectedAt: c.connectedAt}
+}
+
+func (c *conn) logger() *slog.Logger {
+	return c.d.log.With("transport", c.transport.String(), "remote", c.bc.RemoteAddr().String())
+}
+
+func (c *conn) serve(ctx context.Context) {
+	d := c.d
+	regTimer := time.AfterFunc(d.timing.RegistrationTimeout, func() {
+		if c.getState() < session.Registered {
+			c.logger().Info("registration timeout", "after", d.timing.RegistrationTimeout)
+			c.closeNow(wire.CloseRegistrationTimeout, "not registered within "+d.timing.RegistrationTimeout.String())
+		}
+	})
+	stop := context.AfterFunc(ctx, func() { c.closeNow(wire.CloseShutdown, "daemon stopping") })
+	defer func() {
+		regTimer.Stop()
+		stop()
+		c.teardown()
+	}()
+	acceptCtx, cancel := context.WithTimeout(ctx, d.timing.RegistrationTimeout)
+	st, err := c.sc.AcceptStream(acceptCtx)
+	cancel()
+	if err != nil {
+		c.closeNow(wire.CloseRegistrationTimeout, "no control stream")
+		<-c.sc.Done()
+		c.closeErr = c.sc.Err()
+		return
+	}
+	if st.Kind() != wire.StreamControl {
+		st.CancelRead(semantics.StreamProtocolError)
+		st.CancelWrite(semantics.StreamProtocolError)
+		c.closeNow(wire.CloseProtocolError, "first stream must be the control stream")
+		<-c.sc.Done()
+		return
+	}
+	c.ch = control.New(st, control.Config{Now: d.now, Logger: d.log, WriteTimeout: d.timing.RequestTimeout})
+	go c.refuseOtherStreams()
+	_ = c.ch.Run(c.handle, c.bad)
+	c.closeNow(wire.CloseProtocolError, "control stream ended")
+	<-c.sc.Done()
+	c.closeErr = c.sc.Err()
+}
+
+// refuseOtherStreams resets streams other than the control stream: logs,
+// CAS and device streams are served by other components.
+func (c *conn) refuseOtherStreams() {
+	for {
+		s, err := c.sc.AcceptStream(context.Background())
+		if err != nil {
+			return
+		}
+		s.CancelRead(semantics.StreamRefused)
+		s.CancelWrite(semantics.StreamRefused)
+	}
+}
+
+func (c *conn) teardown() {
+	d := c.d
+	c.mu.Lock()
+	c.state = session.Closed
+	if c.hbTimer != nil {
+		c.hbTimer.Stop()
+	}
+	c.mu.Unlock()
+	d.mu.Lock()
+	delete(d.conns, c.transport)
+	if d.bySession[c.session] == c {
+		delete(d.bySession, c.session)
+	}
+	d.mu.Unlock()
+	close(c.done)
+	if h := d.cfg.Hooks.OnDisconnect; h != nil {
+		h(c.info(), c.closeErr)
+	}
+}
+
+// closeNow closes the transport with code.
+func (c *conn) closeNow(code wire.CloseCode, reason string) {
+	c.setState(session.Closing)
+	c.closeOnce.Do(func() {
+		_ = c.bc.CloseWithCode(code, reason)
+	})
+}
+
+// closeAfter gives a final message a bounded time to reach the peer (a QUIC
+// close discards unsent stream data), then closes with code. The peer
+// usually closes first after reading the message.
+func (c *conn) closeAfter(code wire.CloseCode, reason string) {
+	c.setState(session.Closing)
+	grace := min(c.d.timing.RequestTimeout, maxCloseGrace)
+	go func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-c.sc.Done():
+		}
+		c.closeNow(code, reason)
+	}()
+}
+
+func (c *conn) reply(req *wire.Envelope, m wire.Message) {
+	if err := c.ch.Reply(req, m); err != nil {
+		c.closeNow(wire.CloseInternalError, "write failed")
+	}
+}
+
+func (c *conn) replyErr(req *wire.Envelope, code wire.ProtocolErrorCode, retry wire.RetryClass, msg string) {
+	var id wire.MessageId
+	if req != nil {
+		id = req.MessageID
+	}
+	if err := c.ch.ReplyError(id, code, retry, msg); err != nil {
+		c.closeNow(wire.CloseInternalError, "write failed")
+	}
+}
+
+// violation answers an illegal message and closes the transport after
+// repeated violations.
+func (c *conn) violation(id wire.MessageId, code wire.ProtocolErrorCode, msg string) {
+	c.d.st.protoErrs.Add(1)
+	retry := wire.RetryNever
+	if code == wire.ErrCodeNotRegistered {
+		retry = wire.RetryResync
+	}
+	_ = c.ch.ReplyError(id, code, retry, msg)
+	c.mu.Lock()
+	c.violations++
+	n := c.violations
+	c.mu.Unlock()
+	if n >= maxViolations {
+		c.logger().Warn("closing after repeated protocol violations", "violations", n)
+		c.closeAfter(wire.CloseProtocolError, "repeated protocol violations")
+	}
+}
+
+func (c *conn) bad(e *control.DecodeError) {
+	c.violation(e.MessageID, e.Code, "frame rejected: "+e.Code.String())
+}
+
+func (c *conn) handle(env *wire.Envelope) {
+	t := env.Payload.MessageType()
+	c.mu.Lock()
+	st, fenced := c.state, c.fenced
+	c.mu.Unlock()
+	if st >= session.Closing {
+		return
+	}
+	if fenced && t != wire.MsgError {
+		c.clonedIdentity(env)
+		return
+	}
+	if code := session.Check(st, c.role, t); code != 0 {
+		c.violation(env.MessageID, code, fmt.Sprintf("%s not allowed in state %s for role %s", nameOf(t), st, c.role))
+		return
+	}
+	switch m := env.Payload.(type) {
+	case *agentwire.TransportHelloV1:
+		c.onHello(env, m)
+	case *agentwire.RegisterAgentV1:
+		c.onRegister(env, m)
+	case *agentwire.AgentResyncV1:
+		c.onResync(env, m)
+	case *agentwire.HeartbeatV1:
+		c.onHeartbeat(env, m)
+	case *agentwire.LeaseAcceptedV1:
+		c.onLeaseAnswer(env, m.Lease, m.Attempt, true, 0, "")
+	case *agentwire.LeaseRejectedV1:
+		c.onLeaseAnswer(env, m.Lease, m.Attempt, false, m.Reason, m.Message)
+	case *agentwire.LeaseRenewV1:
+		c.onRenew(env, m)
+	case *agentwire.AttemptCompletionV1:
+		c.onCompletion(env, m)
+	case *agentwire.PhaseChangeV1:
+		if h := c.d.cfg.Hooks.OnPhase; h != nil {
+			h(PhaseEvent{Runner: c.runner, Attempt: m.Attempt, Lease: m.Lease, Phase: m.Phase})
+		}
+	case *agentwire.CapabilityUpdateV1, *admin.AdminAckV1, *agentwire.CancelAckV1:
+		// Capability snapshots are the scheduler's business; admin acks and
+		// late cancel acks (their Call already timed out) need no answer.
+	case *wire.WireErrorV1:
+		c.logger().Debug("agent reported an error", "code", m.Code, "retry", m.Retry)
+	default:
+		c.replyErr(env, wire.ErrCodeUnknownMessage, wire.RetryUnsupported, nameOf(t)+" is not served on the control stream")
+	}
+}
+
+func nameOf(t wire.MessageTypeId) string {
+	if mi, ok := registry.Default.Lookup(t); ok {
+		return mi.Name
+	}
+	return "message " + t.String()
+}
+
+// clonedIdentity handles traffic on a fenced transport: two live transports
+// of one agent session interleave messages (§61–63). It audits (never the
+// payload), answers SessionFenced and closes the old transport.
+func (c *conn) clonedIdentity(env *wire.Envelope) {
+	c.d.st.cloned.Add(1)
+	holder := c.d.sessionConn(c.session)
+	args := []any{"event", "transport.cloned_identity", "runner", c.runner.String(), "session", c.session.String(),
+		"fenced_transport", c.transport.String(), "fenced_remote", c.bc.RemoteAddr().String(), "message_type", env.Payload.MessageType().String()}
+	if holder != nil {
+		args = append(args, "holder_transport", holder.transport.String(), "holder_remote", holder.bc.RemoteAddr().String())
+	}
+	c.d.log.Warn("fenced transport kept talking", args...)
+	_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeSessionFenced, wire.RetryNever, "this transport was fenced by a newer registration")
+	c.closeNow(wire.CloseSessionFenced, "fenced transport kept talking")
+}
+
+// ---- handshake ----
+
+func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
+	d := c.d
+	v, err := wire.Negotiate(d.proto, m.Versions)
+	if err != nil {
+		d.st.rejections.Add(1)
+		c.logger().Info("version mismatch", "err", err)
+		c.reply(env, &agentwire.RegistrationRejectedV1{Code: wire.ErrCodeUnsupportedVersion, Retry: wire.RetryUnsupported,
+			Message: err.Error(), HasServerRange: true, ServerRange: d.proto})
+		c.closeAfter(wire.CloseVersionMismatch, err.Error())
+		return
+	}
+	c.role, c.negotiated = m.Role, v
+	if m.HasAgentSession {
+		c.helloSession = m.AgentSession
+	}
+	c.mu.Lock()
+	c.agentVersion = m.AgentVersion
+	c.mu.Unlock()
+	c.ch.SetProtocol(v)
+	c.setState(session.Negotiated)
+	c.reply(env, &agentwire.HelloAckV1{Negotiated: v, ServerRange: d.proto, Features: d.cfg.Features.Intersect(m.Features),
+		TransportSession: c.transport, ServerTimeMs: uint64(d.now().UnixMilli()), Challenge: c.challenge})
+}
+
+// identity derives the proven runner and the leaf key for a registration.
+func (c *conn) identity(m *agentwire.RegisterAgentV1) (*x509.Certificate, error) {
+	now := c.d.now()
+	cs := c.bc.ConnectionState()
+	if len(m.CertChain) > 0 {
+		certs := make([]*x509.Certificate, len(m.CertChain))
+		for i, der := range m.CertChain {
+			cert, err := x509.ParseCertificate(der)
+			if err != nil {
+				return nil, fmt.Errorf("cert_chain[%d]: %w", i, err)
+			}
+			certs[i] = cert
+		}
+		if len(cs.PeerCertificates) > 0 && !bytes.Equal(cs.PeerCertificates[0].Raw, m.CertChain[0]) {
+			return nil, errors.New("cert_chain[0] is not the TLS client certificate")
+		}
+		if c.d.cfg.RunnerCAs == nil {
+			id, err := trust.VerifyPeer(cs, now)
+			if err != nil {
+				return nil, fmt.Errorf("no runner CA pool to verify cert_chain and no verified TLS peer: %w", err)
+			}
+			_ = id
+			return certs[0], nil
+		}
+		inter := x509.NewCertPool()
+		for _, ic := range certs[1:] {
+			inter.AddCert(ic)
+		}
+		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: c.d.cfg.RunnerCAs, Intermediates: inter, CurrentTime: now,
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			return nil, err
+		}
+		return certs[0], nil
+	}
+	if _, err := trust.VerifyPeer(cs, now); err != nil {
+		return nil, err
+	}
+	return cs.VerifiedChains[0][0], nil
+}
+
+func (c *conn) reject(env *wire.Envelope, code wire.ProtocolErrorCode, retry wire.RetryClass, msg string, close wire.CloseCode) {
+	c.d.st.rejections.Add(1)
+	c.logger().Info("registration rejected", "code", code, "reason", msg)
+	c.reply(env, &agentwire.RegistrationRejectedV1{Code: code, Retry: retry, Message: wire.TruncateUTF8(msg, agentwire.MaxRejectMessage)})
+	c.closeAfter(close, msg)
+}
+
+func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
+	d := c.d
+	if c.helloSession != (wire.AgentSessionId{}) && c.helloSession != m.Session {
+		c.reject(env, wire.ErrCodeInvalidValue, wire.RetryNever, "session differs from the hello's agent_session", wire.CloseProtocolError)
+		return
+	}
+	leaf, err := c.identity(m)
+	if err != nil {
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: "+err.Error(), wire.CloseAuthenticationFailure)
+		return
+	}
+	runner, err := trust.RunnerIDFromCert(leaf)
+	if err != nil || runner != m.Runner {
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: certificate does not name this runner", wire.CloseAuthenticationFailure)
+		return
+	}
+	if err := session.VerifyKeyProof(leaf.PublicKey, m.KeyProof, c.challenge, c.transport, m.Session); err != nil {
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: key proof does not verify", wire.CloseAuthenticationFailure)
+		return
+	}
+	grant, err := d.auth.RegisterSession(context.Background(), authority.Registration{Runner: m.Runner, Session: m.Session,
+		Transport: c.transport, Daemon: d.cfg.ID, Remote: c.bc.RemoteAddr().String(), Now: d.now()})
+	switch {
+	case errors.Is(err, authority.ErrRunnerDisabled):
+		c.reject(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, "runner disabled", wire.CloseRunnerDisabled)
+		return
+	case errors.Is(err, authority.ErrStaleSession):
+		c.reject(env, wire.ErrCodeStaleSession, wire.RetryNever, "agent session ended or superseded; start a new session", wire.CloseProtocolError)
+		return
+	case errors.Is(err, authority.ErrSessionOwnership):
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "agent session belongs to another runner", wire.CloseAuthenticationFailure)
+		return
+	case err != nil:
+		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable", wire.CloseInternalError)
+		return
+	}
+	c.mu.Lock()
+	c.runner, c.session, c.epoch = m.Runner, m.Session, grant.Epoch
+	c.agentVersion = m.AgentVersion
+	c.mu.Unlock()
+
+	// Fence older transports of this session on this daemon, and close
+	// transports of superseded sessions of the same runner (§15, §61).
+	d.mu.Lock()
+	var fence []*conn
+	for _, o := range d.conns {
+		if o != c && o.runner == m.Runner && o.registered() {
+			fence = append(fence, o)
+		}
+	}
+	d.bySession[m.Session] = c
+	d.mu.Unlock()
+	for _, o := range fence {
+		o.fence(c, grant.Epoch)
+	}
+
+	d.st.registrations.Add(1)
+	if grant.Epoch > 1 {
+		d.st.reconnects.Add(1)
+	}
+	if c.role != agentwire.RoleAgent && c.role != agentwire.RoleInternalWorker {
+		c.setState(session.Active) // no leases to resync
+	} else {
+		c.setState(session.Registered)
+	}
+	c.resetLiveness()
+	if h := d.cfg.Hooks.OnRegistered; h != nil {
+		h(c.info())
+	}
+	t := d.timing
+	stagger := make([]uint32, len(t.FallbackStagger))
+	for i, s := range t.FallbackStagger {
+		stagger[i] = uint32(s.Milliseconds())
+	}
+	c.reply(env, &agentwire.RegistrationAcceptedV1{Session: m.Session, Epoch: grant.Epoch, TransportSession: c.transport,
+		HeartbeatIntervalMs: ms32(t.HeartbeatInterval), LeaseRenewIntervalMs: ms32(t.RenewInterval), MaxBackoffMs: ms32(t.MaxBackoff),
+		AlternateEndpoints: d.cfg.AlternateEndpoints, FallbackStaggerMs: stagger, ServerTimeMs: uint64(d.now().UnixMilli())})
+}
+
+func ms32(d time.Duration) uint32 { return uint32(max(1, d.Milliseconds())) }
+
+// fence marks c as fenced by holder: SessionFencedV1, then close with
+// CloseSessionFenced after a short grace in which further traffic is
+// audited as a cloned identity.
+func (c *conn) fence(holder *conn, epoch uint64) {
+	c.mu.Lock()
+	if c.fenced {
+		c.mu.Unlock()
+		return
+	}
+	c.fenced, c.fencedBy = true, holder.transport
+	c.mu.Unlock()
+	c.d.st.fenced.Add(1)
+	c.logger().Info("transport fenced", "runner", c.runner.String(), "session", c.session.String(), "holder", holder.transport.String())
+	if c.ch != nil {
+		_, _ = c.ch.SendMsg(&agentwire.SessionFencedV1{Session: c.session, FencedTransport: c.transport,
+			HolderTransport: holder.transport, HolderEpoch: epoch,
+			HolderRemote:     wire.TruncateUTF8(holder.bc.RemoteAddr().String(), agentwire.MaxRemoteAddr),
+			ResolvesWithinMs: ms32(c.d.timing.LeaseTTL)})
+	}
+	c.closeAfter(wire.CloseSessionFenced, "a newer transport took over this agent session")
+}
+
+func (c *conn) ref() authority.SessionRef {
+	return authority.SessionRef{Session: c.session, Epoch: c.epoch}
+}
+
+func (c *conn) fencedErr(env *wire.Envelope) {
+	c.replyErr(env, wire.ErrCodeSessionFenced, wire.RetryImmediately, "transport fenced by a newer epoch; retry on the current transport")
+}
+
+func (c *conn) onResync(env *wire.Envelope, m *agentwire.AgentResyncV1) {
+	d := c.d
+	if m.Session != c.session {
+		c.violation(env.MessageID, wire.ErrCodeInvalidValue, "resync for another session")
+		return
+	}
+	claims := make([]authority.AttemptClaim, len(m.ActiveAttempts))
+	for i, a := range m.ActiveAttempts {
+		claims[i] = authority.AttemptClaim{Attempt: a.Attempt, Lease: a.Lease}
+	}
+	now := d.now()
+	decs, err := d.auth.Resync(context.Background(), c.ref(), claims, now)
+	switch {
+	case errors.Is(err, authority.ErrFenced):
+		c.fencedErr(env)
+		return
+	case errors.Is(err, authority.ErrStaleSession):
+		c.replyErr(env, wire.ErrCodeStaleSession, wire.RetryNever, "agent session ended")
+		c.closeAfter(wire.CloseSessionFenced, "agent session ended")
+		return
+	case err != nil:
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable")
+		return
+	}
+	resp := &agentwire.ResyncResponseV1{Results: make([]agentwire.ResyncResultV1, len(decs))}
+	for i, dec := range decs {
+		r := agentwire.ResyncResultV1{Attempt: dec.Attempt, Lease: dec.Lease}
+		switch dec.Kind {
+		case authority.DecisionContinue:
+			r.Decision = agentwire.ResyncDecisionV1{Kind: agentwire.DecisionContinue, ExpiresAtMs: uint64(dec.ExpiresAt.UnixMilli()),
+				TTLMs: ms32(dec.ExpiresAt.Sub(now))}
+		case authority.DecisionCancel:
+			r.Decision = agentwire.ResyncDecisionV1{Kind: agentwire.DecisionCancel, Reason: agentwire.CancellationReason(dec.CancelReason)}
+		default:
+			r.Decision = agentwire.ResyncDecisionV1{Kind: agentwire.DecisionStale}
+		}
+		resp.Results[i] = r
+	}
+	d.st.resyncs.Add(1)
+	c.setState(session.Active)
+	c.reply(env, resp)
+	d.kickOffers(c.session)
+}
+
+// ---- active session ----
+
+func (c *conn) resetLiveness() {
+	d := c.d
+	limit := 3 * d.timing.HeartbeatInterval
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastHB = d.now()
+	if c.hbTimer == nil {
+		c.hbTimer = time.AfterFunc(limit, func() {
+			c.logger().Info("no heartbeat for 3 intervals; closing", "limit", limit)
+			c.closeNow(wire.CloseIdleTimeout, "no heartbeat for 3 intervals")
+		})
+		return
+	}
+	c.hbTimer.Reset(limit)
+}
+
+func (c *conn) onHeartbeat(env *wire.Envelope, m *agentwire.HeartbeatV1) {
+	d := c.d
+	if m.Session != c.session || m.Runner != c.runner {
+		c.violation(env.MessageID, wire.ErrCodeInvalidValue, "heartbeat for another session")
+		return
+	}
+	d.mu.Lock()
+	last, seen := d.hbSeq[c.session]
+	if seen && m.Seq <= last {
+		d.mu.Unlock()
+		d.st.hbDropped.Add(1)
+		return // out-of-order or duplicate: dropped, never acted on (§235)
+	}
+	if !seen && len(d.hbSeq) >= maxSeqSessions {
+		for k := range d.hbSeq { // bounded: forget an arbitrary old session
+			if _, live := d.bySession[k]; !live {
+				delete(d.hbSeq, k)
+				break
+			}
+		}
+	}
+	d.hbSeq[c.session] = m.Seq
+	d.mu.Unlock()
+	c.resetLiveness()
+	c.reply(env, &agentwire.HeartbeatAckV1{Seq: m.Seq, ServerTimeMs: uint64(d.now().UnixMilli())})
+}
+
+func (c *conn) sendOffer(of *offer) {
+	l := of.lease
+	if of.settled.Load() {
+		return
+	}
+	if !of.sentAt.IsZero() && of.resent() {
+		c.d.st.resends.Add(1)
+	}
+	_, _ = c.ch.Send(control.Out{ID: of.msgID, Msg: &agentwire.LeaseOfferV1{Lease: l.ID, Attempt: l.Attempt, Job: l.Job, SpecID: l.Spec,
+		ExpiresAtMs: uint64(l.ExpiresAt.UnixMilli()), TTLMs: ms32(l.TTL), PayloadRef: l.Payload, Session: l.Session, Epoch: c.epoch}})
+}
+
+func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wire.JobAttemptId, accepted bool, reason agentwire.LeaseRejectReason, msg string) {
+	d := c.d
+	now := d.now()
+	var err error
+	if accepted {
+		_, err = d.auth.AcceptLease(context.Background(), lease, attempt, c.ref(), now)
+	} else {
+		err = d.auth.RejectLease(context.Background(), lease, attempt, c.ref(), now)
+	}
+	d.mu.Lock()
+	of := d.offers[lease]
+	d.mu.Unlock()
+	ev := LeaseAnswerEvent{Runner: c.runner, Session: c.session, Lease: lease, Attempt: attempt, Accepted: accepted, Reason: reason, Message: msg, Err: err}
+	first := false
+	if of != nil {
+		first = of.finish(ev)
+		if first && err == nil && accepted {
+			d.st.offerLat.add(time.Since(of.created()))
+		}
+	}
+	switch {
+	case err != nil:
+	case !first:
+		d.st.dupAns.Add(1)
+		ev.Duplicate = true
+	case accepted:
+		d.st.leasesAccepted.Add(1)
+	default:
+		d.st.leasesRejected.Add(1)
+	}
+	if h := d.cfg.Hooks.OnLeaseAnswer; h != nil {
+		h(ev)
+	}
+	switch {
+	case errors.Is(err, authority.ErrFenced):
+		c.fencedErr(env)
+	case errors.Is(err, authority.ErrStaleLease), errors.Is(err, authority.ErrStaleSession):
+		c.replyErr(env, wire.ErrCodeStaleLease, wire.RetryNever, "lease no longer offered to this session")
+	case err != nil:
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
+	}
+}
+
+func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
+	d := c.d
+	now := d.now()
+	res, err := d.auth.RenewLease(context.Background(), env.MessageID, m.Lease, m.Attempt, c.ref(), now)
+	switch {
+	case errors.Is(err, authority.ErrFenced):
+		c.fencedErr(env)
+		return
+	case errors.Is(err, authority.ErrStaleSession):
+		res = authority.RenewResult{Unknown: true}
+	case err != nil:
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
+		return
+	}
+	d.st.renewals.Add(1)
+	var out agentwire.RenewOutcomeV1
+	switch {
+	case res.Extended:
+		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewExtended, ExpiresAtMs: uint64(res.ExpiresAt.UnixMilli()), TTLMs: ms32(res.ExpiresAt.Sub(now))}
+		d.mu.Lock()
+		delete(d.probing, m.Lease)
+		d.mu.Unlock()
+	case res.Revoked:
+		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewRevoked, Reason: agentwire.CancellationReason(res.CancelReason)}
+	default:
+		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewUnknown}
+	}
+	c.reply(env, &agentwire.LeaseRenewAckV1{Lease: m.Lease, Attempt: m.Attempt, Outcome: out})
+}
+
+func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1) {
+	d := c.d
+	start := time.Now()
+	result := m.Result
+	ack, err := d.auth.CompleteAttempt(context.Background(), authority.Completion{MessageID: env.MessageID, Attempt: m.Attempt,
+		Lease: m.Lease, Session: c.ref(), Result: EncodeResult(result), Outputs: m.Outputs, Now: d.now()})
+	switch {
+	case errors.Is(err, authority.ErrFenced):
+		c.fencedErr(env)
+		return
+	case err != nil:
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
+		return
+	}
+	kind := agentwire.CompletionAckKind(ack)
+	if int(kind) < len(d.st.completions) {
+		d.st.completions[kind].Add(1)
+	}
+	if h := d.cfg.Hooks.OnCompletion; h != nil {
+		h(CompletionEvent{Runner: c.runner, Session: c.session, Transport: c.transport, MessageID: env.MessageID,
+			Attempt: m.Attempt, Lease: m.Lease, Job: m.Job, Result: m.Result, Ack: kind})
+	}
+	c.reply(env, &agentwire.CompletionAckV1{Attempt: m.Attempt, Lease: m.Lease, Kind: kind})
+	d.st.complLat.add(time.Since(start))
+}

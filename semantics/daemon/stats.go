@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Stats are the daemon's counters since New. Latency slices hold the most
+// recent samples (at most 1024 each), oldest first.
+type Stats struct {
+	Registrations     int64 // accepted registrations
+	Rejections        int64 // rejected hellos and registrations
+	Reconnects        int64 // registrations of an already known agent session (epoch > 1)
+	Resyncs           int64
+	LeasesOffered     int64
+	LeasesAccepted    int64
+	LeasesRejected    int64
+	DuplicateAnswers  int64 // repeated answers to an already answered offer
+	OfferResends      int64 // offers sent again (same MessageId)
+	LeasesRevoked     int64 // revoked by expiry
+	Probes            int64 // LeaseProbeV1 sent
+	Renewals          int64
+	Completions       [4]int64 // by wire CompletionAckKind
+	Fenced            int64    // transports fenced by a newer registration
+	ClonedIdentity    int64    // fenced transports that kept talking
+	Cancels           int64
+	ProtocolErrors    int64 // state/role violations and bad frames
+	HeartbeatsDropped int64 // seq ≤ last seen
+	DedupPruned       int64
+	OfferToAccept     []time.Duration
+	CompletionToAck   []time.Duration // receipt → ack written
+	CancelDelivery    []time.Duration // CancelAttempt → CancelAckV1
+}
+
+type latencies struct {
+	mu  sync.Mutex
+	buf []time.Duration
+	n   int
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	if len(l.buf) < maxLatencyKeep {
+		l.buf = append(l.buf, d)
+	} else {
+		l.buf[l.n%maxLatencyKeep] = d
+	}
+	l.n++
+	l.mu.Unlock()
+}
+
+func (l *latencies) snapshot() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) < maxLatencyKeep {
+		return append([]time.Duration(nil), l.buf...)
+	}
+	i := l.n % maxLatencyKeep
+	return append(append([]time.Duration(nil), l.buf[i:]...), l.buf[:i]...)
+}
+
+type stats struct {
+	registrations, rejections, reconnects, resyncs        atomic.Int64
+	leasesOffered, leasesAccepted, leasesRejected, dupAns atomic.Int64
+	resends, leasesRevoked, probes, renewals              atomic.Int64
+	completions                                           [4]atomic.Int64
+	fenced, cloned, cancels, protoErrs, hbDropped         atomic.Int64
+	dedupPruned                                           atomic.Int64
+	offerLat, complLat, cancelLat                         latencies
+}
+
+// Stats returns a snapshot of the counters.
+func (d *Daemon) Stats() Stats {
+	s := &d.st
+	out := Stats{
+		Registrations: s.registrations.Load(), Rejections: s.rejections.Load(), Reconnects: s.reconnects.Load(),
+		Resyncs: s.resyncs.Load(), LeasesOffered: s.leasesOffered.Load(), LeasesAccepted: s.leasesAccepted.Load(),
+		LeasesRejected: s.leasesRejected.Load(), DuplicateAnswers: s.dupAns.Load(), OfferResends: s.resends.Load(),
+		LeasesRevoked: s.leasesRevoked.Load(), Probes: s.probes.Load(), Renewals: s.renewals.Load(),
+		Fenced: s.fenced.Load(), ClonedIdentity: s.cloned.Load(), Cancels: s.cancels.Load(),
+		ProtocolErrors: s.protoErrs.Load(), HeartbeatsDropped: s.hbDropped.Load(), DedupPruned: s.dedupPruned.Load(),
+		OfferToAccept: s.offerLat.snapshot(), CompletionToAck: s.complLat.snapshot(), CancelDelivery: s.cancelLat.snapshot(),
+	}
+	for i := range s.completions {
+		out.Completions[i] = s.completions[i].Load()
+	}
+	return out
+}
