@@ -107,6 +107,20 @@ func LoadAgent(path string) (*Agent, error) {
 	return ParseAgent(path, data)
 }
 
+// ReadAgent reads and parses an agent configuration file without applying
+// defaults or validating (see ReadDaemon).
+func ReadAgent(path string) (*Agent, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var a Agent
+	if err := decode(path, data, &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
 // ParseAgent is LoadAgent on bytes; file only labels errors.
 func ParseAgent(file string, data []byte) (*Agent, error) {
 	var a Agent

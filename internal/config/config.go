@@ -264,3 +264,7 @@ func (l Logging) NewLogger(w io.Writer) *slog.Logger {
 
 // Validate checks Level and Format.
 func (l Logging) Validate() error { return l.validate("log.") }
+
+// WithFile returns err with File set to file when err is an *Error without
+// one (for validation after ReadDaemon/ReadAgent and overrides).
+func WithFile(err error, file string) error { return withFile(err, file) }

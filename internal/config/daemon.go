@@ -8,14 +8,15 @@ import (
 	"forgeyard.dev/transport/wire"
 )
 
-// Daemon defaults (zero values in a Daemon mean these).
+// Daemon defaults (zero values in a Daemon mean these). The timing values
+// equal semantics/daemon's Default* constants.
 const (
 	DefaultDaemonListen      = "0.0.0.0:7443"
 	DefaultHeartbeatInterval = 10 * time.Second
-	DefaultRenewInterval     = 30 * time.Second
-	DefaultLeaseTTL          = 90 * time.Second
+	DefaultRenewInterval     = 10 * time.Second
+	DefaultLeaseTTL          = 60 * time.Second
 	DefaultRevokeGrace       = 15 * time.Second
-	DefaultMaxBackoff        = 60 * time.Second
+	DefaultMaxBackoff        = 30 * time.Second
 )
 
 // Daemon is the forgeyard-daemon configuration file.
@@ -41,10 +42,10 @@ const (
 //
 //	[timing]
 //	heartbeat_interval = "10s"
-//	renew_interval = "30s"
-//	lease_ttl = "90s"
+//	renew_interval = "10s"
+//	lease_ttl = "60s"
 //	revoke_grace = "15s"
-//	max_backoff = "60s"
+//	max_backoff = "30s"
 //
 //	[log]
 //	level = "info"
@@ -137,6 +138,21 @@ func LoadDaemon(path string) (*Daemon, error) {
 		return nil, err
 	}
 	return ParseDaemon(path, data)
+}
+
+// ReadDaemon reads and parses a daemon configuration file without
+// applying defaults or validating, for callers that override keys (command
+// flags) before calling ApplyDefaults and Validate.
+func ReadDaemon(path string) (*Daemon, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var d Daemon
+	if err := decode(path, data, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
 }
 
 // ParseDaemon is LoadDaemon on bytes; file only labels errors.
