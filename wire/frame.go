@@ -66,11 +66,10 @@ type FrameReader struct {
 	buf   []byte
 }
 
-// NewFrameReader returns a reader that rejects frames longer than limit.
+// NewFrameReader returns a reader that rejects frames longer than limit
+// (clipped to 0..MaxAnyFrame).
 func NewFrameReader(r io.Reader, limit int) *FrameReader {
-	if limit > MaxAnyFrame {
-		limit = MaxAnyFrame
-	}
+	limit = clipFrameLimit(limit)
 	br, ok := r.(*bufio.Reader)
 	if !ok {
 		br = bufio.NewReaderSize(r, 4096)
@@ -78,12 +77,13 @@ func NewFrameReader(r io.Reader, limit int) *FrameReader {
 	return &FrameReader{r: br, limit: limit}
 }
 
-// SetLimit changes the frame limit (clipped to MaxAnyFrame).
-func (fr *FrameReader) SetLimit(limit int) {
-	if limit > MaxAnyFrame {
-		limit = MaxAnyFrame
-	}
-	fr.limit = limit
+// SetLimit changes the frame limit (clipped to 0..MaxAnyFrame).
+func (fr *FrameReader) SetLimit(limit int) { fr.limit = clipFrameLimit(limit) }
+
+// clipFrameLimit bounds a reader's limit. A negative limit must not wrap to
+// a huge unsigned one in Next's comparison.
+func clipFrameLimit(limit int) int {
+	return min(max(limit, 0), MaxAnyFrame)
 }
 
 // Buffered exposes the underlying buffered reader, for protocols that switch

@@ -402,3 +402,18 @@ func FuzzFrameReader(f *testing.F) {
 		t.Fatal("reader did not terminate")
 	})
 }
+
+// TestFrameReaderNegativeLimit: a negative limit must refuse every non-empty
+// frame, not wrap around to "no limit" and allocate whatever a peer declares.
+func TestFrameReaderNegativeLimit(t *testing.T) {
+	s := postcard.AppendLen(nil, 4<<30)
+	var fe *wire.FrameTooLargeError
+	if _, err := wire.NewFrameReader(bytes.NewReader(s), -1).Next(); !errors.As(err, &fe) {
+		t.Fatalf("NewFrameReader(-1): %v, want *FrameTooLargeError", err)
+	}
+	fr := wire.NewFrameReader(bytes.NewReader(s), 100)
+	fr.SetLimit(-5)
+	if _, err := fr.Next(); !errors.As(err, &fe) {
+		t.Fatalf("SetLimit(-5): %v, want *FrameTooLargeError", err)
+	}
+}
