@@ -743,3 +743,26 @@ func FuzzRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// TestNegativeBound: a negative bound accepts only length 0; it must not
+// wrap to "no bound" (which let u64::MAX through as a negative int).
+func TestNegativeBound(t *testing.T) {
+	huge := mustHex(t, "ffffffffffffffffff01")
+	for name, read := range map[string]func(*postcard.Decoder){
+		"Len":      func(d *postcard.Decoder) { d.Len(-1) },
+		"BytesLen": func(d *postcard.Decoder) { d.BytesLen(-1) },
+		"SeqLen":   func(d *postcard.Decoder) { d.SeqLen(-1, 0) },
+		"BytesRef": func(d *postcard.Decoder) { d.BytesRef(-1) },
+		"Bytes":    func(d *postcard.Decoder) { d.Bytes(-1) },
+		"String":   func(d *postcard.Decoder) { d.String(-1) },
+	} {
+		d := postcard.NewDecoder(huge)
+		read(&d)
+		wantCode(t, d.Err(), postcard.CodeLengthOverBound)
+		d = postcard.NewDecoder([]byte{0})
+		read(&d)
+		if d.Finish() != nil {
+			t.Errorf("%s(-1) of length 0: %v", name, d.Err())
+		}
+	}
+}

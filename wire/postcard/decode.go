@@ -270,13 +270,17 @@ func (d *Decoder) Char() rune {
 	return r
 }
 
-// Len reads a usize length and checks it against max (CodeLengthOverBound).
-// It does not check the remaining input; see BytesLen and SeqLen.
+// Len reads a usize length and checks it against max (CodeLengthOverBound;
+// a negative max admits only 0). It does not check the remaining input; see
+// BytesLen and SeqLen.
 func (d *Decoder) Len(max int) int {
 	start := d.off
 	n := d.varint(10, 0x01)
 	if d.err != nil {
 		return 0
+	}
+	if max < 0 {
+		max = 0 // uint64(max) would wrap to "no bound"
 	}
 	if n > uint64(max) {
 		d.failAt(CodeLengthOverBound, start, "")
