@@ -1,0 +1,373 @@
+// Command forgeyard-daemon runs the Forgeyard Transport daemon: it accepts
+// agents over QUIC (and optionally TLS+yamux and WebTransport), registers
+// them against the authority (SQLite or PostgreSQL) and runs the control
+// protocol (semantics/daemon).
+//
+//	forgeyard-daemon --config /etc/forgeyard/daemon.toml
+//	forgeyard-daemon --dev-pki ./.dev-pki --sqlite ./authority.db --listen 127.0.0.1:7443
+//
+// Flags override the configuration file (see --help and
+// docs/operations.md, "Daemon and agent configuration"). The daemon has no
+// scheduler of its own; --demo-leases N is a development feature that
+// offers N synthetic leases to every newly registered agent session.
+//
+// SIGINT or SIGTERM shuts down gracefully: listeners close, agents get
+// GoAway with a jittered reconnect hint and the alternate endpoints, and
+// the daemon waits up to --shutdown-timeout for them to leave.
+//
+// Exit status: 0 after a clean shutdown, 1 on a runtime failure, 2 on a
+// usage or configuration error.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/config"
+	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/wire"
+)
+
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil))
+}
+
+// testHooks let tests observe the running daemon; nil in production.
+type testHooks struct {
+	ready        func(d *daemon.Daemon, ls []setup.Listener)
+	onCompletion func(daemon.CompletionEvent)
+}
+
+type flags struct {
+	configFile      string
+	id              string
+	listen          string
+	listenYamux     string
+	listenWT        string
+	cert, key, ca   string
+	devPKI          string
+	sqlite          string
+	pgDSNFile       string
+	logLevel        string
+	logFormat       string
+	demoLeases      int
+	shutdownTimeout time.Duration
+}
+
+func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("forgeyard-daemon", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
+	fs.StringVar(&f.id, "id", "", "daemon name in logs and session records (key: id)")
+	fs.StringVar(&f.listen, "listen", "", "QUIC listen `host:port` (key: listen.quic; default "+config.DefaultDaemonListen+" when no backend is configured)")
+	fs.StringVar(&f.listenYamux, "listen-yamux", "", "TLS+yamux listen `host:port` (key: listen.yamux)")
+	fs.StringVar(&f.listenWT, "listen-webtransport", "", "WebTransport listen `host:port` (key: listen.webtransport)")
+	fs.StringVar(&f.cert, "cert", "", "server certificate PEM `file` (key: tls.certificate)")
+	fs.StringVar(&f.key, "key", "", "server private key PEM `file` (key: tls.private_key)")
+	fs.StringVar(&f.ca, "client-ca", "", "CA PEM `file` that signs agent certificates (key: tls.client_ca)")
+	fs.StringVar(&f.devPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` and use its server certificate and CA")
+	fs.StringVar(&f.sqlite, "sqlite", "", "SQLite authority database `file` (key: authority.sqlite)")
+	fs.StringVar(&f.pgDSNFile, "postgres-dsn-file", "", "`file` holding the PostgreSQL DSN (key: authority.postgres_dsn_file)")
+	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
+	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
+	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintf(out, `Usage: forgeyard-daemon [--config FILE] [flags]
+
+Runs the Forgeyard Transport daemon. Settings come from the TOML file given
+with --config; each flag below overrides one key of it. Secrets (keys, DSNs)
+are always file paths. SIGINT/SIGTERM drain agents and exit.
+
+Flags:
+`)
+		fs.PrintDefaults()
+		fmt.Fprintf(out, `
+Examples:
+  forgeyard-daemon --config /etc/forgeyard/daemon.toml
+  forgeyard-daemon --dev-pki ./.dev-pki --sqlite ./authority.db --listen 127.0.0.1:7443 --demo-leases 3
+`)
+	}
+	return fs
+}
+
+// run is main without the process; tests call it in-process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	var f flags
+	fs := newFlagSet(&f, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "forgeyard-daemon: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if f.demoLeases < 0 || f.demoLeases > 10000 {
+		fmt.Fprintln(stderr, "forgeyard-daemon: --demo-leases must be 0–10000")
+		return exitUsage
+	}
+	cfg, err := buildConfig(fs, &f)
+	if err != nil {
+		fmt.Fprintf(stderr, "forgeyard-daemon: %v\n", err)
+		return exitUsage
+	}
+	log := cfg.Log.NewLogger(stderr)
+	if err := serve(ctx, cfg, &f, log, th); err != nil {
+		log.Error("daemon failed", "err", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// buildConfig loads the file (if any), applies the flags that were set,
+// the dev PKI and the defaults, and validates.
+func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
+	cfg := &config.Daemon{}
+	if f.configFile != "" {
+		c, err := config.ReadDaemon(f.configFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	str := func(name string, dst *string, v string) {
+		if set[name] {
+			*dst = v
+		}
+	}
+	str("id", &cfg.ID, f.id)
+	str("listen", &cfg.Listen.QUIC, f.listen)
+	str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)
+	str("listen-webtransport", &cfg.Listen.WebTransport, f.listenWT)
+	if f.devPKI != "" {
+		if _, err := setup.DevDaemon(f.devPKI, &cfg.TLS); err != nil {
+			return nil, fmt.Errorf("--dev-pki: %w", err)
+		}
+	}
+	str("cert", &cfg.TLS.Certificate, f.cert)
+	str("key", &cfg.TLS.PrivateKey, f.key)
+	str("client-ca", &cfg.TLS.ClientCA, f.ca)
+	if set["sqlite"] {
+		cfg.Authority = config.AuthorityConfig{SQLite: f.sqlite}
+	}
+	if set["postgres-dsn-file"] {
+		cfg.Authority = config.AuthorityConfig{PostgresDSNFile: f.pgDSNFile}
+	}
+	str("log-level", &cfg.Log.Level, f.logLevel)
+	str("log-format", &cfg.Log.Format, f.logFormat)
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, config.WithFile(err, f.configFile)
+	}
+	return cfg, nil
+}
+
+func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, th *testHooks) error {
+	tlsConf, err := setup.ServerTLS(cfg.TLS)
+	if err != nil {
+		return err
+	}
+	cas, err := setup.RunnerCAs(cfg.TLS.ClientCA)
+	if err != nil {
+		return err
+	}
+	au, err := setup.OpenAuthority(ctx, cfg.Authority)
+	if err != nil {
+		return err
+	}
+	defer au.Close()
+
+	var demo *demoLeaser
+	dcfg := daemon.Config{
+		ID: cfg.ID, Authority: au, RunnerCAs: cas, Protocol: cfg.Protocol(), MinProtocol: cfg.ProtocolMin.ProtocolVersion,
+		Timing: daemon.Timing{
+			HeartbeatInterval: cfg.Timing.HeartbeatInterval.Duration, RenewInterval: cfg.Timing.RenewInterval.Duration,
+			LeaseTTL: cfg.Timing.LeaseTTL.Duration, RevokeGrace: cfg.Timing.RevokeGrace.Duration, MaxBackoff: cfg.Timing.MaxBackoff.Duration,
+		},
+		AlternateEndpoints: cfg.Alternates(),
+		Logger:             log,
+	}
+	dcfg.Hooks.OnRegistered = func(s daemon.SessionInfo) {
+		log.Info("agent registered", "runner", s.Runner, "session", s.Session, "epoch", s.Epoch, "backend", s.Backend, "remote", s.Remote, "protocol", s.Protocol, "agent_version", s.AgentVersion)
+		if demo != nil {
+			demo.registered(s)
+		}
+	}
+	dcfg.Hooks.OnDisconnect = func(s daemon.SessionInfo, err error) {
+		log.Info("agent disconnected", "runner", s.Runner, "session", s.Session, "transport", s.Transport, "err", err)
+	}
+	dcfg.Hooks.OnCompletion = func(e daemon.CompletionEvent) {
+		log.Info("attempt completed", "runner", e.Runner, "attempt", e.Attempt, "lease", e.Lease, "ack", e.Ack)
+		if th != nil && th.onCompletion != nil {
+			th.onCompletion(e)
+		}
+	}
+	d, err := daemon.New(dcfg)
+	if err != nil {
+		return err
+	}
+	if f.demoLeases > 0 {
+		log.Warn("--demo-leases is a development feature: offering synthetic leases to every agent", "per_session", f.demoLeases)
+		demo = newDemoLeaser(d, f.demoLeases, log)
+	}
+
+	ls, err := setup.Listen(cfg.Listen, tlsConf, quic.Config{Logger: log}, yamux.Config{})
+	if err != nil {
+		_ = d.Shutdown(context.Background())
+		return err
+	}
+	serveCtx, cancelServe := context.WithCancel(context.Background())
+	defer cancelServe()
+	errc := make(chan error, len(ls))
+	for _, l := range ls {
+		log.Info("listening", "backend", l.Backend, "addr", l.Addr().String())
+		go func() { errc <- d.Serve(serveCtx, l) }()
+	}
+	if th != nil && th.ready != nil {
+		th.ready(d, ls)
+	}
+
+	var failed error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", f.shutdownTimeout)
+	case failed = <-errc:
+		log.Error("listener failed; shutting down", "err", failed)
+	}
+	if demo != nil {
+		demo.stop()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+	defer cancel()
+	if err := d.Shutdown(sctx); err != nil {
+		log.Warn("agents still connected at shutdown timeout; closed", "err", err)
+	}
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	cancelServe()
+	for range len(ls) - boolInt(failed != nil) {
+		<-errc
+	}
+	st := d.Stats()
+	log.Info("daemon stopped", "registrations", st.Registrations, "leases_offered", st.LeasesOffered,
+		"leases_accepted", st.LeasesAccepted, "completions_accepted", st.Completions[0])
+	return failed
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// demoLeaser implements --demo-leases: once per new agent session, offer N
+// synthetic leases (random job, spec and payload digests) from a
+// goroutine, since hooks must not block.
+type demoLeaser struct {
+	d      *daemon.Daemon
+	n      int
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	seen   map[wire.AgentSessionId]bool
+}
+
+func newDemoLeaser(d *daemon.Daemon, n int, log *slog.Logger) *demoLeaser {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &demoLeaser{d: d, n: n, log: log, ctx: ctx, cancel: cancel, seen: map[wire.AgentSessionId]bool{}}
+}
+
+// maxDemoSessions bounds the remembered sessions.
+const maxDemoSessions = 4096
+
+func (l *demoLeaser) registered(s daemon.SessionInfo) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen[s.Session] || l.ctx.Err() != nil {
+		return // a reconnect of a session that already got its leases
+	}
+	if len(l.seen) >= maxDemoSessions {
+		clear(l.seen)
+	}
+	l.seen[s.Session] = true
+	l.wg.Add(1)
+	go l.offer(s.Runner)
+}
+
+func (l *demoLeaser) offer(runner wire.RunnerId) {
+	defer l.wg.Done()
+	for i := 0; i < l.n; i++ {
+		o := daemon.LeaseOffer{Job: wire.NewJobId()}
+		_, _ = rand.Read(o.Spec.Digest[:])
+		o.Payload = syntheticPayload(o.Spec)
+		var err error
+		// The registration hook runs before the session is active: retry
+		// ErrNotConnected briefly.
+		for try := 0; try < 50; try++ {
+			_, err = l.d.OfferLease(l.ctx, runner, o)
+			if !errors.Is(err, daemon.ErrNotConnected) {
+				break
+			}
+			select {
+			case <-l.ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if l.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			l.log.Warn("demo lease not accepted", "runner", runner, "n", i+1, "err", err)
+			continue
+		}
+		l.log.Info("demo lease accepted", "runner", runner, "n", i+1, "of", l.n)
+	}
+}
+
+func (l *demoLeaser) stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// syntheticPayload names a (non-existent) CAS object for a synthetic job;
+// the synthetic executor never fetches it.
+func syntheticPayload(spec wire.JobSpecId) wire.CasObjectRef {
+	var r wire.CasObjectRef
+	r.Digest = spec.Digest
+	r.Size = 0
+	return r
+}
