@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"crypto"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// Endpoint is one daemon address and the backend dialer that reaches it.
+type Endpoint struct {
+	Address string
+	Dialer  semantics.BackendDialer
+	Backend string // name for status and logs ("quic", "yamux", "memory", …)
+}
+
+// Backoff is the reconnect policy: exponential with FULL jitter (§104,
+// §219): the n-th wait is uniform in [0, min(Max, Base·2ⁿ)]. The daemon's
+// max_backoff (RegistrationAcceptedV1) replaces Max once known.
+type Backoff struct {
+	Base time.Duration // 0 → DefaultBackoffBase
+	Max  time.Duration // 0 → DefaultBackoffMax
+}
+
+// Defaults.
+const (
+	DefaultBackoffBase    = 200 * time.Millisecond
+	DefaultBackoffMax     = 30 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultMaxParallel    = 1
+	// answerRetention bounds the remembered offer answers (duplicate offers
+	// are answered from it).
+	answerRetention = 4096
+)
+
+// Hooks observe the agent; they are called from agent goroutines and must
+// not block for long. Nil hooks are skipped.
+type Hooks struct {
+	// OnConnected: a transport registered and resynced.
+	OnConnected func(Status)
+	// OnDisconnected: the current transport ended (err says why).
+	OnDisconnected func(error)
+	// OnOffer: an offer was answered; Duplicate for a repeated offer.
+	OnOffer func(OfferEvent)
+	// OnAttemptStarted: the executor was started for an accepted lease.
+	OnAttemptStarted func(Job)
+	// OnCancel: an attempt's executor context was cancelled.
+	OnCancel func(attempt wire.JobAttemptId, reason agentwire.CancellationReason)
+	// OnAttemptDone: the daemon acknowledged an attempt's completion.
+	OnAttemptDone func(AttemptDone)
+}
+
+// OfferEvent describes the answer to a lease offer.
+type OfferEvent struct {
+	Lease     wire.LeaseId
+	Attempt   wire.JobAttemptId
+	Accepted  bool
+	Reason    agentwire.LeaseRejectReason
+	Duplicate bool
+}
+
+// AttemptDone is an acknowledged completion.
+type AttemptDone struct {
+	Job     Job
+	Result  Result
+	Ack     agentwire.CompletionAckKind
+	Retries int // completion re-sends before the ack
+}
+
+// Config configures an Agent. New copies it.
+type Config struct {
+	Runner    wire.RunnerId // required; must match the certificate
+	Signer    crypto.Signer // the certificate's private key (key proof); required
+	CertChain [][]byte      // DER, leaf first; sent in RegisterAgentV1
+	Endpoints []Endpoint    // tried in order (failover); at least one
+	Protocol  wire.ProtocolRange
+	Features  wire.FeatureSet
+	Role      agentwire.PeerRole
+	// Capabilities; zero OS/Arch/MaxParallel are filled from the runtime
+	// and MaxParallel.
+	Capabilities agentwire.RunnerCapabilitiesV1
+	Executor     Executor // required for RoleAgent
+	MaxParallel  int      // concurrent attempts; 0 → 1
+	Backoff      Backoff
+	// RequestTimeout is the deadline of each request (hello, register,
+	// resync, renew, completion); 0 → DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	Logger         *slog.Logger
+	Now            func() time.Time
+	Version        string // agent version reported to the daemon
+	Limits         semantics.Limits
+	Hooks          Hooks
+}
+
+func (c *Config) check() error {
+	switch {
+	case c.Runner == (wire.RunnerId{}):
+		return errors.New("agent: Config.Runner is required")
+	case c.Signer == nil:
+		return errors.New("agent: Config.Signer is required (key proof)")
+	case len(c.Endpoints) == 0:
+		return errors.New("agent: Config.Endpoints is empty")
+	case !c.Role.Valid():
+		return fmt.Errorf("agent: Config.Role %v unknown", c.Role)
+	case (c.Role == agentwire.RoleAgent || c.Role == agentwire.RoleInternalWorker) && c.Executor == nil:
+		return errors.New("agent: Config.Executor is required for this role")
+	case c.MaxParallel < 0 || c.MaxParallel > 0xffff:
+		return fmt.Errorf("agent: Config.MaxParallel %d out of range", c.MaxParallel)
+	case len(c.CertChain) > agentwire.MaxCertChain:
+		return fmt.Errorf("agent: Config.CertChain has %d certificates (max %d)", len(c.CertChain), agentwire.MaxCertChain)
+	}
+	for i, e := range c.Endpoints {
+		if e.Dialer == nil || e.Address == "" {
+			return fmt.Errorf("agent: Config.Endpoints[%d] needs Address and Dialer", i)
+		}
+	}
+	return c.Limits.Validate()
+}
+
+// VersionError is Run's error when the daemon shares no protocol version
+// with the agent (or the agent is below the daemon's policy minimum).
+// Message is the daemon's text naming both ranges, e.g. "no common protocol
+// version: server supports 3.0–4.2, agent supports 1.0–2.1".
+type VersionError struct {
+	Message     string
+	ServerRange wire.ProtocolRange
+	Endpoint    string
+}
+
+func (e *VersionError) Error() string { return e.Message }
+
+// RejectedError is a registration the daemon refused (authentication,
+// disabled runner, stale session). Run returns it when Retry says not to
+// retry (RetryNever, RetryUnsupported).
+type RejectedError struct {
+	Code     wire.ProtocolErrorCode
+	Retry    wire.RetryClass
+	Message  string
+	Endpoint string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("agent: registration rejected by %s: %s (retry %s): %s", e.Endpoint, e.Code, e.Retry, e.Message)
+}
+
+func (e *RejectedError) permanent() bool {
+	return e.Retry == wire.RetryNever || e.Retry == wire.RetryUnsupported
+}
