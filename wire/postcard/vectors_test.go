@@ -51,7 +51,7 @@ func loadVectors(t *testing.T, path string) []vector {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("postcard vectors: cannot read %s: %v (the shared/ tree must sit beside the repository: <root>/main and <root>/shared)", path, err)
+		t.Fatalf("postcard vectors: cannot read %s: %v (the shared/ tree must sit beside the repository checkout, as <parent>/shared next to <parent>/<repo>)", path, err)
 	}
 	var vs []vector
 	if err := json.Unmarshal(raw, &vs); err != nil {
