@@ -366,8 +366,5 @@ func (l *demoLeaser) stop() {
 // syntheticPayload names a (non-existent) CAS object for a synthetic job;
 // the synthetic executor never fetches it.
 func syntheticPayload(spec wire.JobSpecId) wire.CasObjectRef {
-	var r wire.CasObjectRef
-	r.Digest = spec.Digest
-	r.Size = 0
-	return r
+	return wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: spec.Digest, Size: 1}
 }

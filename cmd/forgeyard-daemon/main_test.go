@@ -3,10 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/config"
+	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
 func runDaemon(t *testing.T, ctx context.Context, th *testHooks, args ...string) (int, string, string) {
@@ -49,4 +61,108 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 containing %q", c.args, code, errOut, c.want)
 		}
 	}
+}
+
+// TestDemoLeasesOverQUIC runs the daemon main in-process with a dev PKI on
+// QUIC loopback; an agent (semantics/agent with the synthetic executor)
+// registers, receives the --demo-leases offers, completes them, and SIGINT
+// (ctx cancel) shuts the daemon down cleanly.
+func TestDemoLeasesOverQUIC(t *testing.T) {
+	dir := t.TempDir()
+	pkiDir := filepath.Join(dir, "pki")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	readyc := make(chan string, 1)
+	completions := make(chan daemon.CompletionEvent, 16)
+	th := &testHooks{
+		ready: func(d *daemon.Daemon, ls []setup.Listener) { readyc <- ls[0].Addr().String() },
+		onCompletion: func(e daemon.CompletionEvent) {
+			select {
+			case completions <- e:
+			default:
+			}
+		},
+	}
+	var logs syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--dev-pki", pkiDir, "--listen", "127.0.0.1:0", "--sqlite", filepath.Join(dir, "a.db"),
+			"--demo-leases", "2", "--log-format", "json", "--shutdown-timeout", "2s"}, io.Discard, &logs, th)
+	}()
+	var addr string
+	select {
+	case addr = <-readyc:
+	case code := <-done:
+		t.Fatalf("daemon exited %d before ready: %s", code, logs.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon not ready")
+	}
+
+	var cp config.ControlPlane
+	if _, err := setup.DevAgent(pkiDir, "a1", &cp); err != nil {
+		t.Fatal(err)
+	}
+	cred, err := setup.LoadCredential(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := config.ParseEndpoint("quic://" + addr)
+	dialer, daddr, _ := setup.Dialer(e, cred.Client, quic.Config{}, yamux.Config{})
+	a, err := agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
+		Endpoints: []agent.Endpoint{{Address: daddr, Dialer: dialer, Backend: "quic"}},
+		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), MaxParallel: 2, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	adone := make(chan error, 1)
+	go func() { adone <- a.Run(actx) }()
+	defer func() { acancel(); <-adone; a.Close() }()
+
+	seen := map[wire.JobAttemptId]bool{}
+	for len(seen) < 2 {
+		select {
+		case ev := <-completions:
+			if ev.Runner != cred.Runner || ev.Ack != agentwire.AckAccepted {
+				t.Errorf("completion %+v", ev)
+			}
+			seen[ev.Attempt] = true
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%d of 2 demo leases completed; logs:\n%s", len(seen), logs.String())
+		}
+	}
+	cancel() // SIGINT
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("exit %d; logs:\n%s", code, logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon did not shut down")
+	}
+	out := logs.String()
+	for _, want := range []string{`"msg":"agent registered"`, `"msg":"demo lease accepted"`, `"msg":"daemon stopped"`, `"leases_accepted":2`, cred.Runner.String()} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logs lack %s", want)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -1,0 +1,229 @@
+// Command forgeyard-agent runs a Forgeyard Transport build agent: it dials
+// the daemon's endpoints in order (QUIC, TLS+yamux, WebTransport) with
+// failover, authenticates with its runner certificate, registers, and runs
+// leased attempts (semantics/agent). On connection loss it reconnects with
+// exponential backoff and full jitter under the same agent session and
+// resyncs its running attempts.
+//
+//	forgeyard-agent --config /etc/forgeyard/agent.toml
+//	forgeyard-agent --dev-pki ./.dev-pki --dev-agent 1 --endpoint quic://127.0.0.1:7443
+//
+// This build runs attempts with the synthetic executor only: durations,
+// phases and exit codes derived from the JobSpecId. It has no way to run an
+// arbitrary command (§98).
+//
+// SIGINT or SIGTERM stops the agent: running attempts are cancelled and the
+// connection closed. A protocol version mismatch with the daemon is fatal
+// (exit 1) and prints the daemon's message naming both ranges.
+//
+// Exit status: 0 after SIGINT/SIGTERM, 1 on a fatal error, 2 on a usage or
+// configuration error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/config"
+	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/semantics/agent"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// Version is reported to the daemon in TransportHelloV1.
+const Version = "forgeyard-agent/0.1.0"
+
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil))
+}
+
+// testHooks let tests observe the running agent; nil in production.
+type testHooks struct {
+	ready func(a *agent.Agent)
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+type flags struct {
+	configFile    string
+	endpoints     listFlag
+	serverName    string
+	cert, key, ca string
+	devPKI        string
+	devAgent      string
+	maxParallel   int
+	labels        listFlag
+	logLevel      string
+	logFormat     string
+	seed          uint64
+}
+
+func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("forgeyard-agent", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
+	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable, tried in order: quic://host:7443, yamux://host:7444, webtransport://host:443 (key: control_plane.endpoints; replaces the file's list)")
+	fs.StringVar(&f.serverName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name; default: the endpoint host)")
+	fs.StringVar(&f.cert, "cert", "", "agent certificate PEM `file`, bound to the RunnerId (key: control_plane.credential.certificate)")
+	fs.StringVar(&f.key, "key", "", "agent private key PEM `file` (key: control_plane.credential.private_key)")
+	fs.StringVar(&f.ca, "ca", "", "CA PEM `file` that signs the daemon certificate (key: control_plane.credential.ca)")
+	fs.StringVar(&f.devPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` and use agent --dev-agent's certificate")
+	fs.StringVar(&f.devAgent, "dev-agent", "1", "agent `name` inside --dev-pki")
+	fs.IntVar(&f.maxParallel, "max-parallel", 0, "attempts run at once (key: max_parallel; default 1)")
+	fs.Var(&f.labels, "label", "capability `label`, repeatable (key: capabilities.labels; replaces the file's list)")
+	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
+	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
+	fs.Uint64Var(&f.seed, "synthetic-seed", 1, "`seed` of the synthetic executor (durations and exit codes derive from it and the JobSpecId)")
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintf(out, `Usage: forgeyard-agent [--config FILE] [flags]
+
+Runs a Forgeyard Transport agent with the synthetic executor. Settings come
+from the TOML file given with --config; each flag below overrides one key of
+it. Credentials are always file paths. SIGINT/SIGTERM stop the agent.
+
+Flags:
+`)
+		fs.PrintDefaults()
+		fmt.Fprintf(out, `
+Examples:
+  forgeyard-agent --config /etc/forgeyard/agent.toml
+  forgeyard-agent --dev-pki ./.dev-pki --dev-agent 1 --endpoint quic://127.0.0.1:7443
+`)
+	}
+	return fs
+}
+
+// run is main without the process; tests call it in-process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	var f flags
+	fs := newFlagSet(&f, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "forgeyard-agent: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	cfg, err := buildConfig(fs, &f)
+	if err != nil {
+		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
+		return exitUsage
+	}
+	log := cfg.Log.NewLogger(stderr)
+	a, err := newAgent(cfg, f.seed, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
+		return exitUsage
+	}
+	defer a.Close()
+	log.Info("agent starting", "session", a.Session(), "endpoints", cfg.ControlPlane.Endpoints, "max_parallel", cfg.MaxParallel)
+	if th != nil && th.ready != nil {
+		th.ready(a)
+	}
+	err = a.Run(ctx)
+	if ctx.Err() != nil {
+		log.Info("agent stopped", "session", a.Session())
+		return exitOK
+	}
+	log.Error("agent failed", "err", err)
+	fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
+	return exitFail
+}
+
+func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
+	cfg := &config.Agent{}
+	if f.configFile != "" {
+		c, err := config.ReadAgent(f.configFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	str := func(name string, dst *string, v string) {
+		if set[name] {
+			*dst = v
+		}
+	}
+	if set["endpoint"] {
+		cfg.ControlPlane.Endpoints = f.endpoints
+	}
+	str("server-name", &cfg.ControlPlane.ServerName, f.serverName)
+	if f.devPKI != "" {
+		if _, err := setup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
+			return nil, fmt.Errorf("--dev-pki: %w", err)
+		}
+	}
+	str("cert", &cfg.ControlPlane.Credential.Certificate, f.cert)
+	str("key", &cfg.ControlPlane.Credential.PrivateKey, f.key)
+	str("ca", &cfg.ControlPlane.Credential.CA, f.ca)
+	if set["max-parallel"] {
+		cfg.MaxParallel = f.maxParallel
+	}
+	if set["label"] {
+		cfg.Capabilities.Labels = f.labels
+	}
+	str("log-level", &cfg.Log.Level, f.logLevel)
+	str("log-format", &cfg.Log.Format, f.logFormat)
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, config.WithFile(err, f.configFile)
+	}
+	return cfg, nil
+}
+
+// newAgent loads the credential and builds the agent with one dialer per
+// endpoint.
+func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger) (*agent.Agent, error) {
+	cred, err := setup.LoadCredential(cfg.ControlPlane)
+	if err != nil {
+		return nil, err
+	}
+	var eps []agent.Endpoint
+	for _, e := range cfg.Endpoints() {
+		d, addr, err := setup.Dialer(e, cred.Client, quic.Config{Logger: log}, yamux.Config{})
+		if err != nil {
+			return nil, err
+		}
+		eps = append(eps, agent.Endpoint{Address: addr, Dialer: d, Backend: e.Backend})
+	}
+	return agent.New(agent.Config{
+		Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
+		Endpoints: eps, Role: agentwire.RoleAgent,
+		Capabilities: cfg.RunnerCapabilities(),
+		Executor:     agent.NewSyntheticExecutor(seed, agent.SyntheticOptions{}),
+		MaxParallel:  cfg.MaxParallel,
+		Backoff:      agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration},
+		Logger:       log,
+		Version:      Version,
+	})
+}
