@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -399,7 +399,6 @@ func BenchmarkControlUnderBulk(b *testing.B) {
 		})
 	}
 }
-
 
 // BenchmarkWindowSweep compares receive-window settings for control RTT
 // under one saturating bulk stream, interleaving the configurations round
