@@ -20,6 +20,11 @@ type Options struct {
 	// Bandwidth limits each direction to this many bytes per second; a
 	// writer blocks while its bytes are "on the wire". 0 means unlimited.
 	Bandwidth int64
+	// SendBuffer, with Bandwidth, is how many bytes a direction accepts
+	// beyond what it has transmitted before Write blocks, like a kernel
+	// socket send buffer: every stream's data queues FIFO behind it. 0 means
+	// a writer blocks until its own bytes are transmitted.
+	SendBuffer int
 	// CutAfterBytes cuts the connection once this many stream bytes (both
 	// directions together) have been sent: the write that reaches the
 	// limit delivers only the bytes up to it. 0 means never.

@@ -53,9 +53,9 @@ func newLink(p *pair) *link {
 }
 
 // send schedules fn (applied under pair.mu) after n bytes were transmitted
-// and the latency elapsed. The caller holds pair.mu. It returns the time at
-// which the n bytes have left the sender (bandwidth pacing); the zero time
-// when there is no pacing.
+// and the latency elapsed. The caller holds pair.mu. With bandwidth pacing
+// it returns the time until which the writer must wait (its bytes left the
+// send buffer); otherwise the zero time.
 func (l *link) send(n int, fn func()) time.Time {
 	if !l.delayed {
 		fn()
@@ -81,8 +81,10 @@ func (l *link) send(n int, fn func()) time.Time {
 	case l.kick <- struct{}{}:
 	default:
 	}
-	if l.p.opts.Bandwidth > 0 {
-		return tx
+	if bw := l.p.opts.Bandwidth; bw > 0 {
+		// The writer may continue once the untransmitted backlog fits in
+		// the send buffer.
+		return tx.Add(-time.Duration(float64(l.p.opts.SendBuffer) / float64(bw) * float64(time.Second)))
 	}
 	return time.Time{}
 }
