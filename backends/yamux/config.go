@@ -1,0 +1,194 @@
+package yamux
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	hyamux "github.com/hashicorp/yamux"
+)
+
+// ALPN is the TLS application protocol this backend negotiates.
+const ALPN = "forgeyard/1"
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultMaxStreamWindow    = 16 << 20 // bytes
+	DefaultKeepAliveInterval  = 10 * time.Second
+	DefaultIdleTimeout        = 30 * time.Second
+	DefaultWriteTimeout       = 10 * time.Second
+	DefaultAcceptBacklog      = 256
+	DefaultMaxIncomingStreams = 1024
+	DefaultHandshakeTimeout   = 10 * time.Second
+	DefaultCloseTimeout       = time.Second
+	DefaultNotSentLowat       = 128 << 10 // bytes
+	DefaultStreamCloseTimeout = time.Minute
+
+	// MinStreamWindow is yamux's initial (and smallest allowed) window.
+	MinStreamWindow = 256 << 10
+)
+
+// Config tunes the backend. The zero value is valid and means "the default"
+// for every field. Negative durations and sizes are rejected by Validate,
+// except NotSentLowat, where a negative value disables TCP_NOTSENT_LOWAT.
+// Listen and Dialer.Dial copy the Config; changing it afterwards has no
+// effect.
+type Config struct {
+	// MaxStreamWindow is the per-stream receive window in bytes (yamux
+	// MaxStreamWindowSize). At least MinStreamWindow; 0 means
+	// DefaultMaxStreamWindow (16 MiB, enough for ~1 Gbit/s at 100 ms).
+	// yamux has no connection-level window: a connection may buffer up to
+	// MaxIncomingStreams × MaxStreamWindow bytes from a peer that writes
+	// and an application that does not read.
+	MaxStreamWindow uint32
+	// KeepAliveInterval is how often an idle connection sends a yamux ping
+	// so the peer's idle deadline does not fire. 0 means the default (10 s).
+	KeepAliveInterval time.Duration
+	// IdleTimeout closes the connection with CloseIdleTimeout when nothing
+	// at all was received for this long. It must exceed KeepAliveInterval.
+	// 0 means the default (30 s).
+	IdleTimeout time.Duration
+	// WriteTimeout bounds every write to the socket and yamux's wait for its
+	// send queue (ConnectionWriteTimeout). A stalled write closes the
+	// connection with CloseIdleTimeout. 0 means the default (10 s).
+	WriteTimeout time.Duration
+	// AcceptBacklog bounds streams (per direction kind) waiting for
+	// AcceptStream/AcceptUniStream; streams beyond it are refused with
+	// StreamRefused. It is also yamux's AcceptBacklog. 0 means 256.
+	AcceptBacklog int
+	// MaxIncomingStreams is the hard cap of concurrently open
+	// peer-initiated streams, a backstop below the semantics layer's limits
+	// (yamux itself bounds only windows). Streams above it are refused with
+	// StreamRefused. 0 means 1024.
+	MaxIncomingStreams int
+	// HandshakeTimeout bounds TCP connect, the TLS handshake and the
+	// control-stream setup. 0 means the default (10 s).
+	HandshakeTimeout time.Duration
+	// CloseTimeout bounds how long CloseWithCode waits for its close record
+	// to be written and for the peer to drop the connection. 0 means 1 s.
+	CloseTimeout time.Duration
+	// NotSentLowat sets TCP_NOTSENT_LOWAT (bytes) on the socket, bounding
+	// unsent bytes queued in the kernel so control frames do not wait behind
+	// megabytes of bulk data. 0 means the default (128 KiB); negative leaves
+	// the kernel default (unbounded). Ignored where unsupported.
+	NotSentLowat int
+	// StreamCloseTimeout is how long a stream may stay half-closed after
+	// both sides' application is done before yamux forcibly resets it.
+	// 0 means 1 minute.
+	StreamCloseTimeout time.Duration
+	// Logger receives yamux's log lines and this backend's diagnostics.
+	// nil discards them; nothing is ever written to stderr.
+	Logger *slog.Logger
+}
+
+// Validate reports the first invalid field by name.
+func (c *Config) Validate() error {
+	switch {
+	case c.MaxStreamWindow != 0 && c.MaxStreamWindow < MinStreamWindow:
+		return fmt.Errorf("yamux: Config.MaxStreamWindow %d is below the minimum %d", c.MaxStreamWindow, MinStreamWindow)
+	case c.KeepAliveInterval < 0:
+		return fmt.Errorf("yamux: Config.KeepAliveInterval is negative")
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("yamux: Config.IdleTimeout is negative")
+	case c.WriteTimeout < 0:
+		return fmt.Errorf("yamux: Config.WriteTimeout is negative")
+	case c.AcceptBacklog < 0:
+		return fmt.Errorf("yamux: Config.AcceptBacklog is negative")
+	case c.MaxIncomingStreams < 0:
+		return fmt.Errorf("yamux: Config.MaxIncomingStreams is negative")
+	case c.HandshakeTimeout < 0:
+		return fmt.Errorf("yamux: Config.HandshakeTimeout is negative")
+	case c.CloseTimeout < 0:
+		return fmt.Errorf("yamux: Config.CloseTimeout is negative")
+	case c.StreamCloseTimeout < 0:
+		return fmt.Errorf("yamux: Config.StreamCloseTimeout is negative")
+	}
+	d := c.withDefaults()
+	if d.IdleTimeout <= d.KeepAliveInterval {
+		return fmt.Errorf("yamux: Config.IdleTimeout (%v) must exceed KeepAliveInterval (%v)", d.IdleTimeout, d.KeepAliveInterval)
+	}
+	return nil
+}
+
+// withDefaults returns a copy with zero fields filled.
+func (c Config) withDefaults() Config {
+	if c.MaxStreamWindow == 0 {
+		c.MaxStreamWindow = DefaultMaxStreamWindow
+	}
+	if c.KeepAliveInterval == 0 {
+		c.KeepAliveInterval = DefaultKeepAliveInterval
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+		if c.IdleTimeout <= c.KeepAliveInterval {
+			c.IdleTimeout = 3 * c.KeepAliveInterval
+		}
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.AcceptBacklog == 0 {
+		c.AcceptBacklog = DefaultAcceptBacklog
+	}
+	if c.MaxIncomingStreams == 0 {
+		c.MaxIncomingStreams = DefaultMaxIncomingStreams
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
+	if c.NotSentLowat == 0 {
+		c.NotSentLowat = DefaultNotSentLowat
+	}
+	if c.StreamCloseTimeout == 0 {
+		c.StreamCloseTimeout = DefaultStreamCloseTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// prepare validates and fills c.
+func (c Config) prepare() (Config, error) {
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c.withDefaults(), nil
+}
+
+// yamuxConfig builds the library configuration. yamux's own keepalive is
+// off: this package pings from a timer (no goroutine per idle connection)
+// and detects dead peers with the socket's idle read deadline.
+func (c *Config) yamuxConfig() *hyamux.Config {
+	return &hyamux.Config{
+		AcceptBacklog:          c.AcceptBacklog,
+		EnableKeepAlive:        false,
+		KeepAliveInterval:      c.KeepAliveInterval,
+		ConnectionWriteTimeout: c.WriteTimeout,
+		MaxStreamWindowSize:    c.MaxStreamWindow,
+		StreamOpenTimeout:      c.HandshakeTimeout + c.WriteTimeout,
+		StreamCloseTimeout:     c.StreamCloseTimeout,
+		Logger:                 slogAdapter{c.Logger},
+	}
+}
+
+// slogAdapter routes yamux's log.Logger-style lines to slog: "[ERR]" lines
+// at Warn (yamux logs peer misbehaviour as errors), everything else at Debug.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Print(v ...any)                 { a.log(fmt.Sprint(v...)) }
+func (a slogAdapter) Println(v ...any)               { a.log(fmt.Sprint(v...)) }
+func (a slogAdapter) Printf(format string, v ...any) { a.log(fmt.Sprintf(format, v...)) }
+
+func (a slogAdapter) log(msg string) {
+	level := slog.LevelDebug
+	if strings.HasPrefix(msg, "[ERR]") {
+		level = slog.LevelWarn
+	}
+	a.l.Log(context.Background(), level, strings.TrimSpace(msg), "backend", "yamux")
+}

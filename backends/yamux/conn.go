@@ -1,0 +1,739 @@
+package yamux
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	hyamux "github.com/hashicorp/yamux"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/postcard"
+)
+
+// Stream markers: the first byte of every yamux stream says what it is.
+const (
+	markerBidi    byte = 0x00
+	markerUni     byte = 0x01
+	markerControl byte = 0x02
+
+	// readyByte is written by the listener over raw TLS once it accepted the
+	// client (certificate verified). In TLS 1.3 the client's handshake
+	// completes before the server has checked the client certificate; the
+	// dialer waits for this byte so a rejected client fails in Dial.
+	readyByte byte = 0x46
+)
+
+var (
+	markerBidiB    = []byte{markerBidi}
+	markerUniB     = []byte{markerUni}
+	markerControlB = []byte{markerControl}
+	pastDeadline   = time.Unix(1, 0)
+)
+
+// Control-stream records, Postcard enum:
+//
+//	enum ControlRecordV1 {
+//	    Close(CloseFrameV1),                      // 0: the last record a side writes
+//	    ResetStream { stream_id: u32, code: u32 }, // 1: the sender abandoned its send side
+//	    StopSending { stream_id: u32, code: u32 }, // 2: the sender abandoned its receive side
+//	    ResetAck { stream_id: u32 },               // 3: ResetStream recorded; FIN may follow
+//	}
+//
+// Each record is one frame (varint length ‖ body) of at most maxCtrlFrame
+// bytes.
+const (
+	recClose    = 0
+	recReset    = 1
+	recStop     = 2
+	recResetAck = 3
+	numRecords  = 4
+
+	maxCtrlFrame = 512
+
+	// maxPending bounds records kept for streams not (yet) registered, and
+	// pendingTTL is how long one is kept.
+	maxPending = 256
+	pendingTTL = 10 * time.Second
+)
+
+// Conn is one TLS+yamux connection. It implements semantics.BackendConn and
+// semantics.BulkHinter. All methods are safe for concurrent use.
+type Conn struct {
+	cfg    Config
+	log    *slog.Logger
+	client bool
+	sc     *sockConn
+	sess   *hyamux.Session
+	ctrl   *hyamux.Stream
+	state  tls.ConnectionState
+	raw    syscall.RawConn // nil if not a TCP socket
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	ctrlMu  sync.Mutex // serializes control-record writes
+	ctrlBuf []byte
+
+	mu       sync.Mutex
+	local    *semantics.ConnError // CloseWithCode was called
+	remote   *semantics.ConnError // the peer's close record
+	failure  *semantics.ConnError // a local failure (write stall) that ended the session
+	closeErr *semantics.ConnError // final error, set before done closes
+	streams  map[uint32]*stream
+	pending  map[uint32]*pendingRec
+	incoming int
+
+	bidi, uni chan *stream
+	closing   chan struct{} // closed when CloseWithCode starts
+	done      chan struct{} // closed once closeErr is set
+	wg        sync.WaitGroup
+
+	pingMu     sync.Mutex
+	pingClosed bool
+	pingWG     sync.WaitGroup
+	pingTimer  *time.Timer
+
+	inYamux atomic.Int64 // bytes inside yamux Stream.Write calls
+}
+
+type pendingRec struct {
+	at       time.Time
+	hasReset bool
+	reset    semantics.StreamErrorCode
+	hasStop  bool
+	stop     semantics.StreamErrorCode
+	ack      bool
+}
+
+var (
+	_ semantics.BackendConn     = (*Conn)(nil)
+	_ semantics.BulkHinter      = (*Conn)(nil)
+	_ semantics.BackendListener = (*Listener)(nil)
+	_ semantics.BackendDialer   = Dialer{}
+	_ semantics.RawStream       = (*stream)(nil)
+)
+
+// sockConn is what yamux reads and writes: the TLS connection with an idle
+// deadline on every read and a write deadline on every write.
+type sockConn struct {
+	net.Conn
+	idle, wto    time.Duration
+	idleFired    atomic.Bool
+	writeStalled atomic.Bool
+}
+
+func (sc *sockConn) Read(p []byte) (int, error) {
+	_ = sc.Conn.SetReadDeadline(time.Now().Add(sc.idle))
+	n, err := sc.Conn.Read(p)
+	if err != nil {
+		sc.noteReadErr(err)
+	}
+	return n, err
+}
+
+func (sc *sockConn) Write(p []byte) (int, error) {
+	_ = sc.Conn.SetWriteDeadline(time.Now().Add(sc.wto))
+	n, err := sc.Conn.Write(p)
+	if err != nil {
+		sc.noteWriteErr(err)
+	}
+	return n, err
+}
+
+// newConn starts yamux over an established TLS connection and sets up the
+// control stream: the client opens it, the server accepts it (bounded by
+// ctx). On error the TLS connection is closed.
+func newConn(ctx context.Context, tc *tls.Conn, raw syscall.RawConn, cfg Config, client bool) (*Conn, error) {
+	sc := &sockConn{Conn: tc, idle: cfg.IdleTimeout, wto: cfg.WriteTimeout}
+	ycfg := cfg.yamuxConfig()
+	var sess *hyamux.Session
+	var err error
+	if client {
+		sess, err = hyamux.Client(sc, ycfg)
+	} else {
+		sess, err = hyamux.Server(sc, ycfg)
+	}
+	if err != nil {
+		_ = tc.Close()
+		return nil, handshakeError("yamux", err)
+	}
+	var ctrl *hyamux.Stream
+	if client {
+		ctrl, err = sess.OpenStream()
+		if err == nil {
+			_, err = ctrl.Write(markerControlB)
+		}
+	} else {
+		ctrl, err = acceptControl(ctx, sess)
+	}
+	if err != nil {
+		_ = sess.Close()
+		return nil, handshakeError("control stream", err)
+	}
+	c := &Conn{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		client:  client,
+		sc:      sc,
+		sess:    sess,
+		ctrl:    ctrl,
+		state:   tc.ConnectionState(),
+		raw:     raw,
+		streams: make(map[uint32]*stream),
+		pending: make(map[uint32]*pendingRec),
+		bidi:    make(chan *stream, cfg.AcceptBacklog),
+		uni:     make(chan *stream, cfg.AcceptBacklog),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	c.pingMu.Lock() // orders the assignment before the first callback
+	c.pingTimer = time.AfterFunc(cfg.KeepAliveInterval, c.keepalive)
+	c.pingMu.Unlock()
+	c.wg.Add(2)
+	go c.readControl()
+	go c.acceptLoop()
+	return c, nil
+}
+
+func acceptControl(ctx context.Context, sess *hyamux.Session) (*hyamux.Stream, error) {
+	ys, err := sess.AcceptStreamWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = ys.SetReadDeadline(dl)
+	}
+	var b [1]byte
+	if _, err := ys.Read(b[:]); err != nil {
+		return nil, err
+	}
+	_ = ys.SetReadDeadline(time.Time{})
+	if b[0] != markerControl {
+		return nil, errors.New("first stream is not the control stream")
+	}
+	return ys, nil
+}
+
+// keepalive pings the peer so its idle deadline does not fire, then re-arms.
+// It runs on the timer's goroutine; there is no goroutine per idle
+// connection between pings.
+func (c *Conn) keepalive() {
+	c.pingMu.Lock()
+	if c.pingClosed {
+		c.pingMu.Unlock()
+		return
+	}
+	c.pingWG.Add(1)
+	c.pingMu.Unlock()
+	defer c.pingWG.Done()
+	_, _ = c.sess.Ping() // a missing answer is judged by the idle deadline
+	c.pingMu.Lock()
+	if !c.pingClosed {
+		c.pingTimer.Reset(c.cfg.KeepAliveInterval)
+	}
+	c.pingMu.Unlock()
+}
+
+func (c *Conn) stopKeepalive() {
+	c.pingMu.Lock()
+	c.pingClosed = true
+	c.pingTimer.Stop()
+	c.pingMu.Unlock()
+	c.pingWG.Wait()
+}
+
+// readControl reads control records until the session ends, then records
+// the connection's final error.
+func (c *Conn) readControl() {
+	defer c.wg.Done()
+	fr := wire.NewFrameReader(bufio.NewReaderSize(c.ctrl, 128), maxCtrlFrame)
+	for {
+		body, err := fr.Next()
+		if err != nil {
+			var tooLarge *wire.FrameTooLargeError
+			if errors.As(err, &tooLarge) || errors.Is(err, wire.ErrFramePrefix) {
+				c.protocolError("malformed control frame")
+			}
+			break
+		}
+		if stop := c.handleRecord(body); stop {
+			break
+		}
+	}
+	c.finalize()
+}
+
+// handleRecord applies one control record; it reports whether reading
+// should stop (close record or protocol error).
+func (c *Conn) handleRecord(body []byte) (stop bool) {
+	d := postcard.NewDecoder(body)
+	kind := d.Variant(numRecords)
+	switch kind {
+	case recClose:
+		var f wire.CloseFrame
+		f.DecodePostcard(&d)
+		if d.Finish() != nil {
+			c.protocolError("malformed close record")
+			return true
+		}
+		c.mu.Lock()
+		if c.remote == nil {
+			c.remote = &semantics.ConnError{Code: f.Code, Reason: f.Reason, Remote: true}
+		}
+		c.mu.Unlock()
+		_ = c.sess.Close()
+		return true
+	case recReset, recStop:
+		id, code := d.U32(), semantics.StreamErrorCode(d.U32())
+		if d.Finish() != nil {
+			c.protocolError("malformed stream record")
+			return true
+		}
+		s := c.lookup(id, func(p *pendingRec) {
+			if kind == recReset {
+				p.hasReset, p.reset = true, code
+			} else {
+				p.hasStop, p.stop = true, code
+			}
+		})
+		if kind == recStop {
+			if s != nil {
+				s.remoteStop(code)
+			}
+			return false
+		}
+		if s != nil {
+			s.remoteReset(code)
+		}
+		// The reset is recorded (on the stream or as pending): the peer may
+		// now send its FIN without it being mistaken for a clean end.
+		_ = c.writeRecord(c.cfg.WriteTimeout, func(b []byte) []byte {
+			b = postcard.AppendVariant(b, recResetAck)
+			return postcard.AppendU32(b, id)
+		})
+		return false
+	case recResetAck:
+		id := d.U32()
+		if d.Finish() != nil {
+			c.protocolError("malformed ack record")
+			return true
+		}
+		if s := c.lookup(id, func(p *pendingRec) { p.ack = true }); s != nil {
+			s.resetAcked()
+		}
+		return false
+	}
+	c.protocolError("unknown control record")
+	return true
+}
+
+// protocolError ends the connection after a malformed control record.
+func (c *Conn) protocolError(what string) {
+	c.log.Warn("yamux: peer protocol error", "err", what)
+	c.closeLocal(wire.CloseProtocolError, what)
+}
+
+// writeRecord writes one control record, bounded by timeout.
+func (c *Conn) writeRecord(timeout time.Duration, encode func([]byte) []byte) error {
+	c.ctrlMu.Lock()
+	defer c.ctrlMu.Unlock()
+	b, err := wire.AppendFrame(c.ctrlBuf[:0], maxCtrlFrame, encode)
+	if err != nil {
+		return err
+	}
+	c.ctrlBuf = b
+	_ = c.ctrl.SetWriteDeadline(time.Now().Add(timeout))
+	_, err = c.ctrl.Write(b)
+	return err
+}
+
+func (c *Conn) writeStreamRecord(kind uint32, id uint32, code semantics.StreamErrorCode) error {
+	return c.writeRecord(c.cfg.WriteTimeout, func(b []byte) []byte {
+		b = postcard.AppendVariant(b, kind)
+		b = postcard.AppendU32(b, id)
+		return postcard.AppendU32(b, uint32(code))
+	})
+}
+
+// lookup returns the registered stream id, or records the update in the
+// pending table (bounded, expiring) for a stream not registered yet.
+func (c *Conn) lookup(id uint32, update func(*pendingRec)) *stream {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.streams[id]; s != nil {
+		return s
+	}
+	p := c.pending[id]
+	if p == nil {
+		if len(c.pending) >= maxPending {
+			now := time.Now()
+			for k, v := range c.pending {
+				if now.Sub(v.at) > pendingTTL {
+					delete(c.pending, k)
+				}
+			}
+		}
+		if len(c.pending) >= maxPending {
+			c.log.Debug("yamux: dropping control record for unknown stream", "stream", id)
+			return nil
+		}
+		p = &pendingRec{at: time.Now()}
+		c.pending[id] = p
+	}
+	update(p)
+	return nil
+}
+
+// register makes s reachable by control records and applies any that
+// arrived before it.
+func (c *Conn) register(s *stream) {
+	c.mu.Lock()
+	c.streams[s.id] = s
+	p := c.pending[s.id]
+	delete(c.pending, s.id)
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	if p.hasReset {
+		s.remoteReset(p.reset)
+	}
+	if p.hasStop {
+		s.remoteStop(p.stop)
+	}
+	if p.ack {
+		s.resetAcked()
+	}
+}
+
+func (c *Conn) unregister(s *stream) {
+	c.mu.Lock()
+	if c.streams[s.id] == s {
+		delete(c.streams, s.id)
+	}
+	if s.counted {
+		s.counted = false
+		c.incoming--
+	}
+	c.mu.Unlock()
+}
+
+// acceptLoop takes streams from yamux, applies the hard cap and hands them
+// to a classifier that reads their marker.
+func (c *Conn) acceptLoop() {
+	defer c.wg.Done()
+	for {
+		ys, err := c.sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		s := &stream{c: c, ys: ys, id: ys.StreamID(), incoming: true}
+		c.mu.Lock()
+		over := c.incoming >= c.cfg.MaxIncomingStreams
+		flood := len(c.streams) >= 2*c.cfg.MaxIncomingStreams+c.cfg.AcceptBacklog
+		if !over {
+			c.incoming++
+			s.counted = true
+		}
+		c.mu.Unlock()
+		if flood {
+			c.protocolError("too many streams")
+			return
+		}
+		c.register(s)
+		if over {
+			s.refuse(true)
+			continue
+		}
+		c.wg.Add(1)
+		go c.classify(s)
+	}
+}
+
+// classify reads an incoming stream's marker (bounded by HandshakeTimeout)
+// and queues it for AcceptStream or AcceptUniStream; a full queue refuses
+// it with StreamRefused.
+func (c *Conn) classify(s *stream) {
+	defer c.wg.Done()
+	_ = s.ys.SetReadDeadline(time.Now().Add(c.cfg.HandshakeTimeout))
+	var b [1]byte
+	n, err := s.ys.Read(b[:])
+	s.mu.Lock()
+	if s.rerr == nil {
+		_ = s.ys.SetReadDeadline(time.Time{})
+	}
+	s.mu.Unlock()
+	if n == 0 || err != nil {
+		if !c.sess.IsClosed() {
+			s.refuseCode(semantics.StreamProtocolError, true)
+		}
+		return
+	}
+	var q chan *stream
+	switch b[0] {
+	case markerBidi:
+		q = c.bidi
+	case markerUni:
+		q = c.uni
+		// Receive-only: our send side ends now (yamux needs both FINs to
+		// free the stream).
+		s.mu.Lock()
+		s.wdone, s.finSent = true, true
+		s.mu.Unlock()
+		_ = s.ys.Close()
+	default:
+		s.refuseCode(semantics.StreamProtocolError, true)
+		return
+	}
+	select {
+	case q <- s:
+	default:
+		s.refuse(b[0] == markerBidi)
+	}
+}
+
+// usable returns the error to report if the connection cannot start new
+// work.
+func (c *Conn) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-c.closing:
+		return c.connError()
+	case <-c.done:
+		return c.connError()
+	default:
+		return nil
+	}
+}
+
+// OpenStream opens a bidirectional stream. yamux does not wait for the peer
+// to accept: a peer over its stream limit refuses the stream, and the first
+// Read or Write returns *semantics.StreamError{Code: StreamRefused}. ctx is
+// checked before opening; the open itself is bounded by WriteTimeout.
+func (c *Conn) OpenStream(ctx context.Context) (semantics.RawStream, error) {
+	s, err := c.open(ctx, markerBidiB)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenUniStream opens a unidirectional (send-only) stream, like OpenStream.
+func (c *Conn) OpenUniStream(ctx context.Context) (semantics.RawSendStream, error) {
+	s, err := c.open(ctx, markerUniB)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (c *Conn) open(ctx context.Context, marker []byte) (*stream, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
+	ys, err := c.sess.OpenStream()
+	if err != nil {
+		return nil, c.sessionError(err)
+	}
+	s := &stream{c: c, ys: ys, id: ys.StreamID()}
+	if marker[0] == markerUni {
+		s.rdone = true // we never read; the peer's FIN is handled by yamux
+	}
+	// Register before the marker is sent: the peer cannot refer to the
+	// stream before it has read the marker.
+	c.register(s)
+	if _, err := ys.Write(marker); err != nil {
+		err = c.streamError(s, err, false)
+		var se *semantics.StreamError
+		if errors.As(err, &se) {
+			// Refused (or stopped) before the marker went out: the stream
+			// exists and its first Read or Write reports the code.
+			return s, nil
+		}
+		s.abandon()
+		return nil, err
+	}
+	return s, nil
+}
+
+// AcceptStream waits for the peer's next bidirectional stream.
+func (c *Conn) AcceptStream(ctx context.Context) (semantics.RawStream, error) {
+	s, err := c.accept(ctx, c.bidi)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// AcceptUniStream waits for the peer's next unidirectional stream.
+func (c *Conn) AcceptUniStream(ctx context.Context) (semantics.RawRecvStream, error) {
+	s, err := c.accept(ctx, c.uni)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (c *Conn) accept(ctx context.Context, q chan *stream) (*stream, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
+	select {
+	case s := <-q:
+		return s, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.closing:
+		return nil, c.connError()
+	case <-c.done:
+		return nil, c.connError()
+	}
+}
+
+// CloseWithCode writes a close record with code and reason (truncated to
+// wire.MaxCloseReason bytes) on the control stream, waits up to
+// Config.CloseTimeout for it to be written and for the peer to drop the
+// connection, then closes the session and waits for this connection's
+// goroutines to exit. The peer reports *semantics.ConnError{Code, Reason,
+// Remote: true}; local calls report the same with Remote false. Idempotent:
+// later calls (and calls after the connection died) return nil.
+func (c *Conn) CloseWithCode(code semantics.CloseCode, reason string) error {
+	c.closeLocal(code, reason)
+	c.wg.Wait()
+	return nil
+}
+
+// closeLocal is CloseWithCode without waiting for the connection's
+// goroutines, so those goroutines can use it themselves.
+func (c *Conn) closeLocal(code semantics.CloseCode, reason string) {
+	reason = wire.TruncateUTF8(reason, wire.MaxCloseReason)
+	c.mu.Lock()
+	if c.local != nil || c.closeErr != nil {
+		c.mu.Unlock()
+		_ = c.sess.Close()
+		return
+	}
+	c.local = &semantics.ConnError{Code: code, Reason: reason}
+	close(c.closing)
+	c.mu.Unlock()
+
+	timer := time.NewTimer(c.cfg.CloseTimeout)
+	defer timer.Stop()
+	wrote := make(chan error, 1)
+	go func() {
+		wrote <- c.writeRecord(c.cfg.CloseTimeout, func(b []byte) []byte {
+			b = postcard.AppendVariant(b, recClose)
+			f := wire.CloseFrame{Code: code, Reason: reason}
+			return f.AppendPostcard(b)
+		})
+	}()
+	pending := true
+	select {
+	case err := <-wrote:
+		pending = false
+		if err == nil {
+			// The record is in the socket; give the peer time to read it
+			// and drop the connection, so it is not lost to an RST.
+			select {
+			case <-c.sess.CloseChan():
+			case <-timer.C:
+			}
+		}
+	case <-timer.C:
+	}
+	_ = c.sess.Close() // unblocks a stuck record write
+	if pending {
+		<-wrote
+	}
+}
+
+// fail ends the connection locally after an unrecoverable failure, without
+// a close record (the socket is presumed unusable).
+func (c *Conn) fail(err *semantics.ConnError) {
+	c.mu.Lock()
+	if c.failure == nil {
+		c.failure = err
+	}
+	c.mu.Unlock()
+	go c.sess.Close()
+}
+
+// finalize records the final error once the session is gone. It runs on
+// the control reader.
+func (c *Conn) finalize() {
+	_ = c.sess.Close()
+	c.stopKeepalive()
+	c.mu.Lock()
+	err := c.local
+	if err == nil {
+		err = c.remote
+	}
+	if err == nil {
+		err = c.failure
+	}
+	if err == nil {
+		err = c.sc.classify()
+	}
+	c.closeErr = err
+	c.mu.Unlock()
+	c.cancel(err)
+	close(c.done)
+}
+
+// connError returns the connection's close error, waiting (bounded) for
+// the control reader to record it.
+func (c *Conn) connError() error {
+	c.mu.Lock()
+	local := c.local
+	c.mu.Unlock()
+	if local != nil {
+		return local
+	}
+	t := time.NewTimer(c.cfg.WriteTimeout + c.cfg.CloseTimeout)
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+		return errConnLost
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeErr
+}
+
+// Context is cancelled when the connection closes; context.Cause returns
+// the *semantics.ConnError.
+func (c *Conn) Context() context.Context { return c.ctx }
+
+// LocalAddr returns the local TCP address.
+func (c *Conn) LocalAddr() net.Addr { return c.sc.LocalAddr() }
+
+// RemoteAddr returns the peer's TCP address.
+func (c *Conn) RemoteAddr() net.Addr { return c.sc.RemoteAddr() }
+
+// ConnectionState returns the TLS state captured after the handshake.
+func (c *Conn) ConnectionState() tls.ConnectionState { return c.state }
+
+// Backend returns "yamux".
+func (c *Conn) Backend() string { return "yamux" }
+
+// QueuedBytes estimates bytes accepted by stream writes but not yet on the
+// wire: bytes inside yamux's send path (Stream.Write returns only once its
+// frame was written to the socket) plus the socket's unsent bytes
+// (TCP_INFO tcpi_notsent_bytes; 0 where unsupported). One getsockopt per
+// call.
+func (c *Conn) QueuedBytes() int {
+	return int(c.inYamux.Load()) + notSentBytes(c.raw)
+}
