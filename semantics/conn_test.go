@@ -158,11 +158,11 @@ func TestControlUnderBandwidthLimit(t *testing.T) {
 	st := c.Stats().Sched
 	t.Logf("32 MB/s link, 1 MiB send buffer and stream window: raw control RTT p50 %v p99 %v; semantics.Conn p50 %v p99 %v (idle %v), bulk %.1f MB/s, hint waits %d",
 		rawP50, rawP99, r.P50, r.P99, r.IdleP50, r.BulkMBps, st.HintWaits)
-	if rawP50 < 15*time.Millisecond {
+	if rawP50 < 20*time.Millisecond {
 		t.Fatalf("raw p50 %v: the link did not queue bulk data; the test shows nothing", rawP50)
 	}
-	if r.P99 > 12*time.Millisecond {
-		t.Fatalf("semantics.Conn control p99 %v under bulk, want ≤ 12ms", r.P99)
+	if r.P99 > 15*time.Millisecond {
+		t.Fatalf("semantics.Conn control p99 %v under bulk, want ≤ 15ms", r.P99)
 	}
 	if st.HintWaits == 0 {
 		t.Fatal("bulk writer never waited on QueuedBytes")

@@ -102,13 +102,14 @@ func (l *link) run() {
 			l.queued -= ev.n
 			ev.fn()
 		}
-		var wait time.Duration = -1
-		if len(l.q) > 0 {
-			wait = time.Until(l.q[0].at)
+		pending := len(l.q) > 0
+		var wait time.Duration
+		if pending {
+			wait = max(time.Until(l.q[0].at), 0)
 		}
 		l.p.mu.Unlock()
 		var tc <-chan time.Time
-		if wait >= 0 {
+		if pending {
 			timer.Reset(wait)
 			tc = timer.C
 		}
