@@ -74,6 +74,13 @@ type Config struct {
 	// megabytes of bulk data. 0 means the default (128 KiB); negative leaves
 	// the kernel default (unbounded). Ignored where unsupported.
 	NotSentLowat int
+	// RecvBuffer, if positive, sets SO_RCVBUF (bytes; the kernel doubles
+	// it), which bounds data sent but not yet read by this side's yamux
+	// reader and so how long a peer's control frame can queue behind bulk
+	// data in this socket. It disables receive-buffer autotuning and caps
+	// throughput at about RecvBuffer/RTT, so the default 0 leaves the kernel
+	// autotuning on. See docs/perf/backends-yamux.md.
+	RecvBuffer int
 	// StreamCloseTimeout is how long a stream may stay half-closed after
 	// both sides' application is done before yamux forcibly resets it.
 	// 0 means 1 minute.
@@ -102,6 +109,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("yamux: Config.HandshakeTimeout is negative")
 	case c.CloseTimeout < 0:
 		return fmt.Errorf("yamux: Config.CloseTimeout is negative")
+	case c.RecvBuffer < 0:
+		return fmt.Errorf("yamux: Config.RecvBuffer is negative")
 	case c.StreamCloseTimeout < 0:
 		return fmt.Errorf("yamux: Config.StreamCloseTimeout is negative")
 	}

@@ -92,7 +92,7 @@ type Conn struct {
 	pending  map[uint32]*pendingRec
 	incoming int
 
-	bidi, uni chan *stream
+	bidi, uni streamQueue
 	closing   chan struct{} // closed when CloseWithCode starts
 	done      chan struct{} // closed once closeErr is set
 	wg        sync.WaitGroup
@@ -190,8 +190,8 @@ func newConn(ctx context.Context, tc *tls.Conn, raw syscall.RawConn, cfg Config,
 		raw:     raw,
 		streams: make(map[uint32]*stream),
 		pending: make(map[uint32]*pendingRec),
-		bidi:    make(chan *stream, cfg.AcceptBacklog),
-		uni:     make(chan *stream, cfg.AcceptBacklog),
+		bidi:    newStreamQueue(cfg.AcceptBacklog),
+		uni:     newStreamQueue(cfg.AcceptBacklog),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -479,12 +479,12 @@ func (c *Conn) classify(s *stream) {
 		}
 		return
 	}
-	var q chan *stream
+	var q *streamQueue
 	switch b[0] {
 	case markerBidi:
-		q = c.bidi
+		q = &c.bidi
 	case markerUni:
-		q = c.uni
+		q = &c.uni
 		// Receive-only: our send side ends now (yamux needs both FINs to
 		// free the stream).
 		s.mu.Lock()
@@ -495,9 +495,7 @@ func (c *Conn) classify(s *stream) {
 		s.refuseCode(semantics.StreamProtocolError, true)
 		return
 	}
-	select {
-	case q <- s:
-	default:
+	if !q.push(s) {
 		s.refuse(b[0] == markerBidi)
 	}
 }
@@ -570,7 +568,7 @@ func (c *Conn) open(ctx context.Context, marker []byte) (*stream, error) {
 
 // AcceptStream waits for the peer's next bidirectional stream.
 func (c *Conn) AcceptStream(ctx context.Context) (semantics.RawStream, error) {
-	s, err := c.accept(ctx, c.bidi)
+	s, err := c.accept(ctx, &c.bidi)
 	if err != nil {
 		return nil, err
 	}
@@ -579,27 +577,81 @@ func (c *Conn) AcceptStream(ctx context.Context) (semantics.RawStream, error) {
 
 // AcceptUniStream waits for the peer's next unidirectional stream.
 func (c *Conn) AcceptUniStream(ctx context.Context) (semantics.RawRecvStream, error) {
-	s, err := c.accept(ctx, c.uni)
+	s, err := c.accept(ctx, &c.uni)
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (c *Conn) accept(ctx context.Context, q chan *stream) (*stream, error) {
-	if err := c.usable(ctx); err != nil {
-		return nil, err
+func (c *Conn) accept(ctx context.Context, q *streamQueue) (*stream, error) {
+	for {
+		if err := c.usable(ctx); err != nil {
+			return nil, err
+		}
+		if s := q.pop(); s != nil {
+			return s, nil
+		}
+		select {
+		case <-q.avail:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.closing:
+			return nil, c.connError()
+		case <-c.done:
+			return nil, c.connError()
+		}
 	}
+}
+
+// streamQueue holds accepted streams waiting for AcceptStream or
+// AcceptUniStream, at most max of them. Its slice grows on demand, so an
+// idle connection does not pay for the backlog.
+type streamQueue struct {
+	mu    sync.Mutex
+	items []*stream
+	max   int
+	avail chan struct{} // holds a token while items is non-empty
+}
+
+func newStreamQueue(max int) streamQueue {
+	return streamQueue{max: max, avail: make(chan struct{}, 1)}
+}
+
+// push appends s; false means the queue is full.
+func (q *streamQueue) push(s *stream) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) >= q.max {
+		return false
+	}
+	q.items = append(q.items, s)
 	select {
-	case s := <-q:
-		return s, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.closing:
-		return nil, c.connError()
-	case <-c.done:
-		return nil, c.connError()
+	case q.avail <- struct{}{}:
+	default:
 	}
+	return true
+}
+
+// pop removes the oldest stream, or returns nil.
+func (q *streamQueue) pop() *stream {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return nil
+	}
+	s := q.items[0]
+	q.items[0] = nil
+	q.items = q.items[1:]
+	if len(q.items) == 0 {
+		q.items = nil
+	} else {
+		select { // pass the token on to the next waiter
+		case q.avail <- struct{}{}:
+		default:
+		}
+	}
+	return s
 }
 
 // CloseWithCode writes a close record with code and reason (truncated to

@@ -169,6 +169,11 @@ func tuneSocket(nc net.Conn, cfg Config) syscall.RawConn {
 			cfg.Logger.Debug("yamux: TCP_NOTSENT_LOWAT not set", "err", err)
 		}
 	}
+	if cfg.RecvBuffer > 0 {
+		if err := tcp.SetReadBuffer(cfg.RecvBuffer); err != nil {
+			cfg.Logger.Debug("yamux: SO_RCVBUF not set", "err", err)
+		}
+	}
 	return raw
 }
 
