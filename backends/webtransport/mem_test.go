@@ -35,15 +35,17 @@ import (
 // -benchtime=1x; FY_IDLE_N sets the connection count (default 1000).
 //
 //	quic-raw  quic-go listener, connections kept, nothing else
+//	quic-backend  backends/quic Listener, BackendConns kept (no semantics.Conn)
 //	quic-ours backends/quic Listener + semantics.NewConn per connection
 //	wt-raw    webtransport-go server, sessions kept
+//	wt-backend    backends/webtransport Listener, BackendConns kept
 //	wt-ours   backends/webtransport Listener + semantics.NewConn
 func BenchmarkIdleConnMemory(b *testing.B) {
 	n := 1000
 	if v, err := strconv.Atoi(os.Getenv("FY_IDLE_N")); err == nil && v > 0 {
 		n = v
 	}
-	for _, mode := range []string{"quic-raw", "quic-ours", "wt-raw", "wt-ours"} {
+	for _, mode := range []string{"quic-raw", "quic-backend", "quic-ours", "wt-raw", "wt-backend", "wt-ours"} {
 		b.Run(mode, func(b *testing.B) {
 			for range b.N {
 				heap, stack, rss := idleMemory(b, mode, n)
@@ -104,13 +106,13 @@ func idleMemory(b *testing.B, mode string, n int) (heapPerConn, stackPerConn, rs
 				got(c)
 			}
 		}()
-	case "quic-ours":
+	case "quic-ours", "quic-backend":
 		ln, err := fyquic.Listen("127.0.0.1:0", stc, fyquic.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		addr, closer = ln.Addr().String(), func() { _ = ln.Close() }
-		go acceptOurs(ctx, ln, got)
+		go acceptOurs(ctx, ln, got, mode == "quic-ours")
 	case "wt-raw":
 		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		if err != nil {
@@ -128,13 +130,13 @@ func idleMemory(b *testing.B, mode string, n int) (heapPerConn, stackPerConn, rs
 		})
 		go func() { _ = srv.Serve(udp) }()
 		addr, closer = udp.LocalAddr().String(), func() { _ = srv.Close(); _ = udp.Close() }
-	case "wt-ours":
+	case "wt-ours", "wt-backend":
 		ln, err := Listen("127.0.0.1:0", stc, Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		addr, closer = ln.Addr().String(), func() { _ = ln.Close() }
-		go acceptOurs(ctx, ln, got)
+		go acceptOurs(ctx, ln, got, mode == "wt-ours")
 	}
 	defer closer()
 
@@ -160,16 +162,22 @@ func idleMemory(b *testing.B, mode string, n int) (heapPerConn, stackPerConn, rs
 			_ = c.CloseWithError(0, "")
 		case *semantics.Conn:
 			_ = c.CloseWithCode(wire.CloseNormal, "")
+		case semantics.BackendConn:
+			_ = c.CloseWithCode(wire.CloseNormal, "")
 		}
 	}
 	return heapPerConn, stackPerConn, rssPerConn
 }
 
-func acceptOurs(ctx context.Context, ln semantics.BackendListener, got func(any)) {
+func acceptOurs(ctx context.Context, ln semantics.BackendListener, got func(any), wrap bool) {
 	for {
 		bc, err := ln.Accept(ctx)
 		if err != nil {
 			return
+		}
+		if !wrap {
+			got(bc)
+			continue
 		}
 		c, err := semantics.NewConn(bc, semantics.Config{})
 		if err != nil {
