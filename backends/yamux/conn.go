@@ -340,7 +340,7 @@ func (c *Conn) handleRecord(body []byte) (stop bool) {
 // protocolError ends the connection after a malformed control record.
 func (c *Conn) protocolError(what string) {
 	c.log.Warn("yamux: peer protocol error", "err", what)
-	c.closeLocal(wire.CloseProtocolError, what)
+	_ = c.closeLocal(wire.CloseProtocolError, what)
 }
 
 // writeRecord writes one control record, bounded by timeout.
@@ -662,24 +662,29 @@ func (q *streamQueue) pop() *stream {
 // Remote: true}; local calls report the same with Remote false. Idempotent:
 // later calls (and calls after the connection died) return nil.
 func (c *Conn) CloseWithCode(code semantics.CloseCode, reason string) error {
-	c.closeLocal(code, reason)
+	if !c.closeLocal(code, reason) {
+		// Another close is in progress or done: wait for it, so the
+		// first close record is not cut short.
+		<-c.done
+	}
 	c.wg.Wait()
 	return nil
 }
 
 // closeLocal is CloseWithCode without waiting for the connection's
-// goroutines, so those goroutines can use it themselves.
-func (c *Conn) closeLocal(code semantics.CloseCode, reason string) {
+// goroutines, so those goroutines can use it themselves. It reports false
+// if the connection was already closing or closed.
+func (c *Conn) closeLocal(code semantics.CloseCode, reason string) bool {
 	reason = wire.TruncateUTF8(reason, wire.MaxCloseReason)
 	c.mu.Lock()
 	if c.local != nil || c.closeErr != nil {
 		c.mu.Unlock()
-		_ = c.sess.Close()
-		return
+		return false
 	}
 	c.local = &semantics.ConnError{Code: code, Reason: reason}
 	close(c.closing)
 	c.mu.Unlock()
+	c.cancel(c.local) // the connection is closing: Context reports it now
 
 	timer := time.NewTimer(c.cfg.CloseTimeout)
 	defer timer.Stop()
@@ -709,6 +714,7 @@ func (c *Conn) closeLocal(code semantics.CloseCode, reason string) {
 	if pending {
 		<-wrote
 	}
+	return true
 }
 
 // fail ends the connection locally after an unrecoverable failure, without

@@ -36,6 +36,7 @@ type stream struct {
 	finSent  bool
 	rdone    bool
 	rerr     error // sticky read error; nil with rdone means io.EOF
+	drained  bool  // data buffered before a remote reset was delivered
 	finished bool
 }
 
@@ -47,7 +48,19 @@ func (s *stream) Read(p []byte) (int, error) {
 	s.mu.Lock()
 	if s.rdone {
 		err := s.rerr
+		drain := !s.drained && isRemote(err)
 		s.mu.Unlock()
+		if drain {
+			// Data that arrived before the peer's ResetStream is still
+			// delivered (QUIC allows either); the read deadline is in the
+			// past, so this does not block.
+			if n, _ := s.ys.Read(p); n > 0 {
+				return n, nil
+			}
+			s.mu.Lock()
+			s.drained = true
+			s.mu.Unlock()
+		}
 		if err == nil {
 			err = io.EOF
 		}
@@ -164,6 +177,11 @@ func (s *stream) SetWriteDeadline(t time.Time) error {
 func (s *stream) SetDeadline(t time.Time) error {
 	_ = s.SetReadDeadline(t)
 	return s.SetWriteDeadline(t)
+}
+
+func isRemote(err error) bool {
+	se, ok := err.(*semantics.StreamError)
+	return ok && se.Remote
 }
 
 // stickyErr returns the recorded error for the read or write side, if the
