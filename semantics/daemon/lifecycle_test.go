@@ -1,0 +1,121 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// TestLeaseLifecycle: offer → accept → run → completion Accepted, exactly
+// once in the authority, on every backend.
+func TestLeaseLifecycle(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		id := w.newIdentity()
+		exec := newCountingExec(false)
+		a, _, _ := w.startAgent(id, exec)
+		w.awaitActive(id.runner)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		l, err := w.d.OfferLease(ctx, id.runner, offer(1))
+		if err != nil {
+			t.Fatalf("OfferLease: %v", err)
+		}
+		if l.Session != a.Session() {
+			t.Fatalf("lease bound to %s, agent session %s", l.Session, a.Session())
+		}
+		w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+		if n, _ := w.auth.Completions(ctx, l.Attempt); n != 1 {
+			t.Fatalf("completions in authority = %d, want 1", n)
+		}
+		if exec.count(l.Attempt) != 1 {
+			t.Fatalf("executor ran %d times", exec.count(l.Attempt))
+		}
+		st := w.d.Stats()
+		if st.LeasesOffered != 1 || st.LeasesAccepted != 1 || st.Completions[agentwire.AckAccepted] != 1 {
+			t.Fatalf("stats %+v", st)
+		}
+		if s := awaitConnected(t, a); !s.Connected || s.Backend != b.name || s.Epoch != 1 {
+			t.Fatalf("agent status %+v", s)
+		}
+	})
+}
+
+// TestNegotiatesHighestVersion: the highest version in both ranges wins.
+func TestNegotiatesHighestVersion(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b, func(c *daemon.Config) { c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 5)} })
+		id := w.newIdentity()
+		a, _, _ := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+			c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 3)}
+		})
+		s := w.awaitRegistered(id.runner)
+		if s.Protocol != wire.V(1, 3) {
+			t.Fatalf("daemon negotiated %s, want 1.3", s.Protocol)
+		}
+		w.awaitActive(id.runner)
+		if got := awaitConnected(t, a).Protocol; got != wire.V(1, 3) {
+			t.Fatalf("agent negotiated %s, want 1.3", got)
+		}
+	})
+}
+
+// TestNoCommonMajorRejected: the agent's Run returns the daemon's message
+// naming both ranges, promptly and without spinning.
+func TestNoCommonMajorRejected(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b, func(c *daemon.Config) { c.Protocol = wire.ProtocolRange{Min: wire.V(3, 0), Max: wire.V(4, 2)} })
+		id := w.newIdentity()
+		_, _, runErr := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+			c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(2, 1)}
+		})
+		var err error
+		select {
+		case err = <-runErr:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run kept retrying a version mismatch")
+		}
+		var ve *agent.VersionError
+		if !errors.As(err, &ve) {
+			t.Fatalf("Run returned %v, want *agent.VersionError", err)
+		}
+		const want = "no common protocol version: server supports 3.0–4.2, agent supports 1.0–2.1"
+		if err.Error() != want {
+			t.Fatalf("message %q, want %q", err, want)
+		}
+		if ve.ServerRange != (wire.ProtocolRange{Min: wire.V(3, 0), Max: wire.V(4, 2)}) {
+			t.Fatalf("server range %s", ve.ServerRange)
+		}
+		if st := w.d.Stats(); st.Registrations != 0 || st.Rejections != 1 {
+			t.Fatalf("daemon stats %+v: want one rejection, no registration", st)
+		}
+	})
+}
+
+// TestPolicyMinimumRejected: a common version below Config.MinProtocol is
+// refused like a mismatch (downgrade defence §274).
+func TestPolicyMinimumRejected(t *testing.T) {
+	w := newWorld(t, memoryBackend(), func(c *daemon.Config) {
+		c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 5)}
+		c.MinProtocol = wire.V(1, 4)
+	})
+	id := w.newIdentity()
+	_, _, runErr := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+		c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 2)}
+	})
+	select {
+	case err := <-runErr:
+		if !strings.Contains(err.Error(), "server supports 1.4–1.5, agent supports 1.0–1.2") {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
