@@ -455,8 +455,11 @@ func (c *Conn) admit(rs RawRecvStream, bidi RawStream) {
 	why := ""
 	switch {
 	case err != nil:
+		var se *StreamError
 		if c.ctx.Err() != nil {
 			code, why = StreamCancelled, "connection closed"
+		} else if errors.As(err, &se) {
+			code, why = StreamCancelled, "reset by the peer before its header"
 		} else {
 			code, why = StreamProtocolError, "header: "+err.Error()
 		}

@@ -373,7 +373,7 @@ func connLarge(t *testing.T, a, b *semantics.Conn, size int) {
 func connFrames(t *testing.T, a, b *semantics.Conn) {
 	t.Helper()
 	ctx := testCtx(t)
-	// The writer's own limit: nothing is written.
+	// The writer's own limit: nothing is written, the stream stays usable.
 	st, err := b.OpenStream(ctx, wire.StreamDiagnostic)
 	if err != nil {
 		t.Fatal(err)
@@ -383,12 +383,20 @@ func connFrames(t *testing.T, a, b *semantics.Conn) {
 	if !errors.As(err, &tl) {
 		t.Fatalf("WriteFrame over the kind's limit: %v, want *wire.FrameTooLargeError", err)
 	}
-	st.CancelWrite(semantics.StreamCancelled)
-	st.CancelRead(semantics.StreamCancelled)
-	if peer, err := a.AcceptStream(ctx); err == nil {
-		peer.CancelRead(semantics.StreamCancelled)
-		peer.CancelWrite(semantics.StreamCancelled)
+	if err := st.WriteFrame(func(p []byte) []byte { return append(p, "next"...) }); err != nil {
+		t.Fatal(err)
 	}
+	_ = st.Close()
+	first, err := a.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := first.ReadFrame(); err != nil || string(got) != "next" {
+		t.Fatalf("frame after a refused WriteFrame: %q, %v (was part of the oversized frame sent?)", got, err)
+	}
+	first.CancelRead(semantics.StreamCancelled)
+	first.CancelWrite(semantics.StreamCancelled)
+	st.CancelRead(semantics.StreamCancelled)
 
 	// The reader's limit: b resets the stream with StreamFrameTooLarge.
 	st, err = a.OpenStream(ctx, wire.StreamDiagnostic)
