@@ -257,6 +257,14 @@ func (c *Channel) Call(ctx context.Context, o Out, timeout time.Duration) (*wire
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-c.done:
+		select { // an answer delivered just before the end still counts
+		case env := <-ch:
+			if we, ok := env.Payload.(*wire.WireErrorV1); ok {
+				return env, we
+			}
+			return env, nil
+		default:
+		}
 		return nil, c.Err()
 	}
 }

@@ -26,7 +26,7 @@ const (
 	stateDraining = session.Draining
 	// closeGrace bounds how long a final message (rejection, fence, goaway)
 	// is given to reach the peer before the connection is closed.
-	maxCloseGrace = 500 * time.Millisecond
+	maxCloseGrace = 2 * time.Second
 )
 
 // conn is one transport: its control stream and session state.
@@ -206,6 +206,12 @@ func (c *conn) closeNow(code wire.CloseCode, reason string) {
 // usually closes first after reading the message.
 func (c *conn) closeAfter(code wire.CloseCode, reason string) {
 	c.setState(session.Closing)
+	c.closeLater(code, reason)
+}
+
+// closeLater closes after the grace without changing the state (a fenced
+// transport keeps being answered, and audited, until then).
+func (c *conn) closeLater(code wire.CloseCode, reason string) {
 	grace := min(c.d.timing.RequestTimeout, maxCloseGrace)
 	go func() {
 		t := time.NewTimer(grace)
@@ -324,7 +330,7 @@ func (c *conn) clonedIdentity(env *wire.Envelope) {
 	}
 	c.d.log.Warn("fenced transport kept talking", args...)
 	_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeSessionFenced, wire.RetryNever, "this transport was fenced by a newer registration")
-	c.closeNow(wire.CloseSessionFenced, "fenced transport kept talking")
+	c.closeAfter(wire.CloseSessionFenced, "fenced transport kept talking")
 }
 
 // ---- handshake ----
@@ -500,7 +506,7 @@ func (c *conn) fence(holder *conn, epoch uint64) {
 			HolderRemote:     wire.TruncateUTF8(holder.bc.RemoteAddr().String(), agentwire.MaxRemoteAddr),
 			ResolvesWithinMs: ms32(c.d.timing.LeaseTTL)})
 	}
-	c.closeAfter(wire.CloseSessionFenced, "a newer transport took over this agent session")
+	c.closeLater(wire.CloseSessionFenced, "a newer transport took over this agent session")
 }
 
 func (c *conn) ref() authority.SessionRef {

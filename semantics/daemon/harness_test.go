@@ -531,3 +531,5 @@ func (rc *rawClient) closeCode() wire.CloseCode {
 }
 
 func asConnErr(err error, ce **semantics.ConnError) bool { return errors.As(err, ce) }
+
+func controlOut(m wire.Message) control.Out { return control.Out{Msg: m} }
