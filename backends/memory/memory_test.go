@@ -30,3 +30,18 @@ func factory(opts memory.Options) backendtest.Factory {
 func TestConformance(t *testing.T) {
 	backendtest.Run(t, factory(memory.Options{}))
 }
+
+func BenchmarkBackend(b *testing.B) {
+	backendtest.RunBenchmarks(b, factory(memory.Options{}))
+}
+
+func TestIdleConnMemory(t *testing.T) {
+	n := 1000
+	if testing.Short() {
+		n = 100
+	}
+	heap, _ := backendtest.IdleConnMemory(t, factory(memory.Options{}), n)
+	if heap <= 0 || heap > 256<<10 {
+		t.Fatalf("heap per idle connection %.0f B: implausible or over 256 KiB", heap)
+	}
+}
