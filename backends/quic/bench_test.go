@@ -362,6 +362,10 @@ func BenchmarkBulk(b *testing.B) {
 			c, s := rawPair(b, &quicgo.Config{})
 			run(b, func() *bulk { return rawBulk(b, c, s, n) })
 		})
+		b.Run(fmt.Sprintf("rawourwindows/streams=%d", n), func(b *testing.B) {
+			c, s := rawPair(b, window{"ours", DefaultStreamReceiveWindow, DefaultConnectionReceiveWindow}.quic())
+			run(b, func() *bulk { return rawBulk(b, c, s, n) })
+		})
 		b.Run(fmt.Sprintf("ours/streams=%d", n), func(b *testing.B) {
 			c, s := oursPair(b, Config{})
 			run(b, func() *bulk { return oursBulk(b, c, s, n) })
