@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 
 // fastTiming keeps every test in the millisecond range.
 func fastTiming() daemon.Timing {
-	return daemon.Timing{HeartbeatInterval: 50 * time.Millisecond, RenewInterval: 50 * time.Millisecond,
+	return daemon.Timing{HeartbeatInterval: 100 * time.Millisecond, RenewInterval: 50 * time.Millisecond,
 		LeaseTTL: 2 * time.Second, RevokeGrace: 500 * time.Millisecond, RegistrationTimeout: 2 * time.Second,
 		RequestTimeout: 500 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
 }
@@ -59,19 +59,24 @@ type backend struct {
 	dialer func(t *testing.T, conf *tls.Config) semantics.BackendDialer
 }
 
+var listenSeq atomic.Int64
+
+func listenOn(n *memory.Network) func(t *testing.T, conf *tls.Config) (semantics.BackendListener, string) {
+	return func(t *testing.T, conf *tls.Config) (semantics.BackendListener, string) {
+		addr := fmt.Sprintf("daemon-%d", listenSeq.Add(1))
+		l, err := n.Listen(addr, conf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l, addr
+	}
+}
+
 func memoryBackend() backend {
 	n := memory.NewNetwork()
-	var seq atomic.Int64
 	return backend{name: "memory",
-		listen: func(t *testing.T, conf *tls.Config) (semantics.BackendListener, string) {
-			addr := fmt.Sprintf("daemon-%d", seq.Add(1))
-			l, err := n.Listen(addr, conf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			return l, addr
-		},
+		listen: listenOn(n),
 		dialer: func(t *testing.T, conf *tls.Config) semantics.BackendDialer {
 			return &memory.Dialer{Network: n, TLSConfig: conf}
 		}}

@@ -1,0 +1,340 @@
+package daemon_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"testing"
+	"time"
+
+	"forgeyard.dev/transport/backends/memory"
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// TestDuplicateLeaseDeliverySafe: offers re-sent (same MessageId) before
+// the answer arrives are answered with the same answer and never start a
+// second execution.
+func TestDuplicateLeaseDeliverySafe(t *testing.T) {
+	n := memory.NewNetwork()
+	b := memoryBackend()
+	b.dialer = func(t *testing.T, conf *tls.Config) semantics.BackendDialer {
+		// 40 ms one way: the daemon re-sends the offer every 20 ms.
+		return &memory.Dialer{Network: n, TLSConfig: conf, Options: memory.Options{Latency: 40 * time.Millisecond}}
+	}
+	b.listen = listenOn(n)
+	w := newWorld(t, b, func(c *daemon.Config) {
+		c.Timing.RenewInterval = 20 * time.Millisecond
+		c.Timing.RequestTimeout = 20 * time.Millisecond
+		c.Timing.HeartbeatInterval = 200 * time.Millisecond
+	})
+	id := w.newIdentity()
+	exec := newCountingExec(true)
+	a, _, _ := w.startAgent(id, exec)
+	w.awaitActive(id.runner)
+	l, err := w.d.OfferLease(context.Background(), id.runner, offer(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for w.d.Stats().DuplicateAnswers == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // duplicates in flight arrive after the first answer
+	}
+	close(exec.release)
+	w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+	if c := exec.count(l.Attempt); c != 1 {
+		t.Fatalf("executor ran %d times", c)
+	}
+	if a.Stats().DuplicatesAbsorbed == 0 || w.d.Stats().OfferResends == 0 {
+		t.Fatalf("no duplicate offer was delivered (agent %+v, daemon resends %d)", a.Stats(), w.d.Stats().OfferResends)
+	}
+	if w.d.Stats().DuplicateAnswers == 0 {
+		t.Fatal("daemon saw no duplicate answer")
+	}
+}
+
+// TestCompletionRetryAfterLostAck: the connection dies after the daemon
+// committed a completion and before the ack reaches the agent; the agent
+// retries with the same MessageId on the next transport and gets
+// DuplicateAccepted; the authority holds exactly one completion.
+func TestCompletionRetryAfterLostAck(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		id := w.newIdentity()
+		done := make(chan agent.AttemptDone, 1)
+		_, rd, _ := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+			c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d }
+		})
+		w.awaitActive(id.runner)
+		cutOnce := func(ev daemon.CompletionEvent) {
+			if ev.Ack == agentwire.AckAccepted {
+				rd.cut() // before the ack is written
+			}
+		}
+		w.ev.onComplete.Store(&cutOnce)
+		l, err := w.d.OfferLease(context.Background(), id.runner, offer(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+		w.ev.onComplete.Store(nil)
+		second := w.awaitCompletion(l.Attempt, agentwire.AckDuplicateAccepted)
+		if first.MessageID != second.MessageID {
+			t.Fatal("retry used a new MessageId")
+		}
+		if first.Transport == second.Transport {
+			t.Fatal("retry arrived on the same transport")
+		}
+		select {
+		case d := <-done:
+			if d.Ack != agentwire.AckDuplicateAccepted || d.Retries < 1 {
+				t.Fatalf("agent saw %+v", d)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("agent never saw the ack")
+		}
+		if n, _ := w.auth.Completions(context.Background(), l.Attempt); n != 1 {
+			t.Fatalf("completions %d", n)
+		}
+	})
+}
+
+// TestSameSessionKeepsAuthorityAcrossReconnect: an attempt keeps running
+// across a transport reconnect under the same AgentSessionId (new
+// transport, epoch+1) and its completion is accepted.
+func TestSameSessionKeepsAuthorityAcrossReconnect(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		id := w.newIdentity()
+		exec := newCountingExec(true)
+		a, rd, _ := w.startAgent(id, exec)
+		w.awaitActive(id.runner)
+		first := awaitConnected(t, a)
+		go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, offer(5)) }()
+		job := awaitStart(t, exec)
+		rd.cut()
+		reg := w.awaitRegistered(id.runner) // first registration
+		if reg.Epoch == 1 {
+			reg = w.awaitRegistered(id.runner)
+		}
+		if reg.Session != a.Session() || reg.Epoch < 2 || reg.Transport == first.Transport {
+			t.Fatalf("re-registration %+v", reg)
+		}
+		w.awaitActive(id.runner)
+		close(exec.release)
+		w.awaitCompletion(job.Attempt, agentwire.AckAccepted)
+		if exec.count(job.Attempt) != 1 {
+			t.Fatal("attempt restarted after reconnect")
+		}
+		if w.d.Stats().Reconnects < 1 || a.Stats().Resyncs < 2 {
+			t.Fatalf("daemon %+v agent %+v", w.d.Stats(), a.Stats())
+		}
+	})
+}
+
+// TestNewSessionDoesNotInherit: a new agent process (new AgentSessionId)
+// of the same runner supersedes the old session: the old attempt's lease
+// is revoked, its completion is stale, and the old session can no longer
+// register.
+func TestNewSessionDoesNotInherit(t *testing.T) {
+	w := newWorld(t, memoryBackend())
+	id := w.newIdentity()
+	exec := newCountingExec(true)
+	done := make(chan agent.AttemptDone, 1)
+	_, _, run1 := w.startAgent(id, exec, func(c *agent.Config) {
+		c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d }
+	})
+	w.awaitActive(id.runner)
+	go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, offer(6)) }()
+	job := awaitStart(t, exec)
+	a2, _, _ := w.startAgent(id, newCountingExec(false))
+	awaitConnected(t, a2)
+	// The old agent loses its transport, cannot re-register its session,
+	// and its attempt is cancelled/stale.
+	select {
+	case err := <-run1:
+		var re *agent.RejectedError
+		if !errors.As(err, &re) || re.Code != wire.ErrCodeStaleSession {
+			t.Fatalf("old agent Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("old agent kept running")
+	}
+	l, err := w.auth.Lease(context.Background(), job.Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.State.Live() {
+		t.Fatalf("old session's lease still %s", l.State)
+	}
+	if n, _ := w.auth.Completions(context.Background(), job.Attempt); n != 0 {
+		t.Fatal("old attempt completed")
+	}
+}
+
+// TestDisabledRunnerClosed: DisableRunner closes the runner's transport
+// with CloseRunnerDisabled and the agent stops with RunnerDisabled.
+func TestDisabledRunnerClosed(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		id := w.newIdentity()
+		_, _, runErr := w.startAgent(id, newCountingExec(false))
+		w.awaitActive(id.runner)
+		if err := w.d.DisableRunner(context.Background(), id.runner, "compromised"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-w.ev.disconnects:
+			var ce *semantics.ConnError
+			if !errors.As(err, &ce) || ce.Code != wire.CloseRunnerDisabled {
+				t.Fatalf("transport ended with %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("transport not closed")
+		}
+		select {
+		case err := <-runErr:
+			var re *agent.RejectedError
+			if !errors.As(err, &re) || re.Code != wire.ErrCodeRunnerDisabled {
+				t.Fatalf("agent Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("agent kept running")
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for len(w.d.Sessions()) != 0 && time.Now().Before(deadline) {
+			time.Sleep(2 * time.Millisecond) // the rejected re-dial is torn down asynchronously
+		}
+		if len(w.d.Sessions()) != 0 {
+			t.Fatalf("sessions left: %+v", w.d.Sessions())
+		}
+	})
+}
+
+// TestLeaseGraceProbeSavesLease: a lease whose renewals come too late
+// (TTL shorter than the renew interval) expires, is probed, and the
+// agent's immediate renewal saves it: the attempt completes, nothing is
+// revoked.
+func TestLeaseGraceProbeSavesLease(t *testing.T) {
+	w := newWorld(t, memoryBackend(), func(c *daemon.Config) {
+		c.Timing.RenewInterval = 100 * time.Millisecond
+		c.Timing.RevokeGrace = 300 * time.Millisecond
+	})
+	id := w.newIdentity()
+	exec := newCountingExec(true)
+	w.startAgent(id, exec)
+	w.awaitActive(id.runner)
+	o := offer(8)
+	o.TTL = 40 * time.Millisecond // expires between renewals
+	go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, o) }()
+	job := awaitStart(t, exec)
+	deadline := time.Now().Add(10 * time.Second)
+	for w.d.Stats().Probes < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // no event for "probe answered"
+	}
+	if w.d.Stats().Probes < 3 {
+		t.Fatalf("probes %d", w.d.Stats().Probes)
+	}
+	close(exec.release)
+	w.awaitCompletion(job.Attempt, agentwire.AckAccepted)
+	if st := w.d.Stats(); st.LeasesRevoked != 0 {
+		t.Fatalf("revoked %d leases", st.LeasesRevoked)
+	}
+}
+
+// TestLeaseRevokedWithoutRenewals: with probes unanswered (the agent is
+// gone) the lease is revoked after the grace.
+func TestLeaseRevokedAfterGrace(t *testing.T) {
+	w := newWorld(t, memoryBackend(), slowHeartbeat, func(c *daemon.Config) {
+		c.Timing.RenewInterval = 30 * time.Millisecond
+		c.Timing.RevokeGrace = 100 * time.Millisecond
+	})
+	id := w.newIdentity()
+	rc := w.dialRaw(id) // accepts, never renews, ignores probes
+	sess := wire.NewAgentSessionId()
+	rc.join(sess)
+	o := offer(9)
+	o.TTL = 50 * time.Millisecond
+	go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, o) }()
+	lo, env := next[*agentwire.LeaseOfferV1](t, rc)
+	_ = rc.ch.Reply(env, &agentwire.LeaseAcceptedV1{Lease: lo.Lease, Attempt: lo.Attempt, Session: sess})
+	next[*agentwire.LeaseProbeV1](t, rc)
+	c, _ := next[*agentwire.CancelAttemptV1](t, rc)
+	if c.Reason != agentwire.CancelLeaseRevoked || c.Lease != lo.Lease {
+		t.Fatalf("cancel %+v", c)
+	}
+	l, _ := w.auth.Lease(context.Background(), lo.Lease)
+	if l.State.Live() {
+		t.Fatalf("lease %s", l.State)
+	}
+}
+
+// TestCancelDelivery: CancelAttempt reaches the agent at cancel priority,
+// the executor's context ends, the Cancelled completion is accepted. The
+// delivery latency is measured.
+func TestCancelDelivery(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		id := w.newIdentity()
+		exec := newCountingExec(true)
+		done := make(chan agent.AttemptDone, 1)
+		w.startAgent(id, exec, func(c *agent.Config) { c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d } })
+		w.awaitActive(id.runner)
+		go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, offer(10)) }()
+		job := awaitStart(t, exec)
+		start := time.Now()
+		if err := w.d.CancelAttempt(context.Background(), job.Attempt, agentwire.CancelUserRequested); err != nil {
+			t.Fatal(err)
+		}
+		acked := time.Since(start)
+		select {
+		case d := <-done:
+			if d.Result.Kind != agentwire.ResultCancelled || d.Ack != agentwire.AckAccepted {
+				t.Fatalf("done %+v", d)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("cancelled attempt never completed")
+		}
+		lat := w.d.Stats().CancelDelivery
+		if len(lat) != 1 {
+			t.Fatalf("cancel latency samples %v", lat)
+		}
+		t.Logf("%s: cancel delivered and acknowledged in %v (daemon sample %v)", b.name, acked, lat[0])
+	})
+}
+
+// TestDrainAndResume: a drained runner gets no leases; resume restores.
+func TestDrainAndResume(t *testing.T) {
+	w := newWorld(t, memoryBackend())
+	id := w.newIdentity()
+	a, _, _ := w.startAgent(id, newCountingExec(false))
+	w.awaitActive(id.runner)
+	ctx := context.Background()
+	if err := w.d.DrainRunner(ctx, id.runner, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.d.OfferLease(ctx, id.runner, offer(11)); !errors.Is(err, daemon.ErrDraining) {
+		t.Fatalf("offer while draining: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !a.Status().Draining && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if !a.Status().Draining {
+		t.Fatal("agent not draining")
+	}
+	if err := w.d.ResumeRunner(ctx, id.runner); err != nil {
+		t.Fatal(err)
+	}
+	for a.Status().Draining && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	l, err := w.d.OfferLease(ctx, id.runner, offer(12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+}
