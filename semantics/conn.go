@@ -75,6 +75,12 @@ type ConnStats struct {
 // scheduler (§45–49, §132), and close codes behave the same on every
 // backend (§102–103). All methods are safe for concurrent use.
 //
+// Incoming streams over a limit are reset with StreamRefused. Each refusal
+// counts against Limits.MaxRefusals and each admitted stream forgives one;
+// when the count exceeds MaxRefusals the connection is closed with
+// wire.CloseLimitExceeded. Unknown kinds and malformed headers reset the
+// stream only (§184) and are counted in Stats.
+//
 // A Conn runs two goroutines accepting the peer's streams (plus one short
 // one per stream while its header arrives); they end when the connection
 // closes, so the owner must eventually call CloseWithCode (or the peer

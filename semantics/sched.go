@@ -20,6 +20,9 @@ import (
 //     its QueuedBytes is above the threshold. So a control frame waits
 //     behind at most one chunk per bulk stream plus the backend's bounded
 //     queue.
+//   - An urgent write in progress for longer than the bulk max-wait stops
+//     holding bulk back: it is blocked by its own stream's flow control (a
+//     peer not reading its control stream), not competing for the link.
 //   - Every wait is bounded by the bulk max-wait (anti-starvation: a bulk
 //     chunk then goes anyway and the event is counted), ends early when the
 //     connection closes or the write deadline passes, and sleeps on a
@@ -62,8 +65,12 @@ type scheduler struct {
 	threshold int
 	maxWait   time.Duration
 
-	mu          sync.Mutex
-	urgent      int    // non-bulk writes pending or in progress
+	mu sync.Mutex
+	// urgent holds the start time of every non-bulk write in progress. A
+	// write older than maxWait no longer holds bulk back: it is stuck on
+	// its own stream's flow control, not competing for the link.
+	urgent      map[uint64]time.Time
+	urgentSeq   uint64
 	bulkWaiting [2]int // by class: 0 log, 1 CAS
 	bulkWriting [2]int
 	wake        chan struct{} // closed and replaced on every state change
@@ -75,7 +82,8 @@ type scheduler struct {
 }
 
 func newScheduler(h BulkHinter, threshold int, maxWait time.Duration) *scheduler {
-	return &scheduler{hinter: h, threshold: threshold, maxWait: maxWait, wake: make(chan struct{})}
+	return &scheduler{hinter: h, threshold: threshold, maxWait: maxWait, wake: make(chan struct{}),
+		urgent: map[uint64]time.Time{}}
 }
 
 func (s *scheduler) signalLocked() {
@@ -83,24 +91,26 @@ func (s *scheduler) signalLocked() {
 	s.wake = make(chan struct{})
 }
 
-// beginUrgent announces a non-bulk write of n bytes. It never blocks.
-func (s *scheduler) beginUrgent(p Priority, n int) {
+// beginUrgent announces a non-bulk write of n bytes and returns its token
+// for endUrgent. It never blocks.
+func (s *scheduler) beginUrgent(p Priority, n int) uint64 {
 	s.mu.Lock()
-	s.urgent++
+	s.urgentSeq++
+	tok := s.urgentSeq
+	s.urgent[tok] = time.Now()
 	s.stats.Queued[p] += int64(n)
 	s.mu.Unlock()
+	return tok
 }
 
-// endUrgent ends a write announced with beginUrgent; written bytes reached
-// the backend.
-func (s *scheduler) endUrgent(p Priority, n, written int) {
+// endUrgent ends the write tok announced with beginUrgent; written bytes
+// reached the backend.
+func (s *scheduler) endUrgent(tok uint64, p Priority, n, written int) {
 	s.mu.Lock()
-	s.urgent--
+	delete(s.urgent, tok)
 	s.stats.Queued[p] -= int64(n)
 	s.stats.Written[p] += int64(written)
-	if s.urgent == 0 {
-		s.signalLocked()
-	}
+	s.signalLocked()
 	s.mu.Unlock()
 }
 
@@ -130,8 +140,13 @@ func bulkIndex(p Priority) int {
 // of class p waiting. The BulkHinter condition is checked separately,
 // outside the lock.
 func (s *scheduler) blockedLocked(p Priority) bool {
-	if s.urgent > 0 {
-		return true
+	if len(s.urgent) > 0 {
+		now := time.Now()
+		for _, t := range s.urgent {
+			if now.Sub(t) < s.maxWait {
+				return true
+			}
+		}
 	}
 	if bulkIndex(p) == 1 && s.bulkWaiting[0]+s.bulkWriting[0] > 0 {
 		return true

@@ -74,13 +74,13 @@ func TestSchedBulkWaitsForUrgent(t *testing.T) {
 	for _, p := range []Priority{PriorityCancel, PriorityLease, PriorityControl} {
 		for _, b := range []Priority{PriorityLog, PriorityCAS} {
 			s, waiting := newTestSched(nil, time.Hour)
-			s.beginUrgent(p, 64)
+			tok := s.beginUrgent(p, 64)
 			if q := s.snapshot().Queued[p]; q != 64 {
 				t.Fatalf("Queued[%s] = %d, want 64", p, q)
 			}
 			got := acquireAsync(s, b, nil, time.Time{})
 			mustBlock(t, got, waiting, b)
-			s.endUrgent(p, 64, 64)
+			s.endUrgent(tok, p, 64, 64)
 			mustProceed(t, got)
 			s.releaseBulk(b, 0, 0)
 			st := s.snapshot()
@@ -101,8 +101,7 @@ func TestSchedUrgentNeverWaitsOnBulk(t *testing.T) {
 		}
 	}
 	// beginUrgent has no blocking path; this would hang if it had one.
-	s.beginUrgent(PriorityCancel, 1)
-	s.endUrgent(PriorityCancel, 1, 1)
+	s.endUrgent(s.beginUrgent(PriorityCancel, 1), PriorityCancel, 1, 1)
 }
 
 func TestSchedLogBeforeCAS(t *testing.T) {
@@ -142,7 +141,7 @@ func TestSchedBulkHinter(t *testing.T) {
 func TestSchedMaxWaitBoundsStarvation(t *testing.T) {
 	s, _ := newTestSched(nil, 20*time.Millisecond)
 	s.onWait = nil
-	s.beginUrgent(PriorityControl, 1) // never ends
+	s.beginUrgent(PriorityControl, 1) // never ends: stuck on flow control
 	start := time.Now()
 	if err := s.acquireBulk(PriorityCAS, nil, time.Time{}); err != nil {
 		t.Fatal(err)
@@ -150,14 +149,25 @@ func TestSchedMaxWaitBoundsStarvation(t *testing.T) {
 	if el := time.Since(start); el < 20*time.Millisecond {
 		t.Fatalf("forced after %v, before the max wait", el)
 	}
-	if st := s.snapshot(); st.Forced[PriorityCAS] != 1 {
-		t.Fatalf("Forced = %d, want 1", st.Forced[PriorityCAS])
+	s.releaseBulk(PriorityCAS, 0, 0)
+	// At the max wait the chunk goes: counted as forced, or released because
+	// the urgent write became stale at the same instant.
+	if st := s.snapshot(); st.Waits[PriorityCAS] != 1 || st.Forced[PriorityCAS] > 1 {
+		t.Fatalf("stats after the max wait: %+v", st)
+	}
+	// The stuck urgent write is now older than the max wait: later chunks
+	// no longer wait for it.
+	if err := s.acquireBulk(PriorityCAS, nil, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.snapshot(); st.Waits[PriorityCAS] != 1 {
+		t.Fatalf("a stale urgent write still holds bulk back: %+v", st)
 	}
 }
 
 func TestSchedDeadlineAndClose(t *testing.T) {
 	s, waiting := newTestSched(nil, time.Hour)
-	s.beginUrgent(PriorityControl, 1)
+	tok := s.beginUrgent(PriorityControl, 1)
 	err := s.acquireBulk(PriorityCAS, nil, time.Now().Add(10*time.Millisecond))
 	if !errors.Is(err, ErrDeadline) {
 		t.Fatalf("acquireBulk past its deadline: %v", err)
@@ -172,7 +182,7 @@ func TestSchedDeadlineAndClose(t *testing.T) {
 	}
 	// A failed wait leaves no waiter behind: CAS is not held back by a
 	// phantom log writer once the urgent write ends.
-	s.endUrgent(PriorityControl, 1, 1)
+	s.endUrgent(tok, PriorityControl, 1, 1)
 	if err := s.acquireBulk(PriorityCAS, nil, time.Time{}); err != nil {
 		t.Fatal(err)
 	}

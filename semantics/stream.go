@@ -117,9 +117,9 @@ func (s *SendStream) SetPriority(p Priority) {
 // does not wait for the peer.
 func (s *SendStream) writeHeader() error {
 	hdr := wire.AppendStreamHeaderFrame(make([]byte, 0, 8), wire.StreamHeader{Kind: s.kind, Version: wire.Current})
-	s.c.sched.beginUrgent(PriorityControl, len(hdr))
+	tok := s.c.sched.beginUrgent(PriorityControl, len(hdr))
 	n, err := s.raw.Write(hdr)
-	s.c.sched.endUrgent(PriorityControl, len(hdr), n)
+	s.c.sched.endUrgent(tok, PriorityControl, len(hdr), n)
 	return err
 }
 
@@ -137,9 +137,9 @@ func (s *SendStream) write(p []byte) (int, error) {
 	sc := s.c.sched
 	prio := s.Priority()
 	if !prio.IsBulk() {
-		sc.beginUrgent(prio, len(p))
+		tok := sc.beginUrgent(prio, len(p))
 		n, err := s.raw.Write(p)
-		sc.endUrgent(prio, len(p), n)
+		sc.endUrgent(tok, prio, len(p), n)
 		return n, s.werr(err)
 	}
 	sc.enqueueBulk(prio, len(p))

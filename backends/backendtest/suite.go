@@ -58,7 +58,9 @@ type Factory struct {
 // the reason, printed by t.Skip inside that subtest.
 type Caps struct {
 	// RealNetwork is true when connections use real sockets (loopback).
-	// The suite then allows more time for handshakes and latency bounds.
+	// Informational today (every wait is bounded by the same generous
+	// per-step timeout); reserved for bounds that must differ between
+	// in-process and socket backends.
 	RealNetwork bool
 	// LargeTransfer is the size in bytes of the large-transfer subtests;
 	// 0 means 64 MiB, or 4 MiB under -short.
