@@ -402,3 +402,52 @@ func TestMalformedControlRecord(t *testing.T) {
 	<-p.client.Context().Done()
 	wantConnErr(t, "client after sending garbage", context.Cause(p.client.Context()), wire.CloseProtocolError, "", true)
 }
+
+// Connections handshaken but never accepted are closed with CloseShutdown
+// when the listener closes; Close returns.
+func TestListenerCloseClosesPending(t *testing.T) {
+	leakCheck(t)
+	pki := trusttest.NewPKI(t)
+	ln, err := Listen("127.0.0.1:0", pki.ServerConfig(t, "localhost"), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Dialer{TLS: pki.ClientConfig(t, wire.NewRunnerId(), "localhost")}
+	var clients []semantics.BackendConn
+	for range 3 {
+		c, err := d.Dial(ctxT(t), ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	// Wait until all three finished their server handshake (no event
+	// exists for that; poll with a deadline). Handshakes still running when
+	// Close is called are aborted, which the client sees as a network
+	// failure.
+	for deadline := time.Now().Add(10 * time.Second); len(ln.ready) < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d connections handshaken", len(ln.ready))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ln.Close() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listener.Close did not return")
+	}
+	for i, c := range clients {
+		select {
+		case <-c.Context().Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("client %d not closed", i)
+		}
+		wantConnErr(t, "pending conn", context.Cause(c.Context()), wire.CloseShutdown, "listener closed", true)
+		_ = c.CloseWithCode(wire.CloseNormal, "")
+	}
+	if _, err := ln.Accept(ctxT(t)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Close: %v, want net.ErrClosed", err)
+	}
+}

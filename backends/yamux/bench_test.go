@@ -407,10 +407,12 @@ func chunkNoHint(n int) semantics.Config {
 
 var underBulkVariants = []variant{
 	{name: "backend/lowat=128K", cfg: Config{}},
-	{name: "ours/lowat=128K", semantics: true, cfg: Config{}},
-	{name: "ours/lowat=128K/chunk=64K", semantics: true, cfg: Config{}, scfg: chunk(64 << 10)},
-	{name: "ours/lowat=128K/rcvbuf=256K/chunk=64K", semantics: true, cfg: Config{RecvBuffer: 256 << 10}, scfg: chunk(64 << 10)},
-	{name: "ours/lowat=128K/rcvbuf=256K/chunk=64K/hint=off", semantics: true, cfg: Config{RecvBuffer: 256 << 10}, scfg: chunkNoHint(64 << 10)},
-	{name: "ours/lowat=64K/rcvbuf=512K/chunk=64K", semantics: true, cfg: Config{NotSentLowat: 64 << 10, RecvBuffer: 512 << 10}, scfg: chunk(64 << 10)},
-	{name: "ours/lowat=64K/rcvbuf=128K/chunk=64K", semantics: true, cfg: Config{NotSentLowat: 64 << 10, RecvBuffer: 128 << 10}, scfg: chunk(64 << 10)},
+	{name: "ours", semantics: true, cfg: Config{}},
+	{name: "ours/lowat=off", semantics: true, cfg: Config{NotSentLowat: -1}},
+	{name: "ours/hint=off", semantics: true, cfg: Config{}, scfg: chunkNoHint(0)},
+	{name: "ours/lowat=32K", semantics: true, cfg: Config{NotSentLowat: 32 << 10}},
+	{name: "ours/lowat=48K", semantics: true, cfg: Config{NotSentLowat: 48 << 10}},
+	{name: "ours/lowat=32K/chunk=32K", semantics: true, cfg: Config{NotSentLowat: 32 << 10}, scfg: chunk(32 << 10)},
+	{name: "ours/chunk=64K", semantics: true, cfg: Config{}, scfg: chunk(64 << 10)},
+	{name: "ours/chunk=64K/rcvbuf=256K", semantics: true, cfg: Config{RecvBuffer: 256 << 10}, scfg: chunk(64 << 10)},
 }

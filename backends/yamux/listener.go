@@ -194,9 +194,10 @@ func (l *Listener) Accept(ctx context.Context) (semantics.BackendConn, error) {
 // Addr returns the TCP address the listener is bound to.
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 
-// Close stops accepting, aborts handshakes in progress, closes connections
-// not yet returned by Accept with CloseShutdown, and waits for the
-// listener's goroutines. Connections already accepted are not affected.
+// Close stops accepting, aborts handshakes in progress (their clients see a
+// network failure), closes connections not yet returned by Accept with
+// CloseShutdown, and waits for the listener's goroutines. Connections
+// already accepted are not affected.
 func (l *Listener) Close() error {
 	var err error
 	l.closeOnce.Do(func() {
@@ -211,7 +212,7 @@ func (l *Listener) Close() error {
 				continue
 			default:
 			}
-			break
+			return
 		}
 	})
 	return err
