@@ -1,0 +1,572 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/config"
+	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/netsim"
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/trust"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// params are the demo's knobs; defaultParams is what `make demo` runs.
+type params struct {
+	Dir         string        // PKI and authority directory
+	Agents      int           // agents; the last uses TLS+yamux, the others QUIC
+	Leases      int           // leases dispatched (one of them is cancelled)
+	MaxParallel int           // attempts per agent
+	Latency     time.Duration // one-way latency added by every proxy
+	Timeout     time.Duration // the whole run
+	Log         *slog.Logger  // daemon and agent logs (nil: discarded)
+	Progress    io.Writer     // one line per stage (nil: none)
+}
+
+func defaultParams() params {
+	return params{Dir: ".demo", Agents: 4, Leases: 24, MaxParallel: 4, Latency: 2 * time.Millisecond, Timeout: 25 * time.Second}
+}
+
+// Demo timing: short intervals so a cut is noticed within about a second.
+var demoTiming = daemon.Timing{
+	HeartbeatInterval: 250 * time.Millisecond, RenewInterval: 500 * time.Millisecond, LeaseTTL: 10 * time.Second,
+	RevokeGrace: 2 * time.Second, RegistrationTimeout: 5 * time.Second, RequestTimeout: time.Second, MaxBackoff: 500 * time.Millisecond,
+}
+
+// QUIC idle timeout of the agents: a cut path is detected this fast.
+const (
+	agentIdleTimeout = time.Second
+	agentKeepAlive   = 200 * time.Millisecond
+)
+
+// holdSpec marks the attempt the demo cancels: the demo executor runs it
+// until it is cancelled (bounded by holdMax).
+var holdSpec = wire.JobSpecId{Digest: sha256.Sum256([]byte("forgeyard-demo: the attempt that gets cancelled"))}
+
+const holdMax = 20 * time.Second
+
+// demoExecutor is the synthetic executor plus the long-running hold attempt.
+// Like the synthetic executor it cannot run a command.
+type demoExecutor struct {
+	inner   agent.Executor
+	started chan<- wire.JobAttemptId
+}
+
+func (e demoExecutor) Execute(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
+	if job.Spec != holdSpec {
+		return e.inner.Execute(ctx, job, out)
+	}
+	out.Phase(agentwire.PhasePreparing)
+	out.Phase(agentwire.PhaseRunning)
+	select {
+	case e.started <- job.Attempt:
+	default:
+	}
+	t := time.NewTimer(holdMax)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return agent.Result{Kind: agentwire.ResultCancelled}
+	case <-t.C:
+		return agent.Result{Kind: agentwire.ResultSucceeded}
+	}
+}
+
+// latStat summarizes latency samples.
+type latStat struct {
+	N        int
+	P50, P99 time.Duration
+}
+
+func summarize(d []time.Duration) latStat {
+	if len(d) == 0 {
+		return latStat{}
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return latStat{N: len(s), P50: q(0.50), P99: q(0.99)}
+}
+
+type agentReport struct {
+	Name        string
+	Runner      wire.RunnerId
+	Backend     string
+	Path        string // how it reaches the daemon
+	Attempts    int    // accepted attempts
+	Reconnects  int64
+	Resyncs     int64
+	Retried     int64 // completion re-sends
+	DupOffers   int64 // duplicate offers answered from memory
+	Cut         bool
+	Connected   bool
+	Completions [4]int64 // acks received, by kind
+}
+
+// report is everything the summary prints.
+type report struct {
+	Dir                       string
+	DaemonQUIC, DaemonYamux   string
+	Agents                    []agentReport
+	Stats                     daemon.Stats
+	Attempts                  int            // accepted attempts
+	ExactlyOnce               int            // of them, completed exactly once in the authority
+	Rejections                map[string]int // offer rejections by reason (each re-offered later)
+	NotConnected              int            // offers deferred while the runner was reconnecting
+	CutAttempt                wire.JobAttemptId
+	CutMessage                wire.MessageId
+	CutRecovery               time.Duration // cut → DuplicateAccepted
+	CutDuplicate              bool
+	CancelAttempt             wire.JobAttemptId
+	CancelResult              agentwire.ExecutionResultKind
+	OfferAccept, ComplAck, CD latStat
+	Elapsed                   time.Duration
+	Pass                      bool
+	Failure                   string
+}
+
+// state is the demo's event log, fed by daemon and agent hooks.
+type state struct {
+	mu          sync.Mutex
+	changed     chan struct{} // closed and replaced on every event
+	registered  map[wire.RunnerId]int
+	accepted    map[wire.JobAttemptId]int // attempt → agent index
+	done        map[wire.JobAttemptId]agentwire.CompletionAckKind
+	agentAcked  map[wire.JobAttemptId]bool // the agent received the ack
+	rejections  map[string]int             // offer rejections by reason
+	notConn     int                        // offers deferred while the runner was reconnecting
+	results     map[wire.JobAttemptId]agentwire.ExecutionResultKind
+	perRunner   map[wire.RunnerId]int
+	cutRunner   wire.RunnerId
+	cut         func()
+	cutDone     bool
+	cutAt       time.Time
+	cutAttempt  wire.JobAttemptId
+	cutMsg      wire.MessageId
+	cutRecovery time.Duration
+	cutDup      bool
+	dispatched  int // lease goroutines finished
+}
+
+func newState() *state {
+	return &state{changed: make(chan struct{}), registered: map[wire.RunnerId]int{}, accepted: map[wire.JobAttemptId]int{},
+		done: map[wire.JobAttemptId]agentwire.CompletionAckKind{}, agentAcked: map[wire.JobAttemptId]bool{}, rejections: map[string]int{}, results: map[wire.JobAttemptId]agentwire.ExecutionResultKind{},
+		perRunner: map[wire.RunnerId]int{}}
+}
+
+// update runs f under the lock and wakes waiters.
+func (s *state) update(f func()) {
+	s.mu.Lock()
+	f()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// waitFor waits until cond (called under the lock) holds or ctx ends.
+func (s *state) waitFor(ctx context.Context, what string, cond func() bool) error {
+	for {
+		s.mu.Lock()
+		ok, ch := cond(), s.changed
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// onCompletion is the daemon hook. It runs after the authority committed
+// and before the ack is written: the moment to cut the path so the ack is
+// lost (§77, §122).
+func (s *state) onCompletion(e daemon.CompletionEvent) {
+	s.update(func() {
+		if _, seen := s.done[e.Attempt]; !seen || e.Ack == agentwire.AckAccepted {
+			s.done[e.Attempt] = e.Ack
+			s.results[e.Attempt] = e.Result.Kind
+		}
+		s.perRunner[e.Runner]++
+		if !s.cutDone && e.Runner == s.cutRunner && e.Ack == agentwire.AckAccepted && s.perRunner[e.Runner] >= 2 {
+			s.cutDone, s.cutAt, s.cutAttempt, s.cutMsg = true, time.Now(), e.Attempt, e.MessageID
+			s.cut()
+		}
+		if s.cutDone && !s.cutDup && e.MessageID == s.cutMsg && e.Ack == agentwire.AckDuplicateAccepted {
+			s.cutDup, s.cutRecovery = true, time.Since(s.cutAt)
+		}
+	})
+}
+
+type demoAgent struct {
+	name    string
+	runner  wire.RunnerId
+	backend string
+	path    string
+	a       *agent.Agent
+	closer  io.Closer
+	done    chan struct{}
+}
+
+func progress(p params, format string, args ...any) {
+	if p.Progress != nil {
+		fmt.Fprintf(p.Progress, "• "+format+"\n", args...)
+	}
+}
+
+// runDemo runs the whole scenario. It returns a report (possibly partial,
+// with Pass false) and an error for setup failures.
+func runDemo(parent context.Context, p params) (*report, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(parent, p.Timeout)
+	defer cancel()
+	log := p.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rep := &report{Dir: p.Dir}
+
+	// 1. Credentials and authority.
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	names := make([]string, p.Agents)
+	for i := range names {
+		names[i] = strconv.Itoa(i + 1)
+	}
+	pki, err := trust.GenerateDevPKI(filepath.Join(p.Dir, "pki"), trust.DevPKIOptions{Agents: names})
+	if err != nil {
+		return nil, fmt.Errorf("dev PKI: %w", err)
+	}
+	created := 0
+	for _, a := range pki.Agents {
+		if a.Created {
+			created++
+		}
+	}
+	progress(p, "dev PKI in %s (%d agent certificates created, %d reused)", pki.Dir, created, len(names)-created)
+	db := filepath.Join(p.Dir, "authority.db")
+	for _, f := range []string{db, db + "-wal", db + "-shm", db + "-journal"} {
+		_ = os.Remove(f)
+	}
+	au, err := authority.OpenSQLite(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("authority: %w", err)
+	}
+	defer au.Close()
+
+	// 2. Daemon on QUIC and TLS+yamux loopback.
+	serverTLS, err := trust.ServerConfig(trust.ServerFiles{CertFile: pki.Server.CertFile, KeyFile: pki.Server.KeyFile,
+		ClientCAFile: pki.CA.CertFile, RequireClientCert: true})
+	if err != nil {
+		return nil, err
+	}
+	st := newState()
+	holdStarted := make(chan wire.JobAttemptId, 1)
+	d, err := daemon.New(daemon.Config{ID: "demo-daemon", Authority: au, Timing: demoTiming, Logger: log.With("side", "daemon"),
+		Hooks: daemon.Hooks{
+			OnRegistered: func(s daemon.SessionInfo) { st.update(func() { st.registered[s.Runner]++ }) },
+			OnCompletion: st.onCompletion,
+		}})
+	if err != nil {
+		return nil, err
+	}
+	qln, err := quic.Listen("127.0.0.1:0", serverTLS, quic.Config{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	yln, err := yamux.Listen("127.0.0.1:0", serverTLS, yamux.Config{})
+	if err != nil {
+		qln.Close()
+		return nil, err
+	}
+	rep.DaemonQUIC, rep.DaemonYamux = qln.Addr().String(), yln.Addr().String()
+	var serveWG sync.WaitGroup
+	for _, l := range []semantics.BackendListener{qln, yln} {
+		serveWG.Add(1)
+		go func() { defer serveWG.Done(); _ = d.Serve(context.Background(), l) }()
+	}
+	shutdownDaemon := func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		_ = d.Shutdown(sctx)
+		qln.Close()
+		yln.Close()
+		serveWG.Wait()
+	}
+	progress(p, "daemon listening on quic://%s and yamux://%s (SQLite authority %s)", rep.DaemonQUIC, rep.DaemonYamux, db)
+
+	// 3. Agents, each behind its own impairment proxy.
+	agentCtx, stopAgents := context.WithCancel(context.Background())
+	var agents []*demoAgent
+	var cutProxy *netsim.UDPProxy
+	stopAll := func() {
+		stopAgents()
+		grace := time.NewTimer(5 * time.Second)
+		defer grace.Stop()
+		for _, da := range agents {
+			select {
+			case <-da.done:
+			case <-grace.C:
+				log.Warn("agent did not stop within 5s", "agent", da.name)
+			}
+			da.a.Close()
+		}
+		shutdownDaemon()
+		for _, da := range agents {
+			da.closer.Close()
+		}
+	}
+	imp := netsim.Impairment{Latency: p.Latency}
+	for i, name := range names {
+		ag, _ := pki.Agent(name)
+		cred, err := setup.LoadCredential(config.ControlPlane{ServerName: "localhost",
+			Credential: config.Credential{Certificate: ag.CertFile, PrivateKey: ag.KeyFile, CA: pki.CA.CertFile}})
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		da := &demoAgent{name: name, runner: cred.Runner, done: make(chan struct{})}
+		var ep config.Endpoint
+		if i == p.Agents-1 {
+			px, err := netsim.NewTCPProxy(rep.DaemonYamux, netsim.Options{Up: imp, Down: imp, Seed: uint64(i + 1)})
+			if err != nil {
+				stopAll()
+				return nil, err
+			}
+			da.closer, da.backend, da.path = px, config.BackendYamux, "tcp proxy "+px.Addr()
+			ep = config.Endpoint{Backend: config.BackendYamux, HostPort: px.Addr()}
+		} else {
+			px, err := netsim.NewUDPProxy(rep.DaemonQUIC, netsim.Options{Up: imp, Down: imp, Seed: uint64(i + 1)})
+			if err != nil {
+				stopAll()
+				return nil, err
+			}
+			if i == 0 {
+				cutProxy = px
+			}
+			da.closer, da.backend, da.path = px, config.BackendQUIC, "udp proxy "+px.Addr()
+			ep = config.Endpoint{Backend: config.BackendQUIC, HostPort: px.Addr()}
+		}
+		dialer, addr, err := setup.Dialer(ep, cred.Client, quic.Config{MaxIdleTimeout: agentIdleTimeout, KeepAlivePeriod: agentKeepAlive, Logger: log}, yamux.Config{})
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		a, err := agent.New(agent.Config{
+			Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
+			Endpoints: []agent.Endpoint{{Address: addr, Dialer: dialer, Backend: ep.Backend}},
+			Role:      agentwire.RoleAgent,
+			Executor: demoExecutor{inner: agent.NewSyntheticExecutor(uint64(i+1), agent.SyntheticOptions{MinDuration: 40 * time.Millisecond, MaxDuration: 250 * time.Millisecond}),
+				started: holdStarted},
+			MaxParallel: p.MaxParallel, Backoff: agent.Backoff{Base: 50 * time.Millisecond, Max: 500 * time.Millisecond},
+			RequestTimeout: time.Second, Logger: log.With("side", "agent", "agent", name), Version: "forgeyard-demo/1",
+			Hooks: agent.Hooks{OnAttemptDone: func(ad agent.AttemptDone) {
+				st.update(func() { st.agentAcked[ad.Job.Attempt] = true })
+			}},
+		})
+		if err != nil {
+			da.closer.Close()
+			stopAll()
+			return nil, err
+		}
+		da.a = a
+		agents = append(agents, da)
+		go func() { defer close(da.done); _ = a.Run(agentCtx) }()
+	}
+	st.update(func() {
+		st.cutRunner = agents[0].runner
+		st.cut = func() { cutProxy.Cut() }
+	})
+	defer func() {
+		// On early returns (timeouts), stop everything; normal path stops
+		// before the authority check and sets agents to nil.
+		if agents != nil {
+			stopAll()
+		}
+	}()
+	if err := st.waitFor(ctx, "agents to register", func() bool { return len(st.registered) == p.Agents }); err != nil {
+		return rep, err
+	}
+	progress(p, "%d agents registered (%d over QUIC via UDP proxies, 1 over TLS+yamux via a TCP proxy; +%v one-way latency)", p.Agents, p.Agents-1, p.Latency)
+
+	// 4. Dispatch. Lease 0 is the hold attempt, on agent 2 (never the cut
+	// agent); the others are spread round-robin.
+	// A tiny scheduler: at most MaxParallel leases in flight per agent (a
+	// slot is freed when the agent has its completion ack), at most
+	// Agents×MaxParallel dispatch goroutines.
+	sem := make(chan struct{}, p.Agents*p.MaxParallel)
+	slots := make([]chan struct{}, p.Agents)
+	for i := range slots {
+		slots[i] = make(chan struct{}, p.MaxParallel)
+	}
+	var dispatchErr error
+	var errOnce sync.Once
+	for i := 0; i < p.Leases; i++ {
+		idx := i % p.Agents
+		spec := wire.JobSpecId{Digest: sha256.Sum256([]byte("forgeyard-demo spec " + strconv.Itoa(i)))}
+		if i == 0 {
+			idx, spec = 1, holdSpec
+		}
+		da := agents[idx]
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; st.update(func() { st.dispatched++ }) }()
+			select {
+			case slots[idx] <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-slots[idx] }()
+			payload := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: spec.Digest, Size: 1}
+			for {
+				l, err := d.OfferLease(ctx, da.runner, daemon.LeaseOffer{Job: wire.NewJobId(), Spec: spec, Payload: payload})
+				if err == nil {
+					st.update(func() { st.accepted[l.Attempt] = idx })
+					_ = st.waitFor(ctx, "", func() bool { return st.agentAcked[l.Attempt] })
+					return
+				}
+				var rej *daemon.RejectedError
+				if ctx.Err() != nil || !(errors.Is(err, daemon.ErrNotConnected) || errors.As(err, &rej) || errors.Is(err, daemon.ErrOfferExpired)) {
+					errOnce.Do(func() { dispatchErr = fmt.Errorf("offer to agent %s: %w", da.name, err) })
+					return
+				}
+				// Count without waking other waiters, then wait: for a
+				// capacity rejection, until something changes (a completion
+				// frees a slot); while the runner reconnects, a short pause.
+				st.mu.Lock()
+				wait := st.changed
+				switch {
+				case rej != nil:
+					st.rejections[rej.Reason.String()]++
+				case errors.Is(err, daemon.ErrNotConnected):
+					st.notConn++
+					wait = nil
+				default:
+					st.rejections["offer expired"]++
+				}
+				st.mu.Unlock()
+				select {
+				case <-wait:
+				case <-time.After(100 * time.Millisecond):
+				case <-ctx.Done():
+				}
+			}
+		}()
+	}
+	progress(p, "dispatching %d leases (offer → accept → phases → completion, synthetic executor 40–250 ms)", p.Leases)
+
+	// 5. Cancel the hold attempt as soon as it runs.
+	select {
+	case att := <-holdStarted:
+		rep.CancelAttempt = att
+		if err := d.CancelAttempt(ctx, att, agentwire.CancelUserRequested); err != nil {
+			return rep, fmt.Errorf("cancel: %w", err)
+		}
+		progress(p, "cancelled attempt %s on agent %s while running", att, agents[1].name)
+	case <-ctx.Done():
+		return rep, errors.New("timed out waiting for the attempt to cancel to start")
+	}
+
+	// 6. Wait for every lease to be placed and completed, and for the cut
+	// to be healed by a DuplicateAccepted retry.
+	if err := st.waitFor(ctx, "all leases to be dispatched", func() bool { return st.dispatched == p.Leases }); err != nil {
+		return rep, err
+	}
+	if dispatchErr != nil {
+		return rep, dispatchErr
+	}
+	if err := st.waitFor(ctx, "all attempts to complete and their acks to arrive", func() bool {
+		for att := range st.accepted {
+			if _, ok := st.done[att]; !ok || !st.agentAcked[att] {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return rep, err
+	}
+	if err := st.waitFor(ctx, "the cut agent's completion retry", func() bool { return st.cutDup }); err != nil {
+		return rep, err
+	}
+	progress(p, "agent %s: path cut after the daemon committed a completion; reconnected, resynced, retry answered DuplicateAccepted", agents[0].name)
+
+	// 7. Collect, stop, check the authority.
+	rep.Stats = d.Stats()
+	for i, da := range agents {
+		as, status := da.a.Stats(), da.a.Status()
+		ar := agentReport{Name: da.name, Runner: da.runner, Backend: da.backend, Path: da.path, Reconnects: as.Reconnects,
+			Resyncs: as.Resyncs, Retried: as.CompletionsRetried, DupOffers: as.DuplicatesAbsorbed, Cut: i == 0,
+			Connected: status.Connected, Completions: as.CompletionAcks}
+		st.mu.Lock()
+		for _, idx := range st.accepted {
+			if idx == i {
+				ar.Attempts++
+			}
+		}
+		st.mu.Unlock()
+		rep.Agents = append(rep.Agents, ar)
+	}
+	stopAll()
+	agents = nil
+
+	st.mu.Lock()
+	attempts := slices.Collect(func(yield func(wire.JobAttemptId) bool) {
+		for a := range st.accepted {
+			if !yield(a) {
+				return
+			}
+		}
+	})
+	rep.CutAttempt, rep.CutMessage, rep.CutRecovery, rep.CutDuplicate = st.cutAttempt, st.cutMsg, st.cutRecovery, st.cutDup
+	rep.CancelResult = st.results[rep.CancelAttempt]
+	st.mu.Unlock()
+	rep.Rejections, rep.NotConnected = st.rejections, st.notConn
+	rep.Attempts = len(attempts)
+	var bad []string
+	for _, att := range attempts {
+		n, err := au.Completions(context.Background(), att)
+		if err != nil {
+			return rep, fmt.Errorf("authority check: %w", err)
+		}
+		if n == 1 {
+			rep.ExactlyOnce++
+		} else {
+			bad = append(bad, fmt.Sprintf("%s: %d completions", att, n))
+		}
+	}
+	rep.OfferAccept, rep.ComplAck, rep.CD = summarize(rep.Stats.OfferToAccept), summarize(rep.Stats.CompletionToAck), summarize(rep.Stats.CancelDelivery)
+	rep.Elapsed = time.Since(start)
+	switch {
+	case rep.Attempts != p.Leases:
+		rep.Failure = fmt.Sprintf("%d of %d leases accepted", rep.Attempts, p.Leases)
+	case len(bad) > 0:
+		rep.Failure = fmt.Sprintf("attempts not completed exactly once: %v", bad)
+	case !rep.CutDuplicate:
+		rep.Failure = "the cut completion was not retried with DuplicateAccepted"
+	case rep.CancelResult != agentwire.ResultCancelled:
+		rep.Failure = fmt.Sprintf("the cancelled attempt ended %v, not Cancelled", rep.CancelResult)
+	default:
+		rep.Pass = true
+	}
+	return rep, nil
+}

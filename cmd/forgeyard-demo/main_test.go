@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"forgeyard.dev/transport/semantics/trust"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// TestDemoSmall runs the demo's whole scenario with 2 agents (one QUIC
+// through a UDP proxy that gets cut, one TLS+yamux through a TCP proxy) and
+// 8 leases, through the command's entry point.
+func TestDemoSmall(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), ".demo")
+	var out, errOut bytes.Buffer
+	start := time.Now()
+	code := run(context.Background(), []string{"-dir", dir, "-agents", "2", "-leases", "8"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
+	}
+	if el := time.Since(start); el > 20*time.Second {
+		t.Errorf("demo took %v", el)
+	}
+	s := out.String()
+	for _, want := range []string{"Authority check: 8/8 accepted attempts completed exactly once — PASS", "DuplicateAccepted 1", "(cut)", "quic", "yamux",
+		"offer → accept", "completion → ack", "cancel delivery", "ended Cancelled"} {
+		if !strings.Contains(s, want) && !(want == "DuplicateAccepted 1" && strings.Contains(s, "DuplicateAccepted ")) {
+			t.Errorf("summary lacks %q:\n%s", want, s)
+		}
+	}
+	// The dev PKI persists and is reused by the next run.
+	pki, err := trust.LoadDevPKI(filepath.Join(dir, "pki"))
+	if err != nil || len(pki.Agents) != 2 {
+		t.Fatalf("dev PKI: %v %+v", err, pki)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "authority.db")); err != nil {
+		t.Errorf("authority database: %v", err)
+	}
+}
+
+// TestDemoReport checks the report's invariants on a direct run.
+func TestDemoReport(t *testing.T) {
+	p := defaultParams()
+	p.Dir, p.Agents, p.Leases, p.MaxParallel = filepath.Join(t.TempDir(), "d"), 3, 9, 2
+	rep, err := runDemo(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Pass || rep.Attempts != 9 || rep.ExactlyOnce != 9 {
+		t.Fatalf("report: pass=%v attempts=%d exactly-once=%d failure=%q", rep.Pass, rep.Attempts, rep.ExactlyOnce, rep.Failure)
+	}
+	if !rep.CutDuplicate || rep.Stats.Completions[agentwire.AckDuplicateAccepted] < 1 {
+		t.Errorf("no DuplicateAccepted after the cut: %+v", rep.Stats.Completions)
+	}
+	if rep.Agents[0].Reconnects < 1 || !rep.Agents[0].Cut || rep.Stats.Reconnects < 1 {
+		t.Errorf("cut agent did not reconnect: %+v", rep.Agents[0])
+	}
+	if rep.Agents[2].Backend != "yamux" || rep.Agents[0].Backend != "quic" {
+		t.Errorf("backends %s %s", rep.Agents[0].Backend, rep.Agents[2].Backend)
+	}
+	if rep.CD.N != 1 || rep.CancelResult != agentwire.ResultCancelled {
+		t.Errorf("cancel: %+v %v", rep.CD, rep.CancelResult)
+	}
+	if rep.OfferAccept.N != 9 || rep.OfferAccept.P50 <= 0 || rep.OfferAccept.P99 < rep.OfferAccept.P50 {
+		t.Errorf("offer latency %+v", rep.OfferAccept)
+	}
+	if rep.Stats.LeasesAccepted != 9 || rep.Stats.Completions[agentwire.AckAccepted] != 9 {
+		t.Errorf("stats %+v", rep.Stats)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	var o, e bytes.Buffer
+	if code := run(context.Background(), []string{"-agents", "1"}, &o, &e); code != 2 {
+		t.Errorf("exit %d for -agents 1", code)
+	}
+	if code := run(context.Background(), []string{"-leases", "3"}, &o, &e); code != 2 {
+		t.Errorf("exit %d for -leases 3", code)
+	}
+}

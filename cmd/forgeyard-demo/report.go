@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+// print writes the human-readable summary.
+func (r *report) print(w io.Writer) {
+	fmt.Fprintf(w, "\nForgeyard Transport demo — %d agents, daemon quic://%s + yamux://%s, %.1f s\n\n", len(r.Agents), r.DaemonQUIC, r.DaemonYamux, r.Elapsed.Seconds())
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tRUNNER\tBACKEND\tPATH\tATTEMPTS\tACKS (ok/dup/stale)\tRECONNECTS\tRESYNCS\tCOMPLETION RETRIES")
+	for _, a := range r.Agents {
+		path := a.Path
+		if a.Cut {
+			path += " (cut)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d/%d\t%d\t%d\t%d\n", a.Name, a.Runner, a.Backend, path, a.Attempts,
+			a.Completions[agentwire.AckAccepted], a.Completions[agentwire.AckDuplicateAccepted], a.Completions[agentwire.AckStaleRejected],
+			a.Reconnects, a.Resyncs, a.Retried)
+	}
+	tw.Flush()
+
+	s := r.Stats
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Leases offered / accepted / rejected\t%d / %d / %d\n", s.LeasesOffered, s.LeasesAccepted, s.LeasesRejected)
+	if len(r.Rejections) > 0 || r.NotConnected > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(r.Rejections)) {
+			parts = append(parts, fmt.Sprintf("%d %s", r.Rejections[k], k))
+		}
+		if r.NotConnected > 0 {
+			parts = append(parts, fmt.Sprintf("%d offers deferred while the runner reconnected", r.NotConnected))
+		}
+		fmt.Fprintf(tw, "Retried offers\t%s\n", strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(tw, "Completions by ack\tAccepted %d, DuplicateAccepted %d, StaleRejected %d, InvalidRejected %d\n",
+		s.Completions[agentwire.AckAccepted], s.Completions[agentwire.AckDuplicateAccepted], s.Completions[agentwire.AckStaleRejected], s.Completions[agentwire.AckInvalidRejected])
+	var dupOffers int64
+	for _, a := range r.Agents {
+		dupOffers += a.DupOffers
+	}
+	fmt.Fprintf(tw, "Duplicates absorbed\t%d completion retries (same MessageId), %d duplicate offers, %d duplicate lease answers\n",
+		s.Completions[agentwire.AckDuplicateAccepted], dupOffers, s.DuplicateAnswers)
+	fmt.Fprintf(tw, "Reconnects / resyncs (daemon)\t%d / %d\t(every registration resyncs; reconnects keep their agent session)\n", s.Reconnects, s.Resyncs)
+	fmt.Fprintf(tw, "Fenced transports\t%d\n", s.Fenced)
+	tw.Flush()
+
+	if r.CutDuplicate {
+		fmt.Fprintf(w, "\nCut: agent %s's path was cut right after the daemon committed the completion of attempt %s\n", r.Agents[0].Name, r.CutAttempt)
+		fmt.Fprintf(w, "     (MessageId %s), so the ack was lost. %.2f s later the agent had reconnected under the same\n", r.CutMessage, r.CutRecovery.Seconds())
+		fmt.Fprintf(w, "     agent session, resynced, and re-sent the completion with the same MessageId: DuplicateAccepted.\n")
+	}
+	if r.CD.N > 0 || r.CancelResult == agentwire.ResultCancelled {
+		fmt.Fprintf(w, "Cancel: attempt %s was cancelled while running; it ended %v.\n", r.CancelAttempt, r.CancelResult)
+	}
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "LATENCY (daemon side)\tN\tP50\tP99\t")
+	for _, l := range []struct {
+		name string
+		s    latStat
+	}{{"offer → accept", r.OfferAccept}, {"completion → ack", r.ComplAck}, {"cancel delivery", r.CD}} {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", l.name, l.s.N, ms(l.s.P50), ms(l.s.P99))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "(loopback plus the proxies' latency; offers to the cut agent wait for its reconnect, hence the offer p99)\n")
+
+	verdict := "PASS"
+	if !r.Pass {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(w, "\nAuthority check: %d/%d accepted attempts completed exactly once — %s\n", r.ExactlyOnce, r.Attempts, verdict)
+	fmt.Fprintf(w, "State kept in %s (dev certificates are reused next time; the authority starts fresh).\n", strings.TrimSuffix(r.Dir, "/"))
+}
