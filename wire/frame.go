@@ -52,6 +52,26 @@ func AppendFrame(b []byte, limit int, encode func([]byte) []byte) ([]byte, error
 	return b[:start+pl+n], nil
 }
 
+// AppendFrameHead appends the head of a frame whose body is what encode
+// appends followed by tailLen bytes that the caller writes separately (a
+// vectored write): the length prefix covers both. It lets a bulk chunk that
+// ends a message (a log chunk, §37) reach the stream without being copied
+// into the frame buffer. The frame on the wire is the returned head ‖ tail.
+func AppendFrameHead(b []byte, limit, tailLen int, encode func([]byte) []byte) ([]byte, error) {
+	start := len(b)
+	b = append(b, make([]byte, maxFramePrefix)...)
+	b = encode(b)
+	head := len(b) - start - maxFramePrefix
+	n := head + tailLen
+	if tailLen < 0 || n > limit {
+		return b[:start], &FrameTooLargeError{Size: uint64(max(n, 0)), Limit: limit}
+	}
+	pl := postcard.UvarintLen(uint64(n))
+	postcard.AppendUvarint(b[start:start], uint64(n))
+	copy(b[start+pl:], b[start+maxFramePrefix:])
+	return b[:start+pl+head], nil
+}
+
 // AppendEnvelopeFrame appends e as one frame, refusing bodies above limit.
 func AppendEnvelopeFrame(b []byte, limit int, e *Envelope) ([]byte, error) {
 	return AppendFrame(b, limit, e.AppendPostcard)

@@ -75,6 +75,35 @@ func (m *LogFrameV1) AppendPostcard(b []byte) []byte {
 	return postcard.AppendBytes(b, m.Bytes)
 }
 
+// frameHead encodes a LogFrameV1 without the chunk bytes themselves: every
+// field, then the chunk's length prefix. The chunk is the last thing in the
+// message, so head ‖ chunk is the full encoding.
+type frameHead LogFrameV1
+
+func (*frameHead) MessageType() wire.MessageTypeId { return MsgLogFrame }
+func (h *frameHead) AppendPostcard(b []byte) []byte {
+	b = postcard.AppendU64(b, h.Seq)
+	b = postcard.AppendVariant(b, uint32(h.Stream))
+	b = postcard.AppendU64(b, h.TimestampMs)
+	b = postcard.AppendU32(b, h.UncompressedLen)
+	return postcard.AppendLen(b, len(h.Bytes))
+}
+func (h *frameHead) DecodePostcard(d *postcard.Decoder) {
+	d.Fail(postcard.CodeInvalidValue, "frame head is encode-only")
+}
+func (h *frameHead) Validate() error { return (*LogFrameV1)(h).Validate() }
+
+// AppendFrameHead appends the frame that carries env with m as its payload,
+// except the chunk bytes: the frame on the wire is the returned buffer
+// followed by m.Bytes, written as a second (vectored) write. Nothing of the
+// chunk is copied, which is how log streams send 64 KiB chunks. env.Payload
+// is ignored. The frame (head plus chunk) must fit limit.
+func AppendFrameHead(b []byte, limit int, env *wire.Envelope, m *LogFrameV1) ([]byte, error) {
+	e := *env
+	e.Payload = (*frameHead)(m)
+	return wire.AppendFrameHead(b, limit, len(m.Bytes), e.AppendPostcard)
+}
+
 // DecodePostcard implements wire.Message. It allocates nothing: Bytes
 // aliases the input (see the type's comment) and is nil when empty. An
 // uncompressed_len above MaxLogChunk fails with postcard.ErrLengthOverBound.
