@@ -624,6 +624,15 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	var err error
 	if accepted {
 		_, err = d.auth.AcceptLease(context.Background(), lease, attempt, c.ref(), now)
+		if errors.Is(err, authority.ErrStaleLease) {
+			// The first answer was lost in a cut and the attempt already
+			// completed on a later transport: the re-sent offer's answer
+			// is late, not stale.
+			if l, lerr := d.auth.Lease(context.Background(), lease); lerr == nil && l.State == authority.LeaseCompleted &&
+				l.Session == c.session && l.Attempt == attempt {
+				err = nil
+			}
+		}
 	} else {
 		err = d.auth.RejectLease(context.Background(), lease, attempt, c.ref(), now)
 	}

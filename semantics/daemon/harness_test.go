@@ -2,10 +2,10 @@ package daemon_test
 
 import (
 	"bytes"
-	"errors"
 	"context"
 	"crypto"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -415,13 +415,13 @@ func awaitStart(t *testing.T, e *countingExec) agent.Job {
 // ---- raw client: a hand-driven agent for protocol-violation tests ----
 
 type rawClient struct {
-	t    *testing.T
-	bc   semantics.BackendConn
-	ch   *control.Channel
-	in   chan *wire.Envelope
-	ack  *agentwire.HelloAckV1
-	id   identity
-	sess wire.AgentSessionId
+	t     *testing.T
+	bc    semantics.BackendConn
+	ch    *control.Channel
+	in    chan *wire.Envelope
+	ack   *agentwire.HelloAckV1
+	id    identity
+	sess  wire.AgentSessionId
 	epoch uint64
 }
 

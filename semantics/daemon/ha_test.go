@@ -1,0 +1,173 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/trust/trusttest"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// TestSecondDaemonSharedPostgres (§229): two daemons share one PostgreSQL
+// authority. The agent runs an attempt on daemon 1; daemon 1 shuts down
+// (GoAway naming daemon 2); the agent reconnects to daemon 2 under the
+// same agent session, resyncs (Continue) and completes there, exactly
+// once.
+func TestSecondDaemonSharedPostgres(t *testing.T) {
+	dsn := pgtest.Shared(t).NewDatabase(t)
+	open := func() authority.Authority {
+		a, err := authority.OpenPostgres(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Close() })
+		return a
+	}
+	b := memoryBackend()
+	pki := trusttest.NewPKI(t)
+	w2 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) { c.ID = "daemon-2" })
+	w1 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) {
+		c.ID = "daemon-1"
+		c.AlternateEndpoints = []string{w2.addr}
+	})
+	id := w1.newIdentity()
+	exec := newCountingExec(true)
+	a, _, _ := w1.startAgent(id, exec)
+	w1.awaitActive(id.runner)
+	go func() { _, _ = w1.d.OfferLease(context.Background(), id.runner, offer(20)) }()
+	job := awaitStart(t, exec)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w1.d.Shutdown(ctx); err != nil {
+		t.Fatalf("daemon 1 shutdown: %v", err)
+	}
+	reg := w2.awaitRegistered(id.runner)
+	if reg.Session != a.Session() || reg.Epoch < 2 {
+		t.Fatalf("daemon 2 registration %+v", reg)
+	}
+	w2.awaitActive(id.runner)
+	if st := w2.d.Stats(); st.Resyncs < 1 {
+		t.Fatalf("daemon 2 stats %+v", st)
+	}
+	close(exec.release)
+	w2.awaitCompletion(job.Attempt, agentwire.AckAccepted)
+	if n, _ := w2.auth.Completions(context.Background(), job.Attempt); n != 1 {
+		t.Fatalf("completions %d", n)
+	}
+	if exec.count(job.Attempt) != 1 {
+		t.Fatal("attempt ran twice")
+	}
+	if s := awaitConnected(t, a); s.Endpoint != w2.addr {
+		t.Fatalf("agent on %s", s.Endpoint)
+	}
+}
+
+// TestRandomCutsExactlyOnce runs 40 lease lifecycles over memory with
+// seeded random connection cuts at random points. Invariant: every
+// attempt completes exactly once in the authority; none is lost.
+func TestRandomCutsExactlyOnce(t *testing.T) {
+	const n = 40
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0x4679))
+	w := newWorld(t, memoryBackend(), func(c *daemon.Config) {
+		c.Timing.RenewInterval = 20 * time.Millisecond
+		c.Timing.RequestTimeout = 100 * time.Millisecond
+		c.Timing.LeaseTTL = 30 * time.Second
+	})
+	id := w.newIdentity()
+	done := make(chan agent.AttemptDone, n*2)
+	a, rd, _ := w.startAgent(id, agent.NewSyntheticExecutor(seed, agent.SyntheticOptions{MinDuration: time.Millisecond, MaxDuration: 30 * time.Millisecond}),
+		func(c *agent.Config) {
+			c.RequestTimeout = 100 * time.Millisecond
+			c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d }
+		})
+	w.awaitActive(id.runner)
+
+	// The chaos goroutine cuts the agent's connection at random moments.
+	stop := make(chan struct{})
+	chaosDone := make(chan int)
+	delays := make([]time.Duration, 64)
+	for i := range delays {
+		delays[i] = time.Duration(5+rng.IntN(60)) * time.Millisecond
+	}
+	go func() {
+		cuts := 0
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				chaosDone <- cuts
+				return
+			case <-time.After(delays[i%len(delays)]):
+			}
+			if rd.cut() {
+				cuts++
+			}
+		}
+	}()
+
+	attempts := make(map[wire.JobAttemptId]bool)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 0; len(attempts) < n; i++ {
+		o := offer(100 + i)
+		o.Attempt = wire.NewJobAttemptId()
+		for {
+			// OfferLease waits for the answer; re-sent offers survive cuts.
+			_, err := w.d.OfferLease(ctx, id.runner, o)
+			if err == nil {
+				attempts[o.Attempt] = true
+				break
+			}
+			if !errors.Is(err, daemon.ErrNotConnected) {
+				t.Fatalf("offer %d: %v", i, err)
+			}
+			w.awaitActive(id.runner) // between a cut and the reconnect
+		}
+	}
+	// Let everything finish with the network calm.
+	deadlineAll := time.After(45 * time.Second)
+	got := map[wire.JobAttemptId]agentwire.CompletionAckKind{}
+	close(stop)
+	cuts := <-chaosDone
+	for len(got) < len(attempts) {
+		select {
+		case d := <-done:
+			if attempts[d.Job.Attempt] {
+				got[d.Job.Attempt] = d.Ack
+			}
+		case <-deadlineAll:
+			t.Fatalf("%d of %d attempts acknowledged (cuts %d, agent %+v)", len(got), len(attempts), cuts, a.Stats())
+		}
+	}
+	for att := range attempts {
+		c, err := w.auth.Completions(context.Background(), att)
+		if err != nil || c != 1 {
+			t.Fatalf("attempt %s: %d completions (%v), agent ack %s", att, c, err, got[att])
+		}
+		if k := got[att]; k != agentwire.AckAccepted && k != agentwire.AckDuplicateAccepted {
+			t.Fatalf("attempt %s acknowledged %s", att, k)
+		}
+	}
+	st := a.Stats()
+	t.Logf("%d attempts, %d cuts, %d reconnects, %d completion retries, %d duplicate offers absorbed, daemon %s",
+		len(attempts), cuts, st.Reconnects, st.CompletionsRetried, st.DuplicatesAbsorbed, fmtAcks(w.d.Stats().Completions))
+	if cuts == 0 {
+		t.Fatal("no cut happened")
+	}
+}
+
+func fmtAcks(c [4]int64) string {
+	return fmt.Sprintf("acks accepted=%d duplicate=%d stale=%d invalid=%d", c[0], c[1], c[2], c[3])
+}
+
