@@ -161,8 +161,10 @@ func TestControlUnderBandwidthLimit(t *testing.T) {
 	if rawP50 < 20*time.Millisecond {
 		t.Fatalf("raw p50 %v: the link did not queue bulk data; the test shows nothing", rawP50)
 	}
-	if r.P99 > 15*time.Millisecond {
-		t.Fatalf("semantics.Conn control p99 %v under bulk, want ≤ 15ms", r.P99)
+	// Expected: raw ≈ 32 ms (1 MiB at 32 MB/s), ours ≈ 1–5 ms. Relative
+	// bounds keep the test meaningful on a loaded machine.
+	if r.P50 > rawP50/5 || r.P99 > rawP50 {
+		t.Fatalf("semantics.Conn control p50 %v p99 %v under bulk; want p50 ≤ raw p50/5 (%v) and p99 ≤ raw p50", r.P50, r.P99, rawP50/5)
 	}
 	if st.HintWaits == 0 {
 		t.Fatal("bulk writer never waited on QueuedBytes")

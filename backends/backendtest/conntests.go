@@ -774,9 +774,10 @@ type ControlResult struct {
 	BulkMBps         float64
 }
 
-// MeasureControlUnderBulk measures n 64-byte control round trips on a
-// long-lived control stream, first idle, then while a CAS upload stream from
-// a to b writes continuously. b echoes control frames and discards bulk.
+// MeasureControlUnderBulk measures at least n 64-byte control round trips
+// on a long-lived control stream (more on fast backends, until 100 ms have
+// passed), first idle, then while a CAS upload stream from a to b writes
+// continuously. b echoes control frames and discards bulk.
 func MeasureControlUnderBulk(t testing.TB, a, b *semantics.Conn, n int) ControlResult {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -805,9 +806,14 @@ func MeasureControlUnderBulk(t testing.TB, a, b *semantics.Conn, n int) ControlR
 		}
 	}()
 	ping := make([]byte, 64)
+	// rtts pings n times, and on fast backends keeps going until
+	// minWindow passed (at most 50n pings) so the bulk stream's progress
+	// during the pings is measurable.
+	const minWindow = 100 * time.Millisecond
 	rtts := func() []time.Duration {
 		out := make([]time.Duration, 0, n)
-		for i := 0; i < n; i++ {
+		begin := time.Now()
+		for i := 0; i < n || (i < 50*n && time.Since(begin) < minWindow); i++ {
 			start := time.Now()
 			if err := ctl.WriteFrame(func(p []byte) []byte { return append(p, ping...) }); err != nil {
 				t.Fatalf("ping %d: %v", i, err)
