@@ -78,7 +78,9 @@ var backends = []backend{
 			tb.Fatal(err)
 		}
 		return l, addr
-	}, func(conf *tls.Config) semantics.BackendDialer { return &memory.Dialer{Network: memNet, TLSConfig: conf} }},
+	}, func(conf *tls.Config) semantics.BackendDialer {
+		return &memory.Dialer{Network: memNet, TLSConfig: conf}
+	}},
 	{"quic", func(tb testing.TB, conf *tls.Config) (semantics.BackendListener, string) {
 		l, err := quic.Listen("127.0.0.1:0", conf, quic.Config{})
 		if err != nil {
