@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -64,6 +65,10 @@ func runConn(t *testing.T, f Factory) {
 			c, s = e.conns(t, semantics.Config{}, semantics.Config{})
 			connCloseCode(t, s, c, code)
 		}
+	})
+	t.Run("Deadlines", func(t *testing.T) {
+		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
+		connDeadlines(t, c, s)
 	})
 	t.Run("StreamLimitRefused", func(t *testing.T) {
 		connRefused(t, newEnv(t, f))
@@ -891,4 +896,49 @@ func pct(sorted []time.Duration, p int) time.Duration {
 		i--
 	}
 	return sorted[min(i, len(sorted)-1)]
+}
+
+func connDeadlines(t *testing.T, a, b *semantics.Conn) {
+	t.Helper()
+	ctx := testCtx(t)
+	st, err := a.OpenStream(ctx, wire.StreamControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := b.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	if _, err := st.ReadFrame(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("ReadFrame past its deadline: %v", err)
+	}
+	_ = st.SetReadDeadline(time.Now().Add(opTimeout))
+	if err := peer.WriteFrame(func(p []byte) []byte { return append(p, "late"...) }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.ReadFrame(); err != nil || string(got) != "late" {
+		t.Fatalf("ReadFrame after extending the deadline: %q, %v", got, err)
+	}
+	// A bulk writer whose peer does not read hits its write deadline.
+	cas, err := a.OpenUniStream(ctx, wire.StreamCasUpload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := b.AcceptUniStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = cas.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	chunk := make([]byte, 64<<10)
+	for i := 0; i < 1<<12; i++ {
+		if _, err = cas.Write(chunk); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("bulk Write past its deadline: %v", err)
+	}
+	rs.CancelRead(semantics.StreamCancelled)
+	cas.CancelWrite(semantics.StreamCancelled)
 }
