@@ -40,33 +40,33 @@ func newConn(qc *quicgo.Conn, release func()) *conn {
 func (c *conn) OpenStream(ctx context.Context) (semantics.RawStream, error) {
 	s, err := c.qc.OpenStreamSync(ctx)
 	if err != nil {
-		return nil, TranslateError(err)
+		return nil, c.translate(err)
 	}
-	return &stream{s: s}, nil
+	return &stream{s: s, c: c}, nil
 }
 
 func (c *conn) OpenUniStream(ctx context.Context) (semantics.RawSendStream, error) {
 	s, err := c.qc.OpenUniStreamSync(ctx)
 	if err != nil {
-		return nil, TranslateError(err)
+		return nil, c.translate(err)
 	}
-	return &sendStream{s: s}, nil
+	return &sendStream{s: s, c: c}, nil
 }
 
 func (c *conn) AcceptStream(ctx context.Context) (semantics.RawStream, error) {
 	s, err := c.qc.AcceptStream(ctx)
 	if err != nil {
-		return nil, TranslateError(err)
+		return nil, c.translate(err)
 	}
-	return &stream{s: s}, nil
+	return &stream{s: s, c: c}, nil
 }
 
 func (c *conn) AcceptUniStream(ctx context.Context) (semantics.RawRecvStream, error) {
 	s, err := c.qc.AcceptUniStream(ctx)
 	if err != nil {
-		return nil, TranslateError(err)
+		return nil, c.translate(err)
 	}
-	return &recvStream{s: s}, nil
+	return &recvStream{s: s, c: c}, nil
 }
 
 // CloseWithCode sends CONNECTION_CLOSE with application error code
@@ -85,8 +85,22 @@ func (c *conn) CloseWithCode(code semantics.CloseCode, reason string) error {
 }
 
 func (c *conn) Context() context.Context { return c.ctx }
-func (c *conn) LocalAddr() net.Addr      { return c.qc.LocalAddr() }
-func (c *conn) RemoteAddr() net.Addr     { return c.qc.RemoteAddr() }
+
+// translate is TranslateError that also settles Context: once an
+// operation reports a connection error, Context is done with that error as
+// its cause (before the caller sees it), so callers never observe a closed
+// connection whose Context is still live.
+func (c *conn) translate(err error) error {
+	err = TranslateError(err)
+	if err != nil && c.ctx.Err() == nil {
+		if ce := ConnErrorOf(err); ce != nil {
+			c.cancel(ce)
+		}
+	}
+	return err
+}
+func (c *conn) LocalAddr() net.Addr  { return c.qc.LocalAddr() }
+func (c *conn) RemoteAddr() net.Addr { return c.qc.RemoteAddr() }
 
 func (c *conn) ConnectionState() tls.ConnectionState { return c.qc.ConnectionState().TLS }
 

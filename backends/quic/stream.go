@@ -17,19 +17,22 @@ var (
 
 // stream adapts *quicgo.Stream. Like quic-go, Read and Write may run
 // concurrently with each other but not with themselves.
-type stream struct{ s *quicgo.Stream }
+type stream struct {
+	s *quicgo.Stream
+	c *conn
+}
 
 func (s *stream) Read(p []byte) (int, error) {
 	n, err := s.s.Read(p)
-	return n, TranslateError(err)
+	return n, s.c.translate(err)
 }
 
 func (s *stream) Write(p []byte) (int, error) {
 	n, err := s.s.Write(p)
-	return n, TranslateError(err)
+	return n, s.c.translate(err)
 }
 
-func (s *stream) Close() error { return TranslateError(s.s.Close()) }
+func (s *stream) Close() error { return s.c.translate(s.s.Close()) }
 
 func (s *stream) CancelWrite(code semantics.StreamErrorCode) {
 	s.s.CancelWrite(quicgo.StreamErrorCode(code))
@@ -44,14 +47,17 @@ func (s *stream) SetReadDeadline(t time.Time) error  { return s.s.SetReadDeadlin
 func (s *stream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
 
 // sendStream adapts *quicgo.SendStream (the opening side of a uni stream).
-type sendStream struct{ s *quicgo.SendStream }
+type sendStream struct {
+	s *quicgo.SendStream
+	c *conn
+}
 
 func (s *sendStream) Write(p []byte) (int, error) {
 	n, err := s.s.Write(p)
-	return n, TranslateError(err)
+	return n, s.c.translate(err)
 }
 
-func (s *sendStream) Close() error { return TranslateError(s.s.Close()) }
+func (s *sendStream) Close() error { return s.c.translate(s.s.Close()) }
 
 func (s *sendStream) CancelWrite(code semantics.StreamErrorCode) {
 	s.s.CancelWrite(quicgo.StreamErrorCode(code))
@@ -61,11 +67,14 @@ func (s *sendStream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDe
 
 // recvStream adapts *quicgo.ReceiveStream (the accepting side of a uni
 // stream).
-type recvStream struct{ s *quicgo.ReceiveStream }
+type recvStream struct {
+	s *quicgo.ReceiveStream
+	c *conn
+}
 
 func (s *recvStream) Read(p []byte) (int, error) {
 	n, err := s.s.Read(p)
-	return n, TranslateError(err)
+	return n, s.c.translate(err)
 }
 
 func (s *recvStream) CancelRead(code semantics.StreamErrorCode) {

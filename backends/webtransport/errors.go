@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	wt "github.com/quic-go/webtransport-go"
 
@@ -31,10 +32,11 @@ func sessionConnError(err error) *semantics.ConnError {
 //
 //   - *wt.StreamError → *semantics.StreamError{Code, Remote};
 //   - *wt.SessionError → *semantics.ConnError{Code, Reason, Remote};
-//   - anything else on a closed connection → the connection's *ConnError
-//     (its Context cause), since webtransport-go may report a gone session
-//     with HTTP/3-level errors that lost the code;
-//   - otherwise backends/quic.TranslateError (QUIC errors, deadlines kept).
+//   - deadlines and the caller's context errors → unchanged;
+//   - anything else (HTTP/3 or QUIC errors: the session is going away and
+//     webtransport-go may have lost the code) → the connection's *ConnError
+//     (its Context cause, waited for up to causeWait), else
+//     backends/quic.TranslateError.
 //
 // The original error stays in the chain.
 func (c *conn) translate(err error) error {
@@ -48,18 +50,34 @@ func (c *conn) translate(err error) error {
 		return &translated{sem: &semantics.StreamError{Code: semantics.StreamErrorCode(se.ErrorCode), Remote: se.Remote}, orig: err}
 	}
 	if ce := sessionConnError(err); ce != nil {
+		c.settle(ce)
 		return &translated{sem: ce, orig: err}
 	}
-	if isDeadline(err) {
-		return err
+	if isDeadline(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err // the caller's deadline or context, not the connection's
 	}
-	if c != nil && c.sess.Context().Err() != nil {
-		<-c.ctx.Done() // the cause is being computed; bounded by causeWait
+	// Anything else (HTTP/3 or QUIC errors) means the session is going
+	// away; webtransport-go may have lost the code on the way, so report
+	// the connection's cause, which closeCause works out (bounded by
+	// causeWait).
+	t := time.NewTimer(causeWait + 100*time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-c.ctx.Done():
 		if ce, ok := context.Cause(c.ctx).(*semantics.ConnError); ok {
 			return &translated{sem: ce, orig: err}
 		}
+	case <-t.C:
 	}
 	return fyquic.TranslateError(err)
+}
+
+// settle records ce as the connection's cause if none is recorded yet, so
+// Context is done before a caller sees a connection error.
+func (c *conn) settle(ce *semantics.ConnError) {
+	if c.ctx.Err() == nil {
+		c.cancel(ce)
+	}
 }
 
 // translated pairs a semantics error with the library error it came from.
