@@ -104,6 +104,14 @@ func (c *conn) registered() bool {
 	return s >= session.Registered && s <= session.Draining
 }
 
+// ident returns the registration identity; safe from any goroutine (the
+// fields are written under c.mu on the conn's read goroutine).
+func (c *conn) ident() (wire.RunnerId, wire.AgentSessionId, uint64, agentwire.PeerRole) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runner, c.session, c.epoch, c.role
+}
+
 func (c *conn) isFenced() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -346,11 +354,11 @@ func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 		c.closeAfter(wire.CloseVersionMismatch, err.Error())
 		return
 	}
+	c.mu.Lock()
 	c.role, c.negotiated = m.Role, v
 	if m.HasAgentSession {
 		c.helloSession = m.AgentSession
 	}
-	c.mu.Lock()
 	c.agentVersion = m.AgentVersion
 	c.mu.Unlock()
 	c.ch.SetProtocol(v)
@@ -452,7 +460,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	d.mu.Lock()
 	var fence []*conn
 	for _, o := range d.conns {
-		if o != c && o.runner == m.Runner && o.registered() {
+		if r, _, _, _ := o.ident(); o != c && r == m.Runner && o.registered() {
 			fence = append(fence, o)
 		}
 	}
@@ -497,11 +505,12 @@ func (c *conn) fence(holder *conn, epoch uint64) {
 		return
 	}
 	c.fenced, c.fencedBy = true, holder.transport
+	runner, sess := c.runner, c.session
 	c.mu.Unlock()
 	c.d.st.fenced.Add(1)
-	c.logger().Info("transport fenced", "runner", c.runner.String(), "session", c.session.String(), "holder", holder.transport.String())
+	c.logger().Info("transport fenced", "runner", runner.String(), "session", sess.String(), "holder", holder.transport.String())
 	if c.ch != nil {
-		_, _ = c.ch.SendMsg(&agentwire.SessionFencedV1{Session: c.session, FencedTransport: c.transport,
+		_, _ = c.ch.SendMsg(&agentwire.SessionFencedV1{Session: sess, FencedTransport: c.transport,
 			HolderTransport: holder.transport, HolderEpoch: epoch,
 			HolderRemote:     wire.TruncateUTF8(holder.bc.RemoteAddr().String(), agentwire.MaxRemoteAddr),
 			ResolvesWithinMs: ms32(c.d.timing.LeaseTTL)})
@@ -608,6 +617,7 @@ func (c *conn) onHeartbeat(env *wire.Envelope, m *agentwire.HeartbeatV1) {
 
 func (c *conn) sendOffer(of *offer) {
 	l := of.lease
+	_, _, epoch, _ := c.ident()
 	if of.settled.Load() {
 		return
 	}
@@ -615,7 +625,7 @@ func (c *conn) sendOffer(of *offer) {
 		c.d.st.resends.Add(1)
 	}
 	_, _ = c.ch.Send(control.Out{ID: of.msgID, Msg: &agentwire.LeaseOfferV1{Lease: l.ID, Attempt: l.Attempt, Job: l.Job, SpecID: l.Spec,
-		ExpiresAtMs: uint64(l.ExpiresAt.UnixMilli()), TTLMs: ms32(l.TTL), PayloadRef: l.Payload, Session: l.Session, Epoch: c.epoch}})
+		ExpiresAtMs: uint64(l.ExpiresAt.UnixMilli()), TTLMs: ms32(l.TTL), PayloadRef: l.Payload, Session: l.Session, Epoch: epoch}})
 }
 
 func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wire.JobAttemptId, accepted bool, reason agentwire.LeaseRejectReason, msg string) {

@@ -204,7 +204,7 @@ func (d *Daemon) runnerConn(runner wire.RunnerId) *conn {
 	defer d.mu.Unlock()
 	var best *conn
 	for _, c := range d.bySession {
-		if c.runner == runner && !c.isFenced() {
+		if r, _, _, _ := c.ident(); r == runner && !c.isFenced() {
 			if best == nil || c.connectedAt.After(best.connectedAt) {
 				best = c
 			}
@@ -266,7 +266,8 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 	if c == nil || !c.active() {
 		return authority.Lease{}, ErrNotConnected
 	}
-	if c.role != agentwire.RoleAgent && c.role != agentwire.RoleInternalWorker {
+	_, sess, _, role := c.ident()
+	if role != agentwire.RoleAgent && role != agentwire.RoleInternalWorker {
 		return authority.Lease{}, ErrRoleForbidden
 	}
 	d.mu.Lock()
@@ -283,7 +284,7 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 		o.Attempt = wire.NewJobAttemptId()
 	}
 	now := d.now()
-	l := authority.Lease{ID: wire.NewLeaseId(), Attempt: o.Attempt, Job: o.Job, Runner: runner, Session: c.session,
+	l := authority.Lease{ID: wire.NewLeaseId(), Attempt: o.Attempt, Job: o.Job, Runner: runner, Session: sess,
 		Spec: o.Spec, Payload: o.Payload, TTL: ttl, ExpiresAt: now.Add(ttl), State: authority.LeaseOffered, CreatedAt: now}
 	if err := d.auth.CreateLease(ctx, l); err != nil {
 		return authority.Lease{}, err
@@ -447,7 +448,7 @@ func (d *Daemon) runnerConns(runner wire.RunnerId) []*conn {
 	defer d.mu.Unlock()
 	var out []*conn
 	for _, c := range d.conns {
-		if c.runner == runner {
+		if r, _, _, _ := c.ident(); r == runner {
 			out = append(out, c)
 		}
 	}

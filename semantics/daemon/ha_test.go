@@ -170,4 +170,3 @@ func TestRandomCutsExactlyOnce(t *testing.T) {
 func fmtAcks(c [4]int64) string {
 	return fmt.Sprintf("acks accepted=%d duplicate=%d stale=%d invalid=%d", c[0], c[1], c[2], c[3])
 }
-
