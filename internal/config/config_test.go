@@ -92,6 +92,7 @@ client_ca = "ca.pem"` + sqlite, "tls.private_key", "inline PEM"},
 		{"unsupported range", "protocol_min = \"7.0\"\nprotocol_max = \"9.0\"\n" + goodDaemonTLS + sqlite, "protocol_max", "does not overlap"},
 		{"bad listen", goodDaemonTLS + sqlite + "[listen]\nquic = \"7443\"\n", "listen.quic", "host:port"},
 		{"bad alternate", "alternate_endpoints = [\"ftp://x\"]\n" + goodDaemonTLS + sqlite, "alternate_endpoints[0]", "unknown scheme"},
+		{"too many alternates", "alternate_endpoints = [" + strings.Repeat("\"quic://h\",", 17) + "]\n" + goodDaemonTLS + sqlite, "alternate_endpoints", "at most 16"},
 		{"bad log level", goodDaemonTLS + sqlite + "[log]\nlevel = \"loud\"\n", "log.level", "unknown level"},
 		{"syntax", "id = \n", "", "line 1"},
 	}
@@ -257,5 +258,44 @@ func TestLogging(t *testing.T) {
 	}
 	if (Logging{Format: "xml"}).Validate() == nil {
 		t.Error("xml format accepted")
+	}
+}
+
+// TestDocsExamples parses the TOML examples of docs/operations.md ("Daemon
+// and agent configuration") so the documentation cannot drift from the code.
+func TestDocsExamples(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "## Daemon and agent configuration")
+	if !ok {
+		t.Fatal("docs/operations.md lacks the configuration section")
+	}
+	var blocks []string
+	for {
+		_, rest, ok := strings.Cut(sec, "```toml\n")
+		if !ok {
+			break
+		}
+		block, after, _ := strings.Cut(rest, "```")
+		blocks, sec = append(blocks, block), after
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("found %d toml blocks, want daemon and agent", len(blocks))
+	}
+	d, err := ParseDaemon("operations.md daemon", []byte(blocks[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Listen.WebTransport == "" || d.Authority.SQLite == "" || d.Timing.LeaseTTL.Duration != DefaultLeaseTTL {
+		t.Errorf("daemon example parsed as %+v", d)
+	}
+	a, err := ParseAgent("operations.md agent", []byte(blocks[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Endpoints()) != 3 || a.MaxParallel != 2 {
+		t.Errorf("agent example parsed as %+v", a)
 	}
 }

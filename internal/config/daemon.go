@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
 // Daemon defaults (zero values in a Daemon mean these). The timing values
@@ -17,6 +18,9 @@ const (
 	DefaultLeaseTTL          = 60 * time.Second
 	DefaultRevokeGrace       = 15 * time.Second
 	DefaultMaxBackoff        = 30 * time.Second
+	// MaxAlternateEndpoints bounds alternate_endpoints (the wire bound of
+	// RegistrationAcceptedV1 and GoAwayV1).
+	MaxAlternateEndpoints = agentwire.MaxAlternateEndpoints
 )
 
 // Daemon is the forgeyard-daemon configuration file.
@@ -238,6 +242,9 @@ func (d *Daemon) Validate() error {
 	}
 	if t.RevokeGrace.Duration > t.LeaseTTL.Duration {
 		return invalid("timing.revoke_grace", "%v must not exceed timing.lease_ttl (%v)", t.RevokeGrace.Duration, t.LeaseTTL.Duration)
+	}
+	if len(d.AlternateEndpoints) > MaxAlternateEndpoints {
+		return invalid("alternate_endpoints", "%d entries; at most %d", len(d.AlternateEndpoints), MaxAlternateEndpoints)
 	}
 	for i, a := range d.AlternateEndpoints {
 		if _, err := ParseEndpoint(a); err != nil {
