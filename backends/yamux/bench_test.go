@@ -405,13 +405,14 @@ func chunkNoHint(n int) semantics.Config {
 	return c
 }
 
+// underBulkVariants are the configurations compared in
+// docs/perf/backends-yamux.md.
 var underBulkVariants = []variant{
 	{name: "backend/lowat=128K", cfg: Config{}},
 	{name: "ours", semantics: true, cfg: Config{}},
 	{name: "ours/lowat=off", semantics: true, cfg: Config{NotSentLowat: -1}},
 	{name: "ours/hint=off", semantics: true, cfg: Config{}, scfg: chunkNoHint(0)},
 	{name: "ours/lowat=32K", semantics: true, cfg: Config{NotSentLowat: 32 << 10}},
-	{name: "ours/lowat=48K", semantics: true, cfg: Config{NotSentLowat: 48 << 10}},
 	{name: "ours/lowat=32K/chunk=32K", semantics: true, cfg: Config{NotSentLowat: 32 << 10}, scfg: chunk(32 << 10)},
 	{name: "ours/chunk=64K", semantics: true, cfg: Config{}, scfg: chunk(64 << 10)},
 	{name: "ours/chunk=64K/rcvbuf=256K", semantics: true, cfg: Config{RecvBuffer: 256 << 10}, scfg: chunk(64 << 10)},
