@@ -1,0 +1,77 @@
+package daemon_test
+
+import (
+	"reflect"
+	"regexp"
+	"testing"
+
+	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/session"
+	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/registry"
+)
+
+// shellLike matches field names that could carry something to run.
+var shellLike = regexp.MustCompile(`(?i)command|cmd|shell|script|exec|argv|args|env|program|binary|entrypoint`)
+
+// TestDaemonCannotSendArbitraryCommand (§98): every message type the daemon
+// can send is a session/lease/admin/common type the agent expects from a
+// daemon, and no field anywhere in it (recursively) is shaped like a
+// command, script or environment.
+func TestDaemonCannotSendArbitraryCommand(t *testing.T) {
+	samples := map[wire.MessageTypeId]wire.Message{}
+	for _, m := range registry.Samples() {
+		samples[m.MessageType()] = m
+	}
+	if len(daemon.SentTypes) < 10 {
+		t.Fatalf("SentTypes lists only %d types", len(daemon.SentTypes))
+	}
+	for _, typ := range daemon.SentTypes {
+		mi, ok := registry.Default.Lookup(typ)
+		if !ok {
+			t.Fatalf("%s not registered", typ)
+		}
+		switch typ.Family() {
+		case wire.FamilyAgent, wire.FamilyAdmin, wire.FamilyCommon:
+		default:
+			t.Errorf("%s: daemon sends family %s", mi.Name, typ.Family())
+		}
+		if session.DirectionOf(typ)&session.FromDaemon == 0 {
+			t.Errorf("%s is not a daemon → agent message", mi.Name)
+		}
+		m := samples[typ]
+		if m == nil {
+			m = mi.New()
+		}
+		walkFields(t, mi.Name, reflect.TypeOf(m), map[reflect.Type]bool{})
+	}
+}
+
+func walkFields(t *testing.T, path string, ty reflect.Type, seen map[reflect.Type]bool) {
+	for ty.Kind() == reflect.Pointer || ty.Kind() == reflect.Slice || ty.Kind() == reflect.Array {
+		ty = ty.Elem()
+	}
+	if ty.Kind() != reflect.Struct || seen[ty] {
+		return
+	}
+	seen[ty] = true
+	for i := 0; i < ty.NumField(); i++ {
+		f := ty.Field(i)
+		if shellLike.MatchString(f.Name) {
+			t.Errorf("%s.%s looks like a command field", path, f.Name)
+		}
+		walkFields(t, path+"."+f.Name, f.Type, seen)
+	}
+}
+
+// TestShellLikeCatches proves the check is not vacuous.
+func TestShellLikeCatches(t *testing.T) {
+	for _, n := range []string{"Command", "ShellScript", "Argv", "Env"} {
+		if !shellLike.MatchString(n) {
+			t.Errorf("%s not caught", n)
+		}
+	}
+	if shellLike.MatchString("Reason") || shellLike.MatchString("DeadlineMs") {
+		t.Error("ordinary field caught")
+	}
+}
