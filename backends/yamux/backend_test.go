@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -450,4 +451,115 @@ func TestListenerCloseClosesPending(t *testing.T) {
 	if _, err := ln.Accept(ctxT(t)); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Accept after Close: %v, want net.ErrClosed", err)
 	}
+}
+
+// pausableProxy forwards one TCP connection; pause stops reading from the
+// client, so the client's socket fills up as if the peer hung.
+type pausableProxy struct {
+	ln     net.Listener
+	paused chan struct{}
+	wg     sync.WaitGroup
+	conns  []net.Conn
+	mu     sync.Mutex
+}
+
+func newProxy(t *testing.T, target string) *pausableProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pausableProxy{ln: ln, paused: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", target)
+		if err != nil {
+			_ = c.Close()
+			return
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go func() { // server → client, always
+			defer p.wg.Done()
+			_, _ = io.Copy(c, s)
+		}()
+		go func() { // client → server until paused
+			defer p.wg.Done()
+			buf := make([]byte, 32<<10)
+			for {
+				select {
+				case <-p.paused:
+					return
+				default:
+				}
+				n, err := c.Read(buf)
+				if n > 0 {
+					if _, err := s.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// hashicorp/yamux#142: a peer that stops reading must not leave writers
+// (or the session) hung; the socket write deadline ends the connection
+// with CloseIdleTimeout "write stalled".
+func TestStalledPeerEndsConnection(t *testing.T) {
+	pki := trusttest.NewPKI(t)
+	ln, err := Listen("127.0.0.1:0", pki.ServerConfig(t, "localhost"), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	px := newProxy(t, ln.Addr().String())
+	cfg := Config{WriteTimeout: 300 * time.Millisecond, KeepAliveInterval: 5 * time.Second, IdleTimeout: 20 * time.Second}
+	d := Dialer{TLS: pki.ClientConfig(t, wire.NewRunnerId(), "localhost"), Config: cfg}
+	bc, err := d.Dial(ctxT(t), px.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bc.CloseWithCode(wire.CloseNormal, "")
+	srv, err := ln.Accept(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.CloseWithCode(wire.CloseNormal, "")
+	st, err := bc.OpenUniStream(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(px.paused)
+	start := time.Now()
+	buf := make([]byte, 1<<20)
+	var werr error
+	for i := 0; i < 1024 && werr == nil; i++ { // bounded: 1 GiB
+		_, werr = st.Write(buf)
+	}
+	wantConnErr(t, "Write to a stalled peer", werr, wire.CloseIdleTimeout, "write stalled", false)
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("stall detected after %v", d)
+	}
+	<-bc.Context().Done()
 }
