@@ -120,6 +120,10 @@ func (l *Listener) upgrade(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	qc := quicConnOf(r)
+	if qc == nil { // cannot happen: ConnContext sets it for every connection
+		_ = sess.CloseWithError(wt.SessionErrorCode(wire.CloseInternalError), "no QUIC connection")
+		return
+	}
 	c := newConn(sess, qc, nil)
 	if p := sess.SessionState().ApplicationProtocol; p != ApplicationProtocol {
 		_ = c.CloseWithCode(wire.CloseProtocolError, "application protocol "+ApplicationProtocol+" required")
