@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if rep == nil {
 			return 1
 		}
+		rep.Pass, rep.Failure = false, err.Error()
 	}
 	rep.print(stdout)
 	if !rep.Pass {

@@ -192,9 +192,17 @@ func decode(file string, data []byte, v any) error {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return &Error{File: file, Msg: fmt.Sprintf("line %d: %s", pe.Position.Line, pe.Message)}
+			return &Error{File: file, Key: pe.LastKey, Msg: fmt.Sprintf("line %d: %s", pe.Position.Line, pe.Message)}
 		}
-		return &Error{File: file, Msg: err.Error()}
+		msg := err.Error()
+		var key string
+		// Type mismatches: `toml: line 1 (last key "id"): incompatible types: ...`
+		if _, rest, ok := strings.Cut(msg, `(last key "`); ok {
+			if k, after, ok := strings.Cut(rest, `"): `); ok {
+				key, msg = k, after
+			}
+		}
+		return &Error{File: file, Key: key, Msg: msg}
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, 0, len(und))
