@@ -286,6 +286,11 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 	now := d.now()
 	l := authority.Lease{ID: wire.NewLeaseId(), Attempt: o.Attempt, Job: o.Job, Runner: runner, Session: sess,
 		Spec: o.Spec, Payload: o.Payload, TTL: ttl, ExpiresAt: now.Add(ttl), State: authority.LeaseOffered, CreatedAt: now}
+	probe := agentwire.LeaseOfferV1{Lease: l.ID, Attempt: l.Attempt, Job: l.Job, SpecID: l.Spec, ExpiresAtMs: uint64(l.ExpiresAt.UnixMilli()),
+		TTLMs: ms32(ttl), PayloadRef: l.Payload, Session: sess, Epoch: 1}
+	if err := probe.Validate(); err != nil {
+		return authority.Lease{}, fmt.Errorf("daemon: invalid lease offer: %w", err)
+	}
 	if err := d.auth.CreateLease(ctx, l); err != nil {
 		return authority.Lease{}, err
 	}

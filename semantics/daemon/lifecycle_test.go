@@ -119,3 +119,23 @@ func TestPolicyMinimumRejected(t *testing.T) {
 		t.Fatal("Run did not return")
 	}
 }
+
+// TestInvalidOfferRefusedLocally: an offer the agent would reject as
+// invalid is refused by OfferLease before anything is recorded.
+func TestInvalidOfferRefusedLocally(t *testing.T) {
+	w := newWorld(t, memoryBackend())
+	id := w.newIdentity()
+	w.startAgent(id, newCountingExec(false))
+	w.awaitActive(id.runner)
+	o := offer(1)
+	o.Payload = wire.CasObjectRef{}
+	if _, err := w.d.OfferLease(context.Background(), id.runner, o); err == nil || !strings.Contains(err.Error(), "invalid lease offer") {
+		t.Fatalf("OfferLease: %v", err)
+	}
+	if _, err := w.d.OfferLease(context.Background(), wire.NewRunnerId(), offer(2)); !errors.Is(err, daemon.ErrNotConnected) {
+		t.Fatalf("unknown runner: %v", err)
+	}
+	if w.d.Stats().LeasesOffered != 0 {
+		t.Fatal("invalid offer recorded")
+	}
+}

@@ -1,0 +1,25 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+type phases []agentwire.AttemptPhase
+
+func (p *phases) Phase(ph agentwire.AttemptPhase) { *p = append(*p, ph) }
+
+// ExampleNewSyntheticExecutor: the outcome derives from the JobSpecId, so
+// the same spec always behaves the same.
+func ExampleNewSyntheticExecutor() {
+	exec := agent.NewSyntheticExecutor(42, agent.SyntheticOptions{MaxDuration: 2 * time.Millisecond})
+	var seen phases
+	res := exec.Execute(context.Background(), agent.Job{Spec: wire.JobSpecId{Digest: wire.Digest{1}}}, &seen)
+	fmt.Println(res.Kind, seen)
+	// Output: Succeeded [Preparing Running UploadingOutputs]
+}
