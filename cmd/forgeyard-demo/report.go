@@ -55,7 +55,7 @@ func (r *report) print(w io.Writer) {
 	for _, a := range r.Agents {
 		dupOffers += a.DupOffers
 	}
-	fmt.Fprintf(tw, "Duplicates absorbed\t%d completion retries (same MessageId), %d duplicate offers, %d duplicate lease answers\n",
+	fmt.Fprintf(tw, "Duplicates absorbed\tcompletion retries answered DuplicateAccepted: %d; duplicate offers: %d; duplicate lease answers: %d\n",
 		s.Completions[agentwire.AckDuplicateAccepted], dupOffers, s.DuplicateAnswers)
 	fmt.Fprintf(tw, "Reconnects / resyncs (daemon)\t%d / %d\t(every registration resyncs; reconnects keep their agent session)\n", s.Reconnects, s.Resyncs)
 	fmt.Fprintf(tw, "Fenced transports\t%d\n", s.Fenced)
@@ -70,16 +70,13 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "Cancel: attempt %s was cancelled while running; it ended %v.\n", r.CancelAttempt, r.CancelResult)
 	}
 
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "LATENCY (daemon side)\tN\tP50\tP99\t")
+	fmt.Fprintf(w, "\n%-22s %4s %11s %11s\n", "LATENCY (daemon side)", "N", "P50", "P99")
 	for _, l := range []struct {
 		name string
 		s    latStat
 	}{{"offer → accept", r.OfferAccept}, {"completion → ack", r.ComplAck}, {"cancel delivery", r.CD}} {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t\n", l.name, l.s.N, ms(l.s.P50), ms(l.s.P99))
+		fmt.Fprintf(w, "%-22s %4d %11s %11s\n", l.name, l.s.N, ms(l.s.P50), ms(l.s.P99))
 	}
-	tw.Flush()
 	fmt.Fprintf(w, "(loopback plus the proxies' latency; offers to the cut agent wait for its reconnect, hence the offer p99)\n")
 
 	verdict := "PASS"
