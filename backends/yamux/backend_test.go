@@ -550,6 +550,11 @@ func TestStalledPeerEndsConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The server must have the stream (and have granted its window) before
+	// the proxy stops forwarding.
+	if _, err := srv.AcceptUniStream(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
 	close(px.paused)
 	start := time.Now()
 	buf := make([]byte, 1<<20)

@@ -180,9 +180,13 @@ func (c *Config) yamuxConfig() *hyamux.Config {
 		KeepAliveInterval:      c.KeepAliveInterval,
 		ConnectionWriteTimeout: c.WriteTimeout,
 		MaxStreamWindowSize:    c.MaxStreamWindow,
-		StreamOpenTimeout:      c.HandshakeTimeout + c.WriteTimeout,
-		StreamCloseTimeout:     c.StreamCloseTimeout,
-		Logger:                 slogAdapter{c.Logger},
+		// No open timeout: yamux would close the session unclassified
+		// when an ACK is late. A peer that is alive answers at once (its
+		// accept loop never blocks); a dead one is caught by the idle and
+		// write deadlines, which name the failure.
+		StreamOpenTimeout:  0,
+		StreamCloseTimeout: c.StreamCloseTimeout,
+		Logger:             slogAdapter{c.Logger},
 	}
 }
 
