@@ -15,6 +15,7 @@ import (
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/pgtest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
@@ -68,6 +69,25 @@ func TestUsageErrors(t *testing.T) {
 // registers, receives the --demo-leases offers, completes them, and SIGINT
 // (ctx cancel) shuts the daemon down cleanly.
 func TestDemoLeasesOverQUIC(t *testing.T) {
+	demoLeases(t, "--sqlite", filepath.Join(t.TempDir(), "a.db"))
+}
+
+// TestPostgresAuthority: the same with --postgres-dsn-file (the HA setup).
+func TestPostgresAuthority(t *testing.T) {
+	dsnFile := filepath.Join(t.TempDir(), "pg.dsn")
+	if err := os.WriteFile(dsnFile, []byte(pgtest.Shared(t).NewDatabase(t)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	demoLeases(t, "--postgres-dsn-file", dsnFile)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.StopShared()
+	os.Exit(code)
+}
+
+func demoLeases(t *testing.T, authorityFlags ...string) {
 	dir := t.TempDir()
 	pkiDir := filepath.Join(dir, "pki")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -87,8 +107,8 @@ func TestDemoLeasesOverQUIC(t *testing.T) {
 	var logs syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--dev-pki", pkiDir, "--listen", "127.0.0.1:0", "--sqlite", filepath.Join(dir, "a.db"),
-			"--demo-leases", "2", "--log-format", "json", "--shutdown-timeout", "2s"}, io.Discard, &logs, th)
+		done <- run(ctx, append([]string{"--dev-pki", pkiDir, "--listen", "127.0.0.1:0",
+			"--demo-leases", "2", "--log-format", "json", "--shutdown-timeout", "2s"}, authorityFlags...), io.Discard, &logs, th)
 	}()
 	var addr string
 	select {
