@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/trust"
@@ -57,7 +59,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 // testDaemon is a daemon on QUIC loopback built from semantics/daemon.
-func testDaemon(t *testing.T, pkiDir string, hooks daemon.Hooks, log io.Writer) (*daemon.Daemon, string) {
+func testDaemon(t *testing.T, backend, pkiDir string, hooks daemon.Hooks, log io.Writer) (*daemon.Daemon, string) {
 	t.Helper()
 	var stls config.ServerTLS
 	if _, err := setup.DevDaemon(pkiDir, &stls); err != nil {
@@ -75,7 +77,12 @@ func testDaemon(t *testing.T, pkiDir string, hooks daemon.Hooks, log io.Writer) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := quic.Listen("127.0.0.1:0", tc, quic.Config{})
+	var ln semantics.BackendListener
+	if backend == "yamux" {
+		ln, err = yamux.Listen("127.0.0.1:0", tc, yamux.Config{})
+	} else {
+		ln, err = quic.Listen("127.0.0.1:0", tc, quic.Config{})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,10 +97,17 @@ func testDaemon(t *testing.T, pkiDir string, hooks daemon.Hooks, log io.Writer) 
 	return d, ln.Addr().String()
 }
 
-// TestAgentOverQUIC runs the agent main in-process against a daemon: it
-// registers with its dev certificate's RunnerId, runs an offered lease with
-// the synthetic executor, and exits 0 on SIGINT (ctx cancel).
-func TestAgentOverQUIC(t *testing.T) {
+// TestAgent runs the agent main in-process against a daemon over QUIC and
+// over TLS+yamux: it registers with its dev certificate's RunnerId, runs an
+// offered lease with the synthetic executor, and exits 0 on SIGINT (ctx
+// cancel).
+func TestAgent(t *testing.T) {
+	for _, b := range []string{"quic", "yamux"} {
+		t.Run(b, func(t *testing.T) { testAgent(t, b) })
+	}
+}
+
+func testAgent(t *testing.T, backend string) {
 	pkiDir := filepath.Join(t.TempDir(), "pki")
 	pki, err := trust.GenerateDevPKI(pkiDir, trust.DevPKIOptions{Agents: []string{"builder"}})
 	if err != nil {
@@ -103,7 +117,7 @@ func TestAgentOverQUIC(t *testing.T) {
 	registered := make(chan daemon.SessionInfo, 4)
 	completed := make(chan daemon.CompletionEvent, 4)
 	var logs syncBuffer
-	d, addr := testDaemon(t, pkiDir, daemon.Hooks{
+	d, addr := testDaemon(t, backend, pkiDir, daemon.Hooks{
 		OnRegistered: func(s daemon.SessionInfo) { registered <- s },
 		OnCompletion: func(e daemon.CompletionEvent) { completed <- e },
 	}, &logs)
@@ -111,7 +125,7 @@ func TestAgentOverQUIC(t *testing.T) {
 	defer cancel()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--dev-pki", pkiDir, "--dev-agent", "builder", "--endpoint", "quic://" + addr,
+		done <- run(ctx, []string{"--dev-pki", pkiDir, "--dev-agent", "builder", "--endpoint", backend + "://" + addr,
 			"--server-name", "localhost", "--max-parallel", "2", "--label", "demo", "--log-format", "json", "--log-level", "debug"}, io.Discard, &logs, nil)
 	}()
 	var s daemon.SessionInfo
@@ -122,8 +136,8 @@ func TestAgentOverQUIC(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no registration; logs:\n%s", logs.String())
 	}
-	if s.Runner != want.Runner || s.Backend != "quic" || s.AgentVersion != Version {
-		t.Errorf("session %+v, want runner %v over quic", s, want.Runner)
+	if s.Runner != want.Runner || s.Backend != backend || s.AgentVersion != Version {
+		t.Errorf("session %+v, want runner %v over %s", s, want.Runner, backend)
 	}
 	var spec wire.JobSpecId
 	spec.Digest[0] = 7
