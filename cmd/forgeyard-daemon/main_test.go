@@ -119,6 +119,7 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 		t.Fatal("daemon not ready")
 	}
 
+	disconnects := make(chan error, 4)
 	var cp config.ControlPlane
 	if _, err := setup.DevAgent(pkiDir, "a1", &cp); err != nil {
 		t.Fatal(err)
@@ -131,7 +132,13 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 	dialer, daddr, _ := setup.Dialer(e, cred.Client, quic.Config{}, yamux.Config{})
 	a, err := agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: []agent.Endpoint{{Address: daddr, Dialer: dialer, Backend: "quic"}},
-		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), MaxParallel: 2, Version: "test"})
+		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), MaxParallel: 2, Version: "test",
+		Hooks: agent.Hooks{OnDisconnected: func(err error) {
+			select {
+			case disconnects <- err:
+			default:
+			}
+		}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +167,15 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("daemon did not shut down")
+	}
+	// The agent was told to go away (drain hint), not just dropped.
+	select {
+	case err := <-disconnects:
+		if err == nil || !strings.Contains(err.Error(), "GoAway") {
+			t.Errorf("agent disconnect: %v, want GoAway", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("agent never saw the shutdown")
 	}
 	out := logs.String()
 	for _, want := range []string{`"msg":"agent registered"`, `"msg":"demo lease accepted"`, `"msg":"daemon stopped"`, `"leases_accepted":2`, cred.Runner.String()} {
