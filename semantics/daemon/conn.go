@@ -104,6 +104,14 @@ func (c *conn) registered() bool {
 	return s >= session.Registered && s <= session.Draining
 }
 
+// channel returns the control channel, nil before the control stream
+// arrived. Other goroutines must use it instead of c.ch.
+func (c *conn) channel() *control.Channel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ch
+}
+
 // ident returns the registration identity; safe from any goroutine (the
 // fields are written under c.mu on the conn's read goroutine).
 func (c *conn) ident() (wire.RunnerId, wire.AgentSessionId, uint64, agentwire.PeerRole) {
@@ -160,7 +168,10 @@ func (c *conn) serve(ctx context.Context) {
 		<-c.sc.Done()
 		return
 	}
-	c.ch = control.New(st, control.Config{Now: d.now, Logger: d.log, WriteTimeout: d.timing.RequestTimeout})
+	ch := control.New(st, control.Config{Now: d.now, Logger: d.log, WriteTimeout: d.timing.RequestTimeout})
+	c.mu.Lock()
+	c.ch = ch
+	c.mu.Unlock()
 	go c.refuseOtherStreams()
 	_ = c.ch.Run(c.handle, c.bad)
 	c.closeNow(wire.CloseProtocolError, "control stream ended")
@@ -509,8 +520,8 @@ func (c *conn) fence(holder *conn, epoch uint64) {
 	c.mu.Unlock()
 	c.d.st.fenced.Add(1)
 	c.logger().Info("transport fenced", "runner", runner.String(), "session", sess.String(), "holder", holder.transport.String())
-	if c.ch != nil {
-		_, _ = c.ch.SendMsg(&agentwire.SessionFencedV1{Session: sess, FencedTransport: c.transport,
+	if ch := c.channel(); ch != nil {
+		_, _ = ch.SendMsg(&agentwire.SessionFencedV1{Session: sess, FencedTransport: c.transport,
 			HolderTransport: holder.transport, HolderEpoch: epoch,
 			HolderRemote:     wire.TruncateUTF8(holder.bc.RemoteAddr().String(), agentwire.MaxRemoteAddr),
 			ResolvesWithinMs: ms32(c.d.timing.LeaseTTL)})
@@ -624,7 +635,7 @@ func (c *conn) sendOffer(of *offer) {
 	if !of.sentAt.IsZero() && of.resent() {
 		c.d.st.resends.Add(1)
 	}
-	_, _ = c.ch.Send(control.Out{ID: of.msgID, Msg: &agentwire.LeaseOfferV1{Lease: l.ID, Attempt: l.Attempt, Job: l.Job, SpecID: l.Spec,
+	_, _ = c.channel().Send(control.Out{ID: of.msgID, Msg: &agentwire.LeaseOfferV1{Lease: l.ID, Attempt: l.Attempt, Job: l.Job, SpecID: l.Spec,
 		ExpiresAtMs: uint64(l.ExpiresAt.UnixMilli()), TTLMs: ms32(l.TTL), PayloadRef: l.Payload, Session: l.Session, Epoch: epoch}})
 }
 

@@ -390,10 +390,14 @@ func (d *Daemon) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, r
 	start := time.Now()
 	for {
 		c := d.sessionConn(l.Session)
-		if c == nil || c.ch == nil || !c.active() {
+		var ch *control.Channel
+		if c != nil {
+			ch = c.channel()
+		}
+		if ch == nil || !c.active() {
 			return nil
 		}
-		_, err := c.ch.Call(ctx, control.Out{ID: id, Msg: msg, Priority: semantics.PriorityCancel, UsePriority: true}, d.timing.RequestTimeout)
+		_, err := ch.Call(ctx, control.Out{ID: id, Msg: msg, Priority: semantics.PriorityCancel, UsePriority: true}, d.timing.RequestTimeout)
 		if err == nil {
 			d.st.cancelLat.add(time.Since(start))
 			return nil
@@ -436,8 +440,8 @@ func (d *Daemon) ResumeRunner(ctx context.Context, runner wire.RunnerId) error {
 func (d *Daemon) sendRunner(runner wire.RunnerId, m wire.Message) error {
 	n := 0
 	for _, c := range d.runnerConns(runner) {
-		if c.ch != nil && c.registered() {
-			if _, err := c.ch.SendMsg(m); err == nil {
+		if ch := c.channel(); ch != nil && c.registered() {
+			if _, err := ch.SendMsg(m); err == nil {
 				n++
 			}
 		}
@@ -493,13 +497,14 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	tryFor := uint32(d.timing.MaxBackoff.Milliseconds())
 	for _, c := range conns {
-		if c.ch == nil || !c.registered() {
+		ch := c.channel()
+		if ch == nil || !c.registered() {
 			c.closeNow(wire.CloseShutdown, "daemon shutting down")
 			continue
 		}
 		c.setState(stateDraining)
 		j, _ := rand.Int(rand.Reader, big.NewInt(max(1, d.timing.HeartbeatInterval.Milliseconds())))
-		_, _ = c.ch.SendMsg(&agentwire.GoAwayV1{Code: wire.CloseShutdown, ReconnectInMs: uint32(j.Int64()) + 1,
+		_, _ = ch.SendMsg(&agentwire.GoAwayV1{Code: wire.CloseShutdown, ReconnectInMs: uint32(j.Int64()) + 1,
 			TryForMs: tryFor, AlternateEndpoints: d.cfg.AlternateEndpoints, Message: "daemon shutting down"})
 	}
 	var err error
@@ -561,8 +566,8 @@ func (d *Daemon) expireLeases(now time.Time) {
 		if now.Sub(l.ExpiresAt) > d.timing.RevokeGrace {
 			if err := d.auth.RevokeLease(d.ctx, l.ID, "lease expired", now); err == nil {
 				d.st.leasesRevoked.Add(1)
-				if c := d.sessionConn(l.Session); c != nil && c.ch != nil {
-					_, _ = c.ch.Send(control.Out{Msg: &agentwire.CancelAttemptV1{Attempt: l.Attempt, Lease: l.ID, Reason: agentwire.CancelLeaseRevoked},
+				if c := d.sessionConn(l.Session); c != nil && c.channel() != nil {
+					_, _ = c.channel().Send(control.Out{Msg: &agentwire.CancelAttemptV1{Attempt: l.Attempt, Lease: l.ID, Reason: agentwire.CancelLeaseRevoked},
 						Priority: semantics.PriorityCancel, UsePriority: true})
 				}
 			}
@@ -580,9 +585,9 @@ func (d *Daemon) expireLeases(now time.Time) {
 		if probed {
 			continue
 		}
-		if c := d.sessionConn(l.Session); c != nil && c.ch != nil && c.active() {
+		if c := d.sessionConn(l.Session); c != nil && c.channel() != nil && c.active() {
 			d.st.probes.Add(1)
-			_, _ = c.ch.Send(control.Out{Msg: &agentwire.LeaseProbeV1{Lease: l.ID, Attempt: l.Attempt,
+			_, _ = c.channel().Send(control.Out{Msg: &agentwire.LeaseProbeV1{Lease: l.ID, Attempt: l.Attempt,
 				GraceUntilMs: uint64(l.ExpiresAt.Add(d.timing.RevokeGrace).UnixMilli())}, Priority: semantics.PriorityLease, UsePriority: true})
 		}
 	}
