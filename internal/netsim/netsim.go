@@ -123,12 +123,6 @@ func (s *shaper) set(imp Impairment) {
 	s.mu.Unlock()
 }
 
-func (s *shaper) get() Impairment {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.imp
-}
-
 // schedule returns when n bytes arriving now should be delivered, and
 // whether loss drops them (udp only).
 func (s *shaper) schedule(n int, now time.Time, udp bool) (time.Time, bool) {
