@@ -39,6 +39,7 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "Leases offered / accepted / rejected\t%d / %d / %d\n", s.LeasesOffered, s.LeasesAccepted, s.LeasesRejected)
+	fmt.Fprintf(tw, "Attempts completed (authority)\t%d of %d, each exactly once: %v\n", r.ExactlyOnce, r.Attempts, r.ExactlyOnce == r.Attempts && r.Attempts > 0)
 	if len(r.Rejections) > 0 || r.NotConnected > 0 {
 		var parts []string
 		for _, k := range slices.Sorted(maps.Keys(r.Rejections)) {
