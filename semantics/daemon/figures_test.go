@@ -49,20 +49,22 @@ func TestLatencyFigures(t *testing.T) {
 // TestDedupPruned: the maintenance loop prunes dedup records older than
 // Config.DedupRetention.
 func TestDedupPruned(t *testing.T) {
-	w := newWorld(t, memoryBackend(), func(c *daemon.Config) { c.DedupRetention = time.Millisecond })
-	id := w.newIdentity()
-	w.startAgent(id, newCountingExec(false))
-	w.awaitActive(id.runner)
-	l, err := w.d.OfferLease(context.Background(), id.runner, offer(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.awaitCompletion(l.Attempt, agentwire.AckAccepted) // writes a dedup record
-	deadline := time.Now().Add(5 * time.Second)
-	for w.d.Stats().DedupPruned == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond) // the loop runs every RenewInterval; no event
-	}
-	if w.d.Stats().DedupPruned == 0 {
-		t.Fatal("no dedup record pruned")
-	}
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b, func(c *daemon.Config) { c.DedupRetention = time.Millisecond })
+		id := w.newIdentity()
+		w.startAgent(id, newCountingExec(false))
+		w.awaitActive(id.runner)
+		l, err := w.d.OfferLease(context.Background(), id.runner, offer(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.awaitCompletion(l.Attempt, agentwire.AckAccepted) // writes a dedup record
+		deadline := time.Now().Add(5 * time.Second)
+		for w.d.Stats().DedupPruned == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond) // the loop runs every RenewInterval; no event
+		}
+		if w.d.Stats().DedupPruned == 0 {
+			t.Fatal("no dedup record pruned")
+		}
+	})
 }

@@ -23,53 +23,54 @@ import (
 // same agent session, resyncs (Continue) and completes there, exactly
 // once.
 func TestSecondDaemonSharedPostgres(t *testing.T) {
-	dsn := pgtest.Shared(t).NewDatabase(t)
-	open := func() authority.Authority {
-		a, err := authority.OpenPostgres(context.Background(), dsn)
-		if err != nil {
-			t.Fatal(err)
+	backends(t, func(t *testing.T, b backend) {
+		dsn := pgtest.Shared(t).NewDatabase(t)
+		open := func() authority.Authority {
+			a, err := authority.OpenPostgres(context.Background(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = a.Close() })
+			return a
 		}
-		t.Cleanup(func() { _ = a.Close() })
-		return a
-	}
-	b := memoryBackend()
-	pki := trusttest.NewPKI(t)
-	w2 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) { c.ID = "daemon-2" })
-	w1 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) {
-		c.ID = "daemon-1"
-		c.AlternateEndpoints = []string{w2.addr}
-	})
-	id := w1.newIdentity()
-	exec := newCountingExec(true)
-	a, _, _ := w1.startAgent(id, exec)
-	w1.awaitActive(id.runner)
-	go func() { _, _ = w1.d.OfferLease(context.Background(), id.runner, offer(20)) }()
-	job := awaitStart(t, exec)
+		pki := trusttest.NewPKI(t)
+		w2 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) { c.ID = "daemon-2" })
+		w1 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) {
+			c.ID = "daemon-1"
+			c.AlternateEndpoints = []string{w2.addr}
+		})
+		id := w1.newIdentity()
+		exec := newCountingExec(true)
+		a, _, _ := w1.startAgent(id, exec)
+		w1.awaitActive(id.runner)
+		go func() { _, _ = w1.d.OfferLease(context.Background(), id.runner, offer(20)) }()
+		job := awaitStart(t, exec)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := w1.d.Shutdown(ctx); err != nil {
-		t.Fatalf("daemon 1 shutdown: %v", err)
-	}
-	reg := w2.awaitRegistered(id.runner)
-	if reg.Session != a.Session() || reg.Epoch < 2 {
-		t.Fatalf("daemon 2 registration %+v", reg)
-	}
-	w2.awaitActive(id.runner)
-	if st := w2.d.Stats(); st.Resyncs < 1 {
-		t.Fatalf("daemon 2 stats %+v", st)
-	}
-	close(exec.release)
-	w2.awaitCompletion(job.Attempt, agentwire.AckAccepted)
-	if n, _ := w2.auth.Completions(context.Background(), job.Attempt); n != 1 {
-		t.Fatalf("completions %d", n)
-	}
-	if exec.count(job.Attempt) != 1 {
-		t.Fatal("attempt ran twice")
-	}
-	if s := awaitConnected(t, a); s.Endpoint != w2.addr {
-		t.Fatalf("agent on %s", s.Endpoint)
-	}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := w1.d.Shutdown(ctx); err != nil {
+			t.Fatalf("daemon 1 shutdown: %v", err)
+		}
+		reg := w2.awaitRegistered(id.runner)
+		if reg.Session != a.Session() || reg.Epoch < 2 {
+			t.Fatalf("daemon 2 registration %+v", reg)
+		}
+		w2.awaitActive(id.runner)
+		if st := w2.d.Stats(); st.Resyncs < 1 {
+			t.Fatalf("daemon 2 stats %+v", st)
+		}
+		close(exec.release)
+		w2.awaitCompletion(job.Attempt, agentwire.AckAccepted)
+		if n, _ := w2.auth.Completions(context.Background(), job.Attempt); n != 1 {
+			t.Fatalf("completions %d", n)
+		}
+		if exec.count(job.Attempt) != 1 {
+			t.Fatal("attempt ran twice")
+		}
+		if s := awaitConnected(t, a); s.Endpoint != w2.addr {
+			t.Fatalf("agent on %s", s.Endpoint)
+		}
+	})
 }
 
 // TestRandomCutsExactlyOnce runs 40 lease lifecycles over memory with

@@ -102,22 +102,24 @@ func TestNoCommonMajorRejected(t *testing.T) {
 // TestPolicyMinimumRejected: a common version below Config.MinProtocol is
 // refused like a mismatch (downgrade defence §274).
 func TestPolicyMinimumRejected(t *testing.T) {
-	w := newWorld(t, memoryBackend(), func(c *daemon.Config) {
-		c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 5)}
-		c.MinProtocol = wire.V(1, 4)
-	})
-	id := w.newIdentity()
-	_, _, runErr := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
-		c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 2)}
-	})
-	select {
-	case err := <-runErr:
-		if !strings.Contains(err.Error(), "server supports 1.4–1.5, agent supports 1.0–1.2") {
-			t.Fatalf("Run: %v", err)
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b, func(c *daemon.Config) {
+			c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 5)}
+			c.MinProtocol = wire.V(1, 4)
+		})
+		id := w.newIdentity()
+		_, _, runErr := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+			c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 2)}
+		})
+		select {
+		case err := <-runErr:
+			if !strings.Contains(err.Error(), "server supports 1.4–1.5, agent supports 1.0–1.2") {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return")
-	}
+	})
 }
 
 // TestInvalidOfferRefusedLocally: an offer the agent would reject as

@@ -10,7 +10,9 @@ import (
 	"forgeyard.dev/transport/backends/memory"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -140,39 +142,41 @@ func TestSameSessionKeepsAuthorityAcrossReconnect(t *testing.T) {
 // is revoked, its completion is stale, and the old session can no longer
 // register.
 func TestNewSessionDoesNotInherit(t *testing.T) {
-	w := newWorld(t, memoryBackend())
-	id := w.newIdentity()
-	exec := newCountingExec(true)
-	done := make(chan agent.AttemptDone, 1)
-	_, _, run1 := w.startAgent(id, exec, func(c *agent.Config) {
-		c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d }
-	})
-	w.awaitActive(id.runner)
-	go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, offer(6)) }()
-	job := awaitStart(t, exec)
-	a2, _, _ := w.startAgent(id, newCountingExec(false))
-	awaitConnected(t, a2)
-	// The old agent loses its transport, cannot re-register its session,
-	// and its attempt is cancelled/stale.
-	select {
-	case err := <-run1:
-		var re *agent.RejectedError
-		if !errors.As(err, &re) || re.Code != wire.ErrCodeStaleSession {
-			t.Fatalf("old agent Run: %v", err)
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		id := w.newIdentity()
+		exec := newCountingExec(true)
+		done := make(chan agent.AttemptDone, 1)
+		_, _, run1 := w.startAgent(id, exec, func(c *agent.Config) {
+			c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d }
+		})
+		w.awaitActive(id.runner)
+		go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, offer(6)) }()
+		job := awaitStart(t, exec)
+		a2, _, _ := w.startAgent(id, newCountingExec(false))
+		awaitConnected(t, a2)
+		// The old agent loses its transport, cannot re-register its session,
+		// and its attempt is cancelled/stale.
+		select {
+		case err := <-run1:
+			var re *agent.RejectedError
+			if !errors.As(err, &re) || re.Code != wire.ErrCodeStaleSession {
+				t.Fatalf("old agent Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("old agent kept running")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("old agent kept running")
-	}
-	l, err := w.auth.Lease(context.Background(), job.Lease)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.State.Live() {
-		t.Fatalf("old session's lease still %s", l.State)
-	}
-	if n, _ := w.auth.Completions(context.Background(), job.Attempt); n != 0 {
-		t.Fatal("old attempt completed")
-	}
+		l, err := w.auth.Lease(context.Background(), job.Lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.State.Live() {
+			t.Fatalf("old session's lease still %s", l.State)
+		}
+		if n, _ := w.auth.Completions(context.Background(), job.Attempt); n != 0 {
+			t.Fatal("old attempt completed")
+		}
+	})
 }
 
 // TestDisabledRunnerClosed: DisableRunner closes the runner's transport
@@ -219,57 +223,61 @@ func TestDisabledRunnerClosed(t *testing.T) {
 // agent's immediate renewal saves it: the attempt completes, nothing is
 // revoked.
 func TestLeaseGraceProbeSavesLease(t *testing.T) {
-	w := newWorld(t, memoryBackend(), func(c *daemon.Config) {
-		c.Timing.RenewInterval = 100 * time.Millisecond
-		c.Timing.RevokeGrace = 300 * time.Millisecond
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b, func(c *daemon.Config) {
+			c.Timing.RenewInterval = 100 * time.Millisecond
+			c.Timing.RevokeGrace = 300 * time.Millisecond
+		})
+		id := w.newIdentity()
+		exec := newCountingExec(true)
+		w.startAgent(id, exec)
+		w.awaitActive(id.runner)
+		o := offer(8)
+		o.TTL = 40 * time.Millisecond // expires between renewals
+		go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, o) }()
+		job := awaitStart(t, exec)
+		deadline := time.Now().Add(10 * time.Second)
+		for w.d.Stats().Probes < 3 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond) // no event for "probe answered"
+		}
+		if w.d.Stats().Probes < 3 {
+			t.Fatalf("probes %d", w.d.Stats().Probes)
+		}
+		close(exec.release)
+		w.awaitCompletion(job.Attempt, agentwire.AckAccepted)
+		if st := w.d.Stats(); st.LeasesRevoked != 0 {
+			t.Fatalf("revoked %d leases", st.LeasesRevoked)
+		}
 	})
-	id := w.newIdentity()
-	exec := newCountingExec(true)
-	w.startAgent(id, exec)
-	w.awaitActive(id.runner)
-	o := offer(8)
-	o.TTL = 40 * time.Millisecond // expires between renewals
-	go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, o) }()
-	job := awaitStart(t, exec)
-	deadline := time.Now().Add(10 * time.Second)
-	for w.d.Stats().Probes < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // no event for "probe answered"
-	}
-	if w.d.Stats().Probes < 3 {
-		t.Fatalf("probes %d", w.d.Stats().Probes)
-	}
-	close(exec.release)
-	w.awaitCompletion(job.Attempt, agentwire.AckAccepted)
-	if st := w.d.Stats(); st.LeasesRevoked != 0 {
-		t.Fatalf("revoked %d leases", st.LeasesRevoked)
-	}
 }
 
 // TestLeaseRevokedWithoutRenewals: with probes unanswered (the agent is
 // gone) the lease is revoked after the grace.
 func TestLeaseRevokedAfterGrace(t *testing.T) {
-	w := newWorld(t, memoryBackend(), slowHeartbeat, func(c *daemon.Config) {
-		c.Timing.RenewInterval = 30 * time.Millisecond
-		c.Timing.RevokeGrace = 100 * time.Millisecond
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b, slowHeartbeat, func(c *daemon.Config) {
+			c.Timing.RenewInterval = 30 * time.Millisecond
+			c.Timing.RevokeGrace = 100 * time.Millisecond
+		})
+		id := w.newIdentity()
+		rc := w.dialRaw(id) // accepts, never renews, ignores probes
+		sess := wire.NewAgentSessionId()
+		rc.join(sess)
+		o := offer(9)
+		o.TTL = 50 * time.Millisecond
+		go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, o) }()
+		lo, env := next[*agentwire.LeaseOfferV1](t, rc)
+		_ = rc.ch.Reply(env, &agentwire.LeaseAcceptedV1{Lease: lo.Lease, Attempt: lo.Attempt, Session: sess})
+		next[*agentwire.LeaseProbeV1](t, rc)
+		c, _ := next[*agentwire.CancelAttemptV1](t, rc)
+		if c.Reason != agentwire.CancelLeaseRevoked || c.Lease != lo.Lease {
+			t.Fatalf("cancel %+v", c)
+		}
+		l, _ := w.auth.Lease(context.Background(), lo.Lease)
+		if l.State.Live() {
+			t.Fatalf("lease %s", l.State)
+		}
 	})
-	id := w.newIdentity()
-	rc := w.dialRaw(id) // accepts, never renews, ignores probes
-	sess := wire.NewAgentSessionId()
-	rc.join(sess)
-	o := offer(9)
-	o.TTL = 50 * time.Millisecond
-	go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, o) }()
-	lo, env := next[*agentwire.LeaseOfferV1](t, rc)
-	_ = rc.ch.Reply(env, &agentwire.LeaseAcceptedV1{Lease: lo.Lease, Attempt: lo.Attempt, Session: sess})
-	next[*agentwire.LeaseProbeV1](t, rc)
-	c, _ := next[*agentwire.CancelAttemptV1](t, rc)
-	if c.Reason != agentwire.CancelLeaseRevoked || c.Lease != lo.Lease {
-		t.Fatalf("cancel %+v", c)
-	}
-	l, _ := w.auth.Lease(context.Background(), lo.Lease)
-	if l.State.Live() {
-		t.Fatalf("lease %s", l.State)
-	}
 }
 
 // TestCancelDelivery: CancelAttempt reaches the agent at cancel priority,
@@ -308,33 +316,123 @@ func TestCancelDelivery(t *testing.T) {
 
 // TestDrainAndResume: a drained runner gets no leases; resume restores.
 func TestDrainAndResume(t *testing.T) {
-	w := newWorld(t, memoryBackend())
-	id := w.newIdentity()
-	a, _, _ := w.startAgent(id, newCountingExec(false))
-	w.awaitActive(id.runner)
-	ctx := context.Background()
-	if err := w.d.DrainRunner(ctx, id.runner, "maintenance"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.d.OfferLease(ctx, id.runner, offer(11)); !errors.Is(err, daemon.ErrDraining) {
-		t.Fatalf("offer while draining: %v", err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !a.Status().Draining && time.Now().Before(deadline) {
-		time.Sleep(2 * time.Millisecond)
-	}
-	if !a.Status().Draining {
-		t.Fatal("agent not draining")
-	}
-	if err := w.d.ResumeRunner(ctx, id.runner); err != nil {
-		t.Fatal(err)
-	}
-	for a.Status().Draining && time.Now().Before(deadline) {
-		time.Sleep(2 * time.Millisecond)
-	}
-	l, err := w.d.OfferLease(ctx, id.runner, offer(12))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		id := w.newIdentity()
+		a, _, _ := w.startAgent(id, newCountingExec(false))
+		w.awaitActive(id.runner)
+		ctx := context.Background()
+		if err := w.d.DrainRunner(ctx, id.runner, "maintenance"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.d.OfferLease(ctx, id.runner, offer(11)); !errors.Is(err, daemon.ErrDraining) {
+			t.Fatalf("offer while draining: %v", err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for !a.Status().Draining && time.Now().Before(deadline) {
+			time.Sleep(2 * time.Millisecond)
+		}
+		if !a.Status().Draining {
+			t.Fatal("agent not draining")
+		}
+		if err := w.d.ResumeRunner(ctx, id.runner); err != nil {
+			t.Fatal(err)
+		}
+		for a.Status().Draining && time.Now().Before(deadline) {
+			time.Sleep(2 * time.Millisecond)
+		}
+		l, err := w.d.OfferLease(ctx, id.runner, offer(12))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+	})
+}
+
+// TestAgentAnswersDuplicateOfferOnce drives a real agent with a hand-made
+// daemon on every backend: the same offer (same MessageId) delivered three
+// times gets three identical answers and one execution.
+func TestAgentAnswersDuplicateOfferOnce(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		pki := trusttest.NewPKI(t)
+		l, addr := b.listen(t, pki.ServerConfig(t, "localhost"))
+		w := &world{t: t, b: b, pki: pki, addr: addr}
+		id := w.newIdentity()
+		exec := newCountingExec(false)
+		a, _, _ := w.startAgent(id, exec)
+
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		bc, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bc.CloseWithCode(wire.CloseNormal, "")
+		sc, _ := semantics.NewConn(bc, semantics.Config{})
+		st, err := sc.AcceptStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := control.New(st, control.Config{})
+		in := make(chan *wire.Envelope, 64)
+		go func() { _ = ch.Run(func(e *wire.Envelope) { in <- e }, nil) }()
+		recv := func() *wire.Envelope {
+			t.Helper()
+			for {
+				select {
+				case e := <-in:
+					if _, hb := e.Payload.(*agentwire.HeartbeatV1); !hb {
+						return e
+					}
+				case <-ctx.Done():
+					t.Fatal("agent went silent")
+				}
+			}
+		}
+		tr := wire.NewTransportSessionId()
+		hello := recv()
+		_ = ch.Reply(hello, &agentwire.HelloAckV1{Negotiated: wire.Current, ServerRange: wire.Supported, TransportSession: tr,
+			ServerTimeMs: 1, Challenge: [32]byte{1}})
+		reg := recv()
+		_ = ch.Reply(reg, &agentwire.RegistrationAcceptedV1{Session: a.Session(), Epoch: 1, TransportSession: tr,
+			HeartbeatIntervalMs: 10000, LeaseRenewIntervalMs: 10000, MaxBackoffMs: 100, ServerTimeMs: 1})
+		rs := recv()
+		_ = ch.Reply(rs, &agentwire.ResyncResponseV1{})
+		awaitConnected(t, a)
+		o := &agentwire.LeaseOfferV1{Lease: wire.NewLeaseId(), Attempt: wire.NewJobAttemptId(), Job: wire.NewJobId(), SpecID: spec(1),
+			ExpiresAtMs: uint64(time.Now().Add(time.Minute).UnixMilli()), TTLMs: 60000,
+			PayloadRef: wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: wire.Digest{1}, Size: 1}, Session: a.Session(), Epoch: 1}
+		id1 := wire.NewMessageId()
+		for i := 0; i < 3; i++ {
+			if _, err := ch.Send(control.Out{ID: id1, Msg: o}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var answers []wire.Message
+		for len(answers) < 3 {
+			e := recv()
+			if acc, ok := e.Payload.(*agentwire.LeaseAcceptedV1); ok {
+				if wire.MessageId(e.CorrelationID) != id1 || acc.Lease != o.Lease {
+					t.Fatalf("answer %+v correlates to %s", acc, e.CorrelationID)
+				}
+				answers = append(answers, acc)
+			} else if _, ok := e.Payload.(*agentwire.LeaseRejectedV1); ok {
+				t.Fatalf("duplicate offer rejected: %+v", e.Payload)
+			}
+		}
+		// The completion arrives once; ack it.
+		for {
+			e := recv()
+			if c, ok := e.Payload.(*agentwire.AttemptCompletionV1); ok {
+				_ = ch.Reply(e, &agentwire.CompletionAckV1{Attempt: c.Attempt, Lease: c.Lease, Kind: agentwire.AckAccepted})
+				break
+			}
+		}
+		if exec.count(o.Attempt) != 1 {
+			t.Fatalf("executor ran %d times", exec.count(o.Attempt))
+		}
+		if a.Stats().DuplicatesAbsorbed != 2 {
+			t.Fatalf("duplicates absorbed %d", a.Stats().DuplicatesAbsorbed)
+		}
+	})
 }

@@ -91,56 +91,60 @@ func TestDuplicateSessionFenced(t *testing.T) {
 // TestClonedIdentityAudit: a fenced transport that keeps talking inside the
 // close grace is audited (runner, session, both transports; no payload).
 func TestClonedIdentityAudit(t *testing.T) {
-	w := newWorld(t, memoryBackend(), func(c *daemon.Config) { c.Timing.RequestTimeout = 5 * time.Second }, slowHeartbeat)
-	id := w.newIdentity()
-	sess := wire.NewAgentSessionId()
-	t1 := w.dialRaw(id)
-	t1.join(sess)
-	t2 := w.dialRaw(id)
-	t2.join(sess)
-	next[*agentwire.SessionFencedV1](t, t1)
-	_, err := t1.call(&agentwire.PhaseChangeV1{Attempt: wire.NewJobAttemptId(), Lease: wire.NewLeaseId(), Phase: agentwire.PhaseRunning, AtMs: 1})
-	wantWireErr(t, err, wire.ErrCodeSessionFenced)
-	if code := t1.closeCode(); code != wire.CloseSessionFenced {
-		t.Fatalf("T1 closed with %s", code)
-	}
-	log := w.logBuf.String()
-	for _, want := range []string{`"event":"transport.cloned_identity"`, id.runner.String(), sess.String(),
-		t1.ack.TransportSession.String(), t2.ack.TransportSession.String()} {
-		if !strings.Contains(log, want) {
-			t.Fatalf("audit record lacks %s:\n%s", want, log)
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b, func(c *daemon.Config) { c.Timing.RequestTimeout = 5 * time.Second }, slowHeartbeat)
+		id := w.newIdentity()
+		sess := wire.NewAgentSessionId()
+		t1 := w.dialRaw(id)
+		t1.join(sess)
+		t2 := w.dialRaw(id)
+		t2.join(sess)
+		next[*agentwire.SessionFencedV1](t, t1)
+		_, err := t1.call(&agentwire.PhaseChangeV1{Attempt: wire.NewJobAttemptId(), Lease: wire.NewLeaseId(), Phase: agentwire.PhaseRunning, AtMs: 1})
+		wantWireErr(t, err, wire.ErrCodeSessionFenced)
+		if code := t1.closeCode(); code != wire.CloseSessionFenced {
+			t.Fatalf("T1 closed with %s", code)
 		}
-	}
-	if w.d.Stats().ClonedIdentity != 1 {
-		t.Fatalf("ClonedIdentity = %d", w.d.Stats().ClonedIdentity)
-	}
+		log := w.logBuf.String()
+		for _, want := range []string{`"event":"transport.cloned_identity"`, id.runner.String(), sess.String(),
+			t1.ack.TransportSession.String(), t2.ack.TransportSession.String()} {
+			if !strings.Contains(log, want) {
+				t.Fatalf("audit record lacks %s:\n%s", want, log)
+			}
+		}
+		if w.d.Stats().ClonedIdentity != 1 {
+			t.Fatalf("ClonedIdentity = %d", w.d.Stats().ClonedIdentity)
+		}
+	})
 }
 
 // TestHeartbeatSeqDuplicatesDropped: heartbeats with seq ≤ the last seen
 // are dropped without an ack.
 func TestHeartbeatSeqDuplicatesDropped(t *testing.T) {
-	w := newWorld(t, memoryBackend(), slowHeartbeat)
-	id := w.newIdentity()
-	sess := wire.NewAgentSessionId()
-	rc := w.dialRaw(id)
-	rc.join(sess)
-	hb := func(seq uint64) error {
-		_, err := rc.ch.Call(context.Background(), controlOut(&agentwire.HeartbeatV1{Runner: id.runner, Session: sess, Seq: seq,
-			CapabilityDigest: wire.CapabilityDigest{Digest: wire.Digest{9}}}), 150*time.Millisecond)
-		return err
-	}
-	for _, c := range []struct {
-		seq   uint64
-		acked bool
-	}{{1, true}, {2, true}, {2, false}, {1, false}, {5, true}, {4, false}} {
-		err := hb(c.seq)
-		if (err == nil) != c.acked {
-			t.Fatalf("seq %d: err %v, want acked=%v", c.seq, err, c.acked)
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b, slowHeartbeat)
+		id := w.newIdentity()
+		sess := wire.NewAgentSessionId()
+		rc := w.dialRaw(id)
+		rc.join(sess)
+		hb := func(seq uint64) error {
+			_, err := rc.ch.Call(context.Background(), controlOut(&agentwire.HeartbeatV1{Runner: id.runner, Session: sess, Seq: seq,
+				CapabilityDigest: wire.CapabilityDigest{Digest: wire.Digest{9}}}), 150*time.Millisecond)
+			return err
 		}
-	}
-	if got := w.d.Stats().HeartbeatsDropped; got != 3 {
-		t.Fatalf("dropped %d, want 3", got)
-	}
+		for _, c := range []struct {
+			seq   uint64
+			acked bool
+		}{{1, true}, {2, true}, {2, false}, {1, false}, {5, true}, {4, false}} {
+			err := hb(c.seq)
+			if (err == nil) != c.acked {
+				t.Fatalf("seq %d: err %v, want acked=%v", c.seq, err, c.acked)
+			}
+		}
+		if got := w.d.Stats().HeartbeatsDropped; got != 3 {
+			t.Fatalf("dropped %d, want 3", got)
+		}
+	})
 }
 
 // TestRegistrationTimeout: a transport that does not register in time is
@@ -163,12 +167,14 @@ func TestRegistrationTimeout(t *testing.T) {
 // TestHeartbeatLivenessTimeout: no heartbeat for 3 intervals closes the
 // transport with CloseIdleTimeout.
 func TestHeartbeatLivenessTimeout(t *testing.T) {
-	w := newWorld(t, memoryBackend())
-	rc := w.dialRaw(w.newIdentity())
-	rc.join(wire.NewAgentSessionId())
-	if code := rc.closeCode(); code != wire.CloseIdleTimeout {
-		t.Fatalf("closed with %s", code)
-	}
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		rc := w.dialRaw(w.newIdentity())
+		rc.join(wire.NewAgentSessionId())
+		if code := rc.closeCode(); code != wire.CloseIdleTimeout {
+			t.Fatalf("closed with %s", code)
+		}
+	})
 }
 
 // TestSigningWorkerRejectsExecutionMessages: a signing worker registers
@@ -202,61 +208,65 @@ func TestSigningWorkerRejectsExecutionMessages(t *testing.T) {
 // TestOldAgentSessionReplayRejected: once a runner registered a new agent
 // session, registering the old one again is refused (StaleSession).
 func TestOldAgentSessionReplayRejected(t *testing.T) {
-	w := newWorld(t, memoryBackend())
-	id := w.newIdentity()
-	old := wire.NewAgentSessionId()
-	t1 := w.dialRaw(id)
-	t1.join(old)
-	t2 := w.dialRaw(id)
-	t2.join(wire.NewAgentSessionId())
-	t3 := w.dialRaw(id)
-	t3.hello(agentwire.RoleAgent)
-	rej, ok := t3.register(old).(*agentwire.RegistrationRejectedV1)
-	if !ok || rej.Code != wire.ErrCodeStaleSession {
-		t.Fatalf("replayed old session answered %+v", rej)
-	}
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		id := w.newIdentity()
+		old := wire.NewAgentSessionId()
+		t1 := w.dialRaw(id)
+		t1.join(old)
+		t2 := w.dialRaw(id)
+		t2.join(wire.NewAgentSessionId())
+		t3 := w.dialRaw(id)
+		t3.hello(agentwire.RoleAgent)
+		rej, ok := t3.register(old).(*agentwire.RegistrationRejectedV1)
+		if !ok || rej.Code != wire.ErrCodeStaleSession {
+			t.Fatalf("replayed old session answered %+v", rej)
+		}
+	})
 }
 
 // TestOldLeaseReplayRejected: after an attempt completed, a replayed
 // completion (new MessageId) is StaleRejected and a replayed renewal says
 // Revoked/Unknown; the authority still holds exactly one completion.
 func TestOldLeaseReplayRejected(t *testing.T) {
-	w := newWorld(t, memoryBackend())
-	id := w.newIdentity()
-	sess := wire.NewAgentSessionId()
-	rc := w.dialRaw(id)
-	rc.join(sess)
-	done := make(chan authority.Lease, 1)
-	go func() {
-		l, _ := w.d.OfferLease(context.Background(), id.runner, offer(7))
-		done <- l
-	}()
-	o, env := next[*agentwire.LeaseOfferV1](t, rc)
-	if err := rc.ch.Reply(env, &agentwire.LeaseAcceptedV1{Lease: o.Lease, Attempt: o.Attempt, Session: sess}); err != nil {
-		t.Fatal(err)
-	}
-	<-done
-	compl := &agentwire.AttemptCompletionV1{Job: o.Job, Attempt: o.Attempt, Lease: o.Lease, Spec: o.SpecID,
-		Result: agentwire.ExecutionResultV1{Kind: agentwire.ResultSucceeded}}
-	for i, want := range []agentwire.CompletionAckKind{agentwire.AckAccepted, agentwire.AckStaleRejected} {
-		env, err := rc.call(compl) // a fresh MessageId each time: a replay, not a retry
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		id := w.newIdentity()
+		sess := wire.NewAgentSessionId()
+		rc := w.dialRaw(id)
+		rc.join(sess)
+		done := make(chan authority.Lease, 1)
+		go func() {
+			l, _ := w.d.OfferLease(context.Background(), id.runner, offer(7))
+			done <- l
+		}()
+		o, env := next[*agentwire.LeaseOfferV1](t, rc)
+		if err := rc.ch.Reply(env, &agentwire.LeaseAcceptedV1{Lease: o.Lease, Attempt: o.Attempt, Session: sess}); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		compl := &agentwire.AttemptCompletionV1{Job: o.Job, Attempt: o.Attempt, Lease: o.Lease, Spec: o.SpecID,
+			Result: agentwire.ExecutionResultV1{Kind: agentwire.ResultSucceeded}}
+		for i, want := range []agentwire.CompletionAckKind{agentwire.AckAccepted, agentwire.AckStaleRejected} {
+			env, err := rc.call(compl) // a fresh MessageId each time: a replay, not a retry
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ack := env.Payload.(*agentwire.CompletionAckV1); ack.Kind != want {
+				t.Fatalf("completion %d answered %s, want %s", i, ack.Kind, want)
+			}
+		}
+		env, err := rc.call(&agentwire.LeaseRenewV1{Lease: o.Lease, Attempt: o.Attempt})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ack := env.Payload.(*agentwire.CompletionAckV1); ack.Kind != want {
-			t.Fatalf("completion %d answered %s, want %s", i, ack.Kind, want)
+		if k := env.Payload.(*agentwire.LeaseRenewAckV1).Outcome.Kind; k == agentwire.RenewExtended {
+			t.Fatal("renewal of a completed lease extended it")
 		}
-	}
-	env, err := rc.call(&agentwire.LeaseRenewV1{Lease: o.Lease, Attempt: o.Attempt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k := env.Payload.(*agentwire.LeaseRenewAckV1).Outcome.Kind; k == agentwire.RenewExtended {
-		t.Fatal("renewal of a completed lease extended it")
-	}
-	if n, _ := w.auth.Completions(context.Background(), o.Attempt); n != 1 {
-		t.Fatalf("completions %d", n)
-	}
+		if n, _ := w.auth.Completions(context.Background(), o.Attempt); n != 1 {
+			t.Fatalf("completions %d", n)
+		}
+	})
 }
 
 // slowHeartbeat keeps raw clients (which send no heartbeats) alive.
