@@ -37,6 +37,7 @@ import (
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
 )
@@ -245,12 +246,17 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		_ = d.Shutdown(context.Background())
 		return err
 	}
-	serveCtx, cancelServe := context.WithCancel(context.Background())
-	defer cancelServe()
+	// Connections live on connCtx, which ends only after Shutdown has sent
+	// GoAway and waited: daemon.Serve ties its connections to its own
+	// lifetime, so closing a listener there would drop agents before they
+	// get the drain hint. Hence our own accept loop around ServeConn.
+	connCtx, cancelConns := context.WithCancel(context.Background())
+	defer cancelConns()
+	var conns sync.WaitGroup
 	errc := make(chan error, len(ls))
 	for _, l := range ls {
 		log.Info("listening", "backend", l.Backend, "addr", l.Addr().String())
-		go func() { errc <- d.Serve(serveCtx, l) }()
+		go func() { errc <- acceptLoop(connCtx, d, l, &conns) }()
 	}
 	if th != nil && th.ready != nil {
 		th.ready(d, ls)
@@ -266,22 +272,39 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if demo != nil {
 		demo.stop()
 	}
+	for _, l := range ls { // stop accepting first
+		_ = l.Close()
+	}
+	for range len(ls) - boolInt(failed != nil) {
+		<-errc
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 	defer cancel()
 	if err := d.Shutdown(sctx); err != nil {
 		log.Warn("agents still connected at shutdown timeout; closed", "err", err)
 	}
-	for _, l := range ls {
-		_ = l.Close()
-	}
-	cancelServe()
-	for range len(ls) - boolInt(failed != nil) {
-		<-errc
-	}
+	cancelConns()
+	conns.Wait()
 	st := d.Stats()
 	log.Info("daemon stopped", "registrations", st.Registrations, "leases_offered", st.LeasesOffered,
 		"leases_accepted", st.LeasesAccepted, "completions_accepted", st.Completions[0])
 	return failed
+}
+
+// acceptLoop accepts connections until l is closed and serves each on
+// ctx.
+func acceptLoop(ctx context.Context, d *daemon.Daemon, l semantics.BackendListener, wg *sync.WaitGroup) error {
+	for {
+		bc, err := l.Accept(ctx)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.ServeConn(ctx, bc)
+		}()
+	}
 }
 
 func boolInt(b bool) int {
