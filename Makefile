@@ -12,12 +12,13 @@ FUZZTIME ?= 30s
 BENCHCOUNT ?= 6
 OUT := out
 
-.PHONY: all demo test test-short lint fmt vet layering staticcheck bench bench-codec bench-backends fuzz deps tools clean help
+.PHONY: all demo demo-vectors test test-short lint fmt vet layering staticcheck bench bench-codec bench-backends fuzz deps tools clean help
 
 all: test
 
 help:
-	@echo "make demo      decode and print the golden vectors with the protocol inspector"
+	@echo "make demo      daemon + agents over QUIC and TLS+yamux: leases, a cut connection, resync, summary"
+	@echo "make demo-vectors  decode and print every golden vector with the protocol inspector"
 	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included)"
 	@echo "make lint      gofmt check, go vet, staticcheck, layering check"
 	@echo "make bench     codec and backend benchmarks; tables for docs/perf.md (BENCHCOUNT=$(BENCHCOUNT))"
@@ -32,6 +33,9 @@ tools:
 	@test -x $(GOBIN)/benchstat || $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
 demo: deps
+	$(GO) run ./cmd/forgeyard-demo
+
+demo-vectors: deps
 	$(GO) run ./cmd/forgeyard-protocol-inspect vectors
 
 test: deps vet layering
