@@ -662,7 +662,10 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	d.mu.Unlock()
 	ev := LeaseAnswerEvent{Runner: c.runner, Session: c.session, Lease: lease, Attempt: attempt, Accepted: accepted, Reason: reason, Message: msg, Err: err}
 	first := false
-	if of != nil {
+	// A fenced or failed recording is not an answer: the offer keeps being
+	// re-sent on the session's current transport.
+	definitive := err == nil || errors.Is(err, authority.ErrStaleLease) || errors.Is(err, authority.ErrStaleSession)
+	if of != nil && definitive {
 		first = of.finish(ev)
 		if first && err == nil && accepted {
 			d.st.offerLat.add(time.Since(of.created()))
@@ -671,8 +674,8 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	switch {
 	case err != nil:
 	case !first:
-		d.st.dupAns.Add(1)
 		ev.Duplicate = true
+		d.st.dupAns.Add(1)
 	case accepted:
 		d.st.leasesAccepted.Add(1)
 	default:

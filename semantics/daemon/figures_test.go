@@ -37,6 +37,10 @@ func TestLatencyFigures(t *testing.T) {
 			}
 			w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
 		}
+		deadline := time.Now().Add(5 * time.Second)
+		for len(w.d.Stats().CompletionToAck) < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // the sample is taken after the ack is written
+		}
 		st := w.d.Stats()
 		if len(st.OfferToAccept) != n || len(st.CompletionToAck) != n {
 			t.Fatalf("samples: %d offer, %d completion", len(st.OfferToAccept), len(st.CompletionToAck))
