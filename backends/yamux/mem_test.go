@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,6 +42,12 @@ func TestIdleConnMemory(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // let handshake goroutines settle
 		h1, r1 := heapAndRSS()
+		if path := os.Getenv("FY_MEM_PROFILE"); path != "" {
+			if f, err := os.Create(path + "." + name); err == nil {
+				_ = pprof.WriteHeapProfile(f)
+				_ = f.Close()
+			}
+		}
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		per := func(d uint64) float64 { return float64(d) / float64(2*n) / 1024 }
