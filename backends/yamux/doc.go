@@ -27,6 +27,18 @@
 //   - Unidirectional streams. Every stream starts with a one-byte marker
 //     (bidirectional, unidirectional or control), written when it is opened.
 //
+// Wire format, after the TLS 1.3 handshake: the listener, once it has
+// verified the client certificate, writes one byte 0x46 over TLS (in TLS
+// 1.3 the client's handshake completes before the server has judged its
+// certificate, so Dial waits for this byte and fails cleanly when the client
+// is rejected); then yamux (dialer = yamux client). The first yamux stream,
+// opened by the dialer, is the control stream. Every stream's first byte is
+// its marker: 0x00 bidirectional, 0x01 unidirectional, 0x02 control. The
+// control stream carries length-prefixed Postcard records (ControlRecordV1
+// in conn.go: Close, ResetStream, StopSending, ResetAck), each at most 512
+// bytes; an unknown or malformed record closes the connection with
+// CloseProtocolError.
+//
 // Deadlines everywhere (hashicorp/yamux#142): every write to the socket has a
 // deadline (Config.WriteTimeout), every read an idle deadline
 // (Config.IdleTimeout, kept alive by pings every Config.KeepAliveInterval),
