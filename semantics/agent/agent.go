@@ -226,8 +226,9 @@ func (a *Agent) Stats() Stats {
 // or until every endpoint refused the agent permanently: a *VersionError
 // (no common protocol version) or a *RejectedError (authentication,
 // disabled runner, stale session). Transient failures are retried with
-// backoff, reconnecting under the same AgentSessionId. Run may be called
-// again after it returned.
+// backoff, reconnecting under the same AgentSessionId. Only one Run runs at
+// a time; after ctx ended Run may be called again (same session), after
+// Close it returns nil at once.
 func (a *Agent) Run(ctx context.Context) error {
 	a.runMu.Lock()
 	defer a.runMu.Unlock()

@@ -132,6 +132,7 @@ type VersionError struct {
 	Endpoint    string
 }
 
+// Error returns the daemon's message verbatim (it names both ranges).
 func (e *VersionError) Error() string { return e.Message }
 
 // RejectedError is a registration the daemon refused (authentication,
@@ -144,6 +145,7 @@ type RejectedError struct {
 	Endpoint string
 }
 
+// Error names the endpoint, code, retry class and the daemon's message.
 func (e *RejectedError) Error() string {
 	return fmt.Sprintf("agent: registration rejected by %s: %s (retry %s): %s", e.Endpoint, e.Code, e.Retry, e.Message)
 }

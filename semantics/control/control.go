@@ -53,6 +53,7 @@ type TimeoutError struct {
 	After time.Duration
 }
 
+// Error names the request and the deadline.
 func (e *TimeoutError) Error() string {
 	return fmt.Sprintf("control: request %s (type %s) not answered within %v", e.ID, e.Type, e.After)
 }
@@ -70,7 +71,9 @@ type DecodeError struct {
 	Err       error
 }
 
+// Error returns the code and the decoder's reason.
 func (e *DecodeError) Error() string { return "control: " + e.Code.String() + ": " + e.Err.Error() }
+// Unwrap returns the decoder error.
 func (e *DecodeError) Unwrap() error { return e.Err }
 
 // Config configures a Channel. The zero value is usable.

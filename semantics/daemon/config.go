@@ -211,6 +211,7 @@ type RejectedError struct {
 	Message string
 }
 
+// Error names the agent's reason.
 func (e *RejectedError) Error() string {
 	return fmt.Sprintf("daemon: lease rejected by agent: %s: %s", e.Reason, e.Message)
 }

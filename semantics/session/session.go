@@ -34,6 +34,7 @@ const (
 
 var stateNames = [...]string{"Connected", "Negotiated", "Registered", "Active", "Draining", "Closing", "Closed"}
 
+// String returns the state name.
 func (s State) String() string {
 	if int(s) < len(stateNames) {
 		return stateNames[s]
@@ -58,6 +59,7 @@ const (
 
 var classNames = [...]string{"unknown", "common", "session", "execution", "admin", "health", "signing", "device"}
 
+// String returns the class name.
 func (c Class) String() string {
 	if int(c) < len(classNames) {
 		return classNames[c]
