@@ -433,17 +433,25 @@ func (w *world) dialRaw(id identity) *rawClient {
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	return rawOn(w.t, bc, id)
+}
+
+// rawOn runs a raw client on an established connection.
+func rawOn(t *testing.T, bc semantics.BackendConn, id identity) *rawClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	sc, err := semantics.NewConn(bc, semantics.Config{})
 	if err != nil {
-		w.t.Fatal(err)
+		t.Fatal(err)
 	}
 	st, err := sc.OpenStream(ctx, wire.StreamControl)
 	if err != nil {
-		w.t.Fatal(err)
+		t.Fatal(err)
 	}
-	rc := &rawClient{t: w.t, bc: bc, ch: control.New(st, control.Config{}), in: make(chan *wire.Envelope, 256), id: id}
+	rc := &rawClient{t: t, bc: bc, ch: control.New(st, control.Config{}), in: make(chan *wire.Envelope, 256), id: id}
 	go func() { _ = rc.ch.Run(func(e *wire.Envelope) { rc.in <- e }, nil) }()
-	w.t.Cleanup(func() { _ = bc.CloseWithCode(wire.CloseNormal, "") })
+	t.Cleanup(func() { _ = bc.CloseWithCode(wire.CloseNormal, "") })
 	return rc
 }
 
@@ -466,13 +474,20 @@ func (rc *rawClient) hello(role agentwire.PeerRole) {
 
 func (rc *rawClient) register(sess wire.AgentSessionId) wire.Message {
 	rc.t.Helper()
-	proof, err := session.SignKeyProof(rc.id.cert.PrivateKey.(crypto.Signer), rc.ack.Challenge, rc.ack.TransportSession, sess)
+	return rc.registerWith(sess, rc.id.runner, rc.id.cert.PrivateKey.(crypto.Signer), rc.id.cert.Certificate)
+}
+
+// registerWith registers claiming runner, proving with signer and sending
+// chain — the pieces a forger would vary.
+func (rc *rawClient) registerWith(sess wire.AgentSessionId, runner wire.RunnerId, signer crypto.Signer, chain [][]byte) wire.Message {
+	rc.t.Helper()
+	proof, err := session.SignKeyProof(signer, rc.ack.Challenge, rc.ack.TransportSession, sess)
 	if err != nil {
 		rc.t.Fatal(err)
 	}
-	env, err := rc.call(&agentwire.RegisterAgentV1{Runner: rc.id.runner, Session: sess, AgentVersion: "raw",
+	env, err := rc.call(&agentwire.RegisterAgentV1{Runner: runner, Session: sess, AgentVersion: "raw",
 		Capabilities:     agentwire.RunnerCapabilitiesV1{OS: "linux", Arch: "amd64", MaxParallel: 1},
-		CapabilityDigest: wire.CapabilityDigest{Digest: wire.Digest{9}}, KeyProof: proof, CertChain: rc.id.cert.Certificate})
+		CapabilityDigest: wire.CapabilityDigest{Digest: wire.Digest{9}}, KeyProof: proof, CertChain: chain})
 	if err != nil {
 		rc.t.Fatal(err)
 	}

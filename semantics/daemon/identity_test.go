@@ -1,0 +1,93 @@
+package daemon_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"testing"
+
+	"forgeyard.dev/transport/backends/memory"
+	"forgeyard.dev/transport/semantics/trust/trusttest"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// TestRegistrationIdentity: over a connection without TLS (what a relay
+// hands the daemon through ServeConn) the registration is proven by the
+// certificate chain (verified against RunnerCAs) and the key proof. A
+// relay that has the runner's certificate but not its key cannot register
+// as the runner.
+func TestRegistrationIdentity(t *testing.T) {
+	w := newWorld(t, memoryBackend())
+	id := w.newIdentity()
+	other := w.newIdentity()
+	foreign := trusttest.NewPKI(t)
+	foreignCert := foreign.IssueClient(t, id.runner, trusttest.LeafOptions{})
+	strangerKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	signer := id.cert.PrivateKey.(crypto.Signer)
+
+	cases := []struct {
+		name   string
+		runner wire.RunnerId
+		signer crypto.Signer
+		chain  [][]byte
+		ok     bool
+	}{
+		{"valid chain and proof", id.runner, signer, id.cert.Certificate, true},
+		{"proof by another key (relay without the key)", id.runner, strangerKey, id.cert.Certificate, false},
+		{"claims another runner", other.runner, signer, id.cert.Certificate, false},
+		{"chain from a foreign CA", id.runner, foreignCert.PrivateKey.(crypto.Signer), foreignCert.Certificate, false},
+		{"no chain and no TLS", id.runner, signer, nil, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			client, server := memory.Pipe(memory.Options{})
+			go w.d.ServeConn(context.Background(), server)
+			rc := rawOn(t, client, id)
+			rc.hello(agentwire.RoleAgent)
+			got := rc.registerWith(wire.NewAgentSessionId(), c.runner, c.signer, c.chain)
+			if c.ok {
+				if _, ok := got.(*agentwire.RegistrationAcceptedV1); !ok {
+					t.Fatalf("rejected: %+v", got)
+				}
+				return
+			}
+			rej, ok := got.(*agentwire.RegistrationRejectedV1)
+			if !ok || rej.Code != wire.ErrCodeForbidden || rej.Retry != wire.RetryNever {
+				t.Fatalf("answer %+v", got)
+			}
+			if code := rc.closeCode(); code != wire.CloseAuthenticationFailure {
+				t.Fatalf("closed with %s", code)
+			}
+		})
+	}
+}
+
+// TestChainMustMatchTLSLeaf: with mTLS, cert_chain[0] must be the TLS
+// client certificate, even when the chain is otherwise valid.
+func TestChainMustMatchTLSLeaf(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		id := w.newIdentity()
+		second := w.pki.IssueClient(t, id.runner, trusttest.LeafOptions{}) // same runner, another key
+		rc := w.dialRaw(id)                                                // TLS with id.cert
+		rc.hello(agentwire.RoleAgent)
+		got := rc.registerWith(wire.NewAgentSessionId(), id.runner, second.PrivateKey.(crypto.Signer), second.Certificate)
+		if rej, ok := got.(*agentwire.RegistrationRejectedV1); !ok || rej.Code != wire.ErrCodeForbidden {
+			t.Fatalf("answer %+v", got)
+		}
+		// Without cert_chain the TLS identity is used.
+		rc2 := w.dialRaw(id)
+		rc2.hello(agentwire.RoleAgent)
+		if got := rc2.registerWith(wire.NewAgentSessionId(), id.runner, id.cert.PrivateKey.(crypto.Signer), nil); !isAccepted(got) {
+			t.Fatalf("TLS-only registration: %+v", got)
+		}
+	})
+}
+
+func isAccepted(m wire.Message) bool {
+	_, ok := m.(*agentwire.RegistrationAcceptedV1)
+	return ok
+}
