@@ -99,6 +99,16 @@ func New(cfg Config) (*Daemon, error) {
 	if len(cfg.AlternateEndpoints) > agentwire.MaxAlternateEndpoints {
 		return nil, fmt.Errorf("daemon: Config.AlternateEndpoints has %d entries (max %d)", len(cfg.AlternateEndpoints), agentwire.MaxAlternateEndpoints)
 	}
+	seen := map[string]bool{}
+	for i, e := range cfg.AlternateEndpoints {
+		if e == "" || len(e) > agentwire.MaxEndpoint || seen[e] {
+			return nil, fmt.Errorf("daemon: Config.AlternateEndpoints[%d] %q is empty, longer than %d bytes or repeated", i, e, agentwire.MaxEndpoint)
+		}
+		seen[e] = true
+	}
+	if cfg.Protocol.Max.Less(cfg.MinProtocol) {
+		return nil, fmt.Errorf("daemon: Config.MinProtocol %s is above Config.Protocol %s", cfg.MinProtocol, cfg.Protocol)
+	}
 	if cfg.ID == "" {
 		var b [6]byte
 		_, _ = rand.Read(b[:])

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -140,4 +141,33 @@ func TestInvalidOfferRefusedLocally(t *testing.T) {
 	if w.d.Stats().LeasesOffered != 0 {
 		t.Fatal("invalid offer recorded")
 	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	auth, err := authority.OpenSQLite(context.Background(), ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auth.Close()
+	for name, cfg := range map[string]daemon.Config{
+		"no authority":   {},
+		"bad range":      {Authority: auth, Protocol: wire.ProtocolRange{Min: wire.V(2, 0), Max: wire.V(1, 0)}},
+		"min above max":  {Authority: auth, Protocol: wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 2)}, MinProtocol: wire.V(1, 3)},
+		"empty endpoint": {Authority: auth, AlternateEndpoints: []string{""}},
+		"dup endpoint":   {Authority: auth, AlternateEndpoints: []string{"a:1", "a:1"}},
+		"stagger":        {Authority: auth, Timing: daemon.Timing{FallbackStagger: make([]time.Duration, 9)}},
+	} {
+		if d, err := daemon.New(cfg); err == nil {
+			_ = d.Shutdown(context.Background())
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	d, err := daemon.New(daemon.Config{Authority: auth, MinProtocol: wire.V(1, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tm := d.Timing(); tm.HeartbeatInterval != daemon.DefaultHeartbeatInterval || tm.LeaseTTL != daemon.DefaultLeaseTTL {
+		t.Fatalf("defaults not applied: %+v", tm)
+	}
+	_ = d.Shutdown(context.Background())
 }
