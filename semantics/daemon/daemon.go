@@ -165,7 +165,10 @@ func (d *Daemon) Serve(ctx context.Context, l semantics.BackendListener) error {
 	for {
 		bc, err := l.Accept(ctx)
 		if err != nil {
-			if d.ctx.Err() != nil {
+			d.mu.Lock()
+			down := d.shutdown
+			d.mu.Unlock()
+			if down || d.ctx.Err() != nil {
 				return nil
 			}
 			if ctx.Err() != nil {

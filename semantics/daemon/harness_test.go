@@ -235,7 +235,12 @@ func newWorldWith(t *testing.T, b backend, pki *trusttest.PKI, auth authority.Au
 	l, addr := b.listen(t, pki.ServerConfig(t, "localhost"))
 	w.addr = addr
 	served := make(chan struct{})
-	go func() { defer close(served); _ = d.Serve(context.Background(), l) }()
+	go func() {
+		defer close(served)
+		if err := d.Serve(context.Background(), l); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
