@@ -60,6 +60,7 @@ type Agent struct {
 	renewEvery time.Duration
 	maxBackoff time.Duration
 	alternates []string
+	stagger    []time.Duration // fallback dial delays (happy eyeballs)
 	lastAck    time.Time
 	hbSeq      uint64
 
@@ -154,6 +155,7 @@ func New(cfg Config) (*Agent, error) {
 	cfg.Endpoints = append([]Endpoint(nil), cfg.Endpoints...)
 	a := &Agent{cfg: cfg, session: wire.NewAgentSessionId(), log: cfg.Logger, now: cfg.Now,
 		linkCh: make(chan struct{}), attempts: map[wire.JobAttemptId]*attempt{}, answers: map[wire.LeaseId]OfferEvent{},
+		stagger: append([]time.Duration(nil), cfg.FallbackStagger...),
 		hbEvery: 10 * time.Second, renewEvery: 10 * time.Second, maxBackoff: cfg.Backoff.Max,
 		execs: cfg.Role == agentwire.RoleAgent || cfg.Role == agentwire.RoleInternalWorker}
 	if a.log == nil {
@@ -245,8 +247,25 @@ func (a *Agent) Run(ctx context.Context) error {
 		var perm error
 		permCount, registered := 0, false
 		var wait time.Duration
-		for _, ep := range eps {
-			l, err := a.runLink(ctx, ep)
+		remaining := eps
+		for len(remaining) > 0 && !registered {
+			w, bc, failed := a.dialStaggered(ctx, remaining)
+			for i, err := range failed {
+				a.st.dialFailures.Add(1)
+				a.log.Debug("endpoint failed", "endpoint", remaining[i].Address, "err", err)
+			}
+			if w < 0 {
+				break
+			}
+			ep := remaining[w]
+			var rest []Endpoint
+			for i := range remaining {
+				if _, bad := failed[i]; !bad && i != w {
+					rest = append(rest, remaining[i])
+				}
+			}
+			remaining = rest
+			l, err := a.runLink(ctx, ep, bc)
 			if l != nil { // registered at some point
 				registered = true
 				failures = 0
@@ -319,16 +338,90 @@ func (a *Agent) endpoints() []Endpoint {
 	return eps
 }
 
-// runLink dials ep and serves it until it ends. It returns the link if it
-// registered (nil otherwise) and the error that ended it.
-func (a *Agent) runLink(ctx context.Context, ep Endpoint) (*link, error) {
-	rto := a.cfg.RequestTimeout
-	dctx, dcancel := context.WithTimeout(ctx, rto)
-	bc, err := ep.Dialer.Dial(dctx, ep.Address)
-	dcancel()
-	if err != nil {
-		return nil, err
+type dialResult struct {
+	i   int
+	bc  semantics.BackendConn
+	err error
+}
+
+// dialStaggered dials eps in order, happy-eyeballs style: the i-th fallback
+// starts stagger[i-1] (the last entry repeats) after the previous dial
+// started, or at once when every dial in flight failed; without a stagger
+// the dials are sequential. It returns the index and connection of the
+// first success (-1 if none) and the errors of the dials that failed;
+// later successes are closed.
+func (a *Agent) dialStaggered(ctx context.Context, eps []Endpoint) (int, semantics.BackendConn, map[int]error) {
+	a.mu.Lock()
+	stagger := append([]time.Duration(nil), a.stagger...)
+	a.mu.Unlock()
+	dctx, cancel := context.WithTimeout(ctx, a.cfg.RequestTimeout)
+	results := make(chan dialResult, len(eps))
+	next, inflight := 0, 0
+	failed := map[int]error{}
+	start := func() {
+		i := next
+		next++
+		inflight++
+		go func() {
+			bc, err := eps[i].Dialer.Dial(dctx, eps[i].Address)
+			results <- dialResult{i, bc, err}
+		}()
 	}
+	var timer *time.Timer
+	var tick <-chan time.Time
+	arm := func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		tick = nil
+		if next < len(eps) && len(stagger) > 0 {
+			timer = time.NewTimer(stagger[min(next-1, len(stagger)-1)])
+			tick = timer.C
+		}
+	}
+	start()
+	arm()
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for inflight > 0 {
+		select {
+		case r := <-results:
+			inflight--
+			if r.err != nil {
+				failed[r.i] = r.err
+				if inflight == 0 && next < len(eps) {
+					start()
+					arm()
+				}
+				continue
+			}
+			// The winner. Close late successes of the others, in the
+			// background, then release the dial context.
+			go func(n int) {
+				for ; n > 0; n-- {
+					if l := <-results; l.err == nil {
+						_ = l.bc.CloseWithCode(wire.CloseNormal, "lost the dial race")
+					}
+				}
+				cancel()
+			}(inflight)
+			return r.i, r.bc, failed
+		case <-tick:
+			start()
+			arm()
+		}
+	}
+	cancel()
+	return -1, nil, failed
+}
+
+// runLink serves the connection bc to ep until it ends. It returns the link if it
+// registered (nil otherwise) and the error that ended it.
+func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendConn) (*link, error) {
+	rto := a.cfg.RequestTimeout
 	closeCode, closeReason := wire.CloseNormal, "agent leaving"
 	defer func() { _ = bc.CloseWithCode(closeCode, closeReason) }()
 	sc, err := semantics.NewConn(bc, semantics.Config{Limits: a.cfg.Limits, Logger: a.log})
@@ -413,6 +506,10 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint) (*link, error) {
 	a.renewEvery = time.Duration(acc.LeaseRenewIntervalMs) * time.Millisecond
 	a.maxBackoff = time.Duration(acc.MaxBackoffMs) * time.Millisecond
 	a.alternates = append([]string(nil), acc.AlternateEndpoints...)
+	a.stagger = a.stagger[:0]
+	for _, ms := range acc.FallbackStaggerMs {
+		a.stagger = append(a.stagger, time.Duration(ms)*time.Millisecond)
+	}
 	a.mu.Unlock()
 	if a.st.registrations.Add(1) > 1 {
 		a.st.reconnects.Add(1)

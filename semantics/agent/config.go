@@ -87,6 +87,10 @@ type Config struct {
 	Executor     Executor // required for RoleAgent
 	MaxParallel  int      // concurrent attempts; 0 → 1
 	Backoff      Backoff
+	// FallbackStagger delays the i-th fallback endpoint's dial (happy
+	// eyeballs) until the daemon sends its own in RegistrationAcceptedV1.
+	// Empty means sequential failover.
+	FallbackStagger []time.Duration
 	// RequestTimeout is the deadline of each request (hello, register,
 	// resync, renew, completion); 0 → DefaultRequestTimeout.
 	RequestTimeout time.Duration

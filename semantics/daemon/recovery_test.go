@@ -436,3 +436,46 @@ func TestAgentAnswersDuplicateOfferOnce(t *testing.T) {
 		}
 	})
 }
+
+// blackhole is an endpoint whose dial hangs until its context ends.
+type blackhole struct{}
+
+func (blackhole) Dial(ctx context.Context, addr string) (semantics.BackendConn, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestFallbackStaggerAndFailover: with a hanging first endpoint the agent
+// reaches the second after the fallback stagger (happy eyeballs), well
+// before the first dial times out; without a stagger it fails over after
+// the timeout.
+func TestFallbackStaggerAndFailover(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		w := newWorld(t, b)
+		id := w.newIdentity()
+		start := time.Now()
+		a, _, _ := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+			c.RequestTimeout = 3 * time.Second
+			c.FallbackStagger = []time.Duration{20 * time.Millisecond}
+			c.Endpoints = append([]agent.Endpoint{{Address: "blackhole", Dialer: blackhole{}, Backend: "none"}}, c.Endpoints...)
+		})
+		s := awaitConnected(t, a)
+		if el := time.Since(start); el > 2*time.Second {
+			t.Fatalf("connected after %v: the fallback waited for the hanging dial", el)
+		}
+		if s.Endpoint != w.addr {
+			t.Fatalf("connected to %s", s.Endpoint)
+		}
+		// Sequential failover: the hanging dial must time out first.
+		id2 := w.newIdentity()
+		start = time.Now()
+		a2, _, _ := w.startAgent(id2, newCountingExec(false), func(c *agent.Config) {
+			c.RequestTimeout = 300 * time.Millisecond
+			c.Endpoints = append([]agent.Endpoint{{Address: "blackhole", Dialer: blackhole{}, Backend: "none"}}, c.Endpoints...)
+		})
+		awaitConnected(t, a2)
+		if el := time.Since(start); el < 300*time.Millisecond {
+			t.Fatalf("sequential failover connected after %v, before the first dial's timeout", el)
+		}
+	})
+}
