@@ -354,7 +354,7 @@ func (a *Agent) dialStaggered(ctx context.Context, eps []Endpoint) (int, semanti
 	a.mu.Lock()
 	stagger := append([]time.Duration(nil), a.stagger...)
 	a.mu.Unlock()
-	dctx, cancel := context.WithTimeout(ctx, a.cfg.RequestTimeout)
+	race, cancel := context.WithCancel(ctx) // ends the losers once a dial won
 	results := make(chan dialResult, len(eps))
 	next, inflight := 0, 0
 	failed := map[int]error{}
@@ -363,6 +363,8 @@ func (a *Agent) dialStaggered(ctx context.Context, eps []Endpoint) (int, semanti
 		next++
 		inflight++
 		go func() {
+			dctx, dcancel := context.WithTimeout(race, a.cfg.RequestTimeout) // each dial its own deadline
+			defer dcancel()
 			bc, err := eps[i].Dialer.Dial(dctx, eps[i].Address)
 			results <- dialResult{i, bc, err}
 		}()
@@ -398,15 +400,15 @@ func (a *Agent) dialStaggered(ctx context.Context, eps []Endpoint) (int, semanti
 				}
 				continue
 			}
-			// The winner. Close late successes of the others, in the
-			// background, then release the dial context.
+			// The winner: abort the other dials and close any that
+			// completed anyway, in the background.
+			cancel()
 			go func(n int) {
 				for ; n > 0; n-- {
 					if l := <-results; l.err == nil {
 						_ = l.bc.CloseWithCode(wire.CloseNormal, "lost the dial race")
 					}
 				}
-				cancel()
 			}(inflight)
 			return r.i, r.bc, failed
 		case <-tick:
