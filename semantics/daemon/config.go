@@ -121,7 +121,9 @@ type Hooks struct {
 	// OnCompletion: the authority answered a completion; called after the
 	// authority committed and before CompletionAckV1 is written.
 	OnCompletion func(CompletionEvent)
-	// OnPhase: an agent reported a phase change.
+	// OnPhase: an agent reported a phase change (PhaseChangeV1, or a
+	// heartbeat re-asserting a phase the daemon had not seen). Repeats of
+	// the last phase of an attempt are not reported.
 	OnPhase func(PhaseEvent)
 	// OnLeaseAnswer: an agent accepted or rejected an offer (duplicates
 	// included, with Duplicate set).

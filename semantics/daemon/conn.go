@@ -55,6 +55,7 @@ type conn struct {
 	fencedBy   wire.TransportSessionId
 	violations int
 	lastHB     time.Time
+	phases     map[wire.JobAttemptId]agentwire.AttemptPhase // last reported, read goroutine only
 	hbTimer    *time.Timer
 	closeOnce  sync.Once
 	closeErr   error
@@ -316,8 +317,14 @@ func (c *conn) handle(env *wire.Envelope) {
 	case *agentwire.AttemptCompletionV1:
 		c.onCompletion(env, m)
 	case *agentwire.PhaseChangeV1:
-		if h := c.d.cfg.Hooks.OnPhase; h != nil {
-			h(PhaseEvent{Runner: c.runner, Attempt: m.Attempt, Lease: m.Lease, Phase: m.Phase})
+		if p, ok := c.phases[m.Attempt]; !ok || p != m.Phase {
+			if c.phases == nil {
+				c.phases = map[wire.JobAttemptId]agentwire.AttemptPhase{}
+			}
+			if len(c.phases) < agentwire.MaxActiveAttempts {
+				c.phases[m.Attempt] = m.Phase
+			}
+			c.phaseEvent(m.Attempt, m.Lease, m.Phase)
 		}
 	case *agentwire.CapabilityUpdateV1, *admin.AdminAckV1, *agentwire.CancelAckV1:
 		// Capability snapshots are the scheduler's business; admin acks and
@@ -326,6 +333,12 @@ func (c *conn) handle(env *wire.Envelope) {
 		c.logger().Debug("agent reported an error", "code", m.Code, "retry", m.Retry)
 	default:
 		c.replyErr(env, wire.ErrCodeUnknownMessage, wire.RetryUnsupported, nameOf(t)+" is not served on the control stream")
+	}
+}
+
+func (c *conn) phaseEvent(attempt wire.JobAttemptId, lease wire.LeaseId, p agentwire.AttemptPhase) {
+	if h := c.d.cfg.Hooks.OnPhase; h != nil {
+		h(PhaseEvent{Runner: c.runner, Attempt: attempt, Lease: lease, Phase: p})
 	}
 }
 
@@ -624,6 +637,16 @@ func (c *conn) onHeartbeat(env *wire.Envelope, m *agentwire.HeartbeatV1) {
 	d.mu.Unlock()
 	c.resetLiveness()
 	c.reply(env, &agentwire.HeartbeatAckV1{Seq: m.Seq, ServerTimeMs: uint64(d.now().UnixMilli())})
+	// Heartbeats re-assert phases whose PhaseChangeV1 was lost; the set of
+	// remembered attempts is the heartbeat's (≤ MaxActiveAttempts).
+	next := make(map[wire.JobAttemptId]agentwire.AttemptPhase, len(m.ActiveAttempts))
+	for _, a := range m.ActiveAttempts {
+		next[a.Attempt] = a.Phase
+		if p, ok := c.phases[a.Attempt]; !ok || p != a.Phase {
+			c.phaseEvent(a.Attempt, a.Lease, a.Phase)
+		}
+	}
+	c.phases = next
 }
 
 func (c *conn) sendOffer(of *offer) {

@@ -171,3 +171,47 @@ func TestConfigValidation(t *testing.T) {
 	}
 	_ = d.Shutdown(context.Background())
 }
+
+// TestPhaseReported: a phase sent best effort, or only re-asserted in a
+// heartbeat, reaches Hooks.OnPhase once per change.
+func TestPhaseReported(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		phases := make(chan daemon.PhaseEvent, 16)
+		w := newWorld(t, b, slowHeartbeat, func(c *daemon.Config) {
+			c.Hooks.OnPhase = func(p daemon.PhaseEvent) { phases <- p }
+		})
+		id := w.newIdentity()
+		sess := wire.NewAgentSessionId()
+		rc := w.dialRaw(id)
+		rc.join(sess)
+		att, lease := wire.NewJobAttemptId(), wire.NewLeaseId()
+		if _, err := rc.ch.SendMsg(&agentwire.PhaseChangeV1{Attempt: att, Lease: lease, Phase: agentwire.PhasePreparing, AtMs: 1}); err != nil {
+			t.Fatal(err)
+		}
+		hb := func(seq uint64, p agentwire.AttemptPhase) {
+			_, err := rc.call(&agentwire.HeartbeatV1{Runner: id.runner, Session: sess, Seq: seq, CapabilityDigest: wire.CapabilityDigest{Digest: wire.Digest{9}},
+				ActiveAttempts: []agentwire.ActiveAttemptV1{{Attempt: att, Lease: lease, Phase: p}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		hb(1, agentwire.PhasePreparing) // same phase: not reported again
+		hb(2, agentwire.PhaseRunning)   // the PhaseChangeV1 for Running was "lost"
+		want := []agentwire.AttemptPhase{agentwire.PhasePreparing, agentwire.PhaseRunning}
+		for _, p := range want {
+			select {
+			case ev := <-phases:
+				if ev.Phase != p || ev.Attempt != att || ev.Runner != id.runner {
+					t.Fatalf("event %+v, want %s", ev, p)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no %s event", p)
+			}
+		}
+		select {
+		case ev := <-phases:
+			t.Fatalf("unexpected event %+v", ev)
+		default:
+		}
+	})
+}
