@@ -75,6 +75,7 @@ type link struct {
 	transport wire.TransportSessionId
 	epoch     uint64
 	protocol  wire.ProtocolVersion
+	features  wire.FeatureSet
 	goaway    chan struct{}
 	goOnce    sync.Once
 	reconnect time.Duration
@@ -122,6 +123,7 @@ type Status struct {
 	Endpoint         string
 	Backend          string
 	Protocol         wire.ProtocolVersion
+	Features         wire.FeatureSet // negotiated: the daemon's and the agent's in common
 	Transport        wire.TransportSessionId
 	Epoch            uint64
 	LastHeartbeatAck time.Time
@@ -202,6 +204,7 @@ func (a *Agent) Status() Status {
 	s := Status{Epoch: a.epoch, LastHeartbeatAck: a.lastAck, Draining: a.draining}
 	if l := a.link; l != nil {
 		s.Connected, s.Endpoint, s.Backend, s.Protocol, s.Transport = true, l.ep.Address, l.bc.Backend(), l.protocol, l.transport
+		s.Features = l.features
 	}
 	for id, at := range a.attempts {
 		if !at.finished {
@@ -470,7 +473,7 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendCo
 	default:
 		return nil, errors.New("agent: unexpected answer to hello")
 	}
-	l.transport, l.protocol = ack.TransportSession, ack.Negotiated
+	l.transport, l.protocol, l.features = ack.TransportSession, ack.Negotiated, ack.Features.Intersect(a.cfg.Features)
 	l.ch.SetProtocol(ack.Negotiated)
 
 	// Register.

@@ -52,18 +52,26 @@ func TestLeaseLifecycle(t *testing.T) {
 // TestNegotiatesHighestVersion: the highest version in both ranges wins.
 func TestNegotiatesHighestVersion(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b, func(c *daemon.Config) { c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 5)} })
+		w := newWorld(t, b, func(c *daemon.Config) {
+			c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 5)}
+			c.Features = wire.Features(wire.FeatureLogResumeV1, wire.FeatureSigningV1)
+		})
 		id := w.newIdentity()
 		a, _, _ := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
 			c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 3)}
+			c.Features = wire.Features(wire.FeatureLogResumeV1, wire.FeatureDeviceControlV1)
 		})
 		s := w.awaitRegistered(id.runner)
 		if s.Protocol != wire.V(1, 3) {
 			t.Fatalf("daemon negotiated %s, want 1.3", s.Protocol)
 		}
 		w.awaitActive(id.runner)
-		if got := awaitConnected(t, a).Protocol; got != wire.V(1, 3) {
-			t.Fatalf("agent negotiated %s, want 1.3", got)
+		st := awaitConnected(t, a)
+		if st.Protocol != wire.V(1, 3) {
+			t.Fatalf("agent negotiated %s, want 1.3", st.Protocol)
+		}
+		if st.Features != wire.Features(wire.FeatureLogResumeV1) {
+			t.Fatalf("features %s, want the intersection {LogResumeV1}", st.Features)
 		}
 	})
 }
