@@ -48,21 +48,23 @@ type Agent struct {
 	wg     sync.WaitGroup
 	runMu  sync.Mutex
 
-	mu         sync.Mutex
-	link       *link         // current registered transport, nil when none
-	linkCh     chan struct{} // closed and replaced when link changes
-	attempts   map[wire.JobAttemptId]*attempt
-	answers    map[wire.LeaseId]OfferEvent
-	ansOrder   []wire.LeaseId
-	draining   bool
-	epoch      uint64
-	hbEvery    time.Duration
-	renewEvery time.Duration
-	maxBackoff time.Duration
-	alternates []string
-	stagger    []time.Duration // fallback dial delays (happy eyeballs)
-	lastAck    time.Time
-	hbSeq      uint64
+	mu          sync.Mutex
+	link        *link         // current registered transport, nil when none
+	linkCh      chan struct{} // closed and replaced when link changes
+	attempts    map[wire.JobAttemptId]*attempt
+	answers     map[wire.LeaseId]OfferEvent
+	ansOrder    []wire.LeaseId
+	draining    bool
+	epoch       uint64
+	hbEvery     time.Duration
+	renewEvery  time.Duration
+	maxBackoff  time.Duration
+	alternates  []string
+	stagger     []time.Duration // fallback dial delays (happy eyeballs)
+	preferred   []string        // GoAway alternates, dialed first until preferUntil
+	preferUntil time.Time
+	lastAck     time.Time
+	hbSeq       uint64
 
 	st agentStats
 }
@@ -322,15 +324,32 @@ func (a *Agent) backoff(n int) time.Duration {
 	return time.Duration(rand.Int64N(int64(d) + 1))
 }
 
-// endpoints returns the configured endpoints then the daemon's alternates
-// (dialed with the first endpoint's dialer).
+// endpoints returns the dial order: a GoAway's alternates while its
+// try_for window lasts, the configured endpoints, then the alternates from
+// the last registration (alternates are dialed with the first endpoint's
+// dialer).
 func (a *Agent) endpoints() []Endpoint {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	eps := append([]Endpoint(nil), a.cfg.Endpoints...)
+	var eps []Endpoint
 	seen := map[string]bool{}
-	for _, e := range eps {
-		seen[e.Address] = true
+	alt := func(addr string) {
+		if !seen[addr] {
+			seen[addr] = true
+			eps = append(eps, Endpoint{Address: addr, Dialer: a.cfg.Endpoints[0].Dialer, Backend: a.cfg.Endpoints[0].Backend})
+		}
+	}
+	// After a GoAway its alternates come first for try_for_ms.
+	if a.now().Before(a.preferUntil) {
+		for _, addr := range a.preferred {
+			alt(addr)
+		}
+	}
+	for _, e := range a.cfg.Endpoints {
+		if !seen[e.Address] {
+			seen[e.Address] = true
+			eps = append(eps, e)
+		}
 	}
 	for _, alt := range a.alternates {
 		if !seen[alt] {
@@ -662,7 +681,8 @@ func (a *Agent) handle(l *link, env *wire.Envelope) {
 		}
 	case *agentwire.GoAwayV1:
 		a.mu.Lock()
-		a.alternates = append([]string(nil), m.AlternateEndpoints...)
+		a.preferred = append([]string(nil), m.AlternateEndpoints...)
+		a.preferUntil = a.now().Add(time.Duration(m.ReconnectInMs+m.TryForMs) * time.Millisecond)
 		a.mu.Unlock()
 		l.reconnect = time.Duration(m.ReconnectInMs) * time.Millisecond
 		l.goOnce.Do(func() { close(l.goaway) })

@@ -490,7 +490,7 @@ func (d *Daemon) DisableRunner(ctx context.Context, runner wire.RunnerId, reason
 	return nil
 }
 
-// Shutdown stops accepting, sends GoAwayV1{CloseShutdown} to every agent
+// Shutdown refuses new connections, sends GoAwayV1{CloseShutdown} to every agent
 // (reconnect_in jittered per agent, alternate endpoints), waits for the
 // agents to leave or ctx, then closes the rest with CloseShutdown and stops
 // the background loops. It returns ctx's error if agents were still
@@ -505,9 +505,14 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	d.mu.Unlock()
-	for _, l := range ls {
-		_ = l.Close()
-	}
+	// Listeners close last: closing a QUIC listener ends the connections
+	// accepted from it, and the agents must read their GoAway first. New
+	// connections meanwhile are refused by newConn.
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
 	tryFor := uint32(d.timing.MaxBackoff.Milliseconds())
 	for _, c := range conns {
 		ch := c.channel()

@@ -17,11 +17,11 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
-// TestSecondDaemonSharedPostgres (§229): two daemons share one PostgreSQL
+// TestSecondDaemonSharedPostgres (§229): daemons share one PostgreSQL
 // authority. The agent runs an attempt on daemon 1; daemon 1 shuts down
-// (GoAway naming daemon 2); the agent reconnects to daemon 2 under the
-// same agent session, resyncs (Continue) and completes there, exactly
-// once.
+// (GoAway naming daemon 2, preferred over the agent's next configured
+// endpoint); the agent reconnects to daemon 2 under the same agent
+// session, resyncs (Continue) and completes there, exactly once.
 func TestSecondDaemonSharedPostgres(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		dsn := pgtest.Shared(t).NewDatabase(t)
@@ -35,13 +35,18 @@ func TestSecondDaemonSharedPostgres(t *testing.T) {
 		}
 		pki := trusttest.NewPKI(t)
 		w2 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) { c.ID = "daemon-2" })
+		w3 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) { c.ID = "daemon-3" })
 		w1 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) {
 			c.ID = "daemon-1"
 			c.AlternateEndpoints = []string{w2.addr}
 		})
 		id := w1.newIdentity()
 		exec := newCountingExec(true)
-		a, _, _ := w1.startAgent(id, exec)
+		// Configured: daemon 1 then daemon 3; the GoAway must steer the
+		// agent to daemon 2 instead of its next configured endpoint.
+		a, _, _ := w1.startAgent(id, exec, func(c *agent.Config) {
+			c.Endpoints = append(c.Endpoints, agent.Endpoint{Address: w3.addr, Dialer: c.Endpoints[0].Dialer, Backend: b.name})
+		})
 		w1.awaitActive(id.runner)
 		go func() { _, _ = w1.d.OfferLease(context.Background(), id.runner, offer(20)) }()
 		job := awaitStart(t, exec)
