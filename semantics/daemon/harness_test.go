@@ -279,10 +279,22 @@ func (w *world) startAgent(id identity, exec agent.Executor, opts ...agentOpt) (
 	for _, o := range opts {
 		o(&cfg)
 	}
+	connected := make(chan struct{}, 1)
+	user := cfg.Hooks.OnConnected
+	cfg.Hooks.OnConnected = func(s agent.Status) {
+		if user != nil {
+			user(s)
+		}
+		select {
+		case connected <- struct{}{}:
+		default:
+		}
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	connEvents.Store(a, connected)
 	runErr := make(chan error, 1)
 	done := make(chan struct{})
 	go func() { defer close(done); runErr <- a.Run(context.Background()) }()
@@ -313,19 +325,31 @@ func (w *world) awaitRegistered(runner wire.RunnerId) daemon.SessionInfo {
 	}
 }
 
+// connEvents maps each test agent to the channel its OnConnected hook
+// signals.
+var connEvents sync.Map
+
 // awaitConnected waits until the agent reports a registered, resynced
-// transport (polling: Status has no change event).
+// transport: it checks Status and otherwise waits for the next
+// OnConnected event.
 func awaitConnected(t *testing.T, a *agent.Agent) agent.Status {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	v, ok := connEvents.Load(a)
+	if !ok {
+		t.Fatal("agent not started by startAgent")
+	}
+	deadline := time.After(10 * time.Second)
+	for {
 		if s := a.Status(); s.Connected {
 			return s
 		}
-		time.Sleep(2 * time.Millisecond)
+		select {
+		case <-v.(chan struct{}):
+		case <-deadline:
+			t.Fatal("agent never connected")
+			return agent.Status{}
+		}
 	}
-	t.Fatal("agent never connected")
-	return agent.Status{}
 }
 
 // awaitActive waits until the runner can take leases (registered and
