@@ -458,7 +458,9 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: key proof does not verify", wire.CloseAuthenticationFailure)
 		return
 	}
-	grant, err := d.auth.RegisterSession(context.Background(), authority.Registration{Runner: m.Runner, Session: m.Session,
+	actx, acancel := c.authCtx()
+	defer acancel()
+	grant, err := d.auth.RegisterSession(actx, authority.Registration{Runner: m.Runner, Session: m.Session,
 		Transport: c.transport, Daemon: d.cfg.ID, Remote: c.bc.RemoteAddr().String(), Now: d.now()})
 	switch {
 	case errors.Is(err, authority.ErrRunnerDisabled):
@@ -542,6 +544,12 @@ func (c *conn) fence(holder *conn, epoch uint64) {
 	c.closeLater(wire.CloseSessionFenced, "a newer transport took over this agent session")
 }
 
+// authCtx bounds one authority call by the request timeout (and ends at
+// Shutdown), so a stuck database cannot wedge the read loop forever.
+func (c *conn) authCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.d.ctx, c.d.timing.RequestTimeout)
+}
+
 func (c *conn) ref() authority.SessionRef {
 	return authority.SessionRef{Session: c.session, Epoch: c.epoch}
 }
@@ -561,7 +569,9 @@ func (c *conn) onResync(env *wire.Envelope, m *agentwire.AgentResyncV1) {
 		claims[i] = authority.AttemptClaim{Attempt: a.Attempt, Lease: a.Lease}
 	}
 	now := d.now()
-	decs, err := d.auth.Resync(context.Background(), c.ref(), claims, now)
+	actx, acancel := c.authCtx()
+	defer acancel()
+	decs, err := d.auth.Resync(actx, c.ref(), claims, now)
 	switch {
 	case errors.Is(err, authority.ErrFenced):
 		c.fencedErr(env)
@@ -667,18 +677,24 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	now := d.now()
 	var err error
 	if accepted {
-		_, err = d.auth.AcceptLease(context.Background(), lease, attempt, c.ref(), now)
+		actx, acancel := c.authCtx()
+		defer acancel()
+		_, err = d.auth.AcceptLease(actx, lease, attempt, c.ref(), now)
 		if errors.Is(err, authority.ErrStaleLease) {
 			// The first answer was lost in a cut and the attempt already
 			// completed on a later transport: the re-sent offer's answer
 			// is late, not stale.
-			if l, lerr := d.auth.Lease(context.Background(), lease); lerr == nil && l.State == authority.LeaseCompleted &&
+			actx, acancel := c.authCtx()
+			defer acancel()
+			if l, lerr := d.auth.Lease(actx, lease); lerr == nil && l.State == authority.LeaseCompleted &&
 				l.Session == c.session && l.Attempt == attempt {
 				err = nil
 			}
 		}
 	} else {
-		err = d.auth.RejectLease(context.Background(), lease, attempt, c.ref(), now)
+		actx, acancel := c.authCtx()
+		defer acancel()
+		err = d.auth.RejectLease(actx, lease, attempt, c.ref(), now)
 	}
 	d.mu.Lock()
 	of := d.offers[lease]
@@ -720,7 +736,9 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 	d := c.d
 	now := d.now()
-	res, err := d.auth.RenewLease(context.Background(), env.MessageID, m.Lease, m.Attempt, c.ref(), now)
+	actx, acancel := c.authCtx()
+	defer acancel()
+	res, err := d.auth.RenewLease(actx, env.MessageID, m.Lease, m.Attempt, c.ref(), now)
 	switch {
 	case errors.Is(err, authority.ErrFenced):
 		c.fencedErr(env)
@@ -751,7 +769,9 @@ func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1
 	d := c.d
 	start := time.Now()
 	result := m.Result
-	ack, err := d.auth.CompleteAttempt(context.Background(), authority.Completion{MessageID: env.MessageID, Attempt: m.Attempt,
+	actx, acancel := c.authCtx()
+	defer acancel()
+	ack, err := d.auth.CompleteAttempt(actx, authority.Completion{MessageID: env.MessageID, Attempt: m.Attempt,
 		Lease: m.Lease, Session: c.ref(), Result: EncodeResult(result), Outputs: m.Outputs, Now: d.now()})
 	switch {
 	case errors.Is(err, authority.ErrFenced):
