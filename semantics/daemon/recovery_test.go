@@ -349,6 +349,73 @@ func TestDrainAndResume(t *testing.T) {
 	})
 }
 
+// fakeConn is one agent connection served by hand (a hand-made daemon).
+type fakeConn struct {
+	t   *testing.T
+	ctx context.Context
+	bc  semantics.BackendConn
+	ch  *control.Channel
+	in  chan *wire.Envelope
+}
+
+// acceptFake accepts the agent's next connection on l and runs hello,
+// registration (epoch) and resync, answering the resync with decide (nil:
+// no results).
+func acceptFake(t *testing.T, l semantics.BackendListener, a *agent.Agent, epoch uint64,
+	decide func(*agentwire.AgentResyncV1) *agentwire.ResyncResponseV1) *fakeConn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	bc, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bc.CloseWithCode(wire.CloseNormal, "") })
+	sc, _ := semantics.NewConn(bc, semantics.Config{})
+	st, err := sc.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeConn{t: t, ctx: ctx, bc: bc, ch: control.New(st, control.Config{}), in: make(chan *wire.Envelope, 64)}
+	go func() { _ = f.ch.Run(func(e *wire.Envelope) { f.in <- e }, nil) }()
+	tr := wire.NewTransportSessionId()
+	_ = f.ch.Reply(f.recv(), &agentwire.HelloAckV1{Negotiated: wire.Current, ServerRange: wire.Supported, TransportSession: tr,
+		ServerTimeMs: 1, Challenge: [32]byte{1}})
+	_ = f.ch.Reply(f.recv(), &agentwire.RegistrationAcceptedV1{Session: a.Session(), Epoch: epoch, TransportSession: tr,
+		HeartbeatIntervalMs: 10000, LeaseRenewIntervalMs: 10000, MaxBackoffMs: 20, ServerTimeMs: 1})
+	rs := f.recv()
+	resp := &agentwire.ResyncResponseV1{}
+	if decide != nil {
+		resp = decide(rs.Payload.(*agentwire.AgentResyncV1))
+	}
+	_ = f.ch.Reply(rs, resp)
+	return f
+}
+
+// recv returns the next message that is not a heartbeat or phase change.
+func (f *fakeConn) recv() *wire.Envelope {
+	f.t.Helper()
+	for {
+		select {
+		case e := <-f.in:
+			switch e.Payload.(type) {
+			case *agentwire.HeartbeatV1, *agentwire.PhaseChangeV1:
+				continue
+			}
+			return e
+		case <-f.ctx.Done():
+			f.t.Fatal("agent went silent")
+			return nil
+		}
+	}
+}
+
+func fakeOffer(a *agent.Agent, i int) *agentwire.LeaseOfferV1 {
+	return &agentwire.LeaseOfferV1{Lease: wire.NewLeaseId(), Attempt: wire.NewJobAttemptId(), Job: wire.NewJobId(), SpecID: spec(i),
+		ExpiresAtMs: uint64(time.Now().Add(time.Minute).UnixMilli()), TTLMs: 60000,
+		PayloadRef: wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: wire.Digest{1}, Size: 1}, Session: a.Session(), Epoch: 1}
+}
+
 // TestAgentAnswersDuplicateOfferOnce drives a real agent with a hand-made
 // daemon on every backend: the same offer (same MessageId) delivered three
 // times gets three identical answers and one execution.
@@ -360,72 +427,27 @@ func TestAgentAnswersDuplicateOfferOnce(t *testing.T) {
 		id := w.newIdentity()
 		exec := newCountingExec(false)
 		a, _, _ := w.startAgent(id, exec)
-
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		bc, err := l.Accept(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer bc.CloseWithCode(wire.CloseNormal, "")
-		sc, _ := semantics.NewConn(bc, semantics.Config{})
-		st, err := sc.AcceptStream(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch := control.New(st, control.Config{})
-		in := make(chan *wire.Envelope, 64)
-		go func() { _ = ch.Run(func(e *wire.Envelope) { in <- e }, nil) }()
-		recv := func() *wire.Envelope {
-			t.Helper()
-			for {
-				select {
-				case e := <-in:
-					if _, hb := e.Payload.(*agentwire.HeartbeatV1); !hb {
-						return e
-					}
-				case <-ctx.Done():
-					t.Fatal("agent went silent")
-				}
-			}
-		}
-		tr := wire.NewTransportSessionId()
-		hello := recv()
-		_ = ch.Reply(hello, &agentwire.HelloAckV1{Negotiated: wire.Current, ServerRange: wire.Supported, TransportSession: tr,
-			ServerTimeMs: 1, Challenge: [32]byte{1}})
-		reg := recv()
-		_ = ch.Reply(reg, &agentwire.RegistrationAcceptedV1{Session: a.Session(), Epoch: 1, TransportSession: tr,
-			HeartbeatIntervalMs: 10000, LeaseRenewIntervalMs: 10000, MaxBackoffMs: 100, ServerTimeMs: 1})
-		rs := recv()
-		_ = ch.Reply(rs, &agentwire.ResyncResponseV1{})
+		f := acceptFake(t, l, a, 1, nil)
 		awaitConnected(t, a)
-		o := &agentwire.LeaseOfferV1{Lease: wire.NewLeaseId(), Attempt: wire.NewJobAttemptId(), Job: wire.NewJobId(), SpecID: spec(1),
-			ExpiresAtMs: uint64(time.Now().Add(time.Minute).UnixMilli()), TTLMs: 60000,
-			PayloadRef: wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: wire.Digest{1}, Size: 1}, Session: a.Session(), Epoch: 1}
+		o := fakeOffer(a, 1)
 		id1 := wire.NewMessageId()
 		for i := 0; i < 3; i++ {
-			if _, err := ch.Send(control.Out{ID: id1, Msg: o}); err != nil {
+			if _, err := f.ch.Send(control.Out{ID: id1, Msg: o}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		var answers []wire.Message
-		for len(answers) < 3 {
-			e := recv()
-			if acc, ok := e.Payload.(*agentwire.LeaseAcceptedV1); ok {
-				if wire.MessageId(e.CorrelationID) != id1 || acc.Lease != o.Lease {
-					t.Fatalf("answer %+v correlates to %s", acc, e.CorrelationID)
+		for n := 0; n < 3; {
+			e := f.recv()
+			switch m := e.Payload.(type) {
+			case *agentwire.LeaseAcceptedV1:
+				if wire.MessageId(e.CorrelationID) != id1 || m.Lease != o.Lease {
+					t.Fatalf("answer %+v correlates to %s", m, e.CorrelationID)
 				}
-				answers = append(answers, acc)
-			} else if _, ok := e.Payload.(*agentwire.LeaseRejectedV1); ok {
-				t.Fatalf("duplicate offer rejected: %+v", e.Payload)
-			}
-		}
-		// The completion arrives once; ack it.
-		for {
-			e := recv()
-			if c, ok := e.Payload.(*agentwire.AttemptCompletionV1); ok {
-				_ = ch.Reply(e, &agentwire.CompletionAckV1{Attempt: c.Attempt, Lease: c.Lease, Kind: agentwire.AckAccepted})
-				break
+				n++
+			case *agentwire.LeaseRejectedV1:
+				t.Fatalf("duplicate offer rejected: %+v", m)
+			case *agentwire.AttemptCompletionV1:
+				_ = f.ch.Reply(e, &agentwire.CompletionAckV1{Attempt: m.Attempt, Lease: m.Lease, Kind: agentwire.AckAccepted})
 			}
 		}
 		if exec.count(o.Attempt) != 1 {
@@ -433,6 +455,64 @@ func TestAgentAnswersDuplicateOfferOnce(t *testing.T) {
 		}
 		if a.Stats().DuplicatesAbsorbed != 2 {
 			t.Fatalf("duplicates absorbed %d", a.Stats().DuplicatesAbsorbed)
+		}
+	})
+}
+
+// TestAgentResyncDecisions: after a reconnect, Stale stops an attempt and
+// discards it (no completion), Cancel stops it and reports Cancelled,
+// Continue keeps it running.
+func TestAgentResyncDecisions(t *testing.T) {
+	backends(t, func(t *testing.T, b backend) {
+		pki := trusttest.NewPKI(t)
+		l, addr := b.listen(t, pki.ServerConfig(t, "localhost"))
+		w := &world{t: t, b: b, pki: pki, addr: addr}
+		id := w.newIdentity()
+		exec := newCountingExec(true)
+		cancels := make(chan wire.JobAttemptId, 8)
+		a, _, _ := w.startAgent(id, exec, func(c *agent.Config) {
+			c.Hooks.OnCancel = func(att wire.JobAttemptId, _ agentwire.CancellationReason) { cancels <- att }
+		})
+		f := acceptFake(t, l, a, 1, nil)
+		awaitConnected(t, a)
+		offers := []*agentwire.LeaseOfferV1{fakeOffer(a, 1), fakeOffer(a, 2), fakeOffer(a, 3)}
+		for _, o := range offers {
+			_, _ = f.ch.SendMsg(o)
+			awaitStart(t, exec)
+		}
+		_ = f.bc.CloseWithCode(wire.CloseInternalError, "daemon crashed")
+		stale, cancel, cont := offers[0], offers[1], offers[2]
+		f2 := acceptFake(t, l, a, 2, func(r *agentwire.AgentResyncV1) *agentwire.ResyncResponseV1 {
+			if len(r.ActiveAttempts) != 3 {
+				t.Errorf("resync claims %d attempts", len(r.ActiveAttempts))
+			}
+			return &agentwire.ResyncResponseV1{Results: []agentwire.ResyncResultV1{
+				{Attempt: stale.Attempt, Lease: stale.Lease, Decision: agentwire.ResyncDecisionV1{Kind: agentwire.DecisionStale}},
+				{Attempt: cancel.Attempt, Lease: cancel.Lease, Decision: agentwire.ResyncDecisionV1{Kind: agentwire.DecisionCancel, Reason: agentwire.CancelUserRequested}},
+				{Attempt: cont.Attempt, Lease: cont.Lease, Decision: agentwire.ResyncDecisionV1{Kind: agentwire.DecisionContinue, ExpiresAtMs: 1, TTLMs: 1}},
+			}}
+		})
+		got := map[wire.JobAttemptId]bool{<-cancels: true, <-cancels: true}
+		if !got[stale.Attempt] || !got[cancel.Attempt] {
+			t.Fatalf("cancelled %v", got)
+		}
+		e := f2.recv()
+		c, ok := e.Payload.(*agentwire.AttemptCompletionV1)
+		if !ok || c.Attempt != cancel.Attempt || c.Result.Kind != agentwire.ResultCancelled {
+			t.Fatalf("first message after resync: %+v", e.Payload)
+		}
+		_ = f2.ch.Reply(e, &agentwire.CompletionAckV1{Attempt: c.Attempt, Lease: c.Lease, Kind: agentwire.AckAccepted})
+		deadline := time.Now().Add(5 * time.Second)
+		for s := a.Status(); len(s.Running) != 1 || s.Running[0] != cont.Attempt; s = a.Status() {
+			if time.Now().After(deadline) { // executors end asynchronously; no event marks it
+				t.Fatalf("running %v, want only the continued attempt", s.Running)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		close(exec.release)
+		e = f2.recv()
+		if c, ok := e.Payload.(*agentwire.AttemptCompletionV1); !ok || c.Attempt != cont.Attempt {
+			t.Fatalf("next message %+v: the stale attempt must never complete", e.Payload)
 		}
 	})
 }
