@@ -73,6 +73,7 @@ type DecodeError struct {
 
 // Error returns the code and the decoder's reason.
 func (e *DecodeError) Error() string { return "control: " + e.Code.String() + ": " + e.Err.Error() }
+
 // Unwrap returns the decoder error.
 func (e *DecodeError) Unwrap() error { return e.Err }
 
