@@ -153,6 +153,10 @@ func (d *Daemon) Serve(ctx context.Context, l semantics.BackendListener) error {
 	}
 	d.listeners = append(d.listeners, l)
 	d.mu.Unlock()
+	// Connections live on the caller's ctx, not on this accept loop: when
+	// Shutdown closes the listener, Serve returns but the connections stay up
+	// long enough to receive their GoAway and close with CloseShutdown.
+	connCtx := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -179,7 +183,7 @@ func (d *Daemon) Serve(ctx context.Context, l semantics.BackendListener) error {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			d.ServeConn(ctx, bc)
+			d.ServeConn(connCtx, bc)
 		}()
 	}
 }

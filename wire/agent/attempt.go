@@ -197,7 +197,9 @@ type ExecutionResultV1 struct {
 
 var maxExecutionResultSize = variant1 + maxI32 + strMax(MaxMessage)
 
-func (r *ExecutionResultV1) appendPostcard(b []byte) []byte {
+// AppendPostcard appends the result enum (discriminant, then the variant's
+// fields). Hosts store results in this encoding (e.g. the authority).
+func (r *ExecutionResultV1) AppendPostcard(b []byte) []byte {
 	b = postcard.AppendVariant(b, uint32(r.Kind))
 	switch r.Kind {
 	case ResultSucceeded:
@@ -211,7 +213,8 @@ func (r *ExecutionResultV1) appendPostcard(b []byte) []byte {
 	return b
 }
 
-func (r *ExecutionResultV1) decodePostcard(d *postcard.Decoder) {
+// DecodePostcard reads a result written by AppendPostcard.
+func (r *ExecutionResultV1) DecodePostcard(d *postcard.Decoder) {
 	*r = ExecutionResultV1{Kind: ExecutionResultKind(d.Variant(numExecutionResults))}
 	switch r.Kind {
 	case ResultSucceeded:
@@ -223,6 +226,9 @@ func (r *ExecutionResultV1) decodePostcard(d *postcard.Decoder) {
 		r.Message = d.String(MaxMessage)
 	}
 }
+
+// Validate checks the result on its own (as the completion's result field).
+func (r *ExecutionResultV1) Validate() error { return r.validate(nameAttemptCompletion) }
 
 func (r *ExecutionResultV1) validate(msg string) error {
 	const f = "result"
@@ -287,7 +293,7 @@ func (m *AttemptCompletionV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Attempt.ULID[:]...)
 	b = append(b, m.Lease.ULID[:]...)
 	b = append(b, m.Spec.Digest[:]...)
-	b = m.Result.appendPostcard(b)
+	b = m.Result.AppendPostcard(b)
 	b = postcard.AppendLen(b, len(m.Outputs))
 	for i := range m.Outputs {
 		b = m.Outputs[i].AppendPostcard(b)
@@ -302,7 +308,7 @@ func (m *AttemptCompletionV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Attempt.ULID)
 	wire.ReadULID(d, &m.Lease.ULID)
 	wire.ReadDigest(d, &m.Spec.Digest)
-	m.Result.decodePostcard(d)
+	m.Result.DecodePostcard(d)
 	m.Outputs = resize(m.Outputs, d.SeqLen(MaxOutputs, wire.CasObjectRefMinSize))
 	for i := range m.Outputs {
 		m.Outputs[i].DecodePostcard(d)
