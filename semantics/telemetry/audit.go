@@ -1,0 +1,223 @@
+package telemetry
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"forgeyard.dev/transport/wire"
+)
+
+// AuditEvent is a security audit event (§279). Its String is the stable
+// event name written as the "event" attribute.
+type AuditEvent uint8
+
+// Audit events. Names are stable: alerting rules select on them.
+const (
+	EventAuthFailure       AuditEvent = iota + 1 // "auth.failure": certificate, key proof or identity check failed
+	EventSessionFenced                           // "session.fenced": a transport lost control authority to a newer registration
+	EventClonedIdentity                          // "transport.cloned_identity": a fenced transport kept talking
+	EventDowngradeRejected                       // "protocol.downgrade_rejected": version or feature below policy refused
+	EventStaleLeaseReplay                        // "lease.stale_replay": a stale or superseded lease was replayed
+	EventMalformedSecurity                       // "message.malformed_security": a security-sensitive message failed to decode or validate
+	EventRunnerRevoked                           // "runner.revoked": a revoked or disabled runner was refused
+	numAuditEvents
+)
+
+var auditEventNames = [numAuditEvents]string{"",
+	"auth.failure", "session.fenced", "transport.cloned_identity", "protocol.downgrade_rejected",
+	"lease.stale_replay", "message.malformed_security", "runner.revoked"}
+
+// String returns the stable event name, or "unknown".
+func (e AuditEvent) String() string {
+	if e > 0 && e < numAuditEvents {
+		return auditEventNames[e]
+	}
+	return LabelUnknown
+}
+
+// AuditEvents lists every event.
+func AuditEvents() []AuditEvent {
+	out := make([]AuditEvent, 0, numAuditEvents-1)
+	for e := AuditEvent(1); e < numAuditEvents; e++ {
+		out = append(out, e)
+	}
+	return out
+}
+
+// AuditReason is the reason attribute: a closed set, so no free-form text
+// (which could carry a token or a payload) reaches the audit log.
+type AuditReason uint8
+
+// Audit reasons.
+const (
+	ReasonUnspecified         AuditReason = iota
+	ReasonBadCertificate                  // chain did not verify, expired, wrong CA
+	ReasonKeyProofFailed                  // registration key proof did not verify
+	ReasonRunnerMismatch                  // RunnerId differs from the certificate's
+	ReasonUnknownRunner                   // no such runner
+	ReasonRevoked                         // runner revoked or disabled
+	ReasonVersionBelowMinimum             // protocol version below policy minimum
+	ReasonFeatureDowngrade                // a required feature was not offered
+	ReasonNewerRegistration               // fenced by a newer registration of the session
+	ReasonFencedTraffic                   // traffic on a fenced transport
+	ReasonLeaseExpired                    // lease past its expiry
+	ReasonLeaseSuperseded                 // lease revoked or re-offered elsewhere
+	ReasonDecodeFailed                    // message failed to decode
+	ReasonValidationFailed                // message decoded but failed validation
+	ReasonSignatureInvalid                // signature did not verify
+	numAuditReasons
+)
+
+var auditReasonNames = [numAuditReasons]string{"unspecified",
+	"bad_certificate", "key_proof_failed", "runner_mismatch", "unknown_runner", "revoked",
+	"version_below_minimum", "feature_downgrade", "newer_registration", "fenced_traffic",
+	"lease_expired", "lease_superseded", "decode_failed", "validation_failed", "signature_invalid"}
+
+// String returns the stable reason name, or "unspecified".
+func (r AuditReason) String() string {
+	if r < numAuditReasons {
+		return auditReasonNames[r]
+	}
+	return auditReasonNames[ReasonUnspecified]
+}
+
+// Audit attribute keys: the only keys an audit record carries besides
+// "event" (§212: no payloads, keys or tokens).
+const (
+	AuditKeyEvent     = "event"
+	AuditKeyRunner    = "runner"
+	AuditKeySession   = "session"
+	AuditKeyTransport = "transport"
+	AuditKeyRemote    = "remote"
+	AuditKeyCode      = "code"
+	AuditKeyReason    = "reason"
+)
+
+// AuditAttr is one audit attribute. It has no exported fields: the only
+// way to make one is the constructors below, each of which renders a typed
+// value (an id, an address, an enum), so an audit record cannot carry
+// free-form text.
+type AuditAttr struct {
+	key, val string
+}
+
+// Runner is the runner attribute.
+func Runner(id wire.RunnerId) AuditAttr { return AuditAttr{AuditKeyRunner, id.String()} }
+
+// Session is the agent session attribute.
+func Session(id wire.AgentSessionId) AuditAttr { return AuditAttr{AuditKeySession, id.String()} }
+
+// Transport is the transport session attribute.
+func Transport(id wire.TransportSessionId) AuditAttr {
+	return AuditAttr{AuditKeyTransport, id.String()}
+}
+
+// Remote is the peer address attribute (diagnostic only, §205). Only an IP
+// address and port are recorded: an address that does not parse as one
+// (a custom net.Addr, a pipe) is recorded as its network name only.
+func Remote(addr net.Addr) AuditAttr {
+	return AuditAttr{AuditKeyRemote, remoteString(addr)}
+}
+
+// RemoteAddrPort is Remote for a netip.AddrPort.
+func RemoteAddrPort(ap netip.AddrPort) AuditAttr {
+	if !ap.IsValid() {
+		return AuditAttr{AuditKeyRemote, "invalid"}
+	}
+	return AuditAttr{AuditKeyRemote, ap.String()}
+}
+
+// Code is the protocol error code attribute (a code this build does not
+// define is recorded by number).
+func Code(c wire.ProtocolErrorCode) AuditAttr {
+	if c.Known() {
+		return AuditAttr{AuditKeyCode, c.String()}
+	}
+	return AuditAttr{AuditKeyCode, strconv.Itoa(int(c))}
+}
+
+// Reason is the reason attribute.
+func Reason(r AuditReason) AuditAttr { return AuditAttr{AuditKeyReason, r.String()} }
+
+func remoteString(addr net.Addr) string {
+	switch a := addr.(type) {
+	case nil:
+		return "none"
+	case *net.UDPAddr:
+		if a == nil {
+			return "none"
+		}
+		return a.AddrPort().String()
+	case *net.TCPAddr:
+		if a == nil {
+			return "none"
+		}
+		return a.AddrPort().String()
+	}
+	// Do not trust an arbitrary String(): accept it only if it is an
+	// address.
+	s := addr.String()
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.String()
+	}
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return ip.String()
+	}
+	return "unparsed(" + networkName(addr.Network()) + ")"
+}
+
+func networkName(n string) string {
+	switch n {
+	case "udp", "udp4", "udp6", "tcp", "tcp4", "tcp6", "unix", "unixgram", "unixpacket", "pipe", "memory":
+		return n
+	}
+	return "other"
+}
+
+// Audit writes security audit events (§279) as slog records at level Warn
+// with message "audit" and the attributes event, then runner, session,
+// transport, remote, code, reason as given (a repeated key keeps its last
+// value). It is safe for concurrent use; a nil *Audit drops events.
+type Audit struct {
+	log *slog.Logger
+}
+
+// NewAudit returns an Audit writing to log (slog.Default() when nil).
+func NewAudit(log *slog.Logger) *Audit {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Audit{log: log}
+}
+
+// Emit records event with attrs.
+func (a *Audit) Emit(ctx context.Context, event AuditEvent, attrs ...AuditAttr) {
+	if a == nil {
+		return
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if !a.log.Enabled(ctx, slog.LevelWarn) {
+		return
+	}
+	var buf [8]slog.Attr
+	out := append(buf[:0], slog.String(AuditKeyEvent, event.String()))
+next:
+	for _, at := range attrs {
+		if at.key == "" {
+			continue // zero AuditAttr
+		}
+		for i := 1; i < len(out); i++ {
+			if out[i].Key == at.key {
+				out[i].Value = slog.StringValue(at.val)
+				continue next
+			}
+		}
+		out = append(out, slog.String(at.key, at.val))
+	}
+	a.log.LogAttrs(ctx, slog.LevelWarn, "audit", out...)
+}

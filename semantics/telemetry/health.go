@@ -1,0 +1,285 @@
+package telemetry
+
+import (
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// HealthStatus summarizes a health report.
+type HealthStatus string
+
+// Health statuses. Handlers answer 200 for ok and degraded, 503 for down.
+const (
+	StatusOK       HealthStatus = "ok"       // everything in order
+	StatusDegraded HealthStatus = "degraded" // working, but needs attention (certificate expiring, stale heartbeat, a listener down)
+	StatusDown     HealthStatus = "down"     // not serving (no listener, certificate invalid, agent disconnected)
+)
+
+// CertExpiryWarning is how close to expiry a certificate makes a report
+// degraded.
+const CertExpiryWarning = 14 * 24 * time.Hour
+
+// ListenerHealth is one daemon listener.
+type ListenerHealth struct {
+	Backend string `json:"backend"`
+	Address string `json:"address"`
+	Active  bool   `json:"active"`
+	Error   string `json:"error,omitempty"` // why it is not active
+}
+
+// CertHealth describes a certificate's validity (§213 "cert valid"). Only
+// public fields of the certificate are recorded.
+type CertHealth struct {
+	Subject   string    `json:"subject"`
+	Issuer    string    `json:"issuer"`
+	NotBefore time.Time `json:"not_before"`
+	NotAfter  time.Time `json:"not_after"`
+	// Valid: now is within [NotBefore, NotAfter].
+	Valid bool `json:"valid"`
+	// DaysToExpiry is the whole days from now to NotAfter, rounded down;
+	// negative once expired.
+	DaysToExpiry int `json:"days_to_expiry"`
+}
+
+// CertHealthOf describes cert at time now. A nil cert gives the zero
+// CertHealth (not valid).
+func CertHealthOf(cert *x509.Certificate, now time.Time) CertHealth {
+	if cert == nil {
+		return CertHealth{}
+	}
+	left := cert.NotAfter.Sub(now)
+	days := int(left / (24 * time.Hour))
+	if left < 0 && left%(24*time.Hour) != 0 {
+		days-- // floor, not truncation toward zero
+	}
+	return CertHealth{
+		Subject:      cert.Subject.String(),
+		Issuer:       cert.Issuer.String(),
+		NotBefore:    cert.NotBefore.UTC(),
+		NotAfter:     cert.NotAfter.UTC(),
+		Valid:        !now.Before(cert.NotBefore) && !now.After(cert.NotAfter),
+		DaysToExpiry: days,
+	}
+}
+
+// DaemonHealth is the daemon's transport health (§213). The caller fills
+// the facts; Evaluate derives Status and Problems.
+type DaemonHealth struct {
+	Status      HealthStatus     `json:"status"`
+	Problems    []string         `json:"problems,omitempty"`
+	CheckedAt   time.Time        `json:"checked_at"`
+	Listeners   []ListenerHealth `json:"listeners"`
+	Certificate *CertHealth      `json:"certificate,omitempty"`
+	// Connections counts open transports; ByBackend splits them.
+	Connections          int            `json:"connections"`
+	ConnectionsByBackend map[string]int `json:"connections_by_backend,omitempty"`
+	// Sessions counts registered agent sessions.
+	Sessions          int   `json:"sessions"`
+	HandshakeFailures int64 `json:"handshake_failures"`
+}
+
+// Evaluate sets Status and Problems from the facts: down without an active
+// listener or with an invalid (or missing) certificate; degraded when a
+// listener is inactive or the certificate expires within CertExpiryWarning.
+func (h *DaemonHealth) Evaluate(now time.Time) {
+	h.CheckedAt = now.UTC()
+	h.Problems = nil
+	down, degraded := false, false
+	active := 0
+	for _, l := range h.Listeners {
+		if l.Active {
+			active++
+			continue
+		}
+		degraded = true
+		h.Problems = append(h.Problems, fmt.Sprintf("listener %s %s inactive", l.Backend, l.Address))
+	}
+	if active == 0 {
+		down = true
+		h.Problems = append(h.Problems, "no active listener")
+	}
+	switch c := h.Certificate; {
+	case c == nil:
+		down = true
+		h.Problems = append(h.Problems, "no certificate")
+	case !c.Valid:
+		down = true
+		h.Problems = append(h.Problems, "certificate not valid now")
+	case c.NotAfter.Sub(now) < CertExpiryWarning:
+		degraded = true
+		h.Problems = append(h.Problems, fmt.Sprintf("certificate expires in %d days", c.DaysToExpiry))
+	}
+	h.Status = rollup(down, degraded)
+}
+
+// AgentHealth is an agent's transport health (§213).
+type AgentHealth struct {
+	Status           HealthStatus `json:"status"`
+	Problems         []string     `json:"problems,omitempty"`
+	CheckedAt        time.Time    `json:"checked_at"`
+	Connected        bool         `json:"connected"`
+	Endpoint         string       `json:"endpoint,omitempty"`
+	Backend          string       `json:"backend,omitempty"`
+	Protocol         string       `json:"protocol,omitempty"` // negotiated version, "1.0"
+	LastHeartbeatAck time.Time    `json:"last_heartbeat_ack,omitzero"`
+	// HeartbeatAckAge is seconds since LastHeartbeatAck at CheckedAt
+	// (omitted when there was none).
+	HeartbeatAckAge float64 `json:"heartbeat_ack_age_seconds,omitempty"`
+	Running         int     `json:"running_attempts"`
+	Draining        bool    `json:"draining,omitempty"`
+}
+
+// Evaluate sets Status, Problems and HeartbeatAckAge: down when not
+// connected; degraded when connected but the last heartbeat ack is older
+// than staleAfter (staleAfter ≤ 0 skips that check).
+func (h *AgentHealth) Evaluate(now time.Time, staleAfter time.Duration) {
+	h.CheckedAt = now.UTC()
+	h.Problems = nil
+	h.HeartbeatAckAge = 0
+	if !h.LastHeartbeatAck.IsZero() {
+		h.HeartbeatAckAge = now.Sub(h.LastHeartbeatAck).Seconds()
+	}
+	down, degraded := false, false
+	if !h.Connected {
+		down = true
+		h.Problems = append(h.Problems, "not connected")
+	} else if staleAfter > 0 && (h.LastHeartbeatAck.IsZero() || now.Sub(h.LastHeartbeatAck) > staleAfter) {
+		degraded = true
+		h.Problems = append(h.Problems, "no heartbeat ack within "+staleAfter.String())
+	}
+	h.Status = rollup(down, degraded)
+}
+
+func rollup(down, degraded bool) HealthStatus {
+	switch {
+	case down:
+		return StatusDown
+	case degraded:
+		return StatusDegraded
+	}
+	return StatusOK
+}
+
+// DaemonHealthHandler serves report() as JSON (GET or HEAD): 200 when ok
+// or degraded, 503 when down. report is called once per request and must
+// be safe for concurrent use; it should call Evaluate.
+func DaemonHealthHandler(report func() DaemonHealth) http.Handler {
+	return healthHandler(func() (any, HealthStatus) { h := report(); return &h, h.Status })
+}
+
+// AgentHealthHandler serves report() like DaemonHealthHandler.
+func AgentHealthHandler(report func() AgentHealth) http.Handler {
+	return healthHandler(func() (any, HealthStatus) { h := report(); return &h, h.Status })
+}
+
+func healthHandler(report func() (any, HealthStatus)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		v, st := report()
+		body, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			http.Error(w, "health report not serializable", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		code := http.StatusOK
+		if st == StatusDown || st == "" {
+			code = http.StatusServiceUnavailable
+		}
+		w.WriteHeader(code)
+		if r.Method == http.MethodGet {
+			_, _ = w.Write(append(body, '\n'))
+		}
+	})
+}
+
+// WriteTable renders h for humans (forgeyard transport status).
+func (h *DaemonHealth) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "STATUS\t%s\n", h.Status)
+	for _, p := range h.Problems {
+		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
+	}
+	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", h.Connections, byBackend(h.ConnectionsByBackend))
+	fmt.Fprintf(tw, "SESSIONS\t%d\n", h.Sessions)
+	fmt.Fprintf(tw, "HANDSHAKE FAILURES\t%d\n", h.HandshakeFailures)
+	if c := h.Certificate; c != nil {
+		fmt.Fprintf(tw, "CERTIFICATE\t%s\n", c.Subject)
+		fmt.Fprintf(tw, "  valid\t%s (%s → %s)\n", yesNo(c.Valid), day(c.NotBefore), day(c.NotAfter))
+		fmt.Fprintf(tw, "  days to expiry\t%d\n", c.DaysToExpiry)
+	} else {
+		fmt.Fprintf(tw, "CERTIFICATE\tnone\n")
+	}
+	fmt.Fprintf(tw, "\nLISTENER\tBACKEND\tACTIVE\tERROR\n")
+	for _, l := range h.Listeners {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, yesNo(l.Active), dash(l.Error))
+	}
+	return tw.Flush()
+}
+
+// WriteTable renders h for humans (forgeyard-agent status).
+func (h *AgentHealth) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "STATUS\t%s\n", h.Status)
+	for _, p := range h.Problems {
+		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
+	}
+	fmt.Fprintf(tw, "CONNECTED\t%s\n", yesNo(h.Connected))
+	fmt.Fprintf(tw, "ENDPOINT\t%s\n", dash(h.Endpoint))
+	fmt.Fprintf(tw, "BACKEND\t%s\n", dash(h.Backend))
+	fmt.Fprintf(tw, "PROTOCOL\t%s\n", dash(h.Protocol))
+	if h.LastHeartbeatAck.IsZero() {
+		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\tnever\n")
+	} else {
+		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\t%s (%.1fs ago)\n", h.LastHeartbeatAck.UTC().Format(time.RFC3339), h.HeartbeatAckAge)
+	}
+	fmt.Fprintf(tw, "RUNNING ATTEMPTS\t%d\n", h.Running)
+	if h.Draining {
+		fmt.Fprintf(tw, "DRAINING\tyes\n")
+	}
+	return tw.Flush()
+}
+
+func byBackend(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func day(t time.Time) string { return t.UTC().Format("2006-01-02") }

@@ -1,0 +1,455 @@
+package telemetry
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"forgeyard.dev/transport/wire"
+)
+
+// Namespace prefixes every metric name (§207).
+const Namespace = "forgeyard"
+
+// Label values that stand for anything outside a label's closed set.
+const (
+	// LabelOther is the backend label for a backend name this package does
+	// not know (a misspelling, an identifier passed by mistake, ...).
+	LabelOther = "other"
+	// LabelUnknown is the family, kind or code label for a value this build
+	// does not define.
+	LabelUnknown = "unknown"
+)
+
+// Backends are the backend label values; any other name is reported as
+// LabelOther so a careless caller cannot create a series per address or id.
+var Backends = []string{"quic", "webtransport", "yamux", "memory"}
+
+// Outcome is the outcome label of forgeyard_transport_messages_total (§208:
+// success/error, never a MessageId).
+type Outcome uint8
+
+// Outcomes.
+const (
+	OutcomeOK        Outcome = iota // handled
+	OutcomeError                    // failed to decode, validate or apply
+	OutcomeRejected                 // refused by policy (role, state, rate)
+	OutcomeDuplicate                // a retry of an already handled MessageId
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "error", "rejected", "duplicate"}
+
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return LabelUnknown
+}
+
+// RegistrationFailure is the reason label of
+// forgeyard_transport_registration_failures_total.
+type RegistrationFailure uint8
+
+// Registration failure reasons.
+const (
+	RegFailOther      RegistrationFailure = iota // anything else
+	RegFailVersion                               // no common protocol version or below policy minimum
+	RegFailIdentity                              // certificate, key proof or RunnerId mismatch
+	RegFailRevoked                               // runner disabled or revoked
+	RegFailOverloaded                            // admission control, draining, rate limit
+	RegFailTimeout                               // handshake or registration deadline
+	RegFailMalformed                             // hello or registration failed to decode/validate
+	numRegFail
+)
+
+var regFailNames = [numRegFail]string{"other", "version", "identity", "revoked", "overloaded", "timeout", "malformed"}
+
+func (r RegistrationFailure) String() string {
+	if r < numRegFail {
+		return regFailNames[r]
+	}
+	return regFailNames[RegFailOther]
+}
+
+// RegistrationFailureOf maps a RegistrationRejectedV1 code to its reason.
+func RegistrationFailureOf(code wire.ProtocolErrorCode) RegistrationFailure {
+	switch code {
+	case wire.ErrCodeUnsupportedVersion:
+		return RegFailVersion
+	case wire.ErrCodeForbidden, wire.ErrCodeRoleForbidden, wire.ErrCodeStaleSession:
+		return RegFailIdentity
+	case wire.ErrCodeRunnerDisabled:
+		return RegFailRevoked
+	case wire.ErrCodeOverloaded, wire.ErrCodeDraining, wire.ErrCodeRateLimited:
+		return RegFailOverloaded
+	case wire.ErrCodeTimeout:
+		return RegFailTimeout
+	case wire.ErrCodeMalformed, wire.ErrCodeInvalidValue, wire.ErrCodeUnknownMessage, wire.ErrCodeFrameTooLarge:
+		return RegFailMalformed
+	}
+	return RegFailOther
+}
+
+// Queue names a queue whose depth is exported as a gauge.
+type Queue uint8
+
+// Queues (§207).
+const (
+	QueueControl Queue = iota // forgeyard_transport_control_queue_depth
+	QueueLog                  // forgeyard_transport_log_queue_depth
+	QueueCas                  // forgeyard_transport_cas_queue_depth
+	numQueues
+)
+
+// LatencyBuckets are the bucket upper bounds, in seconds, of every latency
+// histogram: 250 µs to 30 s, covering a loopback round trip up to a
+// reconnect-delayed delivery.
+var LatencyBuckets = []float64{0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// Metrics holds the transport metrics (§207–209) on a private registry.
+//
+// Every method is safe for concurrent use and is a no-op on a nil *Metrics,
+// so a daemon or agent can hold a nil pointer when metrics are off. Label
+// values come only from closed sets (backend names, wire.Family,
+// wire.StreamKind, wire.ProtocolErrorCode, Outcome, RegistrationFailure):
+// no method accepts an identifier, so no series is created per message,
+// runner, session or address (§208).
+type Metrics struct {
+	reg *prometheus.Registry
+
+	connActive   *prometheus.GaugeVec
+	connTotal    *prometheus.CounterVec
+	reconnects   *prometheus.CounterVec
+	handshake    *prometheus.HistogramVec
+	regFailures  *prometheus.CounterVec
+	bytesIn      *prometheus.CounterVec
+	bytesOut     *prometheus.CounterVec
+	streams      *prometheus.GaugeVec
+	queues       [numQueues]prometheus.Gauge
+	protoErrors  *prometheus.CounterVec
+	fenced       prometheus.Counter
+	messages     *prometheus.CounterVec
+	offerToAck   prometheus.Histogram
+	cancelDeliv  prometheus.Histogram
+	heartbeatRTT prometheus.Histogram
+	complAck     prometheus.Histogram
+	fallbacks    *prometheus.CounterVec
+
+	// Pre-resolved children for the closed label sets (no map lookup or
+	// label hashing on the hot path).
+	bIn, bOut [wire.NumStreamKinds + 1]prometheus.Counter
+	sActive   [wire.NumStreamKinds + 1]prometheus.Gauge
+	msgs      [wire.NumFamilies + 1][numOutcomes]prometheus.Counter
+}
+
+// NewMetrics returns Metrics registered on a new private registry, with
+// every series of the closed label sets pre-created at zero (so a scrape
+// shows the full shape before the first event).
+func NewMetrics() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	hist := func(name, help string) prometheus.Histogram {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: LatencyBuckets})
+		m.reg.MustRegister(h)
+		return h
+	}
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+		m.reg.MustRegister(c)
+		return c
+	}
+	gaugeVec := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+		m.reg.MustRegister(g)
+		return g
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
+		m.reg.MustRegister(g)
+		return g
+	}
+
+	m.connActive = gaugeVec("transport_connections_active", "Transport connections currently open, by backend (§207 quic_connections_active, every backend).", "backend")
+	m.connTotal = counterVec("transport_connections_total", "Transport connections opened, by backend.", "backend")
+	m.reconnects = counterVec("transport_reconnects_total", "Reconnections of a known agent session, by backend.", "backend")
+	m.handshake = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "transport_handshake_duration_seconds",
+		Help: "Time from dial/accept to registration accepted, by backend.", Buckets: LatencyBuckets}, []string{"backend"})
+	m.reg.MustRegister(m.handshake)
+	m.regFailures = counterVec("transport_registration_failures_total", "Rejected or failed registrations, by reason.", "reason")
+	m.bytesIn = counterVec("transport_bytes_in_total", "Bytes received on streams, by stream kind.", "kind")
+	m.bytesOut = counterVec("transport_bytes_out_total", "Bytes sent on streams, by stream kind.", "kind")
+	m.streams = gaugeVec("transport_streams_active", "Streams currently open, by stream kind.", "kind")
+	m.queues[QueueControl] = gauge("transport_control_queue_depth", "Control messages queued for sending, over all connections.")
+	m.queues[QueueLog] = gauge("transport_log_queue_depth", "Log chunks queued (spooled, unacknowledged), over all connections.")
+	m.queues[QueueCas] = gauge("transport_cas_queue_depth", "CAS transfers queued or in progress, over all connections.")
+	m.protoErrors = counterVec("transport_protocol_errors_total", "Protocol errors sent or received, by ProtocolErrorCode.", "code")
+	m.fenced = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "transport_session_fenced_total",
+		Help: "Transports fenced by a newer registration of their agent session."})
+	m.reg.MustRegister(m.fenced)
+	m.messages = counterVec("transport_messages_total", "Messages handled, by family and outcome (§208).", "family", "outcome")
+	m.offerToAck = hist("lease_offer_to_ack_seconds", "LeaseOffer sent to LeaseAccepted/Rejected received (§209).")
+	m.cancelDeliv = hist("cancel_delivery_seconds", "CancelAttempt sent to CancelAck received (§209).")
+	m.heartbeatRTT = hist("heartbeat_rtt_seconds", "Heartbeat sent to HeartbeatAck received (§209).")
+	m.complAck = hist("completion_ack_seconds", "AttemptCompletion received/sent to CompletionAck written/received (§209).")
+	m.fallbacks = counterVec("transport_fallback_events_total", "Connections established on a fallback backend, by from/to backend.", "from", "to")
+
+	// Pre-create the closed label sets.
+	for _, b := range append(Backends, LabelOther) {
+		m.connActive.WithLabelValues(b)
+		m.connTotal.WithLabelValues(b)
+		m.reconnects.WithLabelValues(b)
+		m.handshake.WithLabelValues(b)
+	}
+	for r := RegistrationFailure(0); r < numRegFail; r++ {
+		m.regFailures.WithLabelValues(r.String())
+	}
+	for k := 0; k <= wire.NumStreamKinds; k++ {
+		l := kindLabel(wire.StreamKind(k))
+		m.bIn[k] = m.bytesIn.WithLabelValues(l)
+		m.bOut[k] = m.bytesOut.WithLabelValues(l)
+		m.sActive[k] = m.streams.WithLabelValues(l)
+	}
+	for c := wire.ProtocolErrorCode(1); c.Known(); c++ {
+		m.protoErrors.WithLabelValues(c.String())
+	}
+	m.protoErrors.WithLabelValues(LabelUnknown)
+	for f := 0; f <= wire.NumFamilies; f++ {
+		for o := Outcome(0); o < numOutcomes; o++ {
+			m.msgs[f][o] = m.messages.WithLabelValues(familyLabel(wire.Family(f)), o.String())
+		}
+	}
+	return m
+}
+
+// Registry returns the private registry, for callers that add their own
+// collectors (e.g. prometheus/collectors.NewGoCollector).
+func (m *Metrics) Registry() *prometheus.Registry {
+	if m == nil {
+		return nil
+	}
+	return m.reg
+}
+
+// Handler serves the registry in the Prometheus exposition formats
+// (GET /metrics). A nil *Metrics serves 404.
+func (m *Metrics) Handler() http.Handler {
+	if m == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// backendLabel maps a backend name to its closed label set.
+func backendLabel(name string) string {
+	for _, b := range Backends {
+		if name == b {
+			return b
+		}
+	}
+	return LabelOther
+}
+
+func kindLabel(k wire.StreamKind) string {
+	if k.Valid() {
+		return k.String()
+	}
+	return LabelUnknown
+}
+
+func familyLabel(f wire.Family) string {
+	if f < wire.NumFamilies {
+		return f.String()
+	}
+	return LabelUnknown
+}
+
+func kindIndex(k wire.StreamKind) int {
+	if k.Valid() {
+		return int(k)
+	}
+	return wire.NumStreamKinds
+}
+
+// ConnOpened counts a transport connection of backend ("quic",
+// "webtransport", "yamux", "memory"; anything else counts as "other").
+func (m *Metrics) ConnOpened(backend string) {
+	if m == nil {
+		return
+	}
+	b := backendLabel(backend)
+	m.connActive.WithLabelValues(b).Inc()
+	m.connTotal.WithLabelValues(b).Inc()
+}
+
+// ConnClosed ends a connection counted by ConnOpened with the same backend.
+func (m *Metrics) ConnClosed(backend string) {
+	if m == nil {
+		return
+	}
+	m.connActive.WithLabelValues(backendLabel(backend)).Dec()
+}
+
+// Reconnected counts a reconnection of a known agent session.
+func (m *Metrics) Reconnected(backend string) {
+	if m == nil {
+		return
+	}
+	m.reconnects.WithLabelValues(backendLabel(backend)).Inc()
+}
+
+// ObserveHandshake records the time from dial/accept to an accepted
+// registration. Negative durations count as zero.
+func (m *Metrics) ObserveHandshake(backend string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.handshake.WithLabelValues(backendLabel(backend)).Observe(seconds(d))
+}
+
+// RegistrationFailed counts a failed or rejected registration.
+func (m *Metrics) RegistrationFailed(reason RegistrationFailure) {
+	if m == nil {
+		return
+	}
+	m.regFailures.WithLabelValues(reason.String()).Inc()
+}
+
+// BytesIn counts n bytes received on a stream of kind k (n ≤ 0 is ignored).
+func (m *Metrics) BytesIn(k wire.StreamKind, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.bIn[kindIndex(k)].Add(float64(n))
+}
+
+// BytesOut counts n bytes sent on a stream of kind k (n ≤ 0 is ignored).
+func (m *Metrics) BytesOut(k wire.StreamKind, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.bOut[kindIndex(k)].Add(float64(n))
+}
+
+// StreamOpened counts an open stream of kind k.
+func (m *Metrics) StreamOpened(k wire.StreamKind) {
+	if m == nil {
+		return
+	}
+	m.sActive[kindIndex(k)].Inc()
+}
+
+// StreamClosed ends a stream counted by StreamOpened with the same kind.
+func (m *Metrics) StreamClosed(k wire.StreamKind) {
+	if m == nil {
+		return
+	}
+	m.sActive[kindIndex(k)].Dec()
+}
+
+// QueueAdd adds delta (negative to remove) to queue q's depth; use it when
+// several connections share one gauge.
+func (m *Metrics) QueueAdd(q Queue, delta int) {
+	if m == nil || q >= numQueues {
+		return
+	}
+	m.queues[q].Add(float64(delta))
+}
+
+// SetQueueDepth sets queue q's depth (for a single sampled queue).
+func (m *Metrics) SetQueueDepth(q Queue, depth int) {
+	if m == nil || q >= numQueues {
+		return
+	}
+	m.queues[q].Set(float64(depth))
+}
+
+// ProtocolError counts a protocol error by its stable code; codes this
+// build does not define count as "unknown".
+func (m *Metrics) ProtocolError(code wire.ProtocolErrorCode) {
+	if m == nil {
+		return
+	}
+	l := LabelUnknown
+	if code.Known() {
+		l = code.String()
+	}
+	m.protoErrors.WithLabelValues(l).Inc()
+}
+
+// SessionFenced counts a transport fenced by a newer registration.
+func (m *Metrics) SessionFenced() {
+	if m == nil {
+		return
+	}
+	m.fenced.Inc()
+}
+
+// MessageHandled counts one message of family f with outcome o.
+func (m *Metrics) MessageHandled(f wire.Family, o Outcome) {
+	if m == nil {
+		return
+	}
+	fi := int(f)
+	if f >= wire.NumFamilies {
+		fi = wire.NumFamilies
+	}
+	if o >= numOutcomes {
+		o = OutcomeError
+	}
+	m.msgs[fi][o].Inc()
+}
+
+// MessageTypeHandled is MessageHandled for a message type id.
+func (m *Metrics) MessageTypeHandled(t wire.MessageTypeId, o Outcome) {
+	m.MessageHandled(t.Family(), o)
+}
+
+// ObserveLeaseOfferToAck records LeaseOffer → answer latency.
+func (m *Metrics) ObserveLeaseOfferToAck(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.offerToAck.Observe(seconds(d))
+}
+
+// ObserveCancelDelivery records CancelAttempt → CancelAck latency.
+func (m *Metrics) ObserveCancelDelivery(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.cancelDeliv.Observe(seconds(d))
+}
+
+// ObserveHeartbeatRTT records a heartbeat round trip.
+func (m *Metrics) ObserveHeartbeatRTT(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.heartbeatRTT.Observe(seconds(d))
+}
+
+// ObserveCompletionAck records AttemptCompletion → CompletionAck latency.
+func (m *Metrics) ObserveCompletionAck(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.complAck.Observe(seconds(d))
+}
+
+// Fallback counts a connection established on backend to after backend from
+// failed or lost the race (e.g. "quic" → "yamux").
+func (m *Metrics) Fallback(from, to string) {
+	if m == nil {
+		return
+	}
+	m.fallbacks.WithLabelValues(backendLabel(from), backendLabel(to)).Inc()
+}
+
+func seconds(d time.Duration) float64 {
+	if d < 0 {
+		return 0
+	}
+	return d.Seconds()
+}
