@@ -32,6 +32,8 @@ type Config struct {
 	BulkMaxWait time.Duration
 }
 
+var discardLogger = slog.New(slog.DiscardHandler)
+
 // LimitError is returned by OpenStream and OpenUniStream when this side's
 // own stream limit (the same Limits the peer enforces) stayed reached until
 // ctx was done. Err is ctx's error.
@@ -81,24 +83,34 @@ type ConnStats struct {
 // wire.CloseLimitExceeded. Unknown kinds and malformed headers reset the
 // stream only (§184) and are counted in Stats.
 //
-// A Conn runs two goroutines accepting the peer's streams (plus one short
-// one per stream while its header arrives); they end when the connection
-// closes, so the owner must eventually call CloseWithCode (or the peer
-// close it).
+// An idle Conn costs no goroutine and no buffer: the peer's bidirectional
+// streams are taken from the backend by a goroutine started by the first
+// AcceptStream call, and its unidirectional streams by one started by the
+// first AcceptUniStream call (plus one short goroutine per stream while its
+// header arrives). Once started, a loop runs until the connection closes,
+// whether or not an Accept call is waiting, so limits, refusals and header
+// checks apply to every later stream of that direction. Streams the peer
+// opens in a direction this side has never accepted wait inside the
+// backend, bounded by the backend's own incoming-stream limit (the peer's
+// open then blocks or is refused, as the backend documents); they are not
+// counted, checked or refused until the first Accept call of that
+// direction. The owner must eventually call CloseWithCode (or the peer
+// close the connection) to end the loops.
 type Conn struct {
 	bc    BackendConn
 	lim   Limits
-	log   *slog.Logger
+	log   *slog.Logger // without per-connection attributes; see logger
 	sched *scheduler
 	ctx   context.Context
 
-	acceptBidi chan *Stream
-	acceptUni  chan *RecvStream
+	bidiOnce, uniOnce sync.Once // start the accept loops
+	acceptBidi        acceptQueue[*Stream]
+	acceptUni         acceptQueue[*RecvStream]
 
 	mu       sync.Mutex
 	out      [wire.NumStreamKinds]int
 	outTotal int
-	outWake  chan struct{} // closed and replaced when an outgoing slot frees
+	outWake  chan struct{} // nil, or closed and cleared when an outgoing slot frees
 	in       [wire.NumStreamKinds]int
 	inTotal  int // admitted incoming streams plus streams still sending their header
 	refusals int // decays by one per admitted stream
@@ -129,22 +141,23 @@ func NewConn(bc BackendConn, cfg Config) (*Conn, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = discardLogger
 	}
 	hinter, _ := bc.(BulkHinter)
 	c := &Conn{
-		bc:         bc,
-		lim:        lim,
-		log:        log.With("backend", bc.Backend(), "remote", bc.RemoteAddr().String()),
-		sched:      newScheduler(hinter, threshold, maxWait),
-		ctx:        bc.Context(),
-		acceptBidi: make(chan *Stream, lim.MaxStreams),
-		acceptUni:  make(chan *RecvStream, lim.MaxStreams),
-		outWake:    make(chan struct{}),
+		bc:    bc,
+		lim:   lim,
+		log:   log,
+		sched: newScheduler(hinter, threshold, maxWait),
+		ctx:   bc.Context(),
 	}
-	go c.acceptLoop(false)
-	go c.acceptLoop(true)
 	return c, nil
+}
+
+// logger returns the logger with the connection's attributes. It is built
+// on use (rare events only), so an idle Conn does not hold it.
+func (c *Conn) logger() *slog.Logger {
+	return c.log.With("backend", c.bc.Backend(), "remote", c.bc.RemoteAddr().String())
 }
 
 // Limits returns the effective limits (defaults filled in).
@@ -316,6 +329,9 @@ func (c *Conn) reserve(ctx context.Context, kind StreamKind) (*slot, error) {
 			}
 			return nil, le
 		}
+		if c.outWake == nil {
+			c.outWake = make(chan struct{})
+		}
 		ch := c.outWake
 		c.mu.Unlock()
 		select {
@@ -357,8 +373,10 @@ func (s *slot) release() {
 		} else {
 			c.out[s.kind]--
 			c.outTotal--
-			close(c.outWake)
-			c.outWake = make(chan struct{})
+			if c.outWake != nil {
+				close(c.outWake)
+				c.outWake = nil
+			}
 		}
 		c.mu.Unlock()
 	})
@@ -366,28 +384,72 @@ func (s *slot) release() {
 
 // AcceptStream waits for the peer's next bidirectional stream whose header
 // was valid and which fit the limits. It returns ctx's error or, after
-// the connection closed, its *ConnError.
+// the connection closed, its *ConnError. The first call starts taking the
+// peer's bidirectional streams from the backend (see Conn).
 func (c *Conn) AcceptStream(ctx context.Context) (*Stream, error) {
-	select {
-	case s := <-c.acceptBidi:
-		return s, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.ctx.Done():
-		return nil, c.closeErr()
-	}
+	c.bidiOnce.Do(func() { go c.acceptLoop(false) })
+	return c.acceptBidi.take(ctx, c)
 }
 
 // AcceptUniStream waits for the peer's next unidirectional stream; see
-// AcceptStream.
+// AcceptStream. The first call starts taking the peer's unidirectional
+// streams from the backend.
 func (c *Conn) AcceptUniStream(ctx context.Context) (*RecvStream, error) {
-	select {
-	case s := <-c.acceptUni:
-		return s, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.ctx.Done():
-		return nil, c.closeErr()
+	c.uniOnce.Do(func() { go c.acceptLoop(true) })
+	return c.acceptUni.take(ctx, c)
+}
+
+// acceptQueue holds admitted streams until Accept takes them. At most
+// Limits.MaxStreams are queued (each holds a slot), so push never blocks;
+// the slice is released whenever the queue empties, so an idle connection
+// holds no buffer.
+type acceptQueue[T any] struct {
+	mu    sync.Mutex
+	items []T
+	wake  chan struct{} // nil, or closed and cleared by push
+}
+
+func (q *acceptQueue[T]) push(v T) {
+	q.mu.Lock()
+	q.items = append(q.items, v)
+	if q.wake != nil {
+		close(q.wake)
+		q.wake = nil
+	}
+	q.mu.Unlock()
+}
+
+// take returns the oldest queued stream, waiting for one until ctx is done
+// or the connection closes.
+func (q *acceptQueue[T]) take(ctx context.Context, c *Conn) (T, error) {
+	var zero T
+	for {
+		if c.ctx.Err() != nil {
+			return zero, c.closeErr()
+		}
+		q.mu.Lock()
+		if len(q.items) > 0 {
+			v := q.items[0]
+			q.items[0] = zero
+			q.items = q.items[1:]
+			if len(q.items) == 0 {
+				q.items = nil
+			}
+			q.mu.Unlock()
+			return v, nil
+		}
+		if q.wake == nil {
+			q.wake = make(chan struct{})
+		}
+		ch := q.wake
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		case <-c.ctx.Done():
+			return zero, c.closeErr()
+		}
 	}
 }
 
@@ -441,9 +503,9 @@ func (c *Conn) refuse(rs RawRecvStream, bidi RawStream, why string) {
 	over := c.refusals > c.lim.MaxRefusals
 	c.mu.Unlock()
 	resetRaw(rs, bidi, StreamRefused)
-	c.log.Debug("refused incoming stream", "why", why)
+	c.logger().Debug("refused incoming stream", "why", why)
 	if over {
-		c.log.Warn("peer keeps exceeding stream limits; closing", "max_refusals", c.lim.MaxRefusals)
+		c.logger().Warn("peer keeps exceeding stream limits; closing", "max_refusals", c.lim.MaxRefusals)
 		_ = c.bc.CloseWithCode(wire.CloseLimitExceeded, "stream limit exceeded repeatedly")
 	}
 }
@@ -493,7 +555,7 @@ func (c *Conn) admit(rs RawRecvStream, bidi RawStream) {
 		}
 		resetRaw(rs, bidi, code)
 		if code != StreamCancelled {
-			c.log.Debug("dropped incoming stream", "why", why)
+			c.logger().Debug("dropped incoming stream", "why", why)
 		}
 		return
 	}
@@ -511,23 +573,16 @@ func (c *Conn) admit(rs RawRecvStream, bidi RawStream) {
 	c.mu.Unlock()
 	sl := &slot{c: c, kind: hdr.Kind, incoming: true}
 	fr.SetLimit(c.lim.MaxFrame[hdr.Kind])
-	if bidi != nil {
-		s := newAcceptedStream(c, bidi, hdr, fr, sl)
-		select {
-		case c.acceptBidi <- s: // never blocks: admitted streams ≤ MaxStreams = cap
-		case <-c.ctx.Done():
-			resetRaw(rs, bidi, StreamCancelled)
-			sl.release()
-		}
+	if c.ctx.Err() != nil {
+		resetRaw(rs, bidi, StreamCancelled)
+		sl.release()
 		return
 	}
-	s := newRecvStream(c, rs, hdr, fr, sl)
-	select {
-	case c.acceptUni <- s:
-	case <-c.ctx.Done():
-		resetRaw(rs, nil, StreamCancelled)
-		sl.release()
+	if bidi != nil {
+		c.acceptBidi.push(newAcceptedStream(c, bidi, hdr, fr, sl))
+		return
 	}
+	c.acceptUni.push(newRecvStream(c, rs, hdr, fr, sl))
 }
 
 // leadingKind decodes the kind discriminant at the start of a header body.

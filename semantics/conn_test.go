@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -226,4 +227,71 @@ func rawControlUnderBulk(t *testing.T, opts memory.Options, n int) (p50, p99 tim
 	_ = ctl.Close()
 	slices.Sort(rtts)
 	return rtts[n/2], rtts[n*99/100]
+}
+
+// TestAcceptStartsLazily: NewConn starts no goroutine; streams the peer
+// opens before the first Accept call wait in the backend unchecked; the
+// first AcceptStream starts the loop, which then keeps enforcing limits
+// with no Accept call waiting.
+func TestAcceptStartsLazily(t *testing.T) {
+	bc, bs := memory.Pipe(memory.Options{})
+	c, err := semantics.NewConn(bc, semantics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseWithCode(wire.CloseNormal, "")
+	var cfg semantics.Config
+	cfg.Limits.MaxStreamsPerKind[wire.StreamDiagnostic] = 1
+	g0 := runtime.NumGoroutine()
+	s, err := semantics.NewConn(bs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.CloseWithCode(wire.CloseNormal, "")
+	if g := runtime.NumGoroutine(); g > g0 {
+		t.Fatalf("NewConn started %d goroutines, want none", g-g0)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := c.OpenStream(ctx, wire.StreamDiagnostic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.OpenStream(ctx, wire.StreamDiagnostic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Refused != 0 || st.OpenIncoming != ([wire.NumStreamKinds]int{}) {
+		t.Fatalf("streams checked before any Accept call: %+v", st)
+	}
+	peer, err := s.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.WriteFrame(func(b []byte) []byte { return append(b, "hi"...) }); err != nil {
+		t.Fatal(err)
+	}
+	// The loop keeps running: of the two streams (headers are checked
+	// concurrently, so either may win) one is admitted and the other, over
+	// the limit of 1, is refused although no Accept call is waiting.
+	admitted, refused := 0, 0
+	for _, st := range []*semantics.Stream{first, second} {
+		_ = st.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err := st.ReadFrame()
+		var se *semantics.StreamError
+		switch {
+		case err == nil && string(got) == "hi":
+			admitted++
+		case errors.As(err, &se) && se.Code == semantics.StreamRefused && se.Remote:
+			refused++
+		default:
+			t.Fatalf("client stream: %q %v, want the peer's frame or a remote StreamRefused", got, err)
+		}
+	}
+	if admitted != 1 || refused != 1 {
+		t.Fatalf("%d admitted and %d refused, want 1 and 1", admitted, refused)
+	}
+	if got := s.Stats().Refused; got != 1 {
+		t.Fatalf("Stats().Refused = %d, want 1", got)
+	}
 }

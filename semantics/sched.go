@@ -69,11 +69,12 @@ type scheduler struct {
 	// urgent holds the start time of every non-bulk write in progress. A
 	// write older than maxWait no longer holds bulk back: it is stuck on
 	// its own stream's flow control, not competing for the link.
+	// Allocated on first use, so an idle connection holds none.
 	urgent      map[uint64]time.Time
 	urgentSeq   uint64
 	bulkWaiting [2]int // by class: 0 log, 1 CAS
 	bulkWriting [2]int
-	wake        chan struct{} // closed and replaced on every state change
+	wake        chan struct{} // nil, or closed and cleared on every state change
 	stats       SchedStats
 
 	// onWait, if set (tests only), is called each time a bulk writer is
@@ -82,13 +83,22 @@ type scheduler struct {
 }
 
 func newScheduler(h BulkHinter, threshold int, maxWait time.Duration) *scheduler {
-	return &scheduler{hinter: h, threshold: threshold, maxWait: maxWait, wake: make(chan struct{}),
-		urgent: map[uint64]time.Time{}}
+	return &scheduler{hinter: h, threshold: threshold, maxWait: maxWait}
 }
 
 func (s *scheduler) signalLocked() {
-	close(s.wake)
-	s.wake = make(chan struct{})
+	if s.wake != nil {
+		close(s.wake)
+		s.wake = nil
+	}
+}
+
+// waitChanLocked returns the channel signalLocked closes next.
+func (s *scheduler) waitChanLocked() <-chan struct{} {
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+	}
+	return s.wake
 }
 
 // beginUrgent announces a non-bulk write of n bytes and returns its token
@@ -97,6 +107,9 @@ func (s *scheduler) beginUrgent(p Priority, n int) uint64 {
 	s.mu.Lock()
 	s.urgentSeq++
 	tok := s.urgentSeq
+	if s.urgent == nil {
+		s.urgent = make(map[uint64]time.Time)
+	}
 	s.urgent[tok] = time.Now()
 	s.stats.Queued[p] += int64(n)
 	s.mu.Unlock()
@@ -201,7 +214,7 @@ func (s *scheduler) acquireBulk(p Priority, closed <-chan struct{}, deadline tim
 		if hint {
 			s.stats.HintWaits++
 		}
-		ch := s.wake
+		ch := s.waitChanLocked()
 		hook := s.onWait
 		s.mu.Unlock()
 		if hook != nil {

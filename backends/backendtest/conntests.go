@@ -501,6 +501,17 @@ func (e *env) rawClient(t testing.TB, cfg semantics.Config) (semantics.BackendCo
 	return bc, wrap(t, bs, cfg)
 }
 
+// startAccepting makes s check the peer's incoming streams of both
+// directions: a semantics.Conn takes a direction's streams from the
+// backend only once AcceptStream or AcceptUniStream was called (an idle
+// connection runs no accept goroutine). The calls return at once.
+func startAccepting(s *semantics.Conn) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _ = s.AcceptStream(ctx)
+	_, _ = s.AcceptUniStream(ctx)
+}
+
 // openRaw opens a raw stream and writes hdr (and nothing else).
 func openRaw(t testing.TB, bc semantics.BackendConn, uni bool, hdr []byte) (semantics.RawRecvStream, semantics.RawSendStream) {
 	t.Helper()
@@ -684,6 +695,7 @@ func connOpenerLimit(t *testing.T, a, b *semantics.Conn) {
 func connBadHeader(t *testing.T, e *env, cfg semantics.Config, uni bool, hdr []byte, code semantics.StreamErrorCode) {
 	t.Helper()
 	bc, s := e.rawClient(t, cfg)
+	startAccepting(s)
 	rs, ws := openRaw(t, bc, uni, hdr)
 	wantStreamError(t, fmt.Sprintf("stream with header % x", hdr), awaitReset(rs, ws), code, true)
 	// The connection survives and serves a valid stream.

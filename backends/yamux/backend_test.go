@@ -352,6 +352,13 @@ func TestRejectedClientFailsDial(t *testing.T) {
 
 func TestIncomingStreamCap(t *testing.T) {
 	p := newPair(t, Config{MaxIncomingStreams: 2})
+	// The cap is applied by the accept loop, which the first Accept call
+	// starts.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.server.AcceptStream(done); err != context.Canceled {
+		t.Fatalf("AcceptStream with a cancelled context: %v", err)
+	}
 	var open []semantics.RawStream
 	for i := 0; i < 3; i++ {
 		st, err := p.client.OpenStream(ctxT(t))

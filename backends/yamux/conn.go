@@ -91,6 +91,9 @@ type Conn struct {
 	streams  map[uint32]*stream
 	pending  map[uint32]*pendingRec
 	incoming int
+	// accepting is set once the accept loop was started, by the first
+	// AcceptStream or AcceptUniStream call.
+	accepting bool
 
 	bidi, uni streamQueue
 	closing   chan struct{} // closed when CloseWithCode starts
@@ -199,9 +202,8 @@ func newConn(ctx context.Context, tc *tls.Conn, raw syscall.RawConn, cfg Config,
 	c.pingMu.Lock() // orders the assignment before the first callback
 	c.pingTimer = time.AfterFunc(cfg.KeepAliveInterval, c.keepalive)
 	c.pingMu.Unlock()
-	c.wg.Add(2)
+	c.wg.Add(1)
 	go c.readControl()
-	go c.acceptLoop()
 	return c, nil
 }
 
@@ -428,6 +430,23 @@ func (c *Conn) unregister(s *stream) {
 	c.mu.Unlock()
 }
 
+// startAccepting starts the accept loop on the first AcceptStream or
+// AcceptUniStream call, so an idle connection whose owner never accepts
+// runs no accept goroutine; until then the peer's streams wait in yamux's
+// accept backlog (Config.AcceptBacklog; yamux resets streams beyond it).
+func (c *Conn) startAccepting() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// While neither is set, readControl holds a wg count (it sets closeErr
+	// before it exits), so this Add cannot race with a finished Wait.
+	if c.accepting || c.local != nil || c.closeErr != nil {
+		return
+	}
+	c.accepting = true
+	c.wg.Add(1)
+	go c.acceptLoop()
+}
+
 // acceptLoop takes streams from yamux, applies the hard cap and hands them
 // to a classifier that reads their marker.
 func (c *Conn) acceptLoop() {
@@ -566,7 +585,10 @@ func (c *Conn) open(ctx context.Context, marker []byte) (*stream, error) {
 	return s, nil
 }
 
-// AcceptStream waits for the peer's next bidirectional stream.
+// AcceptStream waits for the peer's next bidirectional stream. The first
+// AcceptStream or AcceptUniStream call starts taking the peer's streams
+// from yamux (marker, hard cap, backlog); before it they wait in yamux's
+// own accept backlog.
 func (c *Conn) AcceptStream(ctx context.Context) (semantics.RawStream, error) {
 	s, err := c.accept(ctx, &c.bidi)
 	if err != nil {
@@ -585,6 +607,7 @@ func (c *Conn) AcceptUniStream(ctx context.Context) (semantics.RawRecvStream, er
 }
 
 func (c *Conn) accept(ctx context.Context, q *streamQueue) (*stream, error) {
+	c.startAccepting()
 	for {
 		if err := c.usable(ctx); err != nil {
 			return nil, err
