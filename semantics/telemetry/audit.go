@@ -127,7 +127,7 @@ func RemoteAddrPort(ap netip.AddrPort) AuditAttr {
 	if !ap.IsValid() {
 		return AuditAttr{AuditKeyRemote, "invalid"}
 	}
-	return AuditAttr{AuditKeyRemote, ap.String()}
+	return AuditAttr{AuditKeyRemote, unmap(ap)}
 }
 
 // Code is the protocol error code attribute (a code this build does not
@@ -150,23 +150,27 @@ func remoteString(addr net.Addr) string {
 		if a == nil {
 			return "none"
 		}
-		return a.AddrPort().String()
+		return unmap(a.AddrPort())
 	case *net.TCPAddr:
 		if a == nil {
 			return "none"
 		}
-		return a.AddrPort().String()
+		return unmap(a.AddrPort())
 	}
 	// Do not trust an arbitrary String(): accept it only if it is an
 	// address.
 	s := addr.String()
 	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.String()
+		return unmap(ap)
 	}
 	if ip, err := netip.ParseAddr(s); err == nil {
-		return ip.String()
+		return ip.Unmap().String()
 	}
 	return "unparsed(" + networkName(addr.Network()) + ")"
+}
+
+func unmap(ap netip.AddrPort) string {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
 }
 
 func networkName(n string) string {
