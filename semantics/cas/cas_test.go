@@ -529,7 +529,7 @@ func TestHeartbeatResponsiveDuringCAS(t *testing.T) {
 	var rtts []time.Duration
 	var uploadErr error
 	uploading := true
-	for i := 0; i < 2000 && uploading; i++ {
+	for i := 0; i < 200000 && uploading; i++ {
 		start := time.Now()
 		if err := hb.WriteFrame(func(p []byte) []byte { return append(p, ping...) }); err != nil {
 			t.Fatal(err)
@@ -643,6 +643,22 @@ func TestStoreContract(t *testing.T) {
 	r.Close()
 	if !bytes.Equal(tail, o.data[990:]) {
 		t.Fatal("Open at offset")
+	}
+	q := newObject(100, 10)
+	p, _ = s.Create(q.ref)
+	_ = p.Append(q.data[:50])
+	if n, err := s.PrunePartials(0); err != nil || n != 0 {
+		t.Fatalf("pruned a held partial: %d %v", n, err)
+	}
+	_ = p.Close()
+	if n, err := s.PrunePartials(time.Hour); err != nil || n != 0 {
+		t.Fatalf("pruned a fresh partial: %d %v", n, err)
+	}
+	if n, err := s.PrunePartials(-time.Second); err != nil || n != 1 {
+		t.Fatalf("prune: %d %v", n, err)
+	}
+	if st, _ := s.Stat(q.ref); st.Partial != 0 {
+		t.Fatalf("pruned partial still there: %+v", st)
 	}
 	big := o.ref
 	big.Size = 2 << 20

@@ -130,6 +130,7 @@ func (u *Uploader) UploadAll(ctx context.Context, conn *semantics.Conn, ctl Cont
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
+		g    = make(chan struct{}, u.cfg.Concurrency) // bounds goroutines
 	)
 	for start := 0; start < len(refs); start += wcas.MaxBatch {
 		batch := refs[start:min(len(refs), start+wcas.MaxBatch)]
@@ -143,9 +144,13 @@ func (u *Uploader) UploadAll(ctx context.Context, conn *semantics.Conn, ctl Cont
 			break
 		}
 		for _, ref := range missing.Objects {
+			if gate(ctx, g) != nil {
+				break
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer func() { <-g }()
 				if err := u.Upload(ctx, conn, lease, ref); err != nil {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("cas: upload %s: %w", ref, err))
@@ -362,11 +367,17 @@ func (d *Downloader) FetchAll(ctx context.Context, conn *semantics.Conn, lease w
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
+		g    = make(chan struct{}, d.cfg.Concurrency) // bounds goroutines
 	)
 	for _, ref := range refs {
+		if err := gate(ctx, g); err != nil {
+			errs = append(errs, err)
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { <-g }()
 			if err := d.Fetch(ctx, conn, lease, ref); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("cas: fetch %s: %w", ref, err))
@@ -468,5 +479,15 @@ func (d *Downloader) Fetch(ctx context.Context, conn *semantics.Conn, lease wire
 		return result
 	default:
 		return fmt.Errorf("%w: fetch answered with %T", ErrProtocol, m)
+	}
+}
+
+// gate takes a slot of g or fails with ctx's error.
+func gate(ctx context.Context, g chan struct{}) error {
+	select {
+	case g <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

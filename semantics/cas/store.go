@@ -9,7 +9,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"time"
 
 	"forgeyard.dev/transport/wire"
 )
@@ -262,6 +264,37 @@ func (s *FSStore) create(ref wire.CasObjectRef) (*fsPartial, error) {
 		n = 0
 	}
 	return &fsPartial{s: s, ref: ref, f: f, path: path, n: n}, nil
+}
+
+// PrunePartials removes partial prefixes not held by a transfer and not
+// modified for olderThan (abandoned uploads), and returns how many it
+// removed. Run it periodically; it lists the tmp directory once.
+func (s *FSStore) PrunePartials(olderThan time.Duration) (int, error) {
+	entries, err := os.ReadDir(s.tmpDir)
+	if err != nil {
+		return 0, err
+	}
+	held := map[string]bool{}
+	s.mu.Lock()
+	for ref := range s.busy {
+		held[filepath.Base(s.partPath(ref))] = true
+	}
+	s.mu.Unlock()
+	cutoff := time.Now().Add(-olderThan)
+	n := 0
+	for _, e := range entries {
+		if held[e.Name()] || !strings.HasSuffix(e.Name(), ".part") {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || !fi.ModTime().Before(cutoff) {
+			continue
+		}
+		if os.Remove(filepath.Join(s.tmpDir, e.Name())) == nil {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func (s *FSStore) release(ref wire.CasObjectRef) {
