@@ -65,17 +65,23 @@ type Caps struct {
 	// LargeTransfer is the size in bytes of the large-transfer subtests;
 	// 0 means 64 MiB, or 4 MiB under -short.
 	LargeTransfer int
-	// ControlP99 bounds the 99th-percentile control round trip while a bulk
-	// stream saturates the connection; 0 means DefaultControlP99.
+	// ControlP99, if non-zero, is an extra absolute bound on the
+	// 99th-percentile control round trip while a bulk stream saturates the
+	// connection. By default the Conn/ControlUnderBulk subtest uses only a
+	// bound relative to the bulk rate measured in the same run (see
+	// ControlResult.QueueBytes), which holds on a loaded machine.
 	ControlP99 time.Duration
 	// SkipControlUnderBulk, when non-empty, skips the Conn/ControlUnderBulk
 	// subtest with this reason.
 	SkipControlUnderBulk string
 }
 
-// DefaultControlP99 is the default bound for control round trips under bulk
-// saturation. It is generous so that it holds under -race on a loaded
-// 2-core machine; the measured figure is logged by the subtest.
+// DefaultControlP99 was the subtest's absolute bound for control round
+// trips under bulk saturation. It is no longer applied (an absolute bound
+// failed under -race with two test binaries sharing two cores, and did not
+// detect broken priorities); set Caps.ControlP99 for an absolute bound.
+//
+// Deprecated: the bound is now relative; see Caps.ControlP99.
 const DefaultControlP99 = 250 * time.Millisecond
 
 // opTimeout bounds every single step of a subtest that waits for an event.
