@@ -454,6 +454,9 @@ func (r *Receiver) frame(ctx context.Context, at *attemptLog, body []byte, f *wl
 		}
 		at.mu.Unlock()
 		if over {
+			// Acknowledge what is stored before the reset, so the agent
+			// counts exactly the rest as dropped.
+			r.syncAck(at, false)
 			return &RejectError{Reason: RejectQuota, Code: semantics.StreamRefused, Attempt: at.id,
 				Err: fmt.Errorf("attempt log over %d bytes", lim)}
 		}

@@ -58,7 +58,8 @@ type Config struct {
 	SpoolDir string
 	// MemoryLimit bounds the pending log bytes held in memory. Without a
 	// spool it is the cap of pending data; with one it bounds the cache
-	// of pending chunks (the rest is re-read from disk to be sent).
+	// of pending chunks (the rest is re-read from disk to be sent), and
+	// memory use stays below MemoryLimit plus the open chunk (ChunkSize).
 	MemoryLimit int64
 	// SpoolLimit caps the pending log bytes when a spool is used.
 	SpoolLimit int64
