@@ -20,7 +20,8 @@ import (
 // RunBenchmarks runs the backend benchmarks against f, each over the raw
 // BackendConn ("raw") and over semantics.Conn ("ours"):
 //
-//   - ControlRTT: a 64-byte round trip on a long-lived stream (ns/op = RTT).
+//   - ControlRTT: a 64-byte round trip on a long-lived stream (ns/op = mean
+//     RTT; p50-µs and p99-µs).
 //   - Bulk1, Bulk4: throughput of 64 KiB writes on 1 and on 4 streams
 //     (b.SetBytes, so MB/s is reported).
 //   - ControlUnderBulk: b.N 64-byte round trips while one bulk stream
@@ -111,16 +112,22 @@ func benchRTT(b *testing.B, a, z duplex) {
 	wg.Add(1)
 	go echo(z, &wg)
 	msg := make([]byte, 64)
+	rtts := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
 		if _, err := a.Write(msg); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := io.ReadFull(a, msg); err != nil {
 			b.Fatal(err)
 		}
+		rtts = append(rtts, time.Since(t0))
 	}
 	b.StopTimer()
+	slices.Sort(rtts)
+	b.ReportMetric(float64(pct(rtts, 50).Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(pct(rtts, 99).Nanoseconds())/1e3, "p99-µs")
 	_ = a.Close()
 	_ = z.Close()
 	wg.Wait()
