@@ -57,6 +57,19 @@ const (
 	LeaseRevoked   LeaseState = "revoked"
 )
 
+// MaxSessionLeases bounds Authority.SessionLeases: a session with more
+// matching leases gets the oldest MaxSessionLeases.
+const MaxSessionLeases = 1024
+
+// Valid reports whether s is one of the lease state constants.
+func (s LeaseState) Valid() bool {
+	switch s {
+	case LeaseOffered, LeaseAccepted, LeaseRejected, LeaseCompleted, LeaseRevoked:
+		return true
+	}
+	return false
+}
+
 // Live reports whether the lease still carries authority.
 func (s LeaseState) Live() bool { return s == LeaseOffered || s == LeaseAccepted }
 
@@ -258,6 +271,13 @@ type Authority interface {
 	// Resync answers Continue/Cancel/Stale for each claimed attempt of a
 	// session (§115–121). Repeating it is harmless.
 	Resync(ctx context.Context, session SessionRef, claims []AttemptClaim, now time.Time) ([]Decision, error)
+	// SessionLeases lists the leases bound to session, oldest first (by
+	// creation time, then lease id), at most MaxSessionLeases of them. With
+	// states it lists only leases in one of those states; with none, all.
+	// An unknown session has no leases (nil, nil). A state other than the
+	// five LeaseState constants is an error. Daemons use it to re-send
+	// offers created elsewhere after the agent reconnects (§67, §229).
+	SessionLeases(ctx context.Context, session wire.AgentSessionId, states ...LeaseState) ([]Lease, error)
 	// ExpiredLeases lists live leases whose expiry is before `before`.
 	ExpiredLeases(ctx context.Context, before time.Time, limit int) ([]Lease, error)
 	// RevokeLease revokes a live lease (expired renewals, operator action).

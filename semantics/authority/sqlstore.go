@@ -701,6 +701,49 @@ func (s *store) Resync(ctx context.Context, ref SessionRef, claims []AttemptClai
 	return out, err
 }
 
+func (s *store) SessionLeases(ctx context.Context, session wire.AgentSessionId, states ...LeaseState) ([]Lease, error) {
+	q := `SELECT ` + leaseCols + ` FROM fy_leases WHERE session_id = ?`
+	args := []any{idb(session.ULID)}
+	if len(states) > 0 {
+		seen := map[LeaseState]bool{}
+		var in []string
+		for _, st := range states {
+			if !st.Valid() {
+				return nil, fmt.Errorf("authority: unknown lease state %q", st)
+			}
+			if !seen[st] { // at most five distinct states: the query stays bounded
+				seen[st] = true
+				in = append(in, "?")
+				args = append(args, string(st))
+			}
+		}
+		q += ` AND state IN (` + strings.Join(in, ", ") + `)`
+	}
+	q += ` ORDER BY created_ms, lease_id LIMIT ?`
+	args = append(args, MaxSessionLeases)
+	var out []Lease
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		out = out[:0]
+		rows, err := t.QueryContext(ctx, s.rebind(q), args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			l, err := scanLease(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, l)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (s *store) ExpiredLeases(ctx context.Context, before time.Time, limit int) ([]Lease, error) {
 	if limit <= 0 || limit > 10000 {
 		limit = 10000

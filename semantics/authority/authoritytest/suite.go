@@ -81,6 +81,8 @@ func Run(t *testing.T, o Opener) {
 		{"ExpiryAndRevocation", testExpiry},
 		{"DedupRetention", testDedup},
 		{"LeaseRoundTrip", testLeaseRoundTrip},
+		{"SessionLeases", testSessionLeases},
+		{"SessionLeasesBounded", testSessionLeasesBounded},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
@@ -469,6 +471,118 @@ func testLeaseRoundTrip(t *testing.T, o Opener) {
 	}
 	if _, err := f.a.Lease(f.ctx, wire.NewLeaseId()); !errors.Is(err, authority.ErrNotFound) {
 		t.Fatalf("unknown lease = %v, want ErrNotFound", err)
+	}
+}
+
+// leaseAt creates an offered lease of f's session created at `created`.
+func (f *fixture) leaseAt(t *testing.T, created time.Time) authority.Lease {
+	t.Helper()
+	l := authority.Lease{ID: wire.NewLeaseId(), Attempt: wire.NewJobAttemptId(), Job: wire.NewJobId(),
+		Runner: f.runner, Session: f.session, TTL: time.Minute, ExpiresAt: created.Add(time.Minute), CreatedAt: created}
+	if err := f.a.CreateLease(f.ctx, l); err != nil {
+		t.Fatalf("CreateLease: %v", err)
+	}
+	return l
+}
+
+func leaseIDs(ls []authority.Lease) []wire.LeaseId {
+	out := make([]wire.LeaseId, len(ls))
+	for i, l := range ls {
+		out[i] = l.ID
+	}
+	return out
+}
+
+func sameIDs(got []authority.Lease, want ...authority.Lease) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range want {
+		if got[i].ID != want[i].ID {
+			return false
+		}
+	}
+	return true
+}
+
+// testSessionLeases: a session's leases by state, oldest first; other
+// sessions' leases never show up (the HA offer re-send, §67, §229).
+func testSessionLeases(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	// Created out of order: the answer is ordered by creation time.
+	l3 := f.leaseAt(t, t0.Add(3*time.Second))
+	l1 := f.leaseAt(t, t0.Add(1*time.Second))
+	l2 := f.leaseAt(t, t0.Add(2*time.Second))
+	l4 := f.leaseAt(t, t0.Add(4*time.Second))
+	if _, err := f.a.AcceptLease(f.ctx, l2.ID, l2.Attempt, f.ref(), t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.RejectLease(f.ctx, l4.ID, l4.Attempt, f.ref(), t0); err != nil {
+		t.Fatal(err)
+	}
+	other := newFixture(t, f.a)
+	foreign := other.leaseAt(t, t0)
+
+	got, err := f.a.SessionLeases(f.ctx, f.session, authority.LeaseOffered)
+	if err != nil || !sameIDs(got, l1, l3) {
+		t.Fatalf("offered leases = %v, %v; want [%s %s]", leaseIDs(got), err, l1.ID, l3.ID)
+	}
+	if got[0].State != authority.LeaseOffered || got[0].Session != f.session || got[0].Attempt != l1.Attempt || !got[0].ExpiresAt.Equal(l1.ExpiresAt) {
+		t.Fatalf("listed lease = %+v, want %+v", got[0], l1)
+	}
+	got, err = f.a.SessionLeases(f.ctx, f.session)
+	if err != nil || !sameIDs(got, l1, l2, l3, l4) {
+		t.Fatalf("all leases = %v, %v; want [%s %s %s %s]", leaseIDs(got), err, l1.ID, l2.ID, l3.ID, l4.ID)
+	}
+	got, err = f.a.SessionLeases(f.ctx, f.session, authority.LeaseAccepted, authority.LeaseRejected, authority.LeaseAccepted)
+	if err != nil || !sameIDs(got, l2, l4) {
+		t.Fatalf("accepted+rejected leases = %v, %v; want [%s %s]", leaseIDs(got), err, l2.ID, l4.ID)
+	}
+	if got[0].State != authority.LeaseAccepted || got[1].State != authority.LeaseRejected {
+		t.Fatalf("states %q %q, want accepted rejected", got[0].State, got[1].State)
+	}
+	got, err = f.a.SessionLeases(f.ctx, other.session, authority.LeaseOffered)
+	if err != nil || !sameIDs(got, foreign) {
+		t.Fatalf("other session's leases = %v, %v; want [%s]", leaseIDs(got), err, foreign.ID)
+	}
+	if got, err := f.a.SessionLeases(f.ctx, wire.NewAgentSessionId()); err != nil || len(got) != 0 {
+		t.Fatalf("unknown session's leases = %v, %v; want none", leaseIDs(got), err)
+	}
+	if _, err := f.a.SessionLeases(f.ctx, f.session, authority.LeaseState("lost")); err == nil {
+		t.Fatal("unknown state accepted")
+	}
+	// Ending the session revokes its live leases: none is offered any more.
+	if err := f.a.EndSession(f.ctx, f.session, t0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.a.SessionLeases(f.ctx, f.session, authority.LeaseOffered); err != nil || len(got) != 0 {
+		t.Fatalf("offered after EndSession = %v, %v; want none", leaseIDs(got), err)
+	}
+	if got, err := f.a.SessionLeases(f.ctx, f.session, authority.LeaseRevoked); err != nil || !sameIDs(got, l1, l2, l3) {
+		t.Fatalf("revoked after EndSession = %v, %v; want [%s %s %s]", leaseIDs(got), err, l1.ID, l2.ID, l3.ID)
+	}
+}
+
+// testSessionLeasesBounded: a session with more than MaxSessionLeases
+// leases gets the oldest MaxSessionLeases.
+func testSessionLeasesBounded(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	n := authority.MaxSessionLeases + 3
+	var newest authority.Lease
+	for i := 0; i < n; i++ {
+		newest = f.leaseAt(t, t0.Add(time.Duration(n-i)*time.Millisecond)) // newest first
+	}
+	got, err := f.a.SessionLeases(f.ctx, f.session, authority.LeaseOffered)
+	if err != nil || len(got) != authority.MaxSessionLeases {
+		t.Fatalf("listed %d leases, %v; want %d", len(got), err, authority.MaxSessionLeases)
+	}
+	if got[0].ID != newest.ID || !got[0].CreatedAt.Equal(t0.Add(time.Millisecond)) {
+		t.Fatalf("first listed %s created %v; want the oldest %s", got[0].ID, got[0].CreatedAt, newest.ID)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].CreatedAt.Before(got[i-1].CreatedAt) {
+			t.Fatalf("lease %d created %v before lease %d (%v)", i, got[i].CreatedAt, i-1, got[i-1].CreatedAt)
+		}
 	}
 }
 
