@@ -86,7 +86,7 @@ func benchLog(b *testing.B, conns func(*testing.B) (*semantics.Conn, *semantics.
 	defer cancel()
 	agent, daemon := conns(b)
 	f := newFixture(b, logs.Config{Compress: compress, MemoryLimit: 32 << 20},
-		logs.ReceiverConfig{Sink: &logs.MemorySink{Discard: true}, AckBytes: 512 << 10, AckInterval: 5 * time.Millisecond})
+		logs.ReceiverConfig{Sink: &logs.MemorySink{Discard: true}, MaxAttemptBytes: -1, AckBytes: 512 << 10, AckInterval: 5 * time.Millisecond})
 	srv := serveAll(ctx, daemon, f.r)
 	att := make(chan error, 1)
 	go func() { att <- f.w.Attach(ctx, agent, 0) }()
@@ -150,6 +150,9 @@ func benchLog(b *testing.B, conns func(*testing.B) (*semantics.Conn, *semantics.
 		b.ReportMetric(float64(b.N)/sec, "lines/s")
 	}
 	b.ReportMetric(float64(st.FramesSent)/sec, "frames/s")
+	if compress {
+		b.ReportMetric(100*float64(st.WireBytes)/float64(st.RawBytesSent), "wire%")
+	}
 	_ = agent.CloseWithCode(wire.CloseNormal, "")
 	srv.wait()
 }
