@@ -26,8 +26,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestOrderedDelivery(t *testing.T) {
 	ctx := testCtx(t)
 	agent, daemon := memConns(t, memory.Options{})
-	f := newFixture(t, logs.Config{}, logs.ReceiverConfig{})
-	serveAll(ctx, daemon, f.r)
+	f := newFixture(t, logs.Config{Epoch: 7}, logs.ReceiverConfig{})
+	srv := serveAll(ctx, daemon, f.r)
 	att := make(chan error, 1)
 	go func() { att <- f.w.Attach(ctx, agent, 0) }()
 
@@ -60,6 +60,11 @@ func TestOrderedDelivery(t *testing.T) {
 	if rs := f.r.Stats(); rs.BytesAppended != int64(total) || rs.Duplicates != 0 || rs.Gaps != 0 {
 		t.Fatalf("receiver stats %+v", rs)
 	}
+	if as, _ := f.r.Attempt(f.attempt); as.Epoch != 7 || as.Durable != st.LastSeq || as.Bytes != int64(total) {
+		t.Fatalf("attempt state %+v", as)
+	}
+	_ = agent.CloseWithCode(wire.CloseNormal, "")
+	srv.wait()
 }
 
 // Several seeded runs: the connection is cut after a random number of

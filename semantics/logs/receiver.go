@@ -134,6 +134,9 @@ type AttemptState struct {
 	Appended, Durable uint64
 	Bytes             int64
 	Refused           bool
+	// Epoch is the agent session epoch of the latest accepted stream
+	// header.
+	Epoch uint64
 	// Finalized is the agent's LogsFinalizedV1, once received.
 	Finalized *wlogs.LogsFinalizedV1
 }
@@ -160,6 +163,7 @@ type attemptLog struct {
 	bytes           int64
 	sinceAck        int64
 	refused         bool
+	epoch           uint64
 	final           *wlogs.LogsFinalizedV1
 	owner           *serveOwner
 	changed         chan struct{} // closed and replaced when appended/refused changes, if waited on
@@ -216,12 +220,13 @@ func (r *Receiver) Attempt(a wire.JobAttemptId) (st AttemptState, ok bool) {
 	}
 	at.mu.Lock()
 	defer at.mu.Unlock()
-	return AttemptState{Appended: at.appended, Durable: at.acked, Bytes: at.bytes, Refused: at.refused, Finalized: at.final}, true
+	return AttemptState{Appended: at.appended, Durable: at.acked, Bytes: at.bytes, Refused: at.refused, Epoch: at.epoch, Finalized: at.final}, true
 }
 
-// Forget drops the Receiver's state of an attempt (after the attempt
-// completed and its log was finalized). A later stream for it starts from
-// the sink's Durable again.
+// Forget drops the Receiver's state of an attempt, after the attempt
+// completed, its log was finalized and its streams ended (a stream still
+// being served would append out of order and be reset). A later stream
+// for it starts from the sink's Durable again.
 func (r *Receiver) Forget(a wire.JobAttemptId) {
 	r.mu.Lock()
 	delete(r.attempts, a)
@@ -358,6 +363,7 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 
 	at.mu.Lock()
 	refused, next := at.refused, at.appended+1
+	at.epoch = hdr.Epoch
 	at.mu.Unlock()
 	if refused {
 		return reject(RejectQuota, semantics.StreamRefused, at.id, errors.New("attempt refused"))

@@ -502,6 +502,7 @@ func (w *Writer) Attach(ctx context.Context, conn *semantics.Conn, fromSeq uint6
 	defer stop()
 	if err := s.WriteEnvelope(&wire.Envelope{Protocol: wire.Current, MessageID: wire.NewMessageId(),
 		SentAtMs: uint64(w.now().UnixMilli()), Payload: &hdr}); err != nil {
+		s.CancelWrite(semantics.StreamCancelled)
 		return w.sendErr(ctx, err)
 	}
 	fe := newFrameEncoder(enc, conn.Limits().MaxFrame[wire.StreamLog])
@@ -559,6 +560,7 @@ func (w *Writer) Attach(ctx context.Context, conn *semantics.Conn, fromSeq uint6
 
 		n, err := fe.send(s, c, data, uint64(w.now().UnixMilli()))
 		if err != nil {
+			s.CancelWrite(semantics.StreamCancelled) // no-op if the stream was reset
 			return w.sendErr(ctx, err)
 		}
 		w.mu.Lock()
