@@ -205,6 +205,10 @@ var (
 	ErrShutdown = errors.New("daemon: shut down")
 	// ErrOfferExpired: the offer expired without an answer.
 	ErrOfferExpired = errors.New("daemon: lease offer expired unanswered")
+	// ErrLeaseRevoked: the lease was revoked before it was answered (the
+	// agent session ended, the runner was disabled, an operator revoked
+	// it); OfferLease's error wraps it with the revoke reason.
+	ErrLeaseRevoked = errors.New("daemon: lease revoked unanswered")
 )
 
 // RejectedError is OfferLease's error when the agent rejected the offer.

@@ -602,6 +602,7 @@ func (c *conn) onResync(env *wire.Envelope, m *agentwire.AgentResyncV1) {
 	c.setState(session.Active)
 	c.reply(env, resp)
 	d.kickOffers(c.session)
+	d.adoptOffers(c)
 }
 
 // ---- active session ----
@@ -665,6 +666,9 @@ func (c *conn) sendOffer(of *offer) {
 	if of.settled.Load() {
 		return
 	}
+	if f := c.d.offerFilter.Load(); f != nil && !(*f)(l.ID) {
+		return
+	}
 	if !of.sentAt.IsZero() && of.resent() {
 		c.d.st.resends.Add(1)
 	}
@@ -675,6 +679,14 @@ func (c *conn) sendOffer(of *offer) {
 func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wire.JobAttemptId, accepted bool, reason agentwire.LeaseRejectReason, msg string) {
 	d := c.d
 	now := d.now()
+	d.mu.Lock()
+	of := d.offers[lease]
+	d.mu.Unlock()
+	if of != nil {
+		// Recorded and settled as one step against settleFromAuthority.
+		of.answering.Lock()
+		defer of.answering.Unlock()
+	}
 	var err error
 	if accepted {
 		actx, acancel := c.authCtx()
@@ -696,9 +708,6 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 		defer acancel()
 		err = d.auth.RejectLease(actx, lease, attempt, c.ref(), now)
 	}
-	d.mu.Lock()
-	of := d.offers[lease]
-	d.mu.Unlock()
 	ev := LeaseAnswerEvent{Runner: c.runner, Session: c.session, Lease: lease, Attempt: attempt, Accepted: accepted, Reason: reason, Message: msg, Err: err}
 	first := false
 	// A fenced or failed recording is not an answer: the offer keeps being
@@ -706,7 +715,7 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	definitive := err == nil || errors.Is(err, authority.ErrStaleLease) || errors.Is(err, authority.ErrStaleSession)
 	if of != nil && definitive {
 		first = of.finish(ev)
-		if first && err == nil && accepted {
+		if first && err == nil && accepted && !of.adopted {
 			d.st.offerLat.add(time.Since(of.created()))
 		}
 	}

@@ -14,6 +14,7 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -72,6 +73,10 @@ type Daemon struct {
 	hbSeq     map[wint]uint64
 	listeners []semantics.BackendListener
 	shutdown  bool
+
+	// offerFilter, when set (tests only, see export_test.go), is asked
+	// before every offer send; false drops the offer as if it were lost.
+	offerFilter atomic.Pointer[func(wire.LeaseId) bool]
 
 	st stats
 }
@@ -250,31 +255,65 @@ type offer struct {
 	resends atomic.Int64
 	expired bool // set before done closes
 	settled atomic.Bool
+	// adopted: the lease was created elsewhere (another daemon, or before a
+	// restart) and nobody waits on done; the answer only reaches the
+	// authority.
+	adopted bool
+	// answering serializes recording an answer (onLeaseAnswer) with
+	// settling from the authority (settleFromAuthority), so an answer
+	// recorded here is never mistaken for one recorded elsewhere.
+	answering sync.Mutex
+}
+
+// offerMessageID is the MessageId of every LeaseOfferV1 of lease id, on
+// every daemon: the 48-bit time of the lease id and 80 bits of a SHA-256
+// of it. A daemon re-sending an offer created by another daemon thus uses
+// the same MessageId (the agent dedups by lease id in any case).
+func offerMessageID(id wire.LeaseId) wire.MessageId {
+	h := sha256.Sum256(append([]byte("forgeyard/lease-offer\x00"), id.ULID[:]...))
+	var m wire.MessageId
+	copy(m.ULID[:6], id.ULID[:6])
+	copy(m.ULID[6:], h[:10])
+	return m
 }
 
 func (o *offer) resent() bool { return o.resends.Add(1) > 1 }
 
 func (o *offer) created() time.Time { return o.start }
 
-func (o *offer) finish(a LeaseAnswerEvent) bool {
-	first := false
+func (o *offer) finish(a LeaseAnswerEvent) bool { return o.finishThen(a, nil) }
+
+// finishThen settles the offer with a once; the first settlement runs
+// first (if not nil) before the waiter is released.
+func (o *offer) finishThen(a LeaseAnswerEvent, first func()) bool {
+	was := false
 	o.once.Do(func() {
 		o.answer = a
-		first = true
+		was = true
 		o.settled.Store(true)
+		if first != nil {
+			first()
+		}
 		close(o.done)
 	})
-	return first
+	return was
 }
 
 // OfferLease creates a lease in the authority, bound to the runner's current
 // agent session, sends LeaseOfferV1 and re-sends it with the same MessageId
 // until the agent answers or the lease expires (duplicates are safe, §67).
+// If the agent reconnects to another daemon sharing the authority, that
+// daemon re-sends the offer after the agent's resync, and this daemon
+// learns the answer from the authority, which it reads on every re-send
+// period and before declaring expiry (§227–230).
 // It waits for the answer: it returns the lease (State accepted) when the
-// agent accepted, a *RejectedError when it rejected, ErrOfferExpired, or
-// ctx's error (the offer keeps being re-sent until it expires).
-// ErrNotConnected, ErrDraining and ErrRoleForbidden are returned before
-// anything is recorded.
+// agent accepted (here or through another daemon; also when the attempt
+// already completed), a *RejectedError when it rejected (through another
+// daemon: Reason RejectOther, the reason is not recorded), an error
+// wrapping ErrLeaseRevoked when the lease was revoked unanswered,
+// ErrOfferExpired, or ctx's error (the offer keeps being re-sent until it
+// expires). ErrNotConnected, ErrDraining and ErrRoleForbidden are returned
+// before anything is recorded.
 func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOffer) (authority.Lease, error) {
 	if d.ctx.Err() != nil {
 		return authority.Lease{}, ErrShutdown
@@ -308,13 +347,18 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 	if err := probe.Validate(); err != nil {
 		return authority.Lease{}, fmt.Errorf("daemon: invalid lease offer: %w", err)
 	}
-	if err := d.auth.CreateLease(ctx, l); err != nil {
-		return authority.Lease{}, err
-	}
-	of := &offer{lease: l, msgID: wire.NewMessageId(), sentAt: now, start: time.Now(), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	// Tracked before it exists in the authority, so a concurrent resync of
+	// the session on this daemon never adopts it as a foreign offer.
+	of := &offer{lease: l, msgID: offerMessageID(l.ID), sentAt: now, start: time.Now(), kick: make(chan struct{}, 1), done: make(chan struct{})}
 	d.mu.Lock()
 	d.offers[l.ID] = of
 	d.mu.Unlock()
+	if err := d.auth.CreateLease(ctx, l); err != nil {
+		d.mu.Lock()
+		delete(d.offers, l.ID)
+		d.mu.Unlock()
+		return authority.Lease{}, err
+	}
 	d.st.leasesOffered.Add(1)
 	d.wg.Add(1)
 	go d.offerLoop(of)
@@ -338,22 +382,41 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 	}
 }
 
+// offerLoop sends an offer and re-sends it every period (and when kicked
+// after a resync) on the session's transport on this daemon, until it is
+// answered or expires. From the second round on it first reads the lease
+// from the authority: an answer recorded through another daemon settles the
+// offer. An adopted offer also ends when its session leaves this daemon
+// (the daemon the agent reconnects to adopts it in turn).
 func (d *Daemon) offerLoop(of *offer) {
 	defer d.wg.Done()
 	defer func() {
 		d.mu.Lock()
-		delete(d.offers, of.lease.ID)
+		if d.offers[of.lease.ID] == of {
+			delete(d.offers, of.lease.ID)
+		}
 		d.mu.Unlock()
 	}()
 	period := min(d.timing.RenewInterval, d.timing.RequestTimeout)
 	t := time.NewTicker(period)
 	defer t.Stop()
-	for {
-		if c := d.sessionConn(of.lease.Session); c != nil && c.active() {
+	for round := 0; ; round++ {
+		if round > 0 && d.settleFromAuthority(of) {
+			return
+		}
+		c := d.sessionConn(of.lease.Session)
+		if of.adopted && c == nil {
+			of.finish(LeaseAnswerEvent{Err: ErrNotConnected})
+			return
+		}
+		if c != nil && c.active() {
 			c.sendOffer(of)
 		}
 		left := of.lease.ExpiresAt.Sub(d.now())
 		if left <= 0 {
+			if d.settleFromAuthority(of) {
+				return
+			}
 			of.once.Do(func() { of.expired = true; of.settled.Store(true); close(of.done) })
 			return
 		}
@@ -371,6 +434,75 @@ func (d *Daemon) offerLoop(of *offer) {
 		case <-exp.C:
 		}
 		exp.Stop()
+	}
+}
+
+// settleFromAuthority reads the offer's lease from the authority and
+// settles the offer if it was answered, completed or revoked elsewhere
+// (another daemon, another transport). It reports whether the offer is
+// settled; authority errors leave it pending.
+func (d *Daemon) settleFromAuthority(of *offer) bool {
+	of.answering.Lock()
+	defer of.answering.Unlock()
+	if of.settled.Load() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, d.timing.RequestTimeout)
+	l, err := d.auth.Lease(ctx, of.lease.ID)
+	cancel()
+	if err != nil {
+		return false
+	}
+	ev := LeaseAnswerEvent{Runner: l.Runner, Session: l.Session, Lease: l.ID, Attempt: l.Attempt}
+	switch l.State {
+	case authority.LeaseAccepted, authority.LeaseCompleted:
+		ev.Accepted = true
+	case authority.LeaseRejected:
+		ev.Reason, ev.Message = agentwire.RejectOther, "rejected through another daemon or transport (reason not recorded)"
+	case authority.LeaseRevoked:
+		ev.Err = fmt.Errorf("%w: %s", ErrLeaseRevoked, l.RevokeReason)
+	default:
+		return false
+	}
+	of.finishThen(ev, func() { d.st.settledElsewhere.Add(1) })
+	return true
+}
+
+// adoptOffers starts re-sending the leases of c's session that are still
+// offered in the authority but not tracked by this daemon: offers created
+// by another daemon sharing the authority (or by this one before a
+// restart) whose agent reconnected here before it answered (§67, §229).
+// Called after the session's resync; expired leases are left to the
+// expiry loop.
+func (d *Daemon) adoptOffers(c *conn) {
+	_, sess, _, role := c.ident()
+	if role != agentwire.RoleAgent && role != agentwire.RoleInternalWorker {
+		return
+	}
+	actx, acancel := c.authCtx()
+	ls, err := d.auth.SessionLeases(actx, sess, authority.LeaseOffered)
+	acancel()
+	if err != nil {
+		c.logger().Warn("cannot list the session's offered leases", "session", sess.String(), "err", err)
+		return
+	}
+	now := d.now()
+	for _, l := range ls {
+		if !l.ExpiresAt.After(now) {
+			continue
+		}
+		of := &offer{lease: l, msgID: offerMessageID(l.ID), sentAt: now, start: time.Now(), kick: make(chan struct{}, 1),
+			done: make(chan struct{}), adopted: true}
+		d.mu.Lock()
+		if _, tracked := d.offers[l.ID]; tracked || d.shutdown {
+			d.mu.Unlock()
+			continue
+		}
+		d.offers[l.ID] = of
+		d.wg.Add(1) // under d.mu before Shutdown sets d.shutdown: never after its Wait
+		d.mu.Unlock()
+		d.st.adopted.Add(1)
+		go d.offerLoop(of)
 	}
 }
 

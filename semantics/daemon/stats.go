@@ -9,28 +9,36 @@ import (
 // Stats are the daemon's counters since New. Latency slices hold the most
 // recent samples (at most 1024 each), oldest first.
 type Stats struct {
-	Registrations     int64 // accepted registrations
-	Rejections        int64 // rejected hellos and registrations
-	Reconnects        int64 // registrations of an already known agent session (epoch > 1)
-	Resyncs           int64
-	LeasesOffered     int64
-	LeasesAccepted    int64
-	LeasesRejected    int64
-	DuplicateAnswers  int64 // repeated answers to an already answered offer
-	OfferResends      int64 // offers sent again (same MessageId)
-	LeasesRevoked     int64 // revoked by expiry
-	Probes            int64 // LeaseProbeV1 sent
-	Renewals          int64
-	Completions       [4]int64 // by wire CompletionAckKind
-	Fenced            int64    // transports fenced by a newer registration
-	ClonedIdentity    int64    // fenced transports that kept talking
-	Cancels           int64
-	ProtocolErrors    int64 // state/role violations and bad frames
-	HeartbeatsDropped int64 // seq ≤ last seen
-	DedupPruned       int64
-	OfferToAccept     []time.Duration
-	CompletionToAck   []time.Duration // receipt → ack written
-	CancelDelivery    []time.Duration // CancelAttempt → CancelAckV1
+	Registrations    int64 // accepted registrations
+	Rejections       int64 // rejected hellos and registrations
+	Reconnects       int64 // registrations of an already known agent session (epoch > 1)
+	Resyncs          int64
+	LeasesOffered    int64
+	LeasesAccepted   int64
+	LeasesRejected   int64
+	DuplicateAnswers int64 // repeated answers to an already answered offer
+	OfferResends     int64 // offers sent again (same MessageId)
+	// OffersAdopted: offers of leases created elsewhere (another daemon
+	// sharing the authority, or before a restart) this daemon re-sent after
+	// the agent's resync here.
+	OffersAdopted int64
+	// OffersSettledElsewhere: pending offers settled from the authority
+	// because they were answered, completed or revoked through another
+	// daemon or transport.
+	OffersSettledElsewhere int64
+	LeasesRevoked          int64 // revoked by expiry
+	Probes                 int64 // LeaseProbeV1 sent
+	Renewals               int64
+	Completions            [4]int64 // by wire CompletionAckKind
+	Fenced                 int64    // transports fenced by a newer registration
+	ClonedIdentity         int64    // fenced transports that kept talking
+	Cancels                int64
+	ProtocolErrors         int64 // state/role violations and bad frames
+	HeartbeatsDropped      int64 // seq ≤ last seen
+	DedupPruned            int64
+	OfferToAccept          []time.Duration
+	CompletionToAck        []time.Duration // receipt → ack written
+	CancelDelivery         []time.Duration // CancelAttempt → CancelAckV1
 }
 
 type latencies struct {
@@ -66,7 +74,7 @@ type stats struct {
 	resends, leasesRevoked, probes, renewals              atomic.Int64
 	completions                                           [4]atomic.Int64
 	fenced, cloned, cancels, protoErrs, hbDropped         atomic.Int64
-	dedupPruned                                           atomic.Int64
+	dedupPruned, adopted, settledElsewhere                atomic.Int64
 	offerLat, complLat, cancelLat                         latencies
 }
 
@@ -77,6 +85,7 @@ func (d *Daemon) Stats() Stats {
 		Registrations: s.registrations.Load(), Rejections: s.rejections.Load(), Reconnects: s.reconnects.Load(),
 		Resyncs: s.resyncs.Load(), LeasesOffered: s.leasesOffered.Load(), LeasesAccepted: s.leasesAccepted.Load(),
 		LeasesRejected: s.leasesRejected.Load(), DuplicateAnswers: s.dupAns.Load(), OfferResends: s.resends.Load(),
+		OffersAdopted: s.adopted.Load(), OffersSettledElsewhere: s.settledElsewhere.Load(),
 		LeasesRevoked: s.leasesRevoked.Load(), Probes: s.probes.Load(), Renewals: s.renewals.Load(),
 		Fenced: s.fenced.Load(), ClonedIdentity: s.cloned.Load(), Cancels: s.cancels.Load(),
 		ProtocolErrors: s.protoErrs.Load(), HeartbeatsDropped: s.hbDropped.Load(), DedupPruned: s.dedupPruned.Load(),
