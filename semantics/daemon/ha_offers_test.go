@@ -271,4 +271,3 @@ func TestOfferOnStaleDaemonDeliveredAtResync(t *testing.T) {
 		})
 	}
 }
-
