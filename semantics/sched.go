@@ -27,7 +27,11 @@ import (
 //     chunk then goes anyway and the event is counted), ends early when the
 //     connection closes or the write deadline passes, and sleeps on a
 //     channel or timer — never a busy loop. Only the BulkHinter condition is
-//     polled, at schedPoll, because backends have no queue-drained event.
+//     polled, because backends have no queue-drained event: first after
+//     schedPollMin, then at doubling intervals up to schedPoll, so a queue
+//     that drains in a fraction of a millisecond (loopback, LAN) does not
+//     leave the link idle until a fixed 1 ms poll, and a slow one (WAN) is
+//     not read more than about once per millisecond.
 
 // Scheduler defaults.
 const (
@@ -37,7 +41,10 @@ const (
 	// DefaultBulkMaxWait bounds one bulk chunk's wait for higher-priority
 	// traffic; after it the chunk is written anyway.
 	DefaultBulkMaxWait = 100 * time.Millisecond
-	// schedPoll is how often a bulk writer re-reads QueuedBytes.
+	// schedPollMin is a bulk writer's first wait before it re-reads
+	// QueuedBytes; each further wait doubles, up to schedPoll.
+	schedPollMin = 50 * time.Microsecond
+	// schedPoll is the longest wait between two QueuedBytes reads.
 	schedPoll = time.Millisecond
 )
 
@@ -179,6 +186,7 @@ func (s *scheduler) acquireBulk(p Priority, closed <-chan struct{}, deadline tim
 	idx := bulkIndex(p)
 	var start time.Time
 	var maxTimer, dlTimer, pollTimer *time.Timer
+	poll := schedPollMin
 	defer func() {
 		for _, t := range []*time.Timer{maxTimer, dlTimer, pollTimer} {
 			if t != nil {
@@ -223,10 +231,11 @@ func (s *scheduler) acquireBulk(p Priority, closed <-chan struct{}, deadline tim
 		var pollC, dlC <-chan time.Time
 		if hint {
 			if pollTimer == nil {
-				pollTimer = time.NewTimer(schedPoll)
+				pollTimer = time.NewTimer(poll)
 			} else {
-				pollTimer.Reset(schedPoll)
+				pollTimer.Reset(poll)
 			}
+			poll = min(2*poll, schedPoll)
 			pollC = pollTimer.C
 		}
 		if dlTimer != nil {

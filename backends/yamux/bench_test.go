@@ -416,4 +416,7 @@ var underBulkVariants = []variant{
 	{name: "ours/lowat=32K/chunk=32K", semantics: true, cfg: Config{NotSentLowat: 32 << 10}, scfg: chunk(32 << 10)},
 	{name: "ours/chunk=64K", semantics: true, cfg: Config{}, scfg: chunk(64 << 10)},
 	{name: "ours/chunk=64K/rcvbuf=256K", semantics: true, cfg: Config{RecvBuffer: 256 << 10}, scfg: chunk(64 << 10)},
+	{name: "ours/thr=32K", semantics: true, cfg: Config{}, scfg: semantics.Config{BulkQueueThreshold: 32 << 10}},
+	{name: "ours/thr=16K", semantics: true, cfg: Config{}, scfg: semantics.Config{BulkQueueThreshold: 16 << 10}},
+	{name: "ours/thr=32K/lowat=64K", semantics: true, cfg: Config{NotSentLowat: 64 << 10}, scfg: semantics.Config{BulkQueueThreshold: 32 << 10}},
 }
