@@ -256,6 +256,9 @@ func (u *Uploader) attempt(ctx context.Context, conn *semantics.Conn, lease wire
 	if werr == nil {
 		werr = st.SendStream.Close()
 	}
+	if werr != nil && ctx.Err() != nil {
+		return false, 0, ctx.Err()
+	}
 	var se *semantics.StreamError
 	if werr != nil && !(errors.As(werr, &se) && se.Remote) {
 		// A local failure (source, connection): no verdict will come.

@@ -250,7 +250,7 @@ func reset(st *semantics.Stream, code semantics.StreamErrorCode) {
 	st.CancelWrite(code)
 }
 
-// finish writes the ack, stops reading what the peer may still send (with
+// ack writes the ack, stops reading what the peer may still send (with
 // readCode, unless the range was read to its FIN) and closes the send half.
 func (s *Server) ack(st *semantics.Stream, lease wire.LeaseId, ref wire.CasObjectRef, o wcas.CasOutcome, verified uint64, readCode semantics.StreamErrorCode, drained bool) error {
 	if !drained {
