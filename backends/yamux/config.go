@@ -56,7 +56,9 @@ type Config struct {
 	WriteTimeout time.Duration
 	// AcceptBacklog bounds streams (per direction kind) waiting for
 	// AcceptStream/AcceptUniStream; streams beyond it are refused with
-	// StreamRefused. It is also yamux's AcceptBacklog. 0 means 256.
+	// StreamRefused. It is also yamux's AcceptBacklog, which bounds the
+	// peer's streams opened before the first Accept call (yamux resets
+	// streams beyond it). 0 means 256.
 	AcceptBacklog int
 	// MaxIncomingStreams is the hard cap of concurrently open
 	// peer-initiated streams, a backstop below the semantics layer's limits
