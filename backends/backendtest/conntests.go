@@ -130,7 +130,7 @@ func runConn(t *testing.T, f Factory) {
 		// backend's bounded queue (0.1–1.2 MiB measured, also under -race
 		// with three test binaries on two cores); without them a FIFO
 		// backend puts a whole write frame (up to the Write) ahead of it
-		// (yamux: 17–20 MiB).
+		// (yamux: 12–20 MiB).
 		limit := float64(r.WriteSize) / 2
 		t.Logf("control RTT idle p50 %v p99 %v; under bulk p50 %v p99 %v; bulk %.1f MB/s; queue ahead of p99 ≈ %.0f KiB (limit %.0f KiB)",
 			r.IdleP50, r.IdleP99, r.P50, r.P99, r.BulkMBps, r.QueueBytes/1024, limit/1024)
