@@ -115,6 +115,7 @@ func TestOfferSurvivesDaemonSwitch(t *testing.T) {
 				t.Fatal("daemon A never tried to send the offer")
 			}
 			gate.blocked.Store(true)
+			cutAt := time.Now()
 			if !rdA.cut() {
 				t.Fatal("no connection to daemon A to cut")
 			}
@@ -137,6 +138,7 @@ func TestOfferSurvivesDaemonSwitch(t *testing.T) {
 				if r.l.ID != lease || r.l.State != authority.LeaseAccepted {
 					t.Fatalf("daemon A's OfferLease returned %s in state %q, want %s accepted", r.l.ID, r.l.State, lease)
 				}
+				t.Logf("cut → daemon A's OfferLease settled through daemon B: %v", time.Since(cutAt))
 			case <-time.After(10 * time.Second):
 				t.Fatal("daemon A's OfferLease did not return after the agent accepted through daemon B")
 			}
