@@ -446,7 +446,7 @@ func runDemo(parent context.Context, p params) (*report, error) {
 					return
 				}
 				var rej *daemon.RejectedError
-				if ctx.Err() != nil || !(errors.Is(err, daemon.ErrNotConnected) || errors.As(err, &rej) || errors.Is(err, daemon.ErrOfferExpired)) {
+				if ctx.Err() != nil || !(errors.Is(err, daemon.ErrNotConnected) || errors.As(err, &rej) || errors.Is(err, daemon.ErrOfferExpired) || errors.Is(err, daemon.ErrLeaseRevoked)) {
 					errOnce.Do(func() { dispatchErr = fmt.Errorf("offer to agent %s: %w", da.name, err) })
 					return
 				}
@@ -461,6 +461,8 @@ func runDemo(parent context.Context, p params) (*report, error) {
 				case errors.Is(err, daemon.ErrNotConnected):
 					st.notConn++
 					wait = nil
+				case errors.Is(err, daemon.ErrLeaseRevoked):
+					st.rejections["lease revoked"]++
 				default:
 					st.rejections["offer expired"]++
 				}

@@ -68,10 +68,22 @@ func TestCancelKeepsPrefix(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- up.Upload(ctx, l.agent, lease, o.ref) }()
-	<-src.reached
+	select {
+	case <-src.reached:
+	case err := <-done:
+		t.Fatalf("upload ended before reaching the gate: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("upload never reached the gate")
+	}
 	cancel()
 	close(src.release)
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("cancelled upload did not return")
+	}
+	if !errors.Is(err, context.Canceled) {
 		var se *semantics.StreamError
 		if !errors.As(err, &se) {
 			t.Fatalf("cancelled upload: %v", err)

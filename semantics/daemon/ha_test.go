@@ -107,6 +107,10 @@ func TestRandomCutsExactlyOnce(t *testing.T) {
 	for i := range delays {
 		delays[i] = time.Duration(5+rng.IntN(60)) * time.Millisecond
 	}
+	// minCuts: the calm phase starts only after this many cuts, so a fast
+	// run cannot finish every offer before the first random cut fires.
+	const minCuts = 3
+	cutCount := make(chan int, 1024)
 	go func() {
 		cuts := 0
 		for i := 0; ; i++ {
@@ -118,6 +122,10 @@ func TestRandomCutsExactlyOnce(t *testing.T) {
 			}
 			if rd.cut() {
 				cuts++
+				select {
+				case cutCount <- cuts:
+				default:
+				}
 			}
 		}
 	}()
@@ -144,6 +152,13 @@ func TestRandomCutsExactlyOnce(t *testing.T) {
 	// Let everything finish with the network calm.
 	deadlineAll := time.After(45 * time.Second)
 	got := map[wire.JobAttemptId]agentwire.CompletionAckKind{}
+	for c := 0; c < minCuts; {
+		select {
+		case c = <-cutCount:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d cuts in 30 s", c)
+		}
+	}
 	close(stop)
 	cuts := <-chaosDone
 	for len(got) < len(attempts) {
