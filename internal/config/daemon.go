@@ -54,6 +54,10 @@ const (
 //	[log]
 //	level = "info"
 //	format = "text"
+//
+//	[admin]
+//	listen = "127.0.0.1:9464"     # optional: /metrics, /healthz, /sessions
+//	allow_remote = false
 type Daemon struct {
 	// ID names this daemon in logs and in session records ("": the host
 	// name).
@@ -79,6 +83,8 @@ type Daemon struct {
 	AlternateEndpoints []string `toml:"alternate_endpoints"`
 	// Log selects the log level and format.
 	Log Logging `toml:"log"`
+	// Admin configures the operator HTTP endpoint (off when Listen is "").
+	Admin Admin `toml:"admin"`
 }
 
 // Listen holds per-backend listen addresses ("host:port"; port 0 picks a
@@ -251,7 +257,18 @@ func (d *Daemon) Validate() error {
 			return invalid(fmt.Sprintf("alternate_endpoints[%d]", i), "%v", err)
 		}
 	}
+	if _, err := AdminAddr("admin.listen", d.Admin.Listen, d.Admin.AllowRemote); err != nil {
+		return err
+	}
 	return d.Log.validate("log.")
+}
+
+// AdminListen returns the admin address to bind ("" when off; Validate
+// must have passed): Admin.Listen with a missing host set to
+// DefaultAdminHost.
+func (d *Daemon) AdminListen() string {
+	a, _ := AdminAddr("admin.listen", d.Admin.Listen, d.Admin.AllowRemote)
+	return a
 }
 
 // Protocol returns the configured protocol range.

@@ -1,0 +1,62 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestAdminAddr(t *testing.T) {
+	for _, c := range []struct {
+		addr   string
+		remote bool
+		want   string
+		err    string
+	}{
+		{"", false, "", ""},
+		{":9464", false, "127.0.0.1:9464", ""},
+		{"127.0.0.1:0", false, "127.0.0.1:0", ""},
+		{"[::1]:9464", false, "[::1]:9464", ""},
+		{"localhost:9464", false, "localhost:9464", ""},
+		{"0.0.0.0:9464", false, "", "not a loopback address"},
+		{"10.1.2.3:9464", false, "", "admin.allow_remote"},
+		{"metrics.example:9464", false, "", "not a loopback address"},
+		{"0.0.0.0:9464", true, "0.0.0.0:9464", ""},
+		{"9464", false, "", "host:port"},
+		{"127.0.0.1:99999", false, "", "0–65535"},
+	} {
+		got, err := AdminAddr("admin.listen", c.addr, c.remote)
+		if c.err != "" {
+			var ce *Error
+			if err == nil || !strings.Contains(err.Error(), c.err) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "admin.listen") {
+				t.Errorf("%q remote=%v: err %v, want *Error naming admin.listen with %q", c.addr, c.remote, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%q remote=%v = %q, %v; want %q", c.addr, c.remote, got, err, c.want)
+		}
+	}
+}
+
+func TestDaemonAdminKeys(t *testing.T) {
+	base := "[tls]\ncertificate = \"s.pem\"\nprivate_key = \"k.pem\"\nclient_ca = \"ca.pem\"\n[authority]\nsqlite = \"a.db\"\n"
+	d, err := ParseDaemon("d.toml", []byte(base+"[admin]\nlisten = \":9464\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.AdminListen(); got != "127.0.0.1:9464" {
+		t.Errorf("AdminListen = %q", got)
+	}
+	if _, err := ParseDaemon("d.toml", []byte(base+"[admin]\nlisten = \"0.0.0.0:9464\"\n")); err == nil || !strings.Contains(err.Error(), "d.toml: admin.listen") {
+		t.Errorf("remote admin without allow_remote: %v", err)
+	}
+	d, err = ParseDaemon("d.toml", []byte(base+"[admin]\nlisten = \"0.0.0.0:9464\"\nallow_remote = true\n"))
+	if err != nil || d.AdminListen() != "0.0.0.0:9464" {
+		t.Errorf("allow_remote: %v %+v", err, d)
+	}
+	d, err = ParseDaemon("d.toml", []byte(base))
+	if err != nil || d.AdminListen() != "" {
+		t.Errorf("no admin: %q %v", d.AdminListen(), err)
+	}
+}
