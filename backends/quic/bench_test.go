@@ -229,8 +229,6 @@ func startBulk(tb testing.TB, n int, open func(i int) (io.WriteCloser, io.Reader
 	return bk
 }
 
-type cancelWriter interface{ CancelWrite(quicgo.StreamErrorCode) }
-
 // rawBulk opens n raw uni streams from c to s.
 func rawBulk(tb testing.TB, c, s *quicgo.Conn, n int) *bulk {
 	return startBulk(tb, n, func(int) (io.WriteCloser, io.Reader) {

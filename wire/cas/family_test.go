@@ -34,15 +34,3 @@ func TestFamily(t *testing.T) {
 	familytest.Run(t, familytest.Family{Family: testFamily, Prefix: testPrefix, Messages: Messages, Samples: Samples,
 		BadEncodings: bad, Invalid: invalid, Maximal: maximalMessages()})
 }
-
-func decodeBody(t *testing.T, typ wire.MessageTypeId, body []byte) (wire.Message, error) {
-	t.Helper()
-	return familytest.DecodeBody(t, Messages, typ, body)
-}
-
-func infoOf(t *testing.T, typ wire.MessageTypeId) *wire.MessageInfo {
-	t.Helper()
-	return familytest.InfoOf(t, Messages, typ)
-}
-
-func sampleName(m wire.Message, i int) string { return familytest.SampleName(m, i) }

@@ -39,10 +39,3 @@ func decodeBody(t *testing.T, typ wire.MessageTypeId, body []byte) (wire.Message
 	t.Helper()
 	return familytest.DecodeBody(t, Messages, typ, body)
 }
-
-func infoOf(t *testing.T, typ wire.MessageTypeId) *wire.MessageInfo {
-	t.Helper()
-	return familytest.InfoOf(t, Messages, typ)
-}
-
-func sampleName(m wire.Message, i int) string { return familytest.SampleName(m, i) }
