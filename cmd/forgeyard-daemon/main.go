@@ -11,6 +11,11 @@
 // scheduler of its own; --demo-leases N is a development feature that
 // offers N synthetic leases to every newly registered agent session.
 //
+// With --admin-listen (key admin.listen) the daemon serves an operator HTTP
+// endpoint, loopback only unless admin.allow_remote: GET /metrics
+// (Prometheus), GET /healthz (telemetry.DaemonHealth JSON; 503 when down)
+// and GET /sessions (the connected transports as JSON).
+//
 // SIGINT or SIGTERM shuts down gracefully: listeners close, agents get
 // GoAway with a jittered reconnect hint and the alternate endpoints, and
 // the daemon waits up to --shutdown-timeout for them to leave.
@@ -57,6 +62,7 @@ func main() {
 // testHooks let tests observe the running daemon; nil in production.
 type testHooks struct {
 	ready        func(d *daemon.Daemon, ls []setup.Listener)
+	admin        func(addr string) // the admin endpoint is serving on addr
 	onCompletion func(daemon.CompletionEvent)
 }
 
@@ -73,6 +79,8 @@ type flags struct {
 	logLevel        string
 	logFormat       string
 	demoLeases      int
+	adminListen     string
+	adminRemote     bool
 	shutdownTimeout time.Duration
 }
 
@@ -93,6 +101,8 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
 	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
+	fs.StringVar(&f.adminListen, "admin-listen", "", "serve /metrics, /healthz and /sessions on `host:port` (key: admin.listen; a missing host means 127.0.0.1; loopback only unless --admin-allow-remote)")
+	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -109,6 +119,7 @@ Flags:
 Examples:
   forgeyard-daemon --config /etc/forgeyard/daemon.toml
   forgeyard-daemon --dev-pki ./.dev-pki --sqlite ./authority.db --listen 127.0.0.1:7443 --demo-leases 3
+  forgeyard-daemon --config /etc/forgeyard/daemon.toml --admin-listen 127.0.0.1:9464
 `)
 	}
 	return fs
@@ -185,6 +196,10 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	}
 	str("log-level", &cfg.Log.Level, f.logLevel)
 	str("log-format", &cfg.Log.Format, f.logFormat)
+	str("admin-listen", &cfg.Admin.Listen, f.adminListen)
+	if set["admin-allow-remote"] {
+		cfg.Admin.AllowRemote = f.adminRemote
+	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, config.WithFile(err, f.configFile)
@@ -232,6 +247,8 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 			th.onCompletion(e)
 		}
 	}
+	tel := newDaemonTelemetry()
+	dcfg.Hooks = tel.hooks(dcfg.Hooks)
 	d, err := daemon.New(dcfg)
 	if err != nil {
 		return err
@@ -246,6 +263,22 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		_ = d.Shutdown(context.Background())
 		return err
 	}
+	tel.attach(d, ls, tlsConf)
+	if addr := cfg.AdminListen(); addr != "" {
+		adm, err := startAdmin(addr, tel.handler(), log)
+		if err != nil {
+			for _, l := range ls {
+				_ = l.Close()
+			}
+			_ = d.Shutdown(context.Background())
+			return fmt.Errorf("admin.listen: %w", err)
+		}
+		defer adm.stop(2 * time.Second) // after the drain: /healthz reports it
+		log.Info("admin endpoint listening", "addr", adm.Addr(), "paths", "/metrics /healthz /sessions")
+		if th != nil && th.admin != nil {
+			th.admin(adm.Addr())
+		}
+	}
 	// Connections live on connCtx, which ends only after Shutdown has sent
 	// GoAway and waited: daemon.Serve ties its connections to its own
 	// lifetime, so closing a listener there would drop agents before they
@@ -254,9 +287,13 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	defer cancelConns()
 	var conns sync.WaitGroup
 	errc := make(chan error, len(ls))
-	for _, l := range ls {
+	for i, l := range ls {
 		log.Info("listening", "backend", l.Backend, "addr", l.Addr().String())
-		go func() { errc <- acceptLoop(connCtx, d, l, &conns) }()
+		go func() {
+			err := acceptLoop(connCtx, d, l, &conns)
+			tel.listenerDone(i, err)
+			errc <- err
+		}()
 	}
 	if th != nil && th.ready != nil {
 		th.ready(d, ls)

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/config"
+	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/telemetry"
+)
+
+func httpGet(t *testing.T, url string) (int, string, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+}
+
+// metricValue returns the value of the sample line `series value` in a
+// text exposition, or fails.
+func metricValue(t *testing.T, text, series string) float64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+	m := re.FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no sample %s in:\n%s", series, text)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatalf("%s: %v", series, err)
+	}
+	return v
+}
+
+// TestAdminEndpoint runs the daemon main in-process with a dev PKI and
+// --admin-listen, connects an agent that completes one demo lease, and
+// checks /metrics (values move, promtool accepts it), /healthz and
+// /sessions over HTTP; after the agent leaves, the active gauge returns to
+// zero.
+func TestAdminEndpoint(t *testing.T) {
+	dir := t.TempDir()
+	pkiDir := filepath.Join(dir, "pki")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	readyc := make(chan string, 1)
+	adminc := make(chan string, 1)
+	completions := make(chan daemon.CompletionEvent, 16)
+	th := &testHooks{
+		ready: func(d *daemon.Daemon, ls []setup.Listener) { readyc <- ls[0].Addr().String() },
+		admin: func(addr string) { adminc <- addr },
+		onCompletion: func(e daemon.CompletionEvent) {
+			select {
+			case completions <- e:
+			default:
+			}
+		},
+	}
+	var logs syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--dev-pki", pkiDir, "--listen", "127.0.0.1:0", "--sqlite", filepath.Join(dir, "a.db"),
+			"--admin-listen", "127.0.0.1:0", "--demo-leases", "1", "--log-format", "json", "--shutdown-timeout", "2s"}, io.Discard, &logs, th)
+	}()
+	var addr, admin string
+	for addr == "" || admin == "" {
+		select {
+		case admin = <-adminc:
+		case addr = <-readyc:
+		case code := <-done:
+			t.Fatalf("daemon exited %d before ready: %s", code, logs.String())
+		case <-time.After(10 * time.Second):
+			t.Fatal("daemon not ready")
+		}
+	}
+	base := "http://" + admin
+
+	// Before any agent: the full shape at zero, health ok.
+	code, ctype, text := httpGet(t, base+"/metrics")
+	if code != 200 || !strings.HasPrefix(ctype, "text/plain") {
+		t.Fatalf("/metrics: %d %q", code, ctype)
+	}
+	if v := metricValue(t, text, `forgeyard_transport_connections_active{backend="quic"}`); v != 0 {
+		t.Errorf("connections_active before agent = %v", v)
+	}
+
+	var cp config.ControlPlane
+	if _, err := setup.DevAgent(pkiDir, "a1", &cp); err != nil {
+		t.Fatal(err)
+	}
+	cred, err := setup.LoadCredential(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := config.ParseEndpoint("quic://" + addr)
+	dialer, daddr, _ := setup.Dialer(e, cred.Client, quic.Config{}, yamux.Config{})
+	disconnected := make(chan struct{}, 1)
+	a, err := agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
+		Endpoints: []agent.Endpoint{{Address: daddr, Dialer: dialer, Backend: "quic"}},
+		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), MaxParallel: 1, Version: "admin-test",
+		Hooks: agent.Hooks{OnDisconnected: func(error) {
+			select {
+			case disconnected <- struct{}{}:
+			default:
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	adone := make(chan error, 1)
+	go func() { adone <- a.Run(actx) }()
+	agentStopped := false
+	stopAgent := func() {
+		if !agentStopped {
+			agentStopped = true
+			acancel()
+			<-adone
+			a.Close()
+		}
+	}
+	defer stopAgent()
+
+	select {
+	case ev := <-completions:
+		if ev.Runner != cred.Runner {
+			t.Errorf("completion from %v", ev.Runner)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("demo lease not completed; logs:\n%s", logs.String())
+	}
+
+	// /metrics while connected.
+	_, _, text = httpGet(t, base+"/metrics")
+	for _, c := range []struct {
+		series string
+		want   float64
+	}{
+		{`forgeyard_transport_connections_active{backend="quic"}`, 1},
+		{`forgeyard_transport_connections_total{backend="quic"}`, 1},
+		{`forgeyard_transport_connections_active{backend="yamux"}`, 0},
+		{`forgeyard_transport_handshake_duration_seconds_count{backend="quic"}`, 1},
+		{`forgeyard_daemon_completions_total{ack="accepted"}`, 1},
+		{`forgeyard_daemon_completions_total{ack="stale_rejected"}`, 0},
+		{`forgeyard_daemon_leases_total{event="offered"}`, 1},
+		{`forgeyard_daemon_leases_total{event="accepted"}`, 1},
+		{`forgeyard_daemon_registrations_total{result="accepted"}`, 1},
+		{`forgeyard_lease_offer_to_ack_seconds_count`, 1},
+		{`forgeyard_completion_ack_seconds_count`, 1},
+		{`forgeyard_transport_messages_total{family="agent",outcome="error"}`, 0},
+	} {
+		if v := metricValue(t, text, c.series); v != c.want {
+			t.Errorf("%s = %v, want %v", c.series, v, c.want)
+		}
+	}
+	// registration + lease answer + completion + phases: at least 3.
+	if v := metricValue(t, text, `forgeyard_transport_messages_total{family="agent",outcome="ok"}`); v < 3 {
+		t.Errorf("agent messages ok = %v, want ≥ 3", v)
+	}
+	for _, typ := range []string{
+		"# TYPE forgeyard_transport_connections_active gauge",
+		"# TYPE forgeyard_transport_messages_total counter",
+		"# TYPE forgeyard_daemon_completions_total counter",
+		"# TYPE forgeyard_lease_offer_to_ack_seconds histogram",
+	} {
+		if !strings.Contains(text, typ) {
+			t.Errorf("/metrics lacks %q", typ)
+		}
+	}
+	promtoolCheck(t, text)
+	writeSample(t, "metrics.txt", text)
+
+	// A second scrape does not observe the same latency samples again.
+	_, _, text2 := httpGet(t, base+"/metrics")
+	if v := metricValue(t, text2, `forgeyard_lease_offer_to_ack_seconds_count`); v != 1 {
+		t.Errorf("offer latency count after a second scrape = %v, want 1", v)
+	}
+
+	// /healthz
+	code, ctype, body := httpGet(t, base+"/healthz")
+	if code != 200 || ctype != "application/json" {
+		t.Fatalf("/healthz: %d %q %s", code, ctype, body)
+	}
+	var h telemetry.DaemonHealth
+	if err := json.Unmarshal([]byte(body), &h); err != nil {
+		t.Fatal(err)
+	}
+	if h.Status != telemetry.StatusOK || len(h.Problems) != 0 {
+		t.Errorf("health status %s %v", h.Status, h.Problems)
+	}
+	if len(h.Listeners) != 1 || !h.Listeners[0].Active || h.Listeners[0].Backend != "quic" || h.Listeners[0].Address != addr {
+		t.Errorf("listeners %+v", h.Listeners)
+	}
+	if c := h.Certificate; c == nil || !c.Valid || c.DaysToExpiry < 30 || !strings.Contains(c.Subject, "CN=localhost") || c.NotAfter.IsZero() {
+		t.Errorf("certificate %+v", c)
+	}
+	if h.Connections != 1 || h.ConnectionsByBackend["quic"] != 1 || h.Sessions != 1 || h.HandshakeFailures != 0 {
+		t.Errorf("counts: connections %d %v sessions %d failures %d", h.Connections, h.ConnectionsByBackend, h.Sessions, h.HandshakeFailures)
+	}
+	writeSample(t, "healthz.json", body)
+
+	// /sessions
+	code, _, body = httpGet(t, base+"/sessions")
+	if code != 200 {
+		t.Fatalf("/sessions: %d", code)
+	}
+	var ss []sessionJSON
+	if err := json.Unmarshal([]byte(body), &ss); err != nil {
+		t.Fatal(err)
+	}
+	if len(ss) != 1 || ss[0].Runner != cred.Runner.String() || ss[0].Session != a.Session().String() || ss[0].Backend != "quic" ||
+		ss[0].AgentVersion != "admin-test" || ss[0].Protocol != "1.0" || ss[0].Epoch != 1 || ss[0].Fenced {
+		t.Errorf("sessions = %s", body)
+	}
+	writeSample(t, "sessions.json", body)
+
+	// Wrong method and unknown path.
+	if resp, err := http.Post(base+"/metrics", "text/plain", nil); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /metrics: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if code, _, _ := httpGet(t, base+"/nope"); code != 404 {
+		t.Errorf("/nope: %d", code)
+	}
+
+	// The agent leaves: the gauge returns to 0 (the daemon's disconnect
+	// hook runs after the agent sees the close, hence a bounded poll).
+	stopAgent()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, _, text = httpGet(t, base+"/metrics")
+		if metricValue(t, text, `forgeyard_transport_connections_active{backend="quic"}`) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connections_active stays non-zero after the agent left")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if v := metricValue(t, text, `forgeyard_transport_connections_total{backend="quic"}`); v != 1 {
+		t.Errorf("connections_total = %v", v)
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("exit %d; logs:\n%s", code, logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon did not shut down")
+	}
+	if !strings.Contains(logs.String(), `"msg":"admin endpoint listening"`) {
+		t.Error("no admin listening log")
+	}
+	// The endpoint is gone after shutdown.
+	if _, err := (&http.Client{Timeout: time.Second}).Get(base + "/healthz"); err == nil {
+		t.Error("admin endpoint still serving after exit")
+	}
+}
+
+func TestAdminListenRefusesRemote(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--admin-listen", "0.0.0.0:9464"},
+		{"--admin-listen", "192.0.2.1:9464", "--admin-allow-remote=false"},
+	} {
+		code, _, errOut := runDaemon(t, context.Background(), nil, append([]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db")}, args...)...)
+		if code != exitUsage || !strings.Contains(errOut, "admin.listen") || !strings.Contains(errOut, "allow_remote") {
+			t.Errorf("%v: exit %d %q", args, code, errOut)
+		}
+	}
+}
+
+func promtoolCheck(t *testing.T, text string) {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		p = "/usr/bin/promtool"
+		if _, err := os.Stat(p); err != nil {
+			t.Fatal("promtool not found: run `apt-get install prometheus` (make deps installs it)")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, p, "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out.String())
+	}
+	if s := strings.TrimSpace(out.String()); s != "" {
+		t.Fatalf("promtool check metrics reported problems:\n%s", s)
+	}
+}
+
+// writeSample saves an endpoint's output under $FORGEYARD_SAMPLES_DIR
+// (unset: nothing), for docs/operations.md.
+func writeSample(t *testing.T, name, body string) {
+	if d := os.Getenv("FORGEYARD_SAMPLES_DIR"); d != "" {
+		if err := os.WriteFile(filepath.Join(d, name), []byte(body), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestLatencySync: each daemon.Stats sample reaches the histogram once,
+// also after the 1024-sample window is full (counted by the event counter).
+func TestLatencySync(t *testing.T) {
+	var s latencySync
+	var got []time.Duration
+	obs := func(d time.Duration) { got = append(got, d) }
+	win := func(from, n int) []time.Duration {
+		w := make([]time.Duration, n)
+		for i := range w {
+			w[i] = time.Duration(from + i)
+		}
+		return w
+	}
+	s.sync(win(0, 3), 3, obs)
+	s.sync(win(0, 3), 3, obs) // nothing new
+	s.sync(win(0, 1000), 1000, obs)
+	if len(got) != 1000 || got[999] != 999 {
+		t.Fatalf("unsaturated: %d samples, last %v", len(got), got[len(got)-1])
+	}
+	s.sync(win(76, maxWindow), 1100, obs) // window filled and slid: 100 new
+	if len(got) != 1100 || got[1099] != 1099 || got[1000] != 1000 {
+		t.Fatalf("filling: %d samples, got[1000]=%v last %v", len(got), got[1000], got[len(got)-1])
+	}
+	s.sync(win(86, maxWindow), 1110, obs) // saturated: counter delta 10
+	if len(got) != 1110 || got[1100] != 1100 || got[1109] != 1109 {
+		t.Fatalf("saturated: %d samples, got[1100]=%v last %v", len(got), got[1100], got[len(got)-1])
+	}
+	s.sync(win(5086, maxWindow), 6110, obs) // more than a window: capped
+	if len(got) != 1110+maxWindow {
+		t.Fatalf("capped: %d samples", len(got))
+	}
+}
