@@ -12,6 +12,15 @@
 // phases and exit codes derived from the JobSpecId. It has no way to run an
 // arbitrary command (§98).
 //
+// Observability is opt-in: --status-file PATH makes the agent rewrite PATH
+// atomically every --status-interval (and on every connect and disconnect)
+// with its connection health as JSON (telemetry.AgentHealth), which
+//
+//	forgeyard-agent connection status [--json] [--status-file PATH]
+//
+// reads and prints; --metrics-listen 127.0.0.1:PORT serves GET /metrics
+// (Prometheus) and GET /healthz (the same JSON) on a loopback address.
+//
 // SIGINT or SIGTERM stops the agent: running attempts are cancelled and the
 // connection closed. A protocol version mismatch with the daemon is fatal
 // (exit 1) and prints the daemon's message naming both ranges.
@@ -27,10 +36,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
@@ -57,7 +68,8 @@ func main() {
 
 // testHooks let tests observe the running agent; nil in production.
 type testHooks struct {
-	ready func(a *agent.Agent)
+	ready   func(a *agent.Agent)
+	metrics func(addr string) // --metrics-listen is serving on addr
 }
 
 // listFlag is a repeatable string flag.
@@ -78,6 +90,9 @@ type flags struct {
 	logLevel      string
 	logFormat     string
 	seed          uint64
+	statusFile    string
+	statusEvery   time.Duration
+	metricsListen string
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
@@ -95,10 +110,14 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.Var(&f.labels, "label", "capability `label`, repeatable (key: capabilities.labels; replaces the file's list)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
+	fs.StringVar(&f.statusFile, "status-file", "", "rewrite `file` atomically with the connection health as JSON, read by `forgeyard-agent connection status` (e.g. "+DefaultStatusFile+")")
+	fs.DurationVar(&f.statusEvery, "status-interval", DefaultStatusInterval, "how often --status-file is rewritten (also on every connect and disconnect)")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics and /healthz on loopback `host:port` (a missing host means 127.0.0.1)")
 	fs.Uint64Var(&f.seed, "synthetic-seed", 1, "`seed` of the synthetic executor (durations and exit codes derive from it and the JobSpecId)")
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, `Usage: forgeyard-agent [--config FILE] [flags]
+       forgeyard-agent connection status [--json] [--status-file FILE]
 
 Runs a Forgeyard Transport agent with the synthetic executor. Settings come
 from the TOML file given with --config; each flag below overrides one key of
@@ -111,6 +130,8 @@ Flags:
 Examples:
   forgeyard-agent --config /etc/forgeyard/agent.toml
   forgeyard-agent --dev-pki ./.dev-pki --dev-agent 1 --endpoint quic://127.0.0.1:7443
+  forgeyard-agent --config /etc/forgeyard/agent.toml --status-file `+DefaultStatusFile+` --metrics-listen 127.0.0.1:9465
+  forgeyard-agent connection status --status-file `+DefaultStatusFile+`
 `)
 	}
 	return fs
@@ -118,6 +139,13 @@ Examples:
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	if len(args) > 0 && args[0] == "connection" {
+		if len(args) < 2 || args[1] != "status" {
+			fmt.Fprintln(stderr, "forgeyard-agent: usage: forgeyard-agent connection status [--json] [--status-file FILE]")
+			return exitUsage
+		}
+		return runConnectionStatus(args[2:], stdout, stderr, time.Now())
+	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
 	if err := fs.Parse(args); err != nil {
@@ -132,18 +160,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		fmt.Fprintf(stderr, "forgeyard-agent: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
+	if f.statusEvery < 100*time.Millisecond || f.statusEvery > time.Hour {
+		fmt.Fprintln(stderr, "forgeyard-agent: --status-interval must be 100ms–1h")
+		return exitUsage
+	}
+	metricsAddr, err := config.AdminAddr("--metrics-listen", f.metricsListen, false)
+	if err != nil {
+		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
+		return exitUsage
+	}
 	cfg, err := buildConfig(fs, &f)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
 	}
 	log := cfg.Log.NewLogger(stderr)
-	a, err := newAgent(cfg, f.seed, log)
+	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
+	a, err := newAgent(cfg, f.seed, log, tel.hooks())
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
 	}
 	defer a.Close()
+	telCtx, stopTel := context.WithCancel(context.Background())
+	telDone := make(chan struct{})
+	go func() { defer close(telDone); tel.run(telCtx, a) }()
+	defer func() { stopTel(); <-telDone }() // the final status file says "agent stopped"
+	if metricsAddr != "" {
+		ln, err := net.Listen("tcp", metricsAddr)
+		if err != nil {
+			fmt.Fprintf(stderr, "forgeyard-agent: --metrics-listen: %v\n", err)
+			return exitFail
+		}
+		defer serveMetrics(telCtx, ln, tel.handler(), log)()
+		log.Info("metrics endpoint listening", "addr", ln.Addr().String(), "paths", "/metrics /healthz")
+		if th != nil && th.metrics != nil {
+			th.metrics(ln.Addr().String())
+		}
+	}
 	log.Info("agent starting", "session", a.Session(), "endpoints", cfg.ControlPlane.Endpoints, "max_parallel", cfg.MaxParallel)
 	if th != nil && th.ready != nil {
 		th.ready(a)
@@ -203,7 +257,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 
 // newAgent loads the credential and builds the agent with one dialer per
 // endpoint.
-func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger) (*agent.Agent, error) {
+func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
 	cred, err := setup.LoadCredential(cfg.ControlPlane)
 	if err != nil {
 		return nil, err
@@ -225,5 +279,6 @@ func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger) (*agent.Agent, e
 		Backoff:      agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration},
 		Logger:       log,
 		Version:      Version,
+		Hooks:        hooks,
 	})
 }

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// Status file defaults.
+const (
+	// DefaultStatusFile is where `forgeyard-agent connection status` looks
+	// when --status-file is not given; run the agent with the same path.
+	DefaultStatusFile = "/run/forgeyard/agent-status.json"
+	// DefaultStatusInterval is how often the running agent rewrites the
+	// status file (it also rewrites it on every connect and disconnect).
+	DefaultStatusInterval = 5 * time.Second
+	// HeartbeatStaleAfter makes a connected agent degraded when its last
+	// heartbeat ack is older (three default heartbeat intervals).
+	HeartbeatStaleAfter = 30 * time.Second
+	// maxStatusFile bounds what `connection status` reads.
+	maxStatusFile = 1 << 20
+)
+
+// agentHealth converts an agent.Status to the health report at now. A
+// connection younger than HeartbeatStaleAfter (connectedAt) is not yet
+// expected to have a heartbeat ack.
+func agentHealth(st agent.Status, connectedAt, now time.Time) telemetry.AgentHealth {
+	h := telemetry.AgentHealth{Connected: st.Connected, Endpoint: st.Endpoint, Backend: st.Backend,
+		LastHeartbeatAck: st.LastHeartbeatAck, Running: len(st.Running), Draining: st.Draining}
+	if st.Connected {
+		h.Protocol = st.Protocol.String()
+	}
+	if !h.LastHeartbeatAck.IsZero() {
+		h.LastHeartbeatAck = h.LastHeartbeatAck.UTC()
+	}
+	stale := HeartbeatStaleAfter
+	if st.Connected && now.Sub(connectedAt) < stale && (st.LastHeartbeatAck.IsZero() || st.LastHeartbeatAck.Before(connectedAt)) {
+		stale = 0 // first heartbeat not due yet
+	}
+	h.Evaluate(now, stale)
+	return h
+}
+
+// writeStatusFile writes h as JSON to path atomically: a temporary file in
+// the same directory, synced, then renamed over path (readers see the old
+// or the new report, never a partial one).
+func writeStatusFile(path string, h telemetry.AgentHealth) error {
+	body, err := json.MarshalIndent(&h, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.Write(append(body, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// agentTelemetry is the running agent's observability: the status file and
+// the optional metrics endpoint, both fed by agent hooks and Status.
+type agentTelemetry struct {
+	statusFile string
+	interval   time.Duration
+	m          *telemetry.Metrics // nil without --metrics-listen
+	log        *slog.Logger
+	kick       chan struct{} // connect/disconnect: rewrite now
+
+	mu          sync.Mutex
+	a           *agent.Agent
+	backend     string    // of the current connection, "" when disconnected
+	connected   int       // connections so far
+	connectedAt time.Time // of the current connection
+}
+
+func newAgentTelemetry(statusFile string, interval time.Duration, metrics bool, log *slog.Logger) *agentTelemetry {
+	t := &agentTelemetry{statusFile: statusFile, interval: interval, log: log, kick: make(chan struct{}, 1)}
+	if metrics {
+		t.m = telemetry.NewMetrics()
+	}
+	return t
+}
+
+func (t *agentTelemetry) poke() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// hooks returns the agent hooks feeding the metrics and the status file.
+// They never call back into the Agent (hooks may run under its locks).
+func (t *agentTelemetry) hooks() agent.Hooks {
+	return agent.Hooks{
+		OnConnected: func(st agent.Status) {
+			t.mu.Lock()
+			t.backend = st.Backend
+			t.connected++
+			t.connectedAt = time.Now()
+			again := t.connected > 1
+			t.mu.Unlock()
+			t.m.ConnOpened(st.Backend)
+			if again {
+				t.m.Reconnected(st.Backend)
+			}
+			t.m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK) // registration accepted
+			t.poke()
+		},
+		OnDisconnected: func(error) {
+			t.mu.Lock()
+			b := t.backend
+			t.backend = ""
+			t.mu.Unlock()
+			if b != "" {
+				t.m.ConnClosed(b)
+			}
+			t.poke()
+		},
+		OnOffer: func(e agent.OfferEvent) {
+			o := telemetry.OutcomeOK
+			if e.Duplicate {
+				o = telemetry.OutcomeDuplicate
+			}
+			t.m.MessageHandled(wire.FamilyAgent, o)
+		},
+		OnCancel: func(wire.JobAttemptId, agentwire.CancellationReason) {
+			t.m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK)
+		},
+		OnAttemptDone: func(agent.AttemptDone) {
+			t.m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK) // completion ack
+		},
+	}
+}
+
+func (t *agentTelemetry) health() telemetry.AgentHealth {
+	t.mu.Lock()
+	a, since := t.a, t.connectedAt
+	t.mu.Unlock()
+	if a == nil {
+		return agentHealth(agent.Status{}, time.Time{}, time.Now())
+	}
+	return agentHealth(a.Status(), since, time.Now())
+}
+
+// run writes the status file every interval and on connect/disconnect
+// until ctx ends, then writes a final report with connected=false.
+func (t *agentTelemetry) run(ctx context.Context, a *agent.Agent) {
+	t.mu.Lock()
+	t.a = a
+	t.mu.Unlock()
+	if t.statusFile == "" {
+		return
+	}
+	write := func(h telemetry.AgentHealth) {
+		if err := writeStatusFile(t.statusFile, h); err != nil {
+			t.log.Warn("status file not written", "path", t.statusFile, "err", err)
+		}
+	}
+	write(t.health())
+	tick := time.NewTicker(t.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			h := agentHealth(agent.Status{}, time.Time{}, time.Now()) // stopped: not connected
+			h.Problems = append(h.Problems, "agent stopped")
+			write(h)
+			return
+		case <-tick.C:
+		case <-t.kick:
+		}
+		write(t.health())
+	}
+}
+
+// handler serves /metrics and /healthz for --metrics-listen.
+func (t *agentTelemetry) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", t.m.Handler())
+	mux.Handle("/healthz", telemetry.AgentHealthHandler(t.health))
+	return mux
+}
+
+// serveMetrics serves t.handler on ln until ctx ends.
+func serveMetrics(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) (wait func()) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
+		MaxHeaderBytes: 16 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	stop := context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			_ = srv.Close()
+		}
+	})
+	return func() {
+		stop()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			_ = srv.Close()
+		}
+		<-done
+	}
+}
+
+// runConnectionStatus is `forgeyard-agent connection status`: it reads the
+// status file a running agent writes and prints it. Exit 0 when ok or
+// degraded, 1 when down or unreadable, 2 on a usage error.
+func runConnectionStatus(args []string, stdout, stderr io.Writer, now time.Time) int {
+	fs := flag.NewFlagSet("forgeyard-agent connection status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("status-file", DefaultStatusFile, "status `file` the agent writes (its --status-file)")
+	asJSON := fs.Bool("json", false, "print the report as JSON (telemetry.AgentHealth) instead of a table")
+	staleFile := fs.Duration("stale-after", 30*time.Second, "report down when the file was last written longer ago than this (the agent is not running)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: forgeyard-agent connection status [--json] [--status-file FILE]
+
+Prints the connection health the running agent writes to its --status-file
+(connected, endpoint, backend, protocol, last heartbeat ack). Exit status 0
+when ok or degraded, 1 when down (not connected, agent not running, file
+missing), 2 on a usage error.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "forgeyard-agent connection status: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	h, err := readStatusFile(*path, now, *staleFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "forgeyard-agent connection status: %v\n", err)
+		return exitFail
+	}
+	if *asJSON {
+		b, _ := json.MarshalIndent(&h, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		_ = h.WriteTable(stdout)
+		fmt.Fprintf(stdout, "STATUS FILE         %s (written %s ago)\n", *path, now.Sub(h.CheckedAt).Round(100*time.Millisecond))
+	}
+	if h.Status == telemetry.StatusDown {
+		return exitFail
+	}
+	return exitOK
+}
+
+// readStatusFile reads a status file at now: the status is the agent's own
+// evaluation (at most one --status-interval old), the heartbeat age is
+// recomputed, and a file older than staleFile makes the report down.
+// CheckedAt stays the time the agent wrote it.
+func readStatusFile(path string, now time.Time, staleFile time.Duration) (telemetry.AgentHealth, error) {
+	var h telemetry.AgentHealth
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return h, fmt.Errorf("%s does not exist: is the agent running with --status-file %s?", path, path)
+		}
+		return h, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxStatusFile+1))
+	if err != nil {
+		return h, err
+	}
+	if len(data) > maxStatusFile {
+		return h, fmt.Errorf("%s: larger than %d bytes; not a status file", path, maxStatusFile)
+	}
+	if err := json.Unmarshal(data, &h); err != nil {
+		return h, fmt.Errorf("%s: not a status file: %v", path, err)
+	}
+	if h.CheckedAt.IsZero() {
+		return h, fmt.Errorf("%s: not a status file: no checked_at", path)
+	}
+	switch h.Status {
+	case telemetry.StatusOK, telemetry.StatusDegraded, telemetry.StatusDown:
+	default:
+		return h, fmt.Errorf("%s: not a status file: status %q", path, h.Status)
+	}
+	if !h.LastHeartbeatAck.IsZero() {
+		h.HeartbeatAckAge = now.Sub(h.LastHeartbeatAck).Seconds()
+	}
+	if age := now.Sub(h.CheckedAt); age > staleFile && !containsProblem(h.Problems, "agent stopped") {
+		h.Status = telemetry.StatusDown
+		h.Problems = append(h.Problems, fmt.Sprintf("status file written %s ago: is the agent running?", age.Round(time.Second)))
+	}
+	return h, nil
+}
+
+func containsProblem(ps []string, p string) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
