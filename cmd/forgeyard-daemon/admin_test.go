@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +22,7 @@ import (
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
@@ -359,5 +363,44 @@ func TestLatencySync(t *testing.T) {
 	s.sync(win(5086, maxWindow), 6110, obs) // more than a window: capped
 	if len(got) != 1110+maxWindow {
 		t.Fatalf("capped: %d samples", len(got))
+	}
+}
+
+type fakeListener struct{ addr string }
+
+func (f fakeListener) Accept(ctx context.Context) (semantics.BackendConn, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (f fakeListener) Addr() net.Addr {
+	a, _ := net.ResolveUDPAddr("udp", f.addr)
+	return a
+}
+func (f fakeListener) Close() error { return nil }
+
+// TestHealthListenerDown: a failed listener makes /healthz degraded with its
+// error; all listeners down and no certificate make it down (503).
+func TestHealthListenerDown(t *testing.T) {
+	tel := newDaemonTelemetry()
+	tel.attach(nil, []setup.Listener{{Backend: "quic", BackendListener: fakeListener{"127.0.0.1:7443"}},
+		{Backend: "yamux", BackendListener: fakeListener{"127.0.0.1:7444"}}}, nil)
+	h := tel.health()
+	if h.Status != telemetry.StatusDown || len(h.Listeners) != 2 || !h.Listeners[0].Active || h.Certificate != nil {
+		t.Errorf("no certificate: %+v", h)
+	}
+	tel.listenerDone(1, errors.New("accept: boom"))
+	h = tel.health()
+	if h.Listeners[1].Active || h.Listeners[1].Error != "accept: boom" || !h.Listeners[0].Active {
+		t.Errorf("listeners %+v", h.Listeners)
+	}
+	tel.listenerDone(0, nil)
+	srv := httptest.NewServer(tel.handler())
+	defer srv.Close()
+	code, _, body := httpGet(t, srv.URL+"/healthz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "no active listener") || !strings.Contains(body, "listener yamux 127.0.0.1:7444 inactive") {
+		t.Errorf("/healthz %d %s", code, body)
+	}
+	if code, _, body := httpGet(t, srv.URL+"/sessions"); code != 200 || strings.TrimSpace(body) != "[]" {
+		t.Errorf("/sessions without a daemon: %d %q", code, body)
 	}
 }

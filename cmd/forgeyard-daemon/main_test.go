@@ -34,7 +34,7 @@ func TestHelp(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"--config", "-listen", "-listen-yamux", "-cert", "-key", "-client-ca", "-sqlite", "-postgres-dsn-file", "-log-level", "-demo-leases", "DEVELOPMENT ONLY", "SIGINT"} {
+	for _, want := range []string{"--config", "-listen", "-listen-yamux", "-cert", "-key", "-client-ca", "-sqlite", "-postgres-dsn-file", "-log-level", "-demo-leases", "DEVELOPMENT ONLY", "SIGINT", "-admin-listen", "-admin-allow-remote"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q", want)
 		}
