@@ -17,12 +17,16 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/session"
 	"forgeyard.dev/transport/wire"
@@ -66,6 +70,11 @@ type Agent struct {
 	lastAck     time.Time
 	hbSeq       uint64
 
+	// Data plane (data.go), for roles that run attempts.
+	spool string
+	store *cas.FSStore
+	up    *cas.Uploader
+
 	st agentStats
 }
 
@@ -78,6 +87,7 @@ type link struct {
 	epoch     uint64
 	protocol  wire.ProtocolVersion
 	features  wire.FeatureSet
+	ctx       context.Context // ends with the link; data streams live on it
 	goaway    chan struct{}
 	goOnce    sync.Once
 	reconnect time.Duration
@@ -89,6 +99,7 @@ type attempt struct {
 	phase    agentwire.AttemptPhase
 	finished bool
 	discard  bool
+	io       *attemptIO
 	compl    *agentwire.AttemptCompletionV1
 	complID  wire.MessageId
 	result   Result
@@ -99,6 +110,7 @@ type agentStats struct {
 	started, complSent, complRetried, cancels, hbSent, hbAcked        atomic.Int64
 	acks                                                              [4]atomic.Int64
 	dialFailures                                                      atomic.Int64
+	logFinalizeFailed, outputsUploaded, outputsFailed                 atomic.Int64
 }
 
 // Stats are the agent's counters.
@@ -117,6 +129,9 @@ type Stats struct {
 	HeartbeatsSent     int64
 	HeartbeatsAcked    int64
 	DialFailures       int64
+	LogFinalizeFailed  int64 // attempts completed without a passed logs-finalized barrier
+	OutputsUploaded    int64 // outputs uploaded (or already held) before completions
+	OutputsFailed      int64 // local outputs that could not be uploaded (left out of completions)
 }
 
 // Status is the agent's current view.
@@ -183,6 +198,11 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.digest = wire.CapabilityDigest{Digest: sha256.Sum256(a.caps.AppendPostcard(nil))}
+	if a.execs {
+		if err := a.setupData(); err != nil {
+			return nil, err
+		}
+	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	return a, nil
 }
@@ -196,6 +216,9 @@ func (a *Agent) Close() error {
 	a.runMu.Lock() // wait for Run
 	defer a.runMu.Unlock()
 	a.wg.Wait()
+	if a.spool != "" {
+		_ = os.RemoveAll(a.spool)
+	}
 	return nil
 }
 
@@ -222,7 +245,8 @@ func (a *Agent) Stats() Stats {
 	out := Stats{Reconnects: s.reconnects.Load(), Registrations: s.registrations.Load(), Resyncs: s.resyncs.Load(),
 		DuplicatesAbsorbed: s.dupOffers.Load(), LeasesAccepted: s.accepted.Load(), LeasesRejected: s.rejected.Load(),
 		AttemptsStarted: s.started.Load(), CompletionsSent: s.complSent.Load(), CompletionsRetried: s.complRetried.Load(),
-		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), DialFailures: s.dialFailures.Load()}
+		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), DialFailures: s.dialFailures.Load(),
+		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load()}
 	for i := range s.acks {
 		out.CompletionAcks[i] = s.acks[i].Load()
 	}
@@ -458,7 +482,9 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendCo
 	if err != nil {
 		return nil, err
 	}
-	l := &link{ep: ep, bc: bc, sc: sc, goaway: make(chan struct{}),
+	lctx, lcancel := context.WithCancel(ctx)
+	defer lcancel()
+	l := &link{ep: ep, bc: bc, sc: sc, ctx: lctx, goaway: make(chan struct{}),
 		ch: control.New(st, control.Config{Now: a.now, Logger: a.log, WriteTimeout: rto})}
 	runDone := make(chan struct{})
 	go func() {
@@ -546,10 +572,10 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendCo
 		}
 	}
 	a.setLink(l)
+	a.attachAll(l)
 	if h := a.cfg.Hooks.OnConnected; h != nil {
 		h(a.Status())
 	}
-	lctx, lcancel := context.WithCancel(ctx)
 	var loops sync.WaitGroup
 	loops.Add(1)
 	go func() { defer loops.Done(); a.heartbeatLoop(lctx, l) }()
@@ -665,6 +691,9 @@ func (a *Agent) stopAttempt(id wire.JobAttemptId, reason agentwire.CancellationR
 // ---- incoming messages (read goroutine: never Call here) ----
 
 func (a *Agent) handle(l *link, env *wire.Envelope) {
+	if a.handleData(l, env.Payload) {
+		return
+	}
 	switch m := env.Payload.(type) {
 	case *agentwire.LeaseOfferV1:
 		a.onOffer(l, env, m)
@@ -751,6 +780,7 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 		var cancel context.CancelFunc
 		actx, cancel = context.WithCancel(a.ctx)
 		at = &attempt{cancel: cancel, job: Job{Lease: m.Lease, Attempt: m.Attempt, Job: m.Job, Spec: m.SpecID, Payload: m.PayloadRef}}
+		at.io = a.newAttemptIO(at.job, a.epoch)
 		a.attempts[m.Attempt] = at
 		a.st.accepted.Add(1)
 	} else {
@@ -771,6 +801,9 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 		a.st.started.Add(1)
 		if h := a.cfg.Hooks.OnAttemptStarted; h != nil {
 			h(at.job)
+		}
+		if cur, _ := a.currentLink(); cur != nil {
+			a.attachLog(cur, at, 0)
 		}
 		a.wg.Add(1)
 		go a.execute(actx, at)
@@ -828,10 +861,29 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 		wr = agentwire.ExecutionResultV1{Kind: agentwire.ResultInfraError, Message: "executor returned an unknown result kind"}
 	}
 	wr.Message = wire.TruncateUTF8(wr.Message, agentwire.MaxMessage)
-	outs := res.Outputs
+	outs := slices.Clone(res.Outputs)
+	if io := at.io; io != nil {
+		io.mu.Lock()
+		for _, r := range io.outs {
+			if !slices.Contains(outs, r) {
+				outs = append(outs, r)
+			}
+		}
+		io.mu.Unlock()
+	}
 	if len(outs) > agentwire.MaxOutputs {
 		outs = outs[:agentwire.MaxOutputs]
 	}
+	a.mu.Lock()
+	discard := at.discard
+	a.mu.Unlock()
+	if !discard {
+		outs = a.finishData(at, outs)
+	} else if at.io != nil && at.io.w != nil {
+		at.io.w.Close()
+		_ = os.RemoveAll(filepath.Join(a.spool, "logs", at.job.Attempt.String()))
+	}
+	res.Outputs = outs
 	a.mu.Lock()
 	at.finished = true
 	if at.discard {

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"reflect"
 	"regexp"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"forgeyard.dev/transport/backends/memory"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
 func testConfig(t *testing.T) Config {
@@ -95,9 +98,21 @@ func TestRunReturnsOnClose(t *testing.T) {
 	}
 }
 
-type recOut struct{ phases []agentwire.AttemptPhase }
+type recOut struct {
+	phases []agentwire.AttemptPhase
+	log    []string
+	outs   [][]byte
+}
 
 func (r *recOut) Phase(p agentwire.AttemptPhase) { r.phases = append(r.phases, p) }
+func (r *recOut) Log(kind wlogs.LogStreamKind, p []byte) error {
+	r.log = append(r.log, kind.String()+":"+string(p))
+	return nil
+}
+func (r *recOut) PutOutput(data []byte) (wire.CasObjectRef, error) {
+	r.outs = append(r.outs, append([]byte(nil), data...))
+	return wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(data), Size: uint64(len(data))}, nil
+}
 
 func TestSyntheticExecutorDeterministic(t *testing.T) {
 	e := NewSyntheticExecutor(7, SyntheticOptions{MinDuration: time.Millisecond, MaxDuration: 3 * time.Millisecond, FailPercent: 50})
@@ -113,8 +128,18 @@ func TestSyntheticExecutorDeterministic(t *testing.T) {
 		if len(o1.phases) != 3 {
 			t.Fatalf("phases %v", o1.phases)
 		}
+		if len(o1.log) != DefaultSyntheticLogLines || o1.log[0] != wlogs.LogStdout.String()+":"+SyntheticLogLine(spec, 0) {
+			t.Fatalf("log %q", o1.log)
+		}
 		if r1.Kind == agentwire.ResultFailed {
 			fails++
+			if len(o1.outs) != 0 {
+				t.Fatalf("failed attempt stored %d outputs", len(o1.outs))
+			}
+		} else if len(o1.outs) != 1 || !bytes.Equal(o1.outs[0], SyntheticOutput(spec, DefaultSyntheticOutputSize)) {
+			t.Fatalf("outputs %d", len(o1.outs))
+		} else if other := SyntheticOutput(wire.JobSpecId{Digest: wire.Digest{byte(i), 2}}, DefaultSyntheticOutputSize); bytes.Equal(other, o1.outs[0]) {
+			t.Fatal("output does not depend on the spec")
 		}
 	}
 	if fails == 0 || fails == 40 {

@@ -99,6 +99,16 @@ type Config struct {
 	Version        string // agent version reported to the daemon
 	Limits         semantics.Limits
 	Hooks          Hooks
+	// SpoolDir is the root of the agent's on-disk state: SpoolDir/<agent
+	// session>/logs holds the attempts' log spools and …/cas the outputs
+	// executors store with Output.PutOutput until they are uploaded. Empty
+	// means os.TempDir()/forgeyard-spool. The session directory is removed
+	// by Close (a new Agent is a new session and inherits nothing).
+	SpoolDir string
+	// LogSpoolLimit bounds each attempt's pending (unacknowledged) log
+	// bytes; writes over it are dropped and counted. 0 means
+	// logs.DefaultSpoolLimit.
+	LogSpoolLimit int64
 }
 
 func (c *Config) check() error {

@@ -2,17 +2,25 @@ package agent_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"time"
 
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
 type phases []agentwire.AttemptPhase
 
 func (p *phases) Phase(ph agentwire.AttemptPhase) { *p = append(*p, ph) }
+func (p *phases) Log(wlogs.LogStreamKind, []byte) error {
+	return nil
+}
+func (p *phases) PutOutput(data []byte) (wire.CasObjectRef, error) {
+	return wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(data), Size: uint64(len(data))}, nil
+}
 
 // ExampleNewSyntheticExecutor: the outcome derives from the JobSpecId, so
 // the same spec always behaves the same.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
 // Job is one leased attempt handed to an Executor.
@@ -25,6 +27,18 @@ type Output interface {
 	// Phase reports a phase change (sent best effort and re-asserted in
 	// heartbeats).
 	Phase(p agentwire.AttemptPhase)
+	// Log appends p to the attempt's log (kind stdout, stderr or system).
+	// It does not wait for the network: the log is sent in order on the
+	// attempt's log stream, resumed after reconnects, and is durable at the
+	// daemon before the completion is sent. Data over the spool cap is
+	// dropped and counted (logs.ErrDropped); ErrNoLog if the attempt has
+	// no log.
+	Log(kind wlogs.LogStreamKind, p []byte) error
+	// PutOutput stores data as an output of the attempt and returns its
+	// reference (SHA-256). Outputs are uploaded to the daemon before the
+	// completion is sent and added to the completion's outputs; an output
+	// that cannot be uploaded is left out of them.
+	PutOutput(data []byte) (wire.CasObjectRef, error)
 }
 
 // Result is an attempt's outcome.
@@ -58,6 +72,40 @@ type SyntheticOptions struct {
 	MinDuration, MaxDuration time.Duration
 	// FailPercent is the share of specs (0–100) that fail with exit code 1.
 	FailPercent int
+	// LogLines is the number of stdout lines written (SyntheticLogLine);
+	// 0 means DefaultSyntheticLogLines, negative none.
+	LogLines int
+	// OutputSize is the size of the one output (SyntheticOutput) stored
+	// before a successful return; 0 means DefaultSyntheticOutputSize,
+	// negative none.
+	OutputSize int
+}
+
+// Synthetic executor defaults.
+const (
+	DefaultSyntheticLogLines   = 4
+	DefaultSyntheticOutputSize = 256
+)
+
+// SyntheticLogLine is the i-th (from 0) log line the synthetic executor
+// writes for spec.
+func SyntheticLogLine(spec wire.JobSpecId, i int) string {
+	return fmt.Sprintf("synthetic %x line %d\n", spec.Digest[:6], i)
+}
+
+// SyntheticOutput is the output blob of size bytes the synthetic executor
+// stores for spec: SHA-256 in counter mode over the spec, so it is
+// deterministic and distinct per spec.
+func SyntheticOutput(spec wire.JobSpecId, size int) []byte {
+	out := make([]byte, 0, size+sha256.Size)
+	var b [40]byte
+	copy(b[:32], spec.Digest[:])
+	for i := uint64(0); len(out) < size; i++ {
+		binary.LittleEndian.PutUint64(b[32:], i)
+		h := sha256.Sum256(b[:])
+		out = append(out, h[:]...)
+	}
+	return out[:size]
 }
 
 // NewSyntheticExecutor returns an executor for tests and demos whose
@@ -67,6 +115,12 @@ type SyntheticOptions struct {
 func NewSyntheticExecutor(seed uint64, opts SyntheticOptions) Executor {
 	if opts.MinDuration <= 0 {
 		opts.MinDuration = time.Millisecond
+	}
+	if opts.LogLines == 0 {
+		opts.LogLines = DefaultSyntheticLogLines
+	}
+	if opts.OutputSize == 0 {
+		opts.OutputSize = DefaultSyntheticOutputSize
 	}
 	if opts.MaxDuration < opts.MinDuration {
 		opts.MaxDuration = max(opts.MinDuration, 10*time.Millisecond)
@@ -104,6 +158,11 @@ func (s *synthetic) Execute(ctx context.Context, job Job, out Output) Result {
 	defer t.Stop()
 	for i, p := range phases {
 		out.Phase(p)
+		if p == agentwire.PhaseRunning {
+			for j := 0; j < s.o.LogLines; j++ {
+				_ = out.Log(wlogs.LogStdout, []byte(SyntheticLogLine(job.Spec, j)))
+			}
+		}
 		if i > 0 {
 			t.Reset(step)
 		}
@@ -115,6 +174,11 @@ func (s *synthetic) Execute(ctx context.Context, job Job, out Output) Result {
 	}
 	if code != 0 {
 		return Result{Kind: agentwire.ResultFailed, ExitCode: code, Message: "synthetic failure"}
+	}
+	if s.o.OutputSize > 0 {
+		if _, err := out.PutOutput(SyntheticOutput(job.Spec, s.o.OutputSize)); err != nil {
+			return Result{Kind: agentwire.ResultInfraError, Message: "storing the output: " + err.Error()}
+		}
 	}
 	return Result{Kind: agentwire.ResultSucceeded}
 }

@@ -9,6 +9,8 @@ import (
 
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/cas"
+	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -110,6 +112,17 @@ type Config struct {
 	DedupRetention time.Duration
 	// Hooks observe the daemon.
 	Hooks Hooks
+	// LogSink stores the attempts' logs received on log streams (§83–86).
+	// Nil with an empty LogDir means log streams are refused
+	// (StreamRefused) and LogsFinalizedV1 is acknowledged at once.
+	LogSink logs.LogSink
+	// LogDir, when LogSink is nil, is the directory of a logs.FileSink the
+	// daemon creates (and closes at Shutdown).
+	LogDir string
+	// ContentStore stores CAS objects agents upload (outputs) and serves
+	// the ones they fetch (payloads) (§87–93). Nil means CAS streams are
+	// refused and NeedObjectsV1 is answered with an error.
+	ContentStore cas.ContentStore
 }
 
 // Hooks are called from daemon goroutines, synchronously with the event

@@ -13,17 +13,21 @@ import (
 
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/session"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	wcas "forgeyard.dev/transport/wire/cas"
+	wlogs "forgeyard.dev/transport/wire/logs"
 	"forgeyard.dev/transport/wire/registry"
 )
 
 const (
 	stateDraining = session.Draining
+	stateActive   = session.Active
 	// closeGrace bounds how long a final message (rejection, fence, goaway)
 	// is given to reach the peer before the connection is closed.
 	maxCloseGrace = 2 * time.Second
@@ -173,24 +177,17 @@ func (c *conn) serve(ctx context.Context) {
 	c.mu.Lock()
 	c.ch = ch
 	c.mu.Unlock()
-	go c.refuseOtherStreams()
+	dctx := c.dataCtx()
+	var casSess *cas.Session
+	if d.casSrv != nil {
+		casSess = d.casSrv.NewSession()
+	}
+	go c.serveStreams(dctx, casSess)
+	go c.serveUniStreams(dctx)
 	_ = c.ch.Run(c.handle, c.bad)
 	c.closeNow(wire.CloseProtocolError, "control stream ended")
 	<-c.sc.Done()
 	c.closeErr = c.sc.Err()
-}
-
-// refuseOtherStreams resets streams other than the control stream: logs,
-// CAS and device streams are served by other components.
-func (c *conn) refuseOtherStreams() {
-	for {
-		s, err := c.sc.AcceptStream(context.Background())
-		if err != nil {
-			return
-		}
-		s.CancelRead(semantics.StreamRefused)
-		s.CancelWrite(semantics.StreamRefused)
-	}
 }
 
 func (c *conn) teardown() {
@@ -326,6 +323,12 @@ func (c *conn) handle(env *wire.Envelope) {
 			}
 			c.phaseEvent(m.Attempt, m.Lease, m.Phase)
 		}
+	case *wlogs.LogsFinalizedV1:
+		c.onLogsFinalized(env, m)
+	case *wcas.NeedObjectsV1:
+		c.onNeedObjects(env, m)
+	case *wcas.OutputsFinalizedV1:
+		c.onOutputsFinalized(env, m)
 	case *agentwire.CapabilityUpdateV1, *admin.AdminAckV1, *agentwire.CancelAckV1:
 		// Capability snapshots are the scheduler's business; admin acks and
 		// late cancel acks (their Call already timed out) need no answer.
@@ -800,4 +803,7 @@ func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1
 	}
 	c.reply(env, &agentwire.CompletionAckV1{Attempt: m.Attempt, Lease: m.Lease, Kind: kind})
 	d.st.complLat.add(time.Since(start))
+	if kind == agentwire.AckAccepted || kind == agentwire.AckDuplicateAccepted {
+		d.forgetAttemptLog(m.Attempt)
+	}
 }

@@ -26,10 +26,14 @@ import (
 
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/control"
+	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	wcas "forgeyard.dev/transport/wire/cas"
+	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
 // SentTypes is every message type the daemon can send to an agent. It is
@@ -41,6 +45,8 @@ var SentTypes = []wire.MessageTypeId{
 	agentwire.MsgCompletionAck, agentwire.MsgHeartbeatAck, agentwire.MsgResyncResponse,
 	agentwire.MsgGoAway, agentwire.MsgSessionFenced, agentwire.MsgLeaseProbe,
 	admin.MsgDrain, admin.MsgResume,
+	wlogs.MsgLogAck, wlogs.MsgLogResumeRequest, wlogs.MsgLogsFinalizedAck,
+	wcas.MsgMissingObjects,
 	wire.MsgError,
 }
 
@@ -77,6 +83,14 @@ type Daemon struct {
 	// offerFilter, when set (tests only, see export_test.go), is asked
 	// before every offer send; false drops the offer as if it were lost.
 	offerFilter atomic.Pointer[func(wire.LeaseId) bool]
+
+	// Data plane (data.go): nil receiver/server when not configured.
+	logRecv  *logs.Receiver
+	ownSink  *logs.FileSink
+	casSrv   *cas.Server
+	logConns map[wire.JobAttemptId]*conn // under mu: the connection serving an attempt's log
+	outputs  map[wire.JobAttemptId][]wire.CasObjectRef
+	outOrder []wire.JobAttemptId
 
 	st stats
 }
@@ -137,6 +151,9 @@ func New(cfg Config) (*Daemon, error) {
 	d.proto = cfg.Protocol
 	if d.proto.Min.Less(cfg.MinProtocol) {
 		d.proto.Min = cfg.MinProtocol
+	}
+	if err := d.setupData(); err != nil {
+		return nil, err
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.wg.Add(1)
@@ -677,6 +694,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	d.cancel()
 	d.wg.Wait()
+	if d.ownSink != nil {
+		_ = d.ownSink.Close()
+	}
 	return err
 }
 

@@ -15,6 +15,7 @@ import (
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
 // TestDuplicateLeaseDeliverySafe: offers re-sent (same MessageId) before
@@ -398,8 +399,12 @@ func (f *fakeConn) recv() *wire.Envelope {
 	for {
 		select {
 		case e := <-f.in:
-			switch e.Payload.(type) {
+			switch m := e.Payload.(type) {
 			case *agentwire.HeartbeatV1, *agentwire.PhaseChangeV1:
+				continue
+			case *wlogs.LogsFinalizedV1:
+				// This fake keeps no logs: pass the barrier at once.
+				_ = f.ch.Reply(e, &wlogs.LogsFinalizedAckV1{Attempt: m.Attempt, LastSeq: m.LastSeq})
 				continue
 			}
 			return e
@@ -436,7 +441,8 @@ func TestAgentAnswersDuplicateOfferOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for n := 0; n < 3; {
+		// Three answers, then the one completion (the executor has run).
+		for n, done := 0, false; n < 3 || !done; {
 			e := f.recv()
 			switch m := e.Payload.(type) {
 			case *agentwire.LeaseAcceptedV1:
@@ -448,6 +454,7 @@ func TestAgentAnswersDuplicateOfferOnce(t *testing.T) {
 				t.Fatalf("duplicate offer rejected: %+v", m)
 			case *agentwire.AttemptCompletionV1:
 				_ = f.ch.Reply(e, &agentwire.CompletionAckV1{Attempt: m.Attempt, Lease: m.Lease, Kind: agentwire.AckAccepted})
+				done = true
 			}
 		}
 		if exec.count(o.Attempt) != 1 {

@@ -39,6 +39,8 @@ type Stats struct {
 	OfferToAccept          []time.Duration
 	CompletionToAck        []time.Duration // receipt → ack written
 	CancelDelivery         []time.Duration // CancelAttempt → CancelAckV1
+	LogsFinalized          int64           // LogsFinalizedV1 barriers acknowledged
+	OutputsFinalized       int64           // OutputsFinalizedV1 recorded
 }
 
 type latencies struct {
@@ -76,6 +78,7 @@ type stats struct {
 	fenced, cloned, cancels, protoErrs, hbDropped         atomic.Int64
 	dedupPruned, adopted, settledElsewhere                atomic.Int64
 	offerLat, complLat, cancelLat                         latencies
+	logsFinalized, outputsFinalized                       atomic.Int64
 }
 
 // Stats returns a snapshot of the counters.
@@ -90,6 +93,7 @@ func (d *Daemon) Stats() Stats {
 		Fenced: s.fenced.Load(), ClonedIdentity: s.cloned.Load(), Cancels: s.cancels.Load(),
 		ProtocolErrors: s.protoErrs.Load(), HeartbeatsDropped: s.hbDropped.Load(), DedupPruned: s.dedupPruned.Load(),
 		OfferToAccept: s.offerLat.snapshot(), CompletionToAck: s.complLat.snapshot(), CancelDelivery: s.cancelLat.snapshot(),
+		LogsFinalized: s.logsFinalized.Load(), OutputsFinalized: s.outputsFinalized.Load(),
 	}
 	for i := range s.completions {
 		out.Completions[i] = s.completions[i].Load()

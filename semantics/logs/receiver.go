@@ -38,6 +38,10 @@ type ReceiverConfig struct {
 	// (the lease is current and held by this connection's agent). nil
 	// allows everything. An error resets the stream with StreamForbidden.
 	Authorize func(attempt wire.JobAttemptId, lease wire.LeaseId) error
+	// AuthorizeContext, when set, is used instead of Authorize; it gets
+	// the ctx passed to Serve, so an engine serving many connections can
+	// tell which connection opened the stream (e.g. from a context value).
+	AuthorizeContext func(ctx context.Context, attempt wire.JobAttemptId, lease wire.LeaseId) error
 	// Ack sends a LogAckV1 to the agent over the control stream. Called
 	// without locks held, possibly concurrently and out of order for one
 	// attempt (the agent keeps the highest). nil: no acks.
@@ -318,8 +322,8 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 	if err != nil {
 		return reject(RejectBadHeader, semantics.StreamProtocolError, hdr.Attempt, err)
 	}
-	if r.cfg.Authorize != nil {
-		if err := r.cfg.Authorize(hdr.Attempt, hdr.Lease); err != nil {
+	if auth := r.authorize(ctx); auth != nil {
+		if err := auth(hdr.Attempt, hdr.Lease); err != nil {
 			return reject(RejectUnauthorized, semantics.StreamForbidden, hdr.Attempt, err)
 		}
 	}
@@ -422,6 +426,14 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 			return err
 		}
 	}
+}
+
+// authorize returns the configured check bound to ctx, or nil.
+func (r *Receiver) authorize(ctx context.Context) func(wire.JobAttemptId, wire.LeaseId) error {
+	if f := r.cfg.AuthorizeContext; f != nil {
+		return func(a wire.JobAttemptId, l wire.LeaseId) error { return f(ctx, a, l) }
+	}
+	return r.cfg.Authorize
 }
 
 // frame handles one frame body; *RejectError means reset the stream.

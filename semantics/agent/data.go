@@ -1,0 +1,298 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"forgeyard.dev/transport/semantics/cas"
+	"forgeyard.dev/transport/semantics/control"
+	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/wire"
+	wcas "forgeyard.dev/transport/wire/cas"
+	wlogs "forgeyard.dev/transport/wire/logs"
+)
+
+// Data plane defaults.
+const (
+	// DefaultSpoolDirName is the directory under os.TempDir() used when
+	// Config.SpoolDir is empty.
+	DefaultSpoolDirName = "forgeyard-spool"
+	// dataTries bounds the links one finalization or upload is tried on.
+	dataTries = 8
+)
+
+// ErrNoLog is returned by Output.Log when the attempt has no log writer
+// (it could not be created; the failure is logged).
+var ErrNoLog = errors.New("agent: attempt has no log")
+
+// attemptIO is one attempt's log writer and local outputs.
+type attemptIO struct {
+	w    *logs.Writer // nil if it could not be created
+	mu   sync.Mutex
+	outs []wire.CasObjectRef // PutOutput order, deduplicated
+}
+
+// setupData prepares the agent's spool: Config.SpoolDir (or the default)
+// / <session> holds log spools and the local content store of outputs.
+func (a *Agent) setupData() error {
+	root := a.cfg.SpoolDir
+	if root == "" {
+		root = filepath.Join(os.TempDir(), DefaultSpoolDirName)
+	}
+	a.spool = filepath.Join(root, a.session.String())
+	st, err := cas.NewFSStore(cas.FSStoreConfig{Dir: filepath.Join(a.spool, "cas")})
+	if err != nil {
+		return fmt.Errorf("agent: output store: %w", err)
+	}
+	up, err := cas.NewUploader(cas.UploaderConfig{Source: st})
+	if err != nil {
+		return err
+	}
+	a.store, a.up = st, up
+	return nil
+}
+
+// newAttemptIO creates the attempt's log writer (spooled on disk).
+func (a *Agent) newAttemptIO(job Job, epoch uint64) *attemptIO {
+	io := &attemptIO{}
+	w, err := logs.NewWriter(logs.Config{Attempt: job.Attempt, Lease: job.Lease, Epoch: epoch,
+		SpoolDir: filepath.Join(a.spool, "logs"), SpoolLimit: a.cfg.LogSpoolLimit, Compress: true, Now: a.now})
+	if err != nil {
+		a.log.Warn("attempt log unavailable", "attempt", job.Attempt.String(), "err", err)
+	}
+	io.w = w
+	return io
+}
+
+// attachLog streams at's log on l (after every (re)connect and on start).
+func (a *Agent) attachLog(l *link, at *attempt, fromSeq uint64) {
+	if at.io == nil || at.io.w == nil || l.ctx == nil {
+		return
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		_ = at.io.w.Attach(l.ctx, l.sc, fromSeq)
+	}()
+}
+
+// attachAll reattaches every live attempt's log to l.
+func (a *Agent) attachAll(l *link) {
+	a.mu.Lock()
+	var ats []*attempt
+	for _, at := range a.attempts {
+		if at.compl == nil {
+			ats = append(ats, at)
+		}
+	}
+	a.mu.Unlock()
+	for _, at := range ats {
+		a.attachLog(l, at, 0)
+	}
+}
+
+func (a *Agent) writerOf(id wire.JobAttemptId) *logs.Writer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if at := a.attempts[id]; at != nil && at.io != nil {
+		return at.io.w
+	}
+	return nil
+}
+
+// handleData handles the log and CAS control messages; false if m is not
+// one.
+func (a *Agent) handleData(l *link, m wire.Message) bool {
+	switch m := m.(type) {
+	case *wlogs.LogAckV1:
+		if w := a.writerOf(m.Attempt); w != nil {
+			w.Ack(m.DurableSeq)
+		}
+	case *wlogs.LogResumeRequestV1:
+		a.mu.Lock()
+		at := a.attempts[m.Attempt]
+		a.mu.Unlock()
+		if at != nil {
+			a.attachLog(l, at, m.FromSeq)
+		}
+	case *wlogs.LogsFinalizedAckV1:
+		if w := a.writerOf(m.Attempt); w != nil {
+			w.HandleFinalizedAck(m)
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// Log appends p to the attempt's log stream kind (stdout, stderr, system).
+// It never blocks on the network: data over the writer's cap is dropped
+// and counted (ErrDropped).
+func (o output) Log(kind wlogs.LogStreamKind, p []byte) error {
+	if o.at.io == nil || o.at.io.w == nil {
+		return ErrNoLog
+	}
+	return o.at.io.w.Write(kind, p)
+}
+
+// PutOutput stores data as an output of the attempt in the agent's local
+// content store and returns its reference; it is uploaded to the daemon
+// before the completion is sent and listed in the completion's outputs.
+func (o output) PutOutput(data []byte) (wire.CasObjectRef, error) {
+	ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(data), Size: uint64(len(data))}
+	st := o.a.store
+	if s, err := st.Stat(ref); err != nil {
+		return ref, err
+	} else if !s.Complete {
+		p, err := st.Create(ref)
+		switch {
+		case errors.Is(err, cas.ErrExists):
+		case err != nil:
+			return ref, err
+		default:
+			err = p.Append(data[min(uint64(len(data)), p.Len()):])
+			if err == nil {
+				err = p.Commit()
+			} else {
+				_ = p.Abort()
+			}
+			_ = p.Close()
+			if err != nil && !errors.Is(err, cas.ErrExists) {
+				return ref, err
+			}
+		}
+	}
+	io := o.at.io
+	io.mu.Lock()
+	if !slices.Contains(io.outs, ref) {
+		io.outs = append(io.outs, ref)
+	}
+	io.mu.Unlock()
+	return ref, nil
+}
+
+// linkExchange carries NeedObjectsV1 → MissingObjectsV1 on a link's
+// control channel.
+type linkExchange struct {
+	l       *link
+	timeout time.Duration
+}
+
+func (x linkExchange) NeedObjects(ctx context.Context, m *wcas.NeedObjectsV1) (*wcas.MissingObjectsV1, error) {
+	env, err := x.l.ch.Call(ctx, control.Out{Msg: m}, x.timeout)
+	if err != nil {
+		return nil, err
+	}
+	switch p := env.Payload.(type) {
+	case *wcas.MissingObjectsV1:
+		return p, nil
+	case *wire.WireErrorV1:
+		return nil, fmt.Errorf("agent: NeedObjects refused: %s: %s", p.Code, p.Message)
+	}
+	return nil, errors.New("agent: unexpected answer to NeedObjectsV1")
+}
+
+// onLink runs f on the current link with a ctx that ends at deadline, at
+// Close, or when the link changes; it retries on the next link (at most
+// dataTries links) until f succeeds or permanent reports the error
+// permanent.
+func (a *Agent) onLink(deadline time.Time, permanent func(error) bool, f func(ctx context.Context, l *link) error) error {
+	var last error
+	for try := 0; try < dataTries; try++ {
+		l, changed := a.currentLink()
+		if l == nil {
+			t := time.NewTimer(time.Until(deadline))
+			select {
+			case <-changed:
+				t.Stop()
+				try--
+				continue
+			case <-t.C:
+				return errors.Join(last, context.DeadlineExceeded)
+			case <-a.ctx.Done():
+				t.Stop()
+				return a.ctx.Err()
+			}
+		}
+		ctx, cancel := context.WithDeadline(a.ctx, deadline)
+		stop := make(chan struct{})
+		go func() {
+			select {
+			case <-changed:
+				cancel()
+			case <-stop:
+			}
+		}()
+		err := f(ctx, l)
+		close(stop)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		if permanent(err) || a.ctx.Err() != nil || !time.Now().Before(deadline) {
+			return err
+		}
+		t := time.NewTimer(min(time.Until(deadline), 50*time.Millisecond))
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-a.ctx.Done():
+		}
+		t.Stop()
+	}
+	return last
+}
+
+// finishData runs before the completion (§243): the logs-finalized
+// barrier, then the upload of the outputs in the local store, then
+// OutputsFinalizedV1. It returns the outputs to claim in the completion:
+// outs minus the local objects that could not be uploaded.
+func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObjectRef {
+	job := at.job
+	budget := max(4*a.cfg.RequestTimeout, 5*time.Second)
+	if io := at.io; io != nil && io.w != nil {
+		err := a.onLink(time.Now().Add(budget), func(error) bool { return false }, func(ctx context.Context, l *link) error {
+			return io.w.Finalize(ctx, func(m *wlogs.LogsFinalizedV1) error { _, err := l.ch.SendMsg(m); return err })
+		})
+		if err != nil {
+			a.st.logFinalizeFailed.Add(1)
+			a.log.Warn("logs-finalized barrier failed", "attempt", job.Attempt.String(), "err", err)
+			io.w.Close()
+		}
+		_ = os.RemoveAll(filepath.Join(a.spool, "logs", job.Attempt.String()))
+	}
+	var local []wire.CasObjectRef
+	for _, r := range outs {
+		if s, err := a.store.Stat(r); err == nil && s.Complete {
+			local = append(local, r)
+		}
+	}
+	if len(local) == 0 {
+		return outs
+	}
+	err := a.onLink(time.Now().Add(budget), func(err error) bool {
+		var oe *cas.OutcomeError
+		return errors.As(err, &oe) && oe.Outcome == wcas.CasForbidden
+	}, func(ctx context.Context, l *link) error {
+		return a.up.UploadAll(ctx, l.sc, linkExchange{l: l, timeout: a.cfg.RequestTimeout}, job.Lease, local)
+	})
+	if err != nil {
+		a.st.outputsFailed.Add(int64(len(local)))
+		a.log.Warn("output upload failed; outputs not claimed", "attempt", job.Attempt.String(), "err", err)
+		outs = slices.DeleteFunc(outs, func(r wire.CasObjectRef) bool { return slices.Contains(local, r) })
+		return outs
+	}
+	a.st.outputsUploaded.Add(int64(len(local)))
+	if l, _ := a.currentLink(); l != nil {
+		_, _ = l.ch.SendMsg(&wcas.OutputsFinalizedV1{Attempt: job.Attempt, Lease: job.Lease, Outputs: outs})
+	}
+	return outs
+}

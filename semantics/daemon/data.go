@@ -1,0 +1,308 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/cas"
+	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+	wcas "forgeyard.dev/transport/wire/cas"
+	wlogs "forgeyard.dev/transport/wire/logs"
+)
+
+// maxRecordedOutputs bounds the OutputsFinalizedV1 records kept (oldest
+// dropped first).
+const maxRecordedOutputs = 4096
+
+// Errors of the data plane authorization.
+var (
+	// ErrDataForbidden: the stream's lease is not an accepted lease of the
+	// agent session on this connection, or names another attempt.
+	ErrDataForbidden = errors.New("daemon: lease does not authorize this transfer")
+)
+
+// connKey carries the *conn that opened a data stream in the ctx given to
+// logs.Receiver.Serve and cas.Session.Handle, so the authorizers check the
+// lease against that connection's session.
+type connKey struct{}
+
+func connFrom(ctx context.Context) *conn {
+	c, _ := ctx.Value(connKey{}).(*conn)
+	return c
+}
+
+// setupData creates the log receiver and the CAS server from cfg.
+func (d *Daemon) setupData() error {
+	sink := d.cfg.LogSink
+	if sink == nil && d.cfg.LogDir != "" {
+		fs, err := logs.NewFileSink(d.cfg.LogDir, logs.FileSinkOptions{})
+		if err != nil {
+			return fmt.Errorf("daemon: log sink: %w", err)
+		}
+		sink, d.ownSink = fs, fs
+	}
+	if sink != nil {
+		r, err := logs.NewReceiver(logs.ReceiverConfig{Sink: sink, AuthorizeContext: d.authorizeLog,
+			Ack:    func(m wlogs.LogAckV1) { d.sendToAttempt(m.Attempt, &m) },
+			Resume: func(m wlogs.LogResumeRequestV1) { d.sendToAttempt(m.Attempt, &m) }})
+		if err != nil {
+			return fmt.Errorf("daemon: log receiver: %w", err)
+		}
+		d.logRecv = r
+	}
+	if d.cfg.ContentStore != nil {
+		s, err := cas.NewServer(cas.ServerConfig{Store: d.cfg.ContentStore, Authorizer: cas.AuthorizerFunc(d.authorizeCAS)})
+		if err != nil {
+			return fmt.Errorf("daemon: CAS server: %w", err)
+		}
+		d.casSrv = s
+	}
+	d.logConns = map[wire.JobAttemptId]*conn{}
+	d.outputs = map[wire.JobAttemptId][]wire.CasObjectRef{}
+	return nil
+}
+
+// LogReceiver returns the daemon's log receiver (nil when log streams are
+// refused), for stats and attempt state.
+func (d *Daemon) LogReceiver() *logs.Receiver { return d.logRecv }
+
+// CASServer returns the daemon's CAS server (nil when CAS is refused), for
+// stats.
+func (d *Daemon) CASServer() *cas.Server { return d.casSrv }
+
+// FinalizedOutputs returns the outputs an agent declared for attempt in
+// OutputsFinalizedV1 (§243), and whether it did. At most the last 4096
+// attempts are remembered.
+func (d *Daemon) FinalizedOutputs(attempt wire.JobAttemptId) ([]wire.CasObjectRef, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	o, ok := d.outputs[attempt]
+	return append([]wire.CasObjectRef(nil), o...), ok
+}
+
+// sendToAttempt sends m on the control channel of the connection that
+// serves attempt's log; dropped when none (the agent resumes from its next
+// Attach).
+func (d *Daemon) sendToAttempt(attempt wire.JobAttemptId, m wire.Message) {
+	d.mu.Lock()
+	c := d.logConns[attempt]
+	d.mu.Unlock()
+	if c == nil {
+		return
+	}
+	if ch := c.channel(); ch != nil {
+		_, _ = ch.SendMsg(m)
+	}
+}
+
+// leaseOf returns the lease when it is an accepted lease of c's agent
+// session and c is an active, unfenced agent transport.
+func (c *conn) leaseOf(ctx context.Context, id wire.LeaseId) (authority.Lease, error) {
+	_, sess, _, role := c.ident()
+	st := c.getState()
+	if role != agentwire.RoleAgent || c.isFenced() || st < stateActive || st > stateDraining {
+		return authority.Lease{}, ErrDataForbidden
+	}
+	actx, cancel := context.WithTimeout(ctx, c.d.timing.RequestTimeout)
+	defer cancel()
+	l, err := c.d.auth.Lease(actx, id)
+	if err != nil {
+		if errors.Is(err, authority.ErrNotFound) {
+			return authority.Lease{}, ErrDataForbidden
+		}
+		return authority.Lease{}, err
+	}
+	if l.Session != sess || l.State != authority.LeaseAccepted {
+		return authority.Lease{}, ErrDataForbidden
+	}
+	return l, nil
+}
+
+// authorizeLog admits a log stream for attempt under lease when the lease
+// is an accepted lease of the connection's session for that attempt; the
+// connection then receives the attempt's LogAck/LogResume messages.
+func (d *Daemon) authorizeLog(ctx context.Context, attempt wire.JobAttemptId, lease wire.LeaseId) error {
+	c := connFrom(ctx)
+	if c == nil {
+		return ErrDataForbidden
+	}
+	l, err := c.leaseOf(ctx, lease)
+	if err != nil {
+		return err
+	}
+	if l.Attempt != attempt {
+		return ErrDataForbidden
+	}
+	d.mu.Lock()
+	d.logConns[attempt] = c
+	d.mu.Unlock()
+	return nil
+}
+
+// authorizeCAS: an accepted lease of the connection's session may write
+// (upload) the outputs of its attempt and read (download) its payload_ref;
+// nothing else.
+func (d *Daemon) authorizeCAS(ctx context.Context, lease wire.LeaseId, obj wire.CasObjectRef, access cas.Access) bool {
+	c := connFrom(ctx)
+	if c == nil {
+		return false
+	}
+	l, err := c.leaseOf(ctx, lease)
+	if err != nil {
+		return false
+	}
+	switch access {
+	case cas.AccessWrite:
+		return true
+	case cas.AccessRead:
+		return l.Payload != (wire.CasObjectRef{}) && obj == l.Payload
+	}
+	return false
+}
+
+// dataAllowed reports whether c may open log and CAS streams: an active
+// agent transport.
+func (c *conn) dataAllowed() bool {
+	_, _, _, role := c.ident()
+	st := c.getState()
+	return role == agentwire.RoleAgent && !c.isFenced() && st >= stateActive && st <= stateDraining
+}
+
+// serveStreams serves the bidirectional streams the peer opens after the
+// control stream: CAS streams go to the CAS session, everything else is
+// refused (StreamRefused).
+func (c *conn) serveStreams(ctx context.Context, sess *cas.Session) {
+	for {
+		s, err := c.sc.AcceptStream(context.Background())
+		if err != nil {
+			return
+		}
+		k := s.Kind()
+		if sess != nil && (k == wire.StreamCasUpload || k == wire.StreamCasDownload) && c.dataAllowed() {
+			go func() { _ = sess.Handle(ctx, s) }()
+			continue
+		}
+		s.CancelRead(semantics.StreamRefused)
+		s.CancelWrite(semantics.StreamRefused)
+	}
+}
+
+// serveUniStreams serves the unidirectional streams the peer opens: log
+// streams go to the log receiver, everything else is refused.
+func (c *conn) serveUniStreams(ctx context.Context) {
+	r := c.d.logRecv
+	for {
+		rs, err := c.sc.AcceptUniStream(context.Background())
+		if err != nil {
+			return
+		}
+		if r != nil && rs.Kind() == wire.StreamLog && c.dataAllowed() {
+			go func() { _ = r.Serve(ctx, rs) }()
+			continue
+		}
+		rs.CancelRead(semantics.StreamRefused)
+	}
+}
+
+// dataCtx is the ctx of c's data streams: it ends with the connection and
+// names c for the authorizers.
+func (c *conn) dataCtx() context.Context {
+	return context.WithValue(c.sc.Context(), connKey{}, c)
+}
+
+// onLogsFinalized answers the logs-finalized barrier (§243) once every
+// frame up to LastSeq is durable; without a log sink the daemon keeps no
+// logs and acknowledges at once (the agent's log streams were refused, so
+// it counts its log as dropped).
+func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
+	ctx := c.dataCtx()
+	l, err := c.leaseOf(ctx, m.Lease)
+	if err != nil || l.Attempt != m.Attempt {
+		if errors.Is(err, ErrDataForbidden) || err == nil {
+			c.replyErr(env, wire.ErrCodeForbidden, wire.RetryNever, "lease does not authorize this attempt's log")
+		} else {
+			c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
+		}
+		return
+	}
+	r := c.d.logRecv
+	if r == nil {
+		c.reply(env, &wlogs.LogsFinalizedAckV1{Attempt: m.Attempt, LastSeq: m.LastSeq})
+		return
+	}
+	// The frames arrive on the log stream: wait off the read goroutine,
+	// bounded by the lease TTL and the connection.
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, c.d.timing.LeaseTTL)
+		defer cancel()
+		ack, err := r.Finalized(wctx, m)
+		if err != nil {
+			if ctx.Err() == nil {
+				_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeInternal, wire.RetryImmediately, "log not durable in time")
+			}
+			return
+		}
+		c.d.st.logsFinalized.Add(1)
+		_ = c.ch.Reply(env, &ack)
+	}()
+}
+
+// onNeedObjects answers a NeedObjectsV1 batch with the objects the daemon
+// lacks (or the lease may not touch).
+func (c *conn) onNeedObjects(env *wire.Envelope, m *wcas.NeedObjectsV1) {
+	srv := c.d.casSrv
+	if srv == nil {
+		c.replyErr(env, wire.ErrCodeUnknownMessage, wire.RetryUnsupported, "this daemon has no content store")
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(c.dataCtx(), c.d.timing.RequestTimeout)
+		defer cancel()
+		out, err := srv.NeedObjects(ctx, m)
+		switch {
+		case errors.Is(err, cas.ErrProtocol):
+			_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeInvalidValue, wire.RetryNever, "invalid NeedObjectsV1")
+		case err != nil:
+			_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeInternal, wire.RetryImmediately, "content store unavailable")
+		default:
+			_ = c.ch.Reply(env, out)
+		}
+	}()
+}
+
+// onOutputsFinalized records the attempt's declared outputs (§243) when
+// the lease is the connection's.
+func (c *conn) onOutputsFinalized(env *wire.Envelope, m *wcas.OutputsFinalizedV1) {
+	l, err := c.leaseOf(c.dataCtx(), m.Lease)
+	if err != nil || l.Attempt != m.Attempt {
+		c.replyErr(env, wire.ErrCodeForbidden, wire.RetryNever, "lease does not authorize this attempt's outputs")
+		return
+	}
+	d := c.d
+	d.mu.Lock()
+	if _, seen := d.outputs[m.Attempt]; !seen {
+		d.outOrder = append(d.outOrder, m.Attempt)
+		if len(d.outOrder) > maxRecordedOutputs {
+			delete(d.outputs, d.outOrder[0])
+			d.outOrder = d.outOrder[1:]
+		}
+	}
+	d.outputs[m.Attempt] = append([]wire.CasObjectRef(nil), m.Outputs...)
+	d.mu.Unlock()
+	d.st.outputsFinalized.Add(1)
+}
+
+// forgetAttemptLog drops the per-attempt log state after a completion.
+func (d *Daemon) forgetAttemptLog(attempt wire.JobAttemptId) {
+	d.mu.Lock()
+	delete(d.logConns, attempt)
+	d.mu.Unlock()
+	if d.logRecv != nil {
+		d.logRecv.Forget(attempt)
+	}
+}
