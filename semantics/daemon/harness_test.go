@@ -446,6 +446,7 @@ func awaitStart(t *testing.T, e *countingExec) agent.Job {
 type rawClient struct {
 	t     *testing.T
 	bc    semantics.BackendConn
+	sc    *semantics.Conn
 	ch    *control.Channel
 	in    chan *wire.Envelope
 	ack   *agentwire.HelloAckV1
@@ -478,7 +479,7 @@ func rawOn(t *testing.T, bc semantics.BackendConn, id identity) *rawClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := &rawClient{t: t, bc: bc, ch: control.New(st, control.Config{}), in: make(chan *wire.Envelope, 256), id: id}
+	rc := &rawClient{t: t, bc: bc, sc: sc, ch: control.New(st, control.Config{}), in: make(chan *wire.Envelope, 256), id: id}
 	go func() { _ = rc.ch.Run(func(e *wire.Envelope) { rc.in <- e }, nil) }()
 	t.Cleanup(func() { _ = bc.CloseWithCode(wire.CloseNormal, "") })
 	return rc

@@ -1,0 +1,463 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/cas"
+	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+	wlogs "forgeyard.dev/transport/wire/logs"
+)
+
+// dataBackends runs f on memory and QUIC (the data plane tests' backends).
+func dataBackends(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, mk := range []func() backend{memoryBackend, quicBackend} {
+		b := mk()
+		t.Run(b.name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+// dataWorld is a world whose daemon keeps logs in a MemorySink and objects
+// in an FSStore.
+func dataWorld(t *testing.T, b backend) (*world, *logs.MemorySink, *cas.FSStore) {
+	t.Helper()
+	sink := &logs.MemorySink{}
+	store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t, b, func(c *daemon.Config) { c.LogSink, c.ContentStore = sink, store })
+	return w, sink, store
+}
+
+func spoolIn(dir string) agentOpt {
+	return func(c *agent.Config) { c.SpoolDir = dir }
+}
+
+// stdout concatenates an attempt's durable stdout records, checking the
+// sequence numbers are 1, 2, 3, … (no gap, no duplicate).
+func stdout(t *testing.T, sink *logs.MemorySink, a wire.JobAttemptId) string {
+	t.Helper()
+	var sb strings.Builder
+	for i, r := range sink.Records(a) {
+		if r.Seq != uint64(i+1) {
+			t.Fatalf("record %d has seq %d", i, r.Seq)
+		}
+		if r.Kind == wlogs.LogStdout {
+			sb.Write(r.Data)
+		}
+	}
+	return sb.String()
+}
+
+func readObject(t *testing.T, s *cas.FSStore, ref wire.CasObjectRef) []byte {
+	t.Helper()
+	rc, err := s.Open(ref, 0)
+	if err != nil {
+		t.Fatalf("object %s: %v", ref, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestDataFullLease: a lease run by the synthetic executor leaves exactly
+// the lines it wrote in the daemon's sink and its output, with the right
+// digest, in the daemon's content store; the outputs were declared
+// (OutputsFinalizedV1) and the completion claims them.
+func TestDataFullLease(t *testing.T) {
+	const lines, size = 40, 96 << 10
+	dataBackends(t, func(t *testing.T, b backend) {
+		w, sink, store := dataWorld(t, b)
+		id := w.newIdentity()
+		exec := agent.NewSyntheticExecutor(3, agent.SyntheticOptions{LogLines: lines, OutputSize: size})
+		a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()))
+		w.awaitActive(id.runner)
+		o := offer(7)
+		l, err := w.d.OfferLease(context.Background(), id.runner, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+		if ev.Result.Kind != agentwire.ResultSucceeded {
+			t.Fatalf("result %v", ev.Result)
+		}
+		var want strings.Builder
+		for i := 0; i < lines; i++ {
+			want.WriteString(agent.SyntheticLogLine(o.Spec, i))
+		}
+		if got := stdout(t, sink, l.Attempt); got != want.String() {
+			t.Fatalf("sink holds %d bytes, want %d:\n%q", len(got), want.Len(), got)
+		}
+		blob := agent.SyntheticOutput(o.Spec, size)
+		ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(blob), Size: size}
+		if st, err := store.Stat(ref); err != nil || !st.Complete {
+			t.Fatalf("output not in the content store: %+v %v", st, err)
+		}
+		if got := readObject(t, store, ref); !bytes.Equal(got, blob) {
+			t.Fatal("stored output differs")
+		}
+		outs, ok := w.d.FinalizedOutputs(l.Attempt)
+		if !ok || len(outs) != 1 || outs[0] != ref {
+			t.Fatalf("finalized outputs %v %v", outs, ok)
+		}
+		if st := w.d.Stats(); st.LogsFinalized < 1 || st.OutputsFinalized < 1 {
+			t.Fatalf("stats %+v", st)
+		}
+		if st := a.Stats(); st.OutputsUploaded != 1 || st.OutputsFailed != 0 || st.LogFinalizeFailed != 0 {
+			t.Fatalf("agent stats %+v", st)
+		}
+	})
+}
+
+// TestDataNoSinkNoStore: a daemon without a sink or store refuses log and
+// CAS streams, yet attempts complete promptly (the barrier is answered at
+// once; the un-uploadable output is not claimed).
+func TestDataNoSinkNoStore(t *testing.T) {
+	w := newWorld(t, memoryBackend())
+	id := w.newIdentity()
+	a, _, _ := w.startAgent(id, agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), spoolIn(t.TempDir()))
+	w.awaitActive(id.runner)
+	l, err := w.d.OfferLease(context.Background(), id.runner, offer(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+	if _, ok := w.d.FinalizedOutputs(l.Attempt); ok {
+		t.Fatal("outputs recorded without a content store")
+	}
+	if st := a.Stats(); st.OutputsFailed != 1 || st.OutputsUploaded != 0 {
+		t.Fatalf("agent stats %+v", st)
+	}
+}
+
+// TestDataForeignLease: an agent cannot write logs or outputs under
+// another session's lease (the streams are refused, nothing is stored).
+func TestDataForeignLease(t *testing.T) {
+	w, sink, store := dataWorld(t, memoryBackend())
+	victim, thief := w.newIdentity(), w.newIdentity()
+	hold := newCountingExec(true)
+	w.startAgent(victim, hold, spoolIn(t.TempDir()))
+	w.awaitActive(victim.runner)
+	l, err := w.d.OfferLease(context.Background(), victim.runner, offer(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitStart(t, hold)
+	stolen := make(chan error, 1)
+	blob := []byte("not yours")
+	// Raw attempt: a log stream and an upload naming the victim's lease.
+	rc := w.dialRaw(thief)
+	rc.join(wire.NewAgentSessionId())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lw, err := logs.NewWriter(logs.Config{Attempt: l.Attempt, Lease: l.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lw.Write(wlogs.LogStdout, []byte("forged\n"))
+	lw.Close()
+	go func() { stolen <- lw.Attach(ctx, rc.sc, 1) }()
+	// Attach may end before the daemon's reset arrives: await the
+	// receiver's verdict instead.
+	if err := <-stolen; err != nil && !errors.Is(err, logs.ErrRefused) {
+		t.Fatalf("forged log stream: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for w.d.LogReceiver().Stats().Rejected == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("forged log stream not rejected")
+		}
+		time.Sleep(time.Millisecond) // the rejection has no event
+	}
+	up, err := cas.NewUploader(cas.UploaderConfig{Source: memSource{blob}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(blob), Size: uint64(len(blob))}
+	err = up.Upload(ctx, rc.sc, l.ID, ref)
+	if o, ok := cas.Outcome(err); !ok || o.String() != "Forbidden" {
+		t.Fatalf("forged upload: %v", err)
+	}
+	if st, _ := store.Stat(ref); st.Complete || st.Partial > 0 {
+		t.Fatal("forged object stored")
+	}
+	if n := len(sink.Records(l.Attempt)); n != 0 {
+		t.Fatalf("forged log stored: %d records", n)
+	}
+	close(hold.release)
+}
+
+// memSource serves one blob.
+type memSource struct{ b []byte }
+
+func (m memSource) Open(ref wire.CasObjectRef, off uint64) (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(m.b[off:])), nil
+}
+
+// TestDataLogResumeAfterCut: the connection is cut while the executor is
+// writing its log; the agent reconnects and the daemon's sink ends up with
+// every line exactly once, in order.
+func TestDataLogResumeAfterCut(t *testing.T) {
+	const lines = 400
+	dataBackends(t, func(t *testing.T, b backend) {
+		w, sink, _ := dataWorld(t, b)
+		id := w.newIdentity()
+		half, cont := make(chan struct{}), make(chan struct{})
+		line := func(i int) string { return fmt.Sprintf("line %04d of the cut test %s\n", i, strings.Repeat("x", 40)) }
+		exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
+			for i := 0; i < lines; i++ {
+				if i == lines/2 {
+					close(half)
+					select {
+					case <-cont:
+					case <-ctx.Done():
+						return agent.Result{Kind: agentwire.ResultCancelled}
+					}
+				}
+				if err := out.Log(wlogs.LogStdout, []byte(line(i))); err != nil {
+					return agent.Result{Kind: agentwire.ResultInfraError, Message: err.Error()}
+				}
+			}
+			return agent.Result{Kind: agentwire.ResultSucceeded}
+		})
+		a, rd, _ := w.startAgent(id, exec, spoolIn(t.TempDir()))
+		awaitConnected(t, a)
+		w.awaitActive(id.runner)
+		l, err := w.d.OfferLease(context.Background(), id.runner, offer(9))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-half
+		// Wait until part of the log is durable, then cut.
+		deadline := time.Now().Add(10 * time.Second)
+		for len(sink.Records(l.Attempt)) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("no log record durable before the cut")
+			}
+			time.Sleep(2 * time.Millisecond) // acks are periodic; no event to await here
+		}
+		if !rd.cut() {
+			t.Fatal("nothing to cut")
+		}
+		close(cont) // the second half is written while disconnected or reconnecting
+		awaitConnected(t, a)
+		ev := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+		if ev.Result.Kind != agentwire.ResultSucceeded {
+			t.Fatalf("result %v", ev.Result)
+		}
+		var want strings.Builder
+		for i := 0; i < lines; i++ {
+			want.WriteString(line(i))
+		}
+		if got := stdout(t, sink, l.Attempt); got != want.String() {
+			t.Fatalf("sink holds %d bytes, want %d", len(got), want.Len())
+		}
+		if a.Stats().Reconnects < 1 {
+			t.Fatal("no reconnect")
+		}
+		t.Logf("%s: receiver %+v", b.name, w.d.LogReceiver().Stats())
+	})
+}
+
+// TestDataCancelUnderLoad: a cancel issued while a log flood and large CAS
+// uploads saturate the connection reaches the executor within a bounded
+// time, and heartbeats keep flowing meanwhile. It logs cancel delivery
+// p50/p99 idle vs saturated and the heartbeat-ack gaps per backend
+// (docs/perf/engine.md).
+func TestDataCancelUnderLoad(t *testing.T) {
+	samples, blobSize := 15, 4<<20
+	if testing.Short() {
+		samples, blobSize = 6, 1<<20
+	}
+	dataBackends(t, func(t *testing.T, b backend) {
+		w, _, _ := dataWorld(t, b)
+		id := w.newIdentity()
+		type role int
+		const (
+			waiter role = iota
+			flooder
+			uploader
+		)
+		var roles sync.Map // JobSpecId → role
+		cancelled := make(chan time.Time, 1)
+		started := make(chan wire.JobAttemptId, 1)
+		var flooded atomic.Int64
+		exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
+			r, _ := roles.Load(job.Spec)
+			switch r {
+			case flooder:
+				chunk := bytes.Repeat([]byte("flood flood flood flood flood flood flood flood\n"), 340) // ~16 KiB
+				for ctx.Err() == nil {
+					if err := out.Log(wlogs.LogStdout, chunk); err == nil {
+						flooded.Add(int64(len(chunk)))
+					} else {
+						time.Sleep(time.Millisecond) // over the spool cap: pace the flood (load generation)
+					}
+				}
+				return agent.Result{Kind: agentwire.ResultCancelled}
+			case uploader:
+				if _, err := out.PutOutput(agent.SyntheticOutput(job.Spec, blobSize)); err != nil {
+					return agent.Result{Kind: agentwire.ResultInfraError, Message: err.Error()}
+				}
+				return agent.Result{Kind: agentwire.ResultSucceeded}
+			default:
+				started <- job.Attempt
+				<-ctx.Done()
+				cancelled <- time.Now()
+				return agent.Result{Kind: agentwire.ResultCancelled}
+			}
+		})
+		upDone := make(chan struct{}, 64) // any upload's completion releases one loop
+		a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) {
+			c.LogSpoolLimit = 4 << 20
+			c.Hooks.OnAttemptDone = func(d agent.AttemptDone) {
+				if r, _ := roles.Load(d.Job.Spec); r == uploader {
+					upDone <- struct{}{}
+				}
+			}
+		})
+		w.awaitActive(id.runner)
+		ctx := context.Background()
+		var next atomic.Int64
+		next.Store(100)
+		offerRole := func(r role) wire.JobAttemptId {
+			o := offer(int(next.Add(1)))
+			roles.Store(o.Spec, r)
+			l, err := w.d.OfferLease(ctx, id.runner, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l.Attempt
+		}
+		measure := func() time.Duration {
+			att := offerRole(waiter)
+			if got := <-started; got != att {
+				t.Fatalf("started %s, want %s", got, att)
+			}
+			t0 := time.Now()
+			if err := w.d.CancelAttempt(ctx, att, agentwire.CancelUserRequested); err != nil {
+				t.Fatalf("cancel: %v", err)
+			}
+			var at time.Time
+			select {
+			case at = <-cancelled:
+			case <-time.After(10 * time.Second):
+				t.Fatal("cancel never reached the executor")
+			}
+			w.awaitCompletion(att, agentwire.AckAccepted)
+			return at.Sub(t0)
+		}
+
+		var idle []time.Duration
+		for i := 0; i < samples; i++ {
+			idle = append(idle, measure())
+		}
+
+		// Load: one flooder, and uploads back to back.
+		flood := offerRole(flooder)
+		stopUploads := make(chan struct{})
+		uploadsDone := make(chan int, 2)
+		upLoop := func() {
+			n := 0
+			for {
+				select {
+				case <-stopUploads:
+					uploadsDone <- n
+					return
+				default:
+				}
+				offerRole(uploader)
+				select {
+				case <-upDone:
+				case <-time.After(20 * time.Second):
+					t.Error("upload did not complete")
+					uploadsDone <- n
+					return
+				}
+				n++
+			}
+		}
+		go upLoop()
+		go upLoop()
+		// Heartbeat-ack gaps, sampled from the agent's status.
+		hbStop, hbDone := make(chan struct{}), make(chan []time.Duration)
+		go func() {
+			var gaps []time.Duration
+			last := a.Status().LastHeartbeatAck
+			tick := time.NewTicker(2 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-hbStop:
+					hbDone <- gaps
+					return
+				case <-tick.C:
+				}
+				if cur := a.Status().LastHeartbeatAck; cur.After(last) {
+					gaps = append(gaps, cur.Sub(last))
+					last = cur
+				}
+			}
+		}()
+		srv := w.d.CASServer()
+		deadline := time.Now().Add(20 * time.Second)
+		for srv.Stats().BytesIn == 0 || flooded.Load() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("load did not start")
+			}
+			time.Sleep(2 * time.Millisecond) // no event for "bytes flowing"
+		}
+		var sat []time.Duration
+		busy := 0
+		for i := 0; i < samples; i++ {
+			if srv.Stats().Active > 0 {
+				busy++
+			}
+			sat = append(sat, measure())
+		}
+		close(hbStop)
+		gaps := <-hbDone
+		close(stopUploads)
+		if err := w.d.CancelAttempt(ctx, flood, agentwire.CancelUserRequested); err != nil {
+			t.Fatal(err)
+		}
+		w.awaitCompletion(flood, agentwire.AckAccepted)
+		uploads := <-uploadsDone + <-uploadsDone
+
+		t.Logf("%s: cancel→executor idle p50 %v p99 %v; saturated p50 %v p99 %v (%d/%d samples with a CAS upload in flight, %d uploads of %d KiB, %d MiB of log offered)",
+			b.name, pct(idle, 50), pct(idle, 99), pct(sat, 50), pct(sat, 99), busy, samples, uploads, blobSize>>10, flooded.Load()>>20)
+		t.Logf("%s: heartbeat-ack gaps under load p50 %v p99 %v max %v (%d gaps, interval %v)",
+			b.name, pct(gaps, 50), pct(gaps, 99), pct(gaps, 100), len(gaps), fastTiming().HeartbeatInterval)
+		if p := pct(sat, 99); p > 2*time.Second {
+			t.Errorf("saturated cancel delivery p99 %v > 2s", p)
+		}
+		if len(gaps) < 2 {
+			t.Errorf("only %d heartbeat acks during the load", len(gaps))
+		} else if p := pct(gaps, 99); p >= 3*fastTiming().HeartbeatInterval {
+			t.Errorf("heartbeat-ack gap p99 %v reaches the idle timeout", p)
+		}
+		if busy == 0 {
+			t.Errorf("no cancel sample overlapped a CAS upload")
+		}
+		if r := a.Stats().Reconnects; r != 0 {
+			t.Errorf("%d reconnects under load", r)
+		}
+	})
+}
