@@ -79,7 +79,27 @@ func (a *Agent) attachLog(l *link, at *attempt, fromSeq uint64) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		_ = at.io.w.Attach(l.ctx, l.sc, fromSeq)
+		// A stream that fails on a live link (a write timeout, a reset) is
+		// reopened after a pause, from the daemon's last ack; the daemon
+		// skips frames it already holds.
+		pause := 20 * time.Millisecond
+		for {
+			err := at.io.w.Attach(l.ctx, l.sc, fromSeq)
+			if err == nil || errors.Is(err, logs.ErrRefused) || errors.Is(err, logs.ErrSuperseded) ||
+				errors.Is(err, logs.ErrClosed) || l.ctx.Err() != nil {
+				return
+			}
+			a.log.Debug("log stream failed; reattaching", "attempt", at.job.Attempt.String(), "err", err)
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-l.ctx.Done():
+				t.Stop()
+				return
+			}
+			pause = min(2*pause, time.Second)
+			fromSeq = 0
+		}
 	}()
 }
 
@@ -258,7 +278,12 @@ func (a *Agent) onLink(deadline time.Time, permanent func(error) bool, f func(ct
 func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObjectRef {
 	job := at.job
 	budget := max(4*a.cfg.RequestTimeout, 5*time.Second)
-	if io := at.io; io != nil && io.w != nil {
+	if io := at.io; io != nil && io.w != nil && io.w.Stats().TotalBytes == 0 {
+		// Nothing was ever written: no frame to make durable, no barrier
+		// (saves a round trip per attempt).
+		io.w.Close()
+		_ = os.RemoveAll(filepath.Join(a.spool, "logs", job.Attempt.String()))
+	} else if io != nil && io.w != nil {
 		err := a.onLink(time.Now().Add(budget), func(error) bool { return false }, func(ctx context.Context, l *link) error {
 			return io.w.Finalize(ctx, func(m *wlogs.LogsFinalizedV1) error { _, err := l.ch.SendMsg(m); return err })
 		})

@@ -58,6 +58,7 @@ type conn struct {
 	fenced     bool
 	fencedBy   wire.TransportSessionId
 	violations int
+	dataWaits  int // data-plane requests being answered (data.go)
 	lastHB     time.Time
 	phases     map[wire.JobAttemptId]agentwire.AttemptPhase // last reported, read goroutine only
 	hbTimer    *time.Timer

@@ -15,6 +15,11 @@ import (
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
+// maxDataWaits bounds the control requests of one connection the data
+// plane answers off the read goroutine at once (logs-finalized barriers,
+// NeedObjects batches); more are answered RateLimited.
+const maxDataWaits = 64
+
 // maxRecordedOutputs bounds the OutputsFinalizedV1 records kept (oldest
 // dropped first).
 const maxRecordedOutputs = 4096
@@ -237,7 +242,12 @@ func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 	}
 	// The frames arrive on the log stream: wait off the read goroutine,
 	// bounded by the lease TTL and the connection.
+	if !c.acquireWait() {
+		c.replyErr(env, wire.ErrCodeRateLimited, wire.RetryBackoff, "too many pending data-plane requests")
+		return
+	}
 	go func() {
+		defer c.releaseWait()
 		wctx, cancel := context.WithTimeout(ctx, c.d.timing.LeaseTTL)
 		defer cancel()
 		ack, err := r.Finalized(wctx, m)
@@ -260,7 +270,12 @@ func (c *conn) onNeedObjects(env *wire.Envelope, m *wcas.NeedObjectsV1) {
 		c.replyErr(env, wire.ErrCodeUnknownMessage, wire.RetryUnsupported, "this daemon has no content store")
 		return
 	}
+	if !c.acquireWait() {
+		c.replyErr(env, wire.ErrCodeRateLimited, wire.RetryBackoff, "too many pending data-plane requests")
+		return
+	}
 	go func() {
+		defer c.releaseWait()
 		ctx, cancel := context.WithTimeout(c.dataCtx(), c.d.timing.RequestTimeout)
 		defer cancel()
 		out, err := srv.NeedObjects(ctx, m)
@@ -305,4 +320,22 @@ func (d *Daemon) forgetAttemptLog(attempt wire.JobAttemptId) {
 	if d.logRecv != nil {
 		d.logRecv.Forget(attempt)
 	}
+}
+
+// acquireWait takes one of the connection's maxDataWaits slots, without
+// blocking.
+func (c *conn) acquireWait() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dataWaits >= maxDataWaits {
+		return false
+	}
+	c.dataWaits++
+	return true
+}
+
+func (c *conn) releaseWait() {
+	c.mu.Lock()
+	c.dataWaits--
+	c.mu.Unlock()
 }

