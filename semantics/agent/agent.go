@@ -6,6 +6,12 @@
 // retries completions with the same MessageId across reconnects until the
 // daemon acknowledges them (§77).
 //
+// Executors write the attempt's log (Output.Log) and store outputs
+// (Output.PutOutput): each attempt has a logs.Writer spooled under
+// Config.SpoolDir and reattached to every new connection; before the
+// completion is sent the agent passes the logs-finalized barrier, uploads
+// the outputs (cas.Uploader) and sends OutputsFinalizedV1 (§243).
+//
 // One Agent is one agent session (AgentSessionId): reconnects keep it (a new
 // transport session each time) and keep running attempts (§14); a new
 // process, i.e. a new Agent, is a new session that inherits nothing.

@@ -58,7 +58,8 @@ type conn struct {
 	fenced     bool
 	fencedBy   wire.TransportSessionId
 	violations int
-	dataWaits  int // data-plane requests being answered (data.go)
+	dataWaits  int       // data-plane requests being answered (data.go)
+	closedAt   time.Time // wall clock at teardown (data.go's log sweep)
 	lastHB     time.Time
 	phases     map[wire.JobAttemptId]agentwire.AttemptPhase // last reported, read goroutine only
 	hbTimer    *time.Timer
@@ -195,6 +196,7 @@ func (c *conn) teardown() {
 	d := c.d
 	c.mu.Lock()
 	c.state = session.Closed
+	c.closedAt = time.Now()
 	if c.hbTimer != nil {
 		c.hbTimer.Stop()
 	}
@@ -798,12 +800,14 @@ func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1
 	if int(kind) < len(d.st.completions) {
 		d.st.completions[kind].Add(1)
 	}
+	// Sampled before the hook so hook observers (metrics) see it; the ack
+	// write that follows is a buffered stream write.
+	d.st.complLat.add(time.Since(start))
 	if h := d.cfg.Hooks.OnCompletion; h != nil {
 		h(CompletionEvent{Runner: c.runner, Session: c.session, Transport: c.transport, MessageID: env.MessageID,
 			Attempt: m.Attempt, Lease: m.Lease, Job: m.Job, Result: m.Result, Ack: kind})
 	}
 	c.reply(env, &agentwire.CompletionAckV1{Attempt: m.Attempt, Lease: m.Lease, Kind: kind})
-	d.st.complLat.add(time.Since(start))
 	if kind == agentwire.AckAccepted || kind == agentwire.AckDuplicateAccepted {
 		d.forgetAttemptLog(m.Attempt)
 	}

@@ -5,7 +5,17 @@
 // fencing, draining and shutdown against a durable authority.Authority.
 //
 // The protocol is specified in docs/protocols/internal/agent-daemon.md,
-// session.md, leases.md, heartbeat.md and reconnect.md. The daemon never
+// session.md, leases.md, heartbeat.md and reconnect.md.
+//
+// The data plane (data.go) is optional: with Config.LogSink (or LogDir)
+// the agents' log streams go to a logs.Receiver, with Config.ContentStore
+// their CAS streams go to a cas.Server; each stream is authorized against
+// the authority's lease: an accepted lease of the connection's agent
+// session may write its attempt's log and outputs and read its
+// payload_ref, nothing else. Log acks, resume requests, the logs-finalized
+// barrier, NeedObjects and OutputsFinalized travel on the control stream.
+//
+// The daemon never
 // sends anything that runs an arbitrary command: only the typed admin
 // messages of wire/admin and leases naming a JobSpec (§98); SentTypes lists
 // every type it can send.
@@ -38,7 +48,9 @@ import (
 
 // SentTypes is every message type the daemon can send to an agent. It is
 // the static list the "daemon cannot send an arbitrary command" test walks
-// (§98): session and lease messages, typed admin commands, errors.
+// (§98): session and lease messages, typed admin commands, errors, and
+// the data plane's acknowledgements (log acks and resume requests, the
+// logs-finalized ack, MissingObjects).
 var SentTypes = []wire.MessageTypeId{
 	agentwire.MsgHelloAck, agentwire.MsgRegistrationAccepted, agentwire.MsgRegistrationRejected,
 	agentwire.MsgLeaseOffer, agentwire.MsgLeaseRenewAck, agentwire.MsgCancelAttempt,
@@ -716,6 +728,7 @@ func (d *Daemon) maintenance() {
 		}
 		now := d.now()
 		d.expireLeases(now)
+		d.sweepLogs(time.Now())
 		if now.Sub(lastPrune) >= min(d.cfg.DedupRetention, time.Hour) {
 			lastPrune = now
 			if n, err := d.auth.PruneDedup(d.ctx, now.Add(-d.cfg.DedupRetention)); err == nil {
@@ -740,6 +753,7 @@ func (d *Daemon) expireLeases(now time.Time) {
 		if now.Sub(l.ExpiresAt) > d.timing.RevokeGrace {
 			if err := d.auth.RevokeLease(d.ctx, l.ID, "lease expired", now); err == nil {
 				d.st.leasesRevoked.Add(1)
+				d.forgetAttemptLog(l.Attempt)
 				if c := d.sessionConn(l.Session); c != nil && c.channel() != nil {
 					_, _ = c.channel().Send(control.Out{Msg: &agentwire.CancelAttemptV1{Attempt: l.Attempt, Lease: l.ID, Reason: agentwire.CancelLeaseRevoked},
 						Priority: semantics.PriorityCancel, UsePriority: true})

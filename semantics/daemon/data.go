@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
@@ -105,8 +106,8 @@ func (d *Daemon) sendToAttempt(attempt wire.JobAttemptId, m wire.Message) {
 	}
 }
 
-// leaseOf returns the lease when it is an accepted lease of c's agent
-// session and c is an active, unfenced agent transport.
+// leaseOf returns the lease when it is an accepted (or offered, see below)
+// lease of c's agent session and c is an active, unfenced agent transport.
 func (c *conn) leaseOf(ctx context.Context, id wire.LeaseId) (authority.Lease, error) {
 	_, sess, _, role := c.ident()
 	st := c.getState()
@@ -122,7 +123,10 @@ func (c *conn) leaseOf(ctx context.Context, id wire.LeaseId) (authority.Lease, e
 		}
 		return authority.Lease{}, err
 	}
-	if l.Session != sess || l.State != authority.LeaseAccepted {
+	// Offered counts too: the agent opens the attempt's log stream right
+	// after answering the offer, and the stream may be served before the
+	// control stream's LeaseAcceptedV1 is recorded.
+	if l.Session != sess || (l.State != authority.LeaseAccepted && l.State != authority.LeaseOffered) {
 		return authority.Lease{}, ErrDataForbidden
 	}
 	return l, nil
@@ -338,4 +342,30 @@ func (c *conn) releaseWait() {
 	c.mu.Lock()
 	c.dataWaits--
 	c.mu.Unlock()
+}
+
+// sweepLogs forgets the log state of attempts whose log connection ended
+// more than a lease TTL plus the revoke grace ago without the attempt
+// coming back on another connection (revoked here, completed through
+// another daemon): the receiver's per-attempt table stays bounded by live
+// attempts. The sink keeps what was durable.
+func (d *Daemon) sweepLogs(now time.Time) {
+	limit := d.timing.LeaseTTL + d.timing.RevokeGrace
+	var stale []wire.JobAttemptId
+	d.mu.Lock()
+	for a, c := range d.logConns {
+		c.mu.Lock()
+		gone := !c.closedAt.IsZero() && now.Sub(c.closedAt) > limit
+		c.mu.Unlock()
+		if gone {
+			stale = append(stale, a)
+			delete(d.logConns, a)
+		}
+	}
+	d.mu.Unlock()
+	if d.logRecv != nil {
+		for _, a := range stale {
+			d.logRecv.Forget(a)
+		}
+	}
 }

@@ -486,3 +486,47 @@ func awaitCompletionOK(w *world, attempt wire.JobAttemptId, d time.Duration) (da
 		}
 	}
 }
+
+// TestDataLogStateSwept: the log state of an attempt whose agent vanished
+// (its lease then revoked) is forgotten, so the receiver's attempt table
+// stays bounded by live attempts; the durable records stay in the sink.
+func TestDataLogStateSwept(t *testing.T) {
+	w, sink, _ := dataWorld(t, memoryBackend())
+	id := w.newIdentity()
+	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
+		_ = out.Log(wlogs.LogStdout, []byte("before the agent vanished\n"))
+		<-ctx.Done()
+		return agent.Result{Kind: agentwire.ResultCancelled}
+	})
+	a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()))
+	w.awaitActive(id.runner)
+	l, err := w.d.OfferLease(context.Background(), id.runner, offer(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sink.Records(l.Attempt)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("log never durable")
+		}
+		time.Sleep(2 * time.Millisecond) // acks are periodic; no event
+	}
+	if _, ok := w.d.LogReceiver().Attempt(l.Attempt); !ok {
+		t.Fatal("receiver has no state for the live attempt")
+	}
+	_ = a.Close()
+	// LeaseTTL + RevokeGrace (2.5 s with fastTiming), then a maintenance tick.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := w.d.LogReceiver().Attempt(l.Attempt); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("log state of the vanished attempt never forgotten")
+		}
+		time.Sleep(20 * time.Millisecond) // expiry runs on the maintenance tick; no event
+	}
+	if len(sink.Records(l.Attempt)) == 0 {
+		t.Fatal("durable records lost")
+	}
+}

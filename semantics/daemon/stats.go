@@ -37,7 +37,7 @@ type Stats struct {
 	HeartbeatsDropped      int64 // seq ≤ last seen
 	DedupPruned            int64
 	OfferToAccept          []time.Duration
-	CompletionToAck        []time.Duration // receipt → ack written
+	CompletionToAck        []time.Duration // receipt → authority answered, ack about to be written (sampled before Hooks.OnCompletion)
 	CancelDelivery         []time.Duration // CancelAttempt → CancelAckV1
 	LogsFinalized          int64           // LogsFinalizedV1 barriers acknowledged
 	OutputsFinalized       int64           // OutputsFinalizedV1 recorded
