@@ -103,6 +103,8 @@ type Daemon struct {
 	logConns map[wire.JobAttemptId]*conn // under mu: the connection serving an attempt's log
 	outputs  map[wire.JobAttemptId][]wire.CasObjectRef
 	outOrder []wire.JobAttemptId
+	ended    map[wire.JobAttemptId]struct{} // attempts whose log state was forgotten (bounded, endOrder)
+	endOrder []wire.JobAttemptId
 
 	st stats
 }

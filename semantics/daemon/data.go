@@ -70,6 +70,7 @@ func (d *Daemon) setupData() error {
 	}
 	d.logConns = map[wire.JobAttemptId]*conn{}
 	d.outputs = map[wire.JobAttemptId][]wire.CasObjectRef{}
+	d.ended = map[wire.JobAttemptId]struct{}{}
 	return nil
 }
 
@@ -255,6 +256,16 @@ func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 		wctx, cancel := context.WithTimeout(ctx, c.d.timing.LeaseTTL)
 		defer cancel()
 		ack, err := r.Finalized(wctx, m)
+		// Finalized (re)creates the attempt's state: if the attempt ended
+		// meanwhile (its completion may be handled while this waits), drop
+		// it again.
+		d := c.d
+		d.mu.Lock()
+		_, ended := d.ended[m.Attempt]
+		d.mu.Unlock()
+		if ended {
+			r.Forget(m.Attempt)
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeInternal, wire.RetryImmediately, "log not durable in time")
@@ -316,10 +327,19 @@ func (c *conn) onOutputsFinalized(env *wire.Envelope, m *wcas.OutputsFinalizedV1
 	d.st.outputsFinalized.Add(1)
 }
 
-// forgetAttemptLog drops the per-attempt log state after a completion.
+// forgetAttemptLog drops the per-attempt log state after a completion or
+// a revocation, and remembers (bounded) that the attempt ended.
 func (d *Daemon) forgetAttemptLog(attempt wire.JobAttemptId) {
 	d.mu.Lock()
 	delete(d.logConns, attempt)
+	if _, seen := d.ended[attempt]; !seen {
+		d.ended[attempt] = struct{}{}
+		d.endOrder = append(d.endOrder, attempt)
+		if len(d.endOrder) > maxRecordedOutputs {
+			delete(d.ended, d.endOrder[0])
+			d.endOrder = d.endOrder[1:]
+		}
+	}
 	d.mu.Unlock()
 	if d.logRecv != nil {
 		d.logRecv.Forget(attempt)

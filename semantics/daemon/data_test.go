@@ -530,3 +530,52 @@ func TestDataLogStateSwept(t *testing.T) {
 		t.Fatal("durable records lost")
 	}
 }
+
+// TestDataRoleAgentOnly: only RoleAgent transports may open log and CAS
+// streams. A signing worker's CAS stream is refused before any lease
+// check (no CAS verdict at all), while an agent's, for a lease it does not
+// hold, gets the Forbidden verdict.
+func TestDataRoleAgentOnly(t *testing.T) {
+	w, _, _ := dataWorld(t, memoryBackend())
+	blob := []byte("object")
+	ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(blob), Size: uint64(len(blob))}
+	up, err := cas.NewUploader(cas.UploaderConfig{Source: memSource{blob}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	worker := w.dialRaw(w.newIdentity())
+	worker.hello(agentwire.RoleSigningWorker)
+	if m, ok := worker.register(wire.NewAgentSessionId()).(*agentwire.RegistrationAcceptedV1); !ok {
+		t.Fatalf("worker registration: %#v", m)
+	}
+	lw, err := logs.NewWriter(logs.Config{Attempt: wire.NewJobAttemptId(), Lease: wire.NewLeaseId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lw.Write(wlogs.LogStdout, []byte("worker log\n"))
+	lw.Close()
+	_ = lw.Attach(ctx, worker.sc, 1)
+	err = up.Upload(ctx, worker.sc, wire.NewLeaseId(), ref)
+	if err == nil {
+		t.Fatal("worker upload accepted")
+	}
+	if o, ok := cas.Outcome(err); ok {
+		t.Fatalf("worker upload reached the lease check (%v); want the stream refused", o)
+	}
+
+	agentRC := w.dialRaw(w.newIdentity())
+	agentRC.join(wire.NewAgentSessionId())
+	err = up.Upload(ctx, agentRC.sc, wire.NewLeaseId(), ref)
+	if o, ok := cas.Outcome(err); !ok || o.String() != "Forbidden" {
+		t.Fatalf("agent upload under a foreign lease: %v", err)
+	}
+	if st := w.d.CASServer().Stats(); st.Forbidden != 1 {
+		t.Fatalf("CAS stats %+v: the worker's stream must not reach the server", st)
+	}
+	if st := w.d.LogReceiver().Stats(); st.Streams != 0 {
+		t.Fatalf("receiver served %d streams of a signing worker", st.Streams)
+	}
+}
