@@ -82,7 +82,7 @@ func TestUploadDownloadIntegrity(t *testing.T) {
 }
 
 // lyingSource serves wrong bytes for every object.
-type lyingSource struct{ size int }
+type lyingSource struct{}
 
 func (s lyingSource) Open(ref wire.CasObjectRef, off uint64) (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(make([]byte, ref.Size-off))), nil
