@@ -157,8 +157,20 @@ func TestAdminEndpoint(t *testing.T) {
 		t.Fatalf("demo lease not completed; logs:\n%s", logs.String())
 	}
 
-	// /metrics while connected.
-	_, _, text = httpGet(t, base+"/metrics")
+	// /metrics while connected. The completion hook fires as the daemon
+	// handles the completion; the latency samples (offer→ack recorded when
+	// OfferLease returns, completion→ack around the ack write) land on
+	// other goroutines, and no event announces them: scrape until both
+	// appear, within a deadline.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, _, text = httpGet(t, base+"/metrics")
+		if metricValue(t, text, `forgeyard_lease_offer_to_ack_seconds_count`) >= 1 &&
+			metricValue(t, text, `forgeyard_completion_ack_seconds_count`) >= 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	for _, c := range []struct {
 		series string
 		want   float64
@@ -254,7 +266,7 @@ func TestAdminEndpoint(t *testing.T) {
 	// The agent leaves: the gauge returns to 0 (the daemon's disconnect
 	// hook runs after the agent sees the close, hence a bounded poll).
 	stopAgent()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for {
 		_, _, text = httpGet(t, base+"/metrics")
 		if metricValue(t, text, `forgeyard_transport_connections_active{backend="quic"}`) == 0 {
