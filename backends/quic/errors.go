@@ -1,6 +1,7 @@
 package quic
 
 import (
+	"context"
 	"errors"
 	"io"
 	"math"
@@ -121,3 +122,20 @@ func (e *translated) Error() string {
 	return s + " (" + o + ")"
 }
 func (e *translated) Unwrap() []error { return []error{e.sem, e.orig} }
+
+// closeError corrects one quic-go quirk at the same place as the rest of the
+// translation: Close on a stream whose send side the peer has stopped
+// (STOP_SENDING) returns a plain "close called for canceled stream" error,
+// while the stream's context carries the *quicgo.StreamError as its cause.
+// Report that cause, so Close tells the caller what a Write would have: the
+// peer's code, Remote=true.
+func closeError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *quicgo.StreamError
+	if errors.As(context.Cause(ctx), &se) {
+		return se
+	}
+	return err
+}

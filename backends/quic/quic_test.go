@@ -358,3 +358,36 @@ func TestUDPBufferAdvice(t *testing.T) {
 		t.Fatal("empty advice")
 	}
 }
+
+// Close after the peer stopped the stream reports the peer's code like a
+// Write would (quic-go itself returns a plain error from Close there).
+func TestCloseAfterPeerStopSending(t *testing.T) {
+	e := newTenv(t, Config{})
+	client, server := e.dial(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := client.OpenStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := server.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss.CancelRead(semantics.StreamForbidden)
+	// Wait until the STOP_SENDING has arrived: a write then fails with it.
+	var se *semantics.StreamError
+	for !errors.As(err, &se) {
+		if ctx.Err() != nil {
+			t.Fatal("STOP_SENDING never arrived")
+		}
+		_, err = st.Write([]byte("y"))
+	}
+	err = st.Close()
+	if !errors.As(err, &se) || se.Code != semantics.StreamForbidden || !se.Remote {
+		t.Fatalf("Close after STOP_SENDING = %v, want *StreamError{Forbidden, Remote}", err)
+	}
+}

@@ -32,7 +32,7 @@ func (s *stream) Write(p []byte) (int, error) {
 	return n, s.c.translate(err)
 }
 
-func (s *stream) Close() error { return s.c.translate(s.s.Close()) }
+func (s *stream) Close() error { return s.c.translate(closeError(s.s.Context(), s.s.Close())) }
 
 func (s *stream) CancelWrite(code semantics.StreamErrorCode) {
 	s.s.CancelWrite(quicgo.StreamErrorCode(code))
@@ -57,7 +57,7 @@ func (s *sendStream) Write(p []byte) (int, error) {
 	return n, s.c.translate(err)
 }
 
-func (s *sendStream) Close() error { return s.c.translate(s.s.Close()) }
+func (s *sendStream) Close() error { return s.c.translate(closeError(s.s.Context(), s.s.Close())) }
 
 func (s *sendStream) CancelWrite(code semantics.StreamErrorCode) {
 	s.s.CancelWrite(quicgo.StreamErrorCode(code))
