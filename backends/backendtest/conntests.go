@@ -778,20 +778,7 @@ func connCloseUnblocks(t *testing.T, c, s *semantics.Conn) {
 		}
 		return errors.New("256 MiB written without flow control blocking")
 	})
-	if err := c.CloseWithCode(wire.CloseShutdown, "bye"); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	waitDone(t, "blocked calls after close", done)
-	close(errsC)
-	close(errsS)
-	for err := range errsC {
-		wantConnError(t, "closer's blocked call", err, wire.CloseShutdown, false)
-	}
-	for err := range errsS {
-		wantConnError(t, "peer's blocked call", err, wire.CloseShutdown, true)
-	}
+	closeUnblocksAll(t, c.CloseWithCode, &wg, errsC, errsS)
 }
 
 // ControlResult is what MeasureControlUnderBulk measured.

@@ -589,20 +589,7 @@ func rawCloseUnblocks(t *testing.T, c, s semantics.BackendConn) {
 	})
 	// Wait until the writer is stuck: nothing else needs to be ready, since
 	// every blocked call must end whatever state it is in.
-	if err := c.CloseWithCode(wire.CloseShutdown, "bye"); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	waitDone(t, "blocked calls after close", done)
-	close(errsC)
-	close(errsS)
-	for err := range errsC {
-		wantConnError(t, "closer's blocked call", err, wire.CloseShutdown, false)
-	}
-	for err := range errsS {
-		wantConnError(t, "peer's blocked call", err, wire.CloseShutdown, true)
-	}
+	closeUnblocksAll(t, c.CloseWithCode, &wg, errsC, errsS)
 	_ = s.CloseWithCode(wire.CloseNormal, "")
 	_ = context.Cause(ctx)
 }

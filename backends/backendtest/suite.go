@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,4 +211,25 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// closeUnblocksAll closes the connection with CloseShutdown and checks that
+// every blocked call ends: the closer's (errsC) with a local *ConnError, the
+// peer's (errsS) with a remote one carrying the same code.
+func closeUnblocksAll(t testing.TB, closeWithCode func(semantics.CloseCode, string) error, wg *sync.WaitGroup, errsC, errsS chan error) {
+	t.Helper()
+	if err := closeWithCode(wire.CloseShutdown, "bye"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	waitDone(t, "blocked calls after close", done)
+	close(errsC)
+	close(errsS)
+	for err := range errsC {
+		wantConnError(t, "closer's blocked call", err, wire.CloseShutdown, false)
+	}
+	for err := range errsS {
+		wantConnError(t, "peer's blocked call", err, wire.CloseShutdown, true)
+	}
 }
