@@ -114,3 +114,9 @@ func (s *FeatureSet) DecodePostcard(d *postcard.Decoder) {
 		*s = s.With(ProtocolFeature(d.U16()))
 	}
 }
+
+// Implemented is the set of features this build implements: a daemon
+// offers it and an agent advertises it unless configured otherwise, and
+// both then use only the negotiated intersection (§247). Each release
+// records it in the compatibility manifest (matrix/manifest.json).
+var Implemented = Features(FeatureLogResumeV1, FeatureCasRangeResumeV1)

@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -103,4 +104,41 @@ func Negotiate(server, agent ProtocolRange) (ProtocolVersion, error) {
 		return ProtocolVersion{}, &NegotiationError{Server: server, Agent: agent}
 	}
 	return hi, nil
+}
+
+// ParseVersion parses "MAJOR.MINOR" (decimal, each 0–65535).
+func ParseVersion(s string) (ProtocolVersion, error) {
+	maj, min, ok := strings.Cut(s, ".")
+	if !ok {
+		return ProtocolVersion{}, fmt.Errorf("protocol version %q: want MAJOR.MINOR", s)
+	}
+	a, err1 := strconv.ParseUint(maj, 10, 16)
+	b, err2 := strconv.ParseUint(min, 10, 16)
+	if err1 != nil || err2 != nil {
+		return ProtocolVersion{}, fmt.Errorf("protocol version %q: want MAJOR.MINOR with numbers 0–65535", s)
+	}
+	return V(uint16(a), uint16(b)), nil
+}
+
+// ParseRange parses "MIN-MAX" (for example "1.0-1.1"; the en dash that
+// String prints is accepted too) or a single "MAJOR.MINOR" meaning that
+// version only. The result is Valid or an error is returned.
+func ParseRange(s string) (ProtocolRange, error) {
+	lo, hi, ok := strings.Cut(strings.ReplaceAll(s, "–", "-"), "-")
+	if !ok {
+		hi = lo
+	}
+	min, err := ParseVersion(strings.TrimSpace(lo))
+	if err != nil {
+		return ProtocolRange{}, err
+	}
+	max, err := ParseVersion(strings.TrimSpace(hi))
+	if err != nil {
+		return ProtocolRange{}, err
+	}
+	r := ProtocolRange{Min: min, Max: max}
+	if !r.Valid() {
+		return ProtocolRange{}, fmt.Errorf("protocol range %q: minimum above maximum", s)
+	}
+	return r, nil
 }

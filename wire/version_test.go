@@ -157,3 +157,19 @@ func TestFeatureSet(t *testing.T) {
 		t.Fatalf("empty set = %x", b)
 	}
 }
+
+func TestParseRange(t *testing.T) {
+	for in, want := range map[string]wire.ProtocolRange{
+		"1.0-1.1": {wire.V(1, 0), wire.V(1, 1)}, "2.0": {wire.V(2, 0), wire.V(2, 0)}, "1.0–1.0": {wire.V(1, 0), wire.V(1, 0)},
+	} {
+		got, err := wire.ParseRange(in)
+		if err != nil || got != want {
+			t.Errorf("ParseRange(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "1", "1.x", "1.1-1.0", "70000.0", "1.0-"} {
+		if r, err := wire.ParseRange(in); err == nil {
+			t.Errorf("ParseRange(%q) = %v, want an error", in, r)
+		}
+	}
+}

@@ -48,6 +48,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
@@ -93,6 +94,10 @@ type flags struct {
 	statusFile    string
 	statusEvery   time.Duration
 	metricsListen string
+	protocol      string
+	synLogLines   int
+	synOutputSize int
+	synDuration   time.Duration
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
@@ -114,6 +119,10 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.statusEvery, "status-interval", DefaultStatusInterval, "how often --status-file is rewritten (also on every connect and disconnect)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics and /healthz on loopback `host:port` (a missing host means 127.0.0.1)")
 	fs.Uint64Var(&f.seed, "synthetic-seed", 1, "`seed` of the synthetic executor (durations and exit codes derive from it and the JobSpecId)")
+	fs.StringVar(&f.protocol, "protocol", "", "TESTING: protocol `range` MIN-MAX to advertise, e.g. 2.0-2.0 (default: all this build supports)")
+	fs.IntVar(&f.synLogLines, "synthetic-log-lines", 0, "log `lines` each synthetic attempt writes (0: default 4, -1: none)")
+	fs.IntVar(&f.synOutputSize, "synthetic-output-size", 0, "`bytes` of the synthetic attempt's one output (0: default 256, -1: none)")
+	fs.DurationVar(&f.synDuration, "synthetic-duration", 0, "run time of every synthetic attempt (0: 1–10 ms by JobSpecId)")
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, `Usage: forgeyard-agent [--config FILE] [flags]
@@ -174,9 +183,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
 	}
+	opts := agentOptions{seed: f.seed, synthetic: agent.SyntheticOptions{LogLines: f.synLogLines, OutputSize: f.synOutputSize,
+		MinDuration: f.synDuration, MaxDuration: f.synDuration}}
+	if f.protocol != "" {
+		if opts.protocol, err = wire.ParseRange(f.protocol); err != nil {
+			fmt.Fprintf(stderr, "forgeyard-agent: --protocol: %v\n", err)
+			return exitUsage
+		}
+	}
+	if f.synLogLines < -1 || f.synLogLines > 1_000_000 || f.synOutputSize < -1 || f.synOutputSize > 1<<30 || f.synDuration < 0 {
+		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-log-lines must be -1–1000000, --synthetic-output-size -1–1GiB, --synthetic-duration ≥ 0")
+		return exitUsage
+	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
-	a, err := newAgent(cfg, f.seed, log, tel.hooks())
+	a, err := newAgent(cfg, opts, log, tel.hooks())
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
@@ -255,9 +276,18 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 	return cfg, nil
 }
 
+// agentOptions are the command-line settings outside the configuration
+// file: the synthetic executor's and the advertised protocol range (zero:
+// wire.Supported).
+type agentOptions struct {
+	seed      uint64
+	synthetic agent.SyntheticOptions
+	protocol  wire.ProtocolRange
+}
+
 // newAgent loads the credential and builds the agent with one dialer per
 // endpoint.
-func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
+func newAgent(cfg *config.Agent, o agentOptions, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
 	cred, err := setup.LoadCredential(cfg.ControlPlane)
 	if err != nil {
 		return nil, err
@@ -274,7 +304,9 @@ func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger, hooks agent.Hook
 		Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities: cfg.RunnerCapabilities(),
-		Executor:     agent.NewSyntheticExecutor(seed, agent.SyntheticOptions{}),
+		Executor:     agent.NewSyntheticExecutor(o.seed, o.synthetic),
+		Protocol:     o.protocol,
+		Features:     wire.Implemented,
 		MaxParallel:  cfg.MaxParallel,
 		Backoff:      agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration},
 		Logger:       log,

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"sync"
@@ -82,6 +83,8 @@ type flags struct {
 	adminListen     string
 	adminRemote     bool
 	shutdownTimeout time.Duration
+	protocol        string
+	matrixDriver    bool
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
@@ -103,6 +106,8 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "serve /metrics, /healthz and /sessions on `host:port` (key: admin.listen; a missing host means 127.0.0.1; loopback only unless --admin-allow-remote)")
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
+	fs.StringVar(&f.protocol, "protocol", "", "protocol `range` MIN-MAX this daemon accepts, e.g. 1.0-1.0 (keys: protocol_min, protocol_max; default: all this build supports)")
+	fs.BoolVar(&f.matrixDriver, "matrix-driver", false, "TESTING ONLY: serve the compatibility-matrix driver under /v1/matrix/ on --admin-listen (offer, cancel, cut, read back; logs kept in memory)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -197,12 +202,22 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	str("log-level", &cfg.Log.Level, f.logLevel)
 	str("log-format", &cfg.Log.Format, f.logFormat)
 	str("admin-listen", &cfg.Admin.Listen, f.adminListen)
+	if set["protocol"] {
+		r, err := wire.ParseRange(f.protocol)
+		if err != nil {
+			return nil, fmt.Errorf("--protocol: %w", err)
+		}
+		cfg.ProtocolMin.ProtocolVersion, cfg.ProtocolMax.ProtocolVersion = r.Min, r.Max
+	}
 	if set["admin-allow-remote"] {
 		cfg.Admin.AllowRemote = f.adminRemote
 	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, config.WithFile(err, f.configFile)
+	}
+	if f.matrixDriver && cfg.AdminListen() == "" {
+		return nil, errors.New("--matrix-driver needs --admin-listen")
 	}
 	return cfg, nil
 }
@@ -231,6 +246,18 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		},
 		AlternateEndpoints: cfg.Alternates(),
 		Logger:             log,
+		Features:           wire.Implemented,
+	}
+	var drv *matrixDriver
+	if f.matrixDriver {
+		if drv, err = newMatrixDriver(dcfg.Protocol, dcfg.Features); err != nil {
+			return err
+		}
+		defer drv.close()
+		if err := drv.configure(&dcfg); err != nil {
+			return err
+		}
+		log.Warn("--matrix-driver is a testing feature: /v1/matrix/ on the admin endpoint offers leases and cuts connections")
 	}
 	dcfg.Hooks.OnRegistered = func(s daemon.SessionInfo) {
 		log.Info("agent registered", "runner", s.Runner, "session", s.Session, "epoch", s.Epoch, "backend", s.Backend, "remote", s.Remote, "protocol", s.Protocol, "agent_version", s.AgentVersion)
@@ -249,9 +276,16 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	}
 	tel := newDaemonTelemetry()
 	dcfg.Hooks = tel.hooks(dcfg.Hooks)
+	if drv != nil {
+		dcfg.Hooks = drv.hooks(dcfg.Hooks)
+	}
 	d, err := daemon.New(dcfg)
 	if err != nil {
 		return err
+	}
+	var track func(semantics.BackendConn) func()
+	if drv != nil {
+		drv.d, track = d, drv.track
 	}
 	if f.demoLeases > 0 {
 		log.Warn("--demo-leases is a development feature: offering synthetic leases to every agent", "per_session", f.demoLeases)
@@ -265,7 +299,14 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	}
 	tel.attach(d, ls, tlsConf)
 	if addr := cfg.AdminListen(); addr != "" {
-		adm, err := startAdmin(addr, tel.handler(), log)
+		h := tel.handler()
+		if drv != nil {
+			mux := http.NewServeMux()
+			mux.Handle("/v1/matrix/", drv.handler())
+			mux.Handle("/", h)
+			h = mux
+		}
+		adm, err := startAdmin(addr, h, log)
 		if err != nil {
 			for _, l := range ls {
 				_ = l.Close()
@@ -290,7 +331,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	for i, l := range ls {
 		log.Info("listening", "backend", l.Backend, "addr", l.Addr().String())
 		go func() {
-			err := acceptLoop(connCtx, d, l, &conns)
+			err := acceptLoop(connCtx, d, l, &conns, track)
 			tel.listenerDone(i, err)
 			errc <- err
 		}()
@@ -330,7 +371,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 
 // acceptLoop accepts connections until l is closed and serves each on
 // ctx.
-func acceptLoop(ctx context.Context, d *daemon.Daemon, l semantics.BackendListener, wg *sync.WaitGroup) error {
+func acceptLoop(ctx context.Context, d *daemon.Daemon, l semantics.BackendListener, wg *sync.WaitGroup, track func(semantics.BackendConn) func()) error {
 	for {
 		bc, err := l.Accept(ctx)
 		if err != nil {
@@ -339,6 +380,9 @@ func acceptLoop(ctx context.Context, d *daemon.Daemon, l semantics.BackendListen
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if track != nil {
+				defer track(bc)()
+			}
 			d.ServeConn(ctx, bc)
 		}()
 	}

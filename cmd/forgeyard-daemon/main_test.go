@@ -56,6 +56,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--config", filepath.Join(dir, "missing.toml")}, "no such file"},
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--listen", "nope"}, "listen.quic"},
 		{[]string{"--demo-leases", "-1"}, "--demo-leases"},
+		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db"), "--matrix-driver"}, "--matrix-driver needs --admin-listen"},
+		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db"), "--protocol", "1.x"}, "--protocol: protocol version"},
+		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db"), "--protocol", "2.0-2.0"}, "does not overlap"},
 	} {
 		code, _, errOut := runDaemon(t, context.Background(), nil, c.args...)
 		if code != exitUsage || !strings.Contains(errOut, c.want) {

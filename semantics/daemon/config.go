@@ -155,6 +155,7 @@ type SessionInfo struct {
 	Backend       string
 	Remote        string
 	Protocol      wire.ProtocolVersion
+	Features      wire.FeatureSet // negotiated (HelloAckV1.features)
 	AgentVersion  string
 	State         string
 	Fenced        bool

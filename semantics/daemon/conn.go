@@ -47,6 +47,7 @@ type conn struct {
 	// Set during the handshake on the read goroutine, then read-only.
 	role         agentwire.PeerRole
 	negotiated   wire.ProtocolVersion
+	features     wire.FeatureSet // negotiated: offered ∩ the hello's
 	helloSession wire.AgentSessionId
 	runner       wire.RunnerId
 	session      wire.AgentSessionId
@@ -137,7 +138,7 @@ func (c *conn) info() SessionInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return SessionInfo{Runner: c.runner, Session: c.session, Transport: c.transport, Epoch: c.epoch, Role: c.role,
-		Backend: c.bc.Backend(), Remote: c.bc.RemoteAddr().String(), Protocol: c.negotiated, AgentVersion: c.agentVersion,
+		Backend: c.bc.Backend(), Remote: c.bc.RemoteAddr().String(), Protocol: c.negotiated, Features: c.features, AgentVersion: c.agentVersion,
 		State: c.state.String(), Fenced: c.fenced, LastHeartbeat: c.lastHB, ConnectedAt: c.connectedAt}
 }
 
@@ -386,6 +387,7 @@ func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 	}
 	c.mu.Lock()
 	c.role, c.negotiated = m.Role, v
+	c.features = d.cfg.Features.Intersect(m.Features)
 	if m.HasAgentSession {
 		c.helloSession = m.AgentSession
 	}

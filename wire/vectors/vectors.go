@@ -18,13 +18,16 @@ package vectors
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -345,4 +348,72 @@ func Diff(committed, generated []Vector) []string {
 		}
 	}
 	return out
+}
+
+// ReleasedSums returns the content of a ReleasedMarker file for dir: a
+// comment line, then "sha256-hex  file" for every .json file of dir in
+// name order. A released directory's marker holds these sums, so any change
+// to a released vector file (or a file added or removed) is detected by
+// comparing them again (see CheckReleased).
+func ReleasedSums(dir string) (string, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("# released wire vectors: frozen. sha256 of each file; never edit, regenerate or remove them.\n")
+	for _, n := range names {
+		data, err := os.ReadFile(n)
+		if err != nil {
+			return "", err
+		}
+		sum := sha256.Sum256(data)
+		fmt.Fprintf(&b, "%x  %s\n", sum, filepath.Base(n))
+	}
+	return b.String(), nil
+}
+
+// CheckReleased compares the sums recorded in dir's ReleasedMarker with the
+// files' current contents. It returns one message per difference (a file
+// changed, added or removed); none means the released vectors are intact.
+func CheckReleased(dir string) ([]string, error) {
+	rec, err := os.ReadFile(filepath.Join(dir, ReleasedMarker))
+	if err != nil {
+		return nil, err
+	}
+	now, err := ReleasedSums(dir)
+	if err != nil {
+		return nil, err
+	}
+	parse := func(s string) map[string]string {
+		m := map[string]string{}
+		for _, line := range strings.Split(s, "\n") {
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			sum, name, _ := strings.Cut(line, "  ")
+			m[name] = sum
+		}
+		return m
+	}
+	want, got := parse(string(rec)), parse(now)
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		switch g, ok := got[name]; {
+		case !ok:
+			out = append(out, fmt.Sprintf("%s/%s: released file removed", dir, name))
+		case g != want[name]:
+			out = append(out, fmt.Sprintf("%s/%s: released file changed (sha256 %s, released %s)", dir, name, g, want[name]))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[name]; !ok {
+			out = append(out, fmt.Sprintf("%s/%s: file added to a released directory", dir, name))
+		}
+	}
+	if len(want) == 0 {
+		out = append(out, fmt.Sprintf("%s/%s lists no files", dir, ReleasedMarker))
+	}
+	return out, nil
 }

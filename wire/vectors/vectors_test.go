@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"forgeyard.dev/transport/wire"
@@ -184,4 +185,90 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+var release = flag.String("release", "", "mark the vectors of this protocol version (e.g. 1.0) RELEASED: write the RELEASED file with their sums")
+
+// TestReleasedVectorsFrozen checks every RELEASED directory against the
+// sums its marker recorded at release: a changed, added or removed vector
+// file fails. Together with TestVectorsDecodeCommitted (every released
+// vector decodes and re-encodes identically with the current decoder) this
+// holds the current build to every release it claims to support.
+func TestReleasedVectorsFrozen(t *testing.T) {
+	if *release != "" {
+		v, err := wire.ParseVersion(*release)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(testdata, DirName(v))
+		if Released(dir) {
+			t.Fatalf("%s is already RELEASED", dir)
+		}
+		sums, err := ReleasedSums(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ReleasedMarker), []byte(sums), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dirs, err := VersionDirs(testdata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, dir := range dirs {
+		if !Released(dir) {
+			continue
+		}
+		n++
+		diffs, err := CheckReleased(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range diffs {
+			t.Error(d + "\nhint: " + frozenHint)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no RELEASED vector directory: v1.0 shipped with v0.1.0")
+	}
+	if !wire.Supported.Contains(wire.V(1, 0)) {
+		t.Fatal("wire.Supported dropped 1.0 although its vectors are released; drop them together with the manifest entry")
+	}
+}
+
+func TestCheckReleasedDetectsChanges(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a.json", "b.json"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("[]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sums, err := ReleasedSums(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ReleasedMarker), []byte(sums), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := CheckReleased(dir); err != nil || len(d) != 0 {
+		t.Fatalf("intact directory: %v %v", d, err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "a.json"), []byte("[ ]\n"), 0o644)
+	_ = os.Remove(filepath.Join(dir, "b.json"))
+	_ = os.WriteFile(filepath.Join(dir, "c.json"), []byte("[]\n"), 0o644)
+	d, err := CheckReleased(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a.json: released file changed", "b.json: released file removed", "c.json: file added"}
+	if len(d) != len(want) {
+		t.Fatalf("differences %q, want %d", d, len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(d[i], w) {
+			t.Errorf("difference %d = %q, want it to contain %q", i, d[i], w)
+		}
+	}
 }

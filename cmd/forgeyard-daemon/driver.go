@@ -1,0 +1,357 @@
+package main
+
+// The matrix driver (--matrix-driver) is the process-level test surface the
+// cross-version compatibility matrix (matrix/, docs/compatibility.md) uses
+// to drive a daemon of any release from v0.1.0 on. It is served on the
+// admin endpoint (loopback) under /v1/matrix/ and is a stable interface:
+// later releases must keep every path, field and meaning below (they may
+// add fields). Requests and answers are JSON; ids are the ULID strings the
+// answers carry. Errors are {"error": "..."} with a 4xx/5xx status.
+//
+//	GET  /v1/matrix/info      {"driver":1,"protocol":"1.0–1.0","features":["LogResumeV1",…]}
+//	GET  /v1/matrix/sessions  [{"runner","session","transport","epoch","backend","protocol",
+//	                            "features":[…],"agent_version","state"}]
+//	POST /v1/matrix/offer     {"runner","cut_on"?} → {"job","lease","attempt"} once the agent
+//	                          accepted (blocks; 409 with the reason when rejected). cut_on arms a
+//	                          one-shot cut of the runner's connections for this attempt:
+//	                          "accept" (when its answer arrives), "running" or "uploading"
+//	                          (when that phase is reported), "completion" (after the authority
+//	                          recorded the first completion and before its ack is sent).
+//	POST /v1/matrix/cancel    {"attempt"} → {} once the agent acknowledged the cancel
+//	POST /v1/matrix/cut       {"runner"} → {"closed":N}: closes the runner's connections
+//	GET  /v1/matrix/attempt?id=ATTEMPT → {"phases":[…],"completions":[{"ack","result","exit_code"}],
+//	                          "log":"…stored log text…","log_frames":N,"outputs":[{"digest","size"}],
+//	                          "outputs_finalized":bool}
+//
+// With the driver the daemon keeps logs in memory and CAS objects in a
+// temporary directory removed at exit, so read-back needs no other flags.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/cas"
+	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// driverVersion is GET /v1/matrix/info's "driver"; bumped only when a
+// field is added.
+const driverVersion = 1
+
+// maxDriverAttempts bounds the attempts the driver remembers.
+const maxDriverAttempts = 4096
+
+type matrixDriver struct {
+	d       *daemon.Daemon
+	sink    *logs.MemorySink
+	casDir  string
+	proto   wire.ProtocolRange
+	feats   wire.FeatureSet
+	mu      sync.Mutex
+	conns   map[string]semantics.BackendConn // remote address → conn
+	runners map[string]wire.RunnerId
+	atts    map[string]*driverAttempt // attempt id → record
+	byID    map[string]wire.JobAttemptId
+}
+
+type driverAttempt struct {
+	runner      wire.RunnerId
+	cutOn       string
+	phases      []string
+	completions []driverCompletion
+}
+
+type driverCompletion struct {
+	Ack      string `json:"ack"`
+	Result   string `json:"result"`
+	ExitCode int32  `json:"exit_code"`
+}
+
+func newMatrixDriver(proto wire.ProtocolRange, feats wire.FeatureSet) (*matrixDriver, error) {
+	dir, err := os.MkdirTemp("", "forgeyard-matrix-cas-")
+	if err != nil {
+		return nil, err
+	}
+	return &matrixDriver{sink: &logs.MemorySink{}, casDir: dir, proto: proto, feats: feats,
+		conns: map[string]semantics.BackendConn{}, runners: map[string]wire.RunnerId{},
+		atts: map[string]*driverAttempt{}, byID: map[string]wire.JobAttemptId{}}, nil
+}
+
+// configure makes the daemon keep logs and CAS objects for read-back.
+func (m *matrixDriver) configure(c *daemon.Config) error {
+	st, err := cas.NewFSStore(cas.FSStoreConfig{Dir: m.casDir})
+	if err != nil {
+		return err
+	}
+	c.LogSink, c.ContentStore = m.sink, st
+	return nil
+}
+
+func (m *matrixDriver) close() { _ = os.RemoveAll(m.casDir) }
+
+// track remembers an accepted connection for cuts; the returned func
+// forgets it.
+func (m *matrixDriver) track(bc semantics.BackendConn) func() {
+	k := bc.RemoteAddr().String()
+	m.mu.Lock()
+	m.conns[k] = bc
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		if m.conns[k] == bc {
+			delete(m.conns, k)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// cutRunner closes every connection of runner's sessions.
+func (m *matrixDriver) cutRunner(runner wire.RunnerId) int {
+	n := 0
+	for _, s := range m.d.Sessions() {
+		if s.Runner != runner {
+			continue
+		}
+		m.mu.Lock()
+		bc := m.conns[s.Remote]
+		m.mu.Unlock()
+		if bc != nil {
+			_ = bc.CloseWithCode(wire.CloseInternalError, "matrix driver: cut")
+			n++
+		}
+	}
+	return n
+}
+
+func (m *matrixDriver) attempt(a wire.JobAttemptId) *driverAttempt {
+	k := a.String()
+	at := m.atts[k]
+	if at == nil {
+		if len(m.atts) >= maxDriverAttempts {
+			clear(m.atts)
+			clear(m.byID)
+		}
+		at = &driverAttempt{}
+		m.atts[k], m.byID[k] = at, a
+	}
+	return at
+}
+
+// trigger cuts the attempt's runner when its armed event happens.
+func (m *matrixDriver) trigger(a wire.JobAttemptId, event string) {
+	m.mu.Lock()
+	at := m.atts[a.String()]
+	fire := at != nil && at.cutOn == event
+	if fire {
+		at.cutOn = ""
+	}
+	m.mu.Unlock()
+	if fire {
+		m.cutRunner(at.runner)
+	}
+}
+
+// hooks wraps h with the driver's recording and armed cuts.
+func (m *matrixDriver) hooks(h daemon.Hooks) daemon.Hooks {
+	out := h
+	out.OnLeaseAnswer = func(e daemon.LeaseAnswerEvent) {
+		if h.OnLeaseAnswer != nil {
+			h.OnLeaseAnswer(e)
+		}
+		if e.Accepted && !e.Duplicate {
+			m.trigger(e.Attempt, "accept")
+		}
+	}
+	out.OnPhase = func(e daemon.PhaseEvent) {
+		if h.OnPhase != nil {
+			h.OnPhase(e)
+		}
+		m.mu.Lock()
+		at := m.attempt(e.Attempt)
+		at.phases = append(at.phases, e.Phase.String())
+		m.mu.Unlock()
+		switch e.Phase {
+		case agentwire.PhaseRunning:
+			m.trigger(e.Attempt, "running")
+		case agentwire.PhaseUploadingOutputs:
+			m.trigger(e.Attempt, "uploading")
+		}
+	}
+	out.OnCompletion = func(e daemon.CompletionEvent) {
+		if h.OnCompletion != nil {
+			h.OnCompletion(e)
+		}
+		m.mu.Lock()
+		at := m.attempt(e.Attempt)
+		at.completions = append(at.completions, driverCompletion{Ack: e.Ack.String(), Result: e.Result.Kind.String(), ExitCode: e.Result.ExitCode})
+		m.mu.Unlock()
+		m.trigger(e.Attempt, "completion")
+	}
+	return out
+}
+
+func featureNames(s wire.FeatureSet) []string {
+	out := []string{}
+	for _, f := range s.List() {
+		out = append(out, f.String())
+	}
+	return out
+}
+
+func (m *matrixDriver) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/matrix/info", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"driver": driverVersion, "protocol": m.proto.String(), "features": featureNames(m.feats)})
+	})
+	mux.HandleFunc("GET /v1/matrix/sessions", func(w http.ResponseWriter, _ *http.Request) {
+		out := []map[string]any{}
+		for _, s := range m.d.Sessions() {
+			if s.Runner == (wire.RunnerId{}) {
+				continue // not registered yet
+			}
+			m.mu.Lock()
+			m.runners[s.Runner.String()] = s.Runner
+			m.mu.Unlock()
+			out = append(out, map[string]any{"runner": s.Runner.String(), "session": s.Session.String(),
+				"transport": s.Transport.String(), "epoch": s.Epoch, "backend": s.Backend, "protocol": s.Protocol.String(),
+				"features": featureNames(s.Features), "agent_version": s.AgentVersion, "state": s.State})
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("POST /v1/matrix/offer", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Runner string `json:"runner"`
+			CutOn  string `json:"cut_on"`
+		}
+		runner, ok := m.decodeRunner(w, r, &req, &req.Runner)
+		if !ok {
+			return
+		}
+		switch req.CutOn {
+		case "", "accept", "running", "uploading", "completion":
+		default:
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "cut_on must be accept, running, uploading or completion"})
+			return
+		}
+		o := daemon.LeaseOffer{Job: wire.NewJobId(), Attempt: wire.NewJobAttemptId()}
+		copy(o.Spec.Digest[:], o.Attempt.ULID[:]) // distinct per attempt
+		o.Payload = syntheticPayload(o.Spec)
+		m.mu.Lock()
+		at := m.attempt(o.Attempt)
+		at.runner, at.cutOn = runner, req.CutOn
+		m.mu.Unlock()
+		ctx, cancel := context.WithTimeout(r.Context(), 25*time.Second)
+		defer cancel()
+		l, err := m.d.OfferLease(ctx, runner, o)
+		if err != nil {
+			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"job": o.Job.String(), "lease": l.ID.String(), "attempt": o.Attempt.String()})
+	})
+	mux.HandleFunc("POST /v1/matrix/cancel", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Attempt string `json:"attempt"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad request: " + err.Error()})
+			return
+		}
+		m.mu.Lock()
+		a, ok := m.byID[req.Attempt]
+		m.mu.Unlock()
+		if !ok {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown attempt " + req.Attempt})
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 25*time.Second)
+		defer cancel()
+		if err := m.d.CancelAttempt(ctx, a, agentwire.CancelUserRequested); err != nil {
+			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{})
+	})
+	mux.HandleFunc("POST /v1/matrix/cut", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Runner string `json:"runner"`
+		}
+		runner, ok := m.decodeRunner(w, r, &req, &req.Runner)
+		if !ok {
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]int{"closed": m.cutRunner(runner)})
+	})
+	mux.HandleFunc("GET /v1/matrix/attempt", func(w http.ResponseWriter, r *http.Request) {
+		id := r.URL.Query().Get("id")
+		m.mu.Lock()
+		a, ok := m.byID[id]
+		var phases []string
+		var compl []driverCompletion
+		if ok {
+			at := m.atts[id]
+			phases = append([]string{}, at.phases...)
+			compl = append([]driverCompletion{}, at.completions...)
+		}
+		m.mu.Unlock()
+		if !ok {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown attempt " + id})
+			return
+		}
+		var text strings.Builder
+		recs := m.sink.Records(a)
+		for _, rec := range recs {
+			if text.Len() < 1<<20 {
+				text.Write(rec.Data)
+			}
+		}
+		outs, fin := m.d.FinalizedOutputs(a)
+		jo := []map[string]any{}
+		for _, o := range outs {
+			jo = append(jo, map[string]any{"digest": o.Digest.String(), "size": o.Size})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"phases": phases, "completions": compl, "log": text.String(),
+			"log_frames": len(recs), "outputs": jo, "outputs_finalized": fin})
+	})
+	return mux
+}
+
+// decodeRunner decodes a JSON body into req and resolves *field (a runner
+// id listed by /v1/matrix/sessions).
+func (m *matrixDriver) decodeRunner(w http.ResponseWriter, r *http.Request, req any, field *string) (wire.RunnerId, bool) {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad request: " + err.Error()})
+		return wire.RunnerId{}, false
+	}
+	m.mu.Lock()
+	id, ok := m.runners[*field]
+	m.mu.Unlock()
+	if !ok {
+		for _, s := range m.d.Sessions() {
+			if s.Runner.String() == *field {
+				id, ok = s.Runner, true
+			}
+		}
+	}
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("runner %q is not connected", *field)})
+		return wire.RunnerId{}, false
+	}
+	return id, true
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
