@@ -15,13 +15,22 @@ package main
 //	                          accepted (blocks; 409 with the reason when rejected). cut_on arms a
 //	                          one-shot cut of the runner's connections for this attempt:
 //	                          "accept" (when its answer arrives), "running" or "uploading"
-//	                          (when that phase is reported), "completion" (after the authority
+//	                          (when that phase is reported), "log" (when the daemon stored the
+//	                          attempt's 2nd log frame), "upload" (when a CAS object has received
+//	                          1 MiB), "completion" (after the authority
 //	                          recorded the first completion and before its ack is sent).
 //	POST /v1/matrix/cancel    {"attempt"} → {} once the agent acknowledged the cancel
 //	POST /v1/matrix/cut       {"runner"} → {"closed":N}: closes the runner's connections
 //	GET  /v1/matrix/attempt?id=ATTEMPT → {"phases":[…],"completions":[{"ack","result","exit_code"}],
-//	                          "log":"…stored log text…","log_frames":N,"outputs":[{"digest","size"}],
+//	                          "log":"…stored log text…","log_frames":N,"outputs":[{"digest","size","stored","received"}],
 //	                          "outputs_finalized":bool}
+//
+// "stored" is true when the daemon's content store holds the output
+// complete and verified; "received" counts the bytes the store received
+// for it across all transfers (a resumed upload sends fewer than
+// size + what arrived before the cut). Offers use the JobSpecId whose digest starts with
+// the attempt id's 16 bytes (zeros after), so a synthetic executor's log
+// lines and output are determined by the attempt id.
 //
 // With the driver the daemon keeps logs in memory and CAS objects in a
 // temporary directory removed at exit, so read-back needs no other flags.
@@ -42,6 +51,7 @@ import (
 	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
 // driverVersion is GET /v1/matrix/info's "driver"; bumped only when a
@@ -55,6 +65,7 @@ type matrixDriver struct {
 	d       *daemon.Daemon
 	sink    *logs.MemorySink
 	casDir  string
+	store   *cas.FSStore
 	proto   wire.ProtocolRange
 	feats   wire.FeatureSet
 	mu      sync.Mutex
@@ -62,6 +73,9 @@ type matrixDriver struct {
 	runners map[string]wire.RunnerId
 	atts    map[string]*driverAttempt // attempt id → record
 	byID    map[string]wire.JobAttemptId
+	// received counts the bytes appended per CAS object, across resumed
+	// transfers.
+	received map[wire.CasObjectRef]uint64
 }
 
 type driverAttempt struct {
@@ -84,7 +98,7 @@ func newMatrixDriver(proto wire.ProtocolRange, feats wire.FeatureSet) (*matrixDr
 	}
 	return &matrixDriver{sink: &logs.MemorySink{}, casDir: dir, proto: proto, feats: feats,
 		conns: map[string]semantics.BackendConn{}, runners: map[string]wire.RunnerId{},
-		atts: map[string]*driverAttempt{}, byID: map[string]wire.JobAttemptId{}}, nil
+		atts: map[string]*driverAttempt{}, byID: map[string]wire.JobAttemptId{}, received: map[wire.CasObjectRef]uint64{}}, nil
 }
 
 // configure makes the daemon keep logs and CAS objects for read-back.
@@ -93,8 +107,72 @@ func (m *matrixDriver) configure(c *daemon.Config) error {
 	if err != nil {
 		return err
 	}
-	c.LogSink, c.ContentStore = m.sink, st
+	m.store = st
+	c.LogSink, c.ContentStore = &driverSink{m.sink, m}, &driverStore{st, m}
 	return nil
+}
+
+// cutAfterLogFrames and cutAfterUploadBytes are where the "log" and
+// "upload" cuts fire.
+const (
+	cutAfterLogFrames   = 2
+	cutAfterUploadBytes = 1 << 20
+)
+
+// driverSink fires an attempt's "log" cut once the sink holds
+// cutAfterLogFrames of its frames.
+type driverSink struct {
+	*logs.MemorySink
+	m *matrixDriver
+}
+
+func (s *driverSink) Append(a wire.JobAttemptId, seq uint64, kind wlogs.LogStreamKind, ts uint64, data []byte) error {
+	err := s.MemorySink.Append(a, seq, kind, ts, data)
+	if err == nil && seq >= cutAfterLogFrames {
+		s.m.trigger(a, "log")
+	}
+	return err
+}
+
+// driverStore counts the bytes received per object and fires every armed
+// "upload" cut once an object has received cutAfterUploadBytes.
+type driverStore struct {
+	*cas.FSStore
+	m *matrixDriver
+}
+
+func (s *driverStore) Create(ref wire.CasObjectRef) (cas.PartialObject, error) {
+	p, err := s.FSStore.Create(ref)
+	if err != nil {
+		return nil, err
+	}
+	return &driverPartial{PartialObject: p, ref: ref, m: s.m}, nil
+}
+
+type driverPartial struct {
+	cas.PartialObject
+	ref wire.CasObjectRef
+	m   *matrixDriver
+}
+
+func (p *driverPartial) Append(b []byte) error {
+	err := p.PartialObject.Append(b)
+	p.m.mu.Lock()
+	p.m.received[p.ref] += uint64(len(b))
+	n := p.m.received[p.ref]
+	var fire []wire.JobAttemptId
+	if n >= cutAfterUploadBytes {
+		for k, at := range p.m.atts {
+			if at.cutOn == "upload" {
+				fire = append(fire, p.m.byID[k])
+			}
+		}
+	}
+	p.m.mu.Unlock()
+	for _, a := range fire {
+		p.m.trigger(a, "upload")
+	}
+	return err
 }
 
 func (m *matrixDriver) close() { _ = os.RemoveAll(m.casDir) }
@@ -238,9 +316,9 @@ func (m *matrixDriver) handler() http.Handler {
 			return
 		}
 		switch req.CutOn {
-		case "", "accept", "running", "uploading", "completion":
+		case "", "accept", "running", "uploading", "log", "upload", "completion":
 		default:
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "cut_on must be accept, running, uploading or completion"})
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "cut_on must be accept, running, uploading, log, upload or completion"})
 			return
 		}
 		o := daemon.LeaseOffer{Job: wire.NewJobId(), Attempt: wire.NewJobAttemptId()}
@@ -318,7 +396,11 @@ func (m *matrixDriver) handler() http.Handler {
 		outs, fin := m.d.FinalizedOutputs(a)
 		jo := []map[string]any{}
 		for _, o := range outs {
-			jo = append(jo, map[string]any{"digest": o.Digest.String(), "size": o.Size})
+			st, err := m.store.Stat(o)
+			m.mu.Lock()
+			recv := m.received[o]
+			m.mu.Unlock()
+			jo = append(jo, map[string]any{"digest": o.Digest.String(), "size": o.Size, "stored": err == nil && st.Complete, "received": recv})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"phases": phases, "completions": compl, "log": text.String(),
 			"log_frames": len(recs), "outputs": jo, "outputs_finalized": fin})

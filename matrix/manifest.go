@@ -1,0 +1,191 @@
+// Package matrix is the cross-version compatibility matrix (ARCHITECTURE
+// decision 16, spec §28, §167, §249–254): it builds the daemon and agent of
+// every release listed in the manifest (old ones from their git tags, the
+// current tree as HEAD), runs every (daemon release, agent release,
+// backend) cell as separate processes through the matrix driver (the
+// daemon's --matrix-driver endpoint and the agent's synthetic-executor
+// flags), and compares what it measured with what the manifest promises:
+// a compatible cell passes every scenario with the negotiated version and
+// features the two releases' ranges and feature sets imply; an
+// incompatible cell is rejected cleanly with the documented message
+// ("no common protocol version: server supports …, agent supports …").
+//
+// The manifest is matrix/manifest.json; the last full run's results are
+// matrix/results.json and are rendered into docs/compatibility.md, which a
+// test keeps in sync. cmd/forgeyard-matrix (make matrix) runs the full
+// matrix; TestQuickMatrix (make test) runs a quick subset.
+package matrix
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"forgeyard.dev/transport/wire"
+)
+
+// HEAD is the tag of the release built from the current tree.
+const HEAD = "HEAD"
+
+// Manifest lists the releases and backends of the matrix (§249).
+type Manifest struct {
+	// Releases in release order, oldest first; the last one is normally
+	// HEAD (the current tree).
+	Releases []Release `json:"releases"`
+	// Peers are test-only builds that are not releases, such as an agent
+	// speaking only a future major version; they take part as agents.
+	Peers []Release `json:"peers"`
+	// Backends of every cell.
+	Backends []Backend `json:"backends"`
+}
+
+// Release is one release (or test peer) and what it promises.
+type Release struct {
+	Name string `json:"name"`
+	// Tag is the git tag it is built from, or HEAD for the current tree.
+	Tag string `json:"tag"`
+	// Protocol is the range it speaks, "1.0-1.1".
+	Protocol string `json:"protocol"`
+	// Features it implements (offered by its daemon, advertised by its
+	// agent), by name (wire.ProtocolFeature.String).
+	Features []string `json:"features"`
+	// AgentArgs are extra flags for its agent (a test peer's --protocol).
+	AgentArgs []string `json:"agent_args,omitempty"`
+	// Note is shown in docs/compatibility.md.
+	Note string `json:"note,omitempty"`
+}
+
+// Backend is one backend column.
+type Backend struct {
+	Name string `json:"name"` // quic, webtransport, yamux, relay+yamux, relay+webtransport
+	// Pending: declared but not run (the build lacks what it needs); the
+	// reason says what.
+	Pending string `json:"pending,omitempty"`
+}
+
+// Range parses r.Protocol.
+func (r Release) Range() (wire.ProtocolRange, error) { return wire.ParseRange(r.Protocol) }
+
+// FeatureSet parses r.Features.
+func (r Release) FeatureSet() (wire.FeatureSet, error) {
+	var s wire.FeatureSet
+	for _, n := range r.Features {
+		f, ok := featureByName(n)
+		if !ok {
+			return 0, fmt.Errorf("release %s: unknown feature %q", r.Name, n)
+		}
+		s = s.With(f)
+	}
+	return s, nil
+}
+
+func featureByName(n string) (wire.ProtocolFeature, bool) {
+	for f := wire.ProtocolFeature(0); f < 64; f++ {
+		if f.String() == n {
+			return f, true
+		}
+	}
+	return 0, false
+}
+
+// LoadManifest reads and validates a manifest file.
+func LoadManifest(path string) (*Manifest, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &m, nil
+}
+
+// Validate checks names are unique and ranges and features parse.
+func (m *Manifest) Validate() error {
+	if len(m.Releases) == 0 || len(m.Backends) == 0 {
+		return errors.New("manifest: needs releases and backends")
+	}
+	seen := map[string]bool{}
+	for _, r := range append(slices.Clone(m.Releases), m.Peers...) {
+		if r.Name == "" || r.Tag == "" || seen[r.Name] {
+			return fmt.Errorf("manifest: release %q: name and tag required, names unique", r.Name)
+		}
+		seen[r.Name] = true
+		if _, err := r.Range(); err != nil {
+			return fmt.Errorf("manifest: release %s: %w", r.Name, err)
+		}
+		if _, err := r.FeatureSet(); err != nil {
+			return fmt.Errorf("manifest: %w", err)
+		}
+	}
+	for _, b := range m.Backends {
+		if _, ok := backendSchemes[b.Name]; !ok && b.Pending == "" {
+			return fmt.Errorf("manifest: backend %q unknown (and not pending)", b.Name)
+		}
+	}
+	return nil
+}
+
+// Release returns the release or peer named name.
+func (m *Manifest) Release(name string) (Release, bool) {
+	for _, r := range append(slices.Clone(m.Releases), m.Peers...) {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Release{}, false
+}
+
+// Expectation is what the manifest promises for a (daemon, agent) pair.
+type Expectation struct {
+	Compatible bool   `json:"compatible"`
+	Protocol   string `json:"protocol,omitempty"` // negotiated, when compatible
+	// Features negotiated (daemon's ∩ agent's), in ascending order.
+	Features []string `json:"features,omitempty"`
+	// Rejection is the documented message, when incompatible (§252–254).
+	Rejection string `json:"rejection,omitempty"`
+}
+
+// Expect derives the expected outcome of daemon d with agent a from their
+// ranges and features: wire.Negotiate's answer, and the intersection.
+func Expect(d, a Release) (Expectation, error) {
+	dr, err := d.Range()
+	if err != nil {
+		return Expectation{}, err
+	}
+	ar, err := a.Range()
+	if err != nil {
+		return Expectation{}, err
+	}
+	v, err := wire.Negotiate(dr, ar)
+	if err != nil {
+		return Expectation{Rejection: err.Error()}, nil
+	}
+	df, err := d.FeatureSet()
+	if err != nil {
+		return Expectation{}, err
+	}
+	af, err := a.FeatureSet()
+	if err != nil {
+		return Expectation{}, err
+	}
+	e := Expectation{Compatible: true, Protocol: v.String(), Features: []string{}}
+	for _, f := range df.Intersect(af).List() {
+		e.Features = append(e.Features, f.String())
+	}
+	return e, nil
+}
+
+// String renders e for tables and messages.
+func (e Expectation) String() string {
+	if !e.Compatible {
+		return "rejected: " + e.Rejection
+	}
+	return fmt.Sprintf("%s %v", e.Protocol, e.Features)
+}
