@@ -12,14 +12,15 @@ FUZZTIME ?= 30s
 BENCHCOUNT ?= 6
 OUT := out
 
-.PHONY: all demo demo-vectors test test-short lint fmt vet layering staticcheck bench bench-codec bench-backends fuzz deps tools clean help
+.PHONY: all demo demo-vectors matrix test test-short lint fmt vet layering staticcheck bench bench-codec bench-backends fuzz deps tools clean help
 
 all: test
 
 help:
 	@echo "make demo      daemon + agents over QUIC and TLS+yamux: leases, a cut connection, resync, summary"
 	@echo "make demo-vectors  decode and print every golden vector with the protocol inspector"
-	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included)"
+	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included; the quick compatibility matrix)"
+	@echo "make matrix    full cross-version compatibility matrix: builds tagged releases, runs every cell; rewrites matrix/results.json and docs/compatibility.md"
 	@echo "make lint      gofmt check, go vet, staticcheck, layering check"
 	@echo "make bench     codec and backend benchmarks; tables for docs/perf.md (BENCHCOUNT=$(BENCHCOUNT))"
 	@echo "make fuzz      every fuzz target for FUZZTIME each (default $(FUZZTIME))"
@@ -37,6 +38,11 @@ demo: deps
 
 demo-vectors: deps
 	$(GO) run ./cmd/forgeyard-protocol-inspect vectors
+
+# The full compatibility matrix (docs/compatibility.md). Old releases are
+# built from their git tags and cached under $$XDG_CACHE_HOME/forgeyard-matrix.
+matrix: deps
+	$(GO) run ./cmd/forgeyard-matrix
 
 test: deps vet layering
 	$(GO) test -race -shuffle=on -timeout 10m ./...

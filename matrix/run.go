@@ -423,7 +423,7 @@ func (r *cellRun) run(ctx context.Context, name string) error {
 		if err := checkCompleted(at, 1); err != nil {
 			return err
 		}
-		return checkLogEncoding(at, slices.Contains(c.Expected.Features, "LogCompressionV1"), r.releaseFeatures(c.Agent))
+		return checkLogEncoding(at, slices.Contains(c.Expected.Features, "LogCompressionV1"), r.releaseFeatures(c.Daemon), r.releaseFeatures(c.Agent))
 	case "lease":
 		at, err := r.lease(ctx, s, "")
 		if err != nil {
@@ -631,13 +631,17 @@ func checkLog(log string, lines int) error {
 	return nil
 }
 
-// checkLogEncoding: when the daemon reports the log stream encoding
-// (drivers from protocol 1.1 on), an attempt's log was compressed exactly
-// when LogCompressionV1 was negotiated — or, with an agent from before
-// the feature, compressed as 1.0 agents always do.
-func checkLogEncoding(at *driverAttempt, negotiated bool, agentFeatures []string) error {
-	if at.LogEncoding == "" {
+// checkLogEncoding: a daemon implementing LogCompressionV1 reports the log
+// stream encoding (its driver is from protocol 1.1 on; older ones do not
+// report it): an attempt's log was compressed exactly when the feature was
+// negotiated — or, with an agent from before the feature, compressed as
+// 1.0 agents always do.
+func checkLogEncoding(at *driverAttempt, negotiated bool, daemonFeatures, agentFeatures []string) error {
+	if !slices.Contains(daemonFeatures, "LogCompressionV1") {
 		return nil // a 1.0 daemon's driver does not report it
+	}
+	if at.LogEncoding == "" {
+		return fmt.Errorf("the daemon reported no log stream encoding")
 	}
 	want := "Raw"
 	if negotiated || !slices.Contains(agentFeatures, "LogCompressionV1") {

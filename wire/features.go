@@ -119,4 +119,9 @@ func (s *FeatureSet) DecodePostcard(d *postcard.Decoder) {
 // offers it and an agent advertises it unless configured otherwise, and
 // both then use only the negotiated intersection (§247). Each release
 // records it in the compatibility manifest (matrix/manifest.json).
-var Implemented = Features(FeatureLogResumeV1, FeatureCasRangeResumeV1)
+//
+// Protocol 1.1 added LogCompressionV1: an agent sends Flate-compressed log
+// streams only to a daemon that negotiated it (Raw otherwise); a daemon
+// accepts both encodings from every agent, as 1.0 agents compress
+// unconditionally.
+var Implemented = Features(FeatureLogResumeV1, FeatureCasRangeResumeV1, FeatureLogCompressionV1)

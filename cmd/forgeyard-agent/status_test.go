@@ -116,7 +116,7 @@ func TestStatusFileAndMetrics(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if h.Status != telemetry.StatusOK || h.Backend != "quic" || h.Protocol != "1.0" || !strings.Contains(h.Endpoint, addr) {
+	if h.Status != telemetry.StatusOK || h.Backend != "quic" || h.Protocol != wire.Current.String() || !strings.Contains(h.Endpoint, addr) {
 		t.Errorf("status file %+v", h)
 	}
 	if fi, err := os.Stat(statusFile); err != nil || fi.Mode().Perm() != 0o644 {
@@ -127,7 +127,7 @@ func TestStatusFileAndMetrics(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("connection status: exit %d %s", code, errOut)
 	}
-	for _, re := range []string{`(?m)^STATUS\s+ok$`, `(?m)^CONNECTED\s+yes$`, `(?m)^BACKEND\s+quic$`, `(?m)^PROTOCOL\s+1\.0$`,
+	for _, re := range []string{`(?m)^STATUS\s+ok$`, `(?m)^CONNECTED\s+yes$`, `(?m)^BACKEND\s+quic$`, `(?m)^PROTOCOL\s+` + regexp.QuoteMeta(wire.Current.String()) + `$`,
 		`(?m)^ENDPOINT\s+\S*` + regexp.QuoteMeta(addr), `(?m)^LAST HEARTBEAT ACK\s+\d{4}-\d\d-\d\dT\S+ \(\d+\.\ds ago\)$`, `(?m)^STATUS FILE\s+` + regexp.QuoteMeta(statusFile)} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("table lacks %s:\n%s", re, out)

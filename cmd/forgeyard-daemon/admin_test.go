@@ -26,6 +26,7 @@ import (
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/wire"
 )
 
 func httpGet(t *testing.T, url string) (int, string, string) {
@@ -248,7 +249,7 @@ func TestAdminEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(ss) != 1 || ss[0].Runner != cred.Runner.String() || ss[0].Session != a.Session().String() || ss[0].Backend != "quic" ||
-		ss[0].AgentVersion != "admin-test" || ss[0].Protocol != "1.0" || ss[0].Epoch != 1 || ss[0].Fenced {
+		ss[0].AgentVersion != "admin-test" || ss[0].Protocol != wire.Current.String() || ss[0].Epoch != 1 || ss[0].Fenced {
 		t.Errorf("sessions = %s", body)
 	}
 	writeSample(t, "sessions.json", body)

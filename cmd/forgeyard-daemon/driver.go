@@ -23,7 +23,10 @@ package main
 //	POST /v1/matrix/cut       {"runner"} → {"closed":N}: closes the runner's connections
 //	GET  /v1/matrix/attempt?id=ATTEMPT → {"phases":[…],"completions":[{"ack","result","exit_code"}],
 //	                          "log":"…stored log text…","log_frames":N,"outputs":[{"digest","size","stored","received"}],
-//	                          "outputs_finalized":bool}
+//	                          "outputs_finalized":bool,"log_encoding":"Raw"|"Flate"|""}
+//
+// "log_encoding" (added with protocol 1.1, v0.2.0) is the encoding of the
+// attempt's last log stream.
 //
 // "stored" is true when the daemon's content store holds the output
 // complete and verified; "received" counts the bytes the store received
@@ -81,6 +84,7 @@ type matrixDriver struct {
 type driverAttempt struct {
 	runner      wire.RunnerId
 	cutOn       string
+	logEncoding string // of the last log stream (protocol 1.1 drivers)
 	phases      []string
 	completions []driverCompletion
 }
@@ -250,6 +254,14 @@ func (m *matrixDriver) hooks(h daemon.Hooks) daemon.Hooks {
 			m.trigger(e.Attempt, "accept")
 		}
 	}
+	out.OnLogStream = func(hdr wlogs.LogStreamHeaderV1) {
+		if h.OnLogStream != nil {
+			h.OnLogStream(hdr)
+		}
+		m.mu.Lock()
+		m.attempt(hdr.Attempt).logEncoding = hdr.Encoding.String()
+		m.mu.Unlock()
+	}
 	out.OnPhase = func(e daemon.PhaseEvent) {
 		if h.OnPhase != nil {
 			h.OnPhase(e)
@@ -376,8 +388,10 @@ func (m *matrixDriver) handler() http.Handler {
 		a, ok := m.byID[id]
 		var phases []string
 		var compl []driverCompletion
+		var enc string
 		if ok {
 			at := m.atts[id]
+			enc = at.logEncoding
 			phases = append([]string{}, at.phases...)
 			compl = append([]driverCompletion{}, at.completions...)
 		}
@@ -403,7 +417,7 @@ func (m *matrixDriver) handler() http.Handler {
 			jo = append(jo, map[string]any{"digest": o.Digest.String(), "size": o.Size, "stored": err == nil && st.Complete, "received": recv})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"phases": phases, "completions": compl, "log": text.String(),
-			"log_frames": len(recs), "outputs": jo, "outputs_finalized": fin})
+			"log_frames": len(recs), "outputs": jo, "outputs_finalized": fin, "log_encoding": enc})
 	})
 	return mux
 }

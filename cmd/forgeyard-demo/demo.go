@@ -282,7 +282,7 @@ func runDemo(parent context.Context, p params) (*report, error) {
 	}
 	st := newState()
 	holdStarted := make(chan wire.JobAttemptId, 1)
-	d, err := daemon.New(daemon.Config{ID: "demo-daemon", Authority: au, Timing: demoTiming, Logger: log.With("side", "daemon"),
+	d, err := daemon.New(daemon.Config{ID: "demo-daemon", Authority: au, Timing: demoTiming, Features: wire.Implemented, Logger: log.With("side", "daemon"),
 		Hooks: daemon.Hooks{
 			OnRegistered: func(s daemon.SessionInfo) { st.update(func() { st.registered[s.Runner]++ }) },
 			OnCompletion: st.onCompletion,
@@ -376,6 +376,7 @@ func runDemo(parent context.Context, p params) (*report, error) {
 			Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 			Endpoints: []agent.Endpoint{{Address: addr, Dialer: dialer, Backend: ep.Backend}},
 			Role:      agentwire.RoleAgent,
+			Features:  wire.Implemented,
 			Executor: demoExecutor{inner: agent.NewSyntheticExecutor(uint64(i+1), agent.SyntheticOptions{MinDuration: 40 * time.Millisecond, MaxDuration: 250 * time.Millisecond}),
 				started: holdStarted},
 			MaxParallel: p.MaxParallel, Backoff: agent.Backoff{Base: 50 * time.Millisecond, Max: 500 * time.Millisecond},

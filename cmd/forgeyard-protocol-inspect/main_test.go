@@ -184,7 +184,7 @@ func TestStreamMode(t *testing.T) {
 		s = append(s, frameOf(t, m)...)
 	}
 	r := runArgs("--stream", "--hex", hex.EncodeToString(s))
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "stream header: kind log (2), version 1.0\n") ||
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "stream header: kind log (2), version "+wire.Current.String()+"\n") ||
 		strings.Count(r.stdout, "\nframe ") != len(logs.Samples()) {
 		t.Errorf("log stream: exit %d %s\n%s", r.code, r.stderr, r.stdout)
 	}

@@ -83,6 +83,9 @@ func (a *Agent) attachLog(l *link, at *attempt, fromSeq uint64) {
 		// reopened after a pause, from the daemon's last ack; the daemon
 		// skips frames it already holds.
 		pause := 20 * time.Millisecond
+		// Protocol 1.1: compressed log streams only when the daemon
+		// negotiated LogCompressionV1; a 1.0 daemon gets Raw frames.
+		at.io.w.SetCompress(l.features.Has(wire.FeatureLogCompressionV1))
 		for {
 			err := at.io.w.Attach(l.ctx, l.sc, fromSeq)
 			if err == nil || errors.Is(err, logs.ErrRefused) || errors.Is(err, logs.ErrSuperseded) ||

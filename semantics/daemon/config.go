@@ -13,6 +13,7 @@ import (
 	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
 // Timing is the daemon's timing policy; the daemon sends it to every agent
@@ -172,6 +173,9 @@ type Hooks struct {
 	OnLeaseAnswer func(LeaseAnswerEvent)
 	// OnDisconnect: a transport ended; err is its close error.
 	OnDisconnect func(SessionInfo, error)
+	// OnLogStream: an agent opened an authorized log stream for an
+	// attempt (its header: first sequence number, encoding).
+	OnLogStream func(wlogs.LogStreamHeaderV1)
 }
 
 // SessionInfo describes one transport and the agent session on it.

@@ -58,7 +58,12 @@ func (d *Daemon) setupData() error {
 			Ack:       func(m wlogs.LogAckV1) { d.sendToAttempt(m.Attempt, &m) },
 			Resume:    func(m wlogs.LogResumeRequestV1) { d.sendToAttempt(m.Attempt, &m) },
 			RateBytes: lim.LogRateBytes, BurstBytes: lim.LogBurstBytes,
-			MaxAttemptBytes: lim.MaxAttemptLogBytes, MaxAttempts: lim.MaxLogAttempts})
+			MaxAttemptBytes: lim.MaxAttemptLogBytes, MaxAttempts: lim.MaxLogAttempts,
+			OnStream: func(_ context.Context, h wlogs.LogStreamHeaderV1) {
+				if f := d.cfg.Hooks.OnLogStream; f != nil {
+					f(h)
+				}
+			}})
 		if err != nil {
 			return fmt.Errorf("daemon: log receiver: %w", err)
 		}

@@ -236,7 +236,7 @@ func newWorld(t *testing.T, b backend, opts ...worldOpt) *world {
 func newWorldWith(t *testing.T, b backend, pki *trusttest.PKI, auth authority.Authority, opts ...worldOpt) *world {
 	t.Helper()
 	w := &world{t: t, b: b, pki: pki, auth: auth, ev: newEvents(), logBuf: &syncBuffer{}}
-	cfg := daemon.Config{Authority: auth, RunnerCAs: pki.CAPool(), Timing: fastTiming(), Hooks: w.ev.hooks(),
+	cfg := daemon.Config{Authority: auth, RunnerCAs: pki.CAPool(), Timing: fastTiming(), Hooks: w.ev.hooks(), Features: wire.Implemented,
 		Logger: slog.New(slog.NewJSONHandler(w.logBuf, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	for _, o := range opts {
 		o(&cfg)
@@ -289,7 +289,8 @@ func (w *world) startAgent(id identity, exec agent.Executor, opts ...agentOpt) (
 	rd := &recDialer{inner: w.b.dialer(w.t, w.clientTLS(id))}
 	cfg := agent.Config{Runner: id.runner, Signer: id.cert.PrivateKey.(crypto.Signer), CertChain: id.cert.Certificate,
 		Endpoints: []agent.Endpoint{{Address: w.addr, Dialer: rd, Backend: w.b.name}}, Executor: exec, MaxParallel: 64,
-		Backoff: agent.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}, RequestTimeout: 500 * time.Millisecond}
+		Backoff: agent.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}, RequestTimeout: 500 * time.Millisecond,
+		Features: wire.Implemented}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -69,6 +69,10 @@ type ReceiverConfig struct {
 	// MaxAttempts bounds the attempts tracked at once (see Forget); a
 	// stream for one more is reset with StreamRefused.
 	MaxAttempts int
+	// OnStream, when set, is called with each stream's header once it
+	// was decoded and authorized, before its frames are read (the ctx
+	// passed to Serve). It must not block.
+	OnStream func(ctx context.Context, hdr wlogs.LogStreamHeaderV1)
 }
 
 // RejectReason classifies a RejectError.
@@ -326,6 +330,9 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 		if err := auth(hdr.Attempt, hdr.Lease); err != nil {
 			return reject(RejectUnauthorized, semantics.StreamForbidden, hdr.Attempt, err)
 		}
+	}
+	if r.cfg.OnStream != nil {
+		r.cfg.OnStream(ctx, hdr)
 	}
 	at := r.attempt(hdr.Attempt)
 	if at == nil {

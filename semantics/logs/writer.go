@@ -133,6 +133,7 @@ type Writer struct {
 	sp       *spool
 	closed   bool
 	refused  bool
+	raw      bool // SetCompress(false): streams use LogEncodingRaw despite cfg.Compress
 	att      *attachment
 	finSeq   uint64        // LastSeq of the acknowledged finalization
 	finDone  chan struct{} // closed by HandleFinalizedAck
@@ -192,6 +193,17 @@ func NewWriter(cfg Config) (*Writer, error) {
 		w.sp, w.limit = sp, cfg.SpoolLimit
 	}
 	return w, nil
+}
+
+// SetCompress selects the encoding of the streams later Attach calls open:
+// Flate when on (and the writer was created with Config.Compress), Raw
+// otherwise. An agent calls it before each Attach with whether the daemon
+// negotiated wire.FeatureLogCompressionV1 (protocol 1.1); the frames'
+// chunk sizes stay those of Config.Compress, which fit both encodings.
+func (w *Writer) SetCompress(on bool) {
+	w.mu.Lock()
+	w.raw = !on
+	w.mu.Unlock()
 }
 
 func (w *Writer) wake() {
@@ -487,7 +499,7 @@ func (w *Writer) Attach(ctx context.Context, conn *semantics.Conn, fromSeq uint6
 	}
 	w.ackLocked(fromSeq - 1)
 	enc := wlogs.LogEncodingRaw
-	if w.cfg.Compress {
+	if w.cfg.Compress && !w.raw {
 		enc = wlogs.LogEncodingFlate
 	}
 	hdr := wlogs.LogStreamHeaderV1{Attempt: w.cfg.Attempt, Lease: w.cfg.Lease, FirstSeq: fromSeq, Encoding: enc, Epoch: w.cfg.Epoch}
