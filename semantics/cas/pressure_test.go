@@ -65,7 +65,7 @@ type sinkPartial struct {
 }
 
 func (p *sinkPartial) ReadAt(b []byte, off int64) (int, error) { return 0, io.EOF }
-func (p *sinkPartial) Len() uint64                              { return p.n }
+func (p *sinkPartial) Len() uint64                             { return p.n }
 func (p *sinkPartial) Append(b []byte) error {
 	p.n += uint64(len(b))
 	p.s.got.Add(int64(len(b)))

@@ -27,7 +27,9 @@ import (
 // go test ./semantics/logs -run '^$' -bench Logs -benchtime 2s
 func BenchmarkLogs(b *testing.B) {
 	for _, name := range testbackends.All {
-		conns := func(b *testing.B) (*semantics.Conn, *semantics.Conn) { return testbackends.Conns(b, name, memory.Options{}) }
+		conns := func(b *testing.B) (*semantics.Conn, *semantics.Conn) {
+			return testbackends.Conns(b, name, memory.Options{})
+		}
 		b.Run(name+"/raw", func(b *testing.B) { benchRaw(b, conns) })
 		b.Run(name+"/chunks", func(b *testing.B) { benchLog(b, conns, false, false) })
 		b.Run(name+"/flate", func(b *testing.B) { benchLog(b, conns, true, false) })
