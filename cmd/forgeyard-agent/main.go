@@ -53,7 +53,7 @@ import (
 )
 
 // Version is reported to the daemon in TransportHelloV1.
-const Version = "forgeyard-agent/0.1.0"
+const Version = "forgeyard-agent/0.2.0"
 
 const (
 	exitOK    = 0
