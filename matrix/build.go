@@ -13,7 +13,10 @@ import (
 // Binaries are the built commands of one release.
 type Binaries struct {
 	Daemon, Agent string
-	Commit        string // the commit built ("HEAD" tree: its commit, "+dirty" when modified)
+	// Relay is forgeyard-relay when the release has cmd/forgeyard-relay,
+	// else empty.
+	Relay  string
+	Commit string // the commit built ("HEAD" tree: its commit, "+dirty" when modified)
 }
 
 // DefaultCacheDir is where builds of tagged releases are kept, by commit:
@@ -54,7 +57,11 @@ func (b *Builder) Build(ctx context.Context, r Release) (Binaries, error) {
 		if err := b.goBuild(ctx, b.Root, out); err != nil {
 			return Binaries{}, fmt.Errorf("build HEAD: %w", err)
 		}
-		return Binaries{Daemon: filepath.Join(out, "forgeyard-daemon"), Agent: filepath.Join(out, "forgeyard-agent"), Commit: commit}, nil
+		bins := Binaries{Daemon: filepath.Join(out, "forgeyard-daemon"), Agent: filepath.Join(out, "forgeyard-agent"), Commit: commit}
+		if fileExists(filepath.Join(out, "forgeyard-relay")) {
+			bins.Relay = filepath.Join(out, "forgeyard-relay")
+		}
+		return bins, nil
 	}
 	commit, err := b.git(ctx, "rev-parse", "--verify", "--quiet", r.Tag+"^{commit}")
 	if err != nil || commit == "" {
@@ -64,6 +71,9 @@ func (b *Builder) Build(ctx context.Context, r Release) (Binaries, error) {
 	bins := Binaries{Daemon: filepath.Join(out, "forgeyard-daemon"), Agent: filepath.Join(out, "forgeyard-agent"), Commit: commit}
 	if fileExists(bins.Daemon) && fileExists(bins.Agent) {
 		b.logf("release %s: cached build of %.12s", r.Name, commit)
+		if fileExists(filepath.Join(out, "forgeyard-relay")) {
+			bins.Relay = filepath.Join(out, "forgeyard-relay")
+		}
 		return bins, nil
 	}
 	src, err := os.MkdirTemp(b.TempDir, "src-"+r.Name+"-")
@@ -100,6 +110,9 @@ func (b *Builder) Build(ctx context.Context, r Release) (Binaries, error) {
 	if err := os.Rename(tmpOut, out); err != nil {
 		return Binaries{}, err
 	}
+	if fileExists(filepath.Join(out, "forgeyard-relay")) {
+		bins.Relay = filepath.Join(out, "forgeyard-relay")
+	}
 	return bins, nil
 }
 
@@ -107,7 +120,11 @@ func (b *Builder) goBuild(ctx context.Context, dir, out string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out+string(filepath.Separator), "./cmd/forgeyard-daemon", "./cmd/forgeyard-agent")
+	pkgs := []string{"./cmd/forgeyard-daemon", "./cmd/forgeyard-agent"}
+	if st, err := os.Stat(filepath.Join(dir, "cmd", "forgeyard-relay")); err == nil && st.IsDir() {
+		pkgs = append(pkgs, "./cmd/forgeyard-relay")
+	}
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", out + string(filepath.Separator)}, pkgs...)...)
 	cmd.Dir = dir
 	if o, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%v\n%s", err, o)

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 
 	"forgeyard.dev/transport/wire"
 )
@@ -35,7 +36,7 @@ type Manifest struct {
 	// HEAD (the current tree).
 	Releases []Release `json:"releases"`
 	// Peers are test-only builds that are not releases, such as an agent
-	// speaking only a future major version; they take part as agents.
+	// speaking only a future major version; each takes part in its Role.
 	Peers []Release `json:"peers"`
 	// Backends of every cell.
 	Backends []Backend `json:"backends"`
@@ -51,8 +52,13 @@ type Release struct {
 	// Features it implements (offered by its daemon, advertised by its
 	// agent), by name (wire.ProtocolFeature.String).
 	Features []string `json:"features"`
-	// AgentArgs are extra flags for its agent (a test peer's --protocol).
-	AgentArgs []string `json:"agent_args,omitempty"`
+	// AgentArgs and DaemonArgs are extra flags for its agent or daemon (a
+	// test peer's --protocol).
+	AgentArgs  []string `json:"agent_args,omitempty"`
+	DaemonArgs []string `json:"daemon_args,omitempty"`
+	// Role of a peer: "agent" (the default) or "daemon". Releases are
+	// both.
+	Role string `json:"role,omitempty"`
 	// Note is shown in docs/compatibility.md.
 	Note string `json:"note,omitempty"`
 }
@@ -123,13 +129,38 @@ func (m *Manifest) Validate() error {
 		if _, err := r.FeatureSet(); err != nil {
 			return fmt.Errorf("manifest: %w", err)
 		}
+		if r.Role != "" && r.Role != "agent" && r.Role != "daemon" {
+			return fmt.Errorf("manifest: release %s: role %q (want agent or daemon)", r.Name, r.Role)
+		}
 	}
 	for _, b := range m.Backends {
-		if _, ok := backendSchemes[b.Name]; !ok && b.Pending == "" {
+		if _, ok := backendSchemes[strings.TrimPrefix(b.Name, "relay+")]; !ok && b.Pending == "" {
 			return fmt.Errorf("manifest: backend %q unknown (and not pending)", b.Name)
 		}
 	}
 	return nil
+}
+
+// Daemons lists the releases and the daemon peers (matrix rows).
+func (m *Manifest) Daemons() []Release {
+	out := slices.Clone(m.Releases)
+	for _, p := range m.Peers {
+		if p.Role == "daemon" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Agents lists the releases and the agent peers (matrix columns).
+func (m *Manifest) Agents() []Release {
+	out := slices.Clone(m.Releases)
+	for _, p := range m.Peers {
+		if p.Role != "daemon" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Release returns the release or peer named name.

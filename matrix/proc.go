@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -128,7 +129,7 @@ type daemonProc struct {
 
 // startDaemon starts bin with the driver and every backend on loopback
 // port 0 and waits for its listeners (from its JSON log lines).
-func startDaemon(ctx context.Context, bin, dir string) (*daemonProc, error) {
+func startDaemon(ctx context.Context, bin, dir string, extra []string) (*daemonProc, error) {
 	d := &daemonProc{dir: dir, pki: filepath.Join(dir, "pki"), addrs: map[string]string{}, http: &http.Client{Timeout: 60 * time.Second}}
 	ready := make(chan struct{})
 	var once sync.Once
@@ -155,7 +156,7 @@ func startDaemon(ctx context.Context, bin, dir string) (*daemonProc, error) {
 	args := []string{"--dev-pki", d.pki, "--sqlite", filepath.Join(dir, "authority.db"),
 		"--listen", "127.0.0.1:0", "--listen-yamux", "127.0.0.1:0", "--listen-webtransport", "127.0.0.1:0",
 		"--admin-listen", "127.0.0.1:0", "--matrix-driver", "--log-format", "json", "--shutdown-timeout", "2s"}
-	p, err := startProc(ctx, bin, args, lines)
+	p, err := startProc(ctx, bin, append(args, extra...), lines)
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +173,49 @@ func startDaemon(ctx context.Context, bin, dir string) (*daemonProc, error) {
 	case <-t.C:
 		p.stop(5 * time.Second)
 		return nil, fmt.Errorf("daemon not listening after 30s:\n%s", lastLines(p.stderr.String(), 10))
+	}
+}
+
+// startRelay starts forgeyard-relay with the daemon's dev PKI, agent-facing
+// yamux and WebTransport listeners on loopback port 0 and the daemon's
+// QUIC endpoint upstream, and returns its listeners (backend → address).
+func startRelay(ctx context.Context, bin, pki, upstream string) (*proc, map[string]string, error) {
+	if bin == "" {
+		return nil, nil, errors.New("no forgeyard-relay binary")
+	}
+	addrs := map[string]string{}
+	ready := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	lines := func(line string) {
+		var rec struct{ Msg, Addr, Backend string }
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Msg != "listening" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		addrs[rec.Backend] = rec.Addr
+		if len(addrs) == 2 {
+			once.Do(func() { close(ready) })
+		}
+	}
+	p, err := startProc(ctx, bin, []string{"--dev-pki", pki, "--listen-yamux", "127.0.0.1:0", "--listen-webtransport", "127.0.0.1:0",
+		"--upstream", "quic://" + upstream, "--log-format", "json", "--shutdown-timeout", "2s"}, lines)
+	if err != nil {
+		return nil, nil, err
+	}
+	t := time.NewTimer(30 * time.Second)
+	defer t.Stop()
+	select {
+	case <-ready:
+		mu.Lock()
+		defer mu.Unlock()
+		return p, maps.Clone(addrs), nil
+	case <-p.done:
+		return nil, nil, fmt.Errorf("relay exited (%v) before listening:\n%s", p.err, lastLines(p.stderr.String(), 10))
+	case <-t.C:
+		p.stop(5 * time.Second)
+		return nil, nil, fmt.Errorf("relay not listening after 30s:\n%s", lastLines(p.stderr.String(), 10))
 	}
 }
 

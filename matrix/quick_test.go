@@ -10,7 +10,8 @@ import (
 // quickPairs are the (daemon, agent) pairs of the quick matrix: the
 // current tree against itself, against the previous release and against
 // the newest release of an older protocol range (when that is another
-// one), in both directions, plus the current daemon with every test peer.
+// one), in both directions, plus the current daemon with every agent test
+// peer and every daemon test peer with those agents.
 func quickPairs(m *Manifest) ([][2]string, error) {
 	var prev []string
 	var head Release
@@ -36,6 +37,12 @@ func quickPairs(m *Manifest) ([][2]string, error) {
 		pairs = append(pairs, [2]string{head.Name, p}, [2]string{p, head.Name})
 	}
 	for _, p := range m.Peers {
+		if p.Role == "daemon" {
+			for _, a := range append([]string{head.Name}, prev...) {
+				pairs = append(pairs, [2]string{p.Name, a})
+			}
+			continue
+		}
 		pairs = append(pairs, [2]string{head.Name, p.Name})
 	}
 	return pairs, nil

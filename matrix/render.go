@@ -47,11 +47,15 @@ func Markdown(m *Manifest, r *Results) string {
 	for _, rel := range append(slices.Clone(m.Releases), m.Peers...) {
 		kind := rel.Name
 		if slices.ContainsFunc(m.Peers, func(p Release) bool { return p.Name == rel.Name }) {
-			kind += " (test peer)"
+			role := rel.Role
+			if role == "" {
+				role = "agent"
+			}
+			kind += " (test " + role + ")"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", kind, rel.Tag, r.Builds[rel.Name], rangeOf(rel), strings.Join(rel.Features, ", "), rel.Note)
 	}
-	agents := append(slices.Clone(m.Releases), m.Peers...)
+	agents := m.Agents()
 	for _, be := range m.Backends {
 		fmt.Fprintf(&b, "\n### Backend %s\n\n", be.Name)
 		if be.Pending != "" {
@@ -67,7 +71,7 @@ func Markdown(m *Manifest, r *Results) string {
 			b.WriteString("---|")
 		}
 		b.WriteString("\n")
-		for _, d := range m.Releases {
+		for _, d := range m.Daemons() {
 			fmt.Fprintf(&b, "| **%s** |", d.Name)
 			for _, a := range agents {
 				fmt.Fprintf(&b, " %s |", cellText(m, r, d, a, be.Name))

@@ -93,16 +93,19 @@ type Options struct {
 	Backends []string
 	// Scenarios restricts the scenarios of compatible cells; nil means all.
 	Scenarios []string
+	// Relay is the forgeyard-relay binary of relay cells; empty means the
+	// current tree's (built with HEAD).
+	Relay string
 	// Log receives progress lines; nil discards.
 	Log func(format string, args ...any)
 }
 
-// AllPairs lists every (daemon, agent) pair of m: each release as daemon
-// with each release and peer as agent.
+// AllPairs lists every (daemon, agent) pair of m: each release and daemon
+// peer as daemon with each release and agent peer as agent.
 func AllPairs(m *Manifest) [][2]string {
 	var out [][2]string
-	for _, d := range m.Releases {
-		for _, a := range append(slices.Clone(m.Releases), m.Peers...) {
+	for _, d := range m.Daemons() {
+		for _, a := range m.Agents() {
 			out = append(out, [2]string{d.Name, a.Name})
 		}
 	}
@@ -151,6 +154,20 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		return b, nil
 	}
+	relay := o.Relay
+	for _, be := range m.Backends {
+		if relay == "" && be.Pending == "" && strings.HasPrefix(be.Name, "relay+") && (o.Backends == nil || slices.Contains(o.Backends, be.Name)) {
+			head := Release{Name: HEAD, Tag: HEAD}
+			b, err := o.Builder.Build(ctx, head)
+			if err != nil {
+				return nil, err
+			}
+			if b.Relay == "" {
+				return nil, fmt.Errorf("matrix: backend %s needs cmd/forgeyard-relay in the current tree (or mark it pending in the manifest)", be.Name)
+			}
+			relay = b.Relay
+		}
+	}
 	for _, p := range pairs {
 		d, _ := m.Release(p[0])
 		a, _ := m.Release(p[1])
@@ -174,7 +191,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			cells = append(cells, c)
 			res.Cells = append(res.Cells, Cell{}) // placeholder, filled below
 		}
-		if err := runPair(ctx, o, db, ab, a, cells, scen); err != nil {
+		if err := runPair(ctx, o, db, ab, d, a, relay, cells, scen); err != nil {
 			for _, c := range cells {
 				if c.Pending == "" && c.Measured.Outcome == "" {
 					c.Measured.Outcome = "error"
@@ -243,29 +260,43 @@ func summary(c *Cell) string {
 
 // runPair starts one daemon and runs every backend's cell of the pair
 // against it, one agent process per scenario.
-func runPair(ctx context.Context, o Options, db, ab Binaries, a Release, cells []*Cell, scen []string) error {
+func runPair(ctx context.Context, o Options, db, ab Binaries, dr, a Release, relayBin string, cells []*Cell, scen []string) error {
 	dir, err := os.MkdirTemp(o.Builder.TempDir, "cell-")
 	if err != nil {
 		return err
 	}
 	defer removeAll(dir)
-	d, err := startDaemon(ctx, db.Daemon, dir)
+	d, err := startDaemon(ctx, db.Daemon, dir, dr.DaemonArgs)
 	if err != nil {
 		return err
 	}
 	defer d.stop(10 * time.Second)
+	var relayAddrs map[string]string
+	if slices.ContainsFunc(cells, func(c *Cell) bool { return c.Pending == "" && strings.HasPrefix(c.Backend, "relay+") }) {
+		rp, addrs, err := startRelay(ctx, relayBin, d.pki, d.addrs["quic"])
+		if err != nil {
+			return err
+		}
+		defer rp.stop(10 * time.Second)
+		relayAddrs = addrs
+	}
 	r := &cellRun{m: o.Manifest, d: d, agentBin: ab.Agent, agentArgs: a.AgentArgs, seen: map[string]bool{}}
 	for _, c := range cells {
 		if c.Pending != "" {
 			continue
 		}
-		addr, ok := d.addrs[c.Backend]
+		be, relayed := strings.CutPrefix(c.Backend, "relay+")
+		addrs := d.addrs
+		if relayed {
+			addrs = relayAddrs
+		}
+		addr, ok := addrs[be]
 		if !ok {
 			c.Measured.Outcome = "error"
-			c.Scenarios = []ScenarioResult{{Name: "setup", Detail: "the daemon has no " + c.Backend + " listener"}}
+			c.Scenarios = []ScenarioResult{{Name: "setup", Detail: "no " + c.Backend + " listener"}}
 			continue
 		}
-		r.endpoint = backendSchemes[c.Backend] + "://" + addr
+		r.endpoint = backendSchemes[be] + "://" + addr
 		r.cell = c
 		if !c.Expected.Compatible {
 			c.Scenarios = append(c.Scenarios, r.rejection(ctx))

@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cache := fs.String("cache", matrix.DefaultCacheDir(), "build cache `dir` of tagged releases (by commit)")
 	pairs := fs.String("pairs", "", "comma-separated DAEMON:AGENT release pairs (default: all)")
 	backends := fs.String("backends", "", "comma-separated backends (default: all in the manifest)")
+	relay := fs.String("relay", "", "forgeyard-relay `binary` for relay cells (default: built from the current tree)")
 	scenarios := fs.String("scenarios", "", "comma-separated scenarios (default: all: "+strings.Join(matrix.Scenarios, ",")+")")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -82,6 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	o.Backends = split(*backends)
 	o.Scenarios = split(*scenarios)
+	o.Relay = *relay
 	res, err := matrix.Run(ctx, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-matrix: %v\n", err)
