@@ -43,8 +43,8 @@ type pair struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
-	streams int           // stream slots in use
-	pumps   [2]int        // copy goroutines by direction
+	streams int              // stream slots in use
+	pumps   [2]int           // copy goroutines by direction
 	drained [2]chan struct{} // nil, or closed and cleared when pumps[d] reaches 0
 	wg      sync.WaitGroup
 }

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -68,10 +69,15 @@ func agentListener(t testing.TB, pki *trusttest.PKI, backend string) (semantics.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
+	return ln, agentDialer(backend, pki.ClientConfig(t, wire.NewRunnerId(), serverName))
+}
+
+// agentDialer returns an agent's dialer of backend with tlsConf.
+func agentDialer(backend string, tlsConf *tls.Config) semantics.BackendDialer {
 	if backend == "yamux" {
-		return ln, yamux.Dialer{TLS: pki.ClientConfig(t, wire.NewRunnerId(), serverName)}
+		return yamux.Dialer{TLS: tlsConf}
 	}
-	return ln, webtransport.Dialer{TLS: pki.ClientConfig(t, wire.NewRunnerId(), serverName)}
+	return webtransport.Dialer{TLS: tlsConf}
 }
 
 func newEnv(t *testing.T, backend string, mod func(*relay.Config)) *env {
