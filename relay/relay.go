@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,8 +40,8 @@ type Config struct {
 	// handshake within DialTimeout carries it.
 	Upstreams []string
 	// UpstreamTLS is the TLS client configuration towards the daemons:
-	// RootCAs (the CA of the daemons' server certificate), ServerName if
-	// the addresses are not the certificate's names, and the relay's own
+	// RootCAs (the CA of the daemons' server certificate), ServerName
+	// (empty: each endpoint's host), and the relay's own
 	// client certificate when the daemons require one. The relay's
 	// certificate must not carry a forgeyard://runner/ URI: the daemon
 	// then treats the connection as relayed and trusts only the agent's
@@ -142,10 +143,29 @@ func (c Config) withDefaults() (Config, error) {
 		if err := c.UpstreamQUIC.Validate(); err != nil {
 			return c, fmt.Errorf("relay: Config.UpstreamQUIC: %w", err)
 		}
-		c.Dialer = quic.Dialer{TLS: c.UpstreamTLS, Config: c.UpstreamQUIC}
 	}
 	c.Upstreams = append([]string(nil), c.Upstreams...)
 	return c, nil
+}
+
+// dialers returns one dialer per upstream: c.Dialer for all, or QUIC
+// dialers whose TLS ServerName defaults to the endpoint's host.
+func (c Config) dialers() []semantics.BackendDialer {
+	out := make([]semantics.BackendDialer, len(c.Upstreams))
+	for i, addr := range c.Upstreams {
+		if c.Dialer != nil {
+			out[i] = c.Dialer
+			continue
+		}
+		tc := c.UpstreamTLS.Clone()
+		if tc.ServerName == "" {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				tc.ServerName = host
+			}
+		}
+		out[i] = quic.Dialer{TLS: tc, Config: c.UpstreamQUIC}
+	}
+	return out
 }
 
 // Relay carries agent connections to daemons: for every agent connection
@@ -153,8 +173,9 @@ func (c Config) withDefaults() (Config, error) {
 // one-to-one in both directions (see the package doc). Safe for concurrent
 // use.
 type Relay struct {
-	cfg Config
-	m   *metrics
+	cfg     Config
+	m       *metrics
+	dialers []semantics.BackendDialer // by Upstreams index
 
 	ctx    context.Context // cancelled by Shutdown: connections close
 	cancel context.CancelFunc
@@ -198,7 +219,7 @@ func New(cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Relay{cfg: cfg, m: m, listeners: map[semantics.BackendListener]struct{}{}}
+	r := &Relay{cfg: cfg, m: m, dialers: cfg.dialers(), listeners: map[semantics.BackendListener]struct{}{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
 }
@@ -369,12 +390,12 @@ func (r *Relay) handle(agent semantics.BackendConn) {
 // dial tries the upstreams in order, each bounded by DialTimeout.
 func (r *Relay) dial(ctx context.Context, backend string) (semantics.BackendConn, string, error) {
 	var errs []error
-	for _, addr := range r.cfg.Upstreams {
+	for i, addr := range r.cfg.Upstreams {
 		if ctx.Err() != nil {
 			break
 		}
 		dctx, cancel := context.WithTimeout(ctx, r.cfg.DialTimeout)
-		bc, err := r.cfg.Dialer.Dial(dctx, addr)
+		bc, err := r.dialers[i].Dial(dctx, addr)
 		cancel()
 		if err == nil {
 			return bc, addr, nil
