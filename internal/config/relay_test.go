@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -80,5 +81,30 @@ func TestRelayDefaults(t *testing.T) {
 	}
 	if r.Listen.Yamux != DefaultRelayListenYamux || r.ShutdownTimeout.Duration != DefaultRelayShutdownTimeout {
 		t.Fatalf("defaults %+v", r)
+	}
+}
+
+// TestRelayDocsExample parses the TOML example of docs/operations.md
+// ("Running forgeyard-relay").
+func TestRelayDocsExample(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "## Running forgeyard-relay")
+	if !ok {
+		t.Fatal("docs/operations.md lacks the relay section")
+	}
+	_, rest, ok := strings.Cut(sec, "```toml\n")
+	if !ok {
+		t.Fatal("no toml block in the relay section")
+	}
+	block, _, _ := strings.Cut(rest, "```")
+	r, err := ParseRelay("operations.md relay", []byte(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.UpstreamAddrs()) != 2 || r.Listen.WebTransport == "" || r.Upstream.Certificate == "" || r.AdminListen() == "" {
+		t.Errorf("relay example parsed as %+v", r)
 	}
 }
