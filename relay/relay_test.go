@@ -543,6 +543,20 @@ func TestConnectionLimit(t *testing.T) {
 		if st := e.r.Stats(); st.Refused != 1 || st.Active != 1 {
 			t.Fatalf("stats %+v", st)
 		}
+		// Once the first agent left, its slot is free again.
+		_ = first.CloseWithCode(wire.CloseNormal, "done")
+		closeCause(t, d)
+		deadline := time.Now().Add(10 * time.Second)
+		for e.r.Stats().Active != 0 { // no event marks the release; poll
+			if time.Now().After(deadline) {
+				t.Fatalf("slot not released: %+v", e.r.Stats())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		third, td := e.pair()
+		if third.Context().Err() != nil || td.Context().Err() != nil {
+			t.Fatal("third agent not relayed")
+		}
 	})
 }
 
