@@ -19,7 +19,7 @@ import (
 // benchPath sets up one agent connection to a raw QUIC "daemon", either
 // directly over QUIC or through a relay with the given agent-side backend,
 // and returns both ends.
-func benchPath(b *testing.B, path string) (agentSide, daemonSide semantics.BackendConn) {
+func benchPath(b *testing.B, path string, mod ...func(*relay.Config)) (agentSide, daemonSide semantics.BackendConn) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	b.Cleanup(cancel)
@@ -36,6 +36,9 @@ func benchPath(b *testing.B, path string) (agentSide, daemonSide semantics.Backe
 		cfg := upstreamTLS(b, pki)
 		cfg.Upstreams = []string{dl.Addr().String()}
 		cfg.Registerer = prometheus.NewRegistry()
+		for _, m := range mod {
+			m(cfg)
+		}
 		r, err := relay.New(*cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -84,35 +87,7 @@ func BenchmarkRelayControlRTT(b *testing.B) {
 			if _, err := io.ReadFull(ds, make([]byte, len(hdr))); err != nil {
 				b.Fatal(err)
 			}
-			go func() { // the daemon echoes
-				buf := make([]byte, 64)
-				for {
-					if _, err := io.ReadFull(ds, buf); err != nil {
-						return
-					}
-					if _, err := ds.Write(buf); err != nil {
-						return
-					}
-				}
-			}()
-			req, resp := make([]byte, 64), make([]byte, 64)
-			rtts := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for range b.N {
-				t0 := time.Now()
-				if _, err := as.Write(req); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.ReadFull(as, resp); err != nil {
-					b.Fatal(err)
-				}
-				rtts = append(rtts, time.Since(t0))
-			}
-			b.StopTimer()
-			slices.Sort(rtts)
-			pct := func(p int) float64 { return float64(rtts[(len(rtts)-1)*p/100].Nanoseconds()) / 1e3 }
-			b.ReportMetric(pct(50), "p50-µs")
-			b.ReportMetric(pct(99), "p99-µs")
+			measureRTT(b, as, ds, b.N)
 			as.CancelWrite(semantics.StreamCancelled)
 		})
 	}
@@ -160,6 +135,102 @@ func BenchmarkRelayBulk(b *testing.B) {
 			}
 			b.StopTimer()
 			_ = as.Close()
+		})
+	}
+}
+
+// measureRTT echoes on ds and does n 64-byte round trips on as, reporting
+// p50 and p99 in µs.
+func measureRTT(b *testing.B, as, ds semantics.RawStream, n int) {
+	go func() { // the daemon echoes
+		buf := make([]byte, 64)
+		for {
+			if _, err := io.ReadFull(ds, buf); err != nil {
+				return
+			}
+			if _, err := ds.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	req, resp := make([]byte, 64), make([]byte, 64)
+	rtts := make([]time.Duration, 0, n)
+	b.ResetTimer()
+	for range n {
+		t0 := time.Now()
+		if _, err := as.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(as, resp); err != nil {
+			b.Fatal(err)
+		}
+		rtts = append(rtts, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(rtts)
+	pct := func(p int) float64 { return float64(rtts[(len(rtts)-1)*p/100].Nanoseconds()) / 1e3 }
+	b.ReportMetric(pct(50), "p50-µs")
+	b.ReportMetric(pct(99), "p99-µs")
+}
+
+// BenchmarkRelayControlUnderBulk: control RTT agent → daemon → agent
+// while the daemon saturates a CAS-download stream towards the agent
+// through a relay over yamux, with the relay's bulk pacing (paced) and
+// with it disabled (unpaced: BulkQueueThreshold < 0, BulkMaxWait 1 ns).
+func BenchmarkRelayControlUnderBulk(b *testing.B) {
+	for _, mode := range []string{"paced", "unpaced"} {
+		b.Run(mode, func(b *testing.B) {
+			var mods []func(*relay.Config)
+			if mode == "unpaced" {
+				mods = append(mods, func(c *relay.Config) { c.BulkQueueThreshold, c.BulkMaxWait = -1, time.Nanosecond })
+			}
+			a, d := benchPath(b, "relay-yamux", mods...)
+			ctx := context.Background()
+			// The bulk stream, daemon → agent.
+			du, err := d.OpenUniStream(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			stop := make(chan struct{})
+			defer close(stop)
+			go func() {
+				buf := append(header(wire.StreamCasDownload), make([]byte, 256<<10)...)
+				for {
+					select {
+					case <-stop:
+						du.CancelWrite(semantics.StreamCancelled)
+						return
+					default:
+					}
+					if _, err := du.Write(buf); err != nil {
+						return
+					}
+					buf = buf[:256<<10]
+				}
+			}()
+			au, err := a.AcceptUniStream(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			go func() { _, _ = io.Copy(io.Discard, au) }()
+			// The control stream.
+			as, err := a.OpenStream(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			hdr := header(wire.StreamControl)
+			if _, err := as.Write(hdr); err != nil {
+				b.Fatal(err)
+			}
+			ds, err := d.AcceptStream(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(ds, make([]byte, len(hdr))); err != nil {
+				b.Fatal(err)
+			}
+			measureRTT(b, as, ds, max(b.N, 200))
+			as.CancelWrite(semantics.StreamCancelled)
 		})
 	}
 }

@@ -77,7 +77,8 @@ type Config struct {
 	CloseGrace time.Duration
 	// BulkQueueThreshold and BulkMaxWait tune the pacing of bulk streams
 	// behind control streams (see the package doc); 0 means
-	// semantics.DefaultBulkQueueThreshold and semantics.DefaultBulkMaxWait.
+	// semantics.DefaultBulkQueueThreshold and semantics.DefaultBulkMaxWait; a
+	// negative BulkQueueThreshold ignores the backend queue (BulkHinter).
 	BulkQueueThreshold int
 	BulkMaxWait        time.Duration
 	// Logger receives connection events (never payloads); nil discards.
