@@ -14,7 +14,9 @@ import (
 // DefaultBulkChunk bytes, each after pending non-bulk writes and, when the
 // destination backend implements semantics.BulkHinter (yamux), while its
 // queue is below the threshold. Every wait is bounded by maxWait, ends when
-// the connection closes, and sleeps on a channel or timer.
+// the connection closes, and sleeps on a channel or timer; a non-bulk write
+// in progress for longer than maxWait (stuck on its own stream's flow
+// control) stops holding bulk back.
 type pacer struct {
 	hinter    semantics.BulkHinter // nil if the backend has none
 	threshold int
@@ -22,8 +24,9 @@ type pacer struct {
 	closed    <-chan struct{}
 
 	mu     sync.Mutex
-	urgent int
-	wake   chan struct{} // nil, or closed and cleared when urgent drops to 0
+	urgent map[uint64]time.Time // start of every non-bulk write in progress
+	seq    uint64
+	wake   chan struct{} // nil, or closed and cleared when a non-bulk write ends
 }
 
 const (
@@ -36,20 +39,40 @@ func newPacer(dst semantics.BackendConn, threshold int, maxWait time.Duration) *
 	return &pacer{hinter: h, threshold: threshold, maxWait: maxWait, closed: dst.Context().Done()}
 }
 
-func (p *pacer) beginUrgent() {
+// beginUrgent announces a non-bulk write; pass its token to endUrgent.
+func (p *pacer) beginUrgent() uint64 {
 	p.mu.Lock()
-	p.urgent++
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	if p.urgent == nil {
+		p.urgent = make(map[uint64]time.Time)
+	}
+	p.seq++
+	p.urgent[p.seq] = time.Now()
+	return p.seq
 }
 
-func (p *pacer) endUrgent() {
+func (p *pacer) endUrgent(tok uint64) {
 	p.mu.Lock()
-	p.urgent--
-	if p.urgent == 0 && p.wake != nil {
+	delete(p.urgent, tok)
+	if p.wake != nil {
 		close(p.wake)
 		p.wake = nil
 	}
 	p.mu.Unlock()
+}
+
+// blockingLocked returns how long the youngest non-bulk write in progress
+// still holds bulk back: a write older than maxWait is stuck on its own
+// stream's flow control (a peer not reading it), not competing for the
+// link, and no longer holds bulk back. 0: nothing holds it back.
+func (p *pacer) blockingLocked(now time.Time) time.Duration {
+	var hold time.Duration
+	for _, t := range p.urgent {
+		if left := p.maxWait - now.Sub(t); left > hold {
+			hold = left
+		}
+	}
+	return hold
 }
 
 // waitBulk returns when a bulk chunk may be written.
@@ -63,9 +86,11 @@ func (p *pacer) waitBulk() {
 		}
 	}()
 	for {
+		now := time.Now()
 		p.mu.Lock()
 		var ch <-chan struct{}
-		if p.urgent > 0 {
+		hold := p.blockingLocked(now)
+		if hold > 0 {
 			if p.wake == nil {
 				p.wake = make(chan struct{})
 			}
@@ -76,7 +101,6 @@ func (p *pacer) waitBulk() {
 		if ch == nil && !hint {
 			return
 		}
-		now := time.Now()
 		if deadline.IsZero() {
 			deadline = now.Add(p.maxWait)
 		}
@@ -84,7 +108,7 @@ func (p *pacer) waitBulk() {
 		if left <= 0 {
 			return // anti-starvation: the chunk goes anyway
 		}
-		wait := left
+		wait := min(left, hold)
 		if hint {
 			wait = min(poll, left)
 			poll = min(2*poll, pacerPoll)

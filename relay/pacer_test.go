@@ -14,7 +14,7 @@ func (h *fakeHinter) QueuedBytes() int { return int(h.q.Load()) }
 // is in progress and goes as soon as it ends.
 func TestPacerBulkWaitsForControl(t *testing.T) {
 	p := &pacer{maxWait: 10 * time.Second, closed: make(chan struct{})}
-	p.beginUrgent()
+	tok := p.beginUrgent()
 	went := make(chan struct{})
 	go func() { p.waitBulk(); close(went) }()
 	select {
@@ -22,7 +22,7 @@ func TestPacerBulkWaitsForControl(t *testing.T) {
 		t.Fatal("bulk chunk went while a control write was in progress")
 	case <-time.After(50 * time.Millisecond):
 	}
-	p.endUrgent()
+	p.endUrgent(tok)
 	select {
 	case <-went:
 	case <-time.After(5 * time.Second):
@@ -60,6 +60,16 @@ func TestPacerBounded(t *testing.T) {
 	p.waitBulk()
 	if el := time.Since(start); el < 30*time.Millisecond || el > 5*time.Second {
 		t.Fatalf("waited %v, want about maxWait", el)
+	}
+	// A write in progress for longer than maxWait (stuck on its own
+	// stream's flow control) no longer holds bulk back.
+	stuck := &pacer{maxWait: 5 * time.Second, closed: make(chan struct{})}
+	tok := stuck.beginUrgent()
+	stuck.urgent[tok] = time.Now().Add(-6 * time.Second)
+	start = time.Now()
+	stuck.waitBulk()
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("waited %v behind a write stuck for longer than maxWait", el)
 	}
 	closed := make(chan struct{})
 	p2 := &pacer{maxWait: time.Hour, closed: closed}

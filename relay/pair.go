@@ -339,15 +339,16 @@ func (p *pair) copy(d direction, dst semantics.RawSendStream, src semantics.RawR
 	write := func(b []byte) error {
 		for len(b) > 0 {
 			n := len(b)
+			var tok uint64
 			if bulk {
 				n = min(n, DefaultBulkChunk)
 				pace.waitBulk()
 			} else {
-				pace.beginUrgent()
+				tok = pace.beginUrgent()
 			}
 			m, err := dst.Write(b[:n])
 			if !bulk {
-				pace.endUrgent()
+				pace.endUrgent(tok)
 			}
 			if m > 0 {
 				counter.Add(int64(m))
