@@ -59,6 +59,10 @@ type Release struct {
 	// Role of a peer: "agent" (the default) or "daemon". Releases are
 	// both.
 	Role string `json:"role,omitempty"`
+	// Relay: the release ships cmd/forgeyard-relay and its daemon accepts
+	// agents relayed by it (ARCHITECTURE decision 10). Relay cells apply
+	// only when both the daemon's and the agent's release have it.
+	Relay bool `json:"relay,omitempty"`
 	// Note is shown in docs/compatibility.md.
 	Note string `json:"note,omitempty"`
 }
@@ -171,6 +175,23 @@ func (m *Manifest) Release(name string) (Release, bool) {
 		}
 	}
 	return Release{}, false
+}
+
+// CellPending says why the cell (d, a, b) is not run, or "" when it is:
+// the backend is pending, or it is a relay backend and one of the two
+// releases predates the relay.
+func CellPending(d, a Release, b Backend) string {
+	if b.Pending != "" {
+		return b.Pending
+	}
+	if strings.HasPrefix(b.Name, "relay+") {
+		for _, r := range []Release{d, a} {
+			if !r.Relay {
+				return "n/a: " + r.Name + " predates forgeyard-relay"
+			}
+		}
+	}
+	return ""
 }
 
 // Expectation is what the manifest promises for a (daemon, agent) pair.

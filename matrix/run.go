@@ -187,7 +187,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			if o.Backends != nil && !slices.Contains(o.Backends, be.Name) {
 				continue
 			}
-			c := &Cell{Daemon: d.Name, Agent: a.Name, Backend: be.Name, Expected: exp, Pending: be.Pending}
+			c := &Cell{Daemon: d.Name, Agent: a.Name, Backend: be.Name, Expected: exp, Pending: CellPending(d, a, be)}
 			cells = append(cells, c)
 			res.Cells = append(res.Cells, Cell{}) // placeholder, filled below
 		}
@@ -536,8 +536,13 @@ func (r *cellRun) run(ctx context.Context, name string) error {
 	return fmt.Errorf("unknown scenario %q", name)
 }
 
+// backendName is the backend the daemon sees for a cell's backend: a
+// relay reaches the daemon over QUIC.
 func backendName(b string) string {
-	return strings.TrimPrefix(strings.TrimPrefix(b, "relay+"), "relay+")
+	if strings.HasPrefix(b, "relay+") {
+		return "quic"
+	}
+	return b
 }
 
 func (r *cellRun) releaseRange(name string) (string, error) {
