@@ -61,7 +61,8 @@ type Release struct {
 	Role string `json:"role,omitempty"`
 	// Relay: the release ships cmd/forgeyard-relay and its daemon accepts
 	// agents relayed by it (ARCHITECTURE decision 10). Relay cells apply
-	// only when both the daemon's and the agent's release have it.
+	// when the daemon's release has it; an agent of any release reaches a
+	// relay like any yamux or WebTransport endpoint.
 	Relay bool `json:"relay,omitempty"`
 	// Note is shown in docs/compatibility.md.
 	Note string `json:"note,omitempty"`
@@ -178,17 +179,15 @@ func (m *Manifest) Release(name string) (Release, bool) {
 }
 
 // CellPending says why the cell (d, a, b) is not run, or "" when it is:
-// the backend is pending, or it is a relay backend and one of the two
-// releases predates the relay.
+// the backend is pending, or it is a relay backend and the daemon's
+// release predates the relay.
 func CellPending(d, a Release, b Backend) string {
 	if b.Pending != "" {
 		return b.Pending
 	}
 	if strings.HasPrefix(b.Name, "relay+") {
-		for _, r := range []Release{d, a} {
-			if !r.Relay {
-				return "n/a: " + r.Name + " predates forgeyard-relay"
-			}
+		if !d.Relay {
+			return "n/a: daemon " + d.Name + " predates forgeyard-relay"
 		}
 	}
 	return ""

@@ -81,7 +81,7 @@ func Markdown(m *Manifest, r *Results) string {
 	}
 	b.WriteString("\nA cell reads: ✅ when what was measured equals what the manifest implies, ❌ otherwise; then the negotiated\n" +
 		"version and features (or the rejection), and the scenarios that passed out of those run. n/a: a relay cell\n" +
-		"where the daemon's or the agent's release predates forgeyard-relay.\n\n")
+		"whose daemon release predates forgeyard-relay.\n\n")
 	b.WriteString("### Scenarios\n\n| scenario | what it checks |\n|---|---|\n")
 	for _, s := range append(slices.Clone(Scenarios), "rejection") {
 		fmt.Fprintf(&b, "| %s | %s |\n", s, scenarioDoc[s])
