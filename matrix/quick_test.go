@@ -11,7 +11,7 @@ import (
 // current tree against itself, against the previous release and against
 // the newest release of an older protocol range (when that is another
 // one), in both directions, plus the current daemon with every agent test
-// peer and every daemon test peer with those agents.
+// peer and every daemon test peer with the oldest of those releases.
 func quickPairs(m *Manifest) ([][2]string, error) {
 	var prev []string
 	var head Release
@@ -37,10 +37,11 @@ func quickPairs(m *Manifest) ([][2]string, error) {
 		pairs = append(pairs, [2]string{head.Name, p}, [2]string{p, head.Name})
 	}
 	for _, p := range m.Peers {
-		if p.Role == "daemon" {
-			for _, a := range append([]string{head.Name}, prev...) {
-				pairs = append(pairs, [2]string{p.Name, a})
+		if p.Role == "daemon" { // with the agent of the oldest protocol selected
+			if len(prev) == 0 {
+				continue
 			}
+			pairs = append(pairs, [2]string{p.Name, prev[len(prev)-1]})
 			continue
 		}
 		pairs = append(pairs, [2]string{head.Name, p.Name})
