@@ -90,6 +90,7 @@ type flags struct {
 	logLevel      string
 	logFormat     string
 	seed          uint64
+	synth         agent.SyntheticOptions
 	statusFile    string
 	statusEvery   time.Duration
 	metricsListen string
@@ -113,6 +114,9 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.statusFile, "status-file", "", "rewrite `file` atomically with the connection health as JSON, read by `forgeyard-agent connection status` (e.g. "+DefaultStatusFile+")")
 	fs.DurationVar(&f.statusEvery, "status-interval", DefaultStatusInterval, "how often --status-file is rewritten (also on every connect and disconnect)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics and /healthz on loopback `host:port` (a missing host means 127.0.0.1)")
+	fs.DurationVar(&f.synth.MinDuration, "synthetic-duration", 0, "DEVELOPMENT ONLY: each synthetic attempt runs for `d` (default 1–10ms, derived from the JobSpecId)")
+	fs.IntVar(&f.synth.LogLines, "synthetic-log-lines", 0, "DEVELOPMENT ONLY: log lines each synthetic attempt writes (default 4; -1 none)")
+	fs.DurationVar(&f.synth.LogInterval, "synthetic-log-interval", 0, "DEVELOPMENT ONLY: pause `d` after each synthetic log line")
 	fs.Uint64Var(&f.seed, "synthetic-seed", 1, "`seed` of the synthetic executor (durations and exit codes derive from it and the JobSpecId)")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -160,6 +164,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		fmt.Fprintf(stderr, "forgeyard-agent: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
+	if f.synth.MinDuration < 0 || f.synth.MinDuration > time.Hour || f.synth.LogLines > 100000 || f.synth.LogInterval < 0 || f.synth.LogInterval > time.Minute {
+		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-duration must be 0–1h, --synthetic-log-lines at most 100000, --synthetic-log-interval 0–1m")
+		return exitUsage
+	}
+	f.synth.MaxDuration = f.synth.MinDuration
 	if f.statusEvery < 100*time.Millisecond || f.statusEvery > time.Hour {
 		fmt.Fprintln(stderr, "forgeyard-agent: --status-interval must be 100ms–1h")
 		return exitUsage
@@ -176,7 +185,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
-	a, err := newAgent(cfg, f.seed, log, tel.hooks())
+	a, err := newAgent(cfg, f.seed, f.synth, log, tel.hooks())
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
@@ -257,7 +266,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 
 // newAgent loads the credential and builds the agent with one dialer per
 // endpoint.
-func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
+func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
 	cred, err := setup.LoadCredential(cfg.ControlPlane)
 	if err != nil {
 		return nil, err
@@ -274,7 +283,7 @@ func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger, hooks agent.Hook
 		Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities: cfg.RunnerCapabilities(),
-		Executor:     agent.NewSyntheticExecutor(seed, agent.SyntheticOptions{}),
+		Executor:     agent.NewSyntheticExecutor(seed, synth),
 		MaxParallel:  cfg.MaxParallel,
 		Backoff:      agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration},
 		Logger:       log,
