@@ -10,14 +10,22 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"forgeyard.dev/transport/internal/netns"
+	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/semantics/trust"
+	"forgeyard.dev/transport/wire"
 )
 
 // Addresses: every link is a /30 of 10.77.0.0/16, which exists only
@@ -300,3 +308,135 @@ func (l logLine) str(key string) string {
 func quicURI(a netip.Addr) string  { return fmt.Sprintf("quic://%s:%d", a, portQUIC) }
 func yamuxURI(a netip.Addr) string { return fmt.Sprintf("yamux://%s:%d", a, portYamux) }
 func wtURI(a netip.Addr) string    { return fmt.Sprintf("webtransport://%s:%d", a, portWT) }
+
+// rulesResetYamux makes the hub answer every TCP segment from the agent
+// to the yamux port with a reset: the live TLS+yamux connection dies at
+// once and new ones are refused, as when the process behind it is gone.
+const rulesResetYamux = `table inet fycut {
+	chain input {
+		type filter hook input priority 0; policy accept;
+		iifname "v-agent" tcp dport 7444 reject with tcp reset
+	}
+}`
+
+// agentHelp is the built agent's --help text (to tell which of the
+// parallel work it has).
+func agentHelp(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(binAgent, "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("forgeyard-agent --help: %v: %s", err, out)
+	}
+	return string(out)
+}
+
+// waitAttemptLog waits until the daemon's --log-dir holds one attempt's
+// log with at least n durable records and returns the attempt. It polls:
+// nothing signals a sync of the log files.
+func (w *world) waitAttemptLog(n int) wire.JobAttemptId {
+	w.t.Helper()
+	for {
+		idx, _ := filepath.Glob(filepath.Join(w.logDir, "*.idx"))
+		if len(idx) > 1 {
+			w.t.Fatalf("logs of %d attempts, want 1: %v", len(idx), idx)
+		}
+		if len(idx) == 1 {
+			id, err := ulid.ParseStrict(strings.TrimSuffix(filepath.Base(idx[0]), ".idx"))
+			if err != nil {
+				w.t.Fatalf("log index %s: %v", idx[0], err)
+			}
+			a := wire.JobAttemptId{ULID: id}
+			if len(w.durableLog(a)) >= n {
+				return a
+			}
+		}
+		select {
+		case <-w.ctx.Done():
+			w.t.Fatalf("no attempt log with %d durable lines in %s", n, w.logDir)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// durableLog reads the attempt's durable log records from the daemon's
+// --log-dir (read-only: ReadDurable never truncates or writes).
+func (w *world) durableLog(a wire.JobAttemptId) []logs.Record {
+	w.t.Helper()
+	sink, err := logs.NewFileSink(w.logDir, logs.FileSinkOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var out []logs.Record
+	if err := sink.ReadDurable(a, func(r logs.Record) error {
+		r.Data = append([]byte(nil), r.Data...)
+		out = append(out, r)
+		return nil
+	}); err != nil {
+		w.t.Fatalf("reading the log of %s: %v", a, err)
+	}
+	return out
+}
+
+var syntheticLine = regexp.MustCompile(`^synthetic ([0-9a-f]{12}) line ([0-9]+)$`)
+
+// checkLog asserts that recs have consecutive sequence numbers and hold
+// the synthetic executor's n lines, each once and in order (a record may
+// carry several lines: the writer coalesces what queued up while the
+// link was down).
+func checkLog(t *testing.T, recs []logs.Record, n int) {
+	t.Helper()
+	var all []byte
+	for i, r := range recs {
+		if r.Seq != recs[0].Seq+uint64(i) {
+			t.Fatalf("record %d has seq %d after %d: a gap or a duplicate", i, r.Seq, recs[0].Seq)
+		}
+		all = append(all, r.Data...)
+	}
+	got := strings.SplitAfter(string(all), "\n")
+	if got[len(got)-1] == "" {
+		got = got[:len(got)-1]
+	}
+	if len(got) != n {
+		t.Fatalf("%d log lines in %d records, want %d", len(got), len(recs), n)
+	}
+	var spec string
+	for i, l := range got {
+		m := syntheticLine.FindStringSubmatch(strings.TrimSuffix(l, "\n"))
+		if m == nil || !strings.HasSuffix(l, "\n") || m[2] != strconv.Itoa(i) || (spec != "" && m[1] != spec) {
+			t.Fatalf("log line %d is %q, want synthetic line %d", i, l, i)
+		}
+		spec = m[1]
+	}
+}
+
+// completions counts the attempt's completions in the daemon's SQLite
+// authority (after the daemon stopped).
+func (w *world) completions(a wire.JobAttemptId) int {
+	w.t.Helper()
+	au, err := authority.OpenSQLite(context.Background(), w.db)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer au.Close()
+	n, err := au.Completions(context.Background(), a)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
+// agentRaces tells whether the built agent races its backends with
+// staggered starts (its --help documents the fallback stagger).
+func agentRaces(t *testing.T) bool {
+	h := strings.ToLower(agentHelp(t))
+	return strings.Contains(h, "stagger") || strings.Contains(h, "happy eyeballs")
+}
+
+// lineCount counts the log lines in recs.
+func lineCount(recs []logs.Record) int {
+	n := 0
+	for _, r := range recs {
+		n += strings.Count(string(r.Data), "\n")
+	}
+	return n
+}
