@@ -7,8 +7,8 @@
 //
 // TestMain builds the binaries once (without -race) into a temporary
 // directory. The tests need root, iproute2, nftables and tinyproxy (`make
-// deps`); without them they fail with an actionable message, except under
-// -short, where they skip with the reason logged.
+// deps`); without them they fail with an actionable message. Under -short
+// they skip (with the reason logged) and nothing is built.
 //
 // Every scenario asserts on facts the processes publish: the agent's
 // "connected" log line and --status-file JSON (backend, connected), the

@@ -96,6 +96,9 @@ type world struct {
 }
 
 func newWorld(t *testing.T) *world {
+	if testing.Short() {
+		t.Skip("-short: the end-to-end namespace scenarios run real processes for about a minute")
+	}
 	netns.Require(t, "tinyproxy")
 	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
 	t.Cleanup(cancel)
