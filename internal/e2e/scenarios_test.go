@@ -28,18 +28,30 @@ func allEndpoints(hub netip.Addr) []string {
 	return []string{quicURI(hub), wtURI(hub), yamuxURI(hub)}
 }
 
-// registered checks that the agent, the status file and the daemon agree
-// that the agent is connected over backend, and returns the agent's
-// time from start to registered.
-func registered(t *testing.T, w *world, ar *agentRun, n int, backend string, agentIP netip.Addr) (connection, time.Duration) {
+// registered checks that the agent, its status file and the daemon agree
+// that the agent's n-th connection is up: the agent over agentBackend, the
+// daemon holding one live session of the runner over daemonBackend from
+// remote (a relay dials the daemon over QUIC itself). It returns the
+// connection and the agent's time from start to registered.
+func registered(t *testing.T, w *world, ar *agentRun, n int, agentBackend, daemonBackend string, remote netip.Addr) (connection, time.Duration, session) {
 	t.Helper()
 	c := ar.waitConnected(n)
-	if c.Backend != backend {
-		t.Fatalf("agent connected over %q (%s), want %s", c.Backend, c.Endpoint, backend)
+	if c.Backend != agentBackend {
+		t.Fatalf("agent connection %d over %q (%s), want %s", n, c.Backend, c.Endpoint, agentBackend)
 	}
-	ar.waitStatus(backend)
-	w.liveSession(backend, agentIP)
-	return c, c.At.Sub(ar.start)
+	ar.waitStatus(agentBackend)
+	s := w.liveSession(daemonBackend, remote)
+	return c, c.At.Sub(ar.start), s
+}
+
+// sameSession asserts that a reconnect kept the agent session under a
+// newer epoch (a resync, not a new registration).
+func sameSession(t *testing.T, before, after session) {
+	t.Helper()
+	if after.Session != before.Session || after.Epoch <= before.Epoch {
+		t.Fatalf("after the reconnect: session %s epoch %d, before: %s epoch %d; want the same session, a newer epoch",
+			after.Session, after.Epoch, before.Session, before.Epoch)
+	}
 }
 
 // checkFallbackTime asserts the fallback target on an agent that races
@@ -57,13 +69,24 @@ func checkFallbackTime(t *testing.T, took time.Duration) {
 }
 
 // TestUDPBlockedRegistersOverYamux is scenario (a): every UDP datagram of
-// the agent is silently dropped; it registers over TLS+yamux.
+// the agent is silently dropped; it registers through forgeyard-relay over
+// TLS+yamux (without a relay in the module: the daemon's own TLS+yamux
+// listener).
 func TestUDPBlockedRegistersOverYamux(t *testing.T) {
 	w, agentNS, agentIP, hubIP := agentBesideHub(t)
 	w.hub.Nft(rulesDropUDP)
-	ar := w.startAgent(agentNS, allEndpoints(hubIP), nil)
-	_, took := registered(t, w, ar, 1, "yamux", agentIP)
-	t.Logf("(a) UDP silently dropped: agent start → registered over yamux in %v", took.Round(time.Millisecond))
+	eps := allEndpoints(hubIP)
+	daemonBackend, remote := "yamux", agentIP
+	if haveRelay(t) {
+		w.startRelay("relay", portRelay1)
+		eps = []string{quicURI(hubIP), wtURI(hubIP), relayURI(hubIP, portRelay1)}
+		daemonBackend, remote = "quic", relayedVia
+	} else {
+		t.Log("NO RELAY: this module has no forgeyard-relay (or the agent no relay endpoints); the daemon's TLS+yamux listener stands in")
+	}
+	ar := w.startAgent(agentNS, eps, nil)
+	c, took, _ := registered(t, w, ar, 1, "yamux", daemonBackend, remote)
+	t.Logf("(a) UDP silently dropped: agent start → registered over yamux (%s) in %v", c.Endpoint, took.Round(time.Millisecond))
 	checkFallbackTime(t, took)
 }
 
@@ -73,51 +96,91 @@ func TestOnlyUDP443RegistersOverWebTransport(t *testing.T) {
 	w, agentNS, agentIP, hubIP := agentBesideHub(t)
 	w.hub.Nft(rulesOnlyUDP443)
 	ar := w.startAgent(agentNS, allEndpoints(hubIP), nil)
-	_, took := registered(t, w, ar, 1, "webtransport", agentIP)
+	_, took, _ := registered(t, w, ar, 1, "webtransport", "webtransport", agentIP)
 	t.Logf("(b) only UDP 443 allowed: agent start → registered over webtransport in %v", took.Round(time.Millisecond))
 	checkFallbackTime(t, took)
 }
 
 // TestProxyOnlyRegistersOverYamux is scenario (c): the agent's only way
 // out is tinyproxy in its own namespace (the agent has no route to the
-// hub); HTTPS_PROXY leads the TLS+yamux dial through HTTP CONNECT.
+// hub); HTTPS_PROXY leads the TLS+yamux dial to the relay (or the
+// daemon's TLS+yamux listener) through HTTP CONNECT.
 func TestProxyOnlyRegistersOverYamux(t *testing.T) {
 	w := newWorld(t)
 	if !strings.Contains(agentHelp(t), "proxy") {
 		t.Skip("NOT RUN: this forgeyard-agent has no HTTP CONNECT proxy support (HTTPS_PROXY, relay/proxy) yet")
 	}
 	agentNS, proxyNS := netns.New(t, "agent"), netns.New(t, "proxy")
-	agentIP, proxyIP := netns.Link(t, agentNS, proxyNS, agentProxyNet)
+	_, proxyIP := netns.Link(t, agentNS, proxyNS, agentProxyNet)
 	proxyOut, hubIP := netns.Link(t, proxyNS, w.hub, proxyHubNet)
 	proxyNS.MustRun("sysctl", "-qw", "net.ipv4.ip_forward=0") // a proxy, not a router
 	if out, err := agentNS.Run(w.ctx, "ip", "route", "get", hubIP.String()); err == nil {
 		t.Fatalf("the agent has a route to the hub: %s", out)
 	}
 	w.startDaemon()
-	tp := proxyNS.StartTinyproxy(netip.AddrPortFrom(proxyIP, 8888), agentProxyNet, portYamux)
-	ar := w.startAgent(agentNS, allEndpoints(hubIP), []string{"HTTPS_PROXY=" + tp.URL(), "NO_PROXY="})
-	_ = agentIP
-	_, took := registered(t, w, ar, 1, "yamux", proxyOut)
-	if _, err := tp.WaitLine(w.ctx, func(l string) bool {
-		return strings.Contains(l, fmt.Sprintf("CONNECT %s:%d", hubIP, portYamux))
-	}); err != nil {
-		t.Fatalf("tinyproxy logged no CONNECT to the daemon: %v", err)
+	eps := allEndpoints(hubIP)
+	target, daemonBackend, remote := portYamux, "yamux", proxyOut
+	if haveRelay(t) {
+		w.startRelay("relay", portRelay1)
+		eps = []string{quicURI(hubIP), wtURI(hubIP), relayURI(hubIP, portRelay1)}
+		target, daemonBackend, remote = portRelay1, "quic", relayedVia
+	} else {
+		t.Log("NO RELAY: this module has no forgeyard-relay (or the agent no relay endpoints); the daemon's TLS+yamux listener stands in")
 	}
-	t.Logf("(c) HTTP CONNECT proxy only: agent start → registered over yamux in %v", took.Round(time.Millisecond))
+	tp := proxyNS.StartTinyproxy(netip.AddrPortFrom(proxyIP, 8888), agentProxyNet, uint16(target))
+	ar := w.startAgent(agentNS, eps, []string{"HTTPS_PROXY=" + tp.URL(), "NO_PROXY="})
+	c, took, _ := registered(t, w, ar, 1, "yamux", daemonBackend, remote)
+	if _, err := tp.WaitLine(w.ctx, func(l string) bool {
+		return strings.Contains(l, fmt.Sprintf("CONNECT %s:%d", hubIP, target))
+	}); err != nil {
+		t.Fatalf("tinyproxy logged no CONNECT to %s:%d: %v", hubIP, target, err)
+	}
+	t.Logf("(c) HTTP CONNECT proxy only: agent start → registered over yamux (%s) in %v", c.Endpoint, took.Round(time.Millisecond))
 }
 
-// TestRelayKilledMidAttemptResumes is scenario (d): the path the agent
-// uses dies mid-attempt; the agent reconnects over another path, resyncs,
-// and the daemon ends with every log line once and one completion.
+// TestRelayKilledMidAttemptResumes is scenario (d): the relay the agent
+// uses is SIGKILLed mid-attempt; the agent reconnects through a second
+// relay, resyncs, and the daemon ends with every log line once and one
+// completion. Without a relay in the module, the agent's TLS+yamux path
+// to the daemon is reset instead and it reconnects over WebTransport.
 func TestRelayKilledMidAttemptResumes(t *testing.T) {
 	const lines = 150
 	w := newWorld(t)
 	agentNS := netns.New(t, "agent")
 	agentIP, hubIP := netns.Link(t, agentNS, w.hub, agentHubNet)
 	w.startDaemon("--demo-leases", "1")
-	ar := w.startAgent(agentNS, []string{yamuxURI(hubIP), wtURI(hubIP)}, nil,
-		"--synthetic-duration", "600ms", "--synthetic-log-lines", strconv.Itoa(lines), "--synthetic-log-interval", "10ms")
-	registered(t, w, ar, 1, "yamux", agentIP)
+	synth := []string{"--synthetic-duration", "600ms", "--synthetic-log-lines", strconv.Itoa(lines), "--synthetic-log-interval", "10ms"}
+	relays := map[string]*netns.Proc{}
+	var ar *agentRun
+	var s1 session
+	var cut func(first connection) (backend, daemonBackend string, remote netip.Addr)
+	if haveRelay(t) {
+		relays[fmt.Sprint(portRelay1)] = w.startRelay("relay1", portRelay1)
+		relays[fmt.Sprint(portRelay2)] = w.startRelay("relay2", portRelay2)
+		ar = w.startAgent(agentNS, []string{relayURI(hubIP, portRelay1), relayURI(hubIP, portRelay2)}, nil, synth...)
+		_, _, s1 = registered(t, w, ar, 1, "yamux", "quic", relayedVia)
+		cut = func(first connection) (string, string, netip.Addr) {
+			_, port, _ := strings.Cut(strings.TrimPrefix(first.Endpoint, hubIP.String()), ":")
+			r := relays[port]
+			if r == nil {
+				t.Fatalf("agent connected through %q, not a relay", first.Endpoint)
+			}
+			r.Kill()
+			t.Logf("SIGKILLed %s (the agent's relay)", r.Name)
+			return "yamux", "quic", relayedVia
+		}
+	} else {
+		t.Log("NO RELAY: this module has no forgeyard-relay; the agent's TLS+yamux path to the daemon is reset instead")
+		w.hub.Nft(rulesDropUDP) // until the cut: only TLS+yamux works
+		ar = w.startAgent(agentNS, []string{yamuxURI(hubIP), wtURI(hubIP)}, nil, synth...)
+		_, _, s1 = registered(t, w, ar, 1, "yamux", "yamux", agentIP)
+		cut = func(connection) (string, string, netip.Addr) {
+			w.unblock()
+			w.hub.Nft(rulesResetYamux)
+			return "webtransport", "webtransport", agentIP
+		}
+	}
+	first := ar.waitConnected(1)
 
 	// Mid-attempt: once part of the log is durable at the daemon.
 	attempt := w.waitAttemptLog(20)
@@ -126,9 +189,13 @@ func TestRelayKilledMidAttemptResumes(t *testing.T) {
 		t.Fatalf("the whole log (%d lines) was durable before the cut: nothing to resume", before)
 	}
 	cutAt := time.Now()
-	w.hub.Nft(rulesResetYamux)
-	c2, _ := registered(t, w, ar, 2, "webtransport", agentIP)
-	t.Logf("(d) path cut with %d/%d log lines durable: reconnected over webtransport in %v", before, lines, c2.At.Sub(cutAt).Round(time.Millisecond))
+	backend, daemonBackend, remote := cut(first)
+	c2, _, s2 := registered(t, w, ar, 2, backend, daemonBackend, remote)
+	sameSession(t, s1, s2)
+	if c2.Endpoint == first.Endpoint {
+		t.Fatalf("reconnected to the endpoint that died: %s", c2.Endpoint)
+	}
+	t.Logf("(d) path cut with %d/%d log lines durable: reconnected over %s (%s) in %v", before, lines, c2.Backend, c2.Endpoint, c2.At.Sub(cutAt).Round(time.Millisecond))
 
 	done, err := w.daemon.WaitLine(w.ctx, func(l string) bool {
 		ll := logLine(l)
@@ -171,18 +238,27 @@ var (
 )
 
 // TestUDPRestoredMovesBackToQUIC is scenario (e): UDP is blocked, the
-// agent registers over TLS+yamux; the block is lifted and it ends up over
-// QUIC again.
+// agent registers over TLS+yamux; the block is lifted and the agent moves
+// back to QUIC by itself (its background probe). An agent without the
+// probe has its TLS+yamux connection reset instead, to make it dial again
+// in preference order.
 func TestUDPRestoredMovesBackToQUIC(t *testing.T) {
 	w, agentNS, agentIP, hubIP := agentBesideHub(t)
 	w.hub.Nft(rulesDropUDP)
-	ar := w.startAgent(agentNS, []string{quicURI(hubIP), yamuxURI(hubIP)}, nil)
-	registered(t, w, ar, 1, "yamux", agentIP)
+	var extra []string
+	probes := agentRaces(t)
+	if probes {
+		extra = []string{"--config", w.agentConfig()}
+	}
+	ar := w.startAgent(agentNS, []string{quicURI(hubIP), yamuxURI(hubIP)}, nil, extra...)
+	_, _, s1 := registered(t, w, ar, 1, "yamux", "yamux", agentIP)
 	w.unblock()
 	liftedAt := time.Now()
-	// Until the agent re-probes QUIC by itself, end the yamux connection
-	// so that it dials again in preference order.
-	w.hub.Nft(rulesResetYamux)
-	c2, _ := registered(t, w, ar, 2, "quic", agentIP)
+	if !probes {
+		t.Log("NO PROBE: this forgeyard-agent does not move back by itself; its TLS+yamux connection is reset")
+		w.hub.Nft(rulesResetYamux)
+	}
+	c2, _, s2 := registered(t, w, ar, 2, "quic", "quic", agentIP)
+	sameSession(t, s1, s2)
 	t.Logf("(e) UDP restored: back on QUIC %v later", c2.At.Sub(liftedAt).Round(time.Millisecond))
 }

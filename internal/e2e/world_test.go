@@ -429,10 +429,10 @@ func (w *world) completions(a wire.JobAttemptId) int {
 }
 
 // agentRaces tells whether the built agent races its backends with
-// staggered starts (its --help documents the fallback stagger).
+// staggered starts (its --help says so for --endpoint).
 func agentRaces(t *testing.T) bool {
 	h := strings.ToLower(agentHelp(t))
-	return strings.Contains(h, "stagger") || strings.Contains(h, "happy eyeballs")
+	return strings.Contains(h, "raced") || strings.Contains(h, "stagger") || strings.Contains(h, "happy eyeballs")
 }
 
 // lineCount counts the log lines in recs.
@@ -442,4 +442,52 @@ func lineCount(recs []logs.Record) int {
 		n += strings.Count(string(r.Data), "\n")
 	}
 	return n
+}
+
+// Relay ports in the hub namespace (TLS+yamux, agent-facing).
+const (
+	portRelay1 = 8444
+	portRelay2 = 8445
+)
+
+// haveRelay tells whether the module has cmd/forgeyard-relay (built by
+// TestMain) and the agent knows relay endpoints.
+func haveRelay(t *testing.T) bool {
+	return binRelay != "" && strings.Contains(agentHelp(t), "relay")
+}
+
+// startRelay runs forgeyard-relay in the hub namespace: agents over
+// TLS+yamux on port, one QUIC connection each to the daemon on the hub's
+// loopback. It returns once the relay serves.
+func (w *world) startRelay(name string, port int) *netns.Proc {
+	w.t.Helper()
+	p := w.hub.Start(name, binRelay, []string{"--dev-pki", w.pki,
+		"--listen-yamux", fmt.Sprintf("0.0.0.0:%d", port),
+		"--upstream", fmt.Sprintf("quic://127.0.0.1:%d", portQUIC),
+		"--log-format", "json", "--shutdown-timeout", "2s"})
+	if _, err := p.WaitLine(w.ctx, func(l string) bool { return logLine(l).msg() == "relaying to daemons" }); err != nil {
+		w.t.Fatalf("%s not serving: %v", name, err)
+	}
+	return p
+}
+
+func relayURI(a netip.Addr, port int) string { return fmt.Sprintf("relay+yamux://%s:%d", a, port) }
+
+// relayedVia is the address the daemon sees for agents relayed from the
+// hub (the relays dial it on loopback).
+var relayedVia = netip.MustParseAddr("127.0.0.1")
+
+// agentConfig writes an agent TOML file with a fast move-back probe (the
+// defaults probe every 30 s) and returns its path.
+func (w *world) agentConfig() string {
+	w.t.Helper()
+	path := filepath.Join(w.dir, "agent.toml")
+	const body = `[fallback]
+probe_interval = "200ms"
+probe_successes = 3
+`
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+	return path
 }
