@@ -32,7 +32,8 @@ func allEndpoints(hub netip.Addr) []string {
 // that the agent's n-th connection is up: the agent over agentBackend, the
 // daemon holding one live session of the runner over daemonBackend from
 // remote (a relay dials the daemon over QUIC itself). It returns the
-// connection and the agent's time from start to registered.
+// connection, the agent's time from its "agent starting" line to
+// registered, and the daemon's session.
 func registered(t *testing.T, w *world, ar *agentRun, n int, agentBackend, daemonBackend string, remote netip.Addr) (connection, time.Duration, session) {
 	t.Helper()
 	c := ar.waitConnected(n)
@@ -41,7 +42,7 @@ func registered(t *testing.T, w *world, ar *agentRun, n int, agentBackend, daemo
 	}
 	ar.waitStatus(agentBackend)
 	s := w.liveSession(daemonBackend, remote)
-	return c, c.At.Sub(ar.start), s
+	return c, c.At.Sub(ar.startedAt()), s
 }
 
 // sameSession asserts that a reconnect kept the agent session under a

@@ -155,7 +155,6 @@ func (w *world) stopDaemon() {
 type agentRun struct {
 	*netns.Proc
 	w      *world
-	start  time.Time
 	status string // --status-file
 }
 
@@ -168,7 +167,7 @@ func (w *world) startAgent(ns *netns.NS, endpoints []string, env []string, extra
 	for _, e := range endpoints {
 		args = append(args, "--endpoint", e)
 	}
-	ar := &agentRun{w: w, status: status, start: time.Now()}
+	ar := &agentRun{w: w, status: status}
 	ar.Proc = ns.Start("agent", binAgent, append(args, extra...), env...)
 	return ar
 }
@@ -198,6 +197,21 @@ func (ar *agentRun) waitConnected(n int) connection {
 		ar.w.t.Fatalf("agent log time %q: %v", ll.str("time"), err)
 	}
 	return connection{Backend: ll.str("backend"), Endpoint: ll.str("endpoint"), At: at}
+}
+
+// startedAt is the time of the agent's "agent starting" log line (its
+// own clock: after process start-up and configuration, before dialing).
+func (ar *agentRun) startedAt() time.Time {
+	ar.w.t.Helper()
+	line, err := ar.WaitLine(ar.w.ctx, func(l string) bool { return logLine(l).msg() == "agent starting" })
+	if err != nil {
+		ar.w.t.Fatalf("agent start: %v", err)
+	}
+	at, err := time.Parse(time.RFC3339Nano, logLine(line).str("time"))
+	if err != nil {
+		ar.w.t.Fatalf("agent log time: %v", err)
+	}
+	return at
 }
 
 // readStatus reads the agent's --status-file.
