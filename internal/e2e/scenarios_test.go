@@ -25,7 +25,7 @@ func agentBesideHub(t *testing.T) (w *world, agentNS *netns.NS, agentIP, hubIP n
 
 // allEndpoints is the agent's endpoint list in preference order.
 func allEndpoints(hub netip.Addr) []string {
-	return []string{quicURI(hub), wtURI(hub), yamuxURI(hub)}
+	return []string{quicURI(hub), wtURI(hub), yamuxURI(hub, portYamux)}
 }
 
 // registered checks that the agent, its status file and the daemon agree
@@ -78,12 +78,12 @@ func TestUDPBlockedRegistersOverYamux(t *testing.T) {
 	w.hub.Nft(rulesDropUDP)
 	eps := allEndpoints(hubIP)
 	daemonBackend, remote := "yamux", agentIP
-	if haveRelay(t) {
+	if haveRelay() {
 		w.startRelay("relay", portRelay1)
-		eps = []string{quicURI(hubIP), wtURI(hubIP), relayURI(hubIP, portRelay1)}
+		eps = []string{quicURI(hubIP), wtURI(hubIP), relayURI(t, hubIP, portRelay1)}
 		daemonBackend, remote = "quic", relayedVia
 	} else {
-		t.Log("NO RELAY: this module has no forgeyard-relay (or the agent no relay endpoints); the daemon's TLS+yamux listener stands in")
+		t.Log("NO RELAY: this module has no forgeyard-relay; the daemon's TLS+yamux listener stands in")
 	}
 	ar := w.startAgent(agentNS, eps, nil)
 	c, took, _ := registered(t, w, ar, 1, "yamux", daemonBackend, remote)
@@ -121,12 +121,12 @@ func TestProxyOnlyRegistersOverYamux(t *testing.T) {
 	w.startDaemon()
 	eps := allEndpoints(hubIP)
 	target, daemonBackend, remote := portYamux, "yamux", proxyOut
-	if haveRelay(t) {
+	if haveRelay() {
 		w.startRelay("relay", portRelay1)
-		eps = []string{quicURI(hubIP), wtURI(hubIP), relayURI(hubIP, portRelay1)}
+		eps = []string{quicURI(hubIP), wtURI(hubIP), relayURI(t, hubIP, portRelay1)}
 		target, daemonBackend, remote = portRelay1, "quic", relayedVia
 	} else {
-		t.Log("NO RELAY: this module has no forgeyard-relay (or the agent no relay endpoints); the daemon's TLS+yamux listener stands in")
+		t.Log("NO RELAY: this module has no forgeyard-relay; the daemon's TLS+yamux listener stands in")
 	}
 	tp := proxyNS.StartTinyproxy(netip.AddrPortFrom(proxyIP, 8888), agentProxyNet, uint16(target))
 	ar := w.startAgent(agentNS, eps, []string{"HTTPS_PROXY=" + tp.URL(), "NO_PROXY="})
@@ -155,10 +155,10 @@ func TestRelayKilledMidAttemptResumes(t *testing.T) {
 	var ar *agentRun
 	var s1 session
 	var cut func(first connection) (backend, daemonBackend string, remote netip.Addr)
-	if haveRelay(t) {
+	if haveRelay() {
 		relays[fmt.Sprint(portRelay1)] = w.startRelay("relay1", portRelay1)
 		relays[fmt.Sprint(portRelay2)] = w.startRelay("relay2", portRelay2)
-		ar = w.startAgent(agentNS, []string{relayURI(hubIP, portRelay1), relayURI(hubIP, portRelay2)}, nil, synth...)
+		ar = w.startAgent(agentNS, []string{relayURI(t, hubIP, portRelay1), relayURI(t, hubIP, portRelay2)}, nil, synth...)
 		_, _, s1 = registered(t, w, ar, 1, "yamux", "quic", relayedVia)
 		cut = func(first connection) (string, string, netip.Addr) {
 			_, port, _ := strings.Cut(strings.TrimPrefix(first.Endpoint, hubIP.String()), ":")
@@ -173,7 +173,7 @@ func TestRelayKilledMidAttemptResumes(t *testing.T) {
 	} else {
 		t.Log("NO RELAY: this module has no forgeyard-relay; the agent's TLS+yamux path to the daemon is reset instead")
 		w.hub.Nft(rulesDropUDP) // until the cut: only TLS+yamux works
-		ar = w.startAgent(agentNS, []string{yamuxURI(hubIP), wtURI(hubIP)}, nil, synth...)
+		ar = w.startAgent(agentNS, []string{yamuxURI(hubIP, portYamux), wtURI(hubIP)}, nil, synth...)
 		_, _, s1 = registered(t, w, ar, 1, "yamux", "yamux", agentIP)
 		cut = func(connection) (string, string, netip.Addr) {
 			w.unblock()
@@ -251,7 +251,7 @@ func TestUDPRestoredMovesBackToQUIC(t *testing.T) {
 	if probes {
 		extra = []string{"--config", w.agentConfig()}
 	}
-	ar := w.startAgent(agentNS, []string{quicURI(hubIP), yamuxURI(hubIP)}, nil, extra...)
+	ar := w.startAgent(agentNS, []string{quicURI(hubIP), yamuxURI(hubIP, portYamux)}, nil, extra...)
 	_, _, s1 := registered(t, w, ar, 1, "yamux", "yamux", agentIP)
 	w.unblock()
 	liftedAt := time.Now()

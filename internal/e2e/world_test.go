@@ -322,9 +322,9 @@ func (l logLine) str(key string) string {
 }
 
 // endpoint URIs.
-func quicURI(a netip.Addr) string  { return fmt.Sprintf("quic://%s:%d", a, portQUIC) }
-func yamuxURI(a netip.Addr) string { return fmt.Sprintf("yamux://%s:%d", a, portYamux) }
-func wtURI(a netip.Addr) string    { return fmt.Sprintf("webtransport://%s:%d", a, portWT) }
+func quicURI(a netip.Addr) string            { return fmt.Sprintf("quic://%s:%d", a, portQUIC) }
+func yamuxURI(a netip.Addr, port int) string { return fmt.Sprintf("yamux://%s:%d", a, port) }
+func wtURI(a netip.Addr) string              { return fmt.Sprintf("webtransport://%s:%d", a, portWT) }
 
 // rulesResetYamux makes the hub answer every TCP segment from the agent
 // to the yamux port with a reset: the live TLS+yamux connection dies at
@@ -465,10 +465,8 @@ const (
 )
 
 // haveRelay tells whether the module has cmd/forgeyard-relay (built by
-// TestMain) and the agent knows relay endpoints.
-func haveRelay(t *testing.T) bool {
-	return binRelay != "" && strings.Contains(agentHelp(t), "relay")
-}
+// TestMain).
+func haveRelay() bool { return binRelay != "" }
 
 // startRelay runs forgeyard-relay in the hub namespace: agents over
 // TLS+yamux on port, one QUIC connection each to the daemon on the hub's
@@ -485,7 +483,15 @@ func (w *world) startRelay(name string, port int) *netns.Proc {
 	return p
 }
 
-func relayURI(a netip.Addr, port int) string { return fmt.Sprintf("relay+yamux://%s:%d", a, port) }
+// relayURI is the endpoint of a relay: relay+yamux:// for an agent that
+// knows relay endpoints (it races them last), else plain yamux:// (a relay
+// speaks TLS+yamux to agents like a daemon does).
+func relayURI(t *testing.T, a netip.Addr, port int) string {
+	if strings.Contains(agentHelp(t), "relay+") {
+		return fmt.Sprintf("relay+yamux://%s:%d", a, port)
+	}
+	return yamuxURI(a, port)
+}
 
 // relayedVia is the address the daemon sees for agents relayed from the
 // hub (the relays dial it on loopback).
