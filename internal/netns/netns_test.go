@@ -176,6 +176,28 @@ func TestSweepRemovesDeadRunsOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = run(context.Background(), nil, "ip", "netns", "del", dead) })
+	// A process the dead run left inside: Sweep kills it.
+	orphan := exec.Command("ip", "netns", "exec", dead, "sleep", "60")
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- orphan.Wait() }()
+	t.Cleanup(func() { _ = orphan.Process.Kill() })
+	deadline := time.After(10 * time.Second)
+	for { // until `ip netns exec` has exec'd sleep inside (no event for it)
+		out, _ := run(context.Background(), nil, "ip", "netns", "pids", dead)
+		if strings.TrimSpace(out) != "" {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("orphan exited at start: %v", err)
+		case <-deadline:
+			t.Fatal("the orphan never showed up in the namespace")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	live := New(t, "live")
 	removed, err := Sweep()
 	if err != nil {
@@ -190,6 +212,11 @@ func TestSweepRemovesDeadRunsOnly(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("Sweep removed %v, not %s", removed, dead)
+	}
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Sweep left the dead run's process running")
 	}
 	if _, err := os.Stat(runDir + "/" + dead); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("stale namespace still there: %v", err)
