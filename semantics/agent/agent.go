@@ -59,18 +59,18 @@ type Agent struct {
 	wg     sync.WaitGroup
 	runMu  sync.Mutex
 
-	mu          sync.Mutex
-	link        *link         // current registered transport, nil when none
-	linkCh      chan struct{} // closed and replaced when link changes
-	attempts    map[wire.JobAttemptId]*attempt
-	answers     map[wire.LeaseId]OfferEvent
-	ansOrder    []wire.LeaseId
-	draining    bool
-	epoch       uint64
-	hbEvery     time.Duration
-	renewEvery  time.Duration
-	maxBackoff  time.Duration
-	alternates  []string
+	mu           sync.Mutex
+	link         *link         // current registered transport, nil when none
+	linkCh       chan struct{} // closed and replaced when link changes
+	attempts     map[wire.JobAttemptId]*attempt
+	answers      map[wire.LeaseId]OfferEvent
+	ansOrder     []wire.LeaseId
+	draining     bool
+	epoch        uint64
+	hbEvery      time.Duration
+	renewEvery   time.Duration
+	maxBackoff   time.Duration
+	alternates   []string
 	fb           Fallback
 	classStagger []time.Duration // class offsets (daemon's once registered)
 	network      string          // network identity at the last connect
@@ -79,10 +79,10 @@ type Agent struct {
 	reason       string // why the current backend (Status.FallbackReason)
 	probeNote    string // the background probe's state
 	changes      map[BackendChange]int64
-	preferred   []string        // GoAway alternates, dialed first until preferUntil
-	preferUntil time.Time
-	lastAck     time.Time
-	hbSeq       uint64
+	preferred    []string // GoAway alternates, dialed first until preferUntil
+	preferUntil  time.Time
+	lastAck      time.Time
+	hbSeq        uint64
 
 	// Data plane (data.go), for roles that run attempts.
 	spool string
