@@ -133,9 +133,9 @@ func TestLoadAgentExample(t *testing.T) {
 	}
 	eps := a.Endpoints()
 	want := []Endpoint{
-		{BackendQUIC, "forgeyard.example.internal:7443"},
-		{BackendYamux, "forgeyard.example.internal:7444"},
-		{BackendWebTransport, "forgeyard.example.internal:443"},
+		{Backend: BackendQUIC, HostPort: "forgeyard.example.internal:7443"},
+		{Backend: BackendYamux, HostPort: "forgeyard.example.internal:7444"},
+		{Backend: BackendWebTransport, HostPort: "forgeyard.example.internal:443"},
 	}
 	if len(eps) != len(want) {
 		t.Fatalf("endpoints = %v", eps)
@@ -216,6 +216,13 @@ func TestParseEndpoint(t *testing.T) {
 		"https://h/.well-known/forgeyard/agent": "webtransport://h:443",
 		"quic://[::1]:7443":                     "quic://[::1]:7443",
 		"quic://h/":                             "quic://h:7443",
+		"yamux+upgrade://h":                     "yamux+upgrade://h:443",
+		"YAMUX+UPGRADE://h:8443":                "yamux+upgrade://h:8443",
+		"relay://r":                             "relay+yamux://r:7444",
+		"relay+yamux://r:1":                     "relay+yamux://r:1",
+		"relay+yamux+upgrade://r":               "relay+yamux+upgrade://r:443",
+		"relay+webtransport://r":                "relay+webtransport://r:443",
+		"relay+quic://r":                        "relay+quic://r:7443",
 	}
 	for in, want := range good {
 		e, err := ParseEndpoint(in)
@@ -226,7 +233,7 @@ func TestParseEndpoint(t *testing.T) {
 	if e, _ := ParseEndpoint("quic://[::1]:1"); e.Host() != "::1" {
 		t.Errorf("Host = %q", e.Host())
 	}
-	for _, in := range []string{"", "ftp://h", "quic://", "quic://h:0", "quic://h:70000", "quic://u@h", "quic://h?x=1", "quic://h/path", "https://h/other", "quic://h:x"} {
+	for _, in := range []string{"", "ftp://h", "quic://", "quic://h:0", "quic://h:70000", "quic://u@h", "quic://h?x=1", "quic://h/path", "https://h/other", "quic://h:x", "yamux+upgrade://h/x", "relay+ftp://r", "http://h"} {
 		if e, err := ParseEndpoint(in); err == nil {
 			t.Errorf("ParseEndpoint(%q) = %v, want error", in, e)
 		}
