@@ -335,7 +335,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		for len(remaining) > 0 && !registered {
 			p, memo := a.planRace(remaining)
 			w, failed := a.race(ctx, remaining, p)
-			for i, err := range failed {
+			for _, err := range failed {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -346,8 +346,7 @@ func (a *Agent) Run(ctx context.Context) error {
 					}
 					continue
 				}
-				a.st.dialFailures.Add(1)
-				a.log.Debug("endpoint failed", "endpoint", remaining[i].Address, "backend", remaining[i].Backend, "err", err)
+				a.st.dialFailures.Add(1) // logged by race as it happened
 			}
 			if w == nil {
 				break

@@ -336,6 +336,12 @@ func (a *Agent) race(ctx context.Context, eps []Endpoint, p plan) (*raceResult, 
 			done[r.i] = true
 			if r.err != nil {
 				failed[r.i] = r.err
+				if ctx.Err() == nil {
+					// Info, at once: the operator needs e.g. a proxy's 407
+					// without waiting for the slower candidates.
+					a.log.Info("endpoint failed", "endpoint", eps[r.i].Address, "backend", eps[r.i].Backend,
+						"after", r.at.Round(time.Millisecond), "err", r.err)
+				}
 				arm(schedule())
 				continue
 			}
@@ -478,7 +484,10 @@ func (a *Agent) noteRegistered(ep Endpoint, reason string, eps []Endpoint) {
 	}
 	a.lastBackend = ep.Backend
 	a.reason, a.probeNote = reason, ""
+	network := a.network
 	a.mu.Unlock()
+	a.log.Info("backend chosen", "backend", ep.Backend, "class", ep.class().String(), "endpoint", ep.Address,
+		"network", network, "reason", reason)
 	if changed {
 		if h := a.cfg.Hooks.OnBackendChange; h != nil {
 			h(BackendChange{From: from, To: ep.Backend}, reason)
