@@ -1,5 +1,8 @@
-// Package agent is the agent side of the control protocol: it dials the
-// daemon's endpoints in order with failover, negotiates, registers with a
+// Package agent is the agent side of the control protocol: it races the
+// daemon's endpoints by backend class (happy eyeballs; a backend wins only
+// when its hello round trip completes, fallback.go), remembers the winner
+// per network and moves back to a better backend with hysteresis,
+// negotiates, registers with a
 // key proof, resynchronises its attempts, answers lease offers (duplicates
 // get the same answer and never a second execution), runs attempts on an
 // Executor, renews leases, sends heartbeats, obeys cancellation, and
