@@ -1,6 +1,6 @@
 // Package e2e holds end-to-end tests that run the real binaries
-// (cmd/forgeyard-daemon, cmd/forgeyard-agent and, when present,
-// cmd/forgeyard-relay) as separate processes inside Linux network
+// (cmd/forgeyard-daemon, cmd/forgeyard-agent and cmd/forgeyard-relay) as
+// separate processes inside Linux network
 // namespaces built with internal/netns, and check how an agent finds its
 // way to the daemon on networks that block UDP or allow only an HTTP
 // CONNECT proxy. The package has no non-test code.

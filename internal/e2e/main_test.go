@@ -11,8 +11,7 @@ import (
 	"testing"
 )
 
-// bins holds the binaries built by TestMain; binRelay is "" when the
-// module has no cmd/forgeyard-relay yet.
+// The binaries built by TestMain.
 var binDaemon, binAgent, binRelay string
 
 func TestMain(m *testing.M) {
@@ -30,17 +29,14 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	pkgs := []string{"forgeyard.dev/transport/cmd/forgeyard-daemon", "forgeyard.dev/transport/cmd/forgeyard-agent"}
-	if _, err := os.Stat("../../cmd/forgeyard-relay"); err == nil {
-		pkgs = append(pkgs, "forgeyard.dev/transport/cmd/forgeyard-relay")
-		binRelay = filepath.Join(dir, "forgeyard-relay")
-	}
+	pkgs := []string{"forgeyard.dev/transport/cmd/forgeyard-daemon", "forgeyard.dev/transport/cmd/forgeyard-agent",
+		"forgeyard.dev/transport/cmd/forgeyard-relay"}
 	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: building the binaries: %v\n", err)
 		return 1
 	}
-	binDaemon, binAgent = filepath.Join(dir, "forgeyard-daemon"), filepath.Join(dir, "forgeyard-agent")
+	binDaemon, binAgent, binRelay = filepath.Join(dir, "forgeyard-daemon"), filepath.Join(dir, "forgeyard-agent"), filepath.Join(dir, "forgeyard-relay")
 	return m.Run()
 }

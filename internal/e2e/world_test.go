@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -326,27 +325,6 @@ func quicURI(a netip.Addr) string            { return fmt.Sprintf("quic://%s:%d"
 func yamuxURI(a netip.Addr, port int) string { return fmt.Sprintf("yamux://%s:%d", a, port) }
 func wtURI(a netip.Addr) string              { return fmt.Sprintf("webtransport://%s:%d", a, portWT) }
 
-// rulesResetYamux makes the hub answer every TCP segment from the agent
-// to the yamux port with a reset: the live TLS+yamux connection dies at
-// once and new ones are refused, as when the process behind it is gone.
-const rulesResetYamux = `table inet fycut {
-	chain input {
-		type filter hook input priority 0; policy accept;
-		iifname "v-agent" tcp dport 7444 reject with tcp reset
-	}
-}`
-
-// agentHelp is the built agent's --help text (to tell which of the
-// parallel work it has).
-func agentHelp(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command(binAgent, "--help").CombinedOutput()
-	if err != nil {
-		t.Fatalf("forgeyard-agent --help: %v: %s", err, out)
-	}
-	return string(out)
-}
-
 // waitAttemptLog waits until the daemon's --log-dir holds one attempt's
 // log with at least n durable records and returns the attempt. It polls:
 // nothing signals a sync of the log files.
@@ -442,13 +420,6 @@ func (w *world) completions(a wire.JobAttemptId) int {
 	return n
 }
 
-// agentRaces tells whether the built agent races its backends with
-// staggered starts (its --help says so for --endpoint).
-func agentRaces(t *testing.T) bool {
-	h := strings.ToLower(agentHelp(t))
-	return strings.Contains(h, "raced") || strings.Contains(h, "stagger") || strings.Contains(h, "happy eyeballs")
-}
-
 // lineCount counts the log lines in recs.
 func lineCount(recs []logs.Record) int {
 	n := 0
@@ -463,10 +434,6 @@ const (
 	portRelay1 = 8444
 	portRelay2 = 8445
 )
-
-// haveRelay tells whether the module has cmd/forgeyard-relay (built by
-// TestMain).
-func haveRelay() bool { return binRelay != "" }
 
 // startRelay runs forgeyard-relay in the hub namespace: agents over
 // TLS+yamux on port, one QUIC connection each to the daemon on the hub's
@@ -483,15 +450,8 @@ func (w *world) startRelay(name string, port int) *netns.Proc {
 	return p
 }
 
-// relayURI is the endpoint of a relay: relay+yamux:// for an agent that
-// knows relay endpoints (it races them last), else plain yamux:// (a relay
-// speaks TLS+yamux to agents like a daemon does).
-func relayURI(t *testing.T, a netip.Addr, port int) string {
-	if strings.Contains(agentHelp(t), "relay+") {
-		return fmt.Sprintf("relay+yamux://%s:%d", a, port)
-	}
-	return yamuxURI(a, port)
-}
+// relayURI is the endpoint of a relay over TLS+yamux (raced last).
+func relayURI(a netip.Addr, port int) string { return fmt.Sprintf("relay+yamux://%s:%d", a, port) }
 
 // relayedVia is the address the daemon sees for agents relayed from the
 // hub (the relays dial it on loopback).
