@@ -276,3 +276,10 @@ func TestTinyproxyConnect(t *testing.T) {
 		t.Fatalf("CONNECT to a port outside ConnectPort: %s", resp.Status)
 	}
 }
+
+func TestCheckNamesWhatIsMissing(t *testing.T) {
+	err := Check("fy-no-such-program")
+	if err == nil || !strings.Contains(err.Error(), "fy-no-such-program (not in PATH)") || !strings.Contains(err.Error(), "make deps") {
+		t.Fatalf("Check = %v", err)
+	}
+}
