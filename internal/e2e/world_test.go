@@ -167,7 +167,9 @@ func (w *world) startAgent(ns *netns.NS, endpoints []string, env []string, extra
 		args = append(args, "--endpoint", e)
 	}
 	ar := &agentRun{w: w, status: status}
-	ar.Proc = ns.Start("agent", binAgent, append(args, extra...), env...)
+	// The test's own proxy settings never leak in: only env's count.
+	clean := []string{"HTTPS_PROXY=", "https_proxy=", "HTTP_PROXY=", "http_proxy=", "ALL_PROXY=", "all_proxy=", "NO_PROXY=", "no_proxy="}
+	ar.Proc = ns.Start("agent", binAgent, append(args, extra...), append(clean, env...)...)
 	return ar
 }
 
