@@ -1,6 +1,8 @@
-// Command forgeyard-agent runs a Forgeyard Transport build agent: it dials
-// the daemon's endpoints in order (QUIC, TLS+yamux, WebTransport) with
-// failover, authenticates with its runner certificate, registers, and runs
+// Command forgeyard-agent runs a Forgeyard Transport build agent: it races
+// the daemon's endpoints (QUIC first, then WebTransport, TLS+yamux and
+// relays at staggered offsets; a backend wins only after a hello round
+// trip; TCP endpoints go through an HTTP CONNECT proxy when one is set),
+// authenticates with its runner certificate, registers, and runs
 // leased attempts (semantics/agent). On connection loss it reconnects with
 // exponential backoff and full jitter under the same agent session and
 // resyncs its running attempts.
@@ -44,9 +46,9 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
-	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/relay/fallback"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -91,20 +93,22 @@ type flags struct {
 	logLevel      string
 	logFormat     string
 	seed          uint64
+	synth         agent.SyntheticOptions
 	statusFile    string
 	statusEvery   time.Duration
 	metricsListen string
+	proxy         string
 	protocol      string
-	synLogLines   int
-	synOutputSize int
-	synDuration   time.Duration
+	noProxy       string
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("forgeyard-agent", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
-	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable, tried in order: quic://host:7443, yamux://host:7444, webtransport://host:443 (key: control_plane.endpoints; replaces the file's list)")
+	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable, raced in order by class (QUIC at 0, WebTransport +250ms, TLS+yamux +500ms, relays +1s): quic://host:7443, webtransport://host:443, yamux://host:7444, yamux+upgrade://host:443, relay+yamux://relay:7444 (key: control_plane.endpoints; replaces the file's list)")
+	fs.StringVar(&f.proxy, "proxy", "", "HTTP CONNECT proxy `URL` http://[user:pass@]host:port for the TCP endpoints (yamux, yamux+upgrade, relays), or \"none\" (key: control_plane.proxy; default: HTTPS_PROXY/NO_PROXY from the environment)")
+	fs.StringVar(&f.noProxy, "no-proxy", "", "`hosts` reached without --proxy, NO_PROXY syntax (key: control_plane.no_proxy)")
 	fs.StringVar(&f.serverName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name; default: the endpoint host)")
 	fs.StringVar(&f.cert, "cert", "", "agent certificate PEM `file`, bound to the RunnerId (key: control_plane.credential.certificate)")
 	fs.StringVar(&f.key, "key", "", "agent private key PEM `file` (key: control_plane.credential.private_key)")
@@ -118,11 +122,12 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.statusFile, "status-file", "", "rewrite `file` atomically with the connection health as JSON, read by `forgeyard-agent connection status` (e.g. "+DefaultStatusFile+")")
 	fs.DurationVar(&f.statusEvery, "status-interval", DefaultStatusInterval, "how often --status-file is rewritten (also on every connect and disconnect)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics and /healthz on loopback `host:port` (a missing host means 127.0.0.1)")
+	fs.DurationVar(&f.synth.MinDuration, "synthetic-duration", 0, "DEVELOPMENT ONLY: each synthetic attempt runs for `d` (default 1–10ms, derived from the JobSpecId)")
+	fs.IntVar(&f.synth.LogLines, "synthetic-log-lines", 0, "DEVELOPMENT ONLY: log lines each synthetic attempt writes (default 4; -1 none)")
+	fs.DurationVar(&f.synth.LogInterval, "synthetic-log-interval", 0, "DEVELOPMENT ONLY: pause `d` after each synthetic log line")
+	fs.IntVar(&f.synth.OutputSize, "synthetic-output-size", 0, "DEVELOPMENT ONLY: `bytes` of each synthetic attempt's one output (default 256; -1 none)")
+	fs.StringVar(&f.protocol, "protocol", "", "TESTING ONLY: protocol `range` MIN-MAX to advertise, e.g. 2.0-2.0 (default: all this build supports)")
 	fs.Uint64Var(&f.seed, "synthetic-seed", 1, "`seed` of the synthetic executor (durations and exit codes derive from it and the JobSpecId)")
-	fs.StringVar(&f.protocol, "protocol", "", "TESTING: protocol `range` MIN-MAX to advertise, e.g. 2.0-2.0 (default: all this build supports)")
-	fs.IntVar(&f.synLogLines, "synthetic-log-lines", 0, "log `lines` each synthetic attempt writes (0: default 4, -1: none)")
-	fs.IntVar(&f.synOutputSize, "synthetic-output-size", 0, "`bytes` of the synthetic attempt's one output (0: default 256, -1: none)")
-	fs.DurationVar(&f.synDuration, "synthetic-duration", 0, "run time of every synthetic attempt (0: 1–10 ms by JobSpecId)")
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, `Usage: forgeyard-agent [--config FILE] [flags]
@@ -169,6 +174,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		fmt.Fprintf(stderr, "forgeyard-agent: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
+	if f.synth.MinDuration < 0 || f.synth.MinDuration > time.Hour || f.synth.LogLines > 100000 || f.synth.LogInterval < 0 || f.synth.LogInterval > time.Minute {
+		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-duration must be 0–1h, --synthetic-log-lines at most 100000, --synthetic-log-interval 0–1m")
+		return exitUsage
+	}
+	f.synth.MaxDuration = f.synth.MinDuration
+	if f.synth.OutputSize < -1 || f.synth.OutputSize > 1<<30 {
+		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-output-size must be -1–1GiB")
+		return exitUsage
+	}
+	var protocol wire.ProtocolRange
+	if f.protocol != "" {
+		var err error
+		if protocol, err = wire.ParseRange(f.protocol); err != nil {
+			fmt.Fprintf(stderr, "forgeyard-agent: --protocol: %v\n", err)
+			return exitUsage
+		}
+	}
 	if f.statusEvery < 100*time.Millisecond || f.statusEvery > time.Hour {
 		fmt.Fprintln(stderr, "forgeyard-agent: --status-interval must be 100ms–1h")
 		return exitUsage
@@ -183,21 +205,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
 	}
-	opts := agentOptions{seed: f.seed, synthetic: agent.SyntheticOptions{LogLines: f.synLogLines, OutputSize: f.synOutputSize,
-		MinDuration: f.synDuration, MaxDuration: f.synDuration}}
-	if f.protocol != "" {
-		if opts.protocol, err = wire.ParseRange(f.protocol); err != nil {
-			fmt.Fprintf(stderr, "forgeyard-agent: --protocol: %v\n", err)
-			return exitUsage
-		}
-	}
-	if f.synLogLines < -1 || f.synLogLines > 1_000_000 || f.synOutputSize < -1 || f.synOutputSize > 1<<30 || f.synDuration < 0 {
-		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-log-lines must be -1–1000000, --synthetic-output-size -1–1GiB, --synthetic-duration ≥ 0")
-		return exitUsage
-	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
-	a, err := newAgent(cfg, opts, log, tel.hooks())
+	a, err := newAgent(cfg, f.seed, f.synth, protocol, log, tel.hooks())
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
@@ -253,6 +263,8 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 		cfg.ControlPlane.Endpoints = f.endpoints
 	}
 	str("server-name", &cfg.ControlPlane.ServerName, f.serverName)
+	str("proxy", &cfg.ControlPlane.Proxy, f.proxy)
+	str("no-proxy", &cfg.ControlPlane.NoProxy, f.noProxy)
 	if f.devPKI != "" {
 		if _, err := setup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
 			return nil, fmt.Errorf("--dev-pki: %w", err)
@@ -276,36 +288,28 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 	return cfg, nil
 }
 
-// agentOptions are the command-line settings outside the configuration
-// file: the synthetic executor's and the advertised protocol range (zero:
-// wire.Supported).
-type agentOptions struct {
-	seed      uint64
-	synthetic agent.SyntheticOptions
-	protocol  wire.ProtocolRange
-}
-
 // newAgent loads the credential and builds the agent with one dialer per
-// endpoint.
-func newAgent(cfg *config.Agent, o agentOptions, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
+// endpoint (relay/fallback), the TCP ones through the configured proxy.
+func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, protocol wire.ProtocolRange, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
 	cred, err := setup.LoadCredential(cfg.ControlPlane)
 	if err != nil {
 		return nil, err
 	}
-	var eps []agent.Endpoint
-	for _, e := range cfg.Endpoints() {
-		d, addr, err := setup.Dialer(e, cred.Client, quic.Config{Logger: log}, yamux.Config{})
-		if err != nil {
-			return nil, err
-		}
-		eps = append(eps, agent.Endpoint{Address: addr, Dialer: d, Backend: e.Backend})
+	px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
+	if err != nil {
+		return nil, fmt.Errorf("control_plane.proxy: %w", err)
+	}
+	eps, err := fallback.Endpoints(cfg.Endpoints(), fallback.Options{TLS: cred.Client, QUIC: quic.Config{Logger: log}, Proxy: px})
+	if err != nil {
+		return nil, err
 	}
 	return agent.New(agent.Config{
-		Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
+		Fallback: fallback.Policy(cfg.Fallback),
+		Runner:   cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities: cfg.RunnerCapabilities(),
-		Executor:     agent.NewSyntheticExecutor(o.seed, o.synthetic),
-		Protocol:     o.protocol,
+		Executor:     agent.NewSyntheticExecutor(seed, synth),
+		Protocol:     protocol,
 		Features:     wire.Implemented,
 		MaxParallel:  cfg.MaxParallel,
 		Backoff:      agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration},

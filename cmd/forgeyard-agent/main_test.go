@@ -50,7 +50,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--endpoint", "quic://h", "--cert", "a.pem", "--key", "k.pem"}, "control_plane.credential.ca: required"},
 		{[]string{"--endpoint", "quic://h", "--cert", "a.pem", "--key", "k.pem", "--ca", "ca.pem"}, "CertFile"},
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--endpoint", "quic://h", "--protocol", "2.0-1.0"}, "--protocol: protocol range"},
-		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--endpoint", "quic://h", "--synthetic-log-lines", "-2"}, "--synthetic-log-lines must be"},
+		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--endpoint", "quic://h", "--synthetic-output-size", "-2"}, "--synthetic-output-size must be"},
 	} {
 		var o, e bytes.Buffer
 		code := run(context.Background(), c.args, &o, &e, nil)
