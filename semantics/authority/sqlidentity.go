@@ -80,8 +80,6 @@ func (s *store) CreateEnrollmentToken(ctx context.Context, t EnrollmentToken) er
 
 const tokenCols = `token_hash, token_id, name, labels, created_ms, expires_ms, used_ms, runner_id, revoked`
 
-
-
 func scanToken(r scanner) (EnrollmentToken, error) {
 	var t EnrollmentToken
 	var hash, runner []byte
