@@ -528,7 +528,8 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendCo
 	l.ch.SetProtocol(ack.Negotiated)
 
 	// Register.
-	proof, err := session.SignKeyProof(a.cfg.Signer, ack.Challenge, ack.TransportSession, a.session)
+	signer, chain := a.credentials()
+	proof, err := session.SignKeyProof(signer, ack.Challenge, ack.TransportSession, a.session)
 	if err != nil {
 		return nil, err
 	}
@@ -536,7 +537,7 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendCo
 	prevEpoch := a.epoch
 	a.mu.Unlock()
 	reg := &agentwire.RegisterAgentV1{Runner: a.cfg.Runner, Session: a.session, AgentVersion: a.cfg.Version,
-		Capabilities: a.caps, CapabilityDigest: a.digest, KeyProof: proof, CertChain: a.cfg.CertChain}
+		Capabilities: a.caps, CapabilityDigest: a.digest, KeyProof: proof, CertChain: chain}
 	if prevEpoch > 0 {
 		reg.HasResumeEpoch, reg.ResumeEpoch = true, prevEpoch
 	}
@@ -588,6 +589,10 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendCo
 	if a.execs {
 		loops.Add(1)
 		go func() { defer loops.Done(); a.renewLoop(lctx, l) }()
+	}
+	if a.cfg.Credentials != nil {
+		loops.Add(1)
+		go func() { defer loops.Done(); a.certRenewLoop(lctx, l) }() // renew.go
 	}
 	var endErr error
 	select {

@@ -123,6 +123,9 @@ type Config struct {
 	// the ones they fetch (payloads) (§87–93). Nil means CAS streams are
 	// refused and NeedObjectsV1 is answered with an error.
 	ContentStore cas.ContentStore
+	// Identity configures enrollment, certificate renewal and the
+	// revocation check (enroll.go).
+	Identity IdentityConfig
 }
 
 // Hooks are called from daemon goroutines, synchronously with the event

@@ -24,8 +24,9 @@ type Credentials struct {
 	certFile, keyFile string
 	usage             x509.ExtKeyUsage
 
-	mu   sync.RWMutex
-	cert *tls.Certificate
+	updMu sync.Mutex // serializes Update (file writes)
+	mu    sync.RWMutex
+	cert  *tls.Certificate
 }
 
 // NewCredentials wraps an in-memory certificate (cert.Leaf must be set or
@@ -166,6 +167,8 @@ func (c *Credentials) Update(chain [][]byte, key crypto.Signer) error {
 	if len(chain) == 0 || key == nil {
 		return errors.New("trust: Update: empty chain or key")
 	}
+	c.updMu.Lock()
+	defer c.updMu.Unlock()
 	leaf, err := x509.ParseCertificate(chain[0])
 	if err != nil {
 		return fmt.Errorf("trust: Update: renewed certificate: %w", err)

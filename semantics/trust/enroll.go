@@ -286,15 +286,17 @@ func SerialString(c *x509.Certificate) string {
 }
 
 // RenewAt returns when an agent should renew a certificate: at two thirds
-// of its lifetime, or as soon as it is within window of expiry, whichever
-// comes first. A zero window means DefaultExpiryWarningWindow.
+// of its lifetime, or window before expiry if that is earlier but still in
+// the second half of the lifetime (a window longer than half the lifetime
+// is ignored, so a short-lived certificate is not renewed the moment it
+// arrives). A zero window means DefaultExpiryWarningWindow.
 func RenewAt(c *x509.Certificate, window time.Duration) time.Time {
 	if window <= 0 {
 		window = DefaultExpiryWarningWindow
 	}
 	life := c.NotAfter.Sub(c.NotBefore)
 	at := c.NotBefore.Add(life * 2 / 3)
-	if w := c.NotAfter.Add(-window); w.Before(at) {
+	if w := c.NotAfter.Add(-window); w.Before(at) && !w.Before(c.NotBefore.Add(life/2)) {
 		at = w
 	}
 	return at

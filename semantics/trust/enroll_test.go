@@ -160,8 +160,12 @@ func TestRenewAt(t *testing.T) {
 	if got := trust.RenewAt(c, time.Minute); !got.Equal(nb.Add(60 * time.Hour)) {
 		t.Errorf("2/3: %v", got)
 	}
-	if got := trust.RenewAt(c, 50*time.Hour); !got.Equal(nb.Add(40 * time.Hour)) {
+	if got := trust.RenewAt(c, 40*time.Hour); !got.Equal(nb.Add(50 * time.Hour)) {
 		t.Errorf("window: %v", got)
+	}
+	// A window longer than half the lifetime is ignored.
+	if got := trust.RenewAt(c, 14*24*time.Hour); !got.Equal(nb.Add(60 * time.Hour)) {
+		t.Errorf("long window: %v", got)
 	}
 }
 
