@@ -344,7 +344,9 @@ func TestEnrollmentTokenRaceTwoDaemons(t *testing.T) {
 func TestRotationKeepsRunnerAndSession(t *testing.T) {
 	backends(t, func(t *testing.T, b backend) {
 		auth := sqliteAuth(t)
-		w := newIDWorld(t, b, trusttest.NewPKI(t), auth)
+		// Heartbeat gaps under -race on 2 cores must not close the link
+		// between the renewal and its answer.
+		w := newIDWorld(t, b, trusttest.NewPKI(t), auth, func(c *daemon.Config) { c.Timing.HeartbeatInterval = time.Second })
 		en, err := w.enroll(createToken(t, auth, "rot", time.Hour), nil)
 		if err != nil {
 			t.Fatal(err)
