@@ -7,6 +7,10 @@
 //
 //	forgeyard-agent --config /etc/forgeyard/agent.toml
 //	forgeyard-agent --dev-pki ./.dev-pki --dev-agent 1 --endpoint quic://127.0.0.1:7443
+//	forgeyard-agent enroll --token fyet_... --endpoint quic://daemon:7443 --ca ca.pem --cert agent.pem --key agent-key.pem
+//
+// The agent renews its certificate over its session at 2/3 of its lifetime
+// (the daemon must have an issuing CA) and rewrites --cert/--key atomically.
 //
 // This build runs attempts with the synthetic executor only: durations,
 // phases and exit codes derived from the JobSpecId. It has no way to run an
@@ -48,6 +52,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/trust"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
@@ -139,6 +144,9 @@ Examples:
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	if len(args) > 0 && args[0] == "enroll" {
+		return runEnroll(ctx, args[1:], stdout, stderr) // enroll.go
+	}
 	if len(args) > 0 && args[0] == "connection" {
 		if len(args) < 2 || args[1] != "status" {
 			fmt.Fprintln(stderr, "forgeyard-agent: usage: forgeyard-agent connection status [--json] [--status-file FILE]")
@@ -262,16 +270,27 @@ func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger, hooks agent.Hook
 	if err != nil {
 		return nil, err
 	}
+	// Rotatable credentials: the dialers ask for the current certificate
+	// at every handshake, and the agent renews it before expiry (§21),
+	// rewriting the files.
+	creds, err := trust.LoadCredentials(cfg.ControlPlane.Credential.Certificate, cfg.ControlPlane.Credential.PrivateKey)
+	if err != nil {
+		return nil, err
+	}
+	client := creds.ClientConfigFor(cred.Client)
+	if msg := trust.ExpiryWarning(creds.Leaf(), trust.DefaultExpiryWarningWindow, time.Now()); msg != "" {
+		log.Warn(msg)
+	}
 	var eps []agent.Endpoint
 	for _, e := range cfg.Endpoints() {
-		d, addr, err := setup.Dialer(e, cred.Client, quic.Config{Logger: log}, yamux.Config{})
+		d, addr, err := setup.Dialer(e, client, quic.Config{Logger: log}, yamux.Config{})
 		if err != nil {
 			return nil, err
 		}
 		eps = append(eps, agent.Endpoint{Address: addr, Dialer: d, Backend: e.Backend})
 	}
 	return agent.New(agent.Config{
-		Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
+		Runner: cred.Runner, Credentials: creds,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities: cfg.RunnerCapabilities(),
 		Executor:     agent.NewSyntheticExecutor(seed, agent.SyntheticOptions{}),
