@@ -77,15 +77,6 @@ func (c *conn) noteCredential(leaf *x509.Certificate) {
 	})
 }
 
-// stopExpiry disarms the expiry close (teardown).
-func (c *conn) stopExpiry() {
-	c.mu.Lock()
-	if c.expiryTimer != nil {
-		c.expiryTimer.Stop()
-	}
-	c.mu.Unlock()
-}
-
 // audit writes a security audit record (never a token, key or payload).
 func (c *conn) audit(event, msg string, args ...any) {
 	runner, sess, _, _ := c.ident()
