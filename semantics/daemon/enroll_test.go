@@ -138,7 +138,7 @@ func (w *world) enroll(tok string, dialer semantics.BackendDialer) (*agent.Enrol
 		dialer = w.b.dialer(w.t, w.pki.NoClientCertConfig(w.t, "localhost"))
 	}
 	return agent.Enroll(ctx, agent.EnrollRequest{Endpoint: agent.Endpoint{Address: w.addr, Dialer: dialer, Backend: w.b.name},
-		Token: tok, RequestTimeout: 2 * time.Second})
+		Token: tok, RequestTimeout: 8 * time.Second})
 }
 
 // startEnrolled runs an agent on an enrolled identity with rotatable
@@ -306,8 +306,11 @@ func TestEnrollmentTokenRaceTwoDaemons(t *testing.T) {
 	}
 	pki := trusttest.NewPKI(t)
 	b := quicBackend()
-	w1 := newIDWorld(t, b, pki, open(), func(c *daemon.Config) { c.ID = "d1" })
-	w2 := newIDWorld(t, b, pki, open(), func(c *daemon.Config) { c.ID = "d2" })
+	// Row-lock waits of the racing transactions under a loaded machine must
+	// not hit the 500 ms authority deadline of fastTiming.
+	slow := func(c *daemon.Config) { c.Timing.RequestTimeout, c.Timing.RegistrationTimeout = 5*time.Second, 10*time.Second }
+	w1 := newIDWorld(t, b, pki, open(), slow, func(c *daemon.Config) { c.ID = "d1" })
+	w2 := newIDWorld(t, b, pki, open(), slow, func(c *daemon.Config) { c.ID = "d2" })
 	tok := createToken(t, w1.auth, "race", time.Hour)
 	const n = 6
 	errs := make([]error, n)
