@@ -364,6 +364,7 @@ func TestRotationKeepsRunnerAndSession(t *testing.T) {
 		go func() { _, _ = w.d.OfferLease(context.Background(), en.Runner, offer(3)) }()
 		job := awaitStart(t, exec)
 
+		awaitConnected(t, a) // the offer may be served before the link is published
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := a.RenewCertificate(ctx); err != nil {
