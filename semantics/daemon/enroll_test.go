@@ -424,10 +424,12 @@ func filepathOf(t *testing.T, c *trust.Credentials) (string, string) {
 // renewed without any call, before it expires.
 func TestAutomaticRenewal(t *testing.T) {
 	auth := sqliteAuth(t)
-	w := newIDWorld(t, memoryBackend(), trusttest.NewPKI(t), auth)
+	// 1 s heartbeats: a heartbeat gap under -race must not be what cuts
+	// the link this test watches.
+	w := newIDWorld(t, memoryBackend(), trusttest.NewPKI(t), auth, func(c *daemon.Config) { c.Timing.HeartbeatInterval = time.Second })
 	runner := wire.NewRunnerId()
 	now := time.Now()
-	short := w.pki.IssueClient(t, runner, trusttest.LeafOptions{NotBefore: now.Add(-time.Second), NotAfter: now.Add(2 * time.Second)})
+	short := w.pki.IssueClient(t, runner, trusttest.LeafOptions{NotBefore: now.Add(-time.Second), NotAfter: now.Add(4 * time.Second)})
 	creds, err := trust.NewCredentials(short)
 	if err != nil {
 		t.Fatal(err)
@@ -445,7 +447,7 @@ func TestAutomaticRenewal(t *testing.T) {
 		if time.Now().After(short.Leaf.NotAfter) {
 			t.Fatal("renewed only after expiry")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("certificate not renewed before expiry")
 	}
 	again := w.awaitRegistered(runner)
@@ -455,7 +457,11 @@ func TestAutomaticRenewal(t *testing.T) {
 	// Past the old certificate's expiry the agent is still connected.
 	time.Sleep(time.Until(short.Leaf.NotAfter.Add(200 * time.Millisecond)))
 	if s := awaitConnected(t, a); s.Transport != again.Transport {
-		t.Fatalf("transport changed after the old certificate expired: %v vs %v", s.Transport, again.Transport)
+		var closes []error
+		for len(w.ev.disconnects) > 0 {
+			closes = append(closes, <-w.ev.disconnects)
+		}
+		t.Fatalf("transport changed after the old certificate expired: %v vs %v (closes: %v)", s.Transport, again.Transport, closes)
 	}
 }
 
