@@ -308,7 +308,9 @@ func TestEnrollmentTokenRaceTwoDaemons(t *testing.T) {
 	b := quicBackend()
 	// Row-lock waits of the racing transactions under a loaded machine must
 	// not hit the 500 ms authority deadline of fastTiming.
-	slow := func(c *daemon.Config) { c.Timing.RequestTimeout, c.Timing.RegistrationTimeout = 5*time.Second, 10*time.Second }
+	slow := func(c *daemon.Config) {
+		c.Timing.RequestTimeout, c.Timing.RegistrationTimeout = 5*time.Second, 10*time.Second
+	}
 	w1 := newIDWorld(t, b, pki, open(), slow, func(c *daemon.Config) { c.ID = "d1" })
 	w2 := newIDWorld(t, b, pki, open(), slow, func(c *daemon.Config) { c.ID = "d2" })
 	tok := createToken(t, w1.auth, "race", time.Hour)
