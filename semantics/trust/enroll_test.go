@@ -311,3 +311,45 @@ func TestExplainHandshakeError(t *testing.T) {
 		t.Errorf("real expired handshake: %q (client error %v)", got, res.ClientErr)
 	}
 }
+
+// TestServerCredentialsReload: a listener built once with ServerConfigFor
+// serves the replaced certificate after Reload, without a restart.
+func TestServerCredentialsReload(t *testing.T) {
+	pki := trusttest.NewPKI(t)
+	dir := t.TempDir()
+	cf, kf := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	write := func() string {
+		c := pki.IssueServer(t, "localhost", trusttest.LeafOptions{})
+		if err := trust.WriteCredentialFiles(cf, kf, c.Certificate, c.PrivateKey.(*ecdsa.PrivateKey)); err != nil {
+			t.Fatal(err)
+		}
+		return trust.SerialString(c.Leaf)
+	}
+	first := write()
+	creds, err := trust.LoadServerCredentials(cf, kf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := creds.ServerConfigFor(pki.ServerConfig(t, "localhost"))
+	cli := pki.ClientConfig(t, wire.NewRunnerId(), "localhost")
+	serial := func() string {
+		res := trusttest.Handshake(t, srv, cli)
+		if !res.OK() {
+			t.Fatalf("handshake: %v / %v", res.ServerErr, res.ClientErr)
+		}
+		return trust.SerialString(res.ClientState.PeerCertificates[0])
+	}
+	if got := serial(); got != first {
+		t.Fatalf("served %s, want %s", got, first)
+	}
+	second := write()
+	if got := serial(); got != first {
+		t.Fatal("certificate changed before Reload")
+	}
+	if err := creds.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := serial(); got != second {
+		t.Fatalf("after Reload served %s, want %s", got, second)
+	}
+}
