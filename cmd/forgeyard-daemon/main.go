@@ -188,8 +188,12 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)
 	str("listen-webtransport", &cfg.Listen.WebTransport, f.listenWT)
 	if f.devPKI != "" {
-		if _, err := setup.DevDaemon(f.devPKI, &cfg.TLS); err != nil {
+		pki, err := setup.DevDaemon(f.devPKI, &cfg.TLS)
+		if err != nil {
 			return nil, fmt.Errorf("--dev-pki: %w", err)
+		}
+		if cfg.Enrollment.IssuerCertificate == "" { // development: the dev CA signs enrolled runners
+			cfg.Enrollment.IssuerCertificate, cfg.Enrollment.IssuerPrivateKey = pki.CA.CertFile, pki.CA.KeyFile
 		}
 	}
 	str("cert", &cfg.TLS.Certificate, f.cert)
@@ -233,6 +237,10 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if err != nil {
 		return err
 	}
+	identity, err := setup.Identity(cfg.Enrollment, tlsConf) // enrollment (§20): may relax ClientAuth
+	if err != nil {
+		return err
+	}
 	au, err := setup.OpenAuthority(ctx, cfg.Authority)
 	if err != nil {
 		return err
@@ -250,6 +258,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		LogDir:             f.logDir,
 		Logger:             log,
 		Features:           wire.Implemented,
+		Identity:           identity,
 	}
 	var drv *matrixDriver
 	if f.matrixDriver {
