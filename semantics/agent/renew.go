@@ -19,6 +19,11 @@ import (
 // is up.
 var ErrNotConnected = errors.New("agent: not connected")
 
+// ErrRenewalUnsupported: the daemon negotiated a protocol version before
+// 1.2, which has no CertificateRequestV1 (enrollment and renewal are new in
+// 1.2); such a daemon would not understand the request.
+var ErrRenewalUnsupported = errors.New("the daemon's protocol version predates certificate enrollment and renewal (1.2)")
+
 // credentials returns the key and chain of the next registration.
 func (a *Agent) credentials() (crypto.Signer, [][]byte) {
 	if c := a.cfg.Credentials; c != nil {
@@ -97,6 +102,9 @@ func (a *Agent) renewOn(ctx context.Context, l *link) error {
 	csr, err := trust.CreateCSR(key, creds.Leaf().Subject.CommonName)
 	if err != nil {
 		return err
+	}
+	if l.protocol.Less(wire.V(1, 2)) { // CertificateRequestV1 is new in protocol 1.2
+		return fmt.Errorf("agent: certificate renewal: %w (negotiated %s)", ErrRenewalUnsupported, l.protocol)
 	}
 	env, err := l.ch.Call(ctx, control.Out{Msg: &agentwire.CertificateRequestV1{CSR: csr}}, a.cfg.RequestTimeout)
 	if err != nil {
@@ -216,6 +224,9 @@ func Enroll(ctx context.Context, req EnrollRequest) (*Enrollment, error) {
 	}
 	switch m := env.Payload.(type) {
 	case *agentwire.HelloAckV1:
+		if m.Negotiated.Less(wire.V(1, 2)) { // CertificateRequestV1 is new in protocol 1.2
+			return nil, fmt.Errorf("agent: enroll: %s: %w (negotiated %s)", addr, ErrRenewalUnsupported, m.Negotiated)
+		}
 		ch.SetProtocol(m.Negotiated)
 	case *agentwire.RegistrationRejectedV1:
 		return nil, fmt.Errorf("agent: enroll: %s refused the hello: %s", addr, m.Message)

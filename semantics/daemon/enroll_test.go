@@ -593,3 +593,31 @@ func TestRevocationReachesEveryDaemon(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewalNeedsProtocol12: CertificateRequestV1 is new in protocol 1.2
+// (1.0 and 1.1 shipped without it, their vectors are frozen), so an agent
+// whose session negotiated 1.1 does not send it: RenewCertificate fails
+// with ErrRenewalUnsupported and the daemon sees no request.
+func TestRenewalNeedsProtocol12(t *testing.T) {
+	auth := sqliteAuth(t)
+	w := newIDWorld(t, memoryBackend(), trusttest.NewPKI(t), auth)
+	en, err := w.enroll(createToken(t, auth, "old", time.Hour), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, _ := w.startEnrolled(en, t.TempDir(), newCountingExec(false), func(c *agent.Config) {
+		c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 1)}
+	})
+	if s := w.awaitRegistered(en.Runner); s.Protocol != wire.V(1, 1) {
+		t.Fatalf("negotiated %v, want 1.1", s.Protocol)
+	}
+	awaitConnected(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.RenewCertificate(ctx); !errors.Is(err, agent.ErrRenewalUnsupported) {
+		t.Fatalf("RenewCertificate at 1.1: %v, want ErrRenewalUnsupported", err)
+	}
+	if st := w.d.IdentityStats(); st.Renewed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}

@@ -63,8 +63,8 @@ var Messages = []wire.MessageInfo{
 		New: func() wire.Message { return new(LeaseProbeV1) }},
 	{Type: MsgSecretMaterial, Name: nameSecretMaterial, Since: wire.V(1, 0), MaxSize: maxSecretMaterialSize,
 		Sensitive: true, New: func() wire.Message { return new(SecretMaterialV1) }},
-	{Type: MsgCertificateRequest, Name: nameCertificateRequest, Since: wire.V(1, 0), MaxSize: maxCertificateRequestSize,
+	{Type: MsgCertificateRequest, Name: nameCertificateRequest, Since: wire.V(1, 2), MaxSize: maxCertificateRequestSize,
 		Sensitive: true, New: func() wire.Message { return new(CertificateRequestV1) }},
-	{Type: MsgCertificateIssued, Name: nameCertificateIssued, Since: wire.V(1, 0), MaxSize: maxCertificateIssuedSize,
+	{Type: MsgCertificateIssued, Name: nameCertificateIssued, Since: wire.V(1, 2), MaxSize: maxCertificateIssuedSize,
 		New: func() wire.Message { return new(CertificateIssuedV1) }},
 }
