@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -109,6 +110,17 @@ type Config struct {
 	// bytes; writes over it are dropped and counted. 0 means
 	// logs.DefaultSpoolLimit.
 	LogSpoolLimit int64
+	// Metrics, when set, is fed by the agent's connections (bytes, streams,
+	// queue depths, messages, protocol errors) and its heartbeat round
+	// trips (forgeyard_heartbeat_rtt_seconds). Nil disables them.
+	Metrics *telemetry.Metrics
+	// Tracing starts the agent's spans (§210): agent.register,
+	// reconnect.resync, lease.ack (offer received → answer sent) and
+	// attempt.complete. When FeatureTraceContextV1 was negotiated (add it
+	// to Features) they continue the daemon's trace from the envelope and
+	// the answer and completion envelopes carry the agent's span context
+	// back. Nil starts no spans (trace context still propagates).
+	Tracing *telemetry.Tracing
 }
 
 func (c *Config) check() error {

@@ -11,6 +11,7 @@ import (
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -123,6 +124,18 @@ type Config struct {
 	// the ones they fetch (payloads) (§87–93). Nil means CAS streams are
 	// refused and NeedObjectsV1 is answered with an error.
 	ContentStore cas.ContentStore
+	// Metrics, when set, is fed by the daemon and its connections: bytes,
+	// streams and queue depths (semantics.Config.Metrics), messages and
+	// protocol errors (control.Config.Metrics), registration failures,
+	// fencing, and the lease-offer, completion-ack, cancel-delivery and
+	// heartbeat latencies (§207–209). Nil disables them.
+	Metrics *telemetry.Metrics
+	// Tracing starts the daemon's spans (§210): agent.register,
+	// reconnect.resync, lease.dispatch, lease.ack (handling the answer),
+	// attempt.complete and attempt.cancel. The trace context is carried in
+	// the envelope to agents that negotiated FeatureTraceContextV1 (offer
+	// it in Features) and continued from theirs. Nil starts no spans.
+	Tracing *telemetry.Tracing
 }
 
 // Hooks are called from daemon goroutines, synchronously with the event
