@@ -55,14 +55,14 @@ func (d *Daemon) setupData() error {
 	if sink != nil {
 		r, err := logs.NewReceiver(logs.ReceiverConfig{Sink: sink, AuthorizeContext: d.authorizeLog,
 			Ack:    func(m wlogs.LogAckV1) { d.sendToAttempt(m.Attempt, &m) },
-			Resume: func(m wlogs.LogResumeRequestV1) { d.sendToAttempt(m.Attempt, &m) }})
+			Resume: func(m wlogs.LogResumeRequestV1) { d.sendToAttempt(m.Attempt, &m) }, Metrics: d.cfg.Metrics})
 		if err != nil {
 			return fmt.Errorf("daemon: log receiver: %w", err)
 		}
 		d.logRecv = r
 	}
 	if d.cfg.ContentStore != nil {
-		s, err := cas.NewServer(cas.ServerConfig{Store: d.cfg.ContentStore, Authorizer: cas.AuthorizerFunc(d.authorizeCAS)})
+		s, err := cas.NewServer(cas.ServerConfig{Store: d.cfg.ContentStore, Authorizer: cas.AuthorizerFunc(d.authorizeCAS), Metrics: d.cfg.Metrics})
 		if err != nil {
 			return fmt.Errorf("daemon: CAS server: %w", err)
 		}
