@@ -56,6 +56,8 @@ type Agent struct {
 	Backoff Backoff `toml:"backoff"`
 	// Log selects the log level and format.
 	Log Logging `toml:"log"`
+	// Telemetry configures trace export (off by default).
+	Telemetry Telemetry `toml:"telemetry"`
 }
 
 // ControlPlane is the agent's view of the daemon(s).
@@ -156,6 +158,9 @@ func (a *Agent) ApplyDefaults() {
 // Validate checks a after ApplyDefaults and returns the first problem as an
 // *Error.
 func (a *Agent) Validate() error {
+	if err := a.Telemetry.Validate(); err != nil {
+		return err
+	}
 	cp := a.ControlPlane
 	if len(cp.Endpoints) == 0 {
 		return invalid("control_plane.endpoints", "required: at least one endpoint such as \"quic://daemon.example:7443\"")
