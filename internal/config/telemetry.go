@@ -24,7 +24,11 @@ func (t Telemetry) Validate() error {
 		return nil
 	}
 	u, err := url.Parse(t.OTLPEndpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+	if err == nil && u.User != nil {
+		// Never echo it: it holds credentials.
+		return invalid("telemetry.otlp_endpoint", "the URL carries user credentials; they are not supported (and must not sit in a config key)")
+	}
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return invalid("telemetry.otlp_endpoint", "%q is not an http:// or https:// URL with a host (e.g. \"http://127.0.0.1:4318\")", t.OTLPEndpoint)
 	}
 	if u.RawQuery != "" || u.Fragment != "" || strings.Contains(u.Path, "/v1/traces") {
