@@ -298,6 +298,15 @@ func TestTraceSpansDaemonAndAgent(t *testing.T) {
 		return nil
 	}
 	var dispatch, agentAck, daemonAck, agentDone, daemonDone *tracetest.SpanStub
+	named := func(spans tracetest.SpanStubs, name telemetry.SpanName) bool {
+		for _, s := range spans {
+			if s.Name == string(name) {
+				return true
+			}
+		}
+		return false
+	}
+	var casStream, logStream bool
 	// The daemon's spans end after the hooks the run waited for: poll the
 	// exporter (synchronous) until all five are there.
 	deadline := time.Now().Add(5 * time.Second)
@@ -308,12 +317,13 @@ func TestTraceSpansDaemonAndAgent(t *testing.T) {
 		daemonAck = find(spans, telemetry.SpanLeaseAck, "forgeyard-daemon")
 		agentDone = find(spans, telemetry.SpanComplete, "forgeyard-agent")
 		daemonDone = find(spans, telemetry.SpanComplete, "forgeyard-daemon")
-		if dispatch != nil && agentAck != nil && daemonAck != nil && agentDone != nil && daemonDone != nil {
+		casStream, logStream = named(spans, telemetry.SpanCasStream), named(spans, telemetry.SpanLogStream)
+		if dispatch != nil && agentAck != nil && daemonAck != nil && agentDone != nil && daemonDone != nil && casStream && logStream {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("spans missing: dispatch %v, agent ack %v, daemon ack %v, agent complete %v, daemon complete %v (have %d spans)",
-				dispatch != nil, agentAck != nil, daemonAck != nil, agentDone != nil, daemonDone != nil, len(spans))
+			t.Fatalf("spans missing: dispatch %v, agent ack %v, daemon ack %v, agent complete %v, daemon complete %v, cas.stream %v, log.stream %v (have %d spans)",
+				dispatch != nil, agentAck != nil, daemonAck != nil, agentDone != nil, daemonDone != nil, casStream, logStream, len(spans))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
