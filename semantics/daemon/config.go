@@ -136,7 +136,8 @@ type Config struct {
 	Metrics *telemetry.Metrics
 	// Tracing starts the daemon's spans (§210): agent.register,
 	// reconnect.resync, lease.dispatch, lease.ack (handling the answer),
-	// attempt.complete and attempt.cancel. The trace context is carried in
+	// attempt.complete, attempt.cancel, and cas.stream / log.stream per
+	// data stream. The trace context is carried in
 	// the envelope to agents that negotiated FeatureTraceContextV1 (offer
 	// it in Features) and continued from theirs. Nil starts no spans.
 	Tracing *telemetry.Tracing
