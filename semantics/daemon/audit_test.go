@@ -203,4 +203,23 @@ func TestAuditEvents(t *testing.T) {
 			t.Fatal("the operator's revoke reason reached the audit log") // free text never does
 		}
 	})
+
+	t.Run("runner.revoked by the operator", func(t *testing.T) {
+		w := newWorld(t, b, slowHeartbeat)
+		id := w.newIdentity()
+		rc := w.dialRaw(id)
+		rc.join(wire.NewAgentSessionId())
+		if err := w.d.DisableRunner(context.Background(), id.runner, "key leaked on a pastebin"); err != nil {
+			t.Fatal(err)
+		}
+		rec := awaitAudit(t, w, telemetry.EventRunnerRevoked)
+		checkAudit(t, rec, map[string]string{"runner": id.runner.String(), "code": wire.ErrCodeRunnerDisabled.String(),
+			"reason": telemetry.ReasonRevoked.String()})
+		if code := rc.closeCode(); code != wire.CloseRunnerDisabled {
+			t.Fatalf("revoked runner's transport closed with %s", code)
+		}
+		if strings.Contains(w.logBuf.String(), "pastebin") {
+			t.Fatal("the operator's revoke reason reached the log")
+		}
+	})
 }

@@ -677,6 +677,10 @@ func (d *Daemon) DisableRunner(ctx context.Context, runner wire.RunnerId, reason
 	if err := d.auth.SetRunnerEnabled(ctx, runner, false, reason, d.now()); err != nil {
 		return err
 	}
+	// The operator's reason is free text: it stays in the authority, not
+	// in the audit record.
+	d.audit.Emit(ctx, telemetry.EventRunnerRevoked, telemetry.Runner(runner), telemetry.Code(wire.ErrCodeRunnerDisabled),
+		telemetry.Reason(telemetry.ReasonRevoked))
 	for _, c := range d.runnerConns(runner) {
 		c.closeNow(wire.CloseRunnerDisabled, "runner disabled: "+reason)
 	}
