@@ -23,9 +23,12 @@ const (
 	LabelUnknown = "unknown"
 )
 
-// Backends are the backend label values; any other name is reported as
-// LabelOther so a careless caller cannot create a series per address or id.
-var Backends = []string{"quic", "webtransport", "yamux", "memory"}
+// Backends are the backend label values: the backends, and the endpoint
+// schemes the agent's fallback dialing names (config.Endpoint.Scheme:
+// HTTP CONNECT upgrade, relayed). Any other name is reported as LabelOther
+// so a careless caller cannot create a series per address or id.
+var Backends = []string{"quic", "webtransport", "yamux", "memory",
+	"yamux+upgrade", "relay+quic", "relay+webtransport", "relay+yamux", "relay+yamux+upgrade"}
 
 // Outcome is the outcome label of forgeyard_transport_messages_total (§208:
 // success/error, never a MessageId).
