@@ -525,8 +525,12 @@ func (a *Agent) handshake(ctx, runCtx context.Context, ep Endpoint, bc semantics
 			_ = l.ch.ReplyError(de.MessageID, de.Code, wire.RetryNever, "frame rejected")
 		})
 	}()
+	// transport.handshake: hello → HelloAck (the trace context is not
+	// negotiated yet, so nothing is propagated).
+	_, hsp := a.cfg.Tracing.Start(ctx, telemetry.SpanHandshake, telemetry.AttrBackend(ep.Backend))
 	env, err := l.ch.Call(ctx, control.Out{Msg: &agentwire.TransportHelloV1{Role: a.cfg.Role, Versions: a.cfg.Protocol,
 		Features: a.cfg.Features, HasAgentSession: true, AgentSession: a.session, AgentVersion: a.cfg.Version}}, rto)
+	telemetry.End(hsp, err)
 	if err != nil {
 		l.close(wire.CloseNormal, "agent leaving")
 		return nil, err

@@ -389,9 +389,14 @@ func (c *conn) clonedIdentity(env *wire.Envelope) {
 
 func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 	d := c.d
-	_, sp := c.span(env, telemetry.SpanHandshake)
+	hctx, sp := c.span(env, telemetry.SpanHandshake)
 	defer sp.End()
+	_, nsp := d.cfg.Tracing.Start(hctx, telemetry.SpanNegotiate)
 	v, err := wire.Negotiate(d.proto, m.Versions)
+	if err == nil {
+		nsp.SetAttributes(telemetry.AttrProtocol(v))
+	}
+	telemetry.End(nsp, err)
 	if err != nil {
 		d.st.rejections.Add(1)
 		d.cfg.Metrics.RegistrationFailed(telemetry.RegFailVersion)

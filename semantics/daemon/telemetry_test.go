@@ -327,6 +327,30 @@ func TestTraceSpansDaemonAndAgent(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The session's own spans (ended before the first lease).
+	spans := r.exp.GetSpans()
+	for _, want := range []struct {
+		name    telemetry.SpanName
+		service string
+	}{
+		{telemetry.SpanHandshake, "forgeyard-agent"}, {telemetry.SpanHandshake, "forgeyard-daemon"},
+		{telemetry.SpanNegotiate, "forgeyard-daemon"},
+		{telemetry.SpanRegister, "forgeyard-agent"}, {telemetry.SpanRegister, "forgeyard-daemon"},
+		{telemetry.SpanResync, "forgeyard-agent"}, {telemetry.SpanResync, "forgeyard-daemon"},
+		{telemetry.SpanCancel, "forgeyard-daemon"},
+	} {
+		found := false
+		for _, s := range spans {
+			for _, kv := range s.Resource.Attributes() {
+				if s.Name == string(want.name) && kv.Key == "service.name" && kv.Value.AsString() == want.service {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no %s span from %s", want.name, want.service)
+		}
+	}
 	trace := dispatch.SpanContext.TraceID()
 	for _, hop := range []struct {
 		name         string
