@@ -137,7 +137,8 @@ type Config struct {
 	// (forgeyard_transport_fallback_events_total), its log writers and its
 	// CAS uploader and downloader. Nil disables them.
 	Metrics *telemetry.Metrics
-	// Tracing starts the agent's spans (§210): agent.register,
+	// Tracing starts the agent's spans (§210): transport.handshake,
+	// agent.register,
 	// reconnect.resync, lease.ack (offer received → answer sent) and
 	// attempt.complete. When FeatureTraceContextV1 was negotiated (add it
 	// to Features) they continue the daemon's trace from the envelope and

@@ -139,7 +139,8 @@ type Config struct {
 	// latencies (§207–209), and the log receiver's and CAS server's
 	// counters. Nil disables them.
 	Metrics *telemetry.Metrics
-	// Tracing starts the daemon's spans (§210): agent.register,
+	// Tracing starts the daemon's spans (§210): transport.handshake,
+	// protocol.negotiate, agent.register,
 	// reconnect.resync, lease.dispatch, lease.ack (handling the answer),
 	// attempt.complete, attempt.cancel, and cas.stream / log.stream per
 	// data stream. The trace context is carried in
