@@ -94,6 +94,7 @@ type flags struct {
 	logLevel      string
 	logFormat     string
 	seed          uint64
+	synth         agent.SyntheticOptions
 	statusFile    string
 	statusEvery   time.Duration
 	metricsListen string
@@ -123,6 +124,9 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&f.statusEvery, "status-interval", DefaultStatusInterval, "how often --status-file is rewritten (also on every connect and disconnect)")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces as OTLP/HTTP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default off)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics and /healthz on loopback `host:port` (a missing host means 127.0.0.1)")
+	fs.DurationVar(&f.synth.MinDuration, "synthetic-duration", 0, "DEVELOPMENT ONLY: each synthetic attempt runs for `d` (default 1–10ms, derived from the JobSpecId)")
+	fs.IntVar(&f.synth.LogLines, "synthetic-log-lines", 0, "DEVELOPMENT ONLY: log lines each synthetic attempt writes (default 4; -1 none)")
+	fs.DurationVar(&f.synth.LogInterval, "synthetic-log-interval", 0, "DEVELOPMENT ONLY: pause `d` after each synthetic log line")
 	fs.Uint64Var(&f.seed, "synthetic-seed", 1, "`seed` of the synthetic executor (durations and exit codes derive from it and the JobSpecId)")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -170,6 +174,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		fmt.Fprintf(stderr, "forgeyard-agent: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
+	if f.synth.MinDuration < 0 || f.synth.MinDuration > time.Hour || f.synth.LogLines > 100000 || f.synth.LogInterval < 0 || f.synth.LogInterval > time.Minute {
+		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-duration must be 0–1h, --synthetic-log-lines at most 100000, --synthetic-log-interval 0–1m")
+		return exitUsage
+	}
+	f.synth.MaxDuration = f.synth.MinDuration
 	if f.statusEvery < 100*time.Millisecond || f.statusEvery > time.Hour {
 		fmt.Fprintln(stderr, "forgeyard-agent: --status-interval must be 100ms–1h")
 		return exitUsage
@@ -196,7 +205,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		defer cancel()
 		_ = tracing.Shutdown(fctx)
 	}()
-	a, err := newAgent(cfg, f.seed, log, tel.hooks(), tel.m, tracing)
+	a, err := newAgent(cfg, f.seed, f.synth, log, tel.hooks(), tel.m, tracing)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
@@ -280,7 +289,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 
 // newAgent loads the credential and builds the agent with one dialer per
 // endpoint (relay/fallback), the TCP ones through the configured proxy.
-func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger, hooks agent.Hooks, m *telemetry.Metrics, tr *telemetry.Tracing) (*agent.Agent, error) {
+func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log *slog.Logger, hooks agent.Hooks, m *telemetry.Metrics, tr *telemetry.Tracing) (*agent.Agent, error) {
 	cred, err := setup.LoadCredential(cfg.ControlPlane)
 	if err != nil {
 		return nil, err
@@ -298,7 +307,7 @@ func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger, hooks agent.Hook
 		Runner:   cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities: cfg.RunnerCapabilities(),
-		Executor:     agent.NewSyntheticExecutor(seed, agent.SyntheticOptions{}),
+		Executor:     agent.NewSyntheticExecutor(seed, synth),
 		MaxParallel:  cfg.MaxParallel,
 		Backoff:      agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration},
 		Logger:       log,

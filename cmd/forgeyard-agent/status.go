@@ -132,9 +132,11 @@ func (t *agentTelemetry) hooks() agent.Hooks {
 			if again {
 				t.m.Reconnected(st.Backend)
 			}
+			t.log.Info("connected", "endpoint", st.Endpoint, "backend", st.Backend, "transport", st.Transport)
 			t.poke()
 		},
-		OnDisconnected: func(error) {
+		OnDisconnected: func(err error) {
+			t.log.Info("disconnected", "err", err)
 			t.mu.Lock()
 			b := t.backend
 			t.backend = ""

@@ -79,6 +79,7 @@ type flags struct {
 	logLevel        string
 	logFormat       string
 	demoLeases      int
+	logDir          string
 	adminListen     string
 	adminRemote     bool
 	shutdownTimeout time.Duration
@@ -101,6 +102,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.pgDSNFile, "postgres-dsn-file", "", "`file` holding the PostgreSQL DSN (key: authority.postgres_dsn_file)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
+	fs.StringVar(&f.logDir, "log-dir", "", "store the attempts' logs received on log streams in `dir` (one file per attempt; without it log streams are refused)")
 	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "serve /metrics, /healthz and /sessions on `host:port` (key: admin.listen; a missing host means 127.0.0.1; loopback only unless --admin-allow-remote)")
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
@@ -233,6 +235,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 			LeaseTTL: cfg.Timing.LeaseTTL.Duration, RevokeGrace: cfg.Timing.RevokeGrace.Duration, MaxBackoff: cfg.Timing.MaxBackoff.Duration,
 		},
 		AlternateEndpoints: cfg.Alternates(),
+		LogDir:             f.logDir,
 		Logger:             log,
 	}
 	dcfg.Hooks.OnRegistered = func(s daemon.SessionInfo) {
