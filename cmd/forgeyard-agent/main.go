@@ -9,6 +9,10 @@
 //
 //	forgeyard-agent --config /etc/forgeyard/agent.toml
 //	forgeyard-agent --dev-pki ./.dev-pki --dev-agent 1 --endpoint quic://127.0.0.1:7443
+//	forgeyard-agent enroll --token fyet_... --endpoint quic://daemon:7443 --ca ca.pem --cert agent.pem --key agent-key.pem
+//
+// The agent renews its certificate over its session at 2/3 of its lifetime
+// (the daemon must have an issuing CA) and rewrites --cert/--key atomically.
 //
 // This build runs attempts with the synthetic executor only: durations,
 // phases and exit codes derived from the JobSpecId. It has no way to run an
@@ -51,6 +55,7 @@ import (
 	"forgeyard.dev/transport/relay/fallback"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -153,6 +158,9 @@ Examples:
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	if len(args) > 0 && args[0] == "enroll" {
+		return runEnroll(ctx, args[1:], stdout, stderr) // enroll.go
+	}
 	if len(args) > 0 && args[0] == "connection" {
 		if len(args) < 2 || args[1] != "status" {
 			fmt.Fprintln(stderr, "forgeyard-agent: usage: forgeyard-agent connection status [--json] [--status-file FILE]")
@@ -294,17 +302,27 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log 
 	if err != nil {
 		return nil, err
 	}
+	// Rotatable credentials: the dialers ask for the current certificate
+	// at every handshake, and the agent renews it before expiry (§21),
+	// rewriting the files.
+	creds, err := trust.LoadCredentials(cfg.ControlPlane.Credential.Certificate, cfg.ControlPlane.Credential.PrivateKey)
+	if err != nil {
+		return nil, err
+	}
+	if msg := trust.ExpiryWarning(creds.Leaf(), trust.DefaultExpiryWarningWindow, time.Now()); msg != "" {
+		log.Warn(msg)
+	}
 	px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
 	if err != nil {
 		return nil, fmt.Errorf("control_plane.proxy: %w", err)
 	}
-	eps, err := fallback.Endpoints(cfg.Endpoints(), fallback.Options{TLS: cred.Client, QUIC: quic.Config{Logger: log}, Proxy: px})
+	eps, err := fallback.Endpoints(cfg.Endpoints(), fallback.Options{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px})
 	if err != nil {
 		return nil, err
 	}
 	return agent.New(agent.Config{
 		Fallback: fallback.Policy(cfg.Fallback),
-		Runner:   cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
+		Runner:   cred.Runner, Credentials: creds,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities: cfg.RunnerCapabilities(),
 		Executor:     agent.NewSyntheticExecutor(seed, synth),

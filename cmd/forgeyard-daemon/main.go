@@ -185,8 +185,12 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)
 	str("listen-webtransport", &cfg.Listen.WebTransport, f.listenWT)
 	if f.devPKI != "" {
-		if _, err := setup.DevDaemon(f.devPKI, &cfg.TLS); err != nil {
+		pki, err := setup.DevDaemon(f.devPKI, &cfg.TLS)
+		if err != nil {
 			return nil, fmt.Errorf("--dev-pki: %w", err)
+		}
+		if cfg.Enrollment.IssuerCertificate == "" { // development: the dev CA signs enrolled runners
+			cfg.Enrollment.IssuerCertificate, cfg.Enrollment.IssuerPrivateKey = pki.CA.CertFile, pki.CA.KeyFile
 		}
 	}
 	str("cert", &cfg.TLS.Certificate, f.cert)
@@ -221,6 +225,10 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if err != nil {
 		return err
 	}
+	identity, err := setup.Identity(cfg.Enrollment, tlsConf) // enrollment (§20): may relax ClientAuth
+	if err != nil {
+		return err
+	}
 	au, err := setup.OpenAuthority(ctx, cfg.Authority)
 	if err != nil {
 		return err
@@ -237,6 +245,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		AlternateEndpoints: cfg.Alternates(),
 		LogDir:             f.logDir,
 		Logger:             log,
+		Identity:           identity,
 	}
 	dcfg.Hooks.OnRegistered = func(s daemon.SessionInfo) {
 		log.Info("agent registered", "runner", s.Runner, "session", s.Session, "epoch", s.Epoch, "backend", s.Backend, "remote", s.Remote, "protocol", s.Protocol, "agent_version", s.AgentVersion)

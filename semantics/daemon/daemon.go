@@ -110,6 +110,7 @@ type Daemon struct {
 
 	st    stats
 	audit *telemetry.Audit
+	idst  identityStats // enroll.go
 }
 
 type wint = wire.AgentSessionId
@@ -176,6 +177,13 @@ func New(cfg Config) (*Daemon, error) {
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.wg.Add(1)
 	go d.maintenance()
+	if p := cfg.Identity.RevocationPoll; p >= 0 {
+		if p == 0 {
+			p = DefaultRevocationPoll
+		}
+		d.wg.Add(1)
+		go d.revocationLoop(p)
+	}
 	return d, nil
 }
 
