@@ -124,4 +124,7 @@ func (s *FeatureSet) DecodePostcard(d *postcard.Decoder) {
 // streams only to a daemon that negotiated it (Raw otherwise); a daemon
 // accepts both encodings from every agent, as 1.0 agents compress
 // unconditionally.
-var Implemented = Features(FeatureLogResumeV1, FeatureCasRangeResumeV1, FeatureLogCompressionV1)
+//
+// TraceContextV1 (after v0.2.0): the envelope's trace context is sent only
+// to a peer that negotiated it (§211).
+var Implemented = Features(FeatureLogResumeV1, FeatureCasRangeResumeV1, FeatureLogCompressionV1, FeatureTraceContextV1)

@@ -86,6 +86,7 @@ type flags struct {
 	shutdownTimeout time.Duration
 	protocol        string
 	matrixDriver    bool
+	otlpEndpoint    string
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
@@ -110,6 +111,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
 	fs.StringVar(&f.protocol, "protocol", "", "protocol `range` MIN-MAX this daemon accepts, e.g. 1.0-1.0 (keys: protocol_min, protocol_max; default: all this build supports)")
 	fs.BoolVar(&f.matrixDriver, "matrix-driver", false, "TESTING ONLY: serve the compatibility-matrix driver under /v1/matrix/ on --admin-listen (offer, cancel, cut, read back; logs kept in memory)")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces as OTLP/HTTP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default off)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -215,6 +217,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 		}
 		cfg.ProtocolMin.ProtocolVersion, cfg.ProtocolMax.ProtocolVersion = r.Min, r.Max
 	}
+	str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
 	if set["admin-allow-remote"] {
 		cfg.Admin.AllowRemote = f.adminRemote
 	}
@@ -291,6 +294,19 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if drv != nil {
 		dcfg.Hooks = drv.hooks(dcfg.Hooks)
 	}
+	tracing, err := setup.Tracing(ctx, cfg.Telemetry, "forgeyard-daemon")
+	if err != nil {
+		return err
+	}
+	defer func() { // flush the last spans (bounded: the collector may be gone)
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tracing.Shutdown(fctx)
+	}()
+	// The engine feeds the metrics and starts the spans; the trace context
+	// travels to agents that offer it too (§211).
+	dcfg.Metrics, dcfg.Tracing = tel.m, tracing
+	dcfg.Features = dcfg.Features.With(wire.FeatureTraceContextV1)
 	d, err := daemon.New(dcfg)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	wlogs "forgeyard.dev/transport/wire/logs"
 	"forgeyard.dev/transport/wire/postcard"
@@ -73,6 +74,9 @@ type ReceiverConfig struct {
 	// was decoded and authorized, before its frames are read (the ctx
 	// passed to Serve). It must not block.
 	OnStream func(ctx context.Context, hdr wlogs.LogStreamHeaderV1)
+	// Metrics, when set, counts the frames and bytes appended to the sink
+	// (side=daemon). Nil disables them.
+	Metrics *telemetry.Metrics
 }
 
 // RejectReason classifies a RejectError.
@@ -511,6 +515,7 @@ func (r *Receiver) frame(ctx context.Context, at *attemptLog, body []byte, f *wl
 	}
 	r.frames.Add(1)
 	r.bytes.Add(int64(len(p)))
+	r.cfg.Metrics.LogAccepted(true, 1, len(p))
 	if due {
 		r.syncAck(at, false)
 	}
