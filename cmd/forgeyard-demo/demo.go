@@ -77,16 +77,21 @@ func roleOf(i int) role {
 	return roleQUIC
 }
 
-// Demo timing: short intervals so a cut is noticed within about a second.
+// Demo timing: short intervals so a cut is noticed within about 1.5 s,
+// yet long enough that a starved process (the test runs under -race on a
+// loaded 2-core machine) does not lose its connections: the daemon closes
+// a transport after 3 missed heartbeats (1.5 s).
 var demoTiming = daemon.Timing{
-	HeartbeatInterval: 250 * time.Millisecond, RenewInterval: 500 * time.Millisecond, LeaseTTL: 10 * time.Second,
-	RevokeGrace: 2 * time.Second, RegistrationTimeout: 5 * time.Second, RequestTimeout: time.Second, MaxBackoff: 500 * time.Millisecond,
+	HeartbeatInterval: 500 * time.Millisecond, RenewInterval: 500 * time.Millisecond, LeaseTTL: 10 * time.Second,
+	RevokeGrace: 2 * time.Second, RegistrationTimeout: 5 * time.Second, RequestTimeout: 2 * time.Second, MaxBackoff: 500 * time.Millisecond,
 }
 
-// QUIC idle timeout of the agents: a cut path is detected this fast.
+// QUIC idle timeout of the agents (and of the relay's upstream): a cut
+// path is detected this fast.
 const (
-	agentIdleTimeout = time.Second
-	agentKeepAlive   = 200 * time.Millisecond
+	agentIdleTimeout    = 1500 * time.Millisecond
+	agentKeepAlive      = 250 * time.Millisecond
+	agentRequestTimeout = 2 * time.Second
 )
 
 // holdSpec marks the attempt the demo cancels: the demo executor runs it
@@ -205,7 +210,7 @@ type state struct {
 	mu          sync.Mutex
 	changed     chan struct{} // closed and replaced on every event
 	registered  map[wire.RunnerId]int
-	daemonSide  map[wire.RunnerId]string // last registration's backend and remote
+	daemonSide  map[wire.RunnerId]string  // last registration's backend and remote
 	accepted    map[wire.JobAttemptId]int // attempt → agent index
 	done        map[wire.JobAttemptId]agentwire.CompletionAckKind
 	agentAcked  map[wire.JobAttemptId]bool // the agent received the ack
@@ -286,6 +291,18 @@ type demoAgent struct {
 	done    chan struct{}
 }
 
+// syncWriter serializes writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
 func progress(p params, format string, args ...any) {
 	if p.Progress != nil {
 		fmt.Fprintf(p.Progress, "• "+format+"\n", args...)
@@ -303,6 +320,11 @@ func runDemo(parent context.Context, p params) (*report, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rep := &report{Dir: p.Dir}
+	if p.Progress != nil {
+		// Stages and the live tail (written by the daemon's log receiver)
+		// share the writer.
+		p.Progress = &syncWriter{w: p.Progress}
+	}
 
 	// 1. Credentials and authority.
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
@@ -380,7 +402,7 @@ func runDemo(parent context.Context, p params) (*report, error) {
 	}
 	d, err := daemon.New(daemon.Config{ID: "demo-daemon", Authority: au, Timing: demoTiming, Logger: log.With("side", "daemon"),
 		RunnerCAs: runnerCAs,
-		LogSink: tail, ContentStore: store,
+		LogSink:   tail, ContentStore: store,
 		Hooks: daemon.Hooks{
 			OnRegistered: func(s daemon.SessionInfo) {
 				st.update(func() { st.registered[s.Runner]++; st.daemonSide[s.Runner] = s.Backend + " from " + s.Remote })
@@ -574,7 +596,7 @@ func runDemo(parent context.Context, p params) (*report, error) {
 				started: holdStarted},
 			MaxParallel: p.MaxParallel, Backoff: agent.Backoff{Base: 50 * time.Millisecond, Max: 500 * time.Millisecond},
 			SpoolDir: filepath.Join(p.Dir, "spool", name), FetchPayload: true,
-			RequestTimeout: time.Second, Logger: log.With("side", "agent", "agent", name), Version: "forgeyard-demo/1",
+			RequestTimeout: agentRequestTimeout, Logger: log.With("side", "agent", "agent", name), Version: "forgeyard-demo/1",
 			Hooks: agent.Hooks{OnAttemptDone: func(ad agent.AttemptDone) {
 				st.update(func() { st.agentAcked[ad.Job.Attempt] = true })
 			}, OnAttemptStarted: func(j agent.Job) {

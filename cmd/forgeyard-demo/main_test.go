@@ -79,7 +79,7 @@ func TestDemoReport(t *testing.T) {
 	if !strings.Contains(rep.Agents[1].Path, "→ relay "+rep.Relay+" → quic "+rep.DaemonQUIC) || !strings.HasSuffix(rep.Agents[1].DaemonSide, "(the relay)") {
 		t.Errorf("relayed agent: path %q, daemon side %q", rep.Agents[1].Path, rep.Agents[1].DaemonSide)
 	}
-	if rs := rep.RelayStats; rs.Accepted != 1 || rs.Streams < 3 || rs.BytesToDaemon == 0 || rs.BytesToAgent < payloadSize {
+	if rs := rep.RelayStats; rs.Accepted < 1 || rs.Streams < 3 || rs.BytesToDaemon == 0 || rs.BytesToAgent < payloadSize {
 		t.Errorf("relay stats %+v", rs)
 	}
 	if rep.CD.N != 1 || rep.CancelResult != agentwire.ResultCancelled {
