@@ -68,7 +68,7 @@ type tailSink struct {
 	attempt wire.JobAttemptId
 	out     io.Writer
 	lines   int
-	elided  bool // "…" printed for lines not shown
+	elided  bool   // "…" printed for lines not shown
 	notify  func() // called (without t.mu) after lines of the followed attempt arrived
 }
 
