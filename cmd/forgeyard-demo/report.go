@@ -19,6 +19,14 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
 }
 
+// size formats a byte count in KiB or MiB.
+func size(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
 // print writes the human-readable summary.
 func (r *report) print(w io.Writer) {
 	daemon := "quic://" + r.DaemonQUIC + " + yamux://" + r.DaemonYamux
@@ -49,8 +57,8 @@ func (r *report) print(w io.Writer) {
 	}
 	if r.Relay != "" {
 		rs := r.RelayStats
-		fmt.Fprintf(w, "Relay yamux://%s → daemon quic://%s: %d agent connection(s) relayed, %d streams, %.1f MiB to the daemon, %.1f MiB to agents, %d dial failures\n",
-			r.Relay, r.DaemonQUIC, rs.Accepted, rs.Streams, float64(rs.BytesToDaemon)/(1<<20), float64(rs.BytesToAgent)/(1<<20), rs.DialFailures)
+		fmt.Fprintf(w, "Relay yamux://%s → daemon quic://%s: %d agent connection(s) relayed, %d streams, %s to the daemon, %s to agents, %d dial failures\n",
+			r.Relay, r.DaemonQUIC, rs.Accepted, rs.Streams, size(rs.BytesToDaemon), size(rs.BytesToAgent), rs.DialFailures)
 		fmt.Fprintf(w, "      (the relay's TLS ends at the relay; the daemon checked the agent's own certificate chain and key proof)\n")
 	}
 
