@@ -1,11 +1,12 @@
 // Command forgeyard is the Forgeyard Transport operator CLI.
 //
 //	forgeyard dev-certs [flags]   create a development PKI (CA, server, agents)
+//	forgeyard transport status|sessions|protocols|doctor [--admin URL] [--token-file FILE] [--json]
 //
 // Subcommands are registered in the commands table below; each parses its
-// own flags with the standard flag package. Groups of subcommands (the
-// planned `forgeyard transport status|sessions|protocols|doctor`) are
-// commands whose run function dispatches again with dispatch.
+// own flags with the standard flag package. Groups of subcommands
+// (`forgeyard transport ...`, see transport.go) are commands whose run
+// function dispatches again with dispatch.
 //
 // Exit status: 0 on success, 1 when the command failed, 2 on a usage error.
 package main
@@ -35,6 +36,7 @@ type command struct {
 // commands are the top-level subcommands, in help order.
 var commands = []command{
 	{name: "dev-certs", summary: "create or complete a development PKI (CA, server and agent certificates)", run: runDevCerts},
+	{name: "transport", summary: "inspect a running daemon: status, sessions, protocols, doctor", run: runTransport},
 }
 
 func main() {
