@@ -55,7 +55,7 @@ func buildDaemon(t *testing.T) string {
 // testDaemon is a forgeyard-daemon process on loopback.
 type testDaemon struct {
 	quicAddr, admin, socket, token, tokenFile, pki string
-	logs                                         *lockedBuffer
+	logs                                           *lockedBuffer
 }
 
 type lockedBuffer struct {
