@@ -118,6 +118,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 		out := fs.Output()
 		fmt.Fprintf(out, `Usage: forgeyard-agent [--config FILE] [flags]
        forgeyard-agent connection status [--json] [--status-file FILE]
+       forgeyard-agent doctor [--config FILE] [flags] [--json]
 
 Runs a Forgeyard Transport agent with the synthetic executor. Settings come
 from the TOML file given with --config; each flag below overrides one key of
@@ -139,6 +140,9 @@ Examples:
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	if len(args) > 0 && args[0] == "doctor" {
+		return runDoctor(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "connection" {
 		if len(args) < 2 || args[1] != "status" {
 			fmt.Fprintln(stderr, "forgeyard-agent: usage: forgeyard-agent connection status [--json] [--status-file FILE]")

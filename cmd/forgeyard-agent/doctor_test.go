@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"forgeyard.dev/transport/internal/doctor"
+	"forgeyard.dev/transport/internal/netsim"
+	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/trust"
+	"forgeyard.dev/transport/wire"
+)
+
+func runAgentCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code := run(context.Background(), args, &o, &e, nil)
+	return code, o.String(), e.String()
+}
+
+// findings decodes a --json doctor report and indexes it by check
+// (the first finding of each check).
+func findings(t *testing.T, out string) (doctor.Report, map[string]doctor.Finding) {
+	t.Helper()
+	var r doctor.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not a doctor report: %v\n%s", err, out)
+	}
+	m := map[string]doctor.Finding{}
+	for _, f := range r.Findings {
+		if _, ok := m[f.Check]; !ok {
+			m[f.Check] = f
+		}
+	}
+	return r, m
+}
+
+func doctorPKI(t *testing.T) (string, *trust.DevPKI) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "pki")
+	pki, err := trust.GenerateDevPKI(dir, trust.DevPKIOptions{Agents: []string{"doc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, pki
+}
+
+// TestDoctorOK: against a live in-process daemon every check passes, in
+// the table and in JSON, and the daemon saw no registration.
+func TestDoctorOK(t *testing.T) {
+	dir, pki := doctorPKI(t)
+	registered := make(chan daemon.SessionInfo, 1)
+	_, addr := testDaemon(t, "quic", dir, daemon.Hooks{OnRegistered: func(s daemon.SessionInfo) { registered <- s }}, io.Discard)
+	a, _ := pki.Agent("doc")
+	args := []string{"doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://" + addr, "--server-name", "localhost"}
+
+	code, out, errOut := runAgentCmd(t, args...)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"RESULT  CHECK", "OK      certificate", "runner " + a.Runner.String(), "OK      udp          quic://" + addr,
+		"OK      tls-trust", "OK      client-cert", "OK      protocol", "negotiated " + wire.Current.String(), "OK      clock", "OK      mtu", "not detectable",
+		"OK: 9 checks, 0 failed, 0 warnings"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = runAgentCmd(t, append(args, "--json")...)
+	r, m := findings(t, out)
+	if code != exitOK || r.Result != doctor.OK {
+		t.Fatalf("json: exit %d %+v", code, r)
+	}
+	for _, c := range []string{"config", "certificate", "dns", "udp", "tls-trust", "client-cert", "protocol", "clock", "mtu"} {
+		if m[c].Result != doctor.OK {
+			t.Errorf("%s = %+v", c, m[c])
+		}
+	}
+	select {
+	case s := <-registered:
+		t.Errorf("doctor registered a session: %+v", s)
+	default:
+	}
+}
+
+// TestDoctorUDPBlocked: a QUIC endpoint behind a UDP proxy that drops
+// everything gets the exact FAIL text and exit 1.
+func TestDoctorUDPBlocked(t *testing.T) {
+	dir, _ := doctorPKI(t)
+	_, addr := testDaemon(t, "quic", dir, daemon.Hooks{}, io.Discard)
+	p, err := netsim.NewUDPProxy(addr, netsim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Blackhole(true)
+	_, port, _ := strings.Cut(p.Addr(), ":")
+	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+p.Addr(), "--server-name", "localhost",
+		"--timeout", "500ms", "--json")
+	_, m := findings(t, out)
+	want := "UDP to 127.0.0.1:" + port + " is blocked or dropped; add a relay endpoint (yamux://relay:7444) or allow UDP " + port
+	if code != exitFail || m["udp"].Result != doctor.Fail || m["udp"].Detail != want {
+		t.Fatalf("exit %d, udp %+v; want FAIL %q", code, m["udp"], want)
+	}
+	if !strings.Contains(m["udp"].Fix, "allow UDP "+port) {
+		t.Errorf("fix %q", m["udp"].Fix)
+	}
+	if _, ok := m["protocol"]; ok {
+		t.Errorf("protocol checked over a blocked path: %+v", m["protocol"])
+	}
+}
+
+// TestDoctorWrongCA: a CA that did not sign the daemon certificate is a
+// tls-trust FAIL with the x509 reason.
+func TestDoctorWrongCA(t *testing.T) {
+	dir, pki := doctorPKI(t)
+	_, other := doctorPKI(t)
+	_, addr := testDaemon(t, "quic", dir, daemon.Hooks{}, io.Discard)
+	a, _ := pki.Agent("doc")
+	code, out, _ := runAgentCmd(t, "doctor", "--endpoint", "quic://"+addr, "--server-name", "localhost",
+		"--cert", a.CertFile, "--key", a.KeyFile, "--ca", other.CA.CertFile, "--json")
+	_, m := findings(t, out)
+	f := m["tls-trust"]
+	if code != exitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "x509: certificate signed by unknown authority") ||
+		!strings.Contains(f.Fix, other.CA.CertFile) {
+		t.Fatalf("exit %d, tls-trust %+v", code, f)
+	}
+	if m["udp"].Result != doctor.OK {
+		t.Errorf("udp %+v: the daemon did answer", m["udp"])
+	}
+
+	// A server name the certificate does not hold: the hostname reason.
+	code, out, _ = runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+addr, "--server-name", "daemon.wrong.example", "--json")
+	_, m = findings(t, out)
+	if f := m["tls-trust"]; code != exitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "x509: certificate is valid for") ||
+		!strings.Contains(f.Fix, "control_plane.server_name") {
+		t.Fatalf("wrong name: exit %d, tls-trust %+v", code, f)
+	}
+}
+
+// expiredAgentCert writes a certificate for a fresh RunnerId, signed by
+// the dev CA, that expired an hour ago.
+func expiredAgentCert(t *testing.T, pki *trust.DevPKI) (certFile, keyFile string, notAfter time.Time) {
+	t.Helper()
+	caCert := readCert(t, pki.CA.CertFile)
+	caKey := readKey(t, pki.CA.KeyFile)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAfter = time.Now().Add(-time.Hour).Truncate(time.Second)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "expired-agent"},
+		NotBefore: notAfter.Add(-48 * time.Hour), NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, URIs: []*url.URL{trust.RunnerURI(wire.NewRunnerId())}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "expired.pem"), filepath.Join(dir, "expired-key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, notAfter
+}
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func readKey(t *testing.T, path string) crypto.Signer {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, _ := pem.Decode(b)
+	if k, err := x509.ParsePKCS8PrivateKey(blk.Bytes); err == nil {
+		return k.(crypto.Signer)
+	}
+	k, err := x509.ParseECPrivateKey(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestDoctorExpiredCert: an expired agent certificate is a certificate
+// FAIL, and the daemon refuses it at the TLS handshake (§22): client-cert
+// FAIL saying when it expired and to renew it.
+func TestDoctorExpiredCert(t *testing.T) {
+	dir, pki := doctorPKI(t)
+	registered := make(chan daemon.SessionInfo, 1)
+	_, addr := testDaemon(t, "quic", dir, daemon.Hooks{OnRegistered: func(s daemon.SessionInfo) { registered <- s }}, io.Discard)
+	cert, key, notAfter := expiredAgentCert(t, pki)
+	at := notAfter.UTC().Format(time.RFC3339)
+	code, out, _ := runAgentCmd(t, "doctor", "--endpoint", "quic://"+addr, "--server-name", "localhost",
+		"--cert", cert, "--key", key, "--ca", pki.CA.CertFile, "--json")
+	_, m := findings(t, out)
+	if f := m["certificate"]; code != exitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "certificate expired at "+at) || !strings.Contains(f.Fix, "renew") {
+		t.Fatalf("exit %d, certificate %+v", code, f)
+	}
+	f := m["client-cert"]
+	if f.Result != doctor.Fail || f.Detail != "the daemon refused this agent's certificate: certificate expired at "+at+"; renew it" {
+		t.Fatalf("client-cert %+v\n%s", f, out)
+	}
+	if m["tls-trust"].Result != doctor.OK {
+		t.Errorf("tls-trust %+v", m["tls-trust"])
+	}
+	select {
+	case s := <-registered:
+		t.Errorf("expired certificate registered: %+v", s)
+	default:
+	}
+}
