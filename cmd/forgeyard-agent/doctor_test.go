@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"io"
+	"log/slog"
 	"math/big"
 	"net/url"
 	"os"
@@ -157,16 +158,29 @@ func TestDoctorWrongCA(t *testing.T) {
 // the dev CA, that expired an hour ago.
 func expiredAgentCert(t *testing.T, pki *trust.DevPKI) (certFile, keyFile string, notAfter time.Time) {
 	t.Helper()
+	notAfter = time.Now().Add(-time.Hour).Truncate(time.Second)
+	certFile, keyFile, _ = agentCert(t, pki, notAfter)
+	return certFile, keyFile, notAfter
+}
+
+// agentCert writes a client certificate for a fresh RunnerId, signed by
+// the dev CA, valid until notAfter (from at least an hour ago).
+func agentCert(t *testing.T, pki *trust.DevPKI, notAfter time.Time) (certFile, keyFile string, runner wire.RunnerId) {
+	t.Helper()
+	runner = wire.NewRunnerId()
 	caCert := readCert(t, pki.CA.CertFile)
 	caKey := readKey(t, pki.CA.KeyFile)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	notAfter = time.Now().Add(-time.Hour).Truncate(time.Second)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "expired-agent"},
-		NotBefore: notAfter.Add(-48 * time.Hour), NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, URIs: []*url.URL{trust.RunnerURI(wire.NewRunnerId())}}
+	notBefore := notAfter.Add(-48 * time.Hour)
+	if now := time.Now().Add(-time.Hour); now.Before(notBefore) {
+		notBefore = now
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "test-agent"},
+		NotBefore: notBefore, NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, URIs: []*url.URL{trust.RunnerURI(runner)}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)
@@ -176,14 +190,14 @@ func expiredAgentCert(t *testing.T, pki *trust.DevPKI) (certFile, keyFile string
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "expired.pem"), filepath.Join(dir, "expired-key.pem")
+	certFile, keyFile = filepath.Join(dir, "agent.pem"), filepath.Join(dir, "agent-key.pem")
 	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return certFile, keyFile, notAfter
+	return certFile, keyFile, runner
 }
 
 func readCert(t *testing.T, path string) *x509.Certificate {
@@ -243,5 +257,79 @@ func TestDoctorExpiredCert(t *testing.T) {
 	case s := <-registered:
 		t.Errorf("expired certificate registered: %+v", s)
 	default:
+	}
+}
+
+// TestAgentExpiredCertRefused: the agent refuses to start with an expired
+// certificate and says when it expired and to renew it.
+func TestAgentExpiredCertRefused(t *testing.T) {
+	_, pki := doctorPKI(t)
+	cert, key, notAfter := expiredAgentCert(t, pki)
+	code, _, errOut := runAgentCmd(t, "--endpoint", "quic://127.0.0.1:1", "--cert", cert, "--key", key, "--ca", pki.CA.CertFile)
+	at := notAfter.UTC().Format(time.RFC3339)
+	if code != exitUsage || !strings.Contains(errOut, "expired at "+at) || !strings.Contains(errOut, "renew it") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestAgentWarnsBeforeExpiry: an agent whose certificate expires within
+// the warning window logs trust.ExpiryWarning at start (§22) and still
+// connects; a certificate far from expiry logs nothing.
+func TestAgentWarnsBeforeExpiry(t *testing.T) {
+	dir, pki := doctorPKI(t)
+	registered := make(chan daemon.SessionInfo, 1)
+	_, addr := testDaemon(t, "quic", dir, daemon.Hooks{OnRegistered: func(s daemon.SessionInfo) { registered <- s }}, io.Discard)
+	notAfter := time.Now().Add(3 * 24 * time.Hour).Truncate(time.Second)
+	cert, key, runner := agentCert(t, pki, notAfter)
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--endpoint", "quic://" + addr, "--server-name", "localhost", "--cert", cert, "--key", key,
+			"--ca", pki.CA.CertFile, "--log-format", "json"}, io.Discard, &logs, nil)
+	}()
+	select {
+	case s := <-registered:
+		if s.Runner != runner {
+			t.Errorf("registered %v, want %v", s.Runner, runner)
+		}
+	case code := <-done:
+		t.Fatalf("agent exited %d: %s", code, logs.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no registration: %s", logs.String())
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Errorf("exit %d", code)
+	}
+	var warned bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["event"] != "certificate.expiry" {
+			continue
+		}
+		warned = true
+		msg, _ := rec["msg"].(string)
+		if rec["level"] != "WARN" || !strings.Contains(msg, "runner "+runner.String()) || !strings.Contains(msg, "expires at "+notAfter.UTC().Format(time.RFC3339)) ||
+			!strings.Contains(msg, "rotate it") || rec["not_after"] != notAfter.UTC().Format(time.RFC3339) {
+			t.Errorf("expiry record %v", rec)
+		}
+	}
+	if !warned {
+		t.Errorf("no certificate.expiry warning:\n%s", logs.String())
+	}
+
+	// Far from expiry: nothing.
+	a, _ := pki.Agent("doc")
+	var quiet bytes.Buffer
+	if checkCertExpiry(slog.New(slog.NewTextHandler(&quiet, nil)), a.CertFile, time.Now()) || quiet.Len() != 0 {
+		t.Errorf("90-day certificate warned: %s", quiet.String())
+	}
+	// Expired: an error record.
+	var loud bytes.Buffer
+	if !checkCertExpiry(slog.New(slog.NewTextHandler(&loud, nil)), a.CertFile, a.NotAfter.Add(time.Minute)) ||
+		!strings.Contains(loud.String(), "level=ERROR") || !strings.Contains(loud.String(), "EXPIRED") {
+		t.Errorf("expired certificate: %s", loud.String())
 	}
 }

@@ -48,6 +48,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/trust"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
@@ -182,6 +183,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
 	a, err := newAgent(cfg, f.seed, log, tel.hooks())
 	if err != nil {
+		if errors.Is(err, trust.ErrCertExpired) {
+			err = fmt.Errorf("%w; renew it (same RunnerId) and restart; `forgeyard-agent doctor` shows the details", err)
+		}
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
 	}
@@ -190,6 +194,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	telDone := make(chan struct{})
 	go func() { defer close(telDone); tel.run(telCtx, a) }()
 	defer func() { stopTel(); <-telDone }() // the final status file says "agent stopped"
+	expiryDone := make(chan struct{})
+	go func() { defer close(expiryDone); watchCertExpiry(telCtx, log, cfg.ControlPlane.Credential.Certificate) }()
+	defer func() { stopTel(); <-expiryDone }()
 	if metricsAddr != "" {
 		ln, err := net.Listen("tcp", metricsAddr)
 		if err != nil {
