@@ -22,9 +22,10 @@ import (
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
-// dataBackends runs f on memory and QUIC (the data plane tests' backends).
+// dataBackends runs f on memory and on every network backend (the data
+// plane's §300 items hold on each).
 func dataBackends(t *testing.T, f func(t *testing.T, b backend)) {
-	for _, mk := range []func() backend{memoryBackend, quicBackend} {
+	for _, mk := range []func() backend{memoryBackend, quicBackend, yamuxBackend, webtransportBackend} {
 		b := mk()
 		t.Run(b.name, func(t *testing.T) { f(t, b) })
 	}
@@ -32,14 +33,14 @@ func dataBackends(t *testing.T, f func(t *testing.T, b backend)) {
 
 // dataWorld is a world whose daemon keeps logs in a MemorySink and objects
 // in an FSStore.
-func dataWorld(t *testing.T, b backend) (*world, *logs.MemorySink, *cas.FSStore) {
+func dataWorld(t *testing.T, b backend, opts ...worldOpt) (*world, *logs.MemorySink, *cas.FSStore) {
 	t.Helper()
 	sink := &logs.MemorySink{}
 	store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newWorld(t, b, func(c *daemon.Config) { c.LogSink, c.ContentStore = sink, store })
+	w := newWorld(t, b, append([]worldOpt{func(c *daemon.Config) { c.LogSink, c.ContentStore = sink, store }}, opts...)...)
 	return w, sink, store
 }
 
