@@ -46,6 +46,9 @@ type Report struct {
 // Add appends f and updates Result.
 func (r *Report) Add(f Finding) {
 	r.Findings = append(r.Findings, f)
+	if r.Result == "" {
+		r.Result = OK
+	}
 	if rank(f.Result) > rank(r.Result) {
 		r.Result = f.Result
 	}
