@@ -105,8 +105,12 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		for _, e := range cfg.Endpoints() {
 			eps = append(eps, e.String())
 		}
-		r.Add(doctor.Finding{Check: "config", Target: f.configFile, Result: doctor.OK, Detail: fmt.Sprintf("%d endpoints: %s", len(eps), strings.Join(eps, ", "))})
-		d := &agentDoctor{cfg: cfg, timeout: *timeout, maxSkew: *maxSkew, now: time.Now, r: r}
+		noun := "endpoints"
+		if len(eps) == 1 {
+			noun = "endpoint"
+		}
+		r.Add(doctor.Finding{Check: "config", Target: f.configFile, Result: doctor.OK, Detail: fmt.Sprintf("%d %s: %s", len(eps), noun, strings.Join(eps, ", "))})
+		d := &agentDoctor{cfg: cfg, timeout: *timeout, maxSkew: *maxSkew, now: time.Now, r: r, proxyFor: testProxyFor}
 		d.run(ctx)
 	}
 	if *asJSON {
@@ -120,6 +124,11 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return exitOK
 }
 
+// testProxyFor, when set by a test, replaces http.ProxyFromEnvironment
+// (which reads the environment once per process and never proxies
+// loopback addresses).
+var testProxyFor func(*http.Request) (*url.URL, error)
+
 type agentDoctor struct {
 	cfg     *config.Agent
 	timeout time.Duration
@@ -129,6 +138,9 @@ type agentDoctor struct {
 
 	leaf   *x509.Certificate // the agent's certificate, if it parsed
 	client *tls.Config       // client TLS config for the dials, nil if unusable
+	// proxyFor returns the HTTPS proxy for a TCP endpoint (nil: direct);
+	// nil means http.ProxyFromEnvironment.
+	proxyFor func(*http.Request) (*url.URL, error)
 }
 
 func (d *agentDoctor) add(check, target string, res doctor.Result, detail, fix string) {
@@ -222,8 +234,15 @@ func (d *agentDoctor) checkEndpoint(ctx context.Context, e config.Endpoint) {
 		d.add("tls-trust", target, doctor.Skip, "no usable TLS configuration (see above)", "")
 		return
 	}
-	if e.Backend == config.BackendYamux && !d.checkTCP(ctx, e) {
-		return
+	if e.Backend == config.BackendYamux {
+		proxy := d.proxy(e)
+		if !d.checkTCP(ctx, e, proxy) {
+			return
+		}
+		if proxy != nil {
+			d.checkTLSViaProxy(ctx, e, proxy)
+			return
+		}
 	}
 	tc := d.client.Clone()
 	if tc.ServerName == "" {
@@ -261,6 +280,7 @@ func (d *agentDoctor) checkEndpoint(ctx context.Context, e config.Endpoint) {
 
 func (d *agentDoctor) checkDNS(ctx context.Context, e config.Endpoint) bool {
 	host := e.Host()
+	viaProxy := e.Backend == config.BackendYamux && d.proxy(e) != nil
 	if _, err := netip.ParseAddr(host); err == nil {
 		d.add("dns", e.String(), doctor.OK, host+" is an IP address; no lookup needed", "")
 		return true
@@ -273,6 +293,10 @@ func (d *agentDoctor) checkDNS(ctx context.Context, e config.Endpoint) bool {
 		if err != nil {
 			msg = err.Error()
 		}
+		if viaProxy {
+			d.add("dns", e.String(), doctor.OK, "cannot resolve "+host+" here ("+msg+"); the proxy resolves it", "")
+			return true
+		}
 		d.add("dns", e.String(), doctor.Fail, "cannot resolve "+host+": "+msg, "check the endpoint's host name and this machine's resolver (/etc/resolv.conf)")
 		return false
 	}
@@ -280,20 +304,34 @@ func (d *agentDoctor) checkDNS(ctx context.Context, e config.Endpoint) bool {
 	return true
 }
 
+// proxy returns the HTTPS proxy that applies to a TCP endpoint, or nil.
+func (d *agentDoctor) proxy(e config.Endpoint) *url.URL {
+	f := d.proxyFor
+	if f == nil {
+		f = http.ProxyFromEnvironment
+	}
+	u, err := f(&http.Request{URL: &url.URL{Scheme: "https", Host: e.HostPort}})
+	if err != nil {
+		return nil
+	}
+	return u
+}
+
 // checkTCP opens (and closes) a TCP connection to a yamux endpoint,
-// through the HTTPS proxy of the environment when one applies.
-func (d *agentDoctor) checkTCP(ctx context.Context, e config.Endpoint) bool {
+// through proxy when not nil.
+func (d *agentDoctor) checkTCP(ctx context.Context, e config.Endpoint, proxy *url.URL) bool {
 	target := e.String()
-	proxy, perr := http.ProxyFromEnvironment(&http.Request{URL: &url.URL{Scheme: "https", Host: e.HostPort}})
 	tctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	if perr == nil && proxy != nil {
-		if err := connectViaProxy(tctx, proxy, e.HostPort); err != nil {
+	if proxy != nil {
+		c, err := connectViaProxy(tctx, proxy, e.HostPort)
+		if err != nil {
 			d.add("tcp", target, doctor.Fail, fmt.Sprintf("through proxy %s: %v", proxy.Host, err),
 				"check HTTPS_PROXY/NO_PROXY and that the proxy allows CONNECT to port "+port(e.HostPort))
 			return false
 		}
-		d.add("tcp", target, doctor.OK, "TCP connection through proxy "+proxy.Host+" opened", "")
+		c.Close()
+		d.add("tcp", target, doctor.OK, "TCP connection through proxy "+proxy.Host+" opened (HTTP CONNECT)", "")
 		return true
 	}
 	var nd net.Dialer
@@ -317,9 +355,9 @@ func (d *agentDoctor) checkTCP(ctx context.Context, e config.Endpoint) bool {
 	return true
 }
 
-// connectViaProxy does an HTTP CONNECT to addr through proxy and closes
-// the tunnel.
-func connectViaProxy(ctx context.Context, proxy *url.URL, addr string) error {
+// connectViaProxy opens an HTTP CONNECT tunnel to addr through proxy
+// (basic auth from the proxy URL's user information).
+func connectViaProxy(ctx context.Context, proxy *url.URL, addr string) (net.Conn, error) {
 	ph := proxy.Host
 	if proxy.Port() == "" {
 		ph = net.JoinHostPort(proxy.Hostname(), "80")
@@ -327,12 +365,20 @@ func connectViaProxy(ctx context.Context, proxy *url.URL, addr string) error {
 	var nd net.Dialer
 	c, err := nd.DialContext(ctx, "tcp", ph)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
+	if err := connectHandshake(c, proxy, addr); err != nil {
+		c.Close()
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+func connectHandshake(c net.Conn, proxy *url.URL, addr string) error {
 	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: addr}, Host: addr, Header: http.Header{}}
 	if u := proxy.User; u != nil {
 		pw, _ := u.Password()
@@ -343,15 +389,72 @@ func connectViaProxy(ctx context.Context, proxy *url.URL, addr string) error {
 	if err := req.Write(c); err != nil {
 		return err
 	}
-	resp, err := http.ReadResponse(bufio.NewReaderSize(io.LimitReader(c, 64<<10), 4096), req)
+	// Read the answer byte by byte up to the blank line, so no byte of
+	// the tunnel is consumed by a buffer.
+	var head []byte
+	one := make([]byte, 1)
+	for !strings.HasSuffix(string(head), "\r\n\r\n") {
+		if len(head) > 16<<10 {
+			return errors.New("proxy answer header too large")
+		}
+		if _, err := c.Read(one); err != nil {
+			return fmt.Errorf("reading the proxy's answer: %w", err)
+		}
+		head = append(head, one[0])
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(head))), req)
 	if err != nil {
 		return err
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("CONNECT %s answered %s", addr, resp.Status)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusProxyAuthRequired:
+		return fmt.Errorf("CONNECT %s: 407 proxy authentication required: put credentials in the proxy URL (http://user:pass@%s)", addr, proxy.Host)
 	}
-	return nil
+	return fmt.Errorf("CONNECT %s answered %s", addr, resp.Status)
+}
+
+// checkTLSViaProxy runs the TLS handshake of a yamux endpoint through
+// the proxy tunnel: the daemon certificate's trust, and whether the
+// daemon accepts ours (a TLS 1.3 server refuses a client certificate
+// with an alert after the client finished; none within a short wait
+// means accepted).
+func (d *agentDoctor) checkTLSViaProxy(ctx context.Context, e config.Endpoint, proxy *url.URL) {
+	target := e.String()
+	tctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	c, err := connectViaProxy(tctx, proxy, e.HostPort)
+	if err != nil {
+		d.add("tls-trust", target, doctor.Fail, "through proxy "+proxy.Host+": "+err.Error(), "")
+		return
+	}
+	defer c.Close()
+	tc := d.client.Clone()
+	if tc.ServerName == "" {
+		tc.ServerName = e.Host()
+	}
+	tc.NextProtos = []string{yamux.ALPN}
+	tlc := tls.Client(c, tc)
+	if err := tlc.HandshakeContext(tctx); err != nil {
+		if reason := x509Reason(err); reason != "" {
+			d.add("tls-trust", target, doctor.Fail, "the daemon certificate does not verify: "+reason, trustFix(reason, d.cfg.ControlPlane.Credential.CA, tc.ServerName))
+			return
+		}
+		d.add("tls-trust", target, doctor.Fail, "TLS through proxy "+proxy.Host+": "+err.Error(), "check that the proxy tunnels to a forgeyard daemon or relay")
+		return
+	}
+	d.add("tls-trust", target, doctor.OK, fmt.Sprintf("daemon certificate verifies against %s for server name %q (through proxy %s)", d.cfg.ControlPlane.Credential.CA, tc.ServerName, proxy.Host), "")
+	_ = tlc.SetReadDeadline(time.Now().Add(min(d.timeout, 500*time.Millisecond)))
+	if _, err := tlc.Read(make([]byte, 1)); err != nil {
+		if alert := remoteAlert(err); alert != "" {
+			d.clientCertRefused(target, alert)
+			return
+		}
+	}
+	d.add("client-cert", target, doctor.OK, "the daemon sent no TLS alert for this agent's certificate", "")
+	d.add("protocol", target, doctor.Skip, "the Hello round trip is not run through a proxy by this doctor", "")
 }
 
 // dialFailed classifies a failed dial: no answer at all (UDP blocked), a

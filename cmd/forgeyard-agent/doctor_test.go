@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto"
@@ -14,10 +15,13 @@ import (
 	"io"
 	"log/slog"
 	"math/big"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,5 +335,103 @@ func TestAgentWarnsBeforeExpiry(t *testing.T) {
 	if !checkCertExpiry(slog.New(slog.NewTextHandler(&loud, nil)), a.CertFile, a.NotAfter.Add(time.Minute)) ||
 		!strings.Contains(loud.String(), "level=ERROR") || !strings.Contains(loud.String(), "EXPIRED") {
 		t.Errorf("expired certificate: %s", loud.String())
+	}
+}
+
+// connectProxy is a minimal HTTP CONNECT proxy on loopback that sends
+// every tunnel to target (so test endpoints can use names that do not
+// resolve here) and records the requested authorities. With deny it
+// answers 407.
+type connectProxy struct {
+	ln     net.Listener
+	asked  chan string
+	target string
+	deny   bool
+}
+
+func newConnectProxy(t *testing.T, target string, deny bool) *connectProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &connectProxy{ln: ln, asked: make(chan string, 16), target: target, deny: deny}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); p.serve(c) }()
+		}
+	}()
+	return p
+}
+
+func (p *connectProxy) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil || req.Method != http.MethodConnect {
+		return
+	}
+	p.asked <- req.Host
+	if p.deny {
+		io.WriteString(c, "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic\r\nContent-Length: 0\r\n\r\n")
+		return
+	}
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+		return
+	}
+	defer up.Close()
+	io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(up, br); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	go func() { io.Copy(c, up); done <- struct{}{} }()
+	<-done
+}
+
+// TestDoctorThroughProxy: a yamux endpoint whose name only the proxy can
+// resolve is checked through HTTP CONNECT (tcp, TLS trust, client
+// certificate); a proxy that wants credentials is a tcp FAIL saying so.
+func TestDoctorThroughProxy(t *testing.T) {
+	dir, _ := doctorPKI(t)
+	_, addr := testDaemon(t, "yamux", dir, daemon.Hooks{}, io.Discard)
+	for _, deny := range []bool{false, true} {
+		p := newConnectProxy(t, addr, deny)
+		proxyURL := &url.URL{Scheme: "http", Host: p.ln.Addr().String()}
+		testProxyFor = func(*http.Request) (*url.URL, error) { return proxyURL, nil }
+		code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "yamux://daemon.invalid:7444",
+			"--server-name", "localhost", "--json")
+		testProxyFor = nil
+		_, m := findings(t, out)
+		select {
+		case got := <-p.asked:
+			if got != "daemon.invalid:7444" {
+				t.Errorf("proxy asked for %q", got)
+			}
+		default:
+			t.Errorf("the proxy saw no CONNECT:\n%s", out)
+		}
+		if m["dns"].Result != doctor.OK || !strings.Contains(m["dns"].Detail, "the proxy resolves it") {
+			t.Errorf("dns %+v", m["dns"])
+		}
+		if deny {
+			if code != exitFail || m["tcp"].Result != doctor.Fail || !strings.Contains(m["tcp"].Detail, "407 proxy authentication required") {
+				t.Errorf("407: exit %d tcp %+v", code, m["tcp"])
+			}
+			continue
+		}
+		if code != exitOK || m["tcp"].Result != doctor.OK || !strings.Contains(m["tcp"].Detail, "through proxy "+p.ln.Addr().String()) ||
+			m["tls-trust"].Result != doctor.OK || m["client-cert"].Result != doctor.OK {
+			t.Errorf("through proxy: exit %d\n%s", code, out)
+		}
 	}
 }
