@@ -128,15 +128,17 @@ func TestStatusFileAndMetrics(t *testing.T) {
 		t.Fatalf("connection status: exit %d %s", code, errOut)
 	}
 	for _, re := range []string{`(?m)^STATUS\s+ok$`, `(?m)^CONNECTED\s+yes$`, `(?m)^BACKEND\s+quic$`, `(?m)^PROTOCOL\s+1\.0$`,
-		`(?m)^ENDPOINT\s+\S*` + regexp.QuoteMeta(addr), `(?m)^LAST HEARTBEAT ACK\s+\d{4}-\d\d-\d\dT\S+ \(\d+\.\ds ago\)$`, `(?m)^STATUS FILE\s+` + regexp.QuoteMeta(statusFile)} {
+		`(?m)^ENDPOINT\s+\S*` + regexp.QuoteMeta(addr), `(?m)^LAST HEARTBEAT ACK\s+\d{4}-\d\d-\d\dT\S+ \(\d+\.\ds ago\)$`, `(?m)^STATUS FILE\s+` + regexp.QuoteMeta(statusFile),
+		`(?m)^FEATURES\s+none$`, `(?m)^TRANSPORT\s+[0-9A-Z]{26} \(epoch 1\)$`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("table lacks %s:\n%s", re, out)
 		}
 	}
 	writeSample(t, "agent-status.txt", out)
 	code, out, _ = connectionStatus(t, "--json", "--status-file", statusFile)
-	var hj telemetry.AgentHealth
-	if code != exitOK || json.Unmarshal([]byte(out), &hj) != nil || !hj.Connected || hj.Backend != "quic" || hj.LastHeartbeatAck.IsZero() {
+	var hj statusReport
+	if code != exitOK || json.Unmarshal([]byte(out), &hj) != nil || !hj.Connected || hj.Backend != "quic" || hj.LastHeartbeatAck.IsZero() ||
+		len(hj.Transport) != 26 || hj.Epoch != 1 {
 		t.Errorf("--json: exit %d %s", code, out)
 	}
 	writeSample(t, "agent-status.json", out)
