@@ -25,8 +25,12 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/internal/config"
+	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/internal/doctor"
 	"forgeyard.dev/transport/internal/netsim"
+	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
@@ -433,5 +437,48 @@ func TestDoctorThroughProxy(t *testing.T) {
 			m["tls-trust"].Result != doctor.OK || m["client-cert"].Result != doctor.OK {
 			t.Errorf("through proxy: exit %d\n%s", code, out)
 		}
+	}
+}
+
+// TestDoctorVersionMismatch: a daemon that speaks only 2.0 answers the
+// hello with a rejection; doctor shows both ranges and the daemon's
+// message.
+func TestDoctorVersionMismatch(t *testing.T) {
+	dir, _ := doctorPKI(t)
+	var stls config.ServerTLS
+	if _, err := setup.DevDaemon(dir, &stls); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := setup.ServerTLS(stls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	au, err := authority.OpenSQLite(context.Background(), ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := wire.ProtocolRange{Min: wire.V(2, 0), Max: wire.V(2, 0)}
+	d, err := daemon.New(daemon.Config{Authority: au, Protocol: v2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := quic.Listen("127.0.0.1:0", tc, quic.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go d.Serve(context.Background(), ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.Shutdown(ctx)
+		ln.Close()
+		au.Close()
+	})
+	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+ln.Addr().String(), "--server-name", "localhost", "--json")
+	_, m := findings(t, out)
+	f := m["protocol"]
+	if code != exitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "no common protocol version: daemon speaks "+v2.String()+", this agent "+wire.Supported.String()) ||
+		!strings.Contains(f.Fix, "upgrade the agent or the daemon") {
+		t.Fatalf("exit %d protocol %+v\n%s", code, f, out)
 	}
 }
