@@ -445,8 +445,23 @@ func TestDoctorThroughProxy(t *testing.T) {
 // message.
 func TestDoctorVersionMismatch(t *testing.T) {
 	dir, _ := doctorPKI(t)
+	v2 := wire.ProtocolRange{Min: wire.V(2, 0), Max: wire.V(2, 0)}
+	addr := configuredDaemon(t, dir, daemon.Config{Protocol: v2})
+	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+addr, "--server-name", "localhost", "--json")
+	_, m := findings(t, out)
+	f := m["protocol"]
+	if code != exitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "no common protocol version: daemon speaks "+v2.String()+", this agent "+wire.Supported.String()) ||
+		!strings.Contains(f.Fix, "upgrade the agent or the daemon") {
+		t.Fatalf("exit %d protocol %+v\n%s", code, f, out)
+	}
+}
+
+// configuredDaemon serves a daemon built from cfg (Authority filled in) on
+// QUIC loopback with the dev PKI's server certificate.
+func configuredDaemon(t *testing.T, pkiDir string, cfg daemon.Config) string {
+	t.Helper()
 	var stls config.ServerTLS
-	if _, err := setup.DevDaemon(dir, &stls); err != nil {
+	if _, err := setup.DevDaemon(pkiDir, &stls); err != nil {
 		t.Fatal(err)
 	}
 	tc, err := setup.ServerTLS(stls)
@@ -457,8 +472,8 @@ func TestDoctorVersionMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v2 := wire.ProtocolRange{Min: wire.V(2, 0), Max: wire.V(2, 0)}
-	d, err := daemon.New(daemon.Config{Authority: au, Protocol: v2})
+	cfg.Authority = au
+	d, err := daemon.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,11 +489,19 @@ func TestDoctorVersionMismatch(t *testing.T) {
 		ln.Close()
 		au.Close()
 	})
-	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+ln.Addr().String(), "--server-name", "localhost", "--json")
-	_, m := findings(t, out)
-	f := m["protocol"]
-	if code != exitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "no common protocol version: daemon speaks "+v2.String()+", this agent "+wire.Supported.String()) ||
-		!strings.Contains(f.Fix, "upgrade the agent or the daemon") {
-		t.Fatalf("exit %d protocol %+v\n%s", code, f, out)
+	return ln.Addr().String()
+}
+
+// TestDoctorClockSkew: a daemon clock five minutes ahead is a clock WARN
+// naming the difference; the report is WARN, exit 0.
+func TestDoctorClockSkew(t *testing.T) {
+	dir, _ := doctorPKI(t)
+	addr := configuredDaemon(t, dir, daemon.Config{Now: func() time.Time { return time.Now().Add(5 * time.Minute) }})
+	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+addr, "--server-name", "localhost", "--json")
+	r, m := findings(t, out)
+	f := m["clock"]
+	if code != exitOK || r.Result != doctor.Warn || f.Result != doctor.Warn || !strings.Contains(f.Detail, "the daemon's clock is 5m0") ||
+		!strings.Contains(f.Detail, "ahead of this machine's") || !strings.Contains(f.Fix, "NTP") {
+		t.Fatalf("exit %d clock %+v\n%s", code, f, out)
 	}
 }
