@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -161,7 +160,7 @@ func (d *agentDoctor) run(ctx context.Context) {
 func (d *agentDoctor) checkCertificate() {
 	path := d.cfg.ControlPlane.Credential.Certificate
 	fail := func(detail, fix string) { d.add("certificate", path, doctor.Fail, detail, fix) }
-	b, err := os.ReadFile(path)
+	b, err := readPEMFile(path)
 	if err != nil {
 		fail(err.Error(), "set control_plane.credential.certificate to the agent's certificate file")
 		return
@@ -206,7 +205,7 @@ func (d *agentDoctor) buildClientTLS() {
 		d.client = c.Client
 		return
 	}
-	caPEM, err := os.ReadFile(cred.CA)
+	caPEM, err := readPEMFile(cred.CA)
 	if err != nil {
 		d.add("ca", cred.CA, doctor.Fail, err.Error(), "set control_plane.credential.ca to the CA that signs the daemon certificate")
 		return

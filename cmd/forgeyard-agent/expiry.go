@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -24,7 +26,7 @@ const (
 // and logs trust.ExpiryWarning: Warn ahead of expiry, Error once expired.
 // It reports whether the certificate is within the window.
 func checkCertExpiry(log *slog.Logger, certFile string, now time.Time) bool {
-	b, err := os.ReadFile(certFile)
+	b, err := readPEMFile(certFile)
 	if err != nil {
 		log.Warn("cannot read the agent certificate to check its expiry", "path", certFile, "err", err)
 		return false
@@ -65,4 +67,25 @@ func watchCertExpiry(ctx context.Context, log *slog.Logger, certFile string) {
 		case <-t.C:
 		}
 	}
+}
+
+// maxPEMFile bounds the certificate and CA files doctor and the expiry
+// check read.
+const maxPEMFile = 1 << 20
+
+// readPEMFile reads a PEM file of at most maxPEMFile bytes.
+func readPEMFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxPEMFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxPEMFile {
+		return nil, fmt.Errorf("%s: larger than %d bytes; not a PEM certificate file", path, maxPEMFile)
+	}
+	return b, nil
 }
