@@ -583,7 +583,10 @@ func (d *agentDoctor) checkClock(target string, t0, t1 time.Time, serverMs uint6
 	}
 	mid := t0.Add(t1.Sub(t0) / 2)
 	skew := time.UnixMilli(int64(serverMs)).Sub(mid)
-	abs := skew.Abs().Round(time.Millisecond)
+	abs := skew.Abs().Round(time.Millisecond) // the daemon's time has millisecond resolution
+	if abs > time.Second {
+		abs = abs.Round(100 * time.Millisecond)
+	}
 	dir := "ahead of"
 	if skew < 0 {
 		dir = "behind"

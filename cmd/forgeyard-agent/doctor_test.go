@@ -500,7 +500,7 @@ func TestDoctorClockSkew(t *testing.T) {
 	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+addr, "--server-name", "localhost", "--json")
 	r, m := findings(t, out)
 	f := m["clock"]
-	if code != exitOK || r.Result != doctor.Warn || f.Result != doctor.Warn || !strings.Contains(f.Detail, "the daemon's clock is 5m0") ||
+	if code != exitOK || r.Result != doctor.Warn || f.Result != doctor.Warn || !strings.Contains(f.Detail, "the daemon's clock is 5m0s ahead") ||
 		!strings.Contains(f.Detail, "ahead of this machine's") || !strings.Contains(f.Fix, "NTP") {
 		t.Fatalf("exit %d clock %+v\n%s", code, f, out)
 	}
