@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -339,5 +341,58 @@ func TestTransportErrors(t *testing.T) {
 	fi, err := os.Stat(td.socket)
 	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
 		t.Errorf("admin socket mode: %v %v", fi.Mode(), err)
+	}
+}
+
+// TestDaemonDoctorFindings: each bad fact of /status becomes its finding
+// with a fix (served by a fake admin endpoint).
+func TestDaemonDoctorFindings(t *testing.T) {
+	now := time.Now()
+	st := adminapi.Status{Status: telemetry.StatusDown, Daemon: "d9", Draining: true,
+		Listeners: []adminapi.Listener{{Backend: "quic", Address: "0.0.0.0:7443", State: adminapi.ListenerDown, Error: "bind: address already in use"}},
+		Certificate: &telemetry.CertHealth{Subject: "CN=d9", NotBefore: now.Add(-80 * 24 * time.Hour), NotAfter: now.Add(5 * 24 * time.Hour), Valid: true, DaysToExpiry: 5},
+		Authority:   adminapi.Authority{Backend: "postgres", Error: "dial tcp 10.0.0.5:5432: connection refused"}, HandshakeFailures: 3}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(&st)
+	}))
+	defer srv.Close()
+	c, err := adminapi.NewClient(srv.URL, "", "", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	get := func() map[string]doctor.Finding {
+		r := daemonDoctor(context.Background(), c, now)
+		m := map[string]doctor.Finding{}
+		for _, f := range r.Findings {
+			m[f.Check] = f
+		}
+		return m
+	}
+	m := get()
+	for check, want := range map[string]struct {
+		res         doctor.Result
+		detail, fix string
+	}{
+		"listener":    {doctor.Fail, "bind: address already in use", "check the port is free"},
+		"certificate": {doctor.Warn, "(5 days)", "rotate tls.certificate"},
+		"authority":   {doctor.Fail, "connection refused", "PostgreSQL"},
+		"draining":    {doctor.Warn, "shutting down", ""},
+		"agents":      {doctor.Warn, "no agent is connected", "forgeyard-agent doctor"},
+		"handshakes":  {doctor.Warn, "3 hellos or registrations refused", "auth.failure"},
+	} {
+		f := m[check]
+		if f.Result != want.res || !strings.Contains(f.Detail, want.detail) || !strings.Contains(f.Fix, want.fix) {
+			t.Errorf("%s = %+v, want %s with %q / fix %q", check, f, want.res, want.detail, want.fix)
+		}
+	}
+	st.Certificate = &telemetry.CertHealth{Subject: "CN=d9", NotAfter: now.Add(-time.Hour), Valid: false, DaysToExpiry: -1}
+	st.Listeners = nil
+	m = get()
+	if f := m["certificate"]; f.Result != doctor.Fail || !strings.Contains(f.Detail, "expired at") {
+		t.Errorf("expired certificate: %+v", f)
+	}
+	if f := m["listeners"]; f.Result != doctor.Fail || !strings.Contains(f.Fix, "listen.quic") {
+		t.Errorf("no listener: %+v", f)
 	}
 }
