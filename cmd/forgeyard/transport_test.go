@@ -349,7 +349,7 @@ func TestTransportErrors(t *testing.T) {
 func TestDaemonDoctorFindings(t *testing.T) {
 	now := time.Now()
 	st := adminapi.Status{Status: telemetry.StatusDown, Daemon: "d9", Draining: true,
-		Listeners: []adminapi.Listener{{Backend: "quic", Address: "0.0.0.0:7443", State: adminapi.ListenerDown, Error: "bind: address already in use"}},
+		Listeners:   []adminapi.Listener{{Backend: "quic", Address: "0.0.0.0:7443", State: adminapi.ListenerDown, Error: "bind: address already in use"}},
 		Certificate: &telemetry.CertHealth{Subject: "CN=d9", NotBefore: now.Add(-80 * 24 * time.Hour), NotAfter: now.Add(5 * 24 * time.Hour), Valid: true, DaysToExpiry: 5},
 		Authority:   adminapi.Authority{Backend: "postgres", Error: "dial tcp 10.0.0.5:5432: connection refused"}, HandshakeFailures: 3}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
