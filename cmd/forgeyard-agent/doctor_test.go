@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/internal/doctor"
@@ -503,5 +504,50 @@ func TestDoctorClockSkew(t *testing.T) {
 	if code != exitOK || r.Result != doctor.Warn || f.Result != doctor.Warn || !strings.Contains(f.Detail, "the daemon's clock is 5m0s ahead") ||
 		!strings.Contains(f.Detail, "ahead of this machine's") || !strings.Contains(f.Fix, "NTP") {
 		t.Fatalf("exit %d clock %+v\n%s", code, f, out)
+	}
+}
+
+// TestDoctorWebTransport: a WebTransport endpoint is checked like QUIC
+// (udp, TLS, hello) over its own backend.
+func TestDoctorWebTransport(t *testing.T) {
+	dir, _ := doctorPKI(t)
+	var stls config.ServerTLS
+	if _, err := setup.DevDaemon(dir, &stls); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := setup.ServerTLS(stls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	au, err := authority.OpenSQLite(context.Background(), ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(daemon.Config{Authority: au})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := setup.Listen(config.Listen{WebTransport: "127.0.0.1:0"}, tc, quic.Config{}, yamux.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go d.Serve(context.Background(), ls[0])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d.Shutdown(ctx)
+		ls[0].Close()
+		au.Close()
+	})
+	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "webtransport://"+ls[0].Addr().String(),
+		"--server-name", "localhost", "--json")
+	r, m := findings(t, out)
+	if code != exitOK || r.Result != doctor.OK {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	for _, c := range []string{"udp", "tls-trust", "client-cert", "protocol", "clock"} {
+		if m[c].Result != doctor.OK || !strings.HasPrefix(m[c].Target, "webtransport://") {
+			t.Errorf("%s = %+v", c, m[c])
+		}
 	}
 }
