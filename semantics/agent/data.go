@@ -73,7 +73,7 @@ func (a *Agent) fetchPayload(ctx context.Context, at *attempt) (cas.Source, erro
 	if !a.cfg.FetchPayload || ref == (wire.CasObjectRef{}) || a.down == nil {
 		return nil, nil
 	}
-	budget := max(4*a.cfg.RequestTimeout, 5*time.Second) + time.Duration(ref.Size/(1<<20))*100*time.Millisecond
+	budget := max(4*a.cfg.RequestTimeout, 5*time.Second) + time.Duration(ref.Size>>18)*time.Second // as uploads: ≥ 256 KiB/s
 	err := a.onLink(time.Now().Add(budget), func(err error) bool {
 		var oe *cas.OutcomeError
 		return errors.As(err, &oe) || ctx.Err() != nil
@@ -337,7 +337,14 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 	if len(local) == 0 {
 		return outs
 	}
-	err := a.onLink(time.Now().Add(budget), func(err error) bool {
+	// Uploads get the fixed budget plus time for their bytes at a floor of
+	// 256 KiB/s: a stalled transfer fails sooner through the uploader's
+	// idle timeout; a big output on a slow link is not cut off.
+	var total uint64
+	for _, r := range local {
+		total += r.Size
+	}
+	err := a.onLink(time.Now().Add(budget+time.Duration(total>>18)*time.Second), func(err error) bool {
 		var oe *cas.OutcomeError
 		return errors.As(err, &oe) && oe.Outcome == wcas.CasForbidden
 	}, func(ctx context.Context, l *link) error {
