@@ -1,6 +1,8 @@
-// Command forgeyard-agent runs a Forgeyard Transport build agent: it dials
-// the daemon's endpoints in order (QUIC, TLS+yamux, WebTransport) with
-// failover, authenticates with its runner certificate, registers, and runs
+// Command forgeyard-agent runs a Forgeyard Transport build agent: it races
+// the daemon's endpoints (QUIC first, then WebTransport, TLS+yamux and
+// relays at staggered offsets; a backend wins only after a hello round
+// trip; TCP endpoints go through an HTTP CONNECT proxy when one is set),
+// authenticates with its runner certificate, registers, and runs
 // leased attempts (semantics/agent). On connection loss it reconnects with
 // exponential backoff and full jitter under the same agent session and
 // resyncs its running attempts.
@@ -44,9 +46,9 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
-	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/relay/fallback"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/trust"
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -94,13 +96,17 @@ type flags struct {
 	statusFile    string
 	statusEvery   time.Duration
 	metricsListen string
+	proxy         string
+	noProxy       string
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("forgeyard-agent", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
-	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable, tried in order: quic://host:7443, yamux://host:7444, webtransport://host:443 (key: control_plane.endpoints; replaces the file's list)")
+	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable, raced in order by class (QUIC at 0, WebTransport +250ms, TLS+yamux +500ms, relays +1s): quic://host:7443, webtransport://host:443, yamux://host:7444, yamux+upgrade://host:443, relay+yamux://relay:7444 (key: control_plane.endpoints; replaces the file's list)")
+	fs.StringVar(&f.proxy, "proxy", "", "HTTP CONNECT proxy `URL` http://[user:pass@]host:port for the TCP endpoints (yamux, yamux+upgrade, relays), or \"none\" (key: control_plane.proxy; default: HTTPS_PROXY/NO_PROXY from the environment)")
+	fs.StringVar(&f.noProxy, "no-proxy", "", "`hosts` reached without --proxy, NO_PROXY syntax (key: control_plane.no_proxy)")
 	fs.StringVar(&f.serverName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name; default: the endpoint host)")
 	fs.StringVar(&f.cert, "cert", "", "agent certificate PEM `file`, bound to the RunnerId (key: control_plane.credential.certificate)")
 	fs.StringVar(&f.key, "key", "", "agent private key PEM `file` (key: control_plane.credential.private_key)")
@@ -243,6 +249,8 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 		cfg.ControlPlane.Endpoints = f.endpoints
 	}
 	str("server-name", &cfg.ControlPlane.ServerName, f.serverName)
+	str("proxy", &cfg.ControlPlane.Proxy, f.proxy)
+	str("no-proxy", &cfg.ControlPlane.NoProxy, f.noProxy)
 	if f.devPKI != "" {
 		if _, err := setup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
 			return nil, fmt.Errorf("--dev-pki: %w", err)
@@ -267,22 +275,23 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 }
 
 // newAgent loads the credential and builds the agent with one dialer per
-// endpoint.
+// endpoint (relay/fallback), the TCP ones through the configured proxy.
 func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
 	cred, err := setup.LoadCredential(cfg.ControlPlane)
 	if err != nil {
 		return nil, err
 	}
-	var eps []agent.Endpoint
-	for _, e := range cfg.Endpoints() {
-		d, addr, err := setup.Dialer(e, cred.Client, quic.Config{Logger: log}, yamux.Config{})
-		if err != nil {
-			return nil, err
-		}
-		eps = append(eps, agent.Endpoint{Address: addr, Dialer: d, Backend: e.Backend})
+	px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
+	if err != nil {
+		return nil, fmt.Errorf("control_plane.proxy: %w", err)
+	}
+	eps, err := fallback.Endpoints(cfg.Endpoints(), fallback.Options{TLS: cred.Client, QUIC: quic.Config{Logger: log}, Proxy: px})
+	if err != nil {
+		return nil, err
 	}
 	return agent.New(agent.Config{
-		Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
+		Fallback: fallback.Policy(cfg.Fallback),
+		Runner:   cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities: cfg.RunnerCapabilities(),
 		Executor:     agent.NewSyntheticExecutor(seed, agent.SyntheticOptions{}),

@@ -13,10 +13,14 @@ import (
 )
 
 // Endpoint is one daemon address and the backend dialer that reaches it.
+//
+// Class places it in the fallback race (fallback.go); ClassAuto derives it
+// from Backend. Relay endpoints must say ClassRelay.
 type Endpoint struct {
 	Address string
 	Dialer  semantics.BackendDialer
 	Backend string // name for status and logs ("quic", "yamux", "memory", …)
+	Class   Class
 }
 
 // Backoff is the reconnect policy: exponential with FULL jitter (§104,
@@ -53,6 +57,10 @@ type Hooks struct {
 	OnCancel func(attempt wire.JobAttemptId, reason agentwire.CancellationReason)
 	// OnAttemptDone: the daemon acknowledged an attempt's completion.
 	OnAttemptDone func(AttemptDone)
+	// OnBackendChange: the agent registered over a different backend than
+	// before (a fallback, or a move back after probing); reason is the new
+	// Status.FallbackReason.
+	OnBackendChange func(change BackendChange, reason string)
 }
 
 // OfferEvent describes the answer to a lease offer.
@@ -87,10 +95,16 @@ type Config struct {
 	Executor     Executor // required for RoleAgent
 	MaxParallel  int      // concurrent attempts; 0 → 1
 	Backoff      Backoff
-	// FallbackStagger delays the i-th fallback endpoint's dial (happy
-	// eyeballs) until the daemon sends its own in RegistrationAcceptedV1.
-	// Empty means sequential failover.
+	// FallbackStagger staggers endpoints of the same Class (a failover
+	// list, e.g. two daemons over QUIC): the i-th fallback within a class
+	// starts FallbackStagger[i-1] (the last entry repeats) after the
+	// previous one started. Empty means sequential failover within a class
+	// (the next starts when the previous failed). Classes themselves are
+	// staggered by Fallback.ClassStagger.
 	FallbackStagger []time.Duration
+	// Fallback tunes the backend race, the per-network memory of the last
+	// good endpoint and the move back to a better backend (fallback.go).
+	Fallback Fallback
 	// RequestTimeout is the deadline of each request (hello, register,
 	// resync, renew, completion); 0 → DefaultRequestTimeout.
 	RequestTimeout time.Duration

@@ -37,8 +37,11 @@ type Timing struct {
 	RequestTimeout time.Duration
 	// MaxBackoff: the agents' reconnect backoff ceiling.
 	MaxBackoff time.Duration
-	// FallbackStagger: happy-eyeballs delays for the agents' fallback
-	// endpoints (at most 8 entries).
+	// FallbackStagger: the agents' happy-eyeballs class offsets, sent as
+	// fallback_stagger_ms: entry i is how long after backend class i the
+	// class i+1 starts (QUIC → WebTransport → TLS+yamux → relay; the last
+	// entry repeats; at most 8 entries). It replaces the agents' own
+	// (semantics/agent Fallback.ClassStagger).
 	FallbackStagger []time.Duration
 }
 
@@ -54,8 +57,10 @@ const (
 	DefaultDedupRetention      = 24 * time.Hour
 )
 
-// DefaultFallbackStagger is the default happy-eyeballs stagger.
-var DefaultFallbackStagger = []time.Duration{250 * time.Millisecond}
+// DefaultFallbackStagger is the default happy-eyeballs stagger: QUIC at 0,
+// WebTransport +250 ms, TLS+yamux +500 ms, relays +1 s (ARCHITECTURE.md
+// decision 11; the same as semantics/agent DefaultClassStagger).
+var DefaultFallbackStagger = []time.Duration{250 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond}
 
 func (t Timing) withDefaults() Timing {
 	def := func(v *time.Duration, d time.Duration) {

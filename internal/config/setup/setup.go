@@ -188,6 +188,8 @@ func LoadCredential(cp config.ControlPlane) (*Credential, error) {
 
 // Dialer returns the dialer and the address to dial for an endpoint. The
 // TLS configuration is cloned; ServerName defaults to the endpoint host.
+// A yamux+upgrade endpoint gets the HTTP/1.1 Upgrade form. No proxy: see
+// relay/fallback for the agent's dialers.
 // qcfg tunes QUIC and WebTransport, ycfg yamux.
 func Dialer(e config.Endpoint, client *tls.Config, qcfg quic.Config, ycfg yamux.Config) (semantics.BackendDialer, string, error) {
 	tc := client.Clone()
@@ -198,7 +200,7 @@ func Dialer(e config.Endpoint, client *tls.Config, qcfg quic.Config, ycfg yamux.
 	case config.BackendQUIC:
 		return quic.Dialer{TLS: tc, Config: qcfg}, e.HostPort, nil
 	case config.BackendYamux:
-		return yamux.Dialer{TLS: tc, Config: ycfg}, e.HostPort, nil
+		return yamux.Dialer{TLS: tc, Config: ycfg, Upgrade: e.Upgrade}, e.HostPort, nil
 	case config.BackendWebTransport:
 		return webtransport.Dialer{TLS: tc, Config: qcfg}, webtransport.URL(e.HostPort), nil
 	}
