@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -25,6 +23,8 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/internal/doctor"
+	"forgeyard.dev/transport/relay/fallback"
+	"forgeyard.dev/transport/relay/proxy"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/trust"
@@ -109,8 +109,15 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			noun = "endpoint"
 		}
 		r.Add(doctor.Finding{Check: "config", Target: f.configFile, Result: doctor.OK, Detail: fmt.Sprintf("%d %s: %s", len(eps), noun, strings.Join(eps, ", "))})
-		d := &agentDoctor{cfg: cfg, timeout: *timeout, maxSkew: *maxSkew, now: time.Now, r: r, proxyFor: testProxyFor}
-		d.run(ctx)
+		d := &agentDoctor{cfg: cfg, timeout: *timeout, maxSkew: *maxSkew, now: time.Now, r: r}
+		px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
+		if err != nil {
+			r.Add(doctor.Finding{Check: "proxy", Target: cfg.ControlPlane.Proxy, Result: doctor.Fail, Detail: err.Error(),
+				Fix: "set control_plane.proxy (--proxy) to http://[user:pass@]host:port, or \"none\""})
+		} else {
+			d.px = px
+			d.run(ctx)
+		}
 	}
 	if *asJSON {
 		_ = r.WriteJSON(stdout)
@@ -123,11 +130,6 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return exitOK
 }
 
-// testProxyFor, when set by a test, replaces http.ProxyFromEnvironment
-// (which reads the environment once per process and never proxies
-// loopback addresses).
-var testProxyFor func(*http.Request) (*url.URL, error)
-
 type agentDoctor struct {
 	cfg     *config.Agent
 	timeout time.Duration
@@ -137,9 +139,9 @@ type agentDoctor struct {
 
 	leaf   *x509.Certificate // the agent's certificate, if it parsed
 	client *tls.Config       // client TLS config for the dials, nil if unusable
-	// proxyFor returns the HTTPS proxy for a TCP endpoint (nil: direct);
-	// nil means http.ProxyFromEnvironment.
-	proxyFor func(*http.Request) (*url.URL, error)
+	// px is the agent's proxy for TCP endpoints (relay/fallback.ProxyFor;
+	// nil: direct).
+	px *proxy.Dialer
 }
 
 func (d *agentDoctor) add(check, target string, res doctor.Result, detail, fix string) {
@@ -233,29 +235,24 @@ func (d *agentDoctor) checkEndpoint(ctx context.Context, e config.Endpoint) {
 		d.add("tls-trust", target, doctor.Skip, "no usable TLS configuration (see above)", "")
 		return
 	}
-	if e.Backend == config.BackendYamux {
-		proxy := d.proxy(e)
-		if !d.checkTCP(ctx, e, proxy) {
-			return
-		}
-		if proxy != nil {
-			d.checkTLSViaProxy(ctx, e, proxy)
-			return
-		}
+	if e.Backend == config.BackendYamux && !d.checkTCP(ctx, e, d.proxy(e)) {
+		return
 	}
 	tc := d.client.Clone()
 	if tc.ServerName == "" {
 		tc.ServerName = e.Host()
 	}
-	qcfg := quic.Config{HandshakeTimeout: d.timeout, Logger: discardLogger()}
-	dialer, addr, err := setup.Dialer(e, tc, qcfg, yamux.Config{HandshakeTimeout: d.timeout})
+	// The agent's own dialer for e (relay/fallback): the proxy for TCP
+	// endpoints, the HTTP Upgrade form, relays.
+	ep, err := fallback.Endpoint(e, fallback.Options{TLS: tc, Proxy: d.px,
+		QUIC: quic.Config{HandshakeTimeout: d.timeout, Logger: discardLogger()}, Yamux: yamux.Config{HandshakeTimeout: d.timeout}})
 	if err != nil {
 		d.add("dial", target, doctor.Fail, err.Error(), "")
 		return
 	}
 	dctx, cancel := context.WithTimeout(ctx, d.timeout+time.Second)
 	start := time.Now()
-	bc, err := dialer.Dial(dctx, addr)
+	bc, err := ep.Dialer.Dial(dctx, ep.Address)
 	cancel()
 	udp := e.Backend != config.BackendYamux
 	if err != nil {
@@ -303,13 +300,12 @@ func (d *agentDoctor) checkDNS(ctx context.Context, e config.Endpoint) bool {
 	return true
 }
 
-// proxy returns the HTTPS proxy that applies to a TCP endpoint, or nil.
+// proxy returns the proxy the agent uses for TCP endpoint e, or nil.
 func (d *agentDoctor) proxy(e config.Endpoint) *url.URL {
-	f := d.proxyFor
-	if f == nil {
-		f = http.ProxyFromEnvironment
+	if d.px == nil || d.px.Proxy == nil || e.Backend != config.BackendYamux {
+		return nil
 	}
-	u, err := f(&http.Request{URL: &url.URL{Scheme: "https", Host: e.HostPort}})
+	u, err := d.px.Proxy(e.HostPort)
 	if err != nil {
 		return nil
 	}
@@ -323,7 +319,7 @@ func (d *agentDoctor) checkTCP(ctx context.Context, e config.Endpoint, proxy *ur
 	tctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	if proxy != nil {
-		c, err := connectViaProxy(tctx, proxy, e.HostPort)
+		c, err := d.px.DialContext(tctx, "tcp", e.HostPort)
 		if err != nil {
 			d.add("tcp", target, doctor.Fail, fmt.Sprintf("through proxy %s: %v", proxy.Host, err),
 				"check HTTPS_PROXY/NO_PROXY and that the proxy allows CONNECT to port "+port(e.HostPort))
@@ -352,108 +348,6 @@ func (d *agentDoctor) checkTCP(ctx context.Context, e config.Endpoint, proxy *ur
 	c.Close()
 	d.add("tcp", target, doctor.OK, "TCP connection to "+e.HostPort+" opened", "")
 	return true
-}
-
-// connectViaProxy opens an HTTP CONNECT tunnel to addr through proxy
-// (basic auth from the proxy URL's user information).
-func connectViaProxy(ctx context.Context, proxy *url.URL, addr string) (net.Conn, error) {
-	ph := proxy.Host
-	if proxy.Port() == "" {
-		ph = net.JoinHostPort(proxy.Hostname(), "80")
-	}
-	var nd net.Dialer
-	c, err := nd.DialContext(ctx, "tcp", ph)
-	if err != nil {
-		return nil, err
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	if err := connectHandshake(c, proxy, addr); err != nil {
-		c.Close()
-		return nil, err
-	}
-	_ = c.SetDeadline(time.Time{})
-	return c, nil
-}
-
-func connectHandshake(c net.Conn, proxy *url.URL, addr string) error {
-	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: addr}, Host: addr, Header: http.Header{}}
-	if u := proxy.User; u != nil {
-		pw, _ := u.Password()
-		req.SetBasicAuth(u.Username(), pw)
-		req.Header.Set("Proxy-Authorization", req.Header.Get("Authorization"))
-		req.Header.Del("Authorization")
-	}
-	if err := req.Write(c); err != nil {
-		return err
-	}
-	// Read the answer byte by byte up to the blank line, so no byte of
-	// the tunnel is consumed by a buffer.
-	var head []byte
-	one := make([]byte, 1)
-	for !strings.HasSuffix(string(head), "\r\n\r\n") {
-		if len(head) > 16<<10 {
-			return errors.New("proxy answer header too large")
-		}
-		if _, err := c.Read(one); err != nil {
-			return fmt.Errorf("reading the proxy's answer: %w", err)
-		}
-		head = append(head, one[0])
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(head))), req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return nil
-	case http.StatusProxyAuthRequired:
-		return fmt.Errorf("CONNECT %s: 407 proxy authentication required: put credentials in the proxy URL (http://user:pass@%s)", addr, proxy.Host)
-	}
-	return fmt.Errorf("CONNECT %s answered %s", addr, resp.Status)
-}
-
-// checkTLSViaProxy runs the TLS handshake of a yamux endpoint through
-// the proxy tunnel: the daemon certificate's trust, and whether the
-// daemon accepts ours (a TLS 1.3 server refuses a client certificate
-// with an alert after the client finished; none within a short wait
-// means accepted).
-func (d *agentDoctor) checkTLSViaProxy(ctx context.Context, e config.Endpoint, proxy *url.URL) {
-	target := e.String()
-	tctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
-	c, err := connectViaProxy(tctx, proxy, e.HostPort)
-	if err != nil {
-		d.add("tls-trust", target, doctor.Fail, "through proxy "+proxy.Host+": "+err.Error(), "")
-		return
-	}
-	defer c.Close()
-	tc := d.client.Clone()
-	if tc.ServerName == "" {
-		tc.ServerName = e.Host()
-	}
-	tc.NextProtos = []string{yamux.ALPN}
-	tlc := tls.Client(c, tc)
-	if err := tlc.HandshakeContext(tctx); err != nil {
-		if reason := x509Reason(err); reason != "" {
-			d.add("tls-trust", target, doctor.Fail, "the daemon certificate does not verify: "+reason, trustFix(reason, d.cfg.ControlPlane.Credential.CA, tc.ServerName))
-			return
-		}
-		d.add("tls-trust", target, doctor.Fail, "TLS through proxy "+proxy.Host+": "+err.Error(), "check that the proxy tunnels to a forgeyard daemon or relay")
-		return
-	}
-	d.add("tls-trust", target, doctor.OK, fmt.Sprintf("daemon certificate verifies against %s for server name %q (through proxy %s)", d.cfg.ControlPlane.Credential.CA, tc.ServerName, proxy.Host), "")
-	_ = tlc.SetReadDeadline(time.Now().Add(min(d.timeout, 500*time.Millisecond)))
-	if _, err := tlc.Read(make([]byte, 1)); err != nil {
-		if alert := remoteAlert(err); alert != "" {
-			d.clientCertRefused(target, alert)
-			return
-		}
-	}
-	d.add("client-cert", target, doctor.OK, "the daemon sent no TLS alert for this agent's certificate", "")
-	d.add("protocol", target, doctor.Skip, "the Hello round trip is not run through a proxy by this doctor", "")
 }
 
 // dialFailed classifies a failed dial: no answer at all (UDP blocked), a

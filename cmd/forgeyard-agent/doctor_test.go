@@ -404,18 +404,16 @@ func (p *connectProxy) serve(c net.Conn) {
 }
 
 // TestDoctorThroughProxy: a yamux endpoint whose name only the proxy can
-// resolve is checked through HTTP CONNECT (tcp, TLS trust, client
-// certificate); a proxy that wants credentials is a tcp FAIL saying so.
+// resolve is checked through the agent's --proxy (HTTP CONNECT): tcp, TLS
+// trust, client certificate and the Hello round trip; a proxy that wants
+// credentials is a tcp FAIL saying so.
 func TestDoctorThroughProxy(t *testing.T) {
 	dir, _ := doctorPKI(t)
 	_, addr := testDaemon(t, "yamux", dir, daemon.Hooks{}, io.Discard)
 	for _, deny := range []bool{false, true} {
 		p := newConnectProxy(t, addr, deny)
-		proxyURL := &url.URL{Scheme: "http", Host: p.ln.Addr().String()}
-		testProxyFor = func(*http.Request) (*url.URL, error) { return proxyURL, nil }
 		code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "yamux://daemon.invalid:7444",
-			"--server-name", "localhost", "--json")
-		testProxyFor = nil
+			"--server-name", "localhost", "--proxy", "http://"+p.ln.Addr().String(), "--json")
 		_, m := findings(t, out)
 		select {
 		case got := <-p.asked:
@@ -429,13 +427,13 @@ func TestDoctorThroughProxy(t *testing.T) {
 			t.Errorf("dns %+v", m["dns"])
 		}
 		if deny {
-			if code != exitFail || m["tcp"].Result != doctor.Fail || !strings.Contains(m["tcp"].Detail, "407 proxy authentication required") {
+			if code != exitFail || m["tcp"].Result != doctor.Fail || !strings.Contains(m["tcp"].Detail, "proxy authentication required by "+p.ln.Addr().String()+": set credentials in the proxy URL") {
 				t.Errorf("407: exit %d tcp %+v", code, m["tcp"])
 			}
 			continue
 		}
 		if code != exitOK || m["tcp"].Result != doctor.OK || !strings.Contains(m["tcp"].Detail, "through proxy "+p.ln.Addr().String()) ||
-			m["tls-trust"].Result != doctor.OK || m["client-cert"].Result != doctor.OK {
+			m["tls-trust"].Result != doctor.OK || m["client-cert"].Result != doctor.OK || m["protocol"].Result != doctor.OK || m["clock"].Result != doctor.OK {
 			t.Errorf("through proxy: exit %d\n%s", code, out)
 		}
 	}

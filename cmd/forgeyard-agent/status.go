@@ -216,7 +216,7 @@ func (t *agentTelemetry) hooks() agent.Hooks {
 			t.m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK) // registration accepted
 			t.poke()
 		},
-		OnDisconnected: func(error) {
+		OnDisconnected: func(err error) {
 			t.mu.Lock()
 			b := t.backend
 			t.backend = ""
@@ -224,6 +224,7 @@ func (t *agentTelemetry) hooks() agent.Hooks {
 			if b != "" {
 				t.m.ConnClosed(b)
 			}
+			t.log.Info("connection to the daemon ended; reconnecting", "backend", b, "err", err)
 			t.poke()
 		},
 		OnOffer: func(e agent.OfferEvent) {
