@@ -224,7 +224,9 @@ func (t *agentTelemetry) hooks() agent.Hooks {
 			if b != "" {
 				t.m.ConnClosed(b)
 			}
-			t.log.Info("connection to the daemon ended; reconnecting", "backend", b, "err", err)
+			if err != nil { // nil: the agent is stopping
+				t.log.Info("connection to the daemon ended; reconnecting", "backend", b, "err", err)
+			}
 			t.poke()
 		},
 		OnOffer: func(e agent.OfferEvent) {
