@@ -214,18 +214,17 @@ func (t *agentTelemetry) hooks() agent.Hooks {
 				t.m.Reconnected(st.Backend)
 			}
 			t.m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK) // registration accepted
+			t.log.Info("connected", "endpoint", st.Endpoint, "backend", st.Backend, "transport", st.Transport)
 			t.poke()
 		},
 		OnDisconnected: func(err error) {
+			t.log.Info("disconnected", "err", err)
 			t.mu.Lock()
 			b := t.backend
 			t.backend = ""
 			t.mu.Unlock()
 			if b != "" {
 				t.m.ConnClosed(b)
-			}
-			if err != nil { // nil: the agent is stopping
-				t.log.Info("connection to the daemon ended; reconnecting", "backend", b, "err", err)
 			}
 			t.poke()
 		},

@@ -2,6 +2,8 @@
 //
 //	forgeyard dev-certs [flags]   create a development PKI (CA, server, agents)
 //	forgeyard transport status|sessions|protocols|doctor [--admin URL] [--token-file FILE] [--json]
+//	forgeyard runner token create|list|revoke, runner disable|enable,
+//	forgeyard runner cert list|revoke   runner identity lifecycle
 //
 // Subcommands are registered in the commands table below; each parses its
 // own flags with the standard flag package. Groups of subcommands
@@ -37,6 +39,7 @@ type command struct {
 var commands = []command{
 	{name: "dev-certs", summary: "create or complete a development PKI (CA, server and agent certificates)", run: runDevCerts},
 	{name: "transport", summary: "inspect a running daemon: status, sessions, protocols, doctor", run: runTransport},
+	{name: "runner", summary: "runner identities: enrollment tokens, disable/enable, certificate revocation (runner.go)", run: runRunner},
 }
 
 func main() {
