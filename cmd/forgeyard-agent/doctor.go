@@ -183,7 +183,7 @@ func (d *agentDoctor) checkCertificate() {
 	switch {
 	case now.After(c.NotAfter):
 		fail(fmt.Sprintf("certificate expired at %s (%s ago); the daemon refuses it", c.NotAfter.UTC().Format(time.RFC3339), now.Sub(c.NotAfter).Round(time.Second)),
-			"renew it: issue a new certificate for the same RunnerId (forgeyard dev-certs for development) and restart the agent")
+			trust.MsgCredentialExpired)
 	case now.Before(c.NotBefore):
 		fail(fmt.Sprintf("certificate is valid only from %s", c.NotBefore.UTC().Format(time.RFC3339)),
 			"check this machine's clock (timedatectl; enable NTP)")
@@ -396,7 +396,7 @@ func (d *agentDoctor) clientCertRefused(target, alert string) {
 	detail := "the daemon refused this agent's certificate (" + alert + ")"
 	if d.leaf != nil && d.now().After(d.leaf.NotAfter) {
 		detail = fmt.Sprintf("the daemon refused this agent's certificate: certificate expired at %s; renew it", d.leaf.NotAfter.UTC().Format(time.RFC3339))
-		fix = "renew the certificate (same RunnerId) and restart the agent"
+		fix = trust.MsgCredentialExpired
 	}
 	d.add("client-cert", target, doctor.Fail, detail, fix)
 }

@@ -206,7 +206,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	a, err := newAgent(cfg, f.seed, f.synth, log, tel.hooks())
 	if err != nil {
 		if errors.Is(err, trust.ErrCertExpired) {
-			err = fmt.Errorf("%w; renew it (same RunnerId) and restart; `forgeyard-agent doctor` shows the details", err)
+			err = fmt.Errorf("%w; %s; `forgeyard-agent doctor` shows the details", err, trust.MsgCredentialExpired)
 		}
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
@@ -304,9 +304,8 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log 
 	if err != nil {
 		return nil, err
 	}
-	if msg := trust.ExpiryWarning(creds.Leaf(), trust.DefaultExpiryWarningWindow, time.Now()); msg != "" {
-		log.Warn(msg)
-	}
+	// The expiry warning (§22) is logged at start and then periodically by
+	// watchCertExpiry (expiry.go).
 	px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
 	if err != nil {
 		return nil, fmt.Errorf("control_plane.proxy: %w", err)
