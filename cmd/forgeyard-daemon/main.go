@@ -90,6 +90,7 @@ type flags struct {
 	adminTokenFile  string
 	adminPublicMet  bool
 	shutdownTimeout time.Duration
+	otlpEndpoint    string
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
@@ -115,6 +116,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&f.adminPublicMet, "admin-public-metrics", false, "let --admin-listen clients scrape /metrics without the token (key: admin.public_metrics)")
 	fs.StringVar(&f.adminSocket, "admin-socket", "", "also serve the admin endpoint on a unix socket at `path`, mode 0600, no token needed (key: admin.socket)")
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; needs --admin-token-file (key: admin.allow_remote)")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces as OTLP/HTTP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default off)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -219,6 +221,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	if set["admin-public-metrics"] {
 		cfg.Admin.PublicMetrics = f.adminPublicMet
 	}
+	str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
 	if set["admin-allow-remote"] {
 		cfg.Admin.AllowRemote = f.adminRemote
 	}
@@ -277,6 +280,19 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	}
 	tel := newDaemonTelemetry()
 	dcfg.Hooks = tel.hooks(dcfg.Hooks)
+	tracing, err := setup.Tracing(ctx, cfg.Telemetry, "forgeyard-daemon")
+	if err != nil {
+		return err
+	}
+	defer func() { // flush the last spans (bounded: the collector may be gone)
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tracing.Shutdown(fctx)
+	}()
+	// The engine feeds the metrics and starts the spans; the trace context
+	// travels to agents that offer it too (§211).
+	dcfg.Metrics, dcfg.Tracing = tel.m, tracing
+	dcfg.Features = dcfg.Features.With(wire.FeatureTraceContextV1)
 	d, err := daemon.New(dcfg)
 	if err != nil {
 		return err
