@@ -427,7 +427,7 @@ func (d *agentDoctor) checkProtocol(ctx context.Context, e config.Endpoint, bc s
 		<-runDone
 	}()
 	t0 := time.Now()
-	env, err := ch.Call(octx, control.Out{Msg: &agentwire.TransportHelloV1{Role: agentwire.RoleAgent, Versions: wire.Supported,
+	env, err := ch.Call(octx, control.Out{Msg: &agentwire.TransportHelloV1{Role: agentwire.RoleAgent, Versions: wire.Supported, Features: agentFeatures,
 		HasAgentSession: true, AgentSession: wire.NewAgentSessionId(), AgentVersion: Version + " (doctor)"}}, d.timeout)
 	t1 := time.Now()
 	if err != nil {
@@ -436,8 +436,8 @@ func (d *agentDoctor) checkProtocol(ctx context.Context, e config.Endpoint, bc s
 	switch m := env.Payload.(type) {
 	case *agentwire.HelloAckV1:
 		feats := "none"
-		if l := m.Features.List(); len(l) > 0 {
-			feats = m.Features.String()
+		if l := m.Features.Intersect(agentFeatures).List(); len(l) > 0 {
+			feats = m.Features.Intersect(agentFeatures).String()
 		}
 		d.add("client-cert", target, doctor.OK, "the daemon accepted this agent's certificate", "")
 		d.add("protocol", target, doctor.OK, fmt.Sprintf("negotiated %s (daemon speaks %s, agent %s); features %s", m.Negotiated, m.ServerRange, wire.Supported, feats), "")

@@ -492,16 +492,23 @@ func configuredDaemon(t *testing.T, pkiDir string, cfg daemon.Config) string {
 }
 
 // TestDoctorClockSkew: a daemon clock five minutes ahead is a clock WARN
-// naming the difference; the report is WARN, exit 0.
+// naming the difference; the report is WARN, exit 0. The same daemon
+// offers two features; the negotiated one is shown.
 func TestDoctorClockSkew(t *testing.T) {
 	dir, _ := doctorPKI(t)
-	addr := configuredDaemon(t, dir, daemon.Config{Now: func() time.Time { return time.Now().Add(5 * time.Minute) }})
+	addr := configuredDaemon(t, dir, daemon.Config{Now: func() time.Time { return time.Now().Add(5 * time.Minute) },
+		Features: wire.Features(wire.FeatureTraceContextV1, wire.FeatureSigningV1)})
 	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+addr, "--server-name", "localhost", "--json")
 	r, m := findings(t, out)
 	f := m["clock"]
 	if code != exitOK || r.Result != doctor.Warn || f.Result != doctor.Warn || !strings.Contains(f.Detail, "the daemon's clock is 5m0s ahead") ||
 		!strings.Contains(f.Detail, "ahead of this machine's") || !strings.Contains(f.Fix, "NTP") {
 		t.Fatalf("exit %d clock %+v\n%s", code, f, out)
+	}
+	// The features shown are the ones the agent would get: the daemon's
+	// offer intersected with the agent's (TraceContextV1, not SigningV1).
+	if p := m["protocol"]; p.Result != doctor.OK || !strings.HasSuffix(p.Detail, "features {TraceContextV1}") {
+		t.Errorf("protocol %+v", p)
 	}
 }
 

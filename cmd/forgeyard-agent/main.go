@@ -60,6 +60,10 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
+// agentFeatures are the optional protocol features this agent offers in
+// its hello (doctor offers the same, so it shows what the agent gets).
+var agentFeatures = wire.Features(wire.FeatureTraceContextV1)
+
 // Version is reported to the daemon in TransportHelloV1.
 const Version = "forgeyard-agent/0.1.0"
 
@@ -343,6 +347,6 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log 
 		Metrics:      m,
 		Tracing:      tr,
 		// The daemon's trace continues here and back (§211).
-		Features: wire.Features(wire.FeatureTraceContextV1),
+		Features: agentFeatures,
 	})
 }

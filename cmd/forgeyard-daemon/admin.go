@@ -574,13 +574,16 @@ func (t *daemonTelemetry) startAdminEndpoints(cfg config.Admin, tcpAddr string, 
 			return stop, fmt.Errorf("admin.listen: %w", err)
 		}
 		servers = append(servers, adm)
+		auth := "bearer token (not /healthz)"
 		switch {
 		case !access.hasToken:
-			log.Warn("admin endpoint without admin.token_file: TCP serves only /healthz and /metrics; use admin.socket or set a token for /status, /sessions, /protocols", "addr", adm.Addr())
+			auth = "none (only /healthz and /metrics served)"
 		case cfg.PublicMetrics:
-			log.Info("admin endpoint listening", "addr", adm.Addr(), "paths", paths, "auth", "bearer token (not /healthz, /metrics)")
-		default:
-			log.Info("admin endpoint listening", "addr", adm.Addr(), "paths", paths, "auth", "bearer token (not /healthz)")
+			auth = "bearer token (not /healthz, /metrics)"
+		}
+		log.Info("admin endpoint listening", "addr", adm.Addr(), "paths", paths, "auth", auth)
+		if !access.hasToken {
+			log.Warn("admin endpoint without admin.token_file: TCP serves only /healthz and /metrics; use admin.socket or set a token for /status, /sessions, /protocols", "addr", adm.Addr())
 		}
 		if th != nil && th.admin != nil {
 			th.admin(adm.Addr())
