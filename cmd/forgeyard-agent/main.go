@@ -60,6 +60,10 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
+// agentFeatures are the optional protocol features this agent offers in
+// its hello (doctor offers the same, so it shows what the agent gets).
+var agentFeatures = wire.Implemented
+
 // Version is reported to the daemon in TransportHelloV1.
 const Version = "forgeyard-agent/0.2.0"
 
@@ -140,6 +144,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 		out := fs.Output()
 		fmt.Fprintf(out, `Usage: forgeyard-agent [--config FILE] [flags]
        forgeyard-agent connection status [--json] [--status-file FILE]
+       forgeyard-agent doctor [--config FILE] [flags] [--json]
 
 Runs a Forgeyard Transport agent with the synthetic executor. Settings come
 from the TOML file given with --config; each flag below overrides one key of
@@ -161,6 +166,9 @@ Examples:
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	if len(args) > 0 && args[0] == "doctor" {
+		return runDoctor(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "enroll" {
 		return runEnroll(ctx, args[1:], stdout, stderr) // enroll.go
 	}
@@ -230,6 +238,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}()
 	a, err := newAgent(cfg, f.seed, f.synth, protocol, log, tel.hooks(), tel.m, tracing)
 	if err != nil {
+		if errors.Is(err, trust.ErrCertExpired) {
+			err = fmt.Errorf("%w; %s; `forgeyard-agent doctor` shows the details", err, trust.MsgCredentialExpired)
+		}
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
 	}
@@ -238,6 +249,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	telDone := make(chan struct{})
 	go func() { defer close(telDone); tel.run(telCtx, a) }()
 	defer func() { stopTel(); <-telDone }() // the final status file says "agent stopped"
+	expiryDone := make(chan struct{})
+	go func() { defer close(expiryDone); watchCertExpiry(telCtx, log, cfg.ControlPlane.Credential.Certificate) }()
+	defer func() { stopTel(); <-expiryDone }()
 	if metricsAddr != "" {
 		ln, err := net.Listen("tcp", metricsAddr)
 		if err != nil {
@@ -324,9 +338,8 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 	if err != nil {
 		return nil, err
 	}
-	if msg := trust.ExpiryWarning(creds.Leaf(), trust.DefaultExpiryWarningWindow, time.Now()); msg != "" {
-		log.Warn(msg)
-	}
+	// The expiry warning (§22) is logged at start and then periodically by
+	// watchCertExpiry (expiry.go).
 	px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
 	if err != nil {
 		return nil, fmt.Errorf("control_plane.proxy: %w", err)
@@ -342,7 +355,6 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 		Capabilities: cfg.RunnerCapabilities(),
 		Executor:     agent.NewSyntheticExecutor(seed, synth),
 		Protocol:     protocol,
-		Features:     wire.Implemented,
 		MaxParallel:  cfg.MaxParallel,
 		Backoff:      agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration},
 		Logger:       log,
@@ -351,5 +363,6 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 		Metrics:      m,
 		Tracing:      tr,
 		// The daemon's trace continues here and back (§211).
+		Features: agentFeatures,
 	})
 }

@@ -445,9 +445,3 @@ func (m *matrixDriver) decodeRunner(w http.ResponseWriter, r *http.Request, req 
 	}
 	return id, true
 }
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}

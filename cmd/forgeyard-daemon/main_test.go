@@ -56,7 +56,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--config", filepath.Join(dir, "missing.toml")}, "no such file"},
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--listen", "nope"}, "listen.quic"},
 		{[]string{"--demo-leases", "-1"}, "--demo-leases"},
-		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db"), "--matrix-driver"}, "--matrix-driver needs --admin-listen"},
+		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db"), "--matrix-driver"}, "--matrix-driver needs a loopback --admin-listen"},
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db"), "--protocol", "1.x"}, "--protocol: protocol version"},
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db"), "--protocol", "2.0-2.0"}, "does not overlap"},
 	} {
