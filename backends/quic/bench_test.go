@@ -64,7 +64,14 @@ func rawPair(tb testing.TB, qcfg *quicgo.Config) (client, server *quicgo.Conn) {
 
 // oursPair connects two semantics.Conns over this backend with cfg.
 func oursPair(tb testing.TB, cfg Config) (client, server *semantics.Conn) {
+	return oursPairHint(tb, cfg, 0)
+}
+
+// oursPairHint is oursPair with Config.DelayHint on both ends when hint >
+// 0, used with hint as the scheduler's BulkQueueThreshold.
+func oursPairHint(tb testing.TB, cfg Config, hint int) (client, server *semantics.Conn) {
 	tb.Helper()
+	cfg.DelayHint = hint > 0
 	pki := trusttest.NewPKI(tb)
 	ln, err := Listen("127.0.0.1:0", pki.ServerConfig(tb, serverName), cfg)
 	if err != nil {
@@ -92,11 +99,11 @@ func oursPair(tb testing.TB, cfg Config) (client, server *semantics.Conn) {
 	}
 	var lim semantics.Limits
 	lim.MaxStreamsPerKind[wire.StreamCasUpload] = 8
-	client, err = semantics.NewConn(bc, semantics.Config{Limits: lim})
+	client, err = semantics.NewConn(bc, semantics.Config{Limits: lim, BulkQueueThreshold: hint})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	server, err = semantics.NewConn(bs, semantics.Config{Limits: lim})
+	server, err = semantics.NewConn(bs, semantics.Config{Limits: lim, BulkQueueThreshold: hint})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -399,6 +406,12 @@ func BenchmarkControlUnderBulk(b *testing.B) {
 			c, s := oursPair(b, w.ours())
 			run(b, oursPing(b, c, s), oursBulk(b, c, s, 1))
 		})
+		for _, th := range []int{64 << 10, 128 << 10, 256 << 10} {
+			b.Run(fmt.Sprintf("ours-hint%dK/win=%s", th>>10, w.name), func(b *testing.B) {
+				c, s := oursPairHint(b, w.ours(), th)
+				run(b, oursPing(b, c, s), oursBulk(b, c, s, 1))
+			})
+		}
 	}
 }
 
@@ -445,8 +458,14 @@ func BenchmarkWindowSweep(b *testing.B) {
 			r.mbps = append(r.mbps, mb)
 		})
 	}
+	windows := benchWindows
+	if f := os.Getenv("FY_SWEEP_WINDOWS"); f != "" { // e.g. "default,64K-1M"
+		windows = slices.DeleteFunc(slices.Clone(windows), func(w window) bool {
+			return !slices.Contains(strings.Split(f, ","), w.name)
+		})
+	}
 	for round := range rounds {
-		for _, w := range benchWindows {
+		for _, w := range windows {
 			one(fmt.Sprintf("raw/win=%s/round=%d", w.name, round), func(b *testing.B) (*pingStream, *bulk) {
 				c, s := rawPair(b, w.quic())
 				return rawPing(b, c, s, -1), rawBulk(b, c, s, 1)
@@ -455,6 +474,12 @@ func BenchmarkWindowSweep(b *testing.B) {
 				c, s := oursPair(b, w.ours())
 				return oursPing(b, c, s), oursBulk(b, c, s, 1)
 			})
+			for _, th := range []int{64 << 10, 128 << 10} {
+				one(fmt.Sprintf("ours-hint%dK/win=%s/round=%d", th>>10, w.name, round), func(b *testing.B) (*pingStream, *bulk) {
+					c, s := oursPairHint(b, w.ours(), th)
+					return oursPing(b, c, s), oursBulk(b, c, s, 1)
+				})
+			}
 		}
 	}
 	med := func(v []float64) float64 {

@@ -90,6 +90,13 @@ type Config struct {
 	// closes. Nil: each connection is bounded by ConnectionReceiveWindow
 	// only.
 	Budget *MemoryBudget
+	// DelayHint, when true, makes connections implement
+	// semantics.BulkHinter with a DelayHint: semantics.Conn then holds bulk
+	// (log, CAS) chunks while the connection's queueing delay, converted
+	// to bytes at its send rate, is above the scheduler's threshold, so
+	// control frames wait behind less data in flight. Off by default: it
+	// lowers bulk throughput on a CPU-bound loopback (docs/perf.md §2).
+	DelayHint bool
 	// Logger receives the backend's few log lines (nil: slog.Default()).
 	Logger *slog.Logger
 }
