@@ -41,6 +41,9 @@ const (
 	// DefaultConnectionReceiveWindow is the largest per-connection receive
 	// window; it bounds the memory one peer can make this side buffer.
 	DefaultConnectionReceiveWindow = 4 << 20
+	// DefaultDelayHintMaxRTT: the DelayHint is active on paths whose
+	// minimum RTT is at most 5 ms (loopback, LAN, a data centre).
+	DefaultDelayHintMaxRTT = 5 * time.Millisecond
 	// initialReceiveWindow is where quic-go's auto-tuning starts (clipped
 	// to the max).
 	initialReceiveWindow = 512 << 10
@@ -90,13 +93,16 @@ type Config struct {
 	// closes. Nil: each connection is bounded by ConnectionReceiveWindow
 	// only.
 	Budget *MemoryBudget
-	// DelayHint, when true, makes connections implement
-	// semantics.BulkHinter with a DelayHint: semantics.Conn then holds bulk
-	// (log, CAS) chunks while the connection's queueing delay, converted
-	// to bytes at its send rate, is above the scheduler's threshold, so
-	// control frames wait behind less data in flight. Off by default: it
-	// lowers bulk throughput on a CPU-bound loopback (docs/perf.md §2).
-	DelayHint bool
+	// DelayHintMaxRTT bounds where the connection's DelayHint is active:
+	// while the path's minimum RTT is at most this long, the connection
+	// reports (as semantics.BulkHinter) its queueing delay converted to
+	// bytes at its send rate, and semantics.Conn holds bulk (log, CAS)
+	// chunks while that is above its BulkQueueThreshold, so control frames
+	// wait behind less data in flight (docs/perf.md §2). On longer paths it
+	// reports 0 (bulk is paced by quic-go alone): a delay-based hold would
+	// yield to loss-based competing traffic on a shared WAN bottleneck.
+	// 0: DefaultDelayHintMaxRTT; negative: never.
+	DelayHintMaxRTT time.Duration
 	// Logger receives the backend's few log lines (nil: slog.Default()).
 	Logger *slog.Logger
 }
@@ -161,6 +167,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConnectionReceiveWindow == 0 {
 		c.ConnectionReceiveWindow = max(DefaultConnectionReceiveWindow, c.StreamReceiveWindow)
+	}
+	if c.DelayHintMaxRTT == 0 {
+		c.DelayHintMaxRTT = DefaultDelayHintMaxRTT
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

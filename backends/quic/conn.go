@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"time"
 
 	quicgo "github.com/quic-go/quic-go"
 
@@ -20,13 +21,13 @@ var (
 // for concurrent use (quic-go's are).
 type conn struct {
 	qc     *quicgo.Conn
-	hint   *DelayHint      // nil unless Config.DelayHint
+	hint   *DelayHint      // nil if Config.DelayHintMaxRTT < 0
 	ctx    context.Context // cancelled with the *semantics.ConnError when qc closes
 	cancel context.CancelCauseFunc
 }
 
 // newConn wraps qc. release (may be nil) runs once after qc closed.
-func newConn(qc *quicgo.Conn, release func(), hint bool) *conn {
+func newConn(qc *quicgo.Conn, release func(), hintMaxRTT time.Duration) *conn {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	context.AfterFunc(qc.Context(), func() {
 		cause := ConnErrorOf(context.Cause(qc.Context()))
@@ -39,14 +40,14 @@ func newConn(qc *quicgo.Conn, release func(), hint bool) *conn {
 		}
 	})
 	c := &conn{qc: qc, ctx: ctx, cancel: cancel}
-	if hint {
-		c.hint = NewDelayHint(qc)
+	if hintMaxRTT > 0 {
+		c.hint = NewDelayHint(qc, hintMaxRTT)
 	}
 	return c
 }
 
 // QueuedBytes implements semantics.BulkHinter: the DelayHint estimate
-// with Config.DelayHint, else 0 (nothing is queued above quic-go).
+// unless Config.DelayHintMaxRTT is negative, else 0 (nothing is queued above quic-go).
 func (c *conn) QueuedBytes() int {
 	if c.hint == nil {
 		return 0

@@ -25,9 +25,15 @@ import (
 // and on a long path it depends on queueing delay, not on RTT, so it does
 // not cap WAN throughput the way a small receive window does.
 //
+// The hint is active only while the path's minimum RTT is at most maxRTT:
+// a delay-based hold yields to loss-based competing traffic (it is a
+// scavenger), which is wanted on a LAN, where any standing queue is
+// self-inflicted, and not on a shared WAN bottleneck.
+//
 // The zero value is not usable; see NewDelayHint. Safe for concurrent use.
 type DelayHint struct {
-	qc *quicgo.Conn
+	qc     *quicgo.Conn
+	maxRTT time.Duration
 
 	mu        sync.Mutex
 	lastT     time.Time
@@ -39,12 +45,19 @@ type DelayHint struct {
 // send rate.
 const rateInterval = 2 * time.Millisecond
 
-// NewDelayHint returns a DelayHint for qc.
-func NewDelayHint(qc *quicgo.Conn) *DelayHint { return &DelayHint{qc: qc} }
+// NewDelayHint returns a DelayHint for qc, active while qc's minimum RTT
+// is at most maxRTT (Config.DelayHintMaxRTT).
+func NewDelayHint(qc *quicgo.Conn, maxRTT time.Duration) *DelayHint {
+	return &DelayHint{qc: qc, maxRTT: maxRTT}
+}
 
-// QueuedBytes implements semantics.BulkHinter.
+// QueuedBytes implements semantics.BulkHinter. It returns 0 while the
+// path's minimum RTT is above maxRTT (or unknown).
 func (h *DelayHint) QueuedBytes() int {
 	st := h.qc.ConnectionStats()
+	if st.MinRTT <= 0 || st.MinRTT > h.maxRTT {
+		return 0
+	}
 	now := time.Now()
 	h.mu.Lock()
 	if h.lastT.IsZero() {

@@ -37,10 +37,11 @@ func TestConformance(t *testing.T) { backendtest.Run(t, factory()) }
 
 func BenchmarkBackend(b *testing.B) { backendtest.RunBenchmarks(b, factory()) }
 
-// BenchmarkBackendDelayHint is BenchmarkBackend with Config.DelayHint
-// (compare its ours/ControlUnderBulk with BenchmarkBackend's).
-func BenchmarkBackendDelayHint(b *testing.B) {
+// BenchmarkBackendNoDelayHint is BenchmarkBackend without the DelayHint
+// (Config.DelayHintMaxRTT < 0; compare its ours/ControlUnderBulk with
+// BenchmarkBackend's).
+func BenchmarkBackendNoDelayHint(b *testing.B) {
 	cfg := testConfig
-	cfg.DelayHint = true
-	backendtest.RunBenchmarks(b, factoryWith("webtransport-delayhint", cfg))
+	cfg.DelayHintMaxRTT = -1
+	backendtest.RunBenchmarks(b, factoryWith("webtransport-nohint", cfg))
 }

@@ -1,6 +1,8 @@
 package webtransport
 
 import (
+	"time"
+
 	fyquic "forgeyard.dev/transport/backends/quic"
 )
 
@@ -22,3 +24,12 @@ const h3Streams = 8
 // acceptQueue bounds sessions established but not yet Accepted; beyond it
 // new sessions are closed with CloseOverloaded.
 const acceptQueue = 64
+
+// hintMaxRTT is cfg.DelayHintMaxRTT with its default filled (negative: no
+// DelayHint).
+func hintMaxRTT(cfg Config) time.Duration {
+	if cfg.DelayHintMaxRTT == 0 {
+		return fyquic.DefaultDelayHintMaxRTT
+	}
+	return cfg.DelayHintMaxRTT
+}

@@ -31,18 +31,18 @@ const causeWait = time.Second
 type conn struct {
 	sess   *wt.Session
 	qc     *quicgo.Conn
-	hint   *fyquic.DelayHint // nil unless Config.DelayHint
+	hint   *fyquic.DelayHint // nil if Config.DelayHintMaxRTT < 0
 	ctx    context.Context   // cancelled with the *semantics.ConnError
 	cancel context.CancelCauseFunc
 }
 
 // newConn wraps sess on qc. release (may be nil) runs once after the
 // connection is gone.
-func newConn(sess *wt.Session, qc *quicgo.Conn, release func(), hint bool) *conn {
+func newConn(sess *wt.Session, qc *quicgo.Conn, release func(), hintMaxRTT time.Duration) *conn {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	c := &conn{sess: sess, qc: qc, ctx: ctx, cancel: cancel}
-	if hint {
-		c.hint = fyquic.NewDelayHint(qc)
+	if hintMaxRTT > 0 {
+		c.hint = fyquic.NewDelayHint(qc, hintMaxRTT)
 	}
 	context.AfterFunc(sess.Context(), func() {
 		if ctx.Err() == nil { // else CloseWithCode recorded the local close
@@ -63,7 +63,7 @@ func newConn(sess *wt.Session, qc *quicgo.Conn, release func(), hint bool) *conn
 }
 
 // QueuedBytes implements semantics.BulkHinter: the DelayHint estimate
-// with Config.DelayHint, else 0 (nothing is queued above quic-go).
+// unless Config.DelayHintMaxRTT is negative, else 0 (nothing is queued above quic-go).
 func (c *conn) QueuedBytes() int {
 	if c.hint == nil {
 		return 0
