@@ -64,15 +64,16 @@ func rawPair(tb testing.TB, qcfg *quicgo.Config) (client, server *quicgo.Conn) {
 
 // oursPair connects two semantics.Conns over this backend with cfg.
 func oursPair(tb testing.TB, cfg Config) (client, server *semantics.Conn) {
-	return oursPairHint(tb, cfg, 0)
+	return oursPairHint(tb, cfg, -1)
 }
 
-// oursPairHint is oursPair with hint as the scheduler's BulkQueueThreshold
-// (0: default); hint < 0 also turns the DelayHint off.
+// oursPairHint is oursPair with the DelayHint on
+// (RecommendedDelayHintMaxRTT) when hint ≥ 0, and hint as the scheduler's
+// BulkQueueThreshold (0: default).
 func oursPairHint(tb testing.TB, cfg Config, hint int) (client, server *semantics.Conn) {
 	tb.Helper()
-	if hint < 0 {
-		cfg.DelayHintMaxRTT = -1
+	if hint >= 0 {
+		cfg.DelayHintMaxRTT = RecommendedDelayHintMaxRTT
 	}
 	pki := trusttest.NewPKI(tb)
 	ln, err := Listen("127.0.0.1:0", pki.ServerConfig(tb, serverName), cfg)
@@ -377,6 +378,10 @@ func BenchmarkBulk(b *testing.B) {
 			c, s := oursPair(b, Config{})
 			run(b, func() *bulk { return oursBulk(b, c, s, n) })
 		})
+		b.Run(fmt.Sprintf("ours-hint/streams=%d", n), func(b *testing.B) {
+			c, s := oursPairHint(b, Config{}, 0)
+			run(b, func() *bulk { return oursBulk(b, c, s, n) })
+		})
 	}
 }
 
@@ -408,8 +413,8 @@ func BenchmarkControlUnderBulk(b *testing.B) {
 			c, s := oursPair(b, w.ours())
 			run(b, oursPing(b, c, s), oursBulk(b, c, s, 1))
 		})
-		b.Run("ours-nohint/win="+w.name, func(b *testing.B) {
-			c, s := oursPairHint(b, w.ours(), -1)
+		b.Run("ours-hint/win="+w.name, func(b *testing.B) {
+			c, s := oursPairHint(b, w.ours(), 0)
 			run(b, oursPing(b, c, s), oursBulk(b, c, s, 1))
 		})
 	}
@@ -474,8 +479,8 @@ func BenchmarkWindowSweep(b *testing.B) {
 				c, s := oursPair(b, w.ours())
 				return oursPing(b, c, s), oursBulk(b, c, s, 1)
 			})
-			one(fmt.Sprintf("ours-nohint/win=%s/round=%d", w.name, round), func(b *testing.B) (*pingStream, *bulk) {
-				c, s := oursPairHint(b, w.ours(), -1)
+			one(fmt.Sprintf("ours-hint/win=%s/round=%d", w.name, round), func(b *testing.B) (*pingStream, *bulk) {
+				c, s := oursPairHint(b, w.ours(), 0)
 				return oursPing(b, c, s), oursBulk(b, c, s, 1)
 			})
 		}

@@ -41,9 +41,10 @@ const (
 	// DefaultConnectionReceiveWindow is the largest per-connection receive
 	// window; it bounds the memory one peer can make this side buffer.
 	DefaultConnectionReceiveWindow = 4 << 20
-	// DefaultDelayHintMaxRTT: the DelayHint is active on paths whose
-	// minimum RTT is at most 5 ms (loopback, LAN, a data centre).
-	DefaultDelayHintMaxRTT = 5 * time.Millisecond
+	// RecommendedDelayHintMaxRTT is the Config.DelayHintMaxRTT to use
+	// when enabling the DelayHint: active on paths whose minimum RTT is at
+	// most 5 ms (loopback, LAN, a data centre).
+	RecommendedDelayHintMaxRTT = 5 * time.Millisecond
 	// initialReceiveWindow is where quic-go's auto-tuning starts (clipped
 	// to the max).
 	initialReceiveWindow = 512 << 10
@@ -101,7 +102,11 @@ type Config struct {
 	// wait behind less data in flight (docs/perf.md §2). On longer paths it
 	// reports 0 (bulk is paced by quic-go alone): a delay-based hold would
 	// yield to loss-based competing traffic on a shared WAN bottleneck.
-	// 0: DefaultDelayHintMaxRTT; negative: never.
+	// 0 or negative: off (the default). It cuts control latency under
+	// saturating bulk on loopback (p50 10–25× lower) but, on this
+	// project's loaded 2-core benchmark machine, also single-stream bulk
+	// throughput by half or more; measure before enabling (LAN
+	// deployments whose CPUs are not saturated: RecommendedDelayHintMaxRTT).
 	DelayHintMaxRTT time.Duration
 	// Logger receives the backend's few log lines (nil: slog.Default()).
 	Logger *slog.Logger
@@ -167,9 +172,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConnectionReceiveWindow == 0 {
 		c.ConnectionReceiveWindow = max(DefaultConnectionReceiveWindow, c.StreamReceiveWindow)
-	}
-	if c.DelayHintMaxRTT == 0 {
-		c.DelayHintMaxRTT = DefaultDelayHintMaxRTT
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -21,7 +21,7 @@ var (
 // for concurrent use (quic-go's are).
 type conn struct {
 	qc     *quicgo.Conn
-	hint   *DelayHint      // nil if Config.DelayHintMaxRTT < 0
+	hint   *DelayHint      // nil unless Config.DelayHintMaxRTT > 0
 	ctx    context.Context // cancelled with the *semantics.ConnError when qc closes
 	cancel context.CancelCauseFunc
 }
@@ -47,7 +47,7 @@ func newConn(qc *quicgo.Conn, release func(), hintMaxRTT time.Duration) *conn {
 }
 
 // QueuedBytes implements semantics.BulkHinter: the DelayHint estimate
-// unless Config.DelayHintMaxRTT is negative, else 0 (nothing is queued above quic-go).
+// with Config.DelayHintMaxRTT > 0, else 0 (nothing is queued above quic-go).
 func (c *conn) QueuedBytes() int {
 	if c.hint == nil {
 		return 0

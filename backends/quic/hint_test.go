@@ -10,13 +10,13 @@ import (
 	"forgeyard.dev/transport/wire"
 )
 
-// TestDelayHint: with the DelayHint (default) the scheduler sees the queue that a
+// TestDelayHint: with the DelayHint (Config.DelayHintMaxRTT) the scheduler sees the queue that a
 // saturating bulk transfer builds (HintWaits > 0) and the data arrives
 // intact; without it the connection reports nothing queued and the
 // scheduler never waits on the hint.
 func TestDelayHint(t *testing.T) {
 	for _, on := range []bool{false, true} {
-		th := -1 // DelayHintMaxRTT < 0
+		th := -1 // DelayHint off (the default)
 		if on {
 			th = 16 << 10 // low, so that a loopback queue reliably crosses it
 		}

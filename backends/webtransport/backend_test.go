@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"forgeyard.dev/transport/backends/backendtest"
+	fyquic "forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/semantics"
 )
 
@@ -37,11 +38,10 @@ func TestConformance(t *testing.T) { backendtest.Run(t, factory()) }
 
 func BenchmarkBackend(b *testing.B) { backendtest.RunBenchmarks(b, factory()) }
 
-// BenchmarkBackendNoDelayHint is BenchmarkBackend without the DelayHint
-// (Config.DelayHintMaxRTT < 0; compare its ours/ControlUnderBulk with
-// BenchmarkBackend's).
-func BenchmarkBackendNoDelayHint(b *testing.B) {
+// BenchmarkBackendDelayHint is BenchmarkBackend with the DelayHint on
+// (Config.DelayHintMaxRTT; compare its ours/* with BenchmarkBackend's).
+func BenchmarkBackendDelayHint(b *testing.B) {
 	cfg := testConfig
-	cfg.DelayHintMaxRTT = -1
-	backendtest.RunBenchmarks(b, factoryWith("webtransport-nohint", cfg))
+	cfg.DelayHintMaxRTT = fyquic.RecommendedDelayHintMaxRTT
+	backendtest.RunBenchmarks(b, factoryWith("webtransport-delayhint", cfg))
 }

@@ -25,11 +25,5 @@ const h3Streams = 8
 // new sessions are closed with CloseOverloaded.
 const acceptQueue = 64
 
-// hintMaxRTT is cfg.DelayHintMaxRTT with its default filled (negative: no
-// DelayHint).
-func hintMaxRTT(cfg Config) time.Duration {
-	if cfg.DelayHintMaxRTT == 0 {
-		return fyquic.DefaultDelayHintMaxRTT
-	}
-	return cfg.DelayHintMaxRTT
-}
+// hintMaxRTT is cfg.DelayHintMaxRTT (≤ 0: no DelayHint).
+func hintMaxRTT(cfg Config) time.Duration { return cfg.DelayHintMaxRTT }

@@ -31,7 +31,7 @@ const causeWait = time.Second
 type conn struct {
 	sess   *wt.Session
 	qc     *quicgo.Conn
-	hint   *fyquic.DelayHint // nil if Config.DelayHintMaxRTT < 0
+	hint   *fyquic.DelayHint // nil unless Config.DelayHintMaxRTT > 0
 	ctx    context.Context   // cancelled with the *semantics.ConnError
 	cancel context.CancelCauseFunc
 }
@@ -63,7 +63,7 @@ func newConn(sess *wt.Session, qc *quicgo.Conn, release func(), hintMaxRTT time.
 }
 
 // QueuedBytes implements semantics.BulkHinter: the DelayHint estimate
-// unless Config.DelayHintMaxRTT is negative, else 0 (nothing is queued above quic-go).
+// with Config.DelayHintMaxRTT > 0, else 0 (nothing is queued above quic-go).
 func (c *conn) QueuedBytes() int {
 	if c.hint == nil {
 		return 0
