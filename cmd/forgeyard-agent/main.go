@@ -9,6 +9,10 @@
 //
 //	forgeyard-agent --config /etc/forgeyard/agent.toml
 //	forgeyard-agent --dev-pki ./.dev-pki --dev-agent 1 --endpoint quic://127.0.0.1:7443
+//	forgeyard-agent enroll --token fyet_... --endpoint quic://daemon:7443 --ca ca.pem --cert agent.pem --key agent-key.pem
+//
+// The agent renews its certificate over its session at 2/3 of its lifetime
+// (the daemon must have an issuing CA) and rewrites --cert/--key atomically.
 //
 // This build runs attempts with the synthetic executor only: durations,
 // phases and exit codes derived from the JobSpecId. It has no way to run an
@@ -50,6 +54,7 @@ import (
 	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/relay/fallback"
 	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/trust"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
@@ -92,6 +97,7 @@ type flags struct {
 	logLevel      string
 	logFormat     string
 	seed          uint64
+	synth         agent.SyntheticOptions
 	statusFile    string
 	statusEvery   time.Duration
 	metricsListen string
@@ -119,6 +125,9 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.statusFile, "status-file", "", "rewrite `file` atomically with the connection health as JSON, read by `forgeyard-agent connection status` (e.g. "+DefaultStatusFile+")")
 	fs.DurationVar(&f.statusEvery, "status-interval", DefaultStatusInterval, "how often --status-file is rewritten (also on every connect and disconnect)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics and /healthz on loopback `host:port` (a missing host means 127.0.0.1)")
+	fs.DurationVar(&f.synth.MinDuration, "synthetic-duration", 0, "DEVELOPMENT ONLY: each synthetic attempt runs for `d` (default 1–10ms, derived from the JobSpecId)")
+	fs.IntVar(&f.synth.LogLines, "synthetic-log-lines", 0, "DEVELOPMENT ONLY: log lines each synthetic attempt writes (default 4; -1 none)")
+	fs.DurationVar(&f.synth.LogInterval, "synthetic-log-interval", 0, "DEVELOPMENT ONLY: pause `d` after each synthetic log line")
 	fs.Uint64Var(&f.seed, "synthetic-seed", 1, "`seed` of the synthetic executor (durations and exit codes derive from it and the JobSpecId)")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -145,6 +154,9 @@ Examples:
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	if len(args) > 0 && args[0] == "enroll" {
+		return runEnroll(ctx, args[1:], stdout, stderr) // enroll.go
+	}
 	if len(args) > 0 && args[0] == "connection" {
 		if len(args) < 2 || args[1] != "status" {
 			fmt.Fprintln(stderr, "forgeyard-agent: usage: forgeyard-agent connection status [--json] [--status-file FILE]")
@@ -166,6 +178,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		fmt.Fprintf(stderr, "forgeyard-agent: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
+	if f.synth.MinDuration < 0 || f.synth.MinDuration > time.Hour || f.synth.LogLines > 100000 || f.synth.LogInterval < 0 || f.synth.LogInterval > time.Minute {
+		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-duration must be 0–1h, --synthetic-log-lines at most 100000, --synthetic-log-interval 0–1m")
+		return exitUsage
+	}
+	f.synth.MaxDuration = f.synth.MinDuration
 	if f.statusEvery < 100*time.Millisecond || f.statusEvery > time.Hour {
 		fmt.Fprintln(stderr, "forgeyard-agent: --status-interval must be 100ms–1h")
 		return exitUsage
@@ -182,7 +199,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
-	a, err := newAgent(cfg, f.seed, log, tel.hooks())
+	a, err := newAgent(cfg, f.seed, f.synth, log, tel.hooks())
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
@@ -265,25 +282,35 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 
 // newAgent loads the credential and builds the agent with one dialer per
 // endpoint (relay/fallback), the TCP ones through the configured proxy.
-func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
+func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
 	cred, err := setup.LoadCredential(cfg.ControlPlane)
 	if err != nil {
 		return nil, err
+	}
+	// Rotatable credentials: the dialers ask for the current certificate
+	// at every handshake, and the agent renews it before expiry (§21),
+	// rewriting the files.
+	creds, err := trust.LoadCredentials(cfg.ControlPlane.Credential.Certificate, cfg.ControlPlane.Credential.PrivateKey)
+	if err != nil {
+		return nil, err
+	}
+	if msg := trust.ExpiryWarning(creds.Leaf(), trust.DefaultExpiryWarningWindow, time.Now()); msg != "" {
+		log.Warn(msg)
 	}
 	px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
 	if err != nil {
 		return nil, fmt.Errorf("control_plane.proxy: %w", err)
 	}
-	eps, err := fallback.Endpoints(cfg.Endpoints(), fallback.Options{TLS: cred.Client, QUIC: quic.Config{Logger: log}, Proxy: px})
+	eps, err := fallback.Endpoints(cfg.Endpoints(), fallback.Options{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px})
 	if err != nil {
 		return nil, err
 	}
 	return agent.New(agent.Config{
 		Fallback: fallback.Policy(cfg.Fallback),
-		Runner:   cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
+		Runner:   cred.Runner, Credentials: creds,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities: cfg.RunnerCapabilities(),
-		Executor:     agent.NewSyntheticExecutor(seed, agent.SyntheticOptions{}),
+		Executor:     agent.NewSyntheticExecutor(seed, synth),
 		MaxParallel:  cfg.MaxParallel,
 		Backoff:      agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration},
 		Logger:       log,

@@ -134,9 +134,11 @@ func (t *agentTelemetry) hooks() agent.Hooks {
 				t.m.Reconnected(st.Backend)
 			}
 			t.m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK) // registration accepted
+			t.log.Info("connected", "endpoint", st.Endpoint, "backend", st.Backend, "transport", st.Transport)
 			t.poke()
 		},
-		OnDisconnected: func(error) {
+		OnDisconnected: func(err error) {
+			t.log.Info("disconnected", "err", err)
 			t.mu.Lock()
 			b := t.backend
 			t.backend = ""

@@ -79,6 +79,7 @@ type flags struct {
 	logLevel        string
 	logFormat       string
 	demoLeases      int
+	logDir          string
 	adminListen     string
 	adminRemote     bool
 	shutdownTimeout time.Duration
@@ -100,6 +101,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.pgDSNFile, "postgres-dsn-file", "", "`file` holding the PostgreSQL DSN (key: authority.postgres_dsn_file)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
+	fs.StringVar(&f.logDir, "log-dir", "", "store the attempts' logs received on log streams in `dir` (one file per attempt; without it log streams are refused)")
 	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "serve /metrics, /healthz and /sessions on `host:port` (key: admin.listen; a missing host means 127.0.0.1; loopback only unless --admin-allow-remote)")
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
@@ -181,8 +183,12 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)
 	str("listen-webtransport", &cfg.Listen.WebTransport, f.listenWT)
 	if f.devPKI != "" {
-		if _, err := setup.DevDaemon(f.devPKI, &cfg.TLS); err != nil {
+		pki, err := setup.DevDaemon(f.devPKI, &cfg.TLS)
+		if err != nil {
 			return nil, fmt.Errorf("--dev-pki: %w", err)
+		}
+		if cfg.Enrollment.IssuerCertificate == "" { // development: the dev CA signs enrolled runners
+			cfg.Enrollment.IssuerCertificate, cfg.Enrollment.IssuerPrivateKey = pki.CA.CertFile, pki.CA.KeyFile
 		}
 	}
 	str("cert", &cfg.TLS.Certificate, f.cert)
@@ -216,6 +222,10 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if err != nil {
 		return err
 	}
+	identity, err := setup.Identity(cfg.Enrollment, tlsConf) // enrollment (§20): may relax ClientAuth
+	if err != nil {
+		return err
+	}
 	au, err := setup.OpenAuthority(ctx, cfg.Authority)
 	if err != nil {
 		return err
@@ -230,7 +240,9 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 			LeaseTTL: cfg.Timing.LeaseTTL.Duration, RevokeGrace: cfg.Timing.RevokeGrace.Duration, MaxBackoff: cfg.Timing.MaxBackoff.Duration,
 		},
 		AlternateEndpoints: cfg.Alternates(),
+		LogDir:             f.logDir,
 		Logger:             log,
+		Identity:           identity,
 	}
 	dcfg.Hooks.OnRegistered = func(s daemon.SessionInfo) {
 		log.Info("agent registered", "runner", s.Runner, "session", s.Session, "epoch", s.Epoch, "backend", s.Backend, "remote", s.Remote, "protocol", s.Protocol, "agent_version", s.AgentVersion)

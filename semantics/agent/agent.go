@@ -549,7 +549,8 @@ func (a *Agent) register(ctx context.Context, l *link) (err error) {
 	}()
 	rto := a.cfg.RequestTimeout
 	ep := l.ep
-	proof, err := session.SignKeyProof(a.cfg.Signer, l.ack.Challenge, l.ack.TransportSession, a.session)
+	signer, chain := a.credentials() // renew.go: Config.Credentials or Signer/CertChain
+	proof, err := session.SignKeyProof(signer, l.ack.Challenge, l.ack.TransportSession, a.session)
 	if err != nil {
 		return err
 	}
@@ -557,7 +558,7 @@ func (a *Agent) register(ctx context.Context, l *link) (err error) {
 	prevEpoch := a.epoch
 	a.mu.Unlock()
 	reg := &agentwire.RegisterAgentV1{Runner: a.cfg.Runner, Session: a.session, AgentVersion: a.cfg.Version,
-		Capabilities: a.caps, CapabilityDigest: a.digest, KeyProof: proof, CertChain: a.cfg.CertChain}
+		Capabilities: a.caps, CapabilityDigest: a.digest, KeyProof: proof, CertChain: chain}
 	if prevEpoch > 0 {
 		reg.HasResumeEpoch, reg.ResumeEpoch = true, prevEpoch
 	}
@@ -621,6 +622,10 @@ func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link,
 	if a.execs {
 		loops.Add(1)
 		go func() { defer loops.Done(); a.renewLoop(lctx, l) }()
+	}
+	if a.cfg.Credentials != nil {
+		loops.Add(1)
+		go func() { defer loops.Done(); a.certRenewLoop(lctx, l) }() // renew.go
 	}
 	moves := make(chan *link)
 	loops.Add(1)

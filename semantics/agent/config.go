@@ -2,12 +2,14 @@ package agent
 
 import (
 	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -57,6 +59,9 @@ type Hooks struct {
 	OnCancel func(attempt wire.JobAttemptId, reason agentwire.CancellationReason)
 	// OnAttemptDone: the daemon acknowledged an attempt's completion.
 	OnAttemptDone func(AttemptDone)
+	// OnCertificateRenewed: a renewed certificate was stored (renew.go);
+	// the agent reconnects with it next.
+	OnCertificateRenewed func(*x509.Certificate)
 	// OnBackendChange: the agent registered over a different backend than
 	// before (a fallback, or a move back after probing); reason is the new
 	// Status.FallbackReason.
@@ -85,10 +90,20 @@ type Config struct {
 	Runner    wire.RunnerId // required; must match the certificate
 	Signer    crypto.Signer // the certificate's private key (key proof); required
 	CertChain [][]byte      // DER, leaf first; sent in RegisterAgentV1
-	Endpoints []Endpoint    // tried in order (failover); at least one
-	Protocol  wire.ProtocolRange
-	Features  wire.FeatureSet
-	Role      agentwire.PeerRole
+	// Credentials, when set, replaces Signer and CertChain: every
+	// registration uses its current key and chain, and the agent renews
+	// the certificate over its session before it expires (renew.go),
+	// storing it with Credentials.Update and reconnecting with it. The
+	// dialers' TLS configurations must present the same credentials
+	// (trust.Credentials.ClientConfigFor).
+	Credentials *trust.Credentials
+	// RenewWindow: renew at 2/3 of the certificate's lifetime or this long
+	// before expiry, whichever is first; 0 → trust.DefaultExpiryWarningWindow.
+	RenewWindow time.Duration
+	Endpoints   []Endpoint // tried in order (failover); at least one
+	Protocol    wire.ProtocolRange
+	Features    wire.FeatureSet
+	Role        agentwire.PeerRole
 	// Capabilities; zero OS/Arch/MaxParallel are filled from the runtime
 	// and MaxParallel.
 	Capabilities agentwire.RunnerCapabilitiesV1
@@ -136,8 +151,8 @@ func (c *Config) check() error {
 	switch {
 	case c.Runner == (wire.RunnerId{}):
 		return errors.New("agent: Config.Runner is required")
-	case c.Signer == nil:
-		return errors.New("agent: Config.Signer is required (key proof)")
+	case c.Signer == nil && c.Credentials == nil:
+		return errors.New("agent: Config.Signer (or Credentials) is required (key proof)")
 	case len(c.Endpoints) == 0:
 		return errors.New("agent: Config.Endpoints is empty")
 	case !c.Role.Valid():

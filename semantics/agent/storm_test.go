@@ -158,7 +158,10 @@ func TestBackoffPreventsReconnectStorm(t *testing.T) {
 		wg.Wait()
 	})
 	first := map[wire.AgentSessionId]bool{}
-	deadline := time.After(60 * time.Second)
+	// Registering 300 agents takes seconds, more under -race on a loaded
+	// 2-core machine; the deadlines only bound a hung test (the property
+	// checked is the spread, below).
+	deadline := time.After(120 * time.Second)
 	for len(first) < agents {
 		select {
 		case s := <-registered:
@@ -196,7 +199,7 @@ func TestBackoffPreventsReconnectStorm(t *testing.T) {
 		<-served2
 	})
 	again := map[wire.AgentSessionId]bool{}
-	deadline = time.After(30 * time.Second)
+	deadline = time.After(120 * time.Second)
 	for len(again) < agents {
 		select {
 		case s := <-registered:

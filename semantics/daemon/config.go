@@ -128,6 +128,9 @@ type Config struct {
 	// the ones they fetch (payloads) (§87–93). Nil means CAS streams are
 	// refused and NeedObjectsV1 is answered with an error.
 	ContentStore cas.ContentStore
+	// Identity configures enrollment, certificate renewal and the
+	// revocation check (enroll.go).
+	Identity IdentityConfig
 	// Data bounds what agents may push through log and CAS streams
 	// (§127, §134, §268, §277); zero fields take the defaults.
 	Data DataLimits

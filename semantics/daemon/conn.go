@@ -53,18 +53,20 @@ type conn struct {
 	epoch        uint64
 	agentVersion string
 
-	mu         sync.Mutex
-	state      session.State
-	fenced     bool
-	fencedBy   wire.TransportSessionId
-	violations int
-	dataWaits  int       // data-plane requests being answered (data.go)
-	closedAt   time.Time // wall clock at teardown (data.go's log sweep)
-	lastHB     time.Time
-	phases     map[wire.JobAttemptId]agentwire.AttemptPhase // last reported, work goroutine only
-	hbTimer    *time.Timer
-	closeOnce  sync.Once
-	closeErr   error
+	mu          sync.Mutex
+	state       session.State
+	fenced      bool
+	fencedBy    wire.TransportSessionId
+	violations  int
+	dataWaits   int       // data-plane requests being answered (data.go)
+	closedAt    time.Time // wall clock at teardown (data.go's log sweep)
+	lastHB      time.Time
+	phases      map[wire.JobAttemptId]agentwire.AttemptPhase // last reported, work goroutine only
+	hbTimer     *time.Timer
+	cred        credential  // enroll.go: the certificate registered with
+	expiryTimer *time.Timer // enroll.go: closes the transport when it expires
+	closeOnce   sync.Once
+	closeErr    error
 
 	// work carries, in arrival order, the control messages whose handling
 	// may wait on the authority (lease answers, renewals, completions,
@@ -247,6 +249,9 @@ func (c *conn) teardown() {
 	if c.hbTimer != nil {
 		c.hbTimer.Stop()
 	}
+	if c.expiryTimer != nil {
+		c.expiryTimer.Stop()
+	}
 	c.mu.Unlock()
 	d.mu.Lock()
 	delete(d.conns, c.transport)
@@ -340,6 +345,10 @@ func (c *conn) handle(env *wire.Envelope) {
 	}
 	if fenced && t != wire.MsgError {
 		c.clonedIdentity(env)
+		return
+	}
+	if m, ok := env.Payload.(*agentwire.CertificateRequestV1); ok {
+		c.onCertificateRequest(env, m) // enrollment or renewal (enroll.go)
 		return
 	}
 	if code := session.Check(st, c.role, t); code != 0 {
@@ -510,7 +519,13 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	}
 	leaf, err := c.identity(m)
 	if err != nil {
-		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: "+err.Error(), wire.CloseAuthenticationFailure)
+		msg := "authentication failed: " + err.Error()
+		if errors.Is(err, trust.ErrCertExpired) {
+			d.idst.expiredRejected.Add(1)
+			msg = trust.MsgCredentialExpired + ": " + err.Error()
+		}
+		c.audit("identity.authentication_failed", "registration rejected", "reason", msg)
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, msg, wire.CloseAuthenticationFailure)
 		return
 	}
 	runner, err := trust.RunnerIDFromCert(leaf)
@@ -522,13 +537,22 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: key proof does not verify", wire.CloseAuthenticationFailure)
 		return
 	}
+	if revoked, err := c.checkCredentialRevoked(m.Runner, trust.SerialString(leaf)); err != nil {
+		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable", wire.CloseInternalError)
+		return
+	} else if revoked {
+		c.audit("identity.certificate_revoked", "registration rejected", "serial", trust.SerialString(leaf))
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, trust.MsgCredentialRevoked, wire.CloseAuthenticationFailure)
+		return
+	}
 	actx, acancel := c.authCtx()
 	defer acancel()
 	grant, err := d.auth.RegisterSession(actx, authority.Registration{Runner: m.Runner, Session: m.Session,
 		Transport: c.transport, Daemon: d.cfg.ID, Remote: c.bc.RemoteAddr().String(), Now: d.now()})
 	switch {
 	case errors.Is(err, authority.ErrRunnerDisabled):
-		c.reject(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, "runner disabled", wire.CloseRunnerDisabled)
+		c.audit("identity.runner_disabled", "registration rejected", "reason", "runner disabled")
+		c.reject(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, trust.MsgRunnerDisabled, wire.CloseRunnerDisabled)
 		return
 	case errors.Is(err, authority.ErrStaleSession):
 		c.reject(env, wire.ErrCodeStaleSession, wire.RetryNever, "agent session ended or superseded; start a new session", wire.CloseProtocolError)
@@ -544,6 +568,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	c.runner, c.session, c.epoch = m.Runner, m.Session, grant.Epoch
 	c.agentVersion = m.AgentVersion
 	c.mu.Unlock()
+	c.noteCredential(leaf)
 
 	// Fence older transports of this session on this daemon, and close
 	// transports of superseded sessions of the same runner (§15, §61).

@@ -106,7 +106,8 @@ type Daemon struct {
 	ended    map[wire.JobAttemptId]struct{} // attempts whose log state was forgotten (bounded, endOrder)
 	endOrder []wire.JobAttemptId
 
-	st stats
+	st   stats
+	idst identityStats // enroll.go
 }
 
 type wint = wire.AgentSessionId
@@ -172,6 +173,13 @@ func New(cfg Config) (*Daemon, error) {
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.wg.Add(1)
 	go d.maintenance()
+	if p := cfg.Identity.RevocationPoll; p >= 0 {
+		if p == 0 {
+			p = DefaultRevocationPoll
+		}
+		d.wg.Add(1)
+		go d.revocationLoop(p)
+	}
 	return d, nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 )
@@ -232,4 +233,23 @@ func DevAgent(dir, name string, cp *config.ControlPlane) (*trust.DevPKI, error) 
 	}
 	cp.Credential = config.Credential{Certificate: a.CertFile, PrivateKey: a.KeyFile, CA: pki.CA.CertFile}
 	return pki, nil
+}
+
+// Identity builds the daemon's identity configuration from [enrollment]:
+// with an issuing CA, it loads the issuer and relaxes the listeners'
+// client authentication to tls.VerifyClientCertIfGiven (a connection
+// without a certificate can only enroll; the daemon refuses everything
+// else on it), so tlsConf is modified in place.
+func Identity(e config.Enrollment, tlsConf *tls.Config) (daemon.IdentityConfig, error) {
+	ic := daemon.IdentityConfig{RevocationPoll: e.RevocationPoll.Duration}
+	if e.IssuerCertificate == "" {
+		return ic, nil
+	}
+	is, err := trust.LoadIssuer(e.IssuerCertificate, e.IssuerPrivateKey, e.CertificateValidity.Duration)
+	if err != nil {
+		return ic, fmt.Errorf("enrollment: %w", err)
+	}
+	ic.Issuer = is
+	tlsConf.ClientAuth = tls.VerifyClientCertIfGiven
+	return ic, nil
 }
