@@ -54,7 +54,9 @@ import (
 	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/relay/fallback"
 	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/semantics/trust"
+	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
@@ -101,6 +103,7 @@ type flags struct {
 	statusFile    string
 	statusEvery   time.Duration
 	metricsListen string
+	otlpEndpoint  string
 	proxy         string
 	noProxy       string
 }
@@ -124,6 +127,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
 	fs.StringVar(&f.statusFile, "status-file", "", "rewrite `file` atomically with the connection health as JSON, read by `forgeyard-agent connection status` (e.g. "+DefaultStatusFile+")")
 	fs.DurationVar(&f.statusEvery, "status-interval", DefaultStatusInterval, "how often --status-file is rewritten (also on every connect and disconnect)")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces as OTLP/HTTP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default off)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics and /healthz on loopback `host:port` (a missing host means 127.0.0.1)")
 	fs.DurationVar(&f.synth.MinDuration, "synthetic-duration", 0, "DEVELOPMENT ONLY: each synthetic attempt runs for `d` (default 1–10ms, derived from the JobSpecId)")
 	fs.IntVar(&f.synth.LogLines, "synthetic-log-lines", 0, "DEVELOPMENT ONLY: log lines each synthetic attempt writes (default 4; -1 none)")
@@ -199,7 +203,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
-	a, err := newAgent(cfg, f.seed, f.synth, log, tel.hooks())
+	tracing, err := setup.Tracing(ctx, cfg.Telemetry, "forgeyard-agent")
+	if err != nil {
+		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
+		return exitUsage
+	}
+	defer func() { // flush the last spans (bounded: the collector may be gone)
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tracing.Shutdown(fctx)
+	}()
+	a, err := newAgent(cfg, f.seed, f.synth, log, tel.hooks(), tel.m, tracing)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
@@ -273,6 +287,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 	}
 	str("log-level", &cfg.Log.Level, f.logLevel)
 	str("log-format", &cfg.Log.Format, f.logFormat)
+	str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, config.WithFile(err, f.configFile)
@@ -282,7 +297,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 
 // newAgent loads the credential and builds the agent with one dialer per
 // endpoint (relay/fallback), the TCP ones through the configured proxy.
-func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
+func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log *slog.Logger, hooks agent.Hooks, m *telemetry.Metrics, tr *telemetry.Tracing) (*agent.Agent, error) {
 	cred, err := setup.LoadCredential(cfg.ControlPlane)
 	if err != nil {
 		return nil, err
@@ -316,5 +331,9 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log 
 		Logger:       log,
 		Version:      Version,
 		Hooks:        hooks,
+		Metrics:      m,
+		Tracing:      tr,
+		// The daemon's trace continues here and back (§211).
+		Features: wire.Features(wire.FeatureTraceContextV1),
 	})
 }

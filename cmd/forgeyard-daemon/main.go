@@ -83,6 +83,7 @@ type flags struct {
 	adminListen     string
 	adminRemote     bool
 	shutdownTimeout time.Duration
+	otlpEndpoint    string
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
@@ -105,6 +106,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "serve /metrics, /healthz and /sessions on `host:port` (key: admin.listen; a missing host means 127.0.0.1; loopback only unless --admin-allow-remote)")
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces as OTLP/HTTP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default off)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -203,6 +205,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	str("log-level", &cfg.Log.Level, f.logLevel)
 	str("log-format", &cfg.Log.Format, f.logFormat)
 	str("admin-listen", &cfg.Admin.Listen, f.adminListen)
+	str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
 	if set["admin-allow-remote"] {
 		cfg.Admin.AllowRemote = f.adminRemote
 	}
@@ -261,6 +264,19 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	}
 	tel := newDaemonTelemetry()
 	dcfg.Hooks = tel.hooks(dcfg.Hooks)
+	tracing, err := setup.Tracing(ctx, cfg.Telemetry, "forgeyard-daemon")
+	if err != nil {
+		return err
+	}
+	defer func() { // flush the last spans (bounded: the collector may be gone)
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tracing.Shutdown(fctx)
+	}()
+	// The engine feeds the metrics and starts the spans; the trace context
+	// travels to agents that offer it too (§211).
+	dcfg.Metrics, dcfg.Tracing = tel.m, tracing
+	dcfg.Features = dcfg.Features.With(wire.FeatureTraceContextV1)
 	d, err := daemon.New(dcfg)
 	if err != nil {
 		return err

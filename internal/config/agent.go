@@ -69,6 +69,8 @@ type Agent struct {
 	// Fallback tunes the backend race and the move back (semantics/agent
 	// Fallback; zero values mean its defaults).
 	Fallback Fallback `toml:"fallback"`
+	// Telemetry configures trace export (off by default).
+	Telemetry Telemetry `toml:"telemetry"`
 }
 
 // Fallback mirrors agent.Fallback.
@@ -208,6 +210,9 @@ func (a *Agent) ApplyDefaults() {
 // Validate checks a after ApplyDefaults and returns the first problem as an
 // *Error.
 func (a *Agent) Validate() error {
+	if err := a.Telemetry.Validate(); err != nil {
+		return err
+	}
 	cp := a.ControlPlane
 	if len(cp.Endpoints) == 0 {
 		return invalid("control_plane.endpoints", "required: at least one endpoint such as \"quic://daemon.example:7443\"")

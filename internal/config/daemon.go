@@ -85,6 +85,8 @@ type Daemon struct {
 	Log Logging `toml:"log"`
 	// Admin configures the operator HTTP endpoint (off when Listen is "").
 	Admin Admin `toml:"admin"`
+	// Telemetry configures trace export (off by default).
+	Telemetry Telemetry `toml:"telemetry"`
 	// Enrollment enables runner enrollment and certificate renewal
 	// (§20–21) and tunes the revocation check (§224).
 	Enrollment Enrollment `toml:"enrollment"`
@@ -218,6 +220,9 @@ func (d *Daemon) ApplyDefaults() {
 // Validate checks d after ApplyDefaults (call ApplyDefaults first when d
 // was built in code). It returns the first problem as an *Error.
 func (d *Daemon) Validate() error {
+	if err := d.Telemetry.Validate(); err != nil {
+		return err
+	}
 	if d.Listen.Empty() {
 		return invalid("listen", "no backend to listen on (set listen.quic, listen.yamux or listen.webtransport)")
 	}

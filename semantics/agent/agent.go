@@ -39,9 +39,11 @@ import (
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/session"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrClosed is returned by Run after Close.
@@ -115,8 +117,20 @@ type link struct {
 	reconnect time.Duration
 }
 
+// traceOut sets o's trace context from the span in ctx when the daemon
+// negotiated FeatureTraceContextV1 (§211).
+func (l *link) traceOut(ctx context.Context, o control.Out) control.Out {
+	if l.features.Has(wire.FeatureTraceContextV1) {
+		o.Trace, o.HasTrace = telemetry.Inject(ctx)
+	}
+	return o
+}
+
 type attempt struct {
-	job      Job
+	job Job
+	// trace is the span context of the attempt's lease.ack span: the
+	// attempt.complete span continues it.
+	trace    context.Context
 	cancel   context.CancelFunc
 	phase    agentwire.AttemptPhase
 	finished bool
@@ -490,7 +504,7 @@ func (l *link) close(code wire.CloseCode, reason string) {
 // runCtx. On failure bc is closed.
 func (a *Agent) handshake(ctx, runCtx context.Context, ep Endpoint, bc semantics.BackendConn) (*link, error) {
 	rto := a.cfg.RequestTimeout
-	sc, err := semantics.NewConn(bc, semantics.Config{Limits: a.cfg.Limits, Logger: a.log})
+	sc, err := semantics.NewConn(bc, semantics.Config{Limits: a.cfg.Limits, Logger: a.log, Metrics: a.cfg.Metrics})
 	if err != nil {
 		_ = bc.CloseWithCode(wire.CloseNormal, "agent leaving")
 		return nil, err
@@ -504,15 +518,19 @@ func (a *Agent) handshake(ctx, runCtx context.Context, ep Endpoint, bc semantics
 	}
 	lctx, lcancel := context.WithCancel(runCtx)
 	l := &link{ep: ep, bc: bc, sc: sc, ctx: lctx, lcancel: lcancel, goaway: make(chan struct{}), runDone: make(chan struct{}),
-		ch: control.New(st, control.Config{Now: a.now, Logger: a.log, WriteTimeout: rto})}
+		ch: control.New(st, control.Config{Now: a.now, Logger: a.log, WriteTimeout: rto, Metrics: a.cfg.Metrics})}
 	go func() {
 		defer close(l.runDone)
 		_ = l.ch.Run(func(env *wire.Envelope) { a.handle(l, env) }, func(de *control.DecodeError) {
 			_ = l.ch.ReplyError(de.MessageID, de.Code, wire.RetryNever, "frame rejected")
 		})
 	}()
+	// transport.handshake: hello → HelloAck (the trace context is not
+	// negotiated yet, so nothing is propagated).
+	_, hsp := a.cfg.Tracing.Start(ctx, telemetry.SpanHandshake, telemetry.AttrBackend(ep.Backend))
 	env, err := l.ch.Call(ctx, control.Out{Msg: &agentwire.TransportHelloV1{Role: a.cfg.Role, Versions: a.cfg.Protocol,
 		Features: a.cfg.Features, HasAgentSession: true, AgentSession: a.session, AgentVersion: a.cfg.Version}}, rto)
+	telemetry.End(hsp, err)
 	if err != nil {
 		l.close(wire.CloseNormal, "agent leaving")
 		return nil, err
@@ -562,7 +580,17 @@ func (a *Agent) register(ctx context.Context, l *link) (err error) {
 	if prevEpoch > 0 {
 		reg.HasResumeEpoch, reg.ResumeEpoch = true, prevEpoch
 	}
-	env, err := l.ch.Call(ctx, control.Out{Msg: reg}, rto)
+	rctx, rsp := a.cfg.Tracing.Start(ctx, telemetry.SpanRegister, telemetry.AttrRunner(a.cfg.Runner), telemetry.AttrBackend(ep.Backend))
+	env, err := l.ch.Call(ctx, l.traceOut(rctx, control.Out{Msg: reg}), rto)
+	if err == nil {
+		if rj, ok := env.Payload.(*agentwire.RegistrationRejectedV1); ok {
+			telemetry.End(rsp, errors.New("registration rejected: "+rj.Code.String()))
+		} else {
+			rsp.End()
+		}
+	} else {
+		telemetry.End(rsp, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -715,8 +743,10 @@ func (a *Agent) resync(ctx context.Context, l *link) error {
 		claims = append(claims, c)
 	}
 	a.mu.Unlock()
-	env, err := l.ch.Call(ctx, control.Out{Msg: &agentwire.AgentResyncV1{Session: a.session, Epoch: l.epoch,
-		ActiveAttempts: claims, CapabilityDigest: a.digest}}, a.cfg.RequestTimeout)
+	sctx, sp := a.cfg.Tracing.Start(ctx, telemetry.SpanResync, telemetry.AttrRunner(a.cfg.Runner))
+	defer sp.End()
+	env, err := l.ch.Call(ctx, l.traceOut(sctx, control.Out{Msg: &agentwire.AgentResyncV1{Session: a.session, Epoch: l.epoch,
+		ActiveAttempts: claims, CapabilityDigest: a.digest}}), a.cfg.RequestTimeout)
 	if err != nil {
 		return err
 	}
@@ -811,11 +841,17 @@ func (a *Agent) handle(l *link, env *wire.Envelope) {
 }
 
 func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) {
+	pctx := context.Background()
+	if l.features.Has(wire.FeatureTraceContextV1) {
+		pctx = telemetry.ExtractEnvelope(pctx, env)
+	}
+	sctx, sp := a.cfg.Tracing.Start(pctx, telemetry.SpanLeaseAck, telemetry.AttrLease(m.Lease), telemetry.AttrAttempt(m.Attempt))
+	defer sp.End()
 	a.mu.Lock()
 	if prev, ok := a.answers[m.Lease]; ok {
 		a.mu.Unlock()
 		a.st.dupOffers.Add(1)
-		a.sendAnswer(l, env, m, prev)
+		a.sendAnswer(sctx, l, env, m, prev)
 		prev.Duplicate = true
 		if h := a.cfg.Hooks.OnOffer; h != nil {
 			h(prev)
@@ -851,7 +887,8 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 	if ev.Accepted {
 		var cancel context.CancelFunc
 		actx, cancel = context.WithCancel(a.ctx)
-		at = &attempt{cancel: cancel, job: Job{Lease: m.Lease, Attempt: m.Attempt, Job: m.Job, Spec: m.SpecID, Payload: m.PayloadRef}}
+		at = &attempt{cancel: cancel, job: Job{Lease: m.Lease, Attempt: m.Attempt, Job: m.Job, Spec: m.SpecID, Payload: m.PayloadRef},
+			trace: trace.ContextWithSpanContext(context.Background(), sp.SpanContext())}
 		at.io = a.newAttemptIO(at.job, a.epoch)
 		a.attempts[m.Attempt] = at
 		a.st.accepted.Add(1)
@@ -865,7 +902,7 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 		a.ansOrder = a.ansOrder[1:]
 	}
 	a.mu.Unlock()
-	a.sendAnswer(l, env, m, ev)
+	a.sendAnswer(sctx, l, env, m, ev)
 	if h := a.cfg.Hooks.OnOffer; h != nil {
 		h(ev)
 	}
@@ -882,14 +919,14 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 	}
 }
 
-func (a *Agent) sendAnswer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1, ev OfferEvent) {
+func (a *Agent) sendAnswer(ctx context.Context, l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1, ev OfferEvent) {
 	var msg wire.Message
 	if ev.Accepted {
 		msg = &agentwire.LeaseAcceptedV1{Lease: m.Lease, Attempt: m.Attempt, Session: a.session}
 	} else {
 		msg = &agentwire.LeaseRejectedV1{Lease: m.Lease, Attempt: m.Attempt, Reason: ev.Reason, Message: ev.Reason.String()}
 	}
-	_ = l.ch.Reply(env, msg)
+	_ = l.ch.ReplyOut(env, l.traceOut(ctx, control.Out{Msg: msg}))
 }
 
 // ---- execution ----
@@ -984,6 +1021,12 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 // complete sends the completion with one MessageId until the daemon
 // acknowledges it, across reconnects (§77, §122).
 func (a *Agent) complete(at *attempt) {
+	pctx := at.trace
+	if pctx == nil {
+		pctx = context.Background()
+	}
+	cctx, sp := a.cfg.Tracing.Start(pctx, telemetry.SpanComplete, telemetry.AttrLease(at.job.Lease), telemetry.AttrAttempt(at.job.Attempt))
+	defer sp.End()
 	retries := 0
 	for {
 		l, changed := a.currentLink()
@@ -1000,7 +1043,7 @@ func (a *Agent) complete(at *attempt) {
 		} else {
 			a.st.complRetried.Add(1)
 		}
-		env, err := l.ch.Call(a.ctx, control.Out{ID: at.complID, Msg: at.compl}, a.cfg.RequestTimeout)
+		env, err := l.ch.Call(a.ctx, l.traceOut(cctx, control.Out{ID: at.complID, Msg: at.compl}), a.cfg.RequestTimeout)
 		if err == nil {
 			if ack, ok := env.Payload.(*agentwire.CompletionAckV1); ok {
 				a.mu.Lock()
@@ -1105,11 +1148,13 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 		a.mu.Unlock()
 		a.st.hbSent.Add(1)
 		// Heartbeats are never replayed (§235): one send, one wait.
+		sent := time.Now()
 		env, err := l.ch.Call(ctx, control.Out{Msg: hb, Priority: semantics.PriorityLease, UsePriority: true}, every)
 		if err != nil {
 			continue
 		}
 		if _, ok := env.Payload.(*agentwire.HeartbeatAckV1); ok {
+			a.cfg.Metrics.ObserveHeartbeatRTT(time.Since(sent))
 			a.st.hbAcked.Add(1)
 			a.mu.Lock()
 			a.lastAck = a.now()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -145,6 +146,20 @@ type Config struct {
 	// with Job.OpenPayload. An attempt whose payload cannot be fetched ends
 	// InfraError without running. False leaves the payload to the executor.
 	FetchPayload bool
+	// Metrics, when set, is fed by the agent's connections (bytes, streams,
+	// queue depths, messages, protocol errors), its heartbeat round trips
+	// (forgeyard_heartbeat_rtt_seconds), its backend changes
+	// (forgeyard_transport_fallback_events_total), its log writers and its
+	// CAS uploader and downloader. Nil disables them.
+	Metrics *telemetry.Metrics
+	// Tracing starts the agent's spans (§210): transport.handshake,
+	// agent.register,
+	// reconnect.resync, lease.ack (offer received → answer sent) and
+	// attempt.complete. When FeatureTraceContextV1 was negotiated (add it
+	// to Features) they continue the daemon's trace from the envelope and
+	// the answer and completion envelopes carry the agent's span context
+	// back. Nil starts no spans (trace context still propagates).
+	Tracing *telemetry.Tracing
 }
 
 func (c *Config) check() error {

@@ -481,6 +481,7 @@ func (a *Agent) noteRegistered(ep Endpoint, reason string, eps []Endpoint) {
 	changed := from != "" && from != ep.Backend
 	if changed {
 		a.changes[BackendChange{From: from, To: ep.Backend}]++
+		a.cfg.Metrics.Fallback(from, ep.Backend) // forgeyard_transport_fallback_events_total
 	}
 	a.lastBackend = ep.Backend
 	a.reason, a.probeNote = reason, ""

@@ -11,6 +11,7 @@ import (
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -134,6 +135,21 @@ type Config struct {
 	// Data bounds what agents may push through log and CAS streams
 	// (§127, §134, §268, §277); zero fields take the defaults.
 	Data DataLimits
+	// Metrics, when set, is fed by the daemon and its connections: bytes,
+	// streams and queue depths (semantics.Config.Metrics), messages and
+	// protocol errors (control.Config.Metrics), registration failures,
+	// fencing, the lease-offer, completion-ack and cancel-delivery
+	// latencies (§207–209), and the log receiver's and CAS server's
+	// counters. Nil disables them.
+	Metrics *telemetry.Metrics
+	// Tracing starts the daemon's spans (§210): transport.handshake,
+	// protocol.negotiate, agent.register,
+	// reconnect.resync, lease.dispatch, lease.ack (handling the answer),
+	// attempt.complete, attempt.cancel, and cas.stream / log.stream per
+	// data stream. The trace context is carried in
+	// the envelope to agents that negotiated FeatureTraceContextV1 (offer
+	// it in Features) and continued from theirs. Nil starts no spans.
+	Tracing *telemetry.Tracing
 }
 
 // DataLimits are the daemon's quotas and rate limits on data streams. Every

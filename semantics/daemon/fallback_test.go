@@ -17,6 +17,7 @@ import (
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wlogs "forgeyard.dev/transport/wire/logs"
@@ -111,10 +112,12 @@ func TestFallbackUDPDroppedRegistersOverYamux(t *testing.T) {
 	id := w.newIdentity()
 	var connected <-chan struct{}
 	start := time.Now()
+	m := telemetry.NewMetrics()
 	a, _, _ := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
 		c.Endpoints = w.endpoints(id, nil)
 		c.RequestTimeout = 5 * time.Second
 		c.Fallback.ProbeInterval = -1
+		c.Metrics = m
 		connected = connectedSignal(c)
 	})
 	s := awaitBackend(t, a, connected, "yamux", 5*time.Second)
@@ -132,6 +135,10 @@ func TestFallbackUDPDroppedRegistersOverYamux(t *testing.T) {
 	}
 	if n := a.Stats().BackendChanges[agent.BackendChange{From: "quic", To: "yamux"}]; n != 1 {
 		t.Fatalf("BackendChanges %v", a.Stats().BackendChanges)
+	}
+	_, fams := scrapeFamilies(t, m)
+	if v := familyValue(fams, "forgeyard_transport_fallback_events_total", "from", "quic", "to", "yamux"); v != 1 {
+		t.Fatalf("forgeyard_transport_fallback_events_total{from=quic,to=yamux} = %v, want 1", v)
 	}
 }
 
