@@ -20,10 +20,13 @@ import (
 //
 // (the Vegas / LEDBAT signal). The semantics scheduler holds bulk chunks
 // while the estimate is above its threshold, so the queue stays near the
-// threshold instead of filling the receive window. The estimate never
-// limits throughput while the path is idle — an empty queue reads as zero —
-// and on a long path it depends on queueing delay, not on RTT, so it does
-// not cap WAN throughput the way a small receive window does.
+// threshold instead of filling the receive window. An empty queue reads
+// as zero, and the estimate depends on queueing delay, not on RTT, so it
+// does not cap throughput by path length the way a small receive window
+// does; but RTT samples also rise with the endpoints' scheduling delay, so
+// on CPU-starved hosts it holds bulk with no queue ahead of it (measured:
+// single-stream bulk halved on the loaded 2-core benchmark machine,
+// docs/perf/backends.md §2).
 //
 // The hint is active only while the path's minimum RTT is at most maxRTT:
 // a delay-based hold yields to loss-based competing traffic (it is a
