@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -223,7 +224,7 @@ func TestTransportCommands(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("sessions: exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"RUNNER", "BACKEND", "PROTOCOL", "REMOTE", "LAST HEARTBEAT", runner.String(), " quic ", " 1.0 ", "cli-test/1", "1 transports"} {
+	for _, want := range []string{"RUNNER", "BACKEND", "PROTOCOL", "REMOTE", "LAST HEARTBEAT", runner.String(), " quic ", " "+wire.Current.String()+" ", "cli-test/1", "1 transports"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sessions lacks %q:\n%s", want, out)
 		}
@@ -233,7 +234,7 @@ func TestTransportCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &ss); err != nil || code != exitOK {
 		t.Fatalf("sessions --json: %d %v\n%s", code, err, out)
 	}
-	if len(ss) != 1 || ss[0].Runner != runner.String() || ss[0].Backend != "quic" || ss[0].Protocol != "1.0" || ss[0].AgentVersion != "cli-test/1" {
+	if len(ss) != 1 || ss[0].Runner != runner.String() || ss[0].Backend != "quic" || ss[0].Protocol != wire.Current.String() || ss[0].AgentVersion != "cli-test/1" {
 		t.Errorf("sessions JSON %+v", ss)
 	}
 
@@ -243,7 +244,7 @@ func TestTransportCommands(t *testing.T) {
 		t.Fatalf("protocols: exit %d: %s", code, errOut)
 	}
 	sup := wire.Supported.Min.String() + "–" + wire.Supported.Max.String()
-	for _, want := range []string{"SUPPORTED     " + sup, "CONFIGURED    " + sup, "MIN PROTOCOL  " + wire.Supported.Min.String(), "FEATURES", "PROTOCOL  AGENTS", "1.0       1"} {
+	for _, want := range []string{"SUPPORTED     " + sup, "CONFIGURED    " + sup, "MIN PROTOCOL  " + wire.Supported.Min.String(), "FEATURES", "PROTOCOL  AGENTS", fmt.Sprintf("%-9s 1", wire.Current)} {
 		if !strings.Contains(out, want) {
 			t.Errorf("protocols lacks %q:\n%s", want, out)
 		}
@@ -253,7 +254,7 @@ func TestTransportCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &p); err != nil || code != exitOK {
 		t.Fatalf("protocols --json: %d %v\n%s", code, err, out)
 	}
-	if len(p.Agents) != 1 || p.Agents[0] != (adminapi.VersionCount{Protocol: "1.0", Agents: 1}) || p.Supported.Max != wire.Supported.Max.String() {
+	if len(p.Agents) != 1 || p.Agents[0] != (adminapi.VersionCount{Protocol: wire.Current.String(), Agents: 1}) || p.Supported.Max != wire.Supported.Max.String() {
 		t.Errorf("protocols JSON %+v", p)
 	}
 

@@ -166,6 +166,9 @@ func TestProcWaitLineAndStop(t *testing.T) {
 
 func TestSweepRemovesDeadRunsOnly(t *testing.T) {
 	Require(t)
+	// The live namespace first: the first New in a process sweeps too, and
+	// must do so before the stale namespace exists.
+	live := New(t, "live")
 	// A pid that surely ended: a finished child.
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
@@ -198,7 +201,6 @@ func TestSweepRemovesDeadRunsOnly(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	live := New(t, "live")
 	removed, err := Sweep()
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +213,10 @@ func TestSweepRemovesDeadRunsOnly(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Fatalf("Sweep removed %v, not %s", removed, dead)
+		// Another test process (internal/e2e runs in parallel) may sweep
+		// the same dead run first; the checks below still require that it
+		// is gone and its process killed.
+		t.Logf("Sweep removed %v; %s was removed by a concurrent sweep", removed, dead)
 	}
 	select {
 	case <-exited:
