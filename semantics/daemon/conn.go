@@ -16,6 +16,7 @@ import (
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/session"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/admin"
@@ -65,6 +66,9 @@ type conn struct {
 	hbTimer    *time.Timer
 	closeOnce  sync.Once
 	closeErr   error
+
+	rl  connRates       // per-connection message rates (ratelimit.go)
+	adm admissionTicket // admission slots held (admission.go), under d.hard.mu
 }
 
 func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
@@ -207,6 +211,7 @@ func (c *conn) teardown() {
 		delete(d.bySession, c.session)
 	}
 	d.mu.Unlock()
+	c.releaseAdmission()
 	close(c.done)
 	if h := d.cfg.Hooks.OnDisconnect; h != nil {
 		h(c.info(), c.closeErr)
@@ -289,6 +294,9 @@ func (c *conn) handle(env *wire.Envelope) {
 	st, fenced := c.state, c.fenced
 	c.mu.Unlock()
 	if st >= session.Closing {
+		return
+	}
+	if !c.admitMessage(env) {
 		return
 	}
 	if fenced && t != wire.MsgError {
@@ -375,6 +383,9 @@ func (c *conn) clonedIdentity(env *wire.Envelope) {
 
 func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 	d := c.d
+	if !c.admitRegistration(env) || c.rejectDowngrade(env, m) {
+		return
+	}
 	v, err := wire.Negotiate(d.proto, m.Versions)
 	if err != nil {
 		d.st.rejections.Add(1)
@@ -473,6 +484,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		c.reject(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, "runner disabled", wire.CloseRunnerDisabled)
 		return
 	case errors.Is(err, authority.ErrStaleSession):
+		c.auditEvent(telemetry.EventSessionFenced, wire.ErrCodeStaleSession, telemetry.ReasonNewerRegistration)
 		c.reject(env, wire.ErrCodeStaleSession, wire.RetryNever, "agent session ended or superseded; start a new session", wire.CloseProtocolError)
 		return
 	case errors.Is(err, authority.ErrSessionOwnership):
@@ -511,6 +523,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	} else {
 		c.setState(session.Registered)
 	}
+	c.handshakeDone()
 	c.resetLiveness()
 	if h := d.cfg.Hooks.OnRegistered; h != nil {
 		h(c.info())
@@ -742,6 +755,7 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	case errors.Is(err, authority.ErrFenced):
 		c.fencedErr(env)
 	case errors.Is(err, authority.ErrStaleLease), errors.Is(err, authority.ErrStaleSession):
+		c.auditEvent(telemetry.EventStaleLeaseReplay, wire.ErrCodeStaleLease, telemetry.ReasonLeaseSuperseded)
 		c.replyErr(env, wire.ErrCodeStaleLease, wire.RetryNever, "lease no longer offered to this session")
 	case err != nil:
 		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
@@ -776,6 +790,7 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewRevoked, Reason: agentwire.CancellationReason(res.CancelReason)}
 	default:
 		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewUnknown}
+		c.auditEvent(telemetry.EventStaleLeaseReplay, wire.ErrCodeStaleLease, telemetry.ReasonLeaseSuperseded)
 	}
 	c.reply(env, &agentwire.LeaseRenewAckV1{Lease: m.Lease, Attempt: m.Attempt, Outcome: out})
 }
@@ -797,6 +812,9 @@ func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1
 		return
 	}
 	kind := agentwire.CompletionAckKind(ack)
+	if kind == agentwire.AckStaleRejected {
+		c.auditEvent(telemetry.EventStaleLeaseReplay, wire.ErrCodeStaleLease, telemetry.ReasonLeaseSuperseded)
+	}
 	if int(kind) < len(d.st.completions) {
 		d.st.completions[kind].Add(1)
 	}

@@ -193,7 +193,7 @@ func (c *conn) serveStreams(ctx context.Context, sess *cas.Session) {
 			return
 		}
 		k := s.Kind()
-		if sess != nil && (k == wire.StreamCasUpload || k == wire.StreamCasDownload) && c.dataAllowed() {
+		if sess != nil && (k == wire.StreamCasUpload || k == wire.StreamCasDownload) && c.dataAllowed() && c.admitCasStream() {
 			go func() { _ = sess.Handle(ctx, s) }()
 			continue
 		}
