@@ -81,6 +81,9 @@ type Agent struct {
 	store *cas.FSStore
 	up    *cas.Uploader
 
+	// Secrets delivered for leased attempts (secret.go).
+	sec secretStore
+
 	st agentStats
 }
 
@@ -109,6 +112,9 @@ type attempt struct {
 	compl    *agentwire.AttemptCompletionV1
 	complID  wire.MessageId
 	result   Result
+	// secretsDone: Execute returned; its secrets were zeroed and later
+	// deliveries are refused (secret.go). Under Agent.mu.
+	secretsDone bool
 }
 
 type agentStats struct {
@@ -589,6 +595,8 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendCo
 		loops.Add(1)
 		go func() { defer loops.Done(); a.renewLoop(lctx, l) }()
 	}
+	loops.Add(1)
+	go func() { defer loops.Done(); a.serveSecrets(lctx, l) }()
 	var endErr error
 	select {
 	case <-sc.Done():
@@ -736,6 +744,10 @@ func (a *Agent) handle(l *link, env *wire.Envelope) {
 		_ = l.ch.Reply(env, &admin.AdminAckV1{Acked: admin.MsgResume, Accepted: true})
 	case *admin.RefreshCapabilitiesV1, *admin.RunHealthProbeV1:
 		_ = l.ch.Reply(env, &admin.AdminAckV1{Acked: m.MessageType(), Accepted: false, Message: "not supported by this agent"})
+	case *agentwire.SecretMaterialV1:
+		// Secrets travel only on a secret stream (secret.go): refused here.
+		m.Zero()
+		_ = l.ch.ReplyError(env.MessageID, wire.ErrCodeInvalidState, wire.RetryNever, "secret material is accepted only on a secret stream")
 	case *agentwire.ServerTimeV1, *wire.WireErrorV1:
 		// Diagnostics only; uncorrelated errors are logged.
 		a.log.Debug("daemon message", "type", m.MessageType().String())
@@ -846,7 +858,8 @@ func (o output) Phase(p agentwire.AttemptPhase) {
 
 func (a *Agent) execute(ctx context.Context, at *attempt) {
 	defer a.wg.Done()
-	res := a.cfg.Executor.Execute(ctx, at.job, output{a: a, at: at})
+	res := a.cfg.Executor.Execute(a.withSecrets(ctx, at.job.Lease), at.job, output{a: a, at: at})
+	a.dropSecrets(at)
 	at.cancel()
 	wr := agentwire.ExecutionResultV1{Kind: res.Kind}
 	switch res.Kind {
