@@ -22,7 +22,7 @@ help:
 	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included)"
 	@echo "make lint      gofmt check, go vet, staticcheck, layering check"
 	@echo "make bench     codec and backend benchmarks; tables for docs/perf.md (BENCHCOUNT=$(BENCHCOUNT))"
-	@echo "make fuzz      every fuzz target for FUZZTIME each (default $(FUZZTIME))"
+	@echo "make fuzz      every fuzz target for FUZZTIME each (default $(FUZZTIME)); FUZZ=regexp, FUZZPARALLEL=n, FUZZKEEP=n (see .ci/fuzz.sh)"
 
 deps:
 	./.ci/ensure-debs.sh
@@ -71,7 +71,7 @@ bench-backends: deps tools
 	benchstat $(OUT)/bench/backends.txt
 
 fuzz: deps
-	FUZZTIME=$(FUZZTIME) ./.ci/fuzz.sh
+	FUZZTIME=$(FUZZTIME) FUZZ="$(FUZZ)" FUZZPARALLEL="$(FUZZPARALLEL)" FUZZKEEP="$(FUZZKEEP)" ./.ci/fuzz.sh
 
 clean:
 	rm -rf $(OUT) bin
