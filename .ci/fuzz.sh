@@ -28,10 +28,21 @@ while read -r dir pkg; do
   for t in $targets; do
     echo "== $pkg $t ($FUZZTIME)"
     before=$(ls "$cache/$pkg/$t" 2>/dev/null | sort || true)
-    if ! go test "$pkg" -run '^$' -fuzz "^${t}\$" -fuzztime "$FUZZTIME" "${par[@]}"; then
-      status=1
-      failed+=("$pkg $t")
+    out=$(mktemp)
+    if ! go test "$pkg" -run '^$' -fuzz "^${t}\$" -fuzztime "$FUZZTIME" "${par[@]}" 2>&1 | tee "$out"; then
+      # Go ≤ 1.26's coordinator can fail a clean run with a bare "context
+      # deadline exceeded" at the end of -fuzztime (go.dev/issue/75804,
+      # fixed in Go 1.27). A real finding always writes a failing input;
+      # without one, the corpus is replayed to confirm and the run passes.
+      if grep -q 'context deadline exceeded' "$out" && ! grep -q 'Failing input written to' "$out" &&
+        go test "$pkg" -run "^${t}\$" -count=1 >/dev/null; then
+        echo "== $pkg $t: coordinator deadline race (go.dev/issue/75804), no failing input; corpus replay passes"
+      else
+        status=1
+        failed+=("$pkg $t")
+      fi
     fi
+    rm -f "$out"
     if [ "$FUZZKEEP" -gt 0 ] && [ -d "$cache/$pkg/$t" ]; then
       mkdir -p "$dir/testdata/fuzz/$t"
       comm -13 <(echo "$before") <(ls "$cache/$pkg/$t" | sort) | head -n "$FUZZKEEP" |

@@ -553,6 +553,7 @@ func (c *conn) fence(holder *conn, epoch uint64) {
 	runner, sess := c.runner, c.session
 	c.mu.Unlock()
 	c.d.st.fenced.Add(1)
+	c.auditEvent(telemetry.EventSessionFenced, wire.ErrCodeSessionFenced, telemetry.ReasonNewerRegistration)
 	c.logger().Info("transport fenced", "runner", runner.String(), "session", sess.String(), "holder", holder.transport.String())
 	if ch := c.channel(); ch != nil {
 		_, _ = ch.SendMsg(&agentwire.SessionFencedV1{Session: sess, FencedTransport: c.transport,
