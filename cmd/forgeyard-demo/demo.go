@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
@@ -22,10 +23,13 @@ import (
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
 // params are the demo's knobs; defaultParams is what `make demo` runs.
@@ -70,7 +74,17 @@ type demoExecutor struct {
 }
 
 func (e demoExecutor) Execute(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
-	if job.Spec != holdSpec {
+	switch job.Spec {
+	case holdSpec:
+	case bigSpec:
+		res := e.inner.Execute(ctx, job, out)
+		if res.Kind == agentwire.ResultSucceeded {
+			if _, err := out.PutOutput(bigOutput()); err != nil {
+				return agent.Result{Kind: agentwire.ResultInfraError, Message: "storing the big output: " + err.Error()}
+			}
+		}
+		return res
+	default:
 		return e.inner.Execute(ctx, job, out)
 	}
 	out.Phase(agentwire.PhasePreparing)
@@ -79,13 +93,22 @@ func (e demoExecutor) Execute(ctx context.Context, job agent.Job, out agent.Outp
 	case e.started <- job.Attempt:
 	default:
 	}
-	t := time.NewTimer(holdMax)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return agent.Result{Kind: agentwire.ResultCancelled}
-	case <-t.C:
-		return agent.Result{Kind: agentwire.ResultSucceeded}
+	// A long build step: one log line every 100 ms until cancelled.
+	end := time.NewTimer(holdMax)
+	defer end.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	steps := []string{"resolving dependencies", "compiling pkg/scheduler", "compiling pkg/transport", "linking forgeyard", "running unit tests", "running integration tests"}
+	for i := 0; ; i++ {
+		_ = out.Log(wlogs.LogStdout, fmt.Appendf(nil, "[step %d] %s\n", i+1, steps[i%len(steps)]))
+		select {
+		case <-ctx.Done():
+			_ = out.Log(wlogs.LogStderr, []byte("received cancellation; stopping\n"))
+			return agent.Result{Kind: agentwire.ResultCancelled}
+		case <-end.C:
+			return agent.Result{Kind: agentwire.ResultSucceeded}
+		case <-tick.C:
+		}
 	}
 }
 
@@ -136,6 +159,7 @@ type report struct {
 	CutDuplicate              bool
 	CancelAttempt             wire.JobAttemptId
 	CancelResult              agentwire.ExecutionResultKind
+	Data                      dataReport
 	OfferAccept, ComplAck, CD latStat
 	Elapsed                   time.Duration
 	Pass                      bool
@@ -282,7 +306,38 @@ func runDemo(parent context.Context, p params) (*report, error) {
 	}
 	st := newState()
 	holdStarted := make(chan wire.JobAttemptId, 1)
+
+	// The data plane: logs on disk (one attempt tailed live), a content
+	// store holding the payload bundle and receiving the outputs.
+	for _, sub := range []string{"logs", "cas", "spool"} {
+		if err := os.RemoveAll(filepath.Join(p.Dir, sub)); err != nil {
+			return nil, err
+		}
+	}
+	fsink, err := logs.NewFileSink(filepath.Join(p.Dir, "logs"), logs.FileSinkOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("log sink: %w", err)
+	}
+	defer fsink.Close()
+	tail := &tailSink{FileSink: fsink, out: p.Progress}
+	tail.notify = func() { st.update(func() {}) }
+	fstore, err := cas.NewFSStore(cas.FSStoreConfig{Dir: filepath.Join(p.Dir, "cas")})
+	if err != nil {
+		return nil, fmt.Errorf("content store: %w", err)
+	}
+	payload, err := putObject(fstore, demoPayload())
+	if err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	var cutProxy atomic.Pointer[netsim.UDPProxy]
+	store := &cutStore{ContentStore: fstore, big: refOf(bigOutput()), cut: func() {
+		if px := cutProxy.Load(); px != nil {
+			px.Cut()
+		}
+	}}
+
 	d, err := daemon.New(daemon.Config{ID: "demo-daemon", Authority: au, Timing: demoTiming, Logger: log.With("side", "daemon"),
+		LogSink: tail, ContentStore: store,
 		Hooks: daemon.Hooks{
 			OnRegistered: func(s daemon.SessionInfo) { st.update(func() { st.registered[s.Runner]++ }) },
 			OnCompletion: st.onCompletion,
@@ -318,7 +373,6 @@ func runDemo(parent context.Context, p params) (*report, error) {
 	// 3. Agents, each behind its own impairment proxy.
 	agentCtx, stopAgents := context.WithCancel(context.Background())
 	var agents []*demoAgent
-	var cutProxy *netsim.UDPProxy
 	stopAll := func() {
 		stopAgents()
 		grace := time.NewTimer(5 * time.Second)
@@ -362,7 +416,7 @@ func runDemo(parent context.Context, p params) (*report, error) {
 				return nil, err
 			}
 			if i == 0 {
-				cutProxy = px
+				cutProxy.Store(px)
 			}
 			da.closer, da.backend, da.path = px, config.BackendQUIC, "udp proxy "+px.Addr()
 			ep = config.Endpoint{Backend: config.BackendQUIC, HostPort: px.Addr()}
@@ -379,9 +433,14 @@ func runDemo(parent context.Context, p params) (*report, error) {
 			Executor: demoExecutor{inner: agent.NewSyntheticExecutor(uint64(i+1), agent.SyntheticOptions{MinDuration: 40 * time.Millisecond, MaxDuration: 250 * time.Millisecond}),
 				started: holdStarted},
 			MaxParallel: p.MaxParallel, Backoff: agent.Backoff{Base: 50 * time.Millisecond, Max: 500 * time.Millisecond},
+			SpoolDir: filepath.Join(p.Dir, "spool", name), FetchPayload: true,
 			RequestTimeout: time.Second, Logger: log.With("side", "agent", "agent", name), Version: "forgeyard-demo/1",
 			Hooks: agent.Hooks{OnAttemptDone: func(ad agent.AttemptDone) {
 				st.update(func() { st.agentAcked[ad.Job.Attempt] = true })
+			}, OnAttemptStarted: func(j agent.Job) {
+				if j.Spec == holdSpec {
+					tail.follow(j.Attempt, name) // before its first log line
+				}
 			}},
 		})
 		if err != nil {
@@ -395,7 +454,7 @@ func runDemo(parent context.Context, p params) (*report, error) {
 	}
 	st.update(func() {
 		st.cutRunner = agents[0].runner
-		st.cut = func() { cutProxy.Cut() }
+		st.cut = func() { cutProxy.Load().Cut() }
 	})
 	defer func() {
 		// On early returns (timeouts), stop everything; normal path stops
@@ -424,8 +483,11 @@ func runDemo(parent context.Context, p params) (*report, error) {
 	for i := 0; i < p.Leases; i++ {
 		idx := i % p.Agents
 		spec := wire.JobSpecId{Digest: sha256.Sum256([]byte("forgeyard-demo spec " + strconv.Itoa(i)))}
-		if i == 0 {
+		switch i {
+		case 0:
 			idx, spec = 1, holdSpec
+		case 1:
+			idx, spec = 0, bigSpec
 		}
 		da := agents[idx]
 		sem <- struct{}{}
@@ -437,7 +499,6 @@ func runDemo(parent context.Context, p params) (*report, error) {
 				return
 			}
 			defer func() { <-slots[idx] }()
-			payload := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: spec.Digest, Size: 1}
 			for {
 				l, err := d.OfferLease(ctx, da.runner, daemon.LeaseOffer{Job: wire.NewJobId(), Spec: spec, Payload: payload})
 				if err == nil {
@@ -475,12 +536,15 @@ func runDemo(parent context.Context, p params) (*report, error) {
 			}
 		}()
 	}
-	progress(p, "dispatching %d leases (offer → accept → phases → completion, synthetic executor 40–250 ms)", p.Leases)
+	progress(p, "dispatching %d leases (payload download → offer → accept → phases → log stream → output upload → completion, synthetic executor 40–250 ms)", p.Leases)
 
-	// 5. Cancel the hold attempt as soon as it runs.
+	// 5. Tail the hold attempt's log live, then cancel it while it runs.
 	select {
 	case att := <-holdStarted:
 		rep.CancelAttempt = att
+		if err := st.waitFor(ctx, "the tailed attempt's log", func() bool { return tail.Lines() >= 8 }); err != nil {
+			return rep, err
+		}
 		if err := d.CancelAttempt(ctx, att, agentwire.CancelUserRequested); err != nil {
 			return rep, fmt.Errorf("cancel: %w", err)
 		}
@@ -511,9 +575,15 @@ func runDemo(parent context.Context, p params) (*report, error) {
 		return rep, err
 	}
 	progress(p, "agent %s: path cut after the daemon committed a completion; reconnected, resynced, retry answered DuplicateAccepted", agents[0].name)
+	if cut := store.cutAt(); cut > 0 {
+		cs := d.CASServer().Stats()
+		progress(p, "agent %s: path cut while uploading an %d MiB output at %.1f MiB; the upload resumed from the daemon's verified prefix (%d resumed, %.1f MiB not re-sent)",
+			agents[0].name, bigOutputSize>>20, float64(cut)/(1<<20), cs.ResumedUploads, float64(cs.ResumedPrefixBytes)/(1<<20))
+	}
 
-	// 7. Collect, stop, check the authority.
+	// 7. Collect, stop, check the authority and the data plane.
 	rep.Stats = d.Stats()
+	rep.Data = collectData(d, store, tail, agents, st)
 	for i, da := range agents {
 		as, status := da.a.Stats(), da.a.Status()
 		ar := agentReport{Name: da.name, Runner: da.runner, Backend: da.backend, Path: da.path, Reconnects: as.Reconnects,
@@ -567,6 +637,8 @@ func runDemo(parent context.Context, p params) (*report, error) {
 		rep.Failure = "the cut completion was not retried with DuplicateAccepted"
 	case rep.CancelResult != agentwire.ResultCancelled:
 		rep.Failure = fmt.Sprintf("the cancelled attempt ended %v, not Cancelled", rep.CancelResult)
+	case rep.Data.Failure != "":
+		rep.Failure = rep.Data.Failure
 	default:
 		rep.Pass = true
 	}

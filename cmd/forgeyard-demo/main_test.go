@@ -29,7 +29,8 @@ func TestDemoSmall(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{"Authority check: 8/8 accepted attempts completed exactly once — PASS", "DuplicateAccepted 1", "(cut)", "quic", "yamux",
-		"offer → accept", "completion → ack", "cancel delivery", "ended Cancelled"} {
+		"offer → accept", "completion → ack", "cancel delivery", "ended Cancelled",
+		"live log of attempt", "[step 3]", "received cancellation", "Payload (CAS download)", "Cut upload", "stored and verified: true"} {
 		if !strings.Contains(s, want) && !(want == "DuplicateAccepted 1" && strings.Contains(s, "DuplicateAccepted ")) {
 			t.Errorf("summary lacks %q:\n%s", want, s)
 		}
@@ -72,6 +73,18 @@ func TestDemoReport(t *testing.T) {
 	}
 	if rep.Stats.LeasesAccepted != 9 || rep.Stats.Completions[agentwire.AckAccepted] != 9 {
 		t.Errorf("stats %+v", rep.Stats)
+	}
+	// Data plane: the tailed log, the payload downloads, every claimed
+	// output stored, and the cut upload resumed from its kept prefix.
+	dr := rep.Data
+	if dr.TailLines < 8 || dr.LogFrames == 0 || dr.Downloads < 1 || dr.PayloadsVerified != 9 || dr.PayloadsFailed != 0 {
+		t.Errorf("logs/payload: %+v", dr)
+	}
+	if dr.Claimed < 8 || dr.Stored != dr.Claimed {
+		t.Errorf("outputs: %d of %d claimed outputs stored", dr.Stored, dr.Claimed)
+	}
+	if dr.CutAt < bigOutputSize/2 || dr.Resumed < 1 || dr.ResumedPrefix < bigOutputSize/2 || !dr.BigStored {
+		t.Errorf("cut upload: %+v", dr)
 	}
 }
 

@@ -68,8 +68,19 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "     agent session, resynced, and re-sent the completion with the same MessageId: DuplicateAccepted.\n")
 	}
 	if r.CD.N > 0 || r.CancelResult == agentwire.ResultCancelled {
-		fmt.Fprintf(w, "Cancel: attempt %s was cancelled while running; it ended %v.\n", r.CancelAttempt, r.CancelResult)
+		fmt.Fprintf(w, "Cancel: attempt %s was cancelled while running (its log was tailed live: %d lines); it ended %v.\n", r.CancelAttempt, r.Data.TailLines, r.CancelResult)
 	}
+	dr := r.Data
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Logs\t%d frames, %.1f KiB durable at the daemon (sequenced, resumed after cuts, finalized before each completion)\n", dr.LogFrames, float64(dr.LogBytes)/1024)
+	fmt.Fprintf(tw, "Payload (CAS download)\t%d downloads served; %d attempts started with the verified payload (%d failed)\n", dr.Downloads, dr.PayloadsVerified, dr.PayloadsFailed)
+	fmt.Fprintf(tw, "Outputs (CAS upload)\t%d uploaded and verified (+%d already held); %d/%d claimed outputs in the daemon's store\n", dr.Uploads, dr.Deduplicated, dr.Stored, dr.Claimed)
+	if dr.CutAt > 0 {
+		fmt.Fprintf(tw, "Cut upload\t%d MiB output cut at %.1f MiB; resumed %d time(s) from the verified prefix, %.1f MiB not re-sent; stored and verified: %v\n",
+			bigOutputSize>>20, float64(dr.CutAt)/(1<<20), dr.Resumed, float64(dr.ResumedPrefix)/(1<<20), dr.BigStored)
+	}
+	tw.Flush()
 
 	fmt.Fprintf(w, "\n%-22s %4s %11s %11s\n", "LATENCY (daemon side)", "N", "P50", "P99")
 	for _, l := range []struct {

@@ -273,6 +273,7 @@ func TestDocsExamples(t *testing.T) {
 	if !ok {
 		t.Fatal("docs/operations.md lacks the configuration section")
 	}
+	sec, _, _ = strings.Cut(sec, "\n## ") // this section only
 	var blocks []string
 	for {
 		_, rest, ok := strings.Cut(sec, "```toml\n")

@@ -80,6 +80,7 @@ type Agent struct {
 	spool string
 	store *cas.FSStore
 	up    *cas.Uploader
+	down  *cas.Downloader
 
 	// Secrets delivered for leased attempts (secret.go).
 	sec secretStore
@@ -123,6 +124,7 @@ type agentStats struct {
 	acks                                                              [4]atomic.Int64
 	dialFailures                                                      atomic.Int64
 	logFinalizeFailed, outputsUploaded, outputsFailed                 atomic.Int64
+	payloadsFetched, payloadsFailed                                   atomic.Int64
 }
 
 // Stats are the agent's counters.
@@ -144,6 +146,8 @@ type Stats struct {
 	LogFinalizeFailed  int64 // attempts completed without a passed logs-finalized barrier
 	OutputsUploaded    int64 // outputs uploaded (or already held) before completions
 	OutputsFailed      int64 // local outputs that could not be uploaded (left out of completions)
+	PayloadsFetched    int64 // payloads downloaded and verified (Config.FetchPayload)
+	PayloadsFailed     int64 // attempts ended InfraError because their payload could not be fetched
 }
 
 // Status is the agent's current view.
@@ -258,7 +262,8 @@ func (a *Agent) Stats() Stats {
 		DuplicatesAbsorbed: s.dupOffers.Load(), LeasesAccepted: s.accepted.Load(), LeasesRejected: s.rejected.Load(),
 		AttemptsStarted: s.started.Load(), CompletionsSent: s.complSent.Load(), CompletionsRetried: s.complRetried.Load(),
 		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), DialFailures: s.dialFailures.Load(),
-		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load()}
+		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load(),
+		PayloadsFetched: s.payloadsFetched.Load(), PayloadsFailed: s.payloadsFailed.Load()}
 	for i := range s.acks {
 		out.CompletionAcks[i] = s.acks[i].Load()
 	}
@@ -858,7 +863,17 @@ func (o output) Phase(p agentwire.AttemptPhase) {
 
 func (a *Agent) execute(ctx context.Context, at *attempt) {
 	defer a.wg.Done()
-	res := a.cfg.Executor.Execute(a.withSecrets(ctx, at.job.Lease), at.job, output{a: a, at: at})
+	var res Result
+	if src, err := a.fetchPayload(ctx, at); err != nil {
+		res = Result{Kind: agentwire.ResultInfraError, Message: "payload download failed: " + err.Error()}
+		if ctx.Err() != nil {
+			res = Result{Kind: agentwire.ResultCancelled}
+		}
+	} else {
+		job := at.job
+		job.payload = src
+		res = a.cfg.Executor.Execute(a.withSecrets(ctx, at.job.Lease), job, output{a: a, at: at})
+	}
 	a.dropSecrets(at)
 	at.cancel()
 	wr := agentwire.ExecutionResultV1{Kind: res.Kind}

@@ -109,6 +109,13 @@ type Config struct {
 	// bytes; writes over it are dropped and counted. 0 means
 	// logs.DefaultSpoolLimit.
 	LogSpoolLimit int64
+	// FetchPayload makes the agent download each lease's payload (the
+	// LeaseOfferV1 payload_ref) from the daemon's CAS into its local store
+	// before the executor starts — verified against its digest, resumed
+	// from the kept prefix after a reconnect — so the executor can read it
+	// with Job.OpenPayload. An attempt whose payload cannot be fetched ends
+	// InfraError without running. False leaves the payload to the executor.
+	FetchPayload bool
 }
 
 func (c *Config) check() error {

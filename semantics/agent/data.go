@@ -55,8 +55,42 @@ func (a *Agent) setupData() error {
 	if err != nil {
 		return err
 	}
-	a.store, a.up = st, up
+	down, err := cas.NewDownloader(cas.DownloaderConfig{Store: st})
+	if err != nil {
+		return err
+	}
+	a.store, a.up, a.down = st, up, down
 	return nil
+}
+
+// fetchPayload downloads the attempt's payload into the local store before
+// the executor starts (Config.FetchPayload), on the current link and again
+// on the next ones after a cut (the kept prefix is resumed, §92). The
+// daemon authorizes only the lease's own payload (§93). It returns the
+// source the executor's Job opens the payload from (nil when not fetched).
+func (a *Agent) fetchPayload(ctx context.Context, at *attempt) (cas.Source, error) {
+	ref := at.job.Payload
+	if !a.cfg.FetchPayload || ref == (wire.CasObjectRef{}) || a.down == nil {
+		return nil, nil
+	}
+	budget := max(4*a.cfg.RequestTimeout, 5*time.Second) + time.Duration(ref.Size>>18)*time.Second // as uploads: ≥ 256 KiB/s
+	err := a.onLink(time.Now().Add(budget), func(err error) bool {
+		var oe *cas.OutcomeError
+		return errors.As(err, &oe) || ctx.Err() != nil
+	}, func(lctx context.Context, l *link) error {
+		lctx, cancel := context.WithCancel(lctx)
+		defer cancel()
+		stop := context.AfterFunc(ctx, cancel) // the attempt's cancel ends the download
+		defer stop()
+		return a.down.Fetch(lctx, l.sc, at.job.Lease, ref)
+	})
+	if err != nil {
+		a.st.payloadsFailed.Add(1)
+		a.log.Warn("payload download failed", "attempt", at.job.Attempt.String(), "payload", ref.String(), "err", err)
+		return nil, err
+	}
+	a.st.payloadsFetched.Add(1)
+	return a.store, nil
 }
 
 // newAttemptIO creates the attempt's log writer (spooled on disk).
@@ -303,7 +337,14 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 	if len(local) == 0 {
 		return outs
 	}
-	err := a.onLink(time.Now().Add(budget), func(err error) bool {
+	// Uploads get the fixed budget plus time for their bytes at a floor of
+	// 256 KiB/s: a stalled transfer fails sooner through the uploader's
+	// idle timeout; a big output on a slow link is not cut off.
+	var total uint64
+	for _, r := range local {
+		total += r.Size
+	}
+	err := a.onLink(time.Now().Add(budget+time.Duration(total>>18)*time.Second), func(err error) bool {
 		var oe *cas.OutcomeError
 		return errors.As(err, &oe) && oe.Outcome == wcas.CasForbidden
 	}, func(ctx context.Context, l *link) error {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
+	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wlogs "forgeyard.dev/transport/wire/logs"
@@ -19,6 +22,21 @@ type Job struct {
 	Job     wire.JobId
 	Spec    wire.JobSpecId
 	Payload wire.CasObjectRef
+
+	payload cas.Source // the agent's store, once the payload is in it
+}
+
+// ErrNoPayload is returned by Job.OpenPayload when the agent did not fetch
+// the payload (Config.FetchPayload is off, or the lease has none).
+var ErrNoPayload = errors.New("agent: payload not fetched for this attempt")
+
+// OpenPayload opens the attempt's payload, downloaded and verified before
+// the executor started (Config.FetchPayload). The caller closes it.
+func (j Job) OpenPayload() (io.ReadCloser, error) {
+	if j.payload == nil {
+		return nil, ErrNoPayload
+	}
+	return j.payload.Open(j.Payload, 0)
 }
 
 // Output lets an executor report progress. Methods are safe for concurrent
@@ -133,6 +151,26 @@ type synthetic struct {
 	o    SyntheticOptions
 }
 
+// readPayload reads a fetched payload to its end and describes it in one
+// log line (size and SHA-256 of what was read); ok is false when the
+// attempt has no fetched payload.
+func readPayload(job Job) (string, bool) {
+	rc, err := job.OpenPayload()
+	if errors.Is(err, ErrNoPayload) {
+		return "", false
+	}
+	if err != nil {
+		return fmt.Sprintf("payload %s: %v\n", job.Payload, err), true
+	}
+	defer rc.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, rc)
+	if err != nil {
+		return fmt.Sprintf("payload %s: read: %v\n", job.Payload, err), true
+	}
+	return fmt.Sprintf("payload read: %d bytes, sha256 %x\n", n, h.Sum(nil)), true
+}
+
 // Plan returns what the synthetic executor does for spec: its duration and
 // exit code.
 func (s *synthetic) plan(spec wire.JobSpecId) (time.Duration, int32) {
@@ -158,6 +196,11 @@ func (s *synthetic) Execute(ctx context.Context, job Job, out Output) Result {
 	defer t.Stop()
 	for i, p := range phases {
 		out.Phase(p)
+		if p == agentwire.PhasePreparing {
+			if line, ok := readPayload(job); ok {
+				_ = out.Log(wlogs.LogSystem, []byte(line))
+			}
+		}
 		if p == agentwire.PhaseRunning {
 			for j := 0; j < s.o.LogLines; j++ {
 				_ = out.Log(wlogs.LogStdout, []byte(SyntheticLogLine(job.Spec, j)))

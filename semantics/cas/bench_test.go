@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"forgeyard.dev/transport/backends/memory"
+	"forgeyard.dev/transport/internal/testbackends"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/wire"
@@ -21,7 +22,7 @@ import (
 func BenchmarkCAS(b *testing.B) {
 	const size = 32 << 20
 	o := newObject(size, 1)
-	for _, backend := range []string{"memory", "quic"} {
+	for _, backend := range testbackends.All {
 		b.Run(backend, func(b *testing.B) {
 			lease := wire.NewLeaseId()
 			local := newStore(b, 0)
@@ -33,12 +34,8 @@ func BenchmarkCAS(b *testing.B) {
 			dynamic := &switchStore{}
 			dynamic.set(remote)
 			srv := newServer(b, dynamic, a, nil)
-			var l *link
-			if backend == "memory" {
-				l = newMemLink(b, srv, memory.Options{})
-			} else {
-				l = newQUICLink(b, srv)
-			}
+			bc, bs := testbackends.Pair(b, backend, memory.Options{})
+			l := newLink(b, srv, bc, bs)
 			ctx := context.Background()
 			b.Run("raw", func(b *testing.B) {
 				buf := make([]byte, cas.DefaultBufferSize)

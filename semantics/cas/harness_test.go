@@ -118,7 +118,8 @@ func (a *auth) Authorize(_ context.Context, lease wire.LeaseId, ref wire.CasObje
 }
 
 // link is one agent↔daemon connection with the daemon serving CAS streams
-// (and echoing heartbeat-stream frames) through a Session.
+// through a Session, echoing heartbeat- and control-stream frames and
+// discarding diagnostic streams.
 type link struct {
 	agent, daemon *semantics.Conn
 	wg            sync.WaitGroup
@@ -156,7 +157,7 @@ func newLink(t testing.TB, srv *cas.Server, bc, bs semantics.BackendConn) *link 
 			go func() {
 				defer l.wg.Done()
 				switch st.Kind() {
-				case wire.StreamHeartbeat:
+				case wire.StreamHeartbeat, wire.StreamControl:
 					echo(st)
 					return
 				case wire.StreamDiagnostic: // raw throughput sink

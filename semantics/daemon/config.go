@@ -127,6 +127,35 @@ type Config struct {
 	// the ones they fetch (payloads) (§87–93). Nil means CAS streams are
 	// refused and NeedObjectsV1 is answered with an error.
 	ContentStore cas.ContentStore
+	// Data bounds what agents may push through log and CAS streams
+	// (§127, §134, §268, §277); zero fields take the defaults.
+	Data DataLimits
+}
+
+// DataLimits are the daemon's quotas and rate limits on data streams. Every
+// limit applies per attempt or per connection, so one misbehaving agent
+// cannot take the daemon's memory, disk bandwidth or CAS slots from the
+// others; excess is pushed back to the agent through stream flow control
+// (rates) or refused with a stream error code (quotas), never buffered.
+type DataLimits struct {
+	// LogRateBytes limits each attempt's log to this many uncompressed
+	// bytes per second (a token bucket of LogBurstBytes); the receiver
+	// stops reading an attempt's stream while it is over. 0: unlimited.
+	LogRateBytes float64
+	// LogBurstBytes is the bucket size (see logs.ReceiverConfig).
+	LogBurstBytes int64
+	// MaxAttemptLogBytes caps one attempt's log (§268): above it the
+	// stream is refused. 0: logs.DefaultMaxAttemptBytes; negative: none.
+	MaxAttemptLogBytes int64
+	// MaxLogAttempts bounds the attempts whose logs are tracked at once.
+	// 0: the receiver's default.
+	MaxLogAttempts int
+	// CASMaxConcurrent and CASMaxPerConn bound transfers in progress over
+	// the daemon and per connection; 0: the cas package defaults.
+	CASMaxConcurrent, CASMaxPerConn int
+	// CASBandwidth paces every CAS transfer's bytes (both directions
+	// together); nil is unlimited.
+	CASBandwidth *cas.Bandwidth
 }
 
 // Hooks are called from daemon goroutines, synchronously with the event

@@ -422,7 +422,13 @@ func (c *conn) identity(m *agentwire.RegisterAgentV1) (*x509.Certificate, error)
 			certs[i] = cert
 		}
 		if len(cs.PeerCertificates) > 0 && !bytes.Equal(cs.PeerCertificates[0].Raw, m.CertChain[0]) {
-			return nil, errors.New("cert_chain[0] is not the TLS client certificate")
+			// A TLS peer whose certificate names no runner is an
+			// intermediary (forgeyard-relay, ARCHITECTURE.md decision 10):
+			// it carries the bytes, and the chain (verified against
+			// RunnerCAs below) and the key proof alone prove the runner.
+			if _, err := trust.RunnerIDFromCert(cs.PeerCertificates[0]); err == nil || c.d.cfg.RunnerCAs == nil {
+				return nil, errors.New("cert_chain[0] is not the TLS client certificate")
+			}
 		}
 		if c.d.cfg.RunnerCAs == nil {
 			id, err := trust.VerifyPeer(cs, now)

@@ -53,16 +53,21 @@ func (d *Daemon) setupData() error {
 		sink, d.ownSink = fs, fs
 	}
 	if sink != nil {
+		lim := d.cfg.Data
 		r, err := logs.NewReceiver(logs.ReceiverConfig{Sink: sink, AuthorizeContext: d.authorizeLog,
-			Ack:    func(m wlogs.LogAckV1) { d.sendToAttempt(m.Attempt, &m) },
-			Resume: func(m wlogs.LogResumeRequestV1) { d.sendToAttempt(m.Attempt, &m) }})
+			Ack:       func(m wlogs.LogAckV1) { d.sendToAttempt(m.Attempt, &m) },
+			Resume:    func(m wlogs.LogResumeRequestV1) { d.sendToAttempt(m.Attempt, &m) },
+			RateBytes: lim.LogRateBytes, BurstBytes: lim.LogBurstBytes,
+			MaxAttemptBytes: lim.MaxAttemptLogBytes, MaxAttempts: lim.MaxLogAttempts})
 		if err != nil {
 			return fmt.Errorf("daemon: log receiver: %w", err)
 		}
 		d.logRecv = r
 	}
 	if d.cfg.ContentStore != nil {
-		s, err := cas.NewServer(cas.ServerConfig{Store: d.cfg.ContentStore, Authorizer: cas.AuthorizerFunc(d.authorizeCAS)})
+		lim := d.cfg.Data
+		s, err := cas.NewServer(cas.ServerConfig{Store: d.cfg.ContentStore, Authorizer: cas.AuthorizerFunc(d.authorizeCAS),
+			MaxConcurrent: lim.CASMaxConcurrent, MaxPerConn: lim.CASMaxPerConn, Bandwidth: lim.CASBandwidth})
 		if err != nil {
 			return fmt.Errorf("daemon: CAS server: %w", err)
 		}

@@ -22,9 +22,10 @@ import (
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
-// dataBackends runs f on memory and QUIC (the data plane tests' backends).
+// dataBackends runs f on memory and on every network backend (the data
+// plane's §300 items hold on each).
 func dataBackends(t *testing.T, f func(t *testing.T, b backend)) {
-	for _, mk := range []func() backend{memoryBackend, quicBackend} {
+	for _, mk := range []func() backend{memoryBackend, quicBackend, yamuxBackend, webtransportBackend} {
 		b := mk()
 		t.Run(b.name, func(t *testing.T) { f(t, b) })
 	}
@@ -32,14 +33,14 @@ func dataBackends(t *testing.T, f func(t *testing.T, b backend)) {
 
 // dataWorld is a world whose daemon keeps logs in a MemorySink and objects
 // in an FSStore.
-func dataWorld(t *testing.T, b backend) (*world, *logs.MemorySink, *cas.FSStore) {
+func dataWorld(t *testing.T, b backend, opts ...worldOpt) (*world, *logs.MemorySink, *cas.FSStore) {
 	t.Helper()
 	sink := &logs.MemorySink{}
 	store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newWorld(t, b, func(c *daemon.Config) { c.LogSink, c.ContentStore = sink, store })
+	w := newWorld(t, b, append([]worldOpt{func(c *daemon.Config) { c.LogSink, c.ContentStore = sink, store }}, opts...)...)
 	return w, sink, store
 }
 
@@ -287,7 +288,10 @@ func TestDataCancelUnderLoad(t *testing.T) {
 		samples, blobSize = 6, 1<<20
 	}
 	dataBackends(t, func(t *testing.T, b backend) {
-		w, _, _ := dataWorld(t, b)
+		// Liveness is 3 heartbeat intervals; a loaded 2-core CI machine
+		// under -race can starve goroutines for a few hundred ms.
+		const hb = 250 * time.Millisecond
+		w, _, _ := dataWorld(t, b, func(c *daemon.Config) { c.Timing.HeartbeatInterval = hb })
 		id := w.newIdentity()
 		type role int
 		const (
@@ -373,7 +377,11 @@ func TestDataCancelUnderLoad(t *testing.T) {
 		// Load: one flooder, and uploads back to back.
 		flood := offerRole(flooder)
 		stopUploads := make(chan struct{})
+		var stopOnce sync.Once
+		stop := func() { stopOnce.Do(func() { close(stopUploads) }) }
+		t.Cleanup(stop) // a failed test must not leave the loops running
 		uploadsDone := make(chan int, 2)
+		uploadErr := make(chan error, 2)
 		upLoop := func() {
 			n := 0
 			for {
@@ -383,11 +391,18 @@ func TestDataCancelUnderLoad(t *testing.T) {
 					return
 				default:
 				}
-				offerRole(uploader)
+				o := offer(int(next.Add(1)))
+				roles.Store(o.Spec, uploader)
+				if _, err := w.d.OfferLease(ctx, id.runner, o); err != nil {
+					uploadErr <- err
+					uploadsDone <- n
+					return
+				}
 				select {
 				case <-upDone:
+				case <-stopUploads:
 				case <-time.After(20 * time.Second):
-					t.Error("upload did not complete")
+					uploadErr <- errors.New("upload did not complete within 20s")
 					uploadsDone <- n
 					return
 				}
@@ -437,7 +452,7 @@ func TestDataCancelUnderLoad(t *testing.T) {
 		}
 		close(hbStop)
 		gaps := <-hbDone
-		close(stopUploads)
+		stop()
 		if err := w.d.CancelAttempt(ctx, flood, agentwire.CancelUserRequested); err != nil {
 			t.Fatal(err)
 		}
@@ -446,21 +461,26 @@ func TestDataCancelUnderLoad(t *testing.T) {
 			t.Fatalf("flood attempt not completed: receiver %+v; attempt %+v; agent %+v", w.d.LogReceiver().Stats(), st, a.Stats())
 		}
 		uploads := <-uploadsDone + <-uploadsDone
+		select {
+		case err := <-uploadErr:
+			t.Errorf("upload loop: %v", err)
+		default:
+		}
 
 		t.Logf("%s: cancel→executor idle p50 %v p99 %v; saturated p50 %v p99 %v (%d/%d samples with a CAS upload in flight, %d uploads of %d KiB, %d MiB of log offered)",
 			b.name, pct(idle, 50), pct(idle, 99), pct(sat, 50), pct(sat, 99), busy, len(sat), uploads, blobSize>>10, flooded.Load()>>20)
 		t.Logf("%s: heartbeat-ack gaps under load p50 %v p99 %v max %v (%d gaps, interval %v)",
-			b.name, pct(gaps, 50), pct(gaps, 99), pct(gaps, 100), len(gaps), fastTiming().HeartbeatInterval)
+			b.name, pct(gaps, 50), pct(gaps, 99), pct(gaps, 100), len(gaps), hb)
 		if p := pct(sat, 99); p > 2*time.Second {
 			t.Errorf("saturated cancel delivery p99 %v > 2s", p)
 		}
 		if len(gaps) < 2 {
 			t.Errorf("only %d heartbeat acks during the load", len(gaps))
-		} else if p := pct(gaps, 99); p >= 10*fastTiming().HeartbeatInterval {
+		} else if p := pct(gaps, 99); p >= 4*hb {
 			// The liveness bound proper is "no reconnect" below (the daemon
 			// closes after 3 intervals without a heartbeat); ack gaps also
 			// include CPU starvation of the shared test machine under -race.
-			t.Errorf("heartbeat-ack gap p99 %v ≥ 10 intervals", p)
+			t.Errorf("heartbeat-ack gap p99 %v ≥ 4 intervals", p)
 		}
 		if busy == 0 {
 			t.Errorf("no cancel sample overlapped a CAS upload")

@@ -18,6 +18,7 @@ import (
 
 	"forgeyard.dev/transport/backends/memory"
 	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/backends/webtransport"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/pgtest"
 	"forgeyard.dev/transport/semantics"
@@ -106,6 +107,19 @@ func yamuxBackend() backend {
 			return l, l.Addr().String()
 		},
 		dialer: func(t *testing.T, conf *tls.Config) semantics.BackendDialer { return yamux.Dialer{TLS: conf} }}
+}
+
+func webtransportBackend() backend {
+	return backend{name: "webtransport",
+		listen: func(t *testing.T, conf *tls.Config) (semantics.BackendListener, string) {
+			l, err := webtransport.Listen("127.0.0.1:0", conf, webtransport.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			return l, l.Addr().String()
+		},
+		dialer: func(t *testing.T, conf *tls.Config) semantics.BackendDialer { return webtransport.Dialer{TLS: conf} }}
 }
 
 // backends runs f on memory and on the real backends.

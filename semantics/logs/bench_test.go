@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/memory"
+	"forgeyard.dev/transport/internal/testbackends"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/wire"
@@ -25,21 +26,14 @@ import (
 //
 // go test ./semantics/logs -run '^$' -bench Logs -benchtime 2s
 func BenchmarkLogs(b *testing.B) {
-	backends := []struct {
-		name  string
-		conns func(b *testing.B) (agent, daemon *semantics.Conn)
-	}{
-		{"memory", func(b *testing.B) (*semantics.Conn, *semantics.Conn) { return memConns(b, memory.Options{}) }},
-		{"quic", func(b *testing.B) (*semantics.Conn, *semantics.Conn) {
-			pki, ln := quicListener(b)
-			return quicConns(b, pki, ln)
-		}},
-	}
-	for _, be := range backends {
-		b.Run(be.name+"/raw", func(b *testing.B) { benchRaw(b, be.conns) })
-		b.Run(be.name+"/chunks", func(b *testing.B) { benchLog(b, be.conns, false, false) })
-		b.Run(be.name+"/flate", func(b *testing.B) { benchLog(b, be.conns, true, false) })
-		b.Run(be.name+"/lines", func(b *testing.B) { benchLog(b, be.conns, false, true) })
+	for _, name := range testbackends.All {
+		conns := func(b *testing.B) (*semantics.Conn, *semantics.Conn) {
+			return testbackends.Conns(b, name, memory.Options{})
+		}
+		b.Run(name+"/raw", func(b *testing.B) { benchRaw(b, conns) })
+		b.Run(name+"/chunks", func(b *testing.B) { benchLog(b, conns, false, false) })
+		b.Run(name+"/flate", func(b *testing.B) { benchLog(b, conns, true, false) })
+		b.Run(name+"/lines", func(b *testing.B) { benchLog(b, conns, false, true) })
 	}
 }
 

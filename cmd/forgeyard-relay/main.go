@@ -1,0 +1,391 @@
+// Command forgeyard-relay carries agents that cannot reach a daemon over
+// QUIC: it accepts them over TLS+yamux (TCP) and/or WebTransport (HTTP/3,
+// UDP 443) and opens one QUIC connection per agent to the first reachable
+// daemon endpoint, copying streams and close codes both ways (package
+// relay, docs/protocols/internal/relay.md). It carries bytes, not
+// identity: agents still prove their key to the daemon end to end.
+//
+//	forgeyard-relay --config /etc/forgeyard/relay.toml
+//	forgeyard-relay --dev-pki ./.dev-pki --listen-yamux 127.0.0.1:7444 --upstream 127.0.0.1:7443
+//
+// Flags override the configuration file (see --help and
+// docs/operations.md, "Running forgeyard-relay").
+//
+// With --admin-listen (key admin.listen) it serves GET /metrics
+// (Prometheus: forgeyard_relay_* and the Go runtime) and GET /healthz
+// (JSON; 503 once shutting down), loopback only unless admin.allow_remote.
+//
+// SIGINT or SIGTERM shuts down gracefully: the listeners close and every
+// relayed connection is closed on both sides with CloseShutdown, so agents
+// reconnect elsewhere at once.
+//
+// Exit status: 0 after a clean shutdown, 1 on a runtime failure, 2 on a
+// usage or configuration error.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/backends/webtransport"
+	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/config"
+	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/relay"
+	"forgeyard.dev/transport/semantics"
+)
+
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil))
+}
+
+// testHooks let tests observe the running relay; nil in production.
+type testHooks struct {
+	ready func(r *relay.Relay, ls map[string]net.Addr, admin string)
+}
+
+type flags struct {
+	configFile    string
+	listenYamux   string
+	listenWT      string
+	cert, key, ca string
+	upstreams     string
+	upstreamCA    string
+	upstreamCert  string
+	upstreamKey   string
+	serverName    string
+	dialTimeout   time.Duration
+	maxConns      int
+	maxStreams    int
+	devPKI        string
+	logLevel      string
+	logFormat     string
+	adminListen   string
+	adminRemote   bool
+	shutdown      time.Duration
+}
+
+func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("forgeyard-relay", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
+	fs.StringVar(&f.listenYamux, "listen-yamux", "", "agent-facing TLS+yamux listen `host:port` (key: listen.yamux; default "+config.DefaultRelayListenYamux+" when no listener is configured)")
+	fs.StringVar(&f.listenWT, "listen-webtransport", "", "agent-facing WebTransport listen `host:port`, UDP (key: listen.webtransport)")
+	fs.StringVar(&f.cert, "cert", "", "agent-facing server certificate PEM `file` (key: tls.certificate)")
+	fs.StringVar(&f.key, "key", "", "agent-facing server private key PEM `file` (key: tls.private_key)")
+	fs.StringVar(&f.ca, "client-ca", "", "CA PEM `file` that signs agent certificates (key: tls.client_ca)")
+	fs.StringVar(&f.upstreams, "upstream", "", "comma-separated daemon QUIC endpoints, tried in order (key: upstream.endpoints), e.g. quic://d1:7443,quic://d2:7443")
+	fs.StringVar(&f.upstreamCA, "upstream-ca", "", "CA PEM `file` of the daemons' server certificates (key: upstream.ca; default: system roots)")
+	fs.StringVar(&f.upstreamCert, "upstream-cert", "", "the relay's client certificate PEM `file` towards the daemons; must name no runner (key: upstream.certificate)")
+	fs.StringVar(&f.upstreamKey, "upstream-key", "", "its private key PEM `file` (key: upstream.private_key)")
+	fs.StringVar(&f.serverName, "upstream-server-name", "", "`name` checked in the daemons' certificates (key: upstream.server_name; default: each endpoint's host)")
+	fs.DurationVar(&f.dialTimeout, "dial-timeout", 0, "bound of one dial per daemon endpoint (key: upstream.dial_timeout; default 3s)")
+	fs.IntVar(&f.maxConns, "max-connections", 0, "agent connections relayed at once; beyond it agents get CloseOverloaded (key: limits.max_connections; default 10000)")
+	fs.IntVar(&f.maxStreams, "max-streams-per-connection", 0, "streams in flight per agent; beyond it streams are refused (key: limits.max_streams_per_connection; default 256)")
+	fs.StringVar(&f.devPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` for both sides (server certificate, CA, relay client certificate)")
+	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
+	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
+	fs.StringVar(&f.adminListen, "admin-listen", "", "serve /metrics and /healthz on `host:port` (key: admin.listen; alias --metrics-listen; loopback only unless --admin-allow-remote)")
+	fs.StringVar(&f.adminListen, "metrics-listen", "", "alias of --admin-listen")
+	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
+	fs.DurationVar(&f.shutdown, "shutdown-timeout", 0, "how long a graceful shutdown waits for relayed connections to close (key: shutdown_timeout; default 10s)")
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintf(out, `Usage: forgeyard-relay [--config FILE] [flags]
+
+Relays agents that cannot use QUIC (UDP blocked, or only UDP 443 open) to
+daemons over QUIC. Agents connect over TLS+yamux or WebTransport; each gets
+one QUIC connection to the first reachable upstream endpoint. Settings come
+from the TOML file given with --config; each flag overrides one key of it.
+SIGINT/SIGTERM close every relayed connection with CloseShutdown and exit.
+
+Flags:
+`)
+		fs.PrintDefaults()
+		fmt.Fprintf(out, `
+Examples:
+  forgeyard-relay --config /etc/forgeyard/relay.toml
+  forgeyard-relay --dev-pki ./.dev-pki --listen-yamux 127.0.0.1:7444 --upstream 127.0.0.1:7443 --admin-listen 127.0.0.1:9465
+`)
+	}
+	return fs
+}
+
+// run is main without the process; tests call it in-process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	var f flags
+	fs := newFlagSet(&f, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "forgeyard-relay: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	cfg, err := buildConfig(fs, &f)
+	if err != nil {
+		fmt.Fprintf(stderr, "forgeyard-relay: %v\n", err)
+		return exitUsage
+	}
+	log := cfg.Log.NewLogger(stderr)
+	if err := serve(ctx, cfg, log, th); err != nil {
+		log.Error("relay failed", "err", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+// buildConfig loads the file (if any), applies the dev PKI and the flags
+// that were set, the defaults, and validates.
+func buildConfig(fs *flag.FlagSet, f *flags) (*config.Relay, error) {
+	cfg := &config.Relay{}
+	if f.configFile != "" {
+		c, err := config.ReadRelay(f.configFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	str := func(name string, dst *string, v string) {
+		if set[name] {
+			*dst = v
+		}
+	}
+	if f.devPKI != "" {
+		if _, err := setup.DevRelay(f.devPKI, cfg); err != nil {
+			return nil, fmt.Errorf("--dev-pki: %w", err)
+		}
+		if cfg.Upstream.ServerName == "" && !set["upstream-server-name"] {
+			cfg.Upstream.ServerName = "localhost" // the dev server certificate's name
+		}
+	}
+	str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)
+	str("listen-webtransport", &cfg.Listen.WebTransport, f.listenWT)
+	str("cert", &cfg.TLS.Certificate, f.cert)
+	str("key", &cfg.TLS.PrivateKey, f.key)
+	str("client-ca", &cfg.TLS.ClientCA, f.ca)
+	if set["upstream"] {
+		cfg.Upstream.Endpoints = nil
+		for _, e := range strings.Split(f.upstreams, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				cfg.Upstream.Endpoints = append(cfg.Upstream.Endpoints, e)
+			}
+		}
+	}
+	str("upstream-ca", &cfg.Upstream.CA, f.upstreamCA)
+	str("upstream-cert", &cfg.Upstream.Certificate, f.upstreamCert)
+	str("upstream-key", &cfg.Upstream.PrivateKey, f.upstreamKey)
+	str("upstream-server-name", &cfg.Upstream.ServerName, f.serverName)
+	if set["dial-timeout"] {
+		cfg.Upstream.DialTimeout.Duration = f.dialTimeout
+	}
+	if set["max-connections"] {
+		cfg.Limits.MaxConnections = f.maxConns
+	}
+	if set["max-streams-per-connection"] {
+		cfg.Limits.MaxStreamsPerConnection = f.maxStreams
+	}
+	str("log-level", &cfg.Log.Level, f.logLevel)
+	str("log-format", &cfg.Log.Format, f.logFormat)
+	str("admin-listen", &cfg.Admin.Listen, f.adminListen)
+	str("metrics-listen", &cfg.Admin.Listen, f.adminListen)
+	if set["admin-allow-remote"] {
+		cfg.Admin.AllowRemote = f.adminRemote
+	}
+	if set["shutdown-timeout"] {
+		cfg.ShutdownTimeout.Duration = f.shutdown
+	}
+	if f.dialTimeout < 0 || f.shutdown < 0 || f.maxConns < 0 || f.maxStreams < 0 {
+		return nil, errors.New("durations and limits must not be negative")
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, config.WithFile(err, f.configFile)
+	}
+	return cfg, nil
+}
+
+type namedListener struct {
+	backend string
+	semantics.BackendListener
+}
+
+func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHooks) error {
+	serverTLS, err := setup.ServerTLS(cfg.TLS)
+	if err != nil {
+		return err
+	}
+	upTLS, err := setup.RelayUpstreamTLS(cfg.Upstream)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r, err := relay.New(relay.Config{
+		Upstreams: cfg.UpstreamAddrs(), UpstreamTLS: upTLS, UpstreamQUIC: quic.Config{Logger: log},
+		DialTimeout: cfg.Upstream.DialTimeout.Duration, MaxConns: cfg.Limits.MaxConnections,
+		MaxStreamsPerConn: cfg.Limits.MaxStreamsPerConnection, CopyBuffer: cfg.Limits.CopyBuffer,
+		Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return err
+	}
+
+	var ls []namedListener
+	closeAll := func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}
+	if cfg.Listen.Yamux != "" {
+		l, err := yamux.Listen(cfg.Listen.Yamux, serverTLS, yamux.Config{Logger: log})
+		if err != nil {
+			return fmt.Errorf("listen.yamux: %w", err)
+		}
+		ls = append(ls, namedListener{config.BackendYamux, l})
+	}
+	if cfg.Listen.WebTransport != "" {
+		l, err := webtransport.Listen(cfg.Listen.WebTransport, serverTLS, webtransport.Config{Logger: log})
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("listen.webtransport: %w", err)
+		}
+		ls = append(ls, namedListener{config.BackendWebTransport, l})
+	}
+
+	var draining atomic.Bool
+	adminAddr := ""
+	if addr := cfg.AdminListen(); addr != "" {
+		adm, err := startAdmin(addr, adminHandler(reg, r, ls, &draining), log)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("admin.listen: %w", err)
+		}
+		defer adm.stop(2 * time.Second)
+		adminAddr = adm.ln.Addr().String()
+		log.Info("admin endpoint listening", "addr", adminAddr, "paths", "/metrics /healthz")
+	}
+
+	errc := make(chan error, len(ls))
+	addrs := map[string]net.Addr{}
+	for _, l := range ls {
+		addrs[l.backend] = l.Addr()
+		log.Info("listening", "backend", l.backend, "addr", l.Addr().String())
+		go func() { errc <- r.Serve(context.Background(), l) }()
+	}
+	log.Info("relaying to daemons", "upstreams", strings.Join(cfg.UpstreamAddrs(), ","), "dial_timeout", cfg.Upstream.DialTimeout.Duration)
+	if th != nil && th.ready != nil {
+		th.ready(r, addrs, adminAddr)
+	}
+
+	var failed error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", cfg.ShutdownTimeout.Duration)
+	case failed = <-errc:
+		log.Error("listener failed; shutting down", "err", failed)
+	}
+	draining.Store(true)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.Duration)
+	defer cancel()
+	if err := r.Shutdown(sctx); err != nil {
+		log.Warn("relayed connections still open at the shutdown timeout", "err", err)
+	}
+	closeAll()
+	st := r.Stats()
+	log.Info("relay stopped", "connections", st.Accepted, "refused", st.Refused, "streams", st.Streams,
+		"bytes_to_daemon", st.BytesToDaemon, "bytes_to_agent", st.BytesToAgent, "dial_failures", st.DialFailures)
+	return failed
+}
+
+// health is the /healthz answer.
+type health struct {
+	Status    string            `json:"status"` // "ok" or "draining"
+	Listeners map[string]string `json:"listeners"`
+	relay.Stats
+}
+
+func adminHandler(reg *prometheus.Registry, r *relay.Relay, ls []namedListener, draining *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		h := health{Status: "ok", Listeners: map[string]string{}, Stats: r.Stats()}
+		for _, l := range ls {
+			h.Listeners[l.backend] = l.Addr().String()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if draining.Load() {
+			h.Status = "draining"
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(h)
+	})
+	return mux
+}
+
+type adminServer struct {
+	ln   net.Listener
+	srv  *http.Server
+	done chan error
+}
+
+func startAdmin(addr string, h http.Handler, log *slog.Logger) (*adminServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	a := &adminServer{ln: ln, done: make(chan error, 1),
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+			WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
+	go func() {
+		err := a.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		a.done <- err
+	}()
+	return a, nil
+}
+
+func (a *adminServer) stop(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := a.srv.Shutdown(ctx); err != nil {
+		_ = a.srv.Close()
+	}
+	<-a.done
+}

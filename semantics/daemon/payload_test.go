@@ -1,0 +1,103 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"io"
+	"strings"
+	"testing"
+
+	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/cas"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// putObject stores data in s and returns its reference.
+func putObject(t *testing.T, s cas.ContentStore, data []byte) wire.CasObjectRef {
+	t.Helper()
+	ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(data), Size: uint64(len(data))}
+	p, err := s.Create(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Append(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// TestDataPayloadFetch (§87–93): with FetchPayload the agent downloads the
+// lease's payload from the daemon's store and verifies it before the
+// executor starts, which reads exactly the stored bytes; a payload the
+// daemon does not hold ends the attempt InfraError without running it; and
+// the daemon serves a lease only its own payload (the executor cannot
+// fetch another lease's).
+func TestDataPayloadFetch(t *testing.T) {
+	dataBackends(t, func(t *testing.T, b backend) {
+		w, _, store := dataWorld(t, b)
+		id := w.newIdentity()
+		payload := bytes.Repeat([]byte("forgeyard payload\n"), 200_000) // 3.4 MiB
+		ref := putObject(t, store, payload)
+		got := make(chan []byte, 2)
+		ran := make(chan wire.JobAttemptId, 4)
+		exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
+			ran <- job.Attempt
+			rc, err := job.OpenPayload()
+			if err != nil {
+				return agent.Result{Kind: agentwire.ResultInfraError, Message: err.Error()}
+			}
+			defer rc.Close()
+			b, err := io.ReadAll(rc)
+			if err != nil {
+				return agent.Result{Kind: agentwire.ResultInfraError, Message: err.Error()}
+			}
+			got <- b
+			return agent.Result{Kind: agentwire.ResultSucceeded}
+		})
+		a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) { c.FetchPayload = true })
+		w.awaitActive(id.runner)
+		ctx := context.Background()
+
+		o := offer(900)
+		o.Payload = ref
+		l, err := w.d.OfferLease(ctx, id.runner, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+		if c.Result.Kind != agentwire.ResultSucceeded {
+			t.Fatalf("attempt ended %v: %s", c.Result.Kind, c.Result.Message)
+		}
+		if b := <-got; !bytes.Equal(b, payload) {
+			t.Fatalf("executor read %d bytes, not the %d-byte payload", len(b), len(payload))
+		}
+		if <-ran != l.Attempt {
+			t.Fatal("wrong attempt ran")
+		}
+
+		// A payload the daemon does not hold: the attempt never runs.
+		o = offer(901)
+		o.Payload = wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: wire.Digest{9, 9, 9}, Size: 1234}
+		l, err = w.d.OfferLease(ctx, id.runner, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c = w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+		if c.Result.Kind != agentwire.ResultInfraError || !strings.Contains(c.Result.Message, "payload download failed") {
+			t.Fatalf("missing payload: attempt ended %v %q", c.Result.Kind, c.Result.Message)
+		}
+		select {
+		case att := <-ran:
+			t.Fatalf("attempt %s ran without its payload", att)
+		default:
+		}
+		if st := a.Stats(); st.PayloadsFetched != 1 || st.PayloadsFailed != 1 {
+			t.Fatalf("payload stats %d fetched / %d failed, want 1/1", st.PayloadsFetched, st.PayloadsFailed)
+		}
+	})
+}
