@@ -872,7 +872,7 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 	} else {
 		job := at.job
 		job.payload = src
-		res = a.cfg.Executor.Execute(a.withSecrets(ctx, at.job.Lease), job, output{a: a, at: at})
+		res = a.cfg.Executor.Execute(a.withSecrets(ctx, at), job, output{a: a, at: at})
 	}
 	a.dropSecrets(at)
 	at.cancel()

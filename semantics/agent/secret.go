@@ -36,8 +36,8 @@ type secretKey struct{}
 
 // secretHandle is what an Execute context carries.
 type secretHandle struct {
-	a     *Agent
-	lease wire.LeaseId
+	a  *Agent
+	at *attempt
 }
 
 // heldSecret is one stored secret.
@@ -73,9 +73,9 @@ func (s *secretStore) entry(lease wire.LeaseId, create bool) *leaseSecrets {
 	return ls
 }
 
-// withSecrets gives an Execute context access to its lease's secrets.
-func (a *Agent) withSecrets(ctx context.Context, lease wire.LeaseId) context.Context {
-	return context.WithValue(ctx, secretKey{}, &secretHandle{a: a, lease: lease})
+// withSecrets gives at's Execute context access to its lease's secrets.
+func (a *Agent) withSecrets(ctx context.Context, at *attempt) context.Context {
+	return context.WithValue(ctx, secretKey{}, &secretHandle{a: a, at: at})
 }
 
 // UseSecret waits until the secret id of the attempt whose Execute ctx
@@ -90,8 +90,15 @@ func UseSecret(ctx context.Context, id string, fn func(agentwire.SecretBytes) er
 	}
 	s := &h.a.sec
 	for {
+		h.a.mu.Lock()
+		done := h.at.secretsDone
 		s.mu.Lock()
-		ls := s.entry(h.lease, true)
+		h.a.mu.Unlock()
+		if done {
+			s.mu.Unlock()
+			return ErrSecretGone
+		}
+		ls := s.entry(h.at.job.Lease, true)
 		if ls.dropped || ls.used[id] {
 			s.mu.Unlock()
 			return ErrSecretGone
