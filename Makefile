@@ -71,7 +71,7 @@ bench-backends: deps tools
 	benchstat $(OUT)/bench/backends.txt
 
 fuzz: deps
-	FUZZTIME=$(FUZZTIME) FUZZ="$(FUZZ)" FUZZPARALLEL="$(FUZZPARALLEL)" FUZZKEEP="$(FUZZKEEP)" ./.ci/fuzz.sh
+	FUZZTIME=$(FUZZTIME) FUZZ="$(FUZZ)" FUZZPARALLEL="$(FUZZPARALLEL)" FUZZKEEP="$(FUZZKEEP)" FUZZMINIMIZETIME="$(FUZZMINIMIZETIME)" ./.ci/fuzz.sh
 
 clean:
 	rm -rf $(OUT) bin

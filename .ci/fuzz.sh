@@ -7,6 +7,10 @@
 #   FUZZTIME=1m      time per target (go test -fuzztime: 30s, 1m, 10m, 5000x)
 #   FUZZ=Session     only targets whose name matches this regexp
 #   FUZZPARALLEL=1   fuzzing workers per target (default GOMAXPROCS)
+#   FUZZMINIMIZETIME=10s  budget to minimize each new interesting or failing
+#                    input (go test's default is 60s, which stalls slow
+#                    targets such as FuzzSessionFrames for a minute per
+#                    new input)
 #   FUZZKEEP=8       copy up to N new interesting inputs of each target from
 #                    the Go fuzz cache into its package's testdata/fuzz/
 #                    (committed corpora are replayed by every `go test`)
@@ -18,6 +22,7 @@ cd "$(dirname "$0")/.."
 FUZZTIME=${FUZZTIME:-30s}
 FUZZ=${FUZZ:-.}
 FUZZKEEP=${FUZZKEEP:-0}
+FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-10s}
 par=()
 if [ -n "${FUZZPARALLEL:-}" ]; then par=(-parallel "$FUZZPARALLEL"); fi
 cache=$(go env GOCACHE)/fuzz
@@ -29,7 +34,7 @@ while read -r dir pkg; do
     echo "== $pkg $t ($FUZZTIME)"
     before=$(ls "$cache/$pkg/$t" 2>/dev/null | sort || true)
     out=$(mktemp)
-    if ! go test "$pkg" -run '^$' -fuzz "^${t}\$" -fuzztime "$FUZZTIME" "${par[@]}" 2>&1 | tee "$out"; then
+    if ! go test "$pkg" -run '^$' -fuzz "^${t}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime "$FUZZMINIMIZETIME" "${par[@]}" 2>&1 | tee "$out"; then
       # Go ≤ 1.26's coordinator can fail a clean run with a bare "context
       # deadline exceeded" at the end of -fuzztime (go.dev/issue/75804,
       # fixed in Go 1.27). A real finding always writes a failing input;

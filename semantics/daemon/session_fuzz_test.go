@@ -58,7 +58,7 @@ type sessionFuzz struct {
 	inputs  atomic.Int64
 }
 
-func newSessionFuzz(f *testing.F) *sessionFuzz {
+func newSessionFuzz(f testing.TB) *sessionFuzz {
 	auth, err := authority.OpenSQLite(context.Background(), ":memory:")
 	if err != nil {
 		f.Fatal(err)
@@ -145,6 +145,7 @@ type fuzzClient struct {
 	proto   wire.ProtocolVersion
 	session wire.AgentSessionId
 	epoch   uint64
+	budget  time.Duration // what the op loop's awaits may still wait in total
 }
 
 func (c *fuzzClient) write(p []byte) {
@@ -192,8 +193,14 @@ func (c *fuzzClient) readLoop() {
 	}
 }
 
-// await waits briefly for the answer to id (or the connection's end).
+// await waits briefly for the answer to id (or the connection's end),
+// within the input's await budget: after broken framing the daemon may
+// swallow every later message into one frame, and the input must not then
+// wait for each of them.
 func (c *fuzzClient) await(id wire.MessageId, d time.Duration) bool {
+	d = min(d, c.budget)
+	start := time.Now()
+	defer func() { c.budget -= time.Since(start) }()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
@@ -228,7 +235,7 @@ func projectGoroutines() (int, string) {
 	return n, strings.Join(ours, "\n\n")
 }
 
-func (fz *sessionFuzz) run(t *testing.T, data []byte) {
+func (fz *sessionFuzz) run(t testing.TB, data []byte) {
 	baseG, _ := projectGoroutines()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -245,7 +252,7 @@ func (fz *sessionFuzz) run(t *testing.T, data []byte) {
 		t.Fatalf("control stream: %v", err)
 	}
 	c := &fuzzClient{sc: sc, st: st, answers: make(chan wire.MessageId, 256), readEnd: make(chan struct{}), proto: wire.Current,
-		session: wire.NewAgentSessionId()}
+		session: wire.NewAgentSessionId(), budget: time.Second}
 	go c.readLoop()
 	in := &fuzzInput{b: data}
 	for n := 0; n < maxFuzzOps && in.more() && sc.Context().Err() == nil; n++ {
@@ -310,6 +317,7 @@ func (fz *sessionFuzz) run(t *testing.T, data []byte) {
 	// heartbeat timeout) with a close code this build defines.
 	if sc.Context().Err() == nil {
 		probe := c.send(&agentwire.HeartbeatAckV1{Seq: 1}, 0)
+		c.budget = 5 * time.Second
 		if !c.await(probe, 5*time.Second) && sc.Context().Err() == nil {
 			select {
 			case <-sc.Done():
