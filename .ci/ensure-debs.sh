@@ -3,10 +3,14 @@
 # Idempotent: a second run does nothing. Needs root (or passwordless sudo)
 # only when something must be installed.
 set -euo pipefail
+has() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
-command -v runuser >/dev/null 2>&1 || need+=(util-linux)
-command -v promtool >/dev/null 2>&1 || need+=(prometheus)   # promtool checks /metrics output
+has runuser || need+=(util-linux)
+has promtool || need+=(prometheus)   # promtool checks /metrics output
+has ip || need+=(iproute2)           # internal/netns, internal/e2e: namespaces and veth links
+has nft || need+=(nftables)          # internal/e2e: blocked-UDP rules inside namespaces
+has tinyproxy || need+=(tinyproxy)   # internal/e2e: the HTTP CONNECT proxy scenario
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
@@ -16,6 +20,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo -n"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
-# Debian starts a cluster on install; tests run their own throwaway server.
+# Debian starts services on install; tests run their own throwaway ones.
 $SUDO service postgresql stop >/dev/null 2>&1 || true
 $SUDO service prometheus stop >/dev/null 2>&1 || true
+$SUDO service tinyproxy stop >/dev/null 2>&1 || true

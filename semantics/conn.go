@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 )
 
@@ -30,6 +31,12 @@ type Config struct {
 	// BulkMaxWait bounds how long one bulk chunk waits for higher-priority
 	// traffic; 0 means DefaultBulkMaxWait.
 	BulkMaxWait time.Duration
+	// Metrics, when set, receives the connection's stream counts and bytes
+	// by stream kind (forgeyard_transport_streams_active,
+	// forgeyard_transport_bytes_{in,out}_total: frame bodies and raw bytes
+	// read, everything written) and its scheduler's queued bytes
+	// (forgeyard_transport_{control,log,cas}_queue_depth). Nil disables them.
+	Metrics *telemetry.Metrics
 }
 
 var discardLogger = slog.New(slog.DiscardHandler)
@@ -102,6 +109,7 @@ type Conn struct {
 	log   *slog.Logger // without per-connection attributes; see logger
 	sched *scheduler
 	ctx   context.Context
+	m     *telemetry.Metrics
 
 	bidiOnce, uniOnce sync.Once // start the accept loops
 	acceptBidi        acceptQueue[*Stream]
@@ -150,7 +158,9 @@ func NewConn(bc BackendConn, cfg Config) (*Conn, error) {
 		log:   log,
 		sched: newScheduler(hinter, threshold, maxWait),
 		ctx:   bc.Context(),
+		m:     cfg.Metrics,
 	}
+	c.sched.m = cfg.Metrics
 	return c, nil
 }
 
@@ -344,6 +354,7 @@ func (c *Conn) reserve(ctx context.Context, kind StreamKind) (*slot, error) {
 	c.out[kind]++
 	c.outTotal++
 	c.mu.Unlock()
+	c.m.StreamOpened(kind)
 	return &slot{c: c, kind: kind}, nil
 }
 
@@ -379,6 +390,7 @@ func (s *slot) release() {
 			}
 		}
 		c.mu.Unlock()
+		c.m.StreamClosed(s.kind)
 	})
 }
 
@@ -571,6 +583,7 @@ func (c *Conn) admit(rs RawRecvStream, bidi RawStream) {
 		c.refusals--
 	}
 	c.mu.Unlock()
+	c.m.StreamOpened(hdr.Kind)
 	sl := &slot{c: c, kind: hdr.Kind, incoming: true}
 	fr.SetLimit(c.lim.MaxFrame[hdr.Kind])
 	if c.ctx.Err() != nil {

@@ -3,6 +3,8 @@ package semantics
 import (
 	"sync"
 	"time"
+
+	"forgeyard.dev/transport/semantics/telemetry"
 )
 
 // The write scheduler (§45–49, §132). quic-go and yamux have no usable
@@ -83,6 +85,9 @@ type scheduler struct {
 	bulkWriting [2]int
 	wake        chan struct{} // nil, or closed and cleared on every state change
 	stats       SchedStats
+	// m mirrors Queued into the queue-depth gauges; nil when metrics are
+	// off.
+	m *telemetry.Metrics
 
 	// onWait, if set (tests only), is called each time a bulk writer is
 	// about to block.
@@ -91,6 +96,22 @@ type scheduler struct {
 
 func newScheduler(h BulkHinter, threshold int, maxWait time.Duration) *scheduler {
 	return &scheduler{hinter: h, threshold: threshold, maxWait: maxWait}
+}
+
+// addQueued adds n (negative to remove) to priority p's queued bytes and
+// mirrors it into the queue-depth gauge of p's class. Called with s.mu held.
+func (s *scheduler) addQueued(p Priority, n int) {
+	s.stats.Queued[p] += int64(n)
+	if s.m != nil {
+		q := telemetry.QueueControl
+		switch p {
+		case PriorityLog:
+			q = telemetry.QueueLog
+		case PriorityCAS:
+			q = telemetry.QueueCas
+		}
+		s.m.QueueAdd(q, n)
+	}
 }
 
 func (s *scheduler) signalLocked() {
@@ -118,7 +139,7 @@ func (s *scheduler) beginUrgent(p Priority, n int) uint64 {
 		s.urgent = make(map[uint64]time.Time)
 	}
 	s.urgent[tok] = time.Now()
-	s.stats.Queued[p] += int64(n)
+	s.addQueued(p, n)
 	s.mu.Unlock()
 	return tok
 }
@@ -128,7 +149,7 @@ func (s *scheduler) beginUrgent(p Priority, n int) uint64 {
 func (s *scheduler) endUrgent(tok uint64, p Priority, n, written int) {
 	s.mu.Lock()
 	delete(s.urgent, tok)
-	s.stats.Queued[p] -= int64(n)
+	s.addQueued(p, -n)
 	s.stats.Written[p] += int64(written)
 	s.signalLocked()
 	s.mu.Unlock()
@@ -137,7 +158,7 @@ func (s *scheduler) endUrgent(tok uint64, p Priority, n, written int) {
 // enqueueBulk accounts n bytes of a bulk Write as queued.
 func (s *scheduler) enqueueBulk(p Priority, n int) {
 	s.mu.Lock()
-	s.stats.Queued[p] += int64(n)
+	s.addQueued(p, n)
 	s.mu.Unlock()
 }
 
@@ -145,7 +166,7 @@ func (s *scheduler) enqueueBulk(p Priority, n int) {
 // Write that failed part-way).
 func (s *scheduler) dequeueBulk(p Priority, n int) {
 	s.mu.Lock()
-	s.stats.Queued[p] -= int64(n)
+	s.addQueued(p, -n)
 	s.mu.Unlock()
 }
 
@@ -274,7 +295,7 @@ func (s *scheduler) acquireBulk(p Priority, closed <-chan struct{}, deadline tim
 func (s *scheduler) releaseBulk(p Priority, n, written int) {
 	s.mu.Lock()
 	s.bulkWriting[bulkIndex(p)]--
-	s.stats.Queued[p] -= int64(n)
+	s.addQueued(p, -n)
 	s.stats.Written[p] += int64(written)
 	s.signalLocked()
 	s.mu.Unlock()

@@ -155,7 +155,7 @@ func (sc *sockConn) Write(p []byte) (int, error) {
 // newConn starts yamux over an established TLS connection and sets up the
 // control stream: the client opens it, the server accepts it (bounded by
 // ctx). On error the TLS connection is closed.
-func newConn(ctx context.Context, tc *tls.Conn, raw syscall.RawConn, cfg Config, client bool) (*Conn, error) {
+func newConn(ctx context.Context, tc net.Conn, state tls.ConnectionState, raw syscall.RawConn, cfg Config, client bool) (*Conn, error) {
 	sc := &sockConn{Conn: tc, idle: cfg.IdleTimeout, wto: cfg.WriteTimeout}
 	ycfg := cfg.yamuxConfig()
 	var sess *hyamux.Session
@@ -189,7 +189,7 @@ func newConn(ctx context.Context, tc *tls.Conn, raw syscall.RawConn, cfg Config,
 		sc:      sc,
 		sess:    sess,
 		ctrl:    ctrl,
-		state:   tc.ConnectionState(),
+		state:   state,
 		raw:     raw,
 		streams: make(map[uint32]*stream),
 		pending: make(map[uint32]*pendingRec),

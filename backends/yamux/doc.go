@@ -39,6 +39,15 @@
 // bytes; an unknown or malformed record closes the connection with
 // CloseProtocolError.
 //
+// HTTP/1.1 Upgrade form (upgrade.go), for TLS port 443 behind HTTP-aware
+// middleboxes: the same listener also accepts clients that negotiated ALPN
+// "http/1.1" (or none); they send "GET /.well-known/forgeyard/agent" with
+// "Connection: Upgrade" and "Upgrade: forgeyard-yamux/1", the listener
+// answers 101 and then the ready byte, and the rest is the raw form. The
+// two forms are told apart by ALPN, never by sniffing. Dialer.Upgrade
+// selects it; Dialer.DialContext makes the TCP connection (e.g. through an
+// HTTP CONNECT proxy).
+//
 // Deadlines everywhere (hashicorp/yamux#142): every write to the socket has a
 // deadline (Config.WriteTimeout), every read an idle deadline
 // (Config.IdleTimeout, kept alive by pings every Config.KeepAliveInterval),

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"syscall"
@@ -22,8 +23,9 @@ const (
 	readyQueue    = 16
 )
 
-// tlsConfig clones base for this backend: TLS 1.3 only, ALPN "forgeyard/1".
-func tlsConfig(base *tls.Config) *tls.Config {
+// tlsConfig clones base for this backend: TLS 1.3 only, ALPN protos
+// (default "forgeyard/1").
+func tlsConfig(base *tls.Config, protos ...string) *tls.Config {
 	var c *tls.Config
 	if base == nil {
 		c = &tls.Config{}
@@ -31,7 +33,10 @@ func tlsConfig(base *tls.Config) *tls.Config {
 		c = base.Clone()
 	}
 	c.MinVersion = tls.VersionTLS13
-	c.NextProtos = []string{ALPN}
+	if len(protos) == 0 {
+		protos = []string{ALPN}
+	}
+	c.NextProtos = protos
 	return c
 }
 
@@ -53,7 +58,13 @@ type Listener struct {
 // Listen listens on TCP addr (host:port, e.g. ":7444"). tlsConf must carry
 // the server certificate and, for agents, ClientCAs with
 // RequireAndVerifyClientCert; it is cloned and forced to TLS 1.3 with ALPN
-// "forgeyard/1". cfg is validated and copied.
+// "forgeyard/1" and "http/1.1". cfg is validated and copied.
+//
+// One port serves both forms of the backend, told apart by ALPN (not by
+// sniffing bytes): a client that negotiated "forgeyard/1" speaks raw
+// TLS+yamux; one that negotiated "http/1.1", or no ALPN at all (what an
+// HTTP-aware middlebox re-originating TLS may send), must send the HTTP/1.1
+// Upgrade request (see UpgradePath) before yamux starts.
 func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
 	cfg, err := cfg.prepare()
 	if err != nil {
@@ -68,7 +79,7 @@ func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
 	}
 	l := &Listener{
 		ln:      ln,
-		tls:     tlsConfig(tlsConf),
+		tls:     tlsConfig(tlsConf, ALPN, ALPNHTTP1),
 		cfg:     cfg,
 		ready:   make(chan *Conn, readyQueue),
 		closing: make(chan struct{}),
@@ -139,18 +150,31 @@ func serverConn(ctx context.Context, nc net.Conn, conf *tls.Config, cfg Config) 
 		_ = nc.Close()
 		return nil, handshakeError("tls", err)
 	}
-	if p := tc.ConnectionState().NegotiatedProtocol; p != ALPN {
+	dl, _ := ctx.Deadline()
+	var conn net.Conn = tc
+	ready := []byte{readyByte}
+	switch p := tc.ConnectionState().NegotiatedProtocol; p {
+	case ALPN:
+	case ALPNHTTP1, "":
+		// The HTTP/1.1 Upgrade form: read and check the request, answer 101
+		// followed by the ready byte.
+		c, resp, err := serverUpgrade(tc, dl)
+		if err != nil {
+			_ = nc.Close()
+			return nil, handshakeError("http upgrade", err)
+		}
+		conn, ready = c, append(resp, readyByte)
+	default:
 		_ = nc.Close()
 		return nil, handshakeError("alpn", fmt.Errorf("peer negotiated %q", p))
 	}
-	dl, _ := ctx.Deadline()
 	_ = tc.SetWriteDeadline(dl)
-	if _, err := tc.Write([]byte{readyByte}); err != nil {
+	if _, err := tc.Write(ready); err != nil {
 		_ = nc.Close()
 		return nil, handshakeError("ready", err)
 	}
 	_ = tc.SetWriteDeadline(time.Time{})
-	return newConn(ctx, tc, raw, cfg, false)
+	return newConn(ctx, conn, tc.ConnectionState(), raw, cfg, false)
 }
 
 // tuneSocket applies TCP_NOTSENT_LOWAT and returns the raw socket for
@@ -223,9 +247,17 @@ func (l *Listener) Close() error {
 // RootCAs (or use the system pool) and, for agents, the client
 // certificate. Dial clones TLS, forces TLS 1.3 and ALPN "forgeyard/1", and
 // sets ServerName from addr when empty. Safe for concurrent use.
+//
+// DialContext, when set, makes the TCP connection (e.g. through an HTTP
+// CONNECT proxy, relay/proxy). Upgrade selects the HTTP/1.1 Upgrade form:
+// ALPN "http/1.1", then "GET UpgradePath" with "Connection: Upgrade" and
+// "Upgrade: forgeyard-yamux/1", and yamux only after the server's 101, so
+// HTTP-aware middleboxes on port 443 pass the connection.
 type Dialer struct {
-	TLS    *tls.Config
-	Config Config
+	TLS         *tls.Config
+	Config      Config
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	Upgrade     bool
 }
 
 // Dial connects to addr (host:port). The whole handshake (TCP, TLS, the
@@ -238,16 +270,24 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
-	conf := tlsConfig(d.TLS)
+	proto := ALPN
+	if d.Upgrade {
+		proto = ALPNHTTP1
+	}
+	conf := tlsConfig(d.TLS, proto)
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("yamux: dial %q: %w", addr, err)
+	}
 	if conf.ServerName == "" {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, fmt.Errorf("yamux: dial %q: %w", addr, err)
-		}
 		conf.ServerName = host
 	}
-	var nd net.Dialer
-	nc, err := nd.DialContext(ctx, "tcp", addr)
+	dial := d.DialContext
+	if dial == nil {
+		var nd net.Dialer
+		dial = nd.DialContext
+	}
+	nc, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, handshakeError("tcp", err)
 	}
@@ -257,16 +297,23 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 		_ = nc.Close()
 		return nil, handshakeError("tls", err)
 	}
-	if p := tc.ConnectionState().NegotiatedProtocol; p != ALPN {
+	if p := tc.ConnectionState().NegotiatedProtocol; p != proto {
 		_ = nc.Close()
 		return nil, handshakeError("alpn", fmt.Errorf("server negotiated %q", p))
 	}
+	dl, _ := ctx.Deadline()
+	var conn net.Conn = tc
+	if d.Upgrade {
+		if conn, err = clientUpgrade(tc, conf.ServerName, dl); err != nil {
+			_ = nc.Close()
+			return nil, handshakeError("http upgrade", err)
+		}
+	}
 	// Wait for the listener's verdict on our certificate (TLS 1.3 sends it
 	// after our handshake completed).
-	dl, _ := ctx.Deadline()
 	_ = tc.SetReadDeadline(dl)
 	var b [1]byte
-	if _, err := tc.Read(b[:]); err != nil || b[0] != readyByte {
+	if _, err := io.ReadFull(conn, b[:]); err != nil || b[0] != readyByte {
 		_ = nc.Close()
 		if err == nil {
 			err = errors.New("unexpected first byte")
@@ -274,7 +321,7 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 		return nil, handshakeError("server acceptance", err)
 	}
 	_ = tc.SetReadDeadline(time.Time{})
-	c, err := newConn(ctx, tc, raw, cfg, true)
+	c, err := newConn(ctx, conn, tc.ConnectionState(), raw, cfg, true)
 	if err != nil {
 		return nil, err
 	}

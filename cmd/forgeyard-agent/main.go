@@ -1,12 +1,18 @@
-// Command forgeyard-agent runs a Forgeyard Transport build agent: it dials
-// the daemon's endpoints in order (QUIC, TLS+yamux, WebTransport) with
-// failover, authenticates with its runner certificate, registers, and runs
+// Command forgeyard-agent runs a Forgeyard Transport build agent: it races
+// the daemon's endpoints (QUIC first, then WebTransport, TLS+yamux and
+// relays at staggered offsets; a backend wins only after a hello round
+// trip; TCP endpoints go through an HTTP CONNECT proxy when one is set),
+// authenticates with its runner certificate, registers, and runs
 // leased attempts (semantics/agent). On connection loss it reconnects with
 // exponential backoff and full jitter under the same agent session and
 // resyncs its running attempts.
 //
 //	forgeyard-agent --config /etc/forgeyard/agent.toml
 //	forgeyard-agent --dev-pki ./.dev-pki --dev-agent 1 --endpoint quic://127.0.0.1:7443
+//	forgeyard-agent enroll --token fyet_... --endpoint quic://daemon:7443 --ca ca.pem --cert agent.pem --key agent-key.pem
+//
+// The agent renews its certificate over its session at 2/3 of its lifetime
+// (the daemon must have an issuing CA) and rewrites --cert/--key atomically.
 //
 // This build runs attempts with the synthetic executor only: durations,
 // phases and exit codes derived from the JobSpecId. It has no way to run an
@@ -44,10 +50,13 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
-	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/relay/fallback"
 	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/semantics/trust"
+	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
@@ -90,16 +99,22 @@ type flags struct {
 	logLevel      string
 	logFormat     string
 	seed          uint64
+	synth         agent.SyntheticOptions
 	statusFile    string
 	statusEvery   time.Duration
 	metricsListen string
+	otlpEndpoint  string
+	proxy         string
+	noProxy       string
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("forgeyard-agent", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
-	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable, tried in order: quic://host:7443, yamux://host:7444, webtransport://host:443 (key: control_plane.endpoints; replaces the file's list)")
+	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable, raced in order by class (QUIC at 0, WebTransport +250ms, TLS+yamux +500ms, relays +1s): quic://host:7443, webtransport://host:443, yamux://host:7444, yamux+upgrade://host:443, relay+yamux://relay:7444 (key: control_plane.endpoints; replaces the file's list)")
+	fs.StringVar(&f.proxy, "proxy", "", "HTTP CONNECT proxy `URL` http://[user:pass@]host:port for the TCP endpoints (yamux, yamux+upgrade, relays), or \"none\" (key: control_plane.proxy; default: HTTPS_PROXY/NO_PROXY from the environment)")
+	fs.StringVar(&f.noProxy, "no-proxy", "", "`hosts` reached without --proxy, NO_PROXY syntax (key: control_plane.no_proxy)")
 	fs.StringVar(&f.serverName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name; default: the endpoint host)")
 	fs.StringVar(&f.cert, "cert", "", "agent certificate PEM `file`, bound to the RunnerId (key: control_plane.credential.certificate)")
 	fs.StringVar(&f.key, "key", "", "agent private key PEM `file` (key: control_plane.credential.private_key)")
@@ -112,7 +127,11 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
 	fs.StringVar(&f.statusFile, "status-file", "", "rewrite `file` atomically with the connection health as JSON, read by `forgeyard-agent connection status` (e.g. "+DefaultStatusFile+")")
 	fs.DurationVar(&f.statusEvery, "status-interval", DefaultStatusInterval, "how often --status-file is rewritten (also on every connect and disconnect)")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces as OTLP/HTTP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default off)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics and /healthz on loopback `host:port` (a missing host means 127.0.0.1)")
+	fs.DurationVar(&f.synth.MinDuration, "synthetic-duration", 0, "DEVELOPMENT ONLY: each synthetic attempt runs for `d` (default 1–10ms, derived from the JobSpecId)")
+	fs.IntVar(&f.synth.LogLines, "synthetic-log-lines", 0, "DEVELOPMENT ONLY: log lines each synthetic attempt writes (default 4; -1 none)")
+	fs.DurationVar(&f.synth.LogInterval, "synthetic-log-interval", 0, "DEVELOPMENT ONLY: pause `d` after each synthetic log line")
 	fs.Uint64Var(&f.seed, "synthetic-seed", 1, "`seed` of the synthetic executor (durations and exit codes derive from it and the JobSpecId)")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -139,6 +158,9 @@ Examples:
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	if len(args) > 0 && args[0] == "enroll" {
+		return runEnroll(ctx, args[1:], stdout, stderr) // enroll.go
+	}
 	if len(args) > 0 && args[0] == "connection" {
 		if len(args) < 2 || args[1] != "status" {
 			fmt.Fprintln(stderr, "forgeyard-agent: usage: forgeyard-agent connection status [--json] [--status-file FILE]")
@@ -160,6 +182,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		fmt.Fprintf(stderr, "forgeyard-agent: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
+	if f.synth.MinDuration < 0 || f.synth.MinDuration > time.Hour || f.synth.LogLines > 100000 || f.synth.LogInterval < 0 || f.synth.LogInterval > time.Minute {
+		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-duration must be 0–1h, --synthetic-log-lines at most 100000, --synthetic-log-interval 0–1m")
+		return exitUsage
+	}
+	f.synth.MaxDuration = f.synth.MinDuration
 	if f.statusEvery < 100*time.Millisecond || f.statusEvery > time.Hour {
 		fmt.Fprintln(stderr, "forgeyard-agent: --status-interval must be 100ms–1h")
 		return exitUsage
@@ -176,7 +203,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
-	a, err := newAgent(cfg, f.seed, log, tel.hooks())
+	tracing, err := setup.Tracing(ctx, cfg.Telemetry, "forgeyard-agent")
+	if err != nil {
+		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
+		return exitUsage
+	}
+	defer func() { // flush the last spans (bounded: the collector may be gone)
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tracing.Shutdown(fctx)
+	}()
+	a, err := newAgent(cfg, f.seed, f.synth, log, tel.hooks(), tel.m, tracing)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
@@ -232,6 +269,8 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 		cfg.ControlPlane.Endpoints = f.endpoints
 	}
 	str("server-name", &cfg.ControlPlane.ServerName, f.serverName)
+	str("proxy", &cfg.ControlPlane.Proxy, f.proxy)
+	str("no-proxy", &cfg.ControlPlane.NoProxy, f.noProxy)
 	if f.devPKI != "" {
 		if _, err := setup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
 			return nil, fmt.Errorf("--dev-pki: %w", err)
@@ -248,6 +287,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 	}
 	str("log-level", &cfg.Log.Level, f.logLevel)
 	str("log-format", &cfg.Log.Format, f.logFormat)
+	str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, config.WithFile(err, f.configFile)
@@ -256,29 +296,44 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 }
 
 // newAgent loads the credential and builds the agent with one dialer per
-// endpoint.
-func newAgent(cfg *config.Agent, seed uint64, log *slog.Logger, hooks agent.Hooks) (*agent.Agent, error) {
+// endpoint (relay/fallback), the TCP ones through the configured proxy.
+func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log *slog.Logger, hooks agent.Hooks, m *telemetry.Metrics, tr *telemetry.Tracing) (*agent.Agent, error) {
 	cred, err := setup.LoadCredential(cfg.ControlPlane)
 	if err != nil {
 		return nil, err
 	}
-	var eps []agent.Endpoint
-	for _, e := range cfg.Endpoints() {
-		d, addr, err := setup.Dialer(e, cred.Client, quic.Config{Logger: log}, yamux.Config{})
-		if err != nil {
-			return nil, err
-		}
-		eps = append(eps, agent.Endpoint{Address: addr, Dialer: d, Backend: e.Backend})
+	// Rotatable credentials: the dialers ask for the current certificate
+	// at every handshake, and the agent renews it before expiry (§21),
+	// rewriting the files.
+	creds, err := trust.LoadCredentials(cfg.ControlPlane.Credential.Certificate, cfg.ControlPlane.Credential.PrivateKey)
+	if err != nil {
+		return nil, err
+	}
+	if msg := trust.ExpiryWarning(creds.Leaf(), trust.DefaultExpiryWarningWindow, time.Now()); msg != "" {
+		log.Warn(msg)
+	}
+	px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
+	if err != nil {
+		return nil, fmt.Errorf("control_plane.proxy: %w", err)
+	}
+	eps, err := fallback.Endpoints(cfg.Endpoints(), fallback.Options{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px})
+	if err != nil {
+		return nil, err
 	}
 	return agent.New(agent.Config{
-		Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
+		Fallback: fallback.Policy(cfg.Fallback),
+		Runner:   cred.Runner, Credentials: creds,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities: cfg.RunnerCapabilities(),
-		Executor:     agent.NewSyntheticExecutor(seed, agent.SyntheticOptions{}),
+		Executor:     agent.NewSyntheticExecutor(seed, synth),
 		MaxParallel:  cfg.MaxParallel,
 		Backoff:      agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration},
 		Logger:       log,
 		Version:      Version,
 		Hooks:        hooks,
+		Metrics:      m,
+		Tracing:      tr,
+		// The daemon's trace continues here and back (§211).
+		Features: wire.Features(wire.FeatureTraceContextV1),
 	})
 }

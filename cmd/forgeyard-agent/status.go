@@ -17,8 +17,6 @@ import (
 
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
-	"forgeyard.dev/transport/wire"
-	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
 // Status file defaults.
@@ -118,7 +116,8 @@ func (t *agentTelemetry) poke() {
 	}
 }
 
-// hooks returns the agent hooks feeding the metrics and the status file.
+// hooks returns the agent hooks feeding the connection metrics and the
+// status file (the engine feeds the rest: agent.Config.Metrics).
 // They never call back into the Agent (hooks may run under its locks).
 func (t *agentTelemetry) hooks() agent.Hooks {
 	return agent.Hooks{
@@ -133,10 +132,11 @@ func (t *agentTelemetry) hooks() agent.Hooks {
 			if again {
 				t.m.Reconnected(st.Backend)
 			}
-			t.m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK) // registration accepted
+			t.log.Info("connected", "endpoint", st.Endpoint, "backend", st.Backend, "transport", st.Transport)
 			t.poke()
 		},
-		OnDisconnected: func(error) {
+		OnDisconnected: func(err error) {
+			t.log.Info("disconnected", "err", err)
 			t.mu.Lock()
 			b := t.backend
 			t.backend = ""
@@ -145,19 +145,6 @@ func (t *agentTelemetry) hooks() agent.Hooks {
 				t.m.ConnClosed(b)
 			}
 			t.poke()
-		},
-		OnOffer: func(e agent.OfferEvent) {
-			o := telemetry.OutcomeOK
-			if e.Duplicate {
-				o = telemetry.OutcomeDuplicate
-			}
-			t.m.MessageHandled(wire.FamilyAgent, o)
-		},
-		OnCancel: func(wire.JobAttemptId, agentwire.CancellationReason) {
-			t.m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK)
-		},
-		OnAttemptDone: func(agent.AttemptDone) {
-			t.m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK) // completion ack
 		},
 	}
 }

@@ -20,21 +20,19 @@ import (
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
-	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
-// daemonTelemetry feeds telemetry.Metrics from the daemon's hooks and a
-// Stats snapshot taken at every scrape, and serves the admin endpoint.
+// daemonTelemetry holds the telemetry.Metrics the daemon engine feeds
+// (daemon.Config.Metrics: messages, bytes, streams, queues, latencies,
+// fencing, registration failures), adds the connection gauges from the
+// daemon's hooks and the daemon.Stats counters at every scrape, and serves
+// the admin endpoint.
 type daemonTelemetry struct {
 	m *telemetry.Metrics
 
 	mu         sync.Mutex
 	d          *daemon.Daemon
 	registered map[wire.TransportSessionId]string // transport → backend, for ConnClosed
-	offer      latencySync
-	compl      latencySync
-	cancel     latencySync
-	fenced     int64
 
 	listeners []listenerState
 	cert      *x509.Certificate
@@ -68,7 +66,6 @@ func (t *daemonTelemetry) hooks(h daemon.Hooks) daemon.Hooks {
 				t.m.Reconnected(s.Backend)
 			}
 		}
-		t.m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK)
 		if h.OnRegistered != nil {
 			h.OnRegistered(s)
 		}
@@ -83,38 +80,6 @@ func (t *daemonTelemetry) hooks(h daemon.Hooks) daemon.Hooks {
 		}
 		if h.OnDisconnect != nil {
 			h.OnDisconnect(s, err)
-		}
-	}
-	out.OnLeaseAnswer = func(e daemon.LeaseAnswerEvent) {
-		o := telemetry.OutcomeOK
-		switch {
-		case e.Err != nil:
-			o = telemetry.OutcomeError
-		case e.Duplicate:
-			o = telemetry.OutcomeDuplicate
-		}
-		t.m.MessageHandled(wire.FamilyAgent, o)
-		if h.OnLeaseAnswer != nil {
-			h.OnLeaseAnswer(e)
-		}
-	}
-	out.OnCompletion = func(e daemon.CompletionEvent) {
-		o := telemetry.OutcomeOK
-		switch e.Ack {
-		case agentwire.AckDuplicateAccepted:
-			o = telemetry.OutcomeDuplicate
-		case agentwire.AckStaleRejected, agentwire.AckInvalidRejected:
-			o = telemetry.OutcomeRejected
-		}
-		t.m.MessageHandled(wire.FamilyAgent, o)
-		if h.OnCompletion != nil {
-			h.OnCompletion(e)
-		}
-	}
-	out.OnPhase = func(e daemon.PhaseEvent) {
-		t.m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK)
-		if h.OnPhase != nil {
-			h.OnPhase(e)
 		}
 	}
 	return out
@@ -155,55 +120,15 @@ func (t *daemonTelemetry) listenerDone(i int, err error) {
 	}
 }
 
-// latencySync copies new samples of a daemon.Stats latency window (the
-// last maxWindow samples) into a histogram. While the window is not full,
-// every sample is copied exactly once. Once it is full, the number of new
-// samples is taken from the event counter that grows with it (capped at
-// the window): a scrape interval with more than 1024 events under-counts,
-// and events that add no sample (an accepted offer adopted from another
-// daemon) make it re-observe a recent sample.
-type latencySync struct {
-	seen    int   // window length at the last sync
-	counter int64 // event counter at the last sync
-}
-
-const maxWindow = 1024
-
-func (s *latencySync) sync(window []time.Duration, counter int64, observe func(time.Duration)) {
-	n := 0
-	switch {
-	case len(window) < s.seen: // cannot happen (the window only grows); resync
-	case len(window) < maxWindow: // not slid yet: the tail is new
-		n = len(window) - s.seen
-	default: // full (and possibly slid): count by the event counter
-		n = int(min(max(counter-s.counter, 0), int64(len(window))))
-	}
-	for _, d := range window[len(window)-n:] {
-		observe(d)
-	}
-	s.seen, s.counter = len(window), counter
-}
-
-// syncStats copies the daemon's latency samples and fenced count into the
-// telemetry metrics; called before each scrape.
+// syncStats returns the daemon's counters for a scrape (the latency
+// histograms and the fenced counter are fed by the engine itself).
 func (t *daemonTelemetry) syncStats() (daemon.Stats, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.d == nil {
 		return daemon.Stats{}, false
 	}
-	st := t.d.Stats()
-	var completions int64
-	for _, c := range st.Completions {
-		completions += c
-	}
-	t.offer.sync(st.OfferToAccept, st.LeasesAccepted, t.m.ObserveLeaseOfferToAck)
-	t.compl.sync(st.CompletionToAck, completions, t.m.ObserveCompletionAck)
-	t.cancel.sync(st.CancelDelivery, st.Cancels, t.m.ObserveCancelDelivery)
-	for ; t.fenced < st.Fenced; t.fenced++ {
-		t.m.SessionFenced()
-	}
-	return st, true
+	return t.d.Stats(), true
 }
 
 // statsCollector exports daemon.Stats counters that the hooks cannot see

@@ -345,39 +345,6 @@ func writeSample(t *testing.T, name, body string) {
 	}
 }
 
-// TestLatencySync: each daemon.Stats sample reaches the histogram once,
-// also after the 1024-sample window is full (counted by the event counter).
-func TestLatencySync(t *testing.T) {
-	var s latencySync
-	var got []time.Duration
-	obs := func(d time.Duration) { got = append(got, d) }
-	win := func(from, n int) []time.Duration {
-		w := make([]time.Duration, n)
-		for i := range w {
-			w[i] = time.Duration(from + i)
-		}
-		return w
-	}
-	s.sync(win(0, 3), 3, obs)
-	s.sync(win(0, 3), 3, obs) // nothing new
-	s.sync(win(0, 1000), 1000, obs)
-	if len(got) != 1000 || got[999] != 999 {
-		t.Fatalf("unsaturated: %d samples, last %v", len(got), got[len(got)-1])
-	}
-	s.sync(win(76, maxWindow), 1100, obs) // window filled and slid: 100 new
-	if len(got) != 1100 || got[1099] != 1099 || got[1000] != 1000 {
-		t.Fatalf("filling: %d samples, got[1000]=%v last %v", len(got), got[1000], got[len(got)-1])
-	}
-	s.sync(win(86, maxWindow), 1110, obs) // saturated: counter delta 10
-	if len(got) != 1110 || got[1100] != 1100 || got[1109] != 1109 {
-		t.Fatalf("saturated: %d samples, got[1100]=%v last %v", len(got), got[1100], got[len(got)-1])
-	}
-	s.sync(win(5086, maxWindow), 6110, obs) // more than a window: capped
-	if len(got) != 1110+maxWindow {
-		t.Fatalf("capped: %d samples", len(got))
-	}
-}
-
 type fakeListener struct{ addr string }
 
 func (f fakeListener) Accept(ctx context.Context) (semantics.BackendConn, error) {

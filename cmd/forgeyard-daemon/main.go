@@ -79,9 +79,11 @@ type flags struct {
 	logLevel        string
 	logFormat       string
 	demoLeases      int
+	logDir          string
 	adminListen     string
 	adminRemote     bool
 	shutdownTimeout time.Duration
+	otlpEndpoint    string
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
@@ -100,9 +102,11 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.pgDSNFile, "postgres-dsn-file", "", "`file` holding the PostgreSQL DSN (key: authority.postgres_dsn_file)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
+	fs.StringVar(&f.logDir, "log-dir", "", "store the attempts' logs received on log streams in `dir` (one file per attempt; without it log streams are refused)")
 	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "serve /metrics, /healthz and /sessions on `host:port` (key: admin.listen; a missing host means 127.0.0.1; loopback only unless --admin-allow-remote)")
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces as OTLP/HTTP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default off)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -181,8 +185,12 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)
 	str("listen-webtransport", &cfg.Listen.WebTransport, f.listenWT)
 	if f.devPKI != "" {
-		if _, err := setup.DevDaemon(f.devPKI, &cfg.TLS); err != nil {
+		pki, err := setup.DevDaemon(f.devPKI, &cfg.TLS)
+		if err != nil {
 			return nil, fmt.Errorf("--dev-pki: %w", err)
+		}
+		if cfg.Enrollment.IssuerCertificate == "" { // development: the dev CA signs enrolled runners
+			cfg.Enrollment.IssuerCertificate, cfg.Enrollment.IssuerPrivateKey = pki.CA.CertFile, pki.CA.KeyFile
 		}
 	}
 	str("cert", &cfg.TLS.Certificate, f.cert)
@@ -197,6 +205,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	str("log-level", &cfg.Log.Level, f.logLevel)
 	str("log-format", &cfg.Log.Format, f.logFormat)
 	str("admin-listen", &cfg.Admin.Listen, f.adminListen)
+	str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
 	if set["admin-allow-remote"] {
 		cfg.Admin.AllowRemote = f.adminRemote
 	}
@@ -216,6 +225,10 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if err != nil {
 		return err
 	}
+	identity, err := setup.Identity(cfg.Enrollment, tlsConf) // enrollment (§20): may relax ClientAuth
+	if err != nil {
+		return err
+	}
 	au, err := setup.OpenAuthority(ctx, cfg.Authority)
 	if err != nil {
 		return err
@@ -230,7 +243,9 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 			LeaseTTL: cfg.Timing.LeaseTTL.Duration, RevokeGrace: cfg.Timing.RevokeGrace.Duration, MaxBackoff: cfg.Timing.MaxBackoff.Duration,
 		},
 		AlternateEndpoints: cfg.Alternates(),
+		LogDir:             f.logDir,
 		Logger:             log,
+		Identity:           identity,
 	}
 	dcfg.Hooks.OnRegistered = func(s daemon.SessionInfo) {
 		log.Info("agent registered", "runner", s.Runner, "session", s.Session, "epoch", s.Epoch, "backend", s.Backend, "remote", s.Remote, "protocol", s.Protocol, "agent_version", s.AgentVersion)
@@ -249,6 +264,19 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	}
 	tel := newDaemonTelemetry()
 	dcfg.Hooks = tel.hooks(dcfg.Hooks)
+	tracing, err := setup.Tracing(ctx, cfg.Telemetry, "forgeyard-daemon")
+	if err != nil {
+		return err
+	}
+	defer func() { // flush the last spans (bounded: the collector may be gone)
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tracing.Shutdown(fctx)
+	}()
+	// The engine feeds the metrics and starts the spans; the trace context
+	// travels to agents that offer it too (§211).
+	dcfg.Metrics, dcfg.Tracing = tel.m, tracing
+	dcfg.Features = dcfg.Features.With(wire.FeatureTraceContextV1)
 	d, err := daemon.New(dcfg)
 	if err != nil {
 		return err

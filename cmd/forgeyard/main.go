@@ -1,6 +1,8 @@
 // Command forgeyard is the Forgeyard Transport operator CLI.
 //
 //	forgeyard dev-certs [flags]   create a development PKI (CA, server, agents)
+//	forgeyard runner token create|list|revoke, runner disable|enable,
+//	forgeyard runner cert list|revoke   runner identity lifecycle
 //
 // Subcommands are registered in the commands table below; each parses its
 // own flags with the standard flag package. Groups of subcommands (the
@@ -35,6 +37,7 @@ type command struct {
 // commands are the top-level subcommands, in help order.
 var commands = []command{
 	{name: "dev-certs", summary: "create or complete a development PKI (CA, server and agent certificates)", run: runDevCerts},
+	{name: "runner", summary: "runner identities: enrollment tokens, disable/enable, certificate revocation (runner.go)", run: runRunner},
 }
 
 func main() {

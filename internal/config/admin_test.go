@@ -60,3 +60,22 @@ func TestDaemonAdminKeys(t *testing.T) {
 		t.Errorf("no admin: %q %v", d.AdminListen(), err)
 	}
 }
+
+func TestTelemetryValidate(t *testing.T) {
+	for _, ok := range []string{"", "http://127.0.0.1:4318", "https://collector.example:4318", "http://[::1]:4318/prefix"} {
+		if err := (Telemetry{OTLPEndpoint: ok}).Validate(); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"127.0.0.1:4318", "grpc://collector:4317", "http://", "http://u:p@collector:4318",
+		"http://collector:4318/v1/traces", "http://collector:4318/?x=1", "://"} {
+		err := (Telemetry{OTLPEndpoint: bad}).Validate()
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Key != "telemetry.otlp_endpoint" {
+			t.Errorf("%q: got %v, want an *Error for telemetry.otlp_endpoint", bad, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "u:p") {
+			t.Errorf("%q: the error repeats the credentials: %v", bad, err)
+		}
+	}
+}

@@ -2,7 +2,9 @@ package config
 
 import (
 	"fmt"
+	"net/url"
 	"runtime"
+	"strings"
 	"time"
 
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -42,6 +44,14 @@ const (
 //
 //	[log]
 //	level = "info"
+//
+//	[fallback]                 # all optional (defaults shown)
+//	class_stagger = ["250ms", "250ms", "500ms"]
+//	memory_ttl = "30m"
+//	probe_interval = "30s"
+//	probe_successes = 3
+//	disable_memory = false
+//	disable_probe = false
 type Agent struct {
 	// ControlPlane says where the daemon is and how to authenticate.
 	ControlPlane ControlPlane `toml:"control_plane"`
@@ -56,7 +66,41 @@ type Agent struct {
 	Backoff Backoff `toml:"backoff"`
 	// Log selects the log level and format.
 	Log Logging `toml:"log"`
+	// Fallback tunes the backend race and the move back (semantics/agent
+	// Fallback; zero values mean its defaults).
+	Fallback Fallback `toml:"fallback"`
+	// Telemetry configures trace export (off by default).
+	Telemetry Telemetry `toml:"telemetry"`
 }
+
+// Fallback mirrors agent.Fallback.
+type Fallback struct {
+	// ClassStagger: start offset of each backend class after the previous
+	// (QUIC → WebTransport → TLS+yamux → relay); the last entry repeats.
+	// Empty: 250ms, 250ms, 500ms. The daemon's registration answer
+	// overrides it.
+	ClassStagger []Duration `toml:"class_stagger"`
+	// MemoryTTL: how long the last good backend is remembered per network
+	// (0: 30m).
+	MemoryTTL Duration `toml:"memory_ttl"`
+	// DisableMemory turns the per-network memory off.
+	DisableMemory bool `toml:"disable_memory"`
+	// ProbeInterval: how often a better backend is probed while on a
+	// fallback (0: 30s).
+	ProbeInterval Duration `toml:"probe_interval"`
+	// DisableProbe turns the background probe, and so the move back, off.
+	DisableProbe bool `toml:"disable_probe"`
+	// ProbeSuccesses: consecutive good probes needed to move back (0: 3).
+	ProbeSuccesses int `toml:"probe_successes"`
+}
+
+// Proxy settings of ControlPlane.Proxy.
+const (
+	// ProxyFromEnvironment (the empty string) uses HTTPS_PROXY/NO_PROXY.
+	ProxyFromEnvironment = ""
+	// ProxyNone dials every TCP endpoint directly.
+	ProxyNone = "none"
+)
 
 // ControlPlane is the agent's view of the daemon(s).
 type ControlPlane struct {
@@ -68,6 +112,16 @@ type ControlPlane struct {
 	ServerName string `toml:"server_name"`
 	// Credential names the agent's PEM files.
 	Credential Credential `toml:"credential"`
+	// Proxy is the HTTP CONNECT proxy for the TCP endpoints (yamux,
+	// yamux+upgrade and their relay forms; UDP endpoints never use it):
+	// "" (ProxyFromEnvironment) reads HTTPS_PROXY/https_proxy and
+	// NO_PROXY/no_proxy, "none" dials directly, and
+	// "http://[user:pass@]host:port" names the proxy (basic auth from the
+	// userinfo).
+	Proxy string `toml:"proxy"`
+	// NoProxy lists targets reached directly when Proxy names a proxy
+	// (NO_PROXY syntax: hosts, .domains, IPs, CIDRs, "*").
+	NoProxy string `toml:"no_proxy"`
 }
 
 // Credential names the agent's certificate (bound to its RunnerId), its
@@ -156,6 +210,9 @@ func (a *Agent) ApplyDefaults() {
 // Validate checks a after ApplyDefaults and returns the first problem as an
 // *Error.
 func (a *Agent) Validate() error {
+	if err := a.Telemetry.Validate(); err != nil {
+		return err
+	}
 	cp := a.ControlPlane
 	if len(cp.Endpoints) == 0 {
 		return invalid("control_plane.endpoints", "required: at least one endpoint such as \"quic://daemon.example:7443\"")
@@ -186,6 +243,28 @@ func (a *Agent) Validate() error {
 	if a.Backoff.Base.Duration > a.Backoff.Max.Duration {
 		return invalid("backoff.base", "%v exceeds backoff.max (%v)", a.Backoff.Base.Duration, a.Backoff.Max.Duration)
 	}
+	if p := cp.Proxy; p != ProxyFromEnvironment && p != ProxyNone {
+		if err := checkProxyURL(p); err != nil {
+			return invalid("control_plane.proxy", "%v (want \"\" for HTTPS_PROXY, \"none\", or http://[user:pass@]host:port)", err)
+		}
+	}
+	if cp.NoProxy != "" && (cp.Proxy == ProxyFromEnvironment || cp.Proxy == ProxyNone) {
+		return invalid("control_plane.no_proxy", "needs control_plane.proxy = \"http://host:port\" (with the environment, set NO_PROXY)")
+	}
+	if len(a.Fallback.ClassStagger) > 8 {
+		return invalid("fallback.class_stagger", "%d entries; at most 8", len(a.Fallback.ClassStagger))
+	}
+	for i, d := range a.Fallback.ClassStagger {
+		if d.Duration < 0 || d.Duration > time.Minute {
+			return invalid(fmt.Sprintf("fallback.class_stagger[%d]", i), "%v must be 0–1m", d.Duration)
+		}
+	}
+	if a.Fallback.ProbeSuccesses < 0 || a.Fallback.ProbeSuccesses > 100 {
+		return invalid("fallback.probe_successes", "%d must be 0–100", a.Fallback.ProbeSuccesses)
+	}
+	if d := a.Fallback.ProbeInterval.Duration; d > 0 && d < 100*time.Millisecond {
+		return invalid("fallback.probe_interval", "%v is below 100ms", d)
+	}
 	if caps := a.RunnerCapabilities(); caps.Validate() != nil {
 		err := caps.Validate()
 		return invalid("capabilities", "%v", err)
@@ -215,4 +294,25 @@ func (a *Agent) RunnerCapabilities() agentwire.RunnerCapabilitiesV1 {
 		OS: c.OS, Arch: c.Arch, Labels: c.Labels, Tools: c.Tools,
 		MaxParallel: uint16(mp), CPUMillis: c.CPUMillis, MemBytes: c.MemBytes, DiskBytes: c.DiskBytes,
 	}
+}
+
+// checkProxyURL accepts http://[user:pass@]host[:port] (a scheme-less
+// host:port means http). It never echoes a password.
+func checkProxyURL(s string) error {
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("not a URL")
+	}
+	switch {
+	case u.Scheme != "http":
+		return fmt.Errorf("scheme %q not supported", u.Scheme)
+	case u.Hostname() == "":
+		return fmt.Errorf("missing host")
+	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("unexpected path or query")
+	}
+	return nil
 }

@@ -133,9 +133,9 @@ func TestLoadAgentExample(t *testing.T) {
 	}
 	eps := a.Endpoints()
 	want := []Endpoint{
-		{BackendQUIC, "forgeyard.example.internal:7443"},
-		{BackendYamux, "forgeyard.example.internal:7444"},
-		{BackendWebTransport, "forgeyard.example.internal:443"},
+		{Backend: BackendQUIC, HostPort: "forgeyard.example.internal:7443"},
+		{Backend: BackendYamux, HostPort: "forgeyard.example.internal:7444"},
+		{Backend: BackendWebTransport, HostPort: "forgeyard.example.internal:443"},
 	}
 	if len(eps) != len(want) {
 		t.Fatalf("endpoints = %v", eps)
@@ -175,6 +175,15 @@ func TestAgentDefaults(t *testing.T) {
 	if e := a.Endpoints(); len(e) != 1 || e[0].String() != "quic://127.0.0.1:7443" {
 		t.Errorf("bare endpoint = %v", e)
 	}
+	a, err = ParseAgent("a.toml", []byte("[control_plane]\nendpoints = [\"yamux+upgrade://h\", \"relay://r\"]\nproxy = \"http://u:p@proxy:3128\"\nno_proxy = \".internal\"\n"+
+		goodAgentCred+"[fallback]\nclass_stagger = [\"100ms\", \"1s\"]\nprobe_successes = 4\ndisable_memory = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := a.Endpoints(); len(e) != 2 || !e[0].Upgrade || !e[1].Relay || a.ControlPlane.Proxy != "http://u:p@proxy:3128" ||
+		a.Fallback.ProbeSuccesses != 4 || !a.Fallback.DisableMemory || len(a.Fallback.ClassStagger) != 2 {
+		t.Errorf("proxy/fallback config = %+v %+v %v", a.ControlPlane, a.Fallback, e)
+	}
 }
 
 func TestAgentBad(t *testing.T) {
@@ -188,6 +197,11 @@ func TestAgentBad(t *testing.T) {
 		{"backoff", ep + goodAgentCred + "[backoff]\nbase = \"2m\"\nmax = \"1m\"\n", "backoff.base", "exceeds"},
 		{"labels", ep + goodAgentCred + "[capabilities]\nlabels = [\"x\", \"x\"]\n", "capabilities", ""},
 		{"unknown", ep + goodAgentCred + "[capabilities]\nlabel = [\"x\"]\n", "capabilities.label", "unknown key"},
+		{"proxy scheme", ep + "proxy = \"socks5://p:1080\"\n" + goodAgentCred, "control_plane.proxy", "not supported"},
+		{"proxy password not echoed", ep + "proxy = \"http://u:hunter2@p:3128/x\"\n" + goodAgentCred, "control_plane.proxy", "unexpected path"},
+		{"no_proxy without proxy", ep + "no_proxy = \"x\"\n" + goodAgentCred, "control_plane.no_proxy", "needs control_plane.proxy"},
+		{"stagger", ep + goodAgentCred + "[fallback]\nclass_stagger = [\"2m\"]\n", "fallback.class_stagger[0]", "0–1m"},
+		{"probe interval", ep + goodAgentCred + "[fallback]\nprobe_interval = \"1ms\"\n", "fallback.probe_interval", "below 100ms"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -195,6 +209,9 @@ func TestAgentBad(t *testing.T) {
 			var ce *Error
 			if !errors.As(err, &ce) {
 				t.Fatalf("err = %v, want *Error", err)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error echoes the proxy password: %v", err)
 			}
 			if ce.Key != c.key || !strings.Contains(err.Error(), c.msg) {
 				t.Errorf("err = %v (key %q), want key %q containing %q", err, ce.Key, c.key, c.msg)
@@ -216,6 +233,13 @@ func TestParseEndpoint(t *testing.T) {
 		"https://h/.well-known/forgeyard/agent": "webtransport://h:443",
 		"quic://[::1]:7443":                     "quic://[::1]:7443",
 		"quic://h/":                             "quic://h:7443",
+		"yamux+upgrade://h":                     "yamux+upgrade://h:443",
+		"YAMUX+UPGRADE://h:8443":                "yamux+upgrade://h:8443",
+		"relay://r":                             "relay+yamux://r:7444",
+		"relay+yamux://r:1":                     "relay+yamux://r:1",
+		"relay+yamux+upgrade://r":               "relay+yamux+upgrade://r:443",
+		"relay+webtransport://r":                "relay+webtransport://r:443",
+		"relay+quic://r":                        "relay+quic://r:7443",
 	}
 	for in, want := range good {
 		e, err := ParseEndpoint(in)
@@ -226,7 +250,7 @@ func TestParseEndpoint(t *testing.T) {
 	if e, _ := ParseEndpoint("quic://[::1]:1"); e.Host() != "::1" {
 		t.Errorf("Host = %q", e.Host())
 	}
-	for _, in := range []string{"", "ftp://h", "quic://", "quic://h:0", "quic://h:70000", "quic://u@h", "quic://h?x=1", "quic://h/path", "https://h/other", "quic://h:x"} {
+	for _, in := range []string{"", "ftp://h", "quic://", "quic://h:0", "quic://h:70000", "quic://u@h", "quic://h?x=1", "quic://h/path", "https://h/other", "quic://h:x", "yamux+upgrade://h/x", "relay+ftp://r", "http://h"} {
 		if e, err := ParseEndpoint(in); err == nil {
 			t.Errorf("ParseEndpoint(%q) = %v, want error", in, e)
 		}

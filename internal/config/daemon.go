@@ -85,6 +85,29 @@ type Daemon struct {
 	Log Logging `toml:"log"`
 	// Admin configures the operator HTTP endpoint (off when Listen is "").
 	Admin Admin `toml:"admin"`
+	// Telemetry configures trace export (off by default).
+	Telemetry Telemetry `toml:"telemetry"`
+	// Enrollment enables runner enrollment and certificate renewal
+	// (§20–21) and tunes the revocation check (§224).
+	Enrollment Enrollment `toml:"enrollment"`
+}
+
+// Enrollment configures the daemon's runner CA. With an issuing CA the
+// listeners also accept connections without a client certificate, on
+// which only enrollment is possible.
+type Enrollment struct {
+	// IssuerCertificate and IssuerPrivateKey are the CA that signs agent
+	// certificates (usually the tls.client_ca, or an intermediate under
+	// it). Both or neither; neither disables enrollment and renewal.
+	IssuerCertificate string `toml:"issuer_certificate"`
+	IssuerPrivateKey  string `toml:"issuer_private_key"`
+	// CertificateValidity is the lifetime of issued certificates
+	// (0: 30 days).
+	CertificateValidity Duration `toml:"certificate_validity"`
+	// RevocationPoll is how often the daemon re-checks its live sessions
+	// against the authority (0: 2s; it bounds how long a revocation made
+	// elsewhere takes to close a session here).
+	RevocationPoll Duration `toml:"revocation_poll"`
 }
 
 // Listen holds per-backend listen addresses ("host:port"; port 0 picks a
@@ -197,6 +220,9 @@ func (d *Daemon) ApplyDefaults() {
 // Validate checks d after ApplyDefaults (call ApplyDefaults first when d
 // was built in code). It returns the first problem as an *Error.
 func (d *Daemon) Validate() error {
+	if err := d.Telemetry.Validate(); err != nil {
+		return err
+	}
 	if d.Listen.Empty() {
 		return invalid("listen", "no backend to listen on (set listen.quic, listen.yamux or listen.webtransport)")
 	}
@@ -238,6 +264,20 @@ func (d *Daemon) Validate() error {
 		return invalid("authority", "set exactly one of authority.sqlite and authority.postgres_dsn_file")
 	case d.Authority.SQLite != "" && d.Authority.PostgresDSNFile != "":
 		return invalid("authority", "authority.sqlite and authority.postgres_dsn_file are mutually exclusive")
+	}
+	e := d.Enrollment
+	if (e.IssuerCertificate == "") != (e.IssuerPrivateKey == "") {
+		return invalid("enrollment", "set both enrollment.issuer_certificate and enrollment.issuer_private_key, or neither")
+	}
+	for _, f := range []struct{ key, v string }{
+		{"enrollment.issuer_certificate", e.IssuerCertificate}, {"enrollment.issuer_private_key", e.IssuerPrivateKey},
+	} {
+		if err := checkFileRef(f.key, f.v); err != nil {
+			return err
+		}
+	}
+	if e.CertificateValidity.Duration < 0 || e.RevocationPoll.Duration < 0 {
+		return invalid("enrollment", "certificate_validity and revocation_poll must not be negative")
 	}
 	t := d.Timing
 	if t.RenewInterval.Duration >= t.LeaseTTL.Duration {

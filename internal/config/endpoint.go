@@ -32,10 +32,29 @@ type Endpoint struct {
 	// HostPort is "host:port" with a lower-case host and an explicit port
 	// (IPv6 literals in brackets).
 	HostPort string
+	// Upgrade (yamux only) selects the HTTP/1.1 Upgrade form of TLS+yamux,
+	// for TLS port 443 behind HTTP-aware middleboxes.
+	Upgrade bool
+	// Relay says the address is a forgeyard-relay, not a daemon: the agent
+	// races it last (ARCHITECTURE.md decision 11).
+	Relay bool
+}
+
+// Scheme returns the canonical scheme: "quic", "webtransport", "yamux",
+// "yamux+upgrade", or "relay+" followed by one of the last three.
+func (e Endpoint) Scheme() string {
+	s := e.Backend
+	if e.Backend == BackendYamux && e.Upgrade {
+		s = "yamux+upgrade"
+	}
+	if e.Relay {
+		s = "relay+" + s
+	}
+	return s
 }
 
 // String returns the canonical URI, e.g. "quic://daemon.example:7443".
-func (e Endpoint) String() string { return e.Backend + "://" + e.HostPort }
+func (e Endpoint) String() string { return e.Scheme() + "://" + e.HostPort }
 
 // Host returns the host part of HostPort without brackets.
 func (e Endpoint) Host() string {
@@ -46,23 +65,37 @@ func (e Endpoint) Host() string {
 	return h
 }
 
-var schemeAliases = map[string]string{
-	"quic":         BackendQUIC,
-	"forgeyard":    BackendQUIC,
-	"yamux":        BackendYamux,
-	"tls":          BackendYamux,
-	"tls+yamux":    BackendYamux,
-	"yamux+tls":    BackendYamux,
-	"webtransport": BackendWebTransport,
-	"wt":           BackendWebTransport,
-	"https":        BackendWebTransport,
+// scheme is what a URI scheme selects.
+type scheme struct {
+	backend        string
+	upgrade, relay bool
 }
 
-func defaultPort(backend string) int {
-	switch backend {
-	case BackendYamux:
+var schemeAliases = map[string]scheme{
+	"quic":                {backend: BackendQUIC},
+	"forgeyard":           {backend: BackendQUIC},
+	"yamux":               {backend: BackendYamux},
+	"tls":                 {backend: BackendYamux},
+	"tls+yamux":           {backend: BackendYamux},
+	"yamux+tls":           {backend: BackendYamux},
+	"yamux+upgrade":       {backend: BackendYamux, upgrade: true},
+	"webtransport":        {backend: BackendWebTransport},
+	"wt":                  {backend: BackendWebTransport},
+	"https":               {backend: BackendWebTransport},
+	"relay":               {backend: BackendYamux, relay: true},
+	"relay+yamux":         {backend: BackendYamux, relay: true},
+	"relay+yamux+upgrade": {backend: BackendYamux, upgrade: true, relay: true},
+	"relay+webtransport":  {backend: BackendWebTransport, relay: true},
+	"relay+quic":          {backend: BackendQUIC, relay: true},
+}
+
+func defaultPort(s scheme) int {
+	switch {
+	case s.backend == BackendYamux && s.upgrade:
+		return 443
+	case s.backend == BackendYamux:
 		return DefaultYamuxPort
-	case BackendWebTransport:
+	case s.backend == BackendWebTransport:
 		return DefaultWebTransportPort
 	default:
 		return DefaultQUICPort
@@ -73,12 +106,15 @@ func defaultPort(backend string) int {
 //
 // Accepted forms: "quic://host[:port]" (alias "forgeyard://"),
 // "yamux://host[:port]" (aliases "tls://", "tls+yamux://", "yamux+tls://"),
-// "webtransport://host[:port]" (aliases "wt://", and
-// "https://host[:port]/.well-known/forgeyard/agent"), and a bare
-// "host:port", which means QUIC. Schemes and hosts are case-insensitive;
-// a missing port takes the backend's default (7443, 7444, 443). A path other
-// than the WebTransport agent path, a query, a fragment or user information
-// is an error.
+// "yamux+upgrade://host[:port]" (TLS+yamux as an HTTP/1.1 Upgrade, default
+// port 443), "webtransport://host[:port]" (aliases "wt://", and
+// "https://host[:port]/.well-known/forgeyard/agent"), any of these prefixed
+// with "relay+" for a forgeyard-relay ("relay://" alone means
+// "relay+yamux://"), and a bare "host:port", which means QUIC. Schemes and
+// hosts are case-insensitive; a missing port takes the backend's default
+// (7443, 7444, 443; 443 for the Upgrade form). A path other than the
+// WebTransport agent path, a query, a fragment or user information is an
+// error.
 func ParseEndpoint(s string) (Endpoint, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -91,21 +127,21 @@ func ParseEndpoint(s string) (Endpoint, error) {
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("endpoint %q: %v", s, unwrapURLError(err))
 	}
-	backend, ok := schemeAliases[strings.ToLower(u.Scheme)]
+	sch, ok := schemeAliases[strings.ToLower(u.Scheme)]
 	if !ok {
-		return Endpoint{}, fmt.Errorf("endpoint %q: unknown scheme %q (want quic://, yamux:// or webtransport://)", s, u.Scheme)
+		return Endpoint{}, fmt.Errorf("endpoint %q: unknown scheme %q (want quic://, yamux://, yamux+upgrade://, webtransport:// or relay+…://)", s, u.Scheme)
 	}
 	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
 		return Endpoint{}, fmt.Errorf("endpoint %q: only scheme://host[:port] is allowed", s)
 	}
-	if u.Path != "" && u.Path != "/" && !(backend == BackendWebTransport && u.Path == WebTransportPath) {
+	if u.Path != "" && u.Path != "/" && !(sch.backend == BackendWebTransport && u.Path == WebTransportPath) {
 		return Endpoint{}, fmt.Errorf("endpoint %q: unexpected path %q", s, u.Path)
 	}
 	host := strings.ToLower(u.Hostname())
 	if host == "" {
 		return Endpoint{}, fmt.Errorf("endpoint %q: missing host", s)
 	}
-	port := defaultPort(backend)
+	port := defaultPort(sch)
 	if p := u.Port(); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
@@ -113,7 +149,7 @@ func ParseEndpoint(s string) (Endpoint, error) {
 		}
 		port = n
 	}
-	return Endpoint{Backend: backend, HostPort: net.JoinHostPort(host, strconv.Itoa(port))}, nil
+	return Endpoint{Backend: sch.backend, HostPort: net.JoinHostPort(host, strconv.Itoa(port)), Upgrade: sch.upgrade, Relay: sch.relay}, nil
 }
 
 func unwrapURLError(err error) error {

@@ -1,5 +1,8 @@
-// Package agent is the agent side of the control protocol: it dials the
-// daemon's endpoints in order with failover, negotiates, registers with a
+// Package agent is the agent side of the control protocol: it races the
+// daemon's endpoints by backend class (happy eyeballs; a backend wins only
+// when its hello round trip completes, fallback.go), remembers the winner
+// per network and moves back to a better backend with hysteresis,
+// negotiates, registers with a
 // key proof, resynchronises its attempts, answers lease offers (duplicates
 // get the same answer and never a second execution), runs attempts on an
 // Executor, renews leases, sends heartbeats, obeys cancellation, and
@@ -21,6 +24,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -35,9 +39,11 @@ import (
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/session"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrClosed is returned by Run after Close.
@@ -58,23 +64,30 @@ type Agent struct {
 	wg     sync.WaitGroup
 	runMu  sync.Mutex
 
-	mu          sync.Mutex
-	link        *link         // current registered transport, nil when none
-	linkCh      chan struct{} // closed and replaced when link changes
-	attempts    map[wire.JobAttemptId]*attempt
-	answers     map[wire.LeaseId]OfferEvent
-	ansOrder    []wire.LeaseId
-	draining    bool
-	epoch       uint64
-	hbEvery     time.Duration
-	renewEvery  time.Duration
-	maxBackoff  time.Duration
-	alternates  []string
-	stagger     []time.Duration // fallback dial delays (happy eyeballs)
-	preferred   []string        // GoAway alternates, dialed first until preferUntil
-	preferUntil time.Time
-	lastAck     time.Time
-	hbSeq       uint64
+	mu           sync.Mutex
+	link         *link         // current registered transport, nil when none
+	linkCh       chan struct{} // closed and replaced when link changes
+	attempts     map[wire.JobAttemptId]*attempt
+	answers      map[wire.LeaseId]OfferEvent
+	ansOrder     []wire.LeaseId
+	draining     bool
+	epoch        uint64
+	hbEvery      time.Duration
+	renewEvery   time.Duration
+	maxBackoff   time.Duration
+	alternates   []string
+	fb           Fallback
+	classStagger []time.Duration // class offsets (daemon's once registered)
+	network      string          // network identity at the last connect
+	memory       map[string]remembered
+	lastBackend  string
+	reason       string // why the current backend (Status.FallbackReason)
+	probeNote    string // the background probe's state
+	changes      map[BackendChange]int64
+	preferred    []string // GoAway alternates, dialed first until preferUntil
+	preferUntil  time.Time
+	lastAck      time.Time
+	hbSeq        uint64
 
 	// Data plane (data.go), for roles that run attempts.
 	spool string
@@ -98,13 +111,29 @@ type link struct {
 	protocol  wire.ProtocolVersion
 	features  wire.FeatureSet
 	ctx       context.Context // ends with the link; data streams live on it
+	lcancel   context.CancelFunc
+	runDone   chan struct{} // closed when the control read loop ended
+	closeOnce sync.Once
+	ack       *agentwire.HelloAckV1
 	goaway    chan struct{}
 	goOnce    sync.Once
 	reconnect time.Duration
 }
 
+// traceOut sets o's trace context from the span in ctx when the daemon
+// negotiated FeatureTraceContextV1 (§211).
+func (l *link) traceOut(ctx context.Context, o control.Out) control.Out {
+	if l.features.Has(wire.FeatureTraceContextV1) {
+		o.Trace, o.HasTrace = telemetry.Inject(ctx)
+	}
+	return o
+}
+
 type attempt struct {
-	job      Job
+	job Job
+	// trace is the span context of the attempt's lease.ack span: the
+	// attempt.complete span continues it.
+	trace    context.Context
 	cancel   context.CancelFunc
 	phase    agentwire.AttemptPhase
 	finished bool
@@ -124,6 +153,7 @@ type agentStats struct {
 	acks                                                              [4]atomic.Int64
 	dialFailures                                                      atomic.Int64
 	logFinalizeFailed, outputsUploaded, outputsFailed                 atomic.Int64
+	probes, probesOK, moves                                           atomic.Int64
 	payloadsFetched, payloadsFailed                                   atomic.Int64
 }
 
@@ -148,6 +178,13 @@ type Stats struct {
 	OutputsFailed      int64 // local outputs that could not be uploaded (left out of completions)
 	PayloadsFetched    int64 // payloads downloaded and verified (Config.FetchPayload)
 	PayloadsFailed     int64 // attempts ended InfraError because their payload could not be fetched
+	Probes             int64 // background probes of a better backend
+	ProbesSucceeded    int64
+	MovesBack          int64 // moves to a better backend after probing
+	// BackendChanges counts registrations over a different backend than
+	// the previous one, by from/to backend; the first registration counts
+	// from the best configured backend when it is a fallback.
+	BackendChanges map[BackendChange]int64
 }
 
 // Status is the agent's current view.
@@ -162,6 +199,15 @@ type Status struct {
 	LastHeartbeatAck time.Time
 	Running          []wire.JobAttemptId
 	Draining         bool
+	// Class is the current endpoint's fallback class ("quic",
+	// "webtransport", "tcp", "relay"; "" when not connected).
+	Class string
+	// FallbackReason says why this backend was chosen (which candidates
+	// failed or were slower, a remembered choice, or a move back); when
+	// the agent is probing a better backend, the probe's progress follows.
+	FallbackReason string
+	// Network is the network identity the choice is remembered under.
+	Network string
 }
 
 // New checks cfg and returns an Agent with a fresh AgentSessionId.
@@ -190,9 +236,10 @@ func New(cfg Config) (*Agent, error) {
 	cfg.Endpoints = append([]Endpoint(nil), cfg.Endpoints...)
 	a := &Agent{cfg: cfg, session: wire.NewAgentSessionId(), log: cfg.Logger, now: cfg.Now,
 		linkCh: make(chan struct{}), attempts: map[wire.JobAttemptId]*attempt{}, answers: map[wire.LeaseId]OfferEvent{},
-		stagger: append([]time.Duration(nil), cfg.FallbackStagger...),
+		fb: cfg.Fallback.withDefaults(), memory: map[string]remembered{}, changes: map[BackendChange]int64{},
 		hbEvery: 10 * time.Second, renewEvery: 10 * time.Second, maxBackoff: cfg.Backoff.Max,
 		execs: cfg.Role == agentwire.RoleAgent || cfg.Role == agentwire.RoleInternalWorker}
+	a.classStagger = slices.Clone(a.fb.ClassStagger)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -242,10 +289,15 @@ func (a *Agent) Close() error {
 func (a *Agent) Status() Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Status{Epoch: a.epoch, LastHeartbeatAck: a.lastAck, Draining: a.draining}
+	s := Status{Epoch: a.epoch, LastHeartbeatAck: a.lastAck, Draining: a.draining, Network: a.network}
 	if l := a.link; l != nil {
 		s.Connected, s.Endpoint, s.Backend, s.Protocol, s.Transport = true, l.ep.Address, l.bc.Backend(), l.protocol, l.transport
 		s.Features = l.features
+		s.Class = l.ep.class().String()
+		s.FallbackReason = a.reason
+		if a.probeNote != "" {
+			s.FallbackReason += "; " + a.probeNote
+		}
 	}
 	for id, at := range a.attempts {
 		if !at.finished {
@@ -263,7 +315,14 @@ func (a *Agent) Stats() Stats {
 		AttemptsStarted: s.started.Load(), CompletionsSent: s.complSent.Load(), CompletionsRetried: s.complRetried.Load(),
 		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), DialFailures: s.dialFailures.Load(),
 		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load(),
-		PayloadsFetched: s.payloadsFetched.Load(), PayloadsFailed: s.payloadsFailed.Load()}
+		PayloadsFetched: s.payloadsFetched.Load(), PayloadsFailed: s.payloadsFailed.Load(),
+		Probes: s.probes.Load(), ProbesSucceeded: s.probesOK.Load(), MovesBack: s.moves.Load(),
+		BackendChanges: map[BackendChange]int64{}}
+	a.mu.Lock()
+	for k, v := range a.changes {
+		out.BackendChanges[k] = v
+	}
+	a.mu.Unlock()
 	for i := range s.acks {
 		out.CompletionAcks[i] = s.acks[i].Load()
 	}
@@ -277,6 +336,9 @@ func (a *Agent) Stats() Stats {
 // backoff, reconnecting under the same AgentSessionId. Only one Run runs at
 // a time; after ctx ended Run may be called again (same session), after
 // Close it returns nil at once.
+//
+// Each connect races the endpoints (fallback.go): the first whose hello
+// round trip completes registers, the others are closed.
 func (a *Agent) Run(ctx context.Context) error {
 	a.runMu.Lock()
 	defer a.runMu.Unlock()
@@ -290,42 +352,61 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		}
 		eps := a.endpoints()
+		network := a.fb.NetworkID()
+		a.mu.Lock()
+		a.network = network
+		a.mu.Unlock()
 		var perm error
 		permCount, registered := 0, false
 		var wait time.Duration
 		remaining := eps
 		for len(remaining) > 0 && !registered {
-			w, bc, failed := a.dialStaggered(ctx, remaining)
-			for i, err := range failed {
-				a.st.dialFailures.Add(1)
-				a.log.Debug("endpoint failed", "endpoint", remaining[i].Address, "err", err)
+			p, memo := a.planRace(remaining)
+			w, failed := a.race(ctx, remaining, p)
+			for _, err := range failed {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if isPermanent(err) {
+					permCount++
+					if perm == nil {
+						perm = err
+					}
+					continue
+				}
+				a.st.dialFailures.Add(1) // logged by race as it happened
 			}
-			if w < 0 {
+			if w == nil {
 				break
 			}
-			ep := remaining[w]
+			reason := describeRace(remaining, w, failed, memo)
 			var rest []Endpoint
 			for i := range remaining {
-				if _, bad := failed[i]; !bad && i != w {
+				if _, bad := failed[i]; !bad && i != w.i {
 					rest = append(rest, remaining[i])
 				}
 			}
 			remaining = rest
-			l, err := a.runLink(ctx, ep, bc)
-			if l != nil { // registered at some point
-				registered = true
-				failures = 0
-				if l.reconnect > 0 {
-					wait = l.reconnect
+			l := w.l
+			err := a.register(ctx, l)
+			if err == nil {
+				registered, failures = true, 0
+				a.noteRegistered(l.ep, reason, eps)
+				for l != nil {
+					next, _ := a.serve(ctx, l, eps)
+					if l.reconnect > 0 {
+						wait = l.reconnect
+					}
+					if l = next; l != nil {
+						a.noteRegistered(l.ep, a.moveReason(l), eps)
+					}
 				}
 				break
 			}
 			if ctx.Err() != nil {
 				return nil
 			}
-			var ve *VersionError
-			var re *RejectedError
-			if errors.As(err, &ve) || errors.As(err, &re) && re.permanent() {
+			if isPermanent(err) {
 				permCount++
 				if perm == nil {
 					perm = err
@@ -333,7 +414,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				continue
 			}
 			a.st.dialFailures.Add(1)
-			a.log.Debug("endpoint failed", "endpoint", ep.Address, "err", err)
+			a.log.Debug("endpoint failed", "endpoint", w.l.ep.Address, "err", err)
 		}
 		if !registered && permCount == len(eps) && perm != nil {
 			return perm
@@ -352,17 +433,33 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
+func isPermanent(err error) bool {
+	var ve *VersionError
+	var re *RejectedError
+	return errors.As(err, &ve) || errors.As(err, &re) && re.permanent()
+}
+
+func (a *Agent) moveReason(l *link) string {
+	return fmt.Sprintf("moved back to %s %s after %d consecutive successful probes", l.ep.Backend, l.ep.Address, a.fb.ProbeSuccesses)
+}
+
 // backoff returns a full-jitter wait for the n-th consecutive failure.
 func (a *Agent) backoff(n int) time.Duration {
 	a.mu.Lock()
 	ceiling := a.maxBackoff
 	a.mu.Unlock()
-	d := a.cfg.Backoff.Base
+	return fullJitter(a.cfg.Backoff.Base, ceiling, n, rand.Int64N)
+}
+
+// fullJitter is the n-th wait: uniform in [0, min(ceiling, base·2ⁿ)], drawn
+// with randN (rand.Int64N).
+func fullJitter(base, ceiling time.Duration, n int, randN func(int64) int64) time.Duration {
+	d := base
 	for i := 0; i < n && d < ceiling; i++ {
 		d *= 2
 	}
 	d = min(d, ceiling)
-	return time.Duration(rand.Int64N(int64(d) + 1))
+	return time.Duration(randN(int64(d) + 1))
 }
 
 // endpoints returns the dial order: a GoAway's alternates while its
@@ -374,10 +471,11 @@ func (a *Agent) endpoints() []Endpoint {
 	defer a.mu.Unlock()
 	var eps []Endpoint
 	seen := map[string]bool{}
+	first := a.cfg.Endpoints[0]
 	alt := func(addr string) {
 		if !seen[addr] {
 			seen[addr] = true
-			eps = append(eps, Endpoint{Address: addr, Dialer: a.cfg.Endpoints[0].Dialer, Backend: a.cfg.Endpoints[0].Backend})
+			eps = append(eps, Endpoint{Address: addr, Dialer: first.Dialer, Backend: first.Backend, Class: first.Class})
 		}
 	}
 	// After a GoAway its alternates come first for try_for_ms.
@@ -392,133 +490,55 @@ func (a *Agent) endpoints() []Endpoint {
 			eps = append(eps, e)
 		}
 	}
-	for _, alt := range a.alternates {
-		if !seen[alt] {
-			seen[alt] = true
-			eps = append(eps, Endpoint{Address: alt, Dialer: a.cfg.Endpoints[0].Dialer, Backend: a.cfg.Endpoints[0].Backend})
-		}
+	for _, addr := range a.alternates {
+		alt(addr)
 	}
 	return eps
 }
 
-type dialResult struct {
-	i   int
-	bc  semantics.BackendConn
-	err error
+// close ends the link: the connection with code, then its read loop.
+func (l *link) close(code wire.CloseCode, reason string) {
+	l.closeOnce.Do(func() {
+		l.lcancel()
+		_ = l.bc.CloseWithCode(code, reason)
+		<-l.runDone
+	})
 }
 
-// dialStaggered dials eps in order, happy-eyeballs style: the i-th fallback
-// starts stagger[i-1] (the last entry repeats) after the previous dial
-// started, or at once when every dial in flight failed; without a stagger
-// the dials are sequential. It returns the index and connection of the
-// first success (-1 if none) and the errors of the dials that failed;
-// later successes are closed.
-func (a *Agent) dialStaggered(ctx context.Context, eps []Endpoint) (int, semantics.BackendConn, map[int]error) {
-	a.mu.Lock()
-	stagger := append([]time.Duration(nil), a.stagger...)
-	a.mu.Unlock()
-	race, cancel := context.WithCancel(ctx) // ends the losers once a dial won
-	results := make(chan dialResult, len(eps))
-	next, inflight := 0, 0
-	failed := map[int]error{}
-	start := func() {
-		i := next
-		next++
-		inflight++
-		go func() {
-			dctx, dcancel := context.WithTimeout(race, a.cfg.RequestTimeout) // each dial its own deadline
-			defer dcancel()
-			bc, err := eps[i].Dialer.Dial(dctx, eps[i].Address)
-			results <- dialResult{i, bc, err}
-		}()
-	}
-	var timer *time.Timer
-	var tick <-chan time.Time
-	arm := func() {
-		if timer != nil {
-			timer.Stop()
-		}
-		tick = nil
-		if next < len(eps) && len(stagger) > 0 {
-			timer = time.NewTimer(stagger[min(next-1, len(stagger)-1)])
-			tick = timer.C
-		}
-	}
-	start()
-	arm()
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for inflight > 0 {
-		select {
-		case r := <-results:
-			inflight--
-			if r.err != nil {
-				failed[r.i] = r.err
-				if inflight == 0 && next < len(eps) {
-					start()
-					arm()
-				}
-				continue
-			}
-			// The winner: abort the other dials and close any that
-			// completed anyway, in the background.
-			cancel()
-			go func(n int) {
-				for ; n > 0; n-- {
-					if l := <-results; l.err == nil {
-						_ = l.bc.CloseWithCode(wire.CloseNormal, "lost the dial race")
-					}
-				}
-			}(inflight)
-			return r.i, r.bc, failed
-		case <-tick:
-			start()
-			arm()
-		}
-	}
-	cancel()
-	return -1, nil, failed
-}
-
-// runLink serves the connection bc to ep until it ends. It returns the link if it
-// registered (nil otherwise) and the error that ended it.
-func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendConn) (*link, error) {
+// handshake sets up the control stream on bc and completes the hello round
+// trip (TransportHelloV1 → HelloAckV1), bounded by ctx; the link lives in
+// runCtx. On failure bc is closed.
+func (a *Agent) handshake(ctx, runCtx context.Context, ep Endpoint, bc semantics.BackendConn) (*link, error) {
 	rto := a.cfg.RequestTimeout
-	closeCode, closeReason := wire.CloseNormal, "agent leaving"
-	defer func() { _ = bc.CloseWithCode(closeCode, closeReason) }()
-	sc, err := semantics.NewConn(bc, semantics.Config{Limits: a.cfg.Limits, Logger: a.log})
+	sc, err := semantics.NewConn(bc, semantics.Config{Limits: a.cfg.Limits, Logger: a.log, Metrics: a.cfg.Metrics})
 	if err != nil {
+		_ = bc.CloseWithCode(wire.CloseNormal, "agent leaving")
 		return nil, err
 	}
 	octx, ocancel := context.WithTimeout(ctx, rto)
 	st, err := sc.OpenStream(octx, wire.StreamControl)
 	ocancel()
 	if err != nil {
+		_ = bc.CloseWithCode(wire.CloseNormal, "agent leaving")
 		return nil, err
 	}
-	lctx, lcancel := context.WithCancel(ctx)
-	defer lcancel()
-	l := &link{ep: ep, bc: bc, sc: sc, ctx: lctx, goaway: make(chan struct{}),
-		ch: control.New(st, control.Config{Now: a.now, Logger: a.log, WriteTimeout: rto})}
-	runDone := make(chan struct{})
+	lctx, lcancel := context.WithCancel(runCtx)
+	l := &link{ep: ep, bc: bc, sc: sc, ctx: lctx, lcancel: lcancel, goaway: make(chan struct{}), runDone: make(chan struct{}),
+		ch: control.New(st, control.Config{Now: a.now, Logger: a.log, WriteTimeout: rto, Metrics: a.cfg.Metrics})}
 	go func() {
-		defer close(runDone)
+		defer close(l.runDone)
 		_ = l.ch.Run(func(env *wire.Envelope) { a.handle(l, env) }, func(de *control.DecodeError) {
 			_ = l.ch.ReplyError(de.MessageID, de.Code, wire.RetryNever, "frame rejected")
 		})
 	}()
-	defer func() {
-		_ = bc.CloseWithCode(closeCode, closeReason)
-		<-runDone
-	}()
-
-	// Hello.
+	// transport.handshake: hello → HelloAck (the trace context is not
+	// negotiated yet, so nothing is propagated).
+	_, hsp := a.cfg.Tracing.Start(ctx, telemetry.SpanHandshake, telemetry.AttrBackend(ep.Backend))
 	env, err := l.ch.Call(ctx, control.Out{Msg: &agentwire.TransportHelloV1{Role: a.cfg.Role, Versions: a.cfg.Protocol,
 		Features: a.cfg.Features, HasAgentSession: true, AgentSession: a.session, AgentVersion: a.cfg.Version}}, rto)
+	telemetry.End(hsp, err)
 	if err != nil {
+		l.close(wire.CloseNormal, "agent leaving")
 		return nil, err
 	}
 	var ack *agentwire.HelloAckV1
@@ -527,33 +547,58 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendCo
 		ack = m
 	case *agentwire.RegistrationRejectedV1:
 		if m.Code == wire.ErrCodeUnsupportedVersion {
-			closeCode, closeReason = wire.CloseVersionMismatch, m.Message
+			l.close(wire.CloseVersionMismatch, m.Message)
 			a.log.Error("daemon refused our protocol version", "endpoint", ep.Address, "message", m.Message)
 			return nil, &VersionError{Message: m.Message, ServerRange: m.ServerRange, Endpoint: ep.Address}
 		}
+		l.close(wire.CloseNormal, "agent leaving")
 		return nil, &RejectedError{Code: m.Code, Retry: m.Retry, Message: m.Message, Endpoint: ep.Address}
 	default:
+		l.close(wire.CloseNormal, "agent leaving")
 		return nil, errors.New("agent: unexpected answer to hello")
 	}
+	l.ack = ack
 	l.transport, l.protocol, l.features = ack.TransportSession, ack.Negotiated, ack.Features.Intersect(a.cfg.Features)
 	l.ch.SetProtocol(ack.Negotiated)
+	return l, nil
+}
 
-	// Register.
-	proof, err := session.SignKeyProof(a.cfg.Signer, ack.Challenge, ack.TransportSession, a.session)
+// register registers the agent session over the handshaken l (a new epoch)
+// and resyncs. On failure l is closed.
+func (a *Agent) register(ctx context.Context, l *link) (err error) {
+	defer func() {
+		if err != nil {
+			l.close(wire.CloseNormal, "agent leaving")
+		}
+	}()
+	rto := a.cfg.RequestTimeout
+	ep := l.ep
+	signer, chain := a.credentials() // renew.go: Config.Credentials or Signer/CertChain
+	proof, err := session.SignKeyProof(signer, l.ack.Challenge, l.ack.TransportSession, a.session)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.mu.Lock()
 	prevEpoch := a.epoch
 	a.mu.Unlock()
 	reg := &agentwire.RegisterAgentV1{Runner: a.cfg.Runner, Session: a.session, AgentVersion: a.cfg.Version,
-		Capabilities: a.caps, CapabilityDigest: a.digest, KeyProof: proof, CertChain: a.cfg.CertChain}
+		Capabilities: a.caps, CapabilityDigest: a.digest, KeyProof: proof, CertChain: chain}
 	if prevEpoch > 0 {
 		reg.HasResumeEpoch, reg.ResumeEpoch = true, prevEpoch
 	}
-	env, err = l.ch.Call(ctx, control.Out{Msg: reg}, rto)
+	rctx, rsp := a.cfg.Tracing.Start(ctx, telemetry.SpanRegister, telemetry.AttrRunner(a.cfg.Runner), telemetry.AttrBackend(ep.Backend))
+	env, err := l.ch.Call(ctx, l.traceOut(rctx, control.Out{Msg: reg}), rto)
+	if err == nil {
+		if rj, ok := env.Payload.(*agentwire.RegistrationRejectedV1); ok {
+			telemetry.End(rsp, errors.New("registration rejected: "+rj.Code.String()))
+		} else {
+			rsp.End()
+		}
+	} else {
+		telemetry.End(rsp, err)
+	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var acc *agentwire.RegistrationAcceptedV1
 	switch m := env.Payload.(type) {
@@ -562,9 +607,9 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendCo
 	case *agentwire.RegistrationRejectedV1:
 		re := &RejectedError{Code: m.Code, Retry: m.Retry, Message: m.Message, Endpoint: ep.Address}
 		a.log.Error("registration rejected", "endpoint", ep.Address, "err", re)
-		return nil, re
+		return re
 	default:
-		return nil, errors.New("agent: unexpected answer to registration")
+		return errors.New("agent: unexpected answer to registration")
 	}
 	l.epoch = acc.Epoch
 	a.mu.Lock()
@@ -573,26 +618,38 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendCo
 	a.renewEvery = time.Duration(acc.LeaseRenewIntervalMs) * time.Millisecond
 	a.maxBackoff = time.Duration(acc.MaxBackoffMs) * time.Millisecond
 	a.alternates = append([]string(nil), acc.AlternateEndpoints...)
-	a.stagger = a.stagger[:0]
-	for _, ms := range acc.FallbackStaggerMs {
-		a.stagger = append(a.stagger, time.Duration(ms)*time.Millisecond)
+	if len(acc.FallbackStaggerMs) > 0 {
+		a.classStagger = a.classStagger[:0]
+		for _, ms := range acc.FallbackStaggerMs {
+			a.classStagger = append(a.classStagger, time.Duration(ms)*time.Millisecond)
+		}
 	}
 	a.mu.Unlock()
 	if a.st.registrations.Add(1) > 1 {
 		a.st.reconnects.Add(1)
 	}
-
 	// Resync (always, even with no attempts).
 	if a.execs {
 		if err := a.resync(ctx, l); err != nil {
-			return l, err
+			return err
 		}
 	}
+	return nil
+}
+
+// serve runs the registered l until it ends. While l is on a fallback
+// class it probes the better endpoints among eps; when a probe earns the
+// move, serve registers the probe's link (the daemon fences l), closes l
+// and returns the new link (next != nil) for the caller to serve.
+func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link, endErr error) {
+	closeCode, closeReason := wire.CloseNormal, "agent leaving"
+	defer func() { l.close(closeCode, closeReason) }()
 	a.setLink(l)
 	a.attachAll(l)
 	if h := a.cfg.Hooks.OnConnected; h != nil {
 		h(a.Status())
 	}
+	lctx := l.ctx
 	var loops sync.WaitGroup
 	loops.Add(1)
 	go func() { defer loops.Done(); a.heartbeatLoop(lctx, l) }()
@@ -601,25 +658,57 @@ func (a *Agent) runLink(ctx context.Context, ep Endpoint, bc semantics.BackendCo
 		go func() { defer loops.Done(); a.renewLoop(lctx, l) }()
 	}
 	loops.Add(1)
-	go func() { defer loops.Done(); a.serveSecrets(lctx, l) }()
-	var endErr error
-	select {
-	case <-sc.Done():
-		endErr = sc.Err()
-	case <-runDone:
-		endErr = l.ch.Err()
-	case <-ctx.Done():
-		closeCode, closeReason = wire.CloseShutdown, "agent stopping"
-	case <-l.goaway:
-		endErr = errors.New("agent: daemon sent GoAway")
+	go func() { defer loops.Done(); a.serveSecrets(lctx, l) }() // secret.go
+	if a.cfg.Credentials != nil {
+		loops.Add(1)
+		go func() { defer loops.Done(); a.certRenewLoop(lctx, l) }() // renew.go
 	}
-	lcancel()
-	a.clearLink(l)
+	moves := make(chan *link)
+	loops.Add(1)
+	go func() { defer loops.Done(); a.probeLoop(lctx, l.ep, eps, moves) }()
+	for next == nil && endErr == nil {
+		select {
+		case <-l.sc.Done():
+			endErr = l.sc.Err()
+		case <-l.runDone:
+			endErr = l.ch.Err()
+		case <-ctx.Done():
+			closeCode, closeReason = wire.CloseShutdown, "agent stopping"
+			endErr = ctx.Err()
+		case <-l.goaway:
+			endErr = errors.New("agent: daemon sent GoAway")
+		case p := <-moves:
+			// Register the better transport first; the daemon fences l.
+			if err := a.register(ctx, p); err != nil {
+				a.log.Info("move back failed; staying", "backend", l.ep.Backend, "to", p.ep.Backend, "err", err)
+				a.setProbeNote(fmt.Sprintf("moving back to %s %s failed: %v", p.ep.Backend, p.ep.Address, err))
+				loops.Add(1)
+				go func() { defer loops.Done(); a.probeLoop(lctx, l.ep, eps, moves) }()
+				continue
+			}
+			a.log.Info("moved to a better backend", "from", l.ep.Backend, "to", p.ep.Backend, "endpoint", p.ep.Address)
+			a.st.moves.Add(1)
+			next = p
+			closeReason = "moved to a better backend"
+		}
+	}
+	l.lcancel()
+	if next != nil {
+		a.setLink(next)
+	} else {
+		a.clearLink(l)
+	}
 	loops.Wait()
+	if next != nil {
+		return next, nil
+	}
+	if ctx.Err() != nil {
+		endErr = nil
+	}
 	if h := a.cfg.Hooks.OnDisconnected; h != nil {
 		h(endErr)
 	}
-	return l, endErr
+	return nil, endErr
 }
 
 func (a *Agent) setLink(l *link) {
@@ -662,8 +751,10 @@ func (a *Agent) resync(ctx context.Context, l *link) error {
 		claims = append(claims, c)
 	}
 	a.mu.Unlock()
-	env, err := l.ch.Call(ctx, control.Out{Msg: &agentwire.AgentResyncV1{Session: a.session, Epoch: l.epoch,
-		ActiveAttempts: claims, CapabilityDigest: a.digest}}, a.cfg.RequestTimeout)
+	sctx, sp := a.cfg.Tracing.Start(ctx, telemetry.SpanResync, telemetry.AttrRunner(a.cfg.Runner))
+	defer sp.End()
+	env, err := l.ch.Call(ctx, l.traceOut(sctx, control.Out{Msg: &agentwire.AgentResyncV1{Session: a.session, Epoch: l.epoch,
+		ActiveAttempts: claims, CapabilityDigest: a.digest}}), a.cfg.RequestTimeout)
 	if err != nil {
 		return err
 	}
@@ -762,11 +853,17 @@ func (a *Agent) handle(l *link, env *wire.Envelope) {
 }
 
 func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) {
+	pctx := context.Background()
+	if l.features.Has(wire.FeatureTraceContextV1) {
+		pctx = telemetry.ExtractEnvelope(pctx, env)
+	}
+	sctx, sp := a.cfg.Tracing.Start(pctx, telemetry.SpanLeaseAck, telemetry.AttrLease(m.Lease), telemetry.AttrAttempt(m.Attempt))
+	defer sp.End()
 	a.mu.Lock()
 	if prev, ok := a.answers[m.Lease]; ok {
 		a.mu.Unlock()
 		a.st.dupOffers.Add(1)
-		a.sendAnswer(l, env, m, prev)
+		a.sendAnswer(sctx, l, env, m, prev)
 		prev.Duplicate = true
 		if h := a.cfg.Hooks.OnOffer; h != nil {
 			h(prev)
@@ -802,7 +899,8 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 	if ev.Accepted {
 		var cancel context.CancelFunc
 		actx, cancel = context.WithCancel(a.ctx)
-		at = &attempt{cancel: cancel, job: Job{Lease: m.Lease, Attempt: m.Attempt, Job: m.Job, Spec: m.SpecID, Payload: m.PayloadRef}}
+		at = &attempt{cancel: cancel, job: Job{Lease: m.Lease, Attempt: m.Attempt, Job: m.Job, Spec: m.SpecID, Payload: m.PayloadRef},
+			trace: trace.ContextWithSpanContext(context.Background(), sp.SpanContext())}
 		at.io = a.newAttemptIO(at.job, a.epoch)
 		a.attempts[m.Attempt] = at
 		a.st.accepted.Add(1)
@@ -816,7 +914,7 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 		a.ansOrder = a.ansOrder[1:]
 	}
 	a.mu.Unlock()
-	a.sendAnswer(l, env, m, ev)
+	a.sendAnswer(sctx, l, env, m, ev)
 	if h := a.cfg.Hooks.OnOffer; h != nil {
 		h(ev)
 	}
@@ -833,14 +931,14 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 	}
 }
 
-func (a *Agent) sendAnswer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1, ev OfferEvent) {
+func (a *Agent) sendAnswer(ctx context.Context, l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1, ev OfferEvent) {
 	var msg wire.Message
 	if ev.Accepted {
 		msg = &agentwire.LeaseAcceptedV1{Lease: m.Lease, Attempt: m.Attempt, Session: a.session}
 	} else {
 		msg = &agentwire.LeaseRejectedV1{Lease: m.Lease, Attempt: m.Attempt, Reason: ev.Reason, Message: ev.Reason.String()}
 	}
-	_ = l.ch.Reply(env, msg)
+	_ = l.ch.ReplyOut(env, l.traceOut(ctx, control.Out{Msg: msg}))
 }
 
 // ---- execution ----
@@ -936,6 +1034,12 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 // complete sends the completion with one MessageId until the daemon
 // acknowledges it, across reconnects (§77, §122).
 func (a *Agent) complete(at *attempt) {
+	pctx := at.trace
+	if pctx == nil {
+		pctx = context.Background()
+	}
+	cctx, sp := a.cfg.Tracing.Start(pctx, telemetry.SpanComplete, telemetry.AttrLease(at.job.Lease), telemetry.AttrAttempt(at.job.Attempt))
+	defer sp.End()
 	retries := 0
 	for {
 		l, changed := a.currentLink()
@@ -952,7 +1056,7 @@ func (a *Agent) complete(at *attempt) {
 		} else {
 			a.st.complRetried.Add(1)
 		}
-		env, err := l.ch.Call(a.ctx, control.Out{ID: at.complID, Msg: at.compl}, a.cfg.RequestTimeout)
+		env, err := l.ch.Call(a.ctx, l.traceOut(cctx, control.Out{ID: at.complID, Msg: at.compl}), a.cfg.RequestTimeout)
 		if err == nil {
 			if ack, ok := env.Payload.(*agentwire.CompletionAckV1); ok {
 				a.mu.Lock()
@@ -1057,11 +1161,13 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 		a.mu.Unlock()
 		a.st.hbSent.Add(1)
 		// Heartbeats are never replayed (§235): one send, one wait.
+		sent := time.Now()
 		env, err := l.ch.Call(ctx, control.Out{Msg: hb, Priority: semantics.PriorityLease, UsePriority: true}, every)
 		if err != nil {
 			continue
 		}
 		if _, ok := env.Payload.(*agentwire.HeartbeatAckV1); ok {
+			a.cfg.Metrics.ObserveHeartbeatRTT(time.Since(sent))
 			a.st.hbAcked.Add(1)
 			a.mu.Lock()
 			a.lastAck = a.now()

@@ -2,21 +2,28 @@ package agent
 
 import (
 	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
 // Endpoint is one daemon address and the backend dialer that reaches it.
+//
+// Class places it in the fallback race (fallback.go); ClassAuto derives it
+// from Backend. Relay endpoints must say ClassRelay.
 type Endpoint struct {
 	Address string
 	Dialer  semantics.BackendDialer
 	Backend string // name for status and logs ("quic", "yamux", "memory", …)
+	Class   Class
 }
 
 // Backoff is the reconnect policy: exponential with FULL jitter (§104,
@@ -53,6 +60,13 @@ type Hooks struct {
 	OnCancel func(attempt wire.JobAttemptId, reason agentwire.CancellationReason)
 	// OnAttemptDone: the daemon acknowledged an attempt's completion.
 	OnAttemptDone func(AttemptDone)
+	// OnCertificateRenewed: a renewed certificate was stored (renew.go);
+	// the agent reconnects with it next.
+	OnCertificateRenewed func(*x509.Certificate)
+	// OnBackendChange: the agent registered over a different backend than
+	// before (a fallback, or a move back after probing); reason is the new
+	// Status.FallbackReason.
+	OnBackendChange func(change BackendChange, reason string)
 }
 
 // OfferEvent describes the answer to a lease offer.
@@ -77,20 +91,36 @@ type Config struct {
 	Runner    wire.RunnerId // required; must match the certificate
 	Signer    crypto.Signer // the certificate's private key (key proof); required
 	CertChain [][]byte      // DER, leaf first; sent in RegisterAgentV1
-	Endpoints []Endpoint    // tried in order (failover); at least one
-	Protocol  wire.ProtocolRange
-	Features  wire.FeatureSet
-	Role      agentwire.PeerRole
+	// Credentials, when set, replaces Signer and CertChain: every
+	// registration uses its current key and chain, and the agent renews
+	// the certificate over its session before it expires (renew.go),
+	// storing it with Credentials.Update and reconnecting with it. The
+	// dialers' TLS configurations must present the same credentials
+	// (trust.Credentials.ClientConfigFor).
+	Credentials *trust.Credentials
+	// RenewWindow: renew at 2/3 of the certificate's lifetime or this long
+	// before expiry, whichever is first; 0 → trust.DefaultExpiryWarningWindow.
+	RenewWindow time.Duration
+	Endpoints   []Endpoint // tried in order (failover); at least one
+	Protocol    wire.ProtocolRange
+	Features    wire.FeatureSet
+	Role        agentwire.PeerRole
 	// Capabilities; zero OS/Arch/MaxParallel are filled from the runtime
 	// and MaxParallel.
 	Capabilities agentwire.RunnerCapabilitiesV1
 	Executor     Executor // required for RoleAgent
 	MaxParallel  int      // concurrent attempts; 0 → 1
 	Backoff      Backoff
-	// FallbackStagger delays the i-th fallback endpoint's dial (happy
-	// eyeballs) until the daemon sends its own in RegistrationAcceptedV1.
-	// Empty means sequential failover.
+	// FallbackStagger staggers endpoints of the same Class (a failover
+	// list, e.g. two daemons over QUIC): the i-th fallback within a class
+	// starts FallbackStagger[i-1] (the last entry repeats) after the
+	// previous one started. Empty means sequential failover within a class
+	// (the next starts when the previous failed). Classes themselves are
+	// staggered by Fallback.ClassStagger.
 	FallbackStagger []time.Duration
+	// Fallback tunes the backend race, the per-network memory of the last
+	// good endpoint and the move back to a better backend (fallback.go).
+	Fallback Fallback
 	// RequestTimeout is the deadline of each request (hello, register,
 	// resync, renew, completion); 0 → DefaultRequestTimeout.
 	RequestTimeout time.Duration
@@ -116,14 +146,28 @@ type Config struct {
 	// with Job.OpenPayload. An attempt whose payload cannot be fetched ends
 	// InfraError without running. False leaves the payload to the executor.
 	FetchPayload bool
+	// Metrics, when set, is fed by the agent's connections (bytes, streams,
+	// queue depths, messages, protocol errors), its heartbeat round trips
+	// (forgeyard_heartbeat_rtt_seconds), its backend changes
+	// (forgeyard_transport_fallback_events_total), its log writers and its
+	// CAS uploader and downloader. Nil disables them.
+	Metrics *telemetry.Metrics
+	// Tracing starts the agent's spans (§210): transport.handshake,
+	// agent.register,
+	// reconnect.resync, lease.ack (offer received → answer sent) and
+	// attempt.complete. When FeatureTraceContextV1 was negotiated (add it
+	// to Features) they continue the daemon's trace from the envelope and
+	// the answer and completion envelopes carry the agent's span context
+	// back. Nil starts no spans (trace context still propagates).
+	Tracing *telemetry.Tracing
 }
 
 func (c *Config) check() error {
 	switch {
 	case c.Runner == (wire.RunnerId{}):
 		return errors.New("agent: Config.Runner is required")
-	case c.Signer == nil:
-		return errors.New("agent: Config.Signer is required (key proof)")
+	case c.Signer == nil && c.Credentials == nil:
+		return errors.New("agent: Config.Signer (or Credentials) is required (key proof)")
 	case len(c.Endpoints) == 0:
 		return errors.New("agent: Config.Endpoints is empty")
 	case !c.Role.Valid():

@@ -51,11 +51,11 @@ func (a *Agent) setupData() error {
 	if err != nil {
 		return fmt.Errorf("agent: output store: %w", err)
 	}
-	up, err := cas.NewUploader(cas.UploaderConfig{Source: st})
+	up, err := cas.NewUploader(cas.UploaderConfig{Source: st, Metrics: a.cfg.Metrics})
 	if err != nil {
 		return err
 	}
-	down, err := cas.NewDownloader(cas.DownloaderConfig{Store: st})
+	down, err := cas.NewDownloader(cas.DownloaderConfig{Store: st, Metrics: a.cfg.Metrics})
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func (a *Agent) fetchPayload(ctx context.Context, at *attempt) (cas.Source, erro
 func (a *Agent) newAttemptIO(job Job, epoch uint64) *attemptIO {
 	io := &attemptIO{}
 	w, err := logs.NewWriter(logs.Config{Attempt: job.Attempt, Lease: job.Lease, Epoch: epoch,
-		SpoolDir: filepath.Join(a.spool, "logs"), SpoolLimit: a.cfg.LogSpoolLimit, Compress: true, Now: a.now})
+		SpoolDir: filepath.Join(a.spool, "logs"), SpoolLimit: a.cfg.LogSpoolLimit, Compress: true, Now: a.now, Metrics: a.cfg.Metrics})
 	if err != nil {
 		a.log.Warn("attempt log unavailable", "attempt", job.Attempt.String(), "err", err)
 	}

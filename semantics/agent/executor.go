@@ -93,6 +93,9 @@ type SyntheticOptions struct {
 	// LogLines is the number of stdout lines written (SyntheticLogLine);
 	// 0 means DefaultSyntheticLogLines, negative none.
 	LogLines int
+	// LogInterval is a pause after each log line (the Running phase then
+	// lasts at least LogLines×LogInterval); 0 writes them all at once.
+	LogInterval time.Duration
 	// OutputSize is the size of the one output (SyntheticOutput) stored
 	// before a successful return; 0 means DefaultSyntheticOutputSize,
 	// negative none.
@@ -204,6 +207,11 @@ func (s *synthetic) Execute(ctx context.Context, job Job, out Output) Result {
 		if p == agentwire.PhaseRunning {
 			for j := 0; j < s.o.LogLines; j++ {
 				_ = out.Log(wlogs.LogStdout, []byte(SyntheticLogLine(job.Spec, j)))
+				if s.o.LogInterval > 0 {
+					if !sleepCtx(ctx, s.o.LogInterval) {
+						return Result{Kind: agentwire.ResultCancelled}
+					}
+				}
 			}
 		}
 		if i > 0 {
@@ -224,4 +232,16 @@ func (s *synthetic) Execute(ctx context.Context, job Job, out Output) Result {
 		}
 	}
 	return Result{Kind: agentwire.ResultSucceeded}
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether d elapsed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	wcas "forgeyard.dev/transport/wire/cas"
 )
@@ -52,6 +53,9 @@ type UploaderConfig struct {
 	// byte (the daemon verifies the digest then); 0 means
 	// DefaultHeaderTimeout.
 	AckTimeout time.Duration
+	// Metrics, when set, counts uploaded bytes, verified uploads and
+	// resumed uploads. Nil disables them.
+	Metrics *telemetry.Metrics
 }
 
 // UploaderStats are an Uploader's counters.
@@ -192,6 +196,7 @@ func (u *Uploader) Upload(ctx context.Context, conn *semantics.Conn, lease wire.
 		if done {
 			u.markInterrupted(ref, false)
 			u.verified.Add(1)
+			u.cfg.Metrics.CasVerified(true)
 			return nil
 		}
 		if attempt+1 >= maxUploadAttempts {
@@ -232,6 +237,9 @@ func (u *Uploader) attempt(ctx context.Context, conn *semantics.Conn, lease wire
 			}
 			offset = m.VerifiedOffset
 			u.skipped.Add(int64(offset))
+			if offset > 0 {
+				u.cfg.Metrics.CasResumed(true)
+			}
 		case *wcas.CasObjectAckV1:
 			ok = true
 			st.CancelRead(semantics.StreamCancelled)
@@ -253,6 +261,7 @@ func (u *Uploader) attempt(ctx context.Context, conn *semantics.Conn, lease wire
 	w := &pacedWriter{ctx: ctx, s: &st.SendStream, bw: u.cfg.Bandwidth, idle: u.cfg.IdleTimeout}
 	sent, werr := sendBody(w, src, hdr.Length, hdr.Compression, buf)
 	u.sent.Add(int64(sent))
+	u.cfg.Metrics.CasTransferred(true, int64(sent))
 	if werr == nil {
 		werr = st.SendStream.Close()
 	}
@@ -318,6 +327,9 @@ type DownloaderConfig struct {
 	// HeaderTimeout bounds the wait for the daemon's answer; 0 means
 	// DefaultHeaderTimeout.
 	HeaderTimeout time.Duration
+	// Metrics, when set, counts downloaded bytes, verified downloads,
+	// resumed downloads and digest mismatches. Nil disables them.
+	Metrics *telemetry.Metrics
 }
 
 // DownloaderStats are a Downloader's counters.
@@ -452,11 +464,13 @@ func (d *Downloader) Fetch(ctx context.Context, conn *semantics.Conn, lease wire
 		}
 		if offset > 0 {
 			d.resumed.Add(int64(offset))
+			d.cfg.Metrics.CasResumed(false)
 		}
 		buf := make([]byte, d.cfg.BufferSize)
 		r := &pacedReader{ctx: ctx, s: &st.RecvStream, bw: d.cfg.Bandwidth, idle: d.cfg.IdleTimeout}
 		o, got, err := receiveBody(r, m, p, buf)
 		d.received.Add(int64(got))
+		d.cfg.Metrics.CasTransferred(false, int64(got))
 		if err != nil {
 			return err
 		}
@@ -469,9 +483,13 @@ func (d *Downloader) Fetch(ctx context.Context, conn *semantics.Conn, lease wire
 			} else {
 				verified = ref.Size
 				d.verified.Add(1)
+				d.cfg.Metrics.CasVerified(false)
 			}
 		} else {
 			_ = p.Abort()
+			if o == wcas.CasDigestMismatch {
+				d.cfg.Metrics.CasVerificationFailed(false)
+			}
 			result = &OutcomeError{Object: ref, Outcome: o}
 		}
 		st.CancelRead(semantics.StreamCancelled)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	wcas "forgeyard.dev/transport/wire/cas"
 )
@@ -79,6 +80,10 @@ type ServerConfig struct {
 	// HeaderTimeout bounds the wait for a request or ack frame; 0 means
 	// DefaultHeaderTimeout.
 	HeaderTimeout time.Duration
+	// Metrics, when set, counts object bytes, verified objects, resumed
+	// uploads and digest mismatches (upload: received; download: sent).
+	// Nil disables them.
+	Metrics *telemetry.Metrics
 }
 
 // ServerStats are a Server's counters (since NewServer).
@@ -342,6 +347,7 @@ func (s *Server) upload(ctx context.Context, st *semantics.Stream) error {
 		return s.ack(st, lease, ref, wcas.CasAborted, held, semantics.StreamCancelled, false)
 	}
 	if p.Len() > 0 {
+		s.cfg.Metrics.CasResumed(true)
 		s.resumed.Add(1)
 		s.resumedBytes.Add(int64(p.Len()))
 	}
@@ -349,6 +355,10 @@ func (s *Server) upload(ctx context.Context, st *semantics.Stream) error {
 	r := &pacedReader{ctx: ctx, s: &st.RecvStream, bw: s.cfg.Bandwidth, idle: s.cfg.IdleTimeout}
 	o, got, err := receiveBody(r, hdr, p, buf)
 	s.bytesIn.Add(int64(got))
+	s.cfg.Metrics.CasTransferred(true, int64(got))
+	if o == wcas.CasDigestMismatch {
+		s.cfg.Metrics.CasVerificationFailed(true)
+	}
 	if err != nil {
 		_ = p.Close() // keep the prefix for a resume
 		return err
@@ -359,6 +369,7 @@ func (s *Server) upload(ctx context.Context, st *semantics.Stream) error {
 			return s.ack(st, lease, ref, wcas.CasAborted, 0, semantics.StreamCancelled, drained)
 		}
 		s.upOK.Add(1)
+		s.cfg.Metrics.CasVerified(true)
 		return s.ack(st, lease, ref, o, ref.Size, semantics.StreamCancelled, drained)
 	}
 	_ = p.Abort()
@@ -398,6 +409,7 @@ func (s *Server) download(ctx context.Context, st *semantics.Stream) error {
 	w := &pacedWriter{ctx: ctx, s: &st.SendStream, bw: s.cfg.Bandwidth, idle: s.cfg.IdleTimeout}
 	sent, err := sendBody(w, src, hdr.Length, hdr.Compression, make([]byte, s.cfg.BufferSize))
 	s.bytesOut.Add(int64(sent))
+	s.cfg.Metrics.CasTransferred(false, int64(sent))
 	if err != nil {
 		return err
 	}
@@ -416,6 +428,7 @@ func (s *Server) download(ctx context.Context, st *semantics.Stream) error {
 	st.CancelRead(semantics.StreamCancelled) // nothing more is expected
 	if a.Outcome == wcas.CasVerified {
 		s.downOK.Add(1)
+		s.cfg.Metrics.CasVerified(false)
 	} else {
 		s.failed.Add(1)
 	}

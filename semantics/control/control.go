@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/postcard"
 	"forgeyard.dev/transport/wire/registry"
@@ -93,6 +94,11 @@ type Config struct {
 	Now func() time.Time
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Metrics, when set, counts every received message by family and
+	// outcome (ok: decoded and dispatched; error: failed to decode or
+	// validate) and every WireErrorV1 sent or received by code. Nil
+	// disables them.
+	Metrics *telemetry.Metrics
 }
 
 // Stream is what a Channel needs of a control stream; *semantics.Stream
@@ -116,6 +122,7 @@ type Channel struct {
 	wto  time.Duration
 	maxP int
 	log  *slog.Logger
+	m    *telemetry.Metrics
 
 	wmu   sync.Mutex // serialises writes with their priority
 	proto wire.ProtocolVersion
@@ -129,7 +136,7 @@ type Channel struct {
 // New wraps a control stream.
 func New(s Stream, cfg Config) *Channel {
 	c := &Channel{s: s, reg: cfg.Registry, now: cfg.Now, wto: cfg.WriteTimeout, maxP: cfg.MaxPending,
-		log: cfg.Logger, proto: cfg.Protocol, pending: map[wire.MessageId]chan *wire.Envelope{}, done: make(chan struct{})}
+		log: cfg.Logger, m: cfg.Metrics, proto: cfg.Protocol, pending: map[wire.MessageId]chan *wire.Envelope{}, done: make(chan struct{})}
 	if c.reg == nil {
 		c.reg = registry.Default
 	}
@@ -171,6 +178,11 @@ type Out struct {
 	Priority    semantics.Priority
 	UsePriority bool
 	Msg         wire.Message
+	// Trace, when HasTrace, is written as the envelope's W3C trace
+	// context (§211). Set it only when FeatureTraceContextV1 was
+	// negotiated (telemetry.Inject builds it from a span context).
+	Trace    wire.TraceContext
+	HasTrace bool
 }
 
 // Send writes o and returns its MessageId.
@@ -181,6 +193,10 @@ func (c *Channel) Send(o Out) (wire.MessageId, error) {
 	env := wire.Envelope{MessageID: o.ID, SentAtMs: uint64(c.now().UnixMilli()), Payload: o.Msg}
 	if o.Correlation != (wire.MessageId{}) {
 		env.WithCorrelation(wire.CorrelationId(o.Correlation))
+	}
+	env.Trace, env.HasTrace = o.Trace, o.HasTrace
+	if we, ok := o.Msg.(*wire.WireErrorV1); ok {
+		c.m.ProtocolError(we.Code)
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -202,6 +218,16 @@ func (c *Channel) SendMsg(m wire.Message) (wire.MessageId, error) { return c.Sen
 // Reply answers the request req (which may be nil for unsolicited messages).
 func (c *Channel) Reply(req *wire.Envelope, m wire.Message) error {
 	o := Out{Msg: m}
+	if req != nil {
+		o.Correlation = req.MessageID
+	}
+	_, err := c.Send(o)
+	return err
+}
+
+// ReplyOut answers the request req with o (for a trace context or a
+// priority); o.Correlation is set to req's MessageId when req is not nil.
+func (c *Channel) ReplyOut(req *wire.Envelope, o Out) error {
 	if req != nil {
 		o.Correlation = req.MessageID
 	}
@@ -301,10 +327,15 @@ func (c *Channel) Run(handle func(*wire.Envelope), bad func(*DecodeError)) error
 		}
 		env, derr := c.decode(b)
 		if derr != nil {
+			c.m.MessageHandled(wire.NumFamilies, telemetry.OutcomeError) // family unknown: the payload did not decode
 			if bad != nil {
 				bad(derr)
 			}
 			continue
+		}
+		c.m.MessageTypeHandled(env.Payload.MessageType(), telemetry.OutcomeOK)
+		if we, ok := env.Payload.(*wire.WireErrorV1); ok {
+			c.m.ProtocolError(we.Code)
 		}
 		if env.HasCorrelation {
 			c.mu.Lock()

@@ -54,11 +54,9 @@ func (a Admission) withDefaults() Admission {
 	return a
 }
 
-// hardening is the daemon's admission state, rate-limit counters and
-// audit writer.
+// hardening is the daemon's admission state and rate-limit counters.
 type hardening struct {
-	adm   Admission
-	audit *telemetry.Audit
+	adm Admission
 
 	mu         sync.Mutex
 	handshakes int
@@ -73,7 +71,6 @@ type hardening struct {
 func (d *Daemon) initHardening() {
 	h := &d.hard
 	h.adm = d.cfg.Admission.withDefaults()
-	h.audit = telemetry.NewAudit(d.log)
 	h.perIP = map[netip.Addr]int{}
 	h.regs = newBucket(h.adm.RegistrationRate, time.Now())
 }
@@ -86,7 +83,7 @@ type HardeningStats struct {
 		Control, Heartbeat, Health, Cas int64
 	}
 	LimitCloses    int64 // connections closed with CloseLimitExceeded for rate strikes
-	AuditEvents    int64 // security audit events emitted by the daemon
+	AuditEvents    int64 // audit events of the admission/replay paths (the daemon's other audit events are not counted here)
 	SecretsSent    int64 // secret streams the agent acknowledged
 	SecretsRefused int64 // secret streams the agent refused or that failed
 	Handshakes     int   // connections currently connected and not yet registered
@@ -246,34 +243,18 @@ func (c *conn) auditEvent(ev telemetry.AuditEvent, code wire.ProtocolErrorCode, 
 	if sess != (wire.AgentSessionId{}) {
 		attrs = append(attrs, telemetry.Session(sess))
 	}
-	c.d.hard.audit.Emit(context.Background(), ev, attrs...)
+	c.d.audit.Emit(context.Background(), ev, attrs...)
 }
 
-// rejectDowngrade refuses, inside the authenticated channel (the hello
-// travels on the TLS connection after the handshake), a hello whose best
-// common version with the daemon's full range is below the policy
-// minimum (§274): RegistrationRejectedV1{UnsupportedVersion} naming the
-// minimum, CloseVersionMismatch, and a protocol.downgrade_rejected audit
-// event. Other mismatches are left to the ordinary negotiation.
-func (c *conn) rejectDowngrade(env *wire.Envelope, m *agentwire.TransportHelloV1) bool {
+// versionRefusal is the message refusing a hello whose versions do not
+// meet the daemon's: when its best common version with the daemon's full
+// range is below the policy minimum (a downgrade, §274), it names the
+// minimum; otherwise it is the negotiation error.
+func (c *conn) versionRefusal(m *agentwire.TransportHelloV1, nerr error) string {
 	d := c.d
-	if d.cfg.MinProtocol == (wire.ProtocolVersion{}) {
-		return false
-	}
-	_, nerr := wire.Negotiate(d.proto, m.Versions)
-	if nerr == nil {
-		return false
-	}
 	best, err := wire.Negotiate(d.cfg.Protocol, m.Versions)
-	if err != nil || !best.Less(d.cfg.MinProtocol) {
-		return false
+	if err != nil || d.cfg.MinProtocol == (wire.ProtocolVersion{}) || !best.Less(d.cfg.MinProtocol) {
+		return nerr.Error()
 	}
-	d.st.rejections.Add(1)
-	msg := fmt.Sprintf("protocol %s is below this daemon's policy minimum %s; insecure old versions are refused, upgrade the agent (%v)", best, d.cfg.MinProtocol, nerr)
-	c.logger().Warn("protocol downgrade refused", "offered", m.Versions.String(), "minimum", d.cfg.MinProtocol.String())
-	c.auditEvent(telemetry.EventDowngradeRejected, wire.ErrCodeUnsupportedVersion, telemetry.ReasonVersionBelowMinimum)
-	c.reply(env, &agentwire.RegistrationRejectedV1{Code: wire.ErrCodeUnsupportedVersion, Retry: wire.RetryUnsupported,
-		Message: wire.TruncateUTF8(msg, agentwire.MaxRejectMessage), HasServerRange: true, ServerRange: d.proto})
-	c.closeAfter(wire.CloseVersionMismatch, "protocol below policy minimum")
-	return true
+	return fmt.Sprintf("protocol %s is below this daemon's policy minimum %s; insecure old versions are refused, upgrade the agent (%v)", best, d.cfg.MinProtocol, nerr)
 }

@@ -11,6 +11,7 @@ import (
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -37,8 +38,11 @@ type Timing struct {
 	RequestTimeout time.Duration
 	// MaxBackoff: the agents' reconnect backoff ceiling.
 	MaxBackoff time.Duration
-	// FallbackStagger: happy-eyeballs delays for the agents' fallback
-	// endpoints (at most 8 entries).
+	// FallbackStagger: the agents' happy-eyeballs class offsets, sent as
+	// fallback_stagger_ms: entry i is how long after backend class i the
+	// class i+1 starts (QUIC → WebTransport → TLS+yamux → relay; the last
+	// entry repeats; at most 8 entries). It replaces the agents' own
+	// (semantics/agent Fallback.ClassStagger).
 	FallbackStagger []time.Duration
 }
 
@@ -54,8 +58,10 @@ const (
 	DefaultDedupRetention      = 24 * time.Hour
 )
 
-// DefaultFallbackStagger is the default happy-eyeballs stagger.
-var DefaultFallbackStagger = []time.Duration{250 * time.Millisecond}
+// DefaultFallbackStagger is the default happy-eyeballs stagger: QUIC at 0,
+// WebTransport +250 ms, TLS+yamux +500 ms, relays +1 s (ARCHITECTURE.md
+// decision 11; the same as semantics/agent DefaultClassStagger).
+var DefaultFallbackStagger = []time.Duration{250 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond}
 
 func (t Timing) withDefaults() Timing {
 	def := func(v *time.Duration, d time.Duration) {
@@ -127,9 +133,27 @@ type Config struct {
 	// the ones they fetch (payloads) (§87–93). Nil means CAS streams are
 	// refused and NeedObjectsV1 is answered with an error.
 	ContentStore cas.ContentStore
+	// Identity configures enrollment, certificate renewal and the
+	// revocation check (enroll.go).
+	Identity IdentityConfig
 	// Data bounds what agents may push through log and CAS streams
 	// (§127, §134, §268, §277); zero fields take the defaults.
 	Data DataLimits
+	// Metrics, when set, is fed by the daemon and its connections: bytes,
+	// streams and queue depths (semantics.Config.Metrics), messages and
+	// protocol errors (control.Config.Metrics), registration failures,
+	// fencing, the lease-offer, completion-ack and cancel-delivery
+	// latencies (§207–209), and the log receiver's and CAS server's
+	// counters. Nil disables them.
+	Metrics *telemetry.Metrics
+	// Tracing starts the daemon's spans (§210): transport.handshake,
+	// protocol.negotiate, agent.register,
+	// reconnect.resync, lease.dispatch, lease.ack (handling the answer),
+	// attempt.complete, attempt.cancel, and cas.stream / log.stream per
+	// data stream. The trace context is carried in
+	// the envelope to agents that negotiated FeatureTraceContextV1 (offer
+	// it in Features) and continued from theirs. Nil starts no spans.
+	Tracing *telemetry.Tracing
 }
 
 // DataLimits are the daemon's quotas and rate limits on data streams. Every

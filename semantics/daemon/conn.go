@@ -24,6 +24,8 @@ import (
 	wcas "forgeyard.dev/transport/wire/cas"
 	wlogs "forgeyard.dev/transport/wire/logs"
 	"forgeyard.dev/transport/wire/registry"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const (
@@ -53,26 +55,29 @@ type conn struct {
 	session      wire.AgentSessionId
 	epoch        uint64
 	agentVersion string
+	features     wire.FeatureSet // negotiated in the hello
 
-	mu         sync.Mutex
-	state      session.State
-	fenced     bool
-	fencedBy   wire.TransportSessionId
-	violations int
-	dataWaits  int       // data-plane requests being answered (data.go)
-	closedAt   time.Time // wall clock at teardown (data.go's log sweep)
-	lastHB     time.Time
-	phases     map[wire.JobAttemptId]agentwire.AttemptPhase // last reported, read goroutine only
-	hbTimer    *time.Timer
-	closeOnce  sync.Once
-	closeErr   error
+	mu          sync.Mutex
+	state       session.State
+	fenced      bool
+	fencedBy    wire.TransportSessionId
+	violations  int
+	dataWaits   int       // data-plane requests being answered (data.go)
+	closedAt    time.Time // wall clock at teardown (data.go's log sweep)
+	lastHB      time.Time
+	phases      map[wire.JobAttemptId]agentwire.AttemptPhase // last reported, read goroutine only
+	hbTimer     *time.Timer
+	cred        credential  // enroll.go: the certificate registered with
+	expiryTimer *time.Timer // enroll.go: closes the transport when it expires
+	closeOnce   sync.Once
+	closeErr    error
 
 	rl  connRates       // per-connection message rates (ratelimit.go)
 	adm admissionTicket // admission slots held (admission.go), under d.hard.mu
 }
 
 func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
-	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Limits, Logger: d.log})
+	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Limits, Logger: d.log, Metrics: d.cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +184,7 @@ func (c *conn) serve(ctx context.Context) {
 		<-c.sc.Done()
 		return
 	}
-	ch := control.New(st, control.Config{Now: d.now, Logger: d.log, WriteTimeout: d.timing.RequestTimeout})
+	ch := control.New(st, control.Config{Now: d.now, Logger: d.log, WriteTimeout: d.timing.RequestTimeout, Metrics: d.cfg.Metrics})
 	c.mu.Lock()
 	c.ch = ch
 	c.mu.Unlock()
@@ -203,6 +208,9 @@ func (c *conn) teardown() {
 	c.closedAt = time.Now()
 	if c.hbTimer != nil {
 		c.hbTimer.Stop()
+	}
+	if c.expiryTimer != nil {
+		c.expiryTimer.Stop()
 	}
 	c.mu.Unlock()
 	d.mu.Lock()
@@ -285,6 +293,16 @@ func (c *conn) violation(id wire.MessageId, code wire.ProtocolErrorCode, msg str
 }
 
 func (c *conn) bad(e *control.DecodeError) {
+	if c.getState() < session.Registered {
+		// Before registration every message is part of the authentication
+		// handshake (hello, register with key proof).
+		reason := telemetry.ReasonDecodeFailed
+		if e.Code == wire.ErrCodeInvalidValue {
+			reason = telemetry.ReasonValidationFailed
+		}
+		c.d.audit.Emit(context.Background(), telemetry.EventMalformedSecurity, telemetry.Transport(c.transport),
+			telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(e.Code), telemetry.Reason(reason))
+	}
 	c.violation(e.MessageID, e.Code, "frame rejected: "+e.Code.String())
 }
 
@@ -301,6 +319,10 @@ func (c *conn) handle(env *wire.Envelope) {
 	}
 	if fenced && t != wire.MsgError {
 		c.clonedIdentity(env)
+		return
+	}
+	if m, ok := env.Payload.(*agentwire.CertificateRequestV1); ok {
+		c.onCertificateRequest(env, m) // enrollment or renewal (enroll.go)
 		return
 	}
 	if code := session.Check(st, c.role, t); code != 0 {
@@ -383,15 +405,28 @@ func (c *conn) clonedIdentity(env *wire.Envelope) {
 
 func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 	d := c.d
-	if !c.admitRegistration(env) || c.rejectDowngrade(env, m) {
+	if !c.admitRegistration(env) {
 		return
 	}
+	hctx, sp := c.span(env, telemetry.SpanHandshake)
+	defer sp.End()
+	_, nsp := d.cfg.Tracing.Start(hctx, telemetry.SpanNegotiate)
 	v, err := wire.Negotiate(d.proto, m.Versions)
+	if err == nil {
+		nsp.SetAttributes(telemetry.AttrProtocol(v))
+	}
+	telemetry.End(nsp, err)
 	if err != nil {
 		d.st.rejections.Add(1)
+		d.cfg.Metrics.RegistrationFailed(telemetry.RegFailVersion)
+		if _, nerr := wire.Negotiate(d.cfg.Protocol, m.Versions); nerr == nil {
+			// Only the policy minimum refused it: a downgrade (§274).
+			d.audit.Emit(context.Background(), telemetry.EventDowngradeRejected, telemetry.Transport(c.transport),
+				telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeUnsupportedVersion), telemetry.Reason(telemetry.ReasonVersionBelowMinimum))
+		}
 		c.logger().Info("version mismatch", "err", err)
 		c.reply(env, &agentwire.RegistrationRejectedV1{Code: wire.ErrCodeUnsupportedVersion, Retry: wire.RetryUnsupported,
-			Message: err.Error(), HasServerRange: true, ServerRange: d.proto})
+			Message: wire.TruncateUTF8(c.versionRefusal(m, err), agentwire.MaxRejectMessage), HasServerRange: true, ServerRange: d.proto})
 		c.closeAfter(wire.CloseVersionMismatch, err.Error())
 		return
 	}
@@ -401,12 +436,38 @@ func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 		c.helloSession = m.AgentSession
 	}
 	c.agentVersion = m.AgentVersion
+	c.features = d.cfg.Features.Intersect(m.Features)
 	c.mu.Unlock()
 	c.ch.SetProtocol(v)
 	c.setState(session.Negotiated)
 	c.reply(env, &agentwire.HelloAckV1{Negotiated: v, ServerRange: d.proto, Features: d.cfg.Features.Intersect(m.Features),
 		TransportSession: c.transport, ServerTimeMs: uint64(d.now().UnixMilli()), Challenge: c.challenge})
 }
+
+// auditAuth records an authentication failure of registration m (§279).
+func (c *conn) auditAuth(m *agentwire.RegisterAgentV1, reason telemetry.AuditReason) {
+	c.d.audit.Emit(context.Background(), telemetry.EventAuthFailure, telemetry.Runner(m.Runner), telemetry.Session(m.Session),
+		telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeForbidden),
+		telemetry.Reason(reason))
+}
+
+// traced reports whether the agent negotiated FeatureTraceContextV1, so
+// envelopes to it carry the trace context.
+func (c *conn) traced() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.features.Has(wire.FeatureTraceContextV1)
+}
+
+// span starts a daemon span continuing the trace context env carries.
+func (c *conn) span(env *wire.Envelope, name telemetry.SpanName, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx := telemetry.ExtractEnvelope(context.Background(), env)
+	return c.d.cfg.Tracing.Start(ctx, name, append(attrs, telemetry.AttrBackend(c.bc.Backend()))...)
+}
+
+// errRegistrationRefused is the status of an agent.register span whose
+// registration was rejected (the reason is in the daemon's log and audit).
+var errRegistrationRefused = errors.New("registration rejected")
 
 // identity derives the proven runner and the leaf key for a registration.
 func (c *conn) identity(m *agentwire.RegisterAgentV1) (*x509.Certificate, error) {
@@ -456,6 +517,7 @@ func (c *conn) identity(m *agentwire.RegisterAgentV1) (*x509.Certificate, error)
 
 func (c *conn) reject(env *wire.Envelope, code wire.ProtocolErrorCode, retry wire.RetryClass, msg string, close wire.CloseCode) {
 	c.d.st.rejections.Add(1)
+	c.d.cfg.Metrics.RegistrationFailed(telemetry.RegistrationFailureOf(code))
 	c.logger().Info("registration rejected", "code", code, "reason", msg)
 	c.reply(env, &agentwire.RegistrationRejectedV1{Code: code, Retry: retry, Message: wire.TruncateUTF8(msg, agentwire.MaxRejectMessage)})
 	c.closeAfter(close, msg)
@@ -463,22 +525,50 @@ func (c *conn) reject(env *wire.Envelope, code wire.ProtocolErrorCode, retry wir
 
 func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	d := c.d
+	_, sp := c.span(env, telemetry.SpanRegister, telemetry.AttrRunner(m.Runner))
+	defer func() {
+		if c.getState() < session.Registered {
+			telemetry.End(sp, errRegistrationRefused)
+			return
+		}
+		sp.End()
+	}()
 	if c.helloSession != (wire.AgentSessionId{}) && c.helloSession != m.Session {
 		c.reject(env, wire.ErrCodeInvalidValue, wire.RetryNever, "session differs from the hello's agent_session", wire.CloseProtocolError)
 		return
 	}
 	leaf, err := c.identity(m)
 	if err != nil {
-		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: "+err.Error(), wire.CloseAuthenticationFailure)
+		msg := "authentication failed: " + err.Error()
+		if errors.Is(err, trust.ErrCertExpired) {
+			d.idst.expiredRejected.Add(1)
+			msg = trust.MsgCredentialExpired + ": " + err.Error()
+		}
+		c.auditAuth(m, telemetry.ReasonBadCertificate)
+		c.audit("identity.authentication_failed", "registration rejected", "reason", msg)
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, msg, wire.CloseAuthenticationFailure)
 		return
 	}
 	runner, err := trust.RunnerIDFromCert(leaf)
 	if err != nil || runner != m.Runner {
+		c.auditAuth(m, telemetry.ReasonRunnerMismatch)
 		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: certificate does not name this runner", wire.CloseAuthenticationFailure)
 		return
 	}
 	if err := session.VerifyKeyProof(leaf.PublicKey, m.KeyProof, c.challenge, c.transport, m.Session); err != nil {
+		c.auditAuth(m, telemetry.ReasonKeyProofFailed)
 		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: key proof does not verify", wire.CloseAuthenticationFailure)
+		return
+	}
+	if revoked, err := c.checkCredentialRevoked(m.Runner, trust.SerialString(leaf)); err != nil {
+		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable", wire.CloseInternalError)
+		return
+	} else if revoked {
+		c.d.audit.Emit(context.Background(), telemetry.EventRunnerRevoked, telemetry.Runner(m.Runner), telemetry.Session(m.Session),
+			telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeForbidden),
+			telemetry.Reason(telemetry.ReasonRevoked))
+		c.audit("identity.certificate_revoked", "registration rejected", "serial", trust.SerialString(leaf))
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, trust.MsgCredentialRevoked, wire.CloseAuthenticationFailure)
 		return
 	}
 	actx, acancel := c.authCtx()
@@ -487,13 +577,18 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		Transport: c.transport, Daemon: d.cfg.ID, Remote: c.bc.RemoteAddr().String(), Now: d.now()})
 	switch {
 	case errors.Is(err, authority.ErrRunnerDisabled):
-		c.reject(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, "runner disabled", wire.CloseRunnerDisabled)
+		d.audit.Emit(context.Background(), telemetry.EventRunnerRevoked, telemetry.Runner(m.Runner), telemetry.Session(m.Session),
+			telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeRunnerDisabled),
+			telemetry.Reason(telemetry.ReasonRevoked))
+		c.audit("identity.runner_disabled", "registration rejected", "reason", "runner disabled")
+		c.reject(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, trust.MsgRunnerDisabled, wire.CloseRunnerDisabled)
 		return
 	case errors.Is(err, authority.ErrStaleSession):
 		c.auditEvent(telemetry.EventSessionFenced, wire.ErrCodeStaleSession, telemetry.ReasonNewerRegistration)
 		c.reject(env, wire.ErrCodeStaleSession, wire.RetryNever, "agent session ended or superseded; start a new session", wire.CloseProtocolError)
 		return
 	case errors.Is(err, authority.ErrSessionOwnership):
+		c.auditAuth(m, telemetry.ReasonRunnerMismatch)
 		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "agent session belongs to another runner", wire.CloseAuthenticationFailure)
 		return
 	case err != nil:
@@ -504,6 +599,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	c.runner, c.session, c.epoch = m.Runner, m.Session, grant.Epoch
 	c.agentVersion = m.AgentVersion
 	c.mu.Unlock()
+	c.noteCredential(leaf)
 
 	// Fence older transports of this session on this daemon, and close
 	// transports of superseded sessions of the same runner (§15, §61).
@@ -559,7 +655,9 @@ func (c *conn) fence(holder *conn, epoch uint64) {
 	runner, sess := c.runner, c.session
 	c.mu.Unlock()
 	c.d.st.fenced.Add(1)
-	c.auditEvent(telemetry.EventSessionFenced, wire.ErrCodeSessionFenced, telemetry.ReasonNewerRegistration)
+	c.d.cfg.Metrics.SessionFenced()
+	c.d.audit.Emit(context.Background(), telemetry.EventSessionFenced, telemetry.Runner(runner), telemetry.Session(sess),
+		telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Reason(telemetry.ReasonNewerRegistration))
 	c.logger().Info("transport fenced", "runner", runner.String(), "session", sess.String(), "holder", holder.transport.String())
 	if ch := c.channel(); ch != nil {
 		_, _ = ch.SendMsg(&agentwire.SessionFencedV1{Session: sess, FencedTransport: c.transport,
@@ -586,6 +684,8 @@ func (c *conn) fencedErr(env *wire.Envelope) {
 
 func (c *conn) onResync(env *wire.Envelope, m *agentwire.AgentResyncV1) {
 	d := c.d
+	_, sp := c.span(env, telemetry.SpanResync, telemetry.AttrRunner(c.runner))
+	defer sp.End()
 	if m.Session != c.session {
 		c.violation(env.MessageID, wire.ErrCodeInvalidValue, "resync for another session")
 		return
@@ -698,12 +798,19 @@ func (c *conn) sendOffer(of *offer) {
 	if !of.sentAt.IsZero() && of.resent() {
 		c.d.st.resends.Add(1)
 	}
-	_, _ = c.channel().Send(control.Out{ID: of.msgID, Msg: &agentwire.LeaseOfferV1{Lease: l.ID, Attempt: l.Attempt, Job: l.Job, SpecID: l.Spec,
-		ExpiresAtMs: uint64(l.ExpiresAt.UnixMilli()), TTLMs: ms32(l.TTL), PayloadRef: l.Payload, Session: l.Session, Epoch: epoch}})
+	out := control.Out{ID: of.msgID, Msg: &agentwire.LeaseOfferV1{Lease: l.ID, Attempt: l.Attempt, Job: l.Job, SpecID: l.Spec,
+		ExpiresAtMs: uint64(l.ExpiresAt.UnixMilli()), TTLMs: ms32(l.TTL), PayloadRef: l.Payload, Session: l.Session, Epoch: epoch}}
+	if of.hasTrace && c.traced() {
+		out.Trace, out.HasTrace = of.trace, true
+	}
+	_, _ = c.channel().Send(out)
 }
 
 func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wire.JobAttemptId, accepted bool, reason agentwire.LeaseRejectReason, msg string) {
 	d := c.d
+	_, sp := c.span(env, telemetry.SpanLeaseAck, telemetry.AttrLease(lease), telemetry.AttrAttempt(attempt))
+	var spanErr error
+	defer func() { telemetry.End(sp, spanErr) }()
 	now := d.now()
 	d.mu.Lock()
 	of := d.offers[lease]
@@ -742,7 +849,9 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	if of != nil && definitive {
 		first = of.finish(ev)
 		if first && err == nil && accepted && !of.adopted {
-			d.st.offerLat.add(time.Since(of.created()))
+			lat := time.Since(of.created())
+			d.st.offerLat.add(lat)
+			d.cfg.Metrics.ObserveLeaseOfferToAck(lat)
 		}
 	}
 	switch {
@@ -758,11 +867,16 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	if h := d.cfg.Hooks.OnLeaseAnswer; h != nil {
 		h(ev)
 	}
+	spanErr = err
+	if errors.Is(err, authority.ErrStaleLease) || errors.Is(err, authority.ErrStaleSession) {
+		d.audit.Emit(context.Background(), telemetry.EventStaleLeaseReplay, telemetry.Runner(c.runner), telemetry.Session(c.session),
+			telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeStaleLease),
+			telemetry.Reason(telemetry.ReasonLeaseSuperseded))
+	}
 	switch {
 	case errors.Is(err, authority.ErrFenced):
 		c.fencedErr(env)
 	case errors.Is(err, authority.ErrStaleLease), errors.Is(err, authority.ErrStaleSession):
-		c.auditEvent(telemetry.EventStaleLeaseReplay, wire.ErrCodeStaleLease, telemetry.ReasonLeaseSuperseded)
 		c.replyErr(env, wire.ErrCodeStaleLease, wire.RetryNever, "lease no longer offered to this session")
 	case err != nil:
 		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
@@ -804,6 +918,8 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 
 func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1) {
 	d := c.d
+	_, sp := c.span(env, telemetry.SpanComplete, telemetry.AttrLease(m.Lease), telemetry.AttrAttempt(m.Attempt))
+	defer sp.End()
 	start := time.Now()
 	result := m.Result
 	actx, acancel := c.authCtx()
@@ -819,15 +935,19 @@ func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1
 		return
 	}
 	kind := agentwire.CompletionAckKind(ack)
-	if kind == agentwire.AckStaleRejected {
-		c.auditEvent(telemetry.EventStaleLeaseReplay, wire.ErrCodeStaleLease, telemetry.ReasonLeaseSuperseded)
-	}
 	if int(kind) < len(d.st.completions) {
 		d.st.completions[kind].Add(1)
 	}
 	// Sampled before the hook so hook observers (metrics) see it; the ack
 	// write that follows is a buffered stream write.
-	d.st.complLat.add(time.Since(start))
+	lat := time.Since(start)
+	d.st.complLat.add(lat)
+	d.cfg.Metrics.ObserveCompletionAck(lat)
+	if kind == agentwire.AckStaleRejected {
+		d.audit.Emit(context.Background(), telemetry.EventStaleLeaseReplay, telemetry.Runner(c.runner), telemetry.Session(c.session),
+			telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeStaleLease),
+			telemetry.Reason(telemetry.ReasonLeaseSuperseded))
+	}
 	if h := d.cfg.Hooks.OnCompletion; h != nil {
 		h(CompletionEvent{Runner: c.runner, Session: c.session, Transport: c.transport, MessageID: env.MessageID,
 			Attempt: m.Attempt, Lease: m.Lease, Job: m.Job, Result: m.Result, Ack: kind})

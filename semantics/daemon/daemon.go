@@ -39,11 +39,13 @@ import (
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wcas "forgeyard.dev/transport/wire/cas"
 	wlogs "forgeyard.dev/transport/wire/logs"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // SentTypes is every message type the daemon can send to an agent. It is
@@ -106,8 +108,10 @@ type Daemon struct {
 	ended    map[wire.JobAttemptId]struct{} // attempts whose log state was forgotten (bounded, endOrder)
 	endOrder []wire.JobAttemptId
 
-	st stats
-	// hard: admission control, rate-limit counters, audit (admission.go).
+	st    stats
+	audit *telemetry.Audit
+	idst  identityStats // enroll.go
+	// hard: admission control, rate-limit counters (admission.go).
 	hard hardening
 }
 
@@ -161,6 +165,7 @@ func New(cfg Config) (*Daemon, error) {
 		d.log = slog.New(slog.DiscardHandler)
 	}
 	d.log = d.log.With("daemon", cfg.ID)
+	d.audit = telemetry.NewAudit(d.log)
 	d.initHardening()
 	if d.now == nil {
 		d.now = time.Now
@@ -175,6 +180,13 @@ func New(cfg Config) (*Daemon, error) {
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.wg.Add(1)
 	go d.maintenance()
+	if p := cfg.Identity.RevocationPoll; p >= 0 {
+		if p == 0 {
+			p = DefaultRevocationPoll
+		}
+		d.wg.Add(1)
+		go d.revocationLoop(p)
+	}
 	return d, nil
 }
 
@@ -289,6 +301,10 @@ type offer struct {
 	// restart) and nobody waits on done; the answer only reaches the
 	// authority.
 	adopted bool
+	// trace is the lease.dispatch span's context, sent in the offer's
+	// envelope to agents that negotiated FeatureTraceContextV1.
+	trace    wire.TraceContext
+	hasTrace bool
 	// answering serializes recording an answer (onLeaseAnswer) with
 	// settling from the authority (settleFromAuthority), so an answer
 	// recorded here is never mistaken for one recorded elsewhere.
@@ -380,6 +396,10 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 	// Tracked before it exists in the authority, so a concurrent resync of
 	// the session on this daemon never adopts it as a foreign offer.
 	of := &offer{lease: l, msgID: offerMessageID(l.ID), sentAt: now, start: time.Now(), kick: make(chan struct{}, 1), done: make(chan struct{})}
+	_, sp := d.cfg.Tracing.Start(ctx, telemetry.SpanDispatch, telemetry.AttrRunner(runner), telemetry.AttrLease(l.ID), telemetry.AttrAttempt(l.Attempt))
+	of.trace, of.hasTrace = telemetry.Inject(trace.ContextWithSpan(ctx, sp))
+	var spanErr error
+	defer func() { telemetry.End(sp, spanErr) }()
 	d.mu.Lock()
 	d.offers[l.ID] = of
 	d.mu.Unlock()
@@ -387,6 +407,7 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 		d.mu.Lock()
 		delete(d.offers, l.ID)
 		d.mu.Unlock()
+		spanErr = err
 		return authority.Lease{}, err
 	}
 	d.st.leasesOffered.Add(1)
@@ -395,20 +416,24 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 	select {
 	case <-of.done:
 	case <-ctx.Done():
+		spanErr = ctx.Err()
 		return l, ctx.Err()
 	}
 	a := of.answer
 	switch {
 	case a.Err != nil:
+		spanErr = a.Err
 		return l, a.Err
 	case a.Accepted:
 		l.State = authority.LeaseAccepted
 		return l, nil
 	case of.expired:
+		spanErr = ErrOfferExpired
 		return l, ErrOfferExpired
 	default:
 		l.State = authority.LeaseRejected
-		return l, &RejectedError{Reason: a.Reason, Message: a.Message}
+		spanErr = &RejectedError{Reason: a.Reason, Message: a.Message}
+		return l, spanErr
 	}
 }
 
@@ -567,6 +592,9 @@ func (d *Daemon) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, r
 	msg := &agentwire.CancelAttemptV1{Attempt: attempt, Lease: l.ID, Reason: reason}
 	id := wire.NewMessageId()
 	start := time.Now()
+	sctx, sp := d.cfg.Tracing.Start(ctx, telemetry.SpanCancel, telemetry.AttrLease(l.ID), telemetry.AttrAttempt(attempt))
+	defer sp.End()
+	tc, hasTC := telemetry.Inject(sctx)
 	for {
 		c := d.sessionConn(l.Session)
 		var ch *control.Channel
@@ -576,9 +604,15 @@ func (d *Daemon) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, r
 		if ch == nil || !c.active() {
 			return nil
 		}
-		_, err := ch.Call(ctx, control.Out{ID: id, Msg: msg, Priority: semantics.PriorityCancel, UsePriority: true}, d.timing.RequestTimeout)
+		out := control.Out{ID: id, Msg: msg, Priority: semantics.PriorityCancel, UsePriority: true}
+		if hasTC && c.traced() {
+			out.Trace, out.HasTrace = tc, true
+		}
+		_, err := ch.Call(ctx, out, d.timing.RequestTimeout)
 		if err == nil {
-			d.st.cancelLat.add(time.Since(start))
+			lat := time.Since(start)
+			d.st.cancelLat.add(lat)
+			d.cfg.Metrics.ObserveCancelDelivery(lat)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -650,6 +684,10 @@ func (d *Daemon) DisableRunner(ctx context.Context, runner wire.RunnerId, reason
 	if err := d.auth.SetRunnerEnabled(ctx, runner, false, reason, d.now()); err != nil {
 		return err
 	}
+	// The operator's reason is free text: it stays in the authority, not
+	// in the audit record.
+	d.audit.Emit(ctx, telemetry.EventRunnerRevoked, telemetry.Runner(runner), telemetry.Code(wire.ErrCodeRunnerDisabled),
+		telemetry.Reason(telemetry.ReasonRevoked))
 	for _, c := range d.runnerConns(runner) {
 		c.closeNow(wire.CloseRunnerDisabled, "runner disabled: "+reason)
 	}

@@ -10,6 +10,7 @@ import (
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wcas "forgeyard.dev/transport/wire/cas"
@@ -58,7 +59,7 @@ func (d *Daemon) setupData() error {
 			Ack:       func(m wlogs.LogAckV1) { d.sendToAttempt(m.Attempt, &m) },
 			Resume:    func(m wlogs.LogResumeRequestV1) { d.sendToAttempt(m.Attempt, &m) },
 			RateBytes: lim.LogRateBytes, BurstBytes: lim.LogBurstBytes,
-			MaxAttemptBytes: lim.MaxAttemptLogBytes, MaxAttempts: lim.MaxLogAttempts})
+			MaxAttemptBytes: lim.MaxAttemptLogBytes, MaxAttempts: lim.MaxLogAttempts, Metrics: d.cfg.Metrics})
 		if err != nil {
 			return fmt.Errorf("daemon: log receiver: %w", err)
 		}
@@ -67,7 +68,7 @@ func (d *Daemon) setupData() error {
 	if d.cfg.ContentStore != nil {
 		lim := d.cfg.Data
 		s, err := cas.NewServer(cas.ServerConfig{Store: d.cfg.ContentStore, Authorizer: cas.AuthorizerFunc(d.authorizeCAS),
-			MaxConcurrent: lim.CASMaxConcurrent, MaxPerConn: lim.CASMaxPerConn, Bandwidth: lim.CASBandwidth})
+			MaxConcurrent: lim.CASMaxConcurrent, MaxPerConn: lim.CASMaxPerConn, Bandwidth: lim.CASBandwidth, Metrics: d.cfg.Metrics})
 		if err != nil {
 			return fmt.Errorf("daemon: CAS server: %w", err)
 		}
@@ -199,7 +200,11 @@ func (c *conn) serveStreams(ctx context.Context, sess *cas.Session) {
 		}
 		k := s.Kind()
 		if sess != nil && (k == wire.StreamCasUpload || k == wire.StreamCasDownload) && c.dataAllowed() && c.admitCasStream() {
-			go func() { _ = sess.Handle(ctx, s) }()
+			go func() {
+				// Streams carry no trace context: a cas.stream span is a root.
+				sctx, sp := c.d.cfg.Tracing.Start(ctx, telemetry.SpanCasStream, telemetry.AttrBackend(c.bc.Backend()))
+				telemetry.End(sp, sess.Handle(sctx, s))
+			}()
 			continue
 		}
 		s.CancelRead(semantics.StreamRefused)
@@ -217,7 +222,10 @@ func (c *conn) serveUniStreams(ctx context.Context) {
 			return
 		}
 		if r != nil && rs.Kind() == wire.StreamLog && c.dataAllowed() {
-			go func() { _ = r.Serve(ctx, rs) }()
+			go func() {
+				sctx, sp := c.d.cfg.Tracing.Start(ctx, telemetry.SpanLogStream, telemetry.AttrBackend(c.bc.Backend()))
+				telemetry.End(sp, r.Serve(sctx, rs))
+			}()
 			continue
 		}
 		rs.CancelRead(semantics.StreamRefused)

@@ -25,8 +25,8 @@ import (
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
-// planted returns a distinctive random secret value.
-func planted(name string) []byte {
+// plantedValue returns a distinctive random secret value.
+func plantedValue(name string) []byte {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return []byte("PLANTED-" + name + "-" + hex.EncodeToString(b[:]))
@@ -99,7 +99,7 @@ func TestSecretNeverLeaks(t *testing.T) {
 	w := newWorldWith(t, quicBackend(), trusttest.NewPKI(t), auth, func(c *daemon.Config) {
 		c.Logger, c.LogDir, c.ContentStore = debug, filepath.Join(dir, "daemon-logs"), store
 	})
-	secrets := map[string][]byte{"ci/deploy-key": planted("deploy"), "ci/api-token": planted("token")}
+	secrets := map[string][]byte{"ci/deploy-key": plantedValue("deploy"), "ci/api-token": plantedValue("token")}
 	exec := &secretExec{want: map[string][]byte{}, matched: make(chan map[string]bool, 1), peek: make(chan []agentwire.SecretBytes, 1)}
 	for k, v := range secrets {
 		exec.want[k] = bytes.Clone(v)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	wlogs "forgeyard.dev/transport/wire/logs"
 	"forgeyard.dev/transport/wire/postcard"
@@ -69,6 +70,9 @@ type ReceiverConfig struct {
 	// MaxAttempts bounds the attempts tracked at once (see Forget); a
 	// stream for one more is reset with StreamRefused.
 	MaxAttempts int
+	// Metrics, when set, counts the frames and bytes appended to the sink
+	// (side=daemon). Nil disables them.
+	Metrics *telemetry.Metrics
 }
 
 // RejectReason classifies a RejectError.
@@ -504,6 +508,7 @@ func (r *Receiver) frame(ctx context.Context, at *attemptLog, body []byte, f *wl
 	}
 	r.frames.Add(1)
 	r.bytes.Add(int64(len(p)))
+	r.cfg.Metrics.LogAccepted(true, 1, len(p))
 	if due {
 		r.syncAck(at, false)
 	}

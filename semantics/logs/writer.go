@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
@@ -77,6 +78,10 @@ type Config struct {
 	ChunkSize int
 	// Now is the clock for frame timestamps; nil means time.Now.
 	Now func() time.Time
+	// Metrics, when set, counts accepted and dropped bytes, sealed frames
+	// and the pending (unacknowledged) bytes (side=agent). Nil disables
+	// them.
+	Metrics *telemetry.Metrics
 }
 
 // WriterStats are a Writer's counters; see Writer.Stats.
@@ -231,11 +236,14 @@ func (w *Writer) Write(kind wlogs.LogStreamKind, p []byte) error {
 	if w.refused || w.pendB+int64(len(p)) > w.limit || len(w.pend)+frames+1 > w.cfg.MaxPendingFrames {
 		w.st.DroppedFrames += uint64(frames)
 		w.st.DroppedBytes += uint64(len(p))
+		w.cfg.Metrics.LogDropped(len(p))
 		if w.refused {
 			return ErrRefused
 		}
 		return ErrDropped
 	}
+	w.cfg.Metrics.LogAccepted(false, 0, len(p))
+	w.cfg.Metrics.LogSpoolAdd(len(p))
 	ts := uint64(w.now().UnixMilli())
 	for len(p) > 0 {
 		if len(w.tail) > 0 && (w.tailKind != kind || len(w.tail) == w.chunk) {
@@ -259,6 +267,7 @@ func (w *Writer) sealLocked() {
 	c := &chunk{seq: w.next, kind: w.tailKind, ts: w.tailTs, n: len(w.tail), data: w.tail}
 	w.next++
 	w.tail = nil
+	w.cfg.Metrics.LogAccepted(false, 1, 0)
 	if w.sp != nil {
 		seg, off, err := w.sp.append(c.seq, c.kind, c.ts, c.data)
 		if err != nil {
@@ -296,6 +305,7 @@ func (w *Writer) ackLocked(durable uint64) {
 	for i < len(w.pend) && w.pend[i].seq <= durable {
 		c := w.pend[i]
 		w.pendB -= int64(c.n)
+		w.cfg.Metrics.LogSpoolAdd(-c.n)
 		if c.data != nil {
 			w.memB -= int64(c.n)
 		}
@@ -416,6 +426,8 @@ func (w *Writer) refuseLocked() {
 	if len(w.tail) > 0 {
 		w.st.DroppedFrames++
 		w.st.DroppedBytes += uint64(len(w.tail))
+		w.cfg.Metrics.LogDropped(len(w.tail))
+		w.cfg.Metrics.LogSpoolAdd(-len(w.tail))
 		w.pendB -= int64(len(w.tail))
 		w.memB -= int64(len(w.tail))
 		w.tail = nil

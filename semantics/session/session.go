@@ -72,6 +72,7 @@ var sessionTypes = map[wire.MessageTypeId]bool{
 	agentwire.MsgRegisterAgent: true, agentwire.MsgRegistrationAccepted: true, agentwire.MsgRegistrationRejected: true,
 	agentwire.MsgHeartbeat: true, agentwire.MsgHeartbeatAck: true,
 	agentwire.MsgGoAway: true, agentwire.MsgServerTime: true, agentwire.MsgSessionFenced: true,
+	agentwire.MsgCertificateRequest: true, agentwire.MsgCertificateIssued: true,
 }
 
 // Classify returns the class of t.
@@ -168,6 +169,8 @@ var directions = map[wire.MessageTypeId]Direction{
 	agentwire.MsgSessionFenced:        FromDaemon,
 	agentwire.MsgLeaseProbe:           FromDaemon,
 	agentwire.MsgSecretMaterial:       FromDaemon,
+	agentwire.MsgCertificateRequest:   FromAgent,
+	agentwire.MsgCertificateIssued:    FromDaemon,
 	admin.MsgDrain:                    FromDaemon,
 	admin.MsgResume:                   FromDaemon,
 	admin.MsgRefreshCapabilities:      FromDaemon,

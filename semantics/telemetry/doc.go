@@ -21,28 +21,18 @@
 //	m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK)
 //	m.ObserveCancelDelivery(d)
 //
-// Embedding in the daemon through its existing daemon.Config.Hooks:
+// The engines feed the metrics themselves: pass the same *Metrics as
+// daemon.Config.Metrics or agent.Config.Metrics and every connection
+// (semantics.Config.Metrics: bytes, streams, scheduler queue depths), every
+// control stream (control.Config.Metrics: messages by family and outcome,
+// protocol errors), the log writers and receiver (logs.Config.Metrics,
+// logs.ReceiverConfig.Metrics) and the CAS server and clients
+// (cas.*Config.Metrics) report into it, as do the daemon's latency samples,
+// registration failures and fencing and the agent's heartbeat round trips.
+// The commands add the per-backend connection gauges from the hooks:
 //
-//	cfg.Hooks.OnRegistered = func(s daemon.SessionInfo) {
-//		m.ConnOpened(s.Backend)
-//		m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK)
-//	}
+//	cfg.Hooks.OnRegistered = func(s daemon.SessionInfo) { m.ConnOpened(s.Backend) }
 //	cfg.Hooks.OnDisconnect = func(s daemon.SessionInfo, err error) { m.ConnClosed(s.Backend) }
-//	cfg.Hooks.OnLeaseAnswer = func(e daemon.LeaseAnswerEvent) {
-//		m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK) // OutcomeDuplicate when e.Duplicate
-//	}
-//	cfg.Hooks.OnCompletion = func(daemon.CompletionEvent) { m.MessageHandled(wire.FamilyAgent, telemetry.OutcomeOK) }
-//
-// and, for the latency histograms, a periodic copy of daemon.Stats
-// (OfferToAccept, CompletionToAck, CancelDelivery) until the daemon calls
-// ObserveLeaseOfferToAck / ObserveCompletionAck / ObserveCancelDelivery
-// where it records those samples today. In the agent, through
-// agent.Config.Hooks:
-//
-//	cfg.Hooks.OnConnected = func(st agent.Status) { m.ConnOpened(st.Backend); backend = st.Backend }
-//	cfg.Hooks.OnDisconnected = func(error) { m.ConnClosed(backend) }
-//
-// (backend is the agent's last Status.Backend, kept by the caller).
 //
 // # Tracing
 //
@@ -50,8 +40,11 @@
 // [TracingConfig] (the default) spans are non-recording but a remote parent
 // still propagates. OTLP export is off by default: the command layer builds
 // an exporter for the configured endpoint and passes it as
-// TracingConfig.Exporter. Spans are started by name ([SpanName], §210); the
-// trace context crosses the wire in the envelope's optional trace field:
+// TracingConfig.Exporter (the commands: [telemetry] otlp_endpoint). The
+// daemon and agent engines start their spans when given
+// daemon.Config.Tracing / agent.Config.Tracing ([SpanName], §210) and carry
+// the trace context in the envelope's optional trace field
+// (control.Out.Trace) when FeatureTraceContextV1 was negotiated:
 //
 //	ctx, span := tr.Start(ctx, telemetry.SpanDispatch, telemetry.AttrLease(lease))
 //	telemetry.InjectEnvelope(ctx, env) // sender, when FeatureTraceContextV1 was negotiated
@@ -69,13 +62,17 @@
 //
 // # Audit
 //
-// [Audit] writes the §279 events as slog records whose attributes are built
+// [Audit] writes the §279 events (semantics/daemon emits each at the point
+// it detects it) as slog records whose attributes are built
 // only by typed constructors (Runner, Session, Transport, Remote, Code,
 // Reason): there is no free-form field, so a payload, key or token cannot
-// reach the audit log by construction (§212). The daemon's existing
-// cloned-identity warning becomes:
+// reach the audit log by construction (§212). For example, the daemon's
+// fencing:
 //
-//	audit.Emit(ctx, telemetry.EventClonedIdentity, telemetry.Runner(c.runner),
-//		telemetry.Session(c.session), telemetry.Transport(c.transport),
-//		telemetry.Remote(c.bc.RemoteAddr()), telemetry.Reason(telemetry.ReasonFencedTraffic))
+//	audit.Emit(ctx, telemetry.EventSessionFenced, telemetry.Runner(runner),
+//		telemetry.Session(sess), telemetry.Transport(c.transport),
+//		telemetry.Remote(c.bc.RemoteAddr()), telemetry.Reason(telemetry.ReasonNewerRegistration))
+//
+// (The cloned-identity record keeps its richer slog form with both
+// transports' ids; it carries the same "event" attribute.)
 package telemetry

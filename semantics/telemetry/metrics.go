@@ -23,9 +23,12 @@ const (
 	LabelUnknown = "unknown"
 )
 
-// Backends are the backend label values; any other name is reported as
-// LabelOther so a careless caller cannot create a series per address or id.
-var Backends = []string{"quic", "webtransport", "yamux", "memory"}
+// Backends are the backend label values: the backends, and the endpoint
+// schemes the agent's fallback dialing names (config.Endpoint.Scheme:
+// HTTP CONNECT upgrade, relayed). Any other name is reported as LabelOther
+// so a careless caller cannot create a series per address or id.
+var Backends = []string{"quic", "webtransport", "yamux", "memory",
+	"yamux+upgrade", "relay+quic", "relay+webtransport", "relay+yamux", "relay+yamux+upgrade"}
 
 // Outcome is the outcome label of forgeyard_transport_messages_total (§208:
 // success/error, never a MessageId).
@@ -138,6 +141,12 @@ type Metrics struct {
 	complAck     prometheus.Histogram
 	fallbacks    *prometheus.CounterVec
 
+	logBytes, logFrames           *prometheus.CounterVec
+	logDropped                    prometheus.Counter
+	logPending                    prometheus.Gauge
+	casBytes, casObjects, casResm *prometheus.CounterVec
+	casVerifyFail                 *prometheus.CounterVec
+
 	// Pre-resolved children for the closed label sets (no map lookup or
 	// label hashing on the hot path).
 	bIn, bOut [wire.NumStreamKinds + 1]prometheus.Counter
@@ -181,9 +190,9 @@ func NewMetrics() *Metrics {
 	m.bytesIn = counterVec("transport_bytes_in_total", "Bytes received on streams, by stream kind.", "kind")
 	m.bytesOut = counterVec("transport_bytes_out_total", "Bytes sent on streams, by stream kind.", "kind")
 	m.streams = gaugeVec("transport_streams_active", "Streams currently open, by stream kind.", "kind")
-	m.queues[QueueControl] = gauge("transport_control_queue_depth", "Control messages queued for sending, over all connections.")
-	m.queues[QueueLog] = gauge("transport_log_queue_depth", "Log chunks queued (spooled, unacknowledged), over all connections.")
-	m.queues[QueueCas] = gauge("transport_cas_queue_depth", "CAS transfers queued or in progress, over all connections.")
+	m.queues[QueueControl] = gauge("transport_control_queue_depth", "Bytes of cancel, lease and control writes queued in the connections' write schedulers, not yet handed to the backend.")
+	m.queues[QueueLog] = gauge("transport_log_queue_depth", "Bytes of log-stream writes queued in the connections' write schedulers (waiting behind higher priorities).")
+	m.queues[QueueCas] = gauge("transport_cas_queue_depth", "Bytes of CAS-stream writes queued in the connections' write schedulers (waiting behind higher priorities).")
 	m.protoErrors = counterVec("transport_protocol_errors_total", "Protocol errors sent or received, by ProtocolErrorCode.", "code")
 	m.fenced = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "transport_session_fenced_total",
 		Help: "Transports fenced by a newer registration of their agent session."})
@@ -195,12 +204,33 @@ func NewMetrics() *Metrics {
 	m.complAck = hist("completion_ack_seconds", "AttemptCompletion received/sent to CompletionAck written/received (§209).")
 	m.fallbacks = counterVec("transport_fallback_events_total", "Connections established on a fallback backend, by from/to backend.", "from", "to")
 
+	m.logBytes = counterVec("log_bytes_total", "Log bytes: accepted by the agent's log writers (side=agent) or appended to the daemon's log sink (side=daemon).", "side")
+	m.logFrames = counterVec("log_frames_total", "Log frames (chunks of one attempt's output): sealed by the agent's writers (side=agent) or appended by the daemon (side=daemon).", "side")
+	m.logDropped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "log_dropped_bytes_total",
+		Help: "Log bytes the agent dropped (over the spool cap, or refused by the daemon)."})
+	m.reg.MustRegister(m.logDropped)
+	m.logPending = gauge("log_spool_bytes", "Log bytes the agent holds unacknowledged (memory and spool), over all attempts.")
+	m.casBytes = counterVec("cas_bytes_total", "CAS object bytes transferred, by direction (upload: agent to daemon; download: daemon to agent).", "direction")
+	m.casObjects = counterVec("cas_objects_total", "CAS objects transferred and verified, by direction.", "direction")
+	m.casResm = counterVec("cas_resumes_total", "CAS transfers that continued a kept prefix instead of starting over, by direction.", "direction")
+	m.casVerifyFail = counterVec("cas_verification_failures_total", "CAS objects whose received bytes did not match their digest, by direction.", "direction")
+
 	// Pre-create the closed label sets.
 	for _, b := range append(Backends, LabelOther) {
 		m.connActive.WithLabelValues(b)
 		m.connTotal.WithLabelValues(b)
 		m.reconnects.WithLabelValues(b)
 		m.handshake.WithLabelValues(b)
+	}
+	for _, side := range []string{SideAgent, SideDaemon} {
+		m.logBytes.WithLabelValues(side)
+		m.logFrames.WithLabelValues(side)
+	}
+	for _, dir := range []string{DirUpload, DirDownload} {
+		m.casBytes.WithLabelValues(dir)
+		m.casObjects.WithLabelValues(dir)
+		m.casResm.WithLabelValues(dir)
+		m.casVerifyFail.WithLabelValues(dir)
 	}
 	for r := RegistrationFailure(0); r < numRegFail; r++ {
 		m.regFailures.WithLabelValues(r.String())
@@ -452,4 +482,93 @@ func seconds(d time.Duration) float64 {
 		return 0
 	}
 	return d.Seconds()
+}
+
+// Side labels of the log metrics, and CAS directions.
+const (
+	SideAgent   = "agent"
+	SideDaemon  = "daemon"
+	DirUpload   = "upload"   // agent → daemon (outputs)
+	DirDownload = "download" // daemon → agent (payloads)
+)
+
+func sideLabel(daemon bool) string {
+	if daemon {
+		return SideDaemon
+	}
+	return SideAgent
+}
+
+func dirLabel(upload bool) string {
+	if upload {
+		return DirUpload
+	}
+	return DirDownload
+}
+
+// LogAccepted counts frames and bytes of log data: on the agent
+// (daemon=false) accepted by a log writer, on the daemon appended to the
+// sink.
+func (m *Metrics) LogAccepted(daemon bool, frames, bytes int) {
+	if m == nil {
+		return
+	}
+	l := sideLabel(daemon)
+	if frames > 0 {
+		m.logFrames.WithLabelValues(l).Add(float64(frames))
+	}
+	if bytes > 0 {
+		m.logBytes.WithLabelValues(l).Add(float64(bytes))
+	}
+}
+
+// LogDropped counts n log bytes the agent dropped.
+func (m *Metrics) LogDropped(n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.logDropped.Add(float64(n))
+}
+
+// LogSpoolAdd adds delta (negative to release) to the agent's
+// unacknowledged log bytes.
+func (m *Metrics) LogSpoolAdd(delta int) {
+	if m == nil || delta == 0 {
+		return
+	}
+	m.logPending.Add(float64(delta))
+}
+
+// CasTransferred counts n object bytes moved in a direction (upload:
+// agent → daemon).
+func (m *Metrics) CasTransferred(upload bool, n int64) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.casBytes.WithLabelValues(dirLabel(upload)).Add(float64(n))
+}
+
+// CasVerified counts an object transferred and verified.
+func (m *Metrics) CasVerified(upload bool) {
+	if m == nil {
+		return
+	}
+	m.casObjects.WithLabelValues(dirLabel(upload)).Inc()
+}
+
+// CasResumed counts a transfer that continued a kept prefix.
+func (m *Metrics) CasResumed(upload bool) {
+	if m == nil {
+		return
+	}
+	m.casResm.WithLabelValues(dirLabel(upload)).Inc()
+}
+
+// CasVerificationFailed counts an object whose bytes did not match its
+// digest.
+func (m *Metrics) CasVerificationFailed(upload bool) {
+	if m == nil {
+		return
+	}
+	m.casVerifyFail.WithLabelValues(dirLabel(upload)).Inc()
 }

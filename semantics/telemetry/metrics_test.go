@@ -40,11 +40,19 @@ var wantMetrics = map[string]dto.MetricType{
 	"forgeyard_heartbeat_rtt_seconds":                 dto.MetricType_HISTOGRAM,
 	"forgeyard_completion_ack_seconds":                dto.MetricType_HISTOGRAM,
 	"forgeyard_transport_fallback_events_total":       dto.MetricType_COUNTER,
+	"forgeyard_log_bytes_total":                       dto.MetricType_COUNTER,
+	"forgeyard_log_frames_total":                      dto.MetricType_COUNTER,
+	"forgeyard_log_dropped_bytes_total":               dto.MetricType_COUNTER,
+	"forgeyard_log_spool_bytes":                       dto.MetricType_GAUGE,
+	"forgeyard_cas_bytes_total":                       dto.MetricType_COUNTER,
+	"forgeyard_cas_objects_total":                     dto.MetricType_COUNTER,
+	"forgeyard_cas_resumes_total":                     dto.MetricType_COUNTER,
+	"forgeyard_cas_verification_failures_total":       dto.MetricType_COUNTER,
 }
 
 // allowedLabels are the only label names a series may carry (§208).
 var allowedLabels = map[string]bool{"backend": true, "family": true, "outcome": true, "kind": true,
-	"code": true, "reason": true, "from": true, "to": true, "le": true}
+	"code": true, "reason": true, "from": true, "to": true, "le": true, "side": true, "direction": true}
 
 var ulidLike = regexp.MustCompile(`(?i)[0-9A-HJKMNP-TV-Z]{26}`)
 
@@ -95,6 +103,19 @@ func exercise(m *telemetry.Metrics) []string {
 	m.ObserveCompletionAck(5 * time.Millisecond)
 	m.Fallback("quic", "yamux")
 	m.Fallback(addr, runner)
+	m.LogAccepted(false, 2, 300)
+	m.LogAccepted(true, 1, 200)
+	m.LogAccepted(true, -1, -1)
+	m.LogDropped(50)
+	m.LogDropped(-3)
+	m.LogSpoolAdd(300)
+	m.LogSpoolAdd(-120)
+	m.CasTransferred(true, 1000)
+	m.CasTransferred(false, 10)
+	m.CasTransferred(false, -10)
+	m.CasVerified(true)
+	m.CasResumed(false)
+	m.CasVerificationFailed(true)
 	return []string{runner, session, msg, addr, "203.0.113.7"}
 }
 
@@ -258,6 +279,18 @@ func TestMetricsValues(t *testing.T) {
 		{"forgeyard_completion_ack_seconds", nil, 1},
 		{"forgeyard_transport_fallback_events_total", map[string]string{"from": "quic", "to": "yamux"}, 1},
 		{"forgeyard_transport_fallback_events_total", map[string]string{"from": "other", "to": "other"}, 1},
+		{"forgeyard_log_bytes_total", map[string]string{"side": "agent"}, 300},
+		{"forgeyard_log_bytes_total", map[string]string{"side": "daemon"}, 200},
+		{"forgeyard_log_frames_total", map[string]string{"side": "agent"}, 2},
+		{"forgeyard_log_frames_total", map[string]string{"side": "daemon"}, 1},
+		{"forgeyard_log_dropped_bytes_total", nil, 50},
+		{"forgeyard_log_spool_bytes", nil, 180},
+		{"forgeyard_cas_bytes_total", map[string]string{"direction": "upload"}, 1000},
+		{"forgeyard_cas_bytes_total", map[string]string{"direction": "download"}, 10},
+		{"forgeyard_cas_objects_total", map[string]string{"direction": "upload"}, 1},
+		{"forgeyard_cas_objects_total", map[string]string{"direction": "download"}, 0},
+		{"forgeyard_cas_resumes_total", map[string]string{"direction": "download"}, 1},
+		{"forgeyard_cas_verification_failures_total", map[string]string{"direction": "upload"}, 1},
 	}
 	for _, c := range checks {
 		if got := value(t, fams, c.name, c.labels); got != c.want {

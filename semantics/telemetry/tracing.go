@@ -28,6 +28,7 @@ const (
 	SpanCasStream  SpanName = "cas.stream"          // one CAS object stream
 	SpanLogStream  SpanName = "log.stream"          // one attempt's log stream
 	SpanResync     SpanName = "reconnect.resync"    // AgentResync → ResyncResponse
+	SpanCancel     SpanName = "attempt.cancel"      // daemon: CancelAttempt sent → CancelAck (beyond §210's list)
 	instrumentName          = "forgeyard.dev/transport/semantics/telemetry"
 )
 
@@ -101,7 +102,7 @@ func (t *Tracing) Tracer() trace.Tracer {
 func (t *Tracing) Start(ctx context.Context, name SpanName, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	kind := trace.SpanKindInternal
 	switch name {
-	case SpanConnect, SpanHandshake, SpanRegister, SpanDispatch, SpanResync:
+	case SpanConnect, SpanHandshake, SpanRegister, SpanDispatch, SpanResync, SpanCancel:
 		kind = trace.SpanKindClient
 	case SpanLeaseAck:
 		kind = trace.SpanKindServer

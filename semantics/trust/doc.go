@@ -24,7 +24,21 @@
 // InsecureSkipVerify (§19). Identity is taken only from cs.VerifiedChains,
 // never from the unverified cs.PeerCertificates.
 //
+// # Enrollment and rotation
+//
+// Enrollment (§20) and rotation (§21) use the pieces in enroll.go and
+// credentials.go: one-time bootstrap tokens (NewEnrollmentToken; the
+// authority stores only HashEnrollmentToken), agent keys and CSRs
+// (GenerateKey, CreateCSR; the private key never leaves the agent), the
+// daemon's checks and signing (ParseCSR, Issuer), and Credentials, a
+// certificate that TLS configurations fetch at every handshake
+// (GetClientCertificate / GetCertificate) so it can be renewed without
+// restarting listeners or dialers, with crash-safe file updates. The
+// operator-facing texts for expired and revoked credentials
+// (MsgCredentialExpired, MsgCredentialRevoked, MsgRunnerDisabled,
+// ExplainHandshakeError) live here so the daemon, agent and CLI agree. The
+// protocol is docs/protocols/internal/enrollment.md.
+//
 // This package imports only the standard library and wire; it imports no
-// backend. Enrollment (§20), rotation (§21) and revocation (§224) build on
-// it and are added later.
+// backend.
 package trust

@@ -1,8 +1,11 @@
 package trust
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 )
 
 // Problems with credential files. A *FileError unwraps to exactly one of
@@ -71,3 +74,41 @@ var (
 	// sent no certificate). Unverified certificates are never trusted.
 	ErrNoVerifiedChain = errors.New("trust: peer has no verified certificate chain")
 )
+
+// Operator-facing texts for credentials the daemon refuses (§22,
+// §224–225). The daemon sends them in RegistrationRejectedV1 / WireErrorV1
+// and the agent and CLI print them, so every surface says the same thing.
+const (
+	// MsgCredentialExpired: the agent's certificate expired (at the TLS
+	// handshake or while connected).
+	MsgCredentialExpired = "agent certificate expired: renew it before expiry (forgeyard-agent renews at 2/3 of its lifetime) or re-enroll with a new token (forgeyard runner token create; forgeyard-agent enroll)"
+	// MsgCredentialRevoked: the certificate's serial was revoked.
+	MsgCredentialRevoked = "agent certificate revoked by an operator: re-enroll with a new token (forgeyard runner token create; forgeyard-agent enroll)"
+	// MsgRunnerDisabled: the runner was disabled (revoked) in the authority.
+	MsgRunnerDisabled = "runner disabled by an operator: ask the operator to re-enable it (forgeyard runner enable) or enroll a new runner"
+)
+
+// ExplainHandshakeError turns a TLS handshake failure of an agent into an
+// actionable message. leaf is the certificate the agent presented (nil for
+// enrollment) and now the agent's clock. It recognises a locally expired
+// certificate, and the alerts a daemon sends for an expired, unknown or
+// missing client certificate (the text crypto/tls and quic-go report);
+// other errors are returned unchanged as text.
+func ExplainHandshakeError(err error, leaf *x509.Certificate, now time.Time) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	low := strings.ToLower(msg)
+	switch {
+	case leaf != nil && now.After(leaf.NotAfter):
+		return MsgCredentialExpired + " (expired at " + leaf.NotAfter.UTC().Format(time.RFC3339) + "): " + msg
+	case strings.Contains(low, "expired certificate"), strings.Contains(low, "certificate has expired"):
+		return MsgCredentialExpired + ": " + msg
+	case strings.Contains(low, "unknown certificate authority"), strings.Contains(low, "bad certificate"):
+		return "the daemon does not accept this agent's certificate (signed by another CA, or damaged): re-enroll: " + msg
+	case strings.Contains(low, "certificate required"):
+		return "the daemon requires a client certificate: enroll this agent first (forgeyard-agent enroll): " + msg
+	}
+	return msg
+}

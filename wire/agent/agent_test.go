@@ -123,8 +123,8 @@ func TestRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(Messages) != 25 {
-		t.Errorf("Messages has %d entries, want 25 (0x01–0x19)", len(Messages))
+	if len(Messages) != 27 {
+		t.Errorf("Messages has %d entries, want 27 (0x01–0x1b)", len(Messages))
 	}
 	sampled := map[wire.MessageTypeId]bool{}
 	for _, m := range Samples() {
@@ -154,7 +154,7 @@ func TestRegistry(t *testing.T) {
 		if mi.Since != wire.V(1, 0) {
 			t.Errorf("%s: Since %s", mi.Name, mi.Since)
 		}
-		if mi.Sensitive != (mi.Type == MsgSecretMaterial) {
+		if mi.Sensitive != (mi.Type == MsgSecretMaterial || mi.Type == MsgCertificateRequest) {
 			t.Errorf("%s: Sensitive = %v", mi.Name, mi.Sensitive)
 		}
 		if !sampled[mi.Type] {

@@ -379,6 +379,9 @@ func maximal() []wire.Message {
 			HolderRemote: str(MaxRemoteAddr), ResolvesWithinMs: u32},
 		&LeaseProbeV1{Lease: sLease, Attempt: sAttempt, GraceUntilMs: u64},
 		&SecretMaterialV1{Lease: sLease, SecretID: str(MaxSecretID), Bytes: make(SecretBytes, MaxSecretBytes), ExpiresAtMs: u64},
+		&CertificateRequestV1{Token: str(MaxEnrollToken), CSR: make([]byte, MaxCSR)},
+		&CertificateIssuedV1{Runner: sRunner, NotAfterMs: u64,
+			CertChain: [][]byte{make([]byte, MaxCertDER), make([]byte, MaxCertDER), make([]byte, MaxCertDER), make([]byte, MaxCertDER)}},
 	}
 }
 

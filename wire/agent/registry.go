@@ -9,7 +9,8 @@ var maxHeartbeatSize = 2*idSize + maxU64 + seqMax(MaxActiveAttempts, 2*idSize+va
 // MaxSize is the largest canonical encoding of the message body that the
 // decoder accepts, derived from the field bounds (every varint at its widest,
 // every string and sequence at its bound); TestMaxSize checks maximal values
-// against it. Only SecretMaterialV1 is Sensitive. Callers must not modify
+// against it. SecretMaterialV1 and CertificateRequestV1 (it carries the
+// enrollment token) are Sensitive. Callers must not modify
 // the slice.
 var Messages = []wire.MessageInfo{
 	{Type: MsgTransportHello, Name: nameTransportHello, Since: wire.V(1, 0), MaxSize: maxTransportHelloSize,
@@ -62,4 +63,8 @@ var Messages = []wire.MessageInfo{
 		New: func() wire.Message { return new(LeaseProbeV1) }},
 	{Type: MsgSecretMaterial, Name: nameSecretMaterial, Since: wire.V(1, 0), MaxSize: maxSecretMaterialSize,
 		Sensitive: true, New: func() wire.Message { return new(SecretMaterialV1) }},
+	{Type: MsgCertificateRequest, Name: nameCertificateRequest, Since: wire.V(1, 0), MaxSize: maxCertificateRequestSize,
+		Sensitive: true, New: func() wire.Message { return new(CertificateRequestV1) }},
+	{Type: MsgCertificateIssued, Name: nameCertificateIssued, Since: wire.V(1, 0), MaxSize: maxCertificateIssuedSize,
+		New: func() wire.Message { return new(CertificateIssuedV1) }},
 }

@@ -257,6 +257,9 @@ func Samples() []wire.Message {
 			Bytes:       SecretBytes("sample-secret-not-real"),
 			ExpiresAtMs: sampleTimeMs + 300000,
 		},
+		&CertificateRequestV1{Token: "fyet_SAMPLESAMPLESAMPLESAMPLESAMPLESAMPLESAMPLESAMPLESAMP", CSR: sampleBytes(0x30, 90)},
+		&CertificateRequestV1{CSR: sampleBytes(0x31, 72)},
+		&CertificateIssuedV1{Runner: sRunner, CertChain: [][]byte{sampleBytes(0x30, 48), sampleBytes(0x32, 40)}, NotAfterMs: sampleTimeMs + 30*86400000},
 	)
 	return out
 }

@@ -24,6 +24,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 )
@@ -188,6 +189,8 @@ func LoadCredential(cp config.ControlPlane) (*Credential, error) {
 
 // Dialer returns the dialer and the address to dial for an endpoint. The
 // TLS configuration is cloned; ServerName defaults to the endpoint host.
+// A yamux+upgrade endpoint gets the HTTP/1.1 Upgrade form. No proxy: see
+// relay/fallback for the agent's dialers.
 // qcfg tunes QUIC and WebTransport, ycfg yamux.
 func Dialer(e config.Endpoint, client *tls.Config, qcfg quic.Config, ycfg yamux.Config) (semantics.BackendDialer, string, error) {
 	tc := client.Clone()
@@ -198,7 +201,7 @@ func Dialer(e config.Endpoint, client *tls.Config, qcfg quic.Config, ycfg yamux.
 	case config.BackendQUIC:
 		return quic.Dialer{TLS: tc, Config: qcfg}, e.HostPort, nil
 	case config.BackendYamux:
-		return yamux.Dialer{TLS: tc, Config: ycfg}, e.HostPort, nil
+		return yamux.Dialer{TLS: tc, Config: ycfg, Upgrade: e.Upgrade}, e.HostPort, nil
 	case config.BackendWebTransport:
 		return webtransport.Dialer{TLS: tc, Config: qcfg}, webtransport.URL(e.HostPort), nil
 	}
@@ -230,4 +233,23 @@ func DevAgent(dir, name string, cp *config.ControlPlane) (*trust.DevPKI, error) 
 	}
 	cp.Credential = config.Credential{Certificate: a.CertFile, PrivateKey: a.KeyFile, CA: pki.CA.CertFile}
 	return pki, nil
+}
+
+// Identity builds the daemon's identity configuration from [enrollment]:
+// with an issuing CA, it loads the issuer and relaxes the listeners'
+// client authentication to tls.VerifyClientCertIfGiven (a connection
+// without a certificate can only enroll; the daemon refuses everything
+// else on it), so tlsConf is modified in place.
+func Identity(e config.Enrollment, tlsConf *tls.Config) (daemon.IdentityConfig, error) {
+	ic := daemon.IdentityConfig{RevocationPoll: e.RevocationPoll.Duration}
+	if e.IssuerCertificate == "" {
+		return ic, nil
+	}
+	is, err := trust.LoadIssuer(e.IssuerCertificate, e.IssuerPrivateKey, e.CertificateValidity.Duration)
+	if err != nil {
+		return ic, fmt.Errorf("enrollment: %w", err)
+	}
+	ic.Issuer = is
+	tlsConf.ClientAuth = tls.VerifyClientCertIfGiven
+	return ic, nil
 }

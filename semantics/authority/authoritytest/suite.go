@@ -83,6 +83,9 @@ func Run(t *testing.T, o Opener) {
 		{"LeaseRoundTrip", testLeaseRoundTrip},
 		{"SessionLeases", testSessionLeases},
 		{"SessionLeasesBounded", testSessionLeasesBounded},
+		{"EnrollmentTokens", testTokens},
+		{"EnrollmentTokenRace", testTokenRace},
+		{"Certificates", testCertificates},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
@@ -92,6 +95,12 @@ func Run(t *testing.T, o Opener) {
 			t.Skip("implementation does not share storage between instances")
 		}
 		testShared(t, o)
+	})
+	t.Run("SharedIdentities", func(t *testing.T) {
+		if o.Shared == nil {
+			t.Skip("implementation does not share storage between instances")
+		}
+		testIdentityShared(t, o)
 	})
 }
 

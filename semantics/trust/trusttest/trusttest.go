@@ -253,3 +253,9 @@ func serial(t testing.TB) *big.Int {
 	}
 	return n.Add(n, big.NewInt(1)) // never zero
 }
+
+// Issuer returns a trust.Issuer signing with this PKI's CA, for
+// enrollment and rotation tests. validity 0 means trust's default.
+func (p *PKI) Issuer(validity time.Duration) *trust.Issuer {
+	return &trust.Issuer{CA: p.caCert, Key: p.caKey, Validity: validity}
+}

@@ -1,0 +1,17 @@
+// Package e2e holds end-to-end tests that run the real binaries
+// (cmd/forgeyard-daemon, cmd/forgeyard-agent and cmd/forgeyard-relay) as
+// separate processes inside Linux network
+// namespaces built with internal/netns, and check how an agent finds its
+// way to the daemon on networks that block UDP or allow only an HTTP
+// CONNECT proxy. The package has no non-test code.
+//
+// TestMain builds the binaries once (without -race) into a temporary
+// directory. The tests need root, iproute2, nftables and tinyproxy (`make
+// deps`); without them they fail with an actionable message. Under -short
+// they skip (with the reason logged) and nothing is built.
+//
+// Every scenario asserts on facts the processes publish: the agent's
+// "connected" log line and --status-file JSON (backend, connected), the
+// daemon's "agent registered" and "attempt completed" log lines, its admin
+// endpoint's /sessions, its --log-dir files and its SQLite authority.
+package e2e

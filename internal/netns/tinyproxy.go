@@ -1,0 +1,63 @@
+//go:build linux
+
+package netns
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Tinyproxy is Debian's tinyproxy running in a namespace as an HTTP
+// CONNECT proxy.
+type Tinyproxy struct {
+	*Proc
+	// Addr is where it listens.
+	Addr netip.AddrPort
+}
+
+// URL is the proxy URL for HTTPS_PROXY, e.g. "http://10.77.1.2:8888".
+func (tp *Tinyproxy) URL() string { return "http://" + tp.Addr.String() }
+
+// StartTinyproxy runs tinyproxy in the foreground in n, listening on
+// listen, accepting clients from allow and CONNECT to connectPorts only
+// (none: any port). It returns once the proxy accepts connections (at most
+// 10 s).
+func (n *NS) StartTinyproxy(listen netip.AddrPort, allow netip.Prefix, connectPorts ...uint16) *Tinyproxy {
+	n.t.Helper()
+	bin, err := lookPath("tinyproxy")
+	if err != nil {
+		n.t.Fatalf("netns: tinyproxy not installed: run `make deps` (.ci/ensure-debs.sh) as root")
+	}
+	var conf strings.Builder
+	fmt.Fprintf(&conf, "User nobody\nGroup nogroup\nPort %d\nListen %s\nTimeout 60\nMaxClients 64\nLogLevel Connect\nAllow %s\nDisableViaHeader Yes\n",
+		listen.Port(), listen.Addr(), allow.Masked())
+	for _, p := range connectPorts {
+		fmt.Fprintf(&conf, "ConnectPort %d\n", p)
+	}
+	path := filepath.Join(n.t.TempDir(), "tinyproxy.conf")
+	if err := os.WriteFile(path, []byte(conf.String()), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	tp := &Tinyproxy{Proc: n.Start("tinyproxy", bin, []string{"-d", "-c", path}), Addr: listen}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		c, err := n.DialContext(ctx, "tcp", listen.String())
+		if err == nil {
+			_ = c.Close()
+			return tp
+		}
+		select {
+		case <-tp.Done():
+			n.t.Fatalf("netns: tinyproxy exited at start: %s", strings.Join(tp.Lines(), "\n"))
+		case <-ctx.Done():
+			n.t.Fatalf("netns: tinyproxy not accepting on %s after 10 s: %v", listen, err)
+		case <-time.After(20 * time.Millisecond): // no readiness event: poll
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package authority
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"forgeyard.dev/transport/wire"
+)
+
+// Identity errors (§20, §224–225). Compare with errors.Is.
+var (
+	// ErrTokenUnknown: no enrollment token has this hash.
+	ErrTokenUnknown = errors.New("authority: enrollment token unknown")
+	// ErrTokenUsed: the token was already used to enroll a runner; tokens
+	// are one-time.
+	ErrTokenUsed = errors.New("authority: enrollment token already used")
+	// ErrTokenExpired: the token's expiry passed before it was used.
+	ErrTokenExpired = errors.New("authority: enrollment token expired")
+	// ErrTokenRevoked: an operator revoked the token before it was used.
+	ErrTokenRevoked = errors.New("authority: enrollment token revoked")
+)
+
+// Bounds of enrollment token records.
+const (
+	MaxTokenName   = 128 // EnrollmentToken.Name
+	MaxTokenLabels = 64  // EnrollmentToken.Labels entries
+	MaxTokenLabel  = 64  // one label
+	// MaxCheckCredentials bounds one CheckCredentials call.
+	MaxCheckCredentials = 4096
+)
+
+// EnrollmentToken is the authority's record of a one-time bootstrap token.
+// The token itself is never stored: only its hash (trust.HashEnrollmentToken).
+type EnrollmentToken struct {
+	Hash      [32]byte
+	ID        string   // short public id (trust.EnrollmentTokenID) for listings and revocation
+	Name      string   // intended runner name (certificate common name)
+	Labels    []string // intended runner labels
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	// Set when used: the runner enrolled with it and when.
+	UsedAt time.Time
+	Runner wire.RunnerId
+	// Revoked by an operator before use.
+	Revoked bool
+}
+
+// IssuedCertificate records one certificate the daemon issued to a runner
+// (enrollment or renewal), so it can be revoked by serial.
+type IssuedCertificate struct {
+	Serial   string // trust.SerialString: lower-case hex
+	Runner   wire.RunnerId
+	NotAfter time.Time
+	IssuedAt time.Time
+	Revoked  bool
+	Reason   string
+}
+
+// Credential names what a live transport authenticated with: the runner
+// and the certificate serial (empty when unknown).
+type Credential struct {
+	Runner wire.RunnerId
+	Serial string
+}
+
+// Revocation is CheckCredentials' answer for one credential that lost its
+// authority: the runner was disabled, or the certificate serial revoked.
+type Revocation struct {
+	Credential
+	RunnerDisabled bool // otherwise the certificate was revoked
+	Reason         string
+}
+
+// Identities is the runner-identity part of the authority: enrollment
+// tokens, issued certificates and their revocation. Both SQL stores
+// (SQLite and PostgreSQL) implement it; obtain it with IdentitiesOf.
+// Safe for concurrent use by several daemons sharing one database.
+type Identities interface {
+	// CreateEnrollmentToken stores a new token (by hash). ErrConflict if
+	// the hash or the id exists.
+	CreateEnrollmentToken(ctx context.Context, t EnrollmentToken) error
+	// ConsumeEnrollmentToken marks the token with hash used by runner at
+	// now, atomically: of concurrent calls (on any daemon sharing the
+	// database) exactly one succeeds. It returns the token as stored
+	// (with UsedAt and Runner set). Errors: ErrTokenUnknown, ErrTokenUsed,
+	// ErrTokenExpired (expiry at or before now), ErrTokenRevoked.
+	ConsumeEnrollmentToken(ctx context.Context, hash [32]byte, runner wire.RunnerId, now time.Time) (EnrollmentToken, error)
+	// RevokeEnrollmentToken revokes an unused token by its public id.
+	// ErrNotFound if there is none; ErrTokenUsed if it was already used.
+	RevokeEnrollmentToken(ctx context.Context, id string, now time.Time) error
+	// EnrollmentTokens lists tokens, newest first, at most limit.
+	EnrollmentTokens(ctx context.Context, limit int) ([]EnrollmentToken, error)
+
+	// RecordCertificate records an issued certificate. Recording the
+	// same serial again with the same runner is a no-op; another runner
+	// is ErrConflict.
+	RecordCertificate(ctx context.Context, c IssuedCertificate) error
+	// RevokeCertificate revokes a certificate by serial and ends the
+	// runner's sessions that the daemons find using it (through
+	// CheckCredentials). ErrNotFound if the serial was never recorded.
+	RevokeCertificate(ctx context.Context, serial, reason string, now time.Time) error
+	// Certificates lists a runner's recorded certificates, newest first.
+	Certificates(ctx context.Context, runner wire.RunnerId) ([]IssuedCertificate, error)
+	// CheckCredentials returns the credentials among creds (at most
+	// MaxCheckCredentials) whose runner is disabled or whose serial is
+	// revoked; nil when all are in good standing. Daemons call it
+	// periodically for their live transports, which is how a revocation
+	// made through one daemon (or the CLI) reaches every daemon sharing
+	// the authority (§224).
+	CheckCredentials(ctx context.Context, creds []Credential) ([]Revocation, error)
+}
+
+// IdentitiesOf returns a's Identities, or nil if the implementation has
+// none (a test double, say).
+func IdentitiesOf(a Authority) Identities {
+	id, _ := a.(Identities)
+	return id
+}

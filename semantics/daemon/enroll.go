@@ -1,0 +1,345 @@
+package daemon
+
+// Runner identity lifecycle on the daemon (§20–22, §224–225):
+//
+//   - Enrollment: on a connection without a client certificate, after the
+//     hello, CertificateRequestV1{token, csr} is the only legal request.
+//     The token is consumed atomically in the authority, the CSR checked,
+//     and a certificate bound to a fresh RunnerId is returned
+//     (CertificateIssuedV1); the connection is then closed. Anything else
+//     (registration without a verified certificate included) is refused.
+//   - Renewal: a registered transport sends CertificateRequestV1{csr} with
+//     an empty token; the certificate keeps the transport's RunnerId.
+//   - Expiry: a transport is closed with CloseAuthenticationFailure when the
+//     certificate it registered with expires.
+//   - Revocation: every RevocationPoll the daemon asks the authority
+//     (CheckCredentials) about the credentials of its live transports and
+//     closes those of disabled runners (CloseRunnerDisabled) or revoked
+//     certificates (CloseAuthenticationFailure). A revocation made through
+//     any daemon sharing the authority, or the CLI, thus reaches every
+//     daemon within RevocationPoll plus one authority round trip.
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/session"
+	"forgeyard.dev/transport/semantics/trust"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// DefaultRevocationPoll is how often a daemon re-checks the credentials of
+// its live transports against the authority.
+const DefaultRevocationPoll = 2 * time.Second
+
+// IdentityConfig configures enrollment, renewal and revocation.
+type IdentityConfig struct {
+	// Issuer signs enrolled and renewed agent certificates (the runner CA).
+	// Nil means CertificateRequestV1 is refused (RetryUnsupported).
+	// Enrollment also needs the listeners to accept connections without a
+	// client certificate (trust.ServerFiles.RequireClientCert false, with
+	// ClientCAFile set: tls.VerifyClientCertIfGiven).
+	Issuer *trust.Issuer
+	// RevocationPoll is the period of the revocation check; 0 means
+	// DefaultRevocationPoll, negative disables it (revocation then reaches
+	// only the daemon it was made on, through DisableRunner).
+	RevocationPoll time.Duration
+}
+
+// credential is what a registered transport authenticated with.
+type credential struct {
+	serial   string
+	notAfter time.Time
+	cn       string
+}
+
+// noteCredential remembers the leaf a transport registered with and arms
+// the expiry close. Called from onRegister.
+func (c *conn) noteCredential(leaf *x509.Certificate) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cred = credential{serial: trust.SerialString(leaf), notAfter: leaf.NotAfter, cn: leaf.Subject.CommonName}
+	if c.expiryTimer != nil {
+		c.expiryTimer.Stop()
+	}
+	left := leaf.NotAfter.Sub(c.d.now())
+	c.expiryTimer = time.AfterFunc(max(left, 0), func() {
+		c.d.idst.expiredRejected.Add(1)
+		c.audit("identity.credential_expired", "certificate expired while connected", "serial", trust.SerialString(leaf),
+			"not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
+		c.closeNow(wire.CloseAuthenticationFailure, trust.MsgCredentialExpired)
+	})
+}
+
+// audit writes a security audit record (never a token, key or payload).
+func (c *conn) audit(event, msg string, args ...any) {
+	runner, sess, _, _ := c.ident()
+	base := []any{"event", event, "transport", c.transport.String(), "remote", c.bc.RemoteAddr().String()}
+	if runner != (wire.RunnerId{}) {
+		base = append(base, "runner", runner.String(), "session", sess.String())
+	}
+	c.d.log.Warn(msg, append(base, args...)...)
+}
+
+// checkCredentialRevoked reports whether the leaf's serial was revoked
+// (registration of a revoked certificate is refused, §225).
+func (c *conn) checkCredentialRevoked(runner wire.RunnerId, serial string) (bool, error) {
+	ids := authority.IdentitiesOf(c.d.auth)
+	if ids == nil {
+		return false, nil
+	}
+	ctx, cancel := c.authCtx()
+	defer cancel()
+	rv, err := ids.CheckCredentials(ctx, []authority.Credential{{Runner: runner, Serial: serial}})
+	if err != nil {
+		return false, err
+	}
+	for _, r := range rv {
+		if !r.RunnerDisabled {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// onCertificateRequest serves enrollment (before registration) and renewal
+// (after it). It runs before session.Check.
+func (c *conn) onCertificateRequest(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
+	st := c.getState()
+	switch {
+	case st == session.Negotiated && m.Token != "":
+		c.enroll(env, m)
+	case st == session.Negotiated:
+		c.violation(env.MessageID, wire.ErrCodeNotRegistered, "a certificate renewal needs a registered session; enrollment needs a token")
+	case (st == session.Registered || st == session.Active || st == session.Draining) && m.Token == "":
+		c.renew(env, m)
+	case st == session.Connected:
+		c.violation(env.MessageID, wire.ErrCodeNotRegistered, "send TransportHelloV1 first")
+	default:
+		c.violation(env.MessageID, wire.ErrCodeInvalidState, "an enrollment token is accepted only before registration")
+	}
+}
+
+func (c *conn) enroll(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
+	d := c.d
+	issuer := d.cfg.Identity.Issuer
+	ids := authority.IdentitiesOf(d.auth)
+	// One enrollment per connection, whatever its outcome.
+	defer c.closeAfter(wire.CloseNormal, "enrollment finished")
+	fail := func(code wire.ProtocolErrorCode, retry wire.RetryClass, msg string, args ...any) {
+		c.audit("identity.enroll_rejected", "enrollment rejected", append([]any{"reason", msg}, args...)...)
+		c.replyErr(env, code, retry, msg)
+	}
+	if issuer == nil || ids == nil {
+		fail(wire.ErrCodeForbidden, wire.RetryUnsupported, "enrollment is not enabled on this daemon (no issuing CA configured)")
+		return
+	}
+	if err := trust.CheckEnrollmentToken(m.Token); err != nil {
+		fail(wire.ErrCodeForbidden, wire.RetryNever, err.Error())
+		return
+	}
+	tokenID := trust.EnrollmentTokenID(m.Token)
+	csr, err := trust.ParseCSR(m.CSR)
+	if err != nil {
+		fail(wire.ErrCodeInvalidValue, wire.RetryNever, err.Error(), "token_id", tokenID)
+		return
+	}
+	runner := wire.NewRunnerId()
+	ctx, cancel := c.authCtx()
+	defer cancel()
+	tok, err := ids.ConsumeEnrollmentToken(ctx, trust.HashEnrollmentToken(m.Token), runner, d.now())
+	switch {
+	case errors.Is(err, authority.ErrTokenUnknown):
+		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token unknown: check it was copied whole, or create a new one (forgeyard runner token create)", "token_id", tokenID)
+		return
+	case errors.Is(err, authority.ErrTokenUsed):
+		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token already used: tokens are one-time; create a new one (forgeyard runner token create)", "token_id", tokenID)
+		return
+	case errors.Is(err, authority.ErrTokenExpired):
+		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token expired: create a new one (forgeyard runner token create --ttl ...)", "token_id", tokenID)
+		return
+	case errors.Is(err, authority.ErrTokenRevoked):
+		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token revoked by an operator", "token_id", tokenID)
+		return
+	case err != nil:
+		fail(wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable", "token_id", tokenID)
+		return
+	}
+	cn := tok.Name
+	if cn == "" {
+		cn = "forgeyard runner " + runner.String()
+	}
+	if !c.issue(env, ctx, csr, runner, cn, "identity.enrolled", "runner enrolled", "token_id", tokenID, "name", tok.Name) {
+		return
+	}
+	d.idst.enrolled.Add(1)
+}
+
+func (c *conn) renew(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
+	d := c.d
+	issuer := d.cfg.Identity.Issuer
+	if issuer == nil || authority.IdentitiesOf(d.auth) == nil {
+		c.replyErr(env, wire.ErrCodeForbidden, wire.RetryUnsupported, "certificate renewal is not enabled on this daemon (no issuing CA configured)")
+		return
+	}
+	runner, _, _, _ := c.ident()
+	c.mu.Lock()
+	old := c.cred
+	c.mu.Unlock()
+	csr, err := trust.ParseCSR(m.CSR)
+	if err != nil {
+		c.audit("identity.renew_rejected", "renewal rejected", "reason", err.Error())
+		c.replyErr(env, wire.ErrCodeInvalidValue, wire.RetryNever, err.Error())
+		return
+	}
+	ctx, cancel := c.authCtx()
+	defer cancel()
+	st, err := d.auth.RunnerStatus(ctx, runner)
+	if err != nil {
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable")
+		return
+	}
+	if !st.Enabled {
+		c.audit("identity.renew_rejected", "renewal rejected", "reason", "runner disabled")
+		c.replyErr(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, trust.MsgRunnerDisabled)
+		c.closeAfter(wire.CloseRunnerDisabled, trust.MsgRunnerDisabled)
+		return
+	}
+	if revoked, err := c.checkCredentialRevoked(runner, old.serial); err == nil && revoked {
+		c.audit("identity.renew_rejected", "renewal rejected", "reason", "certificate revoked", "serial", old.serial)
+		c.replyErr(env, wire.ErrCodeForbidden, wire.RetryNever, trust.MsgCredentialRevoked)
+		c.closeAfter(wire.CloseAuthenticationFailure, trust.MsgCredentialRevoked)
+		return
+	}
+	cn := old.cn
+	if cn == "" {
+		cn = "forgeyard runner " + runner.String()
+	}
+	if c.issue(env, ctx, csr, runner, cn, "identity.renewed", "certificate renewed", "old_serial", old.serial) {
+		d.idst.renewed.Add(1)
+	}
+}
+
+// issue signs, records and sends a certificate; it reports success.
+func (c *conn) issue(env *wire.Envelope, ctx context.Context, csr *x509.CertificateRequest, runner wire.RunnerId, cn, event, msg string, args ...any) bool {
+	d := c.d
+	chain, leaf, err := d.cfg.Identity.Issuer.Issue(csr, runner, cn)
+	if err != nil {
+		d.log.Error("cannot issue a runner certificate", "runner", runner.String(), "err", err)
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, "the daemon cannot issue certificates right now")
+		return false
+	}
+	if err := authority.IdentitiesOf(d.auth).RecordCertificate(ctx, authority.IssuedCertificate{Serial: trust.SerialString(leaf),
+		Runner: runner, NotAfter: leaf.NotAfter, IssuedAt: d.now()}); err != nil {
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable")
+		return false
+	}
+	c.audit(event, msg, append([]any{"issued_runner", runner.String(), "serial", trust.SerialString(leaf),
+		"not_after", leaf.NotAfter.UTC().Format(time.RFC3339)}, args...)...)
+	c.reply(env, &agentwire.CertificateIssuedV1{Runner: runner, CertChain: chain, NotAfterMs: uint64(leaf.NotAfter.UnixMilli())})
+	return true
+}
+
+// revocationLoop closes transports whose runner was disabled or whose
+// certificate was revoked in the authority, by any daemon.
+func (d *Daemon) revocationLoop(period time.Duration) {
+	defer d.wg.Done()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.checkRevocations()
+	}
+}
+
+// checkRevocations runs one revocation check over the live transports.
+func (d *Daemon) checkRevocations() {
+	d.mu.Lock()
+	conns := make([]*conn, 0, len(d.conns))
+	for _, c := range d.conns {
+		if c.registered() {
+			conns = append(conns, c)
+		}
+	}
+	d.mu.Unlock()
+	if len(conns) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, d.timing.RequestTimeout)
+	defer cancel()
+	ids := authority.IdentitiesOf(d.auth)
+	byCred := map[authority.Credential][]*conn{}
+	var creds []authority.Credential
+	for _, c := range conns {
+		runner, _, _, _ := c.ident()
+		c.mu.Lock()
+		cr := authority.Credential{Runner: runner, Serial: c.cred.serial}
+		c.mu.Unlock()
+		if _, ok := byCred[cr]; !ok {
+			creds = append(creds, cr)
+		}
+		byCred[cr] = append(byCred[cr], c)
+	}
+	var revs []authority.Revocation
+	if ids != nil {
+		for lo := 0; lo < len(creds); lo += authority.MaxCheckCredentials {
+			rv, err := ids.CheckCredentials(ctx, creds[lo:min(lo+authority.MaxCheckCredentials, len(creds))])
+			if err != nil {
+				d.log.Warn("revocation check failed", "err", err)
+				return
+			}
+			revs = append(revs, rv...)
+		}
+	} else {
+		for _, cr := range creds {
+			st, err := d.auth.RunnerStatus(ctx, cr.Runner)
+			if err != nil {
+				d.log.Warn("revocation check failed", "err", err)
+				return
+			}
+			if !st.Enabled {
+				revs = append(revs, authority.Revocation{Credential: cr, RunnerDisabled: true, Reason: st.Reason})
+			}
+		}
+	}
+	for _, r := range revs {
+		for _, c := range byCred[r.Credential] {
+			d.idst.revokedClosed.Add(1)
+			if r.RunnerDisabled {
+				c.audit("identity.runner_disabled", "closing transport of a disabled runner", "reason", r.Reason)
+				c.closeNow(wire.CloseRunnerDisabled, fmt.Sprintf("%s (%s)", trust.MsgRunnerDisabled, r.Reason))
+			} else {
+				c.audit("identity.certificate_revoked", "closing transport of a revoked certificate", "serial", r.Serial, "reason", r.Reason)
+				c.closeNow(wire.CloseAuthenticationFailure, trust.MsgCredentialRevoked)
+			}
+		}
+	}
+}
+
+type identityStats struct {
+	enrolled, renewed, revokedClosed, expiredRejected atomic.Int64
+}
+
+// IdentityStats are the daemon's identity lifecycle counters.
+type IdentityStats struct {
+	Enrolled        int64 // certificates issued to new runners
+	Renewed         int64 // certificates renewed for registered runners
+	RevokedClosed   int64 // transports closed because their runner was disabled or certificate revoked
+	ExpiredRejected int64 // registrations refused and transports closed for an expired certificate
+}
+
+// IdentityStats returns the identity lifecycle counters.
+func (d *Daemon) IdentityStats() IdentityStats {
+	return IdentityStats{Enrolled: d.idst.enrolled.Load(), Renewed: d.idst.renewed.Load(),
+		RevokedClosed: d.idst.revokedClosed.Load(), ExpiredRejected: d.idst.expiredRejected.Load()}
+}
