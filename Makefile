@@ -17,7 +17,7 @@ OUT := out
 all: test
 
 help:
-	@echo "make demo      daemon + agents over QUIC and TLS+yamux: leases, a cut connection, resync, summary"
+	@echo "make demo      daemon + agents over QUIC, WebTransport, TLS+yamux and a relay: leases, a cut connection, resync, summary"
 	@echo "make demo-vectors  decode and print every golden vector with the protocol inspector"
 	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included)"
 	@echo "make lint      gofmt check, go vet, staticcheck, layering check"

@@ -64,7 +64,17 @@ func rawPair(tb testing.TB, qcfg *quicgo.Config) (client, server *quicgo.Conn) {
 
 // oursPair connects two semantics.Conns over this backend with cfg.
 func oursPair(tb testing.TB, cfg Config) (client, server *semantics.Conn) {
+	return oursPairHint(tb, cfg, -1)
+}
+
+// oursPairHint is oursPair with the DelayHint on
+// (RecommendedDelayHintMaxRTT) when hint ≥ 0, and hint as the scheduler's
+// BulkQueueThreshold (0: default).
+func oursPairHint(tb testing.TB, cfg Config, hint int) (client, server *semantics.Conn) {
 	tb.Helper()
+	if hint >= 0 {
+		cfg.DelayHintMaxRTT = RecommendedDelayHintMaxRTT
+	}
 	pki := trusttest.NewPKI(tb)
 	ln, err := Listen("127.0.0.1:0", pki.ServerConfig(tb, serverName), cfg)
 	if err != nil {
@@ -92,11 +102,11 @@ func oursPair(tb testing.TB, cfg Config) (client, server *semantics.Conn) {
 	}
 	var lim semantics.Limits
 	lim.MaxStreamsPerKind[wire.StreamCasUpload] = 8
-	client, err = semantics.NewConn(bc, semantics.Config{Limits: lim})
+	client, err = semantics.NewConn(bc, semantics.Config{Limits: lim, BulkQueueThreshold: hint})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	server, err = semantics.NewConn(bs, semantics.Config{Limits: lim})
+	server, err = semantics.NewConn(bs, semantics.Config{Limits: lim, BulkQueueThreshold: hint})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -368,6 +378,10 @@ func BenchmarkBulk(b *testing.B) {
 			c, s := oursPair(b, Config{})
 			run(b, func() *bulk { return oursBulk(b, c, s, n) })
 		})
+		b.Run(fmt.Sprintf("ours-hint/streams=%d", n), func(b *testing.B) {
+			c, s := oursPairHint(b, Config{}, 0)
+			run(b, func() *bulk { return oursBulk(b, c, s, n) })
+		})
 	}
 }
 
@@ -397,6 +411,10 @@ func BenchmarkControlUnderBulk(b *testing.B) {
 		})
 		b.Run("ours/win="+w.name, func(b *testing.B) {
 			c, s := oursPair(b, w.ours())
+			run(b, oursPing(b, c, s), oursBulk(b, c, s, 1))
+		})
+		b.Run("ours-hint/win="+w.name, func(b *testing.B) {
+			c, s := oursPairHint(b, w.ours(), 0)
 			run(b, oursPing(b, c, s), oursBulk(b, c, s, 1))
 		})
 	}
@@ -445,14 +463,24 @@ func BenchmarkWindowSweep(b *testing.B) {
 			r.mbps = append(r.mbps, mb)
 		})
 	}
+	windows := benchWindows
+	if f := os.Getenv("FY_SWEEP_WINDOWS"); f != "" { // e.g. "default,64K-1M"
+		windows = slices.DeleteFunc(slices.Clone(windows), func(w window) bool {
+			return !slices.Contains(strings.Split(f, ","), w.name)
+		})
+	}
 	for round := range rounds {
-		for _, w := range benchWindows {
+		for _, w := range windows {
 			one(fmt.Sprintf("raw/win=%s/round=%d", w.name, round), func(b *testing.B) (*pingStream, *bulk) {
 				c, s := rawPair(b, w.quic())
 				return rawPing(b, c, s, -1), rawBulk(b, c, s, 1)
 			})
 			one(fmt.Sprintf("ours/win=%s/round=%d", w.name, round), func(b *testing.B) (*pingStream, *bulk) {
 				c, s := oursPair(b, w.ours())
+				return oursPing(b, c, s), oursBulk(b, c, s, 1)
+			})
+			one(fmt.Sprintf("ours-hint/win=%s/round=%d", w.name, round), func(b *testing.B) (*pingStream, *bulk) {
+				c, s := oursPairHint(b, w.ours(), 0)
 				return oursPing(b, c, s), oursBulk(b, c, s, 1)
 			})
 		}

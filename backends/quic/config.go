@@ -41,6 +41,10 @@ const (
 	// DefaultConnectionReceiveWindow is the largest per-connection receive
 	// window; it bounds the memory one peer can make this side buffer.
 	DefaultConnectionReceiveWindow = 4 << 20
+	// RecommendedDelayHintMaxRTT is the Config.DelayHintMaxRTT to use
+	// when enabling the DelayHint: active on paths whose minimum RTT is at
+	// most 5 ms (loopback, LAN, a data centre).
+	RecommendedDelayHintMaxRTT = 5 * time.Millisecond
 	// initialReceiveWindow is where quic-go's auto-tuning starts (clipped
 	// to the max).
 	initialReceiveWindow = 512 << 10
@@ -90,6 +94,20 @@ type Config struct {
 	// closes. Nil: each connection is bounded by ConnectionReceiveWindow
 	// only.
 	Budget *MemoryBudget
+	// DelayHintMaxRTT bounds where the connection's DelayHint is active:
+	// while the path's minimum RTT is at most this long, the connection
+	// reports (as semantics.BulkHinter) its queueing delay converted to
+	// bytes at its send rate, and semantics.Conn holds bulk (log, CAS)
+	// chunks while that is above its BulkQueueThreshold, so control frames
+	// wait behind less data in flight (docs/perf.md §2). On longer paths it
+	// reports 0 (bulk is paced by quic-go alone): a delay-based hold would
+	// yield to loss-based competing traffic on a shared WAN bottleneck.
+	// 0 or negative: off (the default). It cuts control latency under
+	// saturating bulk on loopback (p50 10–25× lower) but, on this
+	// project's loaded 2-core benchmark machine, also single-stream bulk
+	// throughput by half or more; measure before enabling (LAN
+	// deployments whose CPUs are not saturated: RecommendedDelayHintMaxRTT).
+	DelayHintMaxRTT time.Duration
 	// Logger receives the backend's few log lines (nil: slog.Default()).
 	Logger *slog.Logger
 }

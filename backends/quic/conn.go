@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"time"
 
 	quicgo "github.com/quic-go/quic-go"
 
@@ -11,18 +12,22 @@ import (
 	"forgeyard.dev/transport/wire"
 )
 
-var _ semantics.BackendConn = (*conn)(nil)
+var (
+	_ semantics.BackendConn = (*conn)(nil)
+	_ semantics.BulkHinter  = (*conn)(nil)
+)
 
 // conn adapts *quicgo.Conn to semantics.BackendConn. All methods are safe
 // for concurrent use (quic-go's are).
 type conn struct {
 	qc     *quicgo.Conn
+	hint   *DelayHint      // nil unless Config.DelayHintMaxRTT > 0
 	ctx    context.Context // cancelled with the *semantics.ConnError when qc closes
 	cancel context.CancelCauseFunc
 }
 
 // newConn wraps qc. release (may be nil) runs once after qc closed.
-func newConn(qc *quicgo.Conn, release func()) *conn {
+func newConn(qc *quicgo.Conn, release func(), hintMaxRTT time.Duration) *conn {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	context.AfterFunc(qc.Context(), func() {
 		cause := ConnErrorOf(context.Cause(qc.Context()))
@@ -34,7 +39,20 @@ func newConn(qc *quicgo.Conn, release func()) *conn {
 			release()
 		}
 	})
-	return &conn{qc: qc, ctx: ctx, cancel: cancel}
+	c := &conn{qc: qc, ctx: ctx, cancel: cancel}
+	if hintMaxRTT > 0 {
+		c.hint = NewDelayHint(qc, hintMaxRTT)
+	}
+	return c
+}
+
+// QueuedBytes implements semantics.BulkHinter: the DelayHint estimate
+// with Config.DelayHintMaxRTT > 0, else 0 (nothing is queued above quic-go).
+func (c *conn) QueuedBytes() int {
+	if c.hint == nil {
+		return 0
+	}
+	return c.hint.QueuedBytes()
 }
 
 func (c *conn) OpenStream(ctx context.Context) (semantics.RawStream, error) {

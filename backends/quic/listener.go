@@ -67,7 +67,7 @@ func (l *Listener) Accept(ctx context.Context) (semantics.BackendConn, error) {
 			_ = qc.CloseWithError(quicgo.ApplicationErrorCode(wire.CloseShutdown), "listener closed")
 			continue
 		}
-		return newConn(qc, l.ep.release), nil
+		return newConn(qc, l.ep.release, l.cfg.DelayHintMaxRTT), nil
 	}
 }
 

@@ -5,18 +5,22 @@ import (
 	"testing"
 
 	"forgeyard.dev/transport/backends/backendtest"
+	fyquic "forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/semantics"
 )
 
 // testConfig keeps tests fast: short handshake timeout, defaults otherwise.
 var testConfig = Config{HandshakeTimeout: 5e9}
 
-func factory() backendtest.Factory {
+func factory() backendtest.Factory { return factoryWith("webtransport", testConfig) }
+
+// factoryWith is factory with another Config.
+func factoryWith(name string, cfg Config) backendtest.Factory {
 	return backendtest.Factory{
-		Name: "webtransport",
+		Name: name,
 		Listen: func(t testing.TB, serverTLS *tls.Config) (semantics.BackendListener, string) {
 			t.Helper()
-			ln, err := Listen("127.0.0.1:0", serverTLS, testConfig)
+			ln, err := Listen("127.0.0.1:0", serverTLS, cfg)
 			if err != nil {
 				t.Fatalf("webtransport.Listen: %v", err)
 			}
@@ -24,7 +28,7 @@ func factory() backendtest.Factory {
 			return ln, URL(ln.Addr().String())
 		},
 		Dialer: func(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer {
-			return Dialer{TLS: clientTLS, Config: testConfig}
+			return Dialer{TLS: clientTLS, Config: cfg}
 		},
 		Caps: backendtest.Caps{RealNetwork: true},
 	}
@@ -33,3 +37,11 @@ func factory() backendtest.Factory {
 func TestConformance(t *testing.T) { backendtest.Run(t, factory()) }
 
 func BenchmarkBackend(b *testing.B) { backendtest.RunBenchmarks(b, factory()) }
+
+// BenchmarkBackendDelayHint is BenchmarkBackend with the DelayHint on
+// (Config.DelayHintMaxRTT; compare its ours/* with BenchmarkBackend's).
+func BenchmarkBackendDelayHint(b *testing.B) {
+	cfg := testConfig
+	cfg.DelayHintMaxRTT = fyquic.RecommendedDelayHintMaxRTT
+	backendtest.RunBenchmarks(b, factoryWith("webtransport-delayhint", cfg))
+}

@@ -1,6 +1,8 @@
 package webtransport
 
 import (
+	"time"
+
 	fyquic "forgeyard.dev/transport/backends/quic"
 )
 
@@ -22,3 +24,6 @@ const h3Streams = 8
 // acceptQueue bounds sessions established but not yet Accepted; beyond it
 // new sessions are closed with CloseOverloaded.
 const acceptQueue = 64
+
+// hintMaxRTT is cfg.DelayHintMaxRTT (≤ 0: no DelayHint).
+func hintMaxRTT(cfg Config) time.Duration { return cfg.DelayHintMaxRTT }

@@ -16,6 +16,7 @@ import (
 
 var (
 	_ semantics.BackendConn   = (*conn)(nil)
+	_ semantics.BulkHinter    = (*conn)(nil)
 	_ semantics.RawStream     = (*stream)(nil)
 	_ semantics.RawSendStream = (*sendStream)(nil)
 	_ semantics.RawRecvStream = (*recvStream)(nil)
@@ -30,15 +31,19 @@ const causeWait = time.Second
 type conn struct {
 	sess   *wt.Session
 	qc     *quicgo.Conn
-	ctx    context.Context // cancelled with the *semantics.ConnError
+	hint   *fyquic.DelayHint // nil unless Config.DelayHintMaxRTT > 0
+	ctx    context.Context   // cancelled with the *semantics.ConnError
 	cancel context.CancelCauseFunc
 }
 
 // newConn wraps sess on qc. release (may be nil) runs once after the
 // connection is gone.
-func newConn(sess *wt.Session, qc *quicgo.Conn, release func()) *conn {
+func newConn(sess *wt.Session, qc *quicgo.Conn, release func(), hintMaxRTT time.Duration) *conn {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	c := &conn{sess: sess, qc: qc, ctx: ctx, cancel: cancel}
+	if hintMaxRTT > 0 {
+		c.hint = fyquic.NewDelayHint(qc, hintMaxRTT)
+	}
 	context.AfterFunc(sess.Context(), func() {
 		if ctx.Err() == nil { // else CloseWithCode recorded the local close
 			cancel(c.closeCause())
@@ -55,6 +60,15 @@ func newConn(sess *wt.Session, qc *quicgo.Conn, release func()) *conn {
 		}
 	})
 	return c
+}
+
+// QueuedBytes implements semantics.BulkHinter: the DelayHint estimate
+// with Config.DelayHintMaxRTT > 0, else 0 (nothing is queued above quic-go).
+func (c *conn) QueuedBytes() int {
+	if c.hint == nil {
+		return 0
+	}
+	return c.hint.QueuedBytes()
 }
 
 // closeCause works out why the session ended: its WebTransport close

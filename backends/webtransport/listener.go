@@ -124,7 +124,7 @@ func (l *Listener) upgrade(w http.ResponseWriter, r *http.Request) {
 		_ = sess.CloseWithError(wt.SessionErrorCode(wire.CloseInternalError), "no QUIC connection")
 		return
 	}
-	c := newConn(sess, qc, nil)
+	c := newConn(sess, qc, nil, hintMaxRTT(l.cfg))
 	if p := sess.SessionState().ApplicationProtocol; p != ApplicationProtocol {
 		_ = c.CloseWithCode(wire.CloseProtocolError, "application protocol "+ApplicationProtocol+" required")
 		return

@@ -60,6 +60,10 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
+// agentFeatures are the optional protocol features this agent offers in
+// its hello (doctor offers the same, so it shows what the agent gets).
+var agentFeatures = wire.Features(wire.FeatureTraceContextV1)
+
 // Version is reported to the daemon in TransportHelloV1.
 const Version = "forgeyard-agent/0.1.0"
 
@@ -137,6 +141,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 		out := fs.Output()
 		fmt.Fprintf(out, `Usage: forgeyard-agent [--config FILE] [flags]
        forgeyard-agent connection status [--json] [--status-file FILE]
+       forgeyard-agent doctor [--config FILE] [flags] [--json]
 
 Runs a Forgeyard Transport agent with the synthetic executor. Settings come
 from the TOML file given with --config; each flag below overrides one key of
@@ -158,6 +163,9 @@ Examples:
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	if len(args) > 0 && args[0] == "doctor" {
+		return runDoctor(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "enroll" {
 		return runEnroll(ctx, args[1:], stdout, stderr) // enroll.go
 	}
@@ -215,6 +223,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}()
 	a, err := newAgent(cfg, f.seed, f.synth, log, tel.hooks(), tel.m, tracing)
 	if err != nil {
+		if errors.Is(err, trust.ErrCertExpired) {
+			err = fmt.Errorf("%w; %s; `forgeyard-agent doctor` shows the details", err, trust.MsgCredentialExpired)
+		}
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
 	}
@@ -223,6 +234,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	telDone := make(chan struct{})
 	go func() { defer close(telDone); tel.run(telCtx, a) }()
 	defer func() { stopTel(); <-telDone }() // the final status file says "agent stopped"
+	expiryDone := make(chan struct{})
+	go func() { defer close(expiryDone); watchCertExpiry(telCtx, log, cfg.ControlPlane.Credential.Certificate) }()
+	defer func() { stopTel(); <-expiryDone }()
 	if metricsAddr != "" {
 		ln, err := net.Listen("tcp", metricsAddr)
 		if err != nil {
@@ -309,9 +323,8 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log 
 	if err != nil {
 		return nil, err
 	}
-	if msg := trust.ExpiryWarning(creds.Leaf(), trust.DefaultExpiryWarningWindow, time.Now()); msg != "" {
-		log.Warn(msg)
-	}
+	// The expiry warning (§22) is logged at start and then periodically by
+	// watchCertExpiry (expiry.go).
 	px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
 	if err != nil {
 		return nil, fmt.Errorf("control_plane.proxy: %w", err)
@@ -334,6 +347,6 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, log 
 		Metrics:      m,
 		Tracing:      tr,
 		// The daemon's trace continues here and back (§211).
-		Features: wire.Features(wire.FeatureTraceContextV1),
+		Features: agentFeatures,
 	})
 }

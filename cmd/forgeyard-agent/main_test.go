@@ -29,7 +29,7 @@ func TestHelp(t *testing.T) {
 	if code := run(context.Background(), []string{"-h"}, &o, &e, nil); code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"-config", "-endpoint", "quic://", "yamux://", "webtransport://", "-cert", "-key", "-ca", "-server-name", "-dev-pki", "-log-level", "synthetic", "-status-file", "-status-interval", "-metrics-listen", "connection status"} {
+	for _, want := range []string{"-config", "-endpoint", "quic://", "yamux://", "webtransport://", "-cert", "-key", "-ca", "-server-name", "-dev-pki", "-log-level", "synthetic", "-status-file", "-status-interval", "-metrics-listen", "connection status", "forgeyard-agent doctor"} {
 		if !strings.Contains(o.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}

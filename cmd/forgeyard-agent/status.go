@@ -12,7 +12,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"text/tabwriter"
 	"time"
 
 	"forgeyard.dev/transport/semantics/agent"
@@ -54,10 +56,88 @@ func agentHealth(st agent.Status, connectedAt, now time.Time) telemetry.AgentHea
 	return h
 }
 
+// statusReport is the status file and `connection status --json`: the
+// health report (telemetry.AgentHealth, flattened) plus what an operator
+// asks next about the connection.
+type statusReport struct {
+	telemetry.AgentHealth
+	// Features are the negotiated optional protocol features.
+	Features []string `json:"features,omitempty"`
+	// Transport and Epoch identify the current transport session.
+	Transport string `json:"transport,omitempty"`
+	Epoch     uint64 `json:"epoch,omitempty"`
+	// FallbackReason says why the agent uses this backend, when the agent
+	// exposes it.
+	FallbackReason string `json:"fallback_reason,omitempty"`
+}
+
+// reportOf is agentHealth plus the connection details of st.
+func reportOf(st agent.Status, connectedAt, now time.Time) statusReport {
+	r := statusReport{AgentHealth: agentHealth(st, connectedAt, now)}
+	if st.Connected {
+		for _, f := range st.Features.List() {
+			r.Features = append(r.Features, f.String())
+		}
+		r.Transport, r.Epoch = st.Transport.String(), st.Epoch
+		r.FallbackReason = fallbackReason(st)
+	}
+	return r
+}
+
+// writeTable renders r for humans: the telemetry.AgentHealth rows, then
+// the connection details.
+func (r *statusReport) writeTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	h := &r.AgentHealth
+	fmt.Fprintf(tw, "STATUS\t%s\n", h.Status)
+	for _, p := range h.Problems {
+		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
+	}
+	fmt.Fprintf(tw, "CONNECTED\t%s\n", yesNo(h.Connected))
+	fmt.Fprintf(tw, "ENDPOINT\t%s\n", dash(h.Endpoint))
+	fmt.Fprintf(tw, "BACKEND\t%s\n", dash(h.Backend))
+	if r.FallbackReason != "" {
+		fmt.Fprintf(tw, "FALLBACK\t%s\n", r.FallbackReason)
+	}
+	fmt.Fprintf(tw, "PROTOCOL\t%s\n", dash(h.Protocol))
+	if h.Connected {
+		feats := "none"
+		if len(r.Features) > 0 {
+			feats = strings.Join(r.Features, ", ")
+		}
+		fmt.Fprintf(tw, "FEATURES\t%s\n", feats)
+		fmt.Fprintf(tw, "TRANSPORT\t%s (epoch %d)\n", dash(r.Transport), r.Epoch)
+	}
+	if h.LastHeartbeatAck.IsZero() {
+		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\tnever\n")
+	} else {
+		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\t%s (%.1fs ago)\n", h.LastHeartbeatAck.UTC().Format(time.RFC3339), h.HeartbeatAckAge)
+	}
+	fmt.Fprintf(tw, "RUNNING ATTEMPTS\t%d\n", h.Running)
+	if h.Draining {
+		fmt.Fprintf(tw, "DRAINING\tyes\n")
+	}
+	return tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 // writeStatusFile writes h as JSON to path atomically: a temporary file in
 // the same directory, synced, then renamed over path (readers see the old
 // or the new report, never a partial one).
-func writeStatusFile(path string, h telemetry.AgentHealth) error {
+func writeStatusFile(path string, h statusReport) error {
 	body, err := json.MarshalIndent(&h, "", "  ")
 	if err != nil {
 		return err
@@ -159,6 +239,17 @@ func (t *agentTelemetry) health() telemetry.AgentHealth {
 	return agentHealth(a.Status(), since, time.Now())
 }
 
+// report is health plus the connection details, for the status file.
+func (t *agentTelemetry) report() statusReport {
+	t.mu.Lock()
+	a, since := t.a, t.connectedAt
+	t.mu.Unlock()
+	if a == nil {
+		return reportOf(agent.Status{}, time.Time{}, time.Now())
+	}
+	return reportOf(a.Status(), since, time.Now())
+}
+
 // run writes the status file every interval and on connect/disconnect
 // until ctx ends, then writes a final report with connected=false.
 func (t *agentTelemetry) run(ctx context.Context, a *agent.Agent) {
@@ -168,25 +259,25 @@ func (t *agentTelemetry) run(ctx context.Context, a *agent.Agent) {
 	if t.statusFile == "" {
 		return
 	}
-	write := func(h telemetry.AgentHealth) {
+	write := func(h statusReport) {
 		if err := writeStatusFile(t.statusFile, h); err != nil {
 			t.log.Warn("status file not written", "path", t.statusFile, "err", err)
 		}
 	}
-	write(t.health())
+	write(t.report())
 	tick := time.NewTicker(t.interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			h := agentHealth(agent.Status{}, time.Time{}, time.Now()) // stopped: not connected
+			h := reportOf(agent.Status{}, time.Time{}, time.Now()) // stopped: not connected
 			h.Problems = append(h.Problems, "agent stopped")
 			write(h)
 			return
 		case <-tick.C:
 		case <-t.kick:
 		}
-		write(t.health())
+		write(t.report())
 	}
 }
 
@@ -232,13 +323,14 @@ func runConnectionStatus(args []string, stdout, stderr io.Writer, now time.Time)
 	fs := flag.NewFlagSet("forgeyard-agent connection status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("status-file", DefaultStatusFile, "status `file` the agent writes (its --status-file)")
-	asJSON := fs.Bool("json", false, "print the report as JSON (telemetry.AgentHealth) instead of a table")
+	asJSON := fs.Bool("json", false, "print the report as JSON (telemetry.AgentHealth plus features, transport, epoch, fallback_reason) instead of a table")
 	staleFile := fs.Duration("stale-after", 30*time.Second, "report down when the file was last written longer ago than this (the agent is not running)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: forgeyard-agent connection status [--json] [--status-file FILE]
 
 Prints the connection health the running agent writes to its --status-file
-(connected, endpoint, backend, protocol, last heartbeat ack). Exit status 0
+(connected, endpoint, backend and why it was chosen when the agent says,
+protocol and features, transport, last heartbeat ack). Exit status 0
 when ok or degraded, 1 when down (not connected, agent not running, file
 missing), 2 on a usage error.
 
@@ -267,7 +359,7 @@ Flags:
 		b, _ := json.MarshalIndent(&h, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
-		_ = h.WriteTable(stdout)
+		_ = h.writeTable(stdout)
 		fmt.Fprintf(stdout, "STATUS FILE         %s (written %s ago)\n", *path, now.Sub(h.CheckedAt).Round(100*time.Millisecond))
 	}
 	if h.Status == telemetry.StatusDown {
@@ -280,8 +372,8 @@ Flags:
 // evaluation (at most one --status-interval old), the heartbeat age is
 // recomputed, and a file older than staleFile makes the report down.
 // CheckedAt stays the time the agent wrote it.
-func readStatusFile(path string, now time.Time, staleFile time.Duration) (telemetry.AgentHealth, error) {
-	var h telemetry.AgentHealth
+func readStatusFile(path string, now time.Time, staleFile time.Duration) (statusReport, error) {
+	var h statusReport
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {

@@ -26,8 +26,10 @@ import (
 	"forgeyard.dev/transport/wire"
 )
 
-// fastHeartbeatDaemon is a QUIC loopback daemon with a 50 ms heartbeat, so
-// the agent's last heartbeat ack is set within the test.
+// fastHeartbeatDaemon is a QUIC loopback daemon with a 250 ms heartbeat, so
+// the agent's last heartbeat ack is set within the test (50 ms let the
+// daemon drop the agent for "no heartbeat for 3 intervals" under -race on
+// a loaded machine, about 1 run in 8).
 func fastHeartbeatDaemon(t *testing.T, pkiDir string, hooks daemon.Hooks) string {
 	t.Helper()
 	var stls config.ServerTLS
@@ -42,7 +44,7 @@ func fastHeartbeatDaemon(t *testing.T, pkiDir string, hooks daemon.Hooks) string
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(daemon.Config{Authority: au, Hooks: hooks, Timing: daemon.Timing{HeartbeatInterval: 50 * time.Millisecond},
+	d, err := daemon.New(daemon.Config{Authority: au, Hooks: hooks, Timing: daemon.Timing{HeartbeatInterval: 250 * time.Millisecond},
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +91,11 @@ func TestStatusFileAndMetrics(t *testing.T) {
 			"--status-file", statusFile, "--status-interval", "100ms", "--metrics-listen", "127.0.0.1:0", "--log-format", "json"},
 			io.Discard, &logs, &testHooks{metrics: func(a string) { metricsc <- a }})
 	}()
+	defer func() {
+		if t.Failed() {
+			t.Logf("agent logs:\n%s", logs.String())
+		}
+	}()
 	var maddr string
 	select {
 	case maddr = <-metricsc:
@@ -129,15 +136,17 @@ func TestStatusFileAndMetrics(t *testing.T) {
 		t.Fatalf("connection status: exit %d %s", code, errOut)
 	}
 	for _, re := range []string{`(?m)^STATUS\s+ok$`, `(?m)^CONNECTED\s+yes$`, `(?m)^BACKEND\s+quic$`, `(?m)^PROTOCOL\s+1\.0$`,
-		`(?m)^ENDPOINT\s+\S*` + regexp.QuoteMeta(addr), `(?m)^LAST HEARTBEAT ACK\s+\d{4}-\d\d-\d\dT\S+ \(\d+\.\ds ago\)$`, `(?m)^STATUS FILE\s+` + regexp.QuoteMeta(statusFile)} {
+		`(?m)^ENDPOINT\s+\S*` + regexp.QuoteMeta(addr), `(?m)^LAST HEARTBEAT ACK\s+\d{4}-\d\d-\d\dT\S+ \(\d+\.\ds ago\)$`, `(?m)^STATUS FILE\s+` + regexp.QuoteMeta(statusFile),
+		`(?m)^FEATURES\s+none$`, `(?m)^TRANSPORT\s+[0-9A-Z]{26} \(epoch 1\)$`, `(?m)^FALLBACK\s+quic \S+ answered hello after \S+$`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("table lacks %s:\n%s", re, out)
 		}
 	}
 	writeSample(t, "agent-status.txt", out)
 	code, out, _ = connectionStatus(t, "--json", "--status-file", statusFile)
-	var hj telemetry.AgentHealth
-	if code != exitOK || json.Unmarshal([]byte(out), &hj) != nil || !hj.Connected || hj.Backend != "quic" || hj.LastHeartbeatAck.IsZero() {
+	var hj statusReport
+	if code != exitOK || json.Unmarshal([]byte(out), &hj) != nil || !hj.Connected || hj.Backend != "quic" || hj.LastHeartbeatAck.IsZero() ||
+		len(hj.Transport) != 26 || hj.Epoch != 1 || !strings.Contains(hj.FallbackReason, "answered hello") {
 		t.Errorf("--json: exit %d %s", code, out)
 	}
 	writeSample(t, "agent-status.json", out)

@@ -2,23 +2,33 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"forgeyard.dev/transport/internal/adminapi"
+	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 )
 
@@ -36,6 +46,20 @@ type daemonTelemetry struct {
 
 	listeners []listenerState
 	cert      *x509.Certificate
+
+	info     adminInfo
+	draining atomic.Bool
+}
+
+// adminInfo is the static part of /status and /protocols.
+type adminInfo struct {
+	id          string
+	startedAt   time.Time
+	au          authority.Authority // probed by /status
+	auBackend   string              // "sqlite" or "postgres"
+	protocol    wire.ProtocolRange  // configured
+	minProtocol wire.ProtocolVersion
+	features    wire.FeatureSet
 }
 
 type listenerState struct {
@@ -211,34 +235,18 @@ func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 	return h
 }
 
-// sessionJSON is one /sessions entry (daemon.SessionInfo with stable
-// JSON names; ids are their canonical strings).
-type sessionJSON struct {
-	Runner        string    `json:"runner"`
-	Session       string    `json:"session"`
-	Transport     string    `json:"transport"`
-	Epoch         uint64    `json:"epoch"`
-	Role          string    `json:"role"`
-	Backend       string    `json:"backend"`
-	Remote        string    `json:"remote"`
-	Protocol      string    `json:"protocol"`
-	AgentVersion  string    `json:"agent_version"`
-	State         string    `json:"state"`
-	Fenced        bool      `json:"fenced"`
-	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
-	ConnectedAt   time.Time `json:"connected_at"`
-}
-
-func (t *daemonTelemetry) sessions() []sessionJSON {
+// sessions is /sessions: daemon.SessionInfo with stable JSON names, oldest
+// connection first.
+func (t *daemonTelemetry) sessions() []adminapi.Session {
 	t.mu.Lock()
 	d := t.d
 	t.mu.Unlock()
-	out := []sessionJSON{}
+	out := []adminapi.Session{}
 	if d == nil {
 		return out
 	}
 	for _, s := range d.Sessions() {
-		out = append(out, sessionJSON{Runner: s.Runner.String(), Session: s.Session.String(), Transport: s.Transport.String(),
+		out = append(out, adminapi.Session{Runner: s.Runner.String(), Session: s.Session.String(), Transport: s.Transport.String(),
 			Epoch: s.Epoch, Role: s.Role.String(), Backend: s.Backend, Remote: s.Remote, Protocol: s.Protocol.String(),
 			AgentVersion: s.AgentVersion, State: s.State, Fenced: s.Fenced, LastHeartbeat: s.LastHeartbeat.UTC(), ConnectedAt: s.ConnectedAt.UTC()})
 	}
@@ -251,20 +259,169 @@ func (t *daemonTelemetry) sessions() []sessionJSON {
 	return out
 }
 
-// handler is the admin mux: /metrics, /healthz, /sessions.
-func (t *daemonTelemetry) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", t.m.Handler())
-	mux.Handle("/healthz", telemetry.DaemonHealthHandler(t.health))
-	mux.HandleFunc("GET /sessions", func(w http.ResponseWriter, r *http.Request) {
-		body, err := json.MarshalIndent(t.sessions(), "", "  ")
-		if err != nil {
-			http.Error(w, "sessions not serializable", http.StatusInternalServerError)
-			return
+// authorityProbeTimeout bounds the /status authority probe.
+const authorityProbeTimeout = 2 * time.Second
+
+// status builds /status: the health report plus the authority probe and
+// the drain state. An unreachable authority makes it down, draining
+// degraded.
+func (t *daemonTelemetry) status(ctx context.Context) adminapi.Status {
+	h := t.health()
+	st := adminapi.Status{Status: h.Status, Problems: h.Problems, CheckedAt: h.CheckedAt, Daemon: t.info.id,
+		StartedAt: t.info.startedAt.UTC(), Draining: t.draining.Load(), Certificate: h.Certificate,
+		Connections: h.Connections, ConnectionsByBackend: h.ConnectionsByBackend, Sessions: h.Sessions,
+		HandshakeFailures: h.HandshakeFailures, Listeners: make([]adminapi.Listener, 0, len(h.Listeners))}
+	if st.ConnectionsByBackend == nil {
+		st.ConnectionsByBackend = map[string]int{}
+	}
+	for _, l := range h.Listeners {
+		state := adminapi.ListenerUp
+		if !l.Active {
+			state = adminapi.ListenerDown
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_, _ = w.Write(append(body, '\n'))
+		st.Listeners = append(st.Listeners, adminapi.Listener{Backend: l.Backend, Address: l.Address, State: state, Error: l.Error})
+	}
+	st.Authority = t.probeAuthority(ctx)
+	if !st.Authority.Reachable {
+		st.Status = telemetry.StatusDown
+		st.Problems = append(st.Problems, "authority ("+st.Authority.Backend+") unreachable: "+st.Authority.Error)
+	}
+	if st.Draining {
+		if st.Status == telemetry.StatusOK {
+			st.Status = telemetry.StatusDegraded
+		}
+		st.Problems = append(st.Problems, "draining: the daemon is shutting down")
+	}
+	return st
+}
+
+// probeAuthority asks the authority for the status of the zero RunnerId
+// (a read that touches the store and changes nothing).
+func (t *daemonTelemetry) probeAuthority(ctx context.Context) adminapi.Authority {
+	a := adminapi.Authority{Backend: t.info.auBackend}
+	if t.info.au == nil {
+		a.Error = "not configured"
+		return a
+	}
+	ctx, cancel := context.WithTimeout(ctx, authorityProbeTimeout)
+	defer cancel()
+	start := time.Now()
+	_, err := t.info.au.RunnerStatus(ctx, wire.RunnerId{})
+	a.LatencyMs = float64(time.Since(start).Microseconds()) / 1000
+	if err != nil {
+		a.Error = err.Error()
+		return a
+	}
+	a.Reachable = true
+	return a
+}
+
+// protocols builds /protocols.
+func (t *daemonTelemetry) protocols() adminapi.Protocols {
+	p := adminapi.Protocols{
+		Supported:   adminapi.Range{Min: wire.Supported.Min.String(), Max: wire.Supported.Max.String()},
+		Configured:  adminapi.Range{Min: t.info.protocol.Min.String(), Max: t.info.protocol.Max.String()},
+		MinProtocol: t.info.minProtocol.String(),
+		Features:    []string{},
+		Agents:      []adminapi.VersionCount{},
+	}
+	if t.info.minProtocol == (wire.ProtocolVersion{}) {
+		p.MinProtocol = t.info.protocol.Min.String()
+	}
+	for _, f := range t.info.features.List() {
+		p.Features = append(p.Features, f.String())
+	}
+	counts := map[string]int{}
+	for _, s := range t.sessions() {
+		if !s.Fenced {
+			counts[s.Protocol]++
+		}
+	}
+	for v, n := range counts {
+		p.Agents = append(p.Agents, adminapi.VersionCount{Protocol: v, Agents: n})
+	}
+	sort.Slice(p.Agents, func(i, j int) bool { return p.Agents[i].Protocol < p.Agents[j].Protocol })
+	return p
+}
+
+// adminAccess says what a listener's clients may see.
+type adminAccess struct {
+	// tokenHash is SHA-256 of the bearer token; zero: no token configured.
+	tokenHash     [32]byte
+	hasToken      bool
+	publicMetrics bool
+	// trusted: the unix socket (file permissions authenticate).
+	trusted bool
+}
+
+// allow reports whether r may read path; when not, it writes the answer.
+func (a adminAccess) allow(w http.ResponseWriter, r *http.Request, path string) bool {
+	if a.trusted || path == adminapi.PathHealth {
+		return true
+	}
+	if path == adminapi.PathMetrics && (a.publicMetrics || !a.hasToken) {
+		return true
+	}
+	if !a.hasToken {
+		writeError(w, http.StatusForbidden, path+" is served only over the admin socket (admin.socket) or with a bearer token: set admin.token_file on the daemon")
+		return false
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	if !ok || subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="forgeyard-admin"`)
+		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token (admin.token_file)")
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		http.Error(w, "not serializable", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, adminapi.ErrorBody{Error: msg})
+}
+
+// handler is the admin mux (see internal/adminapi) behind access.
+func (t *daemonTelemetry) handler(access adminAccess) http.Handler {
+	mux := http.NewServeMux()
+	guard := func(path string, h http.Handler) {
+		mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if access.allow(w, r, path) {
+				h.ServeHTTP(w, r)
+			}
+		}))
+	}
+	getOnly := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				w.Header().Set("Allow", "GET, HEAD")
+				writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	get := func(f func(r *http.Request) any) http.Handler {
+		return getOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, f(r)) }))
+	}
+	guard(adminapi.PathMetrics, getOnly(t.m.Handler()))
+	guard(adminapi.PathHealth, telemetry.DaemonHealthHandler(t.health))
+	guard(adminapi.PathSessions, get(func(*http.Request) any { return t.sessions() }))
+	guard(adminapi.PathStatus, get(func(r *http.Request) any { return t.status(r.Context()) }))
+	guard(adminapi.PathProtocols, get(func(*http.Request) any { return t.protocols() }))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such admin path; try /healthz, /metrics, /status, /sessions or /protocols")
 	})
 	return mux
 }
@@ -274,6 +431,7 @@ type adminServer struct {
 	ln   net.Listener
 	srv  *http.Server
 	done chan error
+	sock string // unix socket path to remove at stop
 }
 
 // startAdmin listens on addr (already checked by config.AdminAddr) and
@@ -283,7 +441,37 @@ func startAdmin(addr string, h http.Handler, log *slog.Logger) (*adminServer, er
 	if err != nil {
 		return nil, err
 	}
-	a := &adminServer{ln: ln, done: make(chan error, 1),
+	return serveAdmin(ln, "", h, log), nil
+}
+
+// startAdminSocket serves h on a unix socket at path, mode 0600. A stale
+// socket file (nobody accepting) is replaced; any other existing file is
+// an error.
+func startAdminSocket(path string, h http.Handler, log *slog.Logger) (*adminServer, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket; remove it or choose another admin.socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s is in use by another process (another daemon?)", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, err
+	}
+	ln, err := listenUnixPrivate(path)
+	if err != nil {
+		return nil, err
+	}
+	return serveAdmin(ln, path, h, log), nil
+}
+
+func serveAdmin(ln net.Listener, sock string, h http.Handler, log *slog.Logger) *adminServer {
+	a := &adminServer{ln: ln, sock: sock, done: make(chan error, 1),
 		srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 			WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
@@ -294,10 +482,10 @@ func startAdmin(addr string, h http.Handler, log *slog.Logger) (*adminServer, er
 		}
 		a.done <- err
 	}()
-	return a, nil
+	return a
 }
 
-// Addr is the bound address.
+// Addr is the bound address (or the socket path).
 func (a *adminServer) Addr() string { return a.ln.Addr().String() }
 
 // stop shuts the server down, waiting up to timeout for requests in flight.
@@ -308,4 +496,107 @@ func (a *adminServer) stop(timeout time.Duration) {
 		_ = a.srv.Close()
 	}
 	<-a.done
+	if a.sock != "" {
+		_ = os.Remove(a.sock)
+	}
+}
+
+// certCheckEvery is how often the daemon re-checks its certificate's
+// expiry (it also checks at start).
+const certCheckEvery = 24 * time.Hour
+
+// warnCertExpiry logs a warning when cert expires within the window (§22).
+func warnCertExpiry(log *slog.Logger, cert *x509.Certificate, now time.Time) bool {
+	if cert == nil || !trust.ExpiresWithin(cert, trust.DefaultExpiryWarningWindow, now) {
+		return false
+	}
+	h := telemetry.CertHealthOf(cert, now)
+	if now.After(cert.NotAfter) {
+		log.Error("server certificate EXPIRED: agents refuse to connect; rotate it now", "subject", h.Subject,
+			"not_after", h.NotAfter.Format(time.RFC3339))
+		return true
+	}
+	log.Warn("server certificate expires soon; rotate it before then", "subject", h.Subject,
+		"not_after", h.NotAfter.Format(time.RFC3339), "days_to_expiry", h.DaysToExpiry)
+	return true
+}
+
+// watchCertExpiry checks at start and every certCheckEvery until ctx ends.
+func (t *daemonTelemetry) watchCertExpiry(ctx context.Context, log *slog.Logger) {
+	t.mu.Lock()
+	cert := t.cert
+	t.mu.Unlock()
+	warnCertExpiry(log, cert, time.Now())
+	tick := time.NewTicker(certCheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			warnCertExpiry(log, cert, now)
+		}
+	}
+}
+
+// authorityBackend names the configured authority store.
+func authorityBackend(a config.AuthorityConfig) string {
+	if a.PostgresDSNFile != "" {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+// startAdminEndpoints starts the TCP endpoint (tcpAddr, "" for none) and
+// the unix socket of cfg. stop shuts both down.
+func (t *daemonTelemetry) startAdminEndpoints(cfg config.Admin, tcpAddr string, log *slog.Logger, th *testHooks) (stop func(), err error) {
+	var servers []*adminServer
+	stop = func() {
+		for _, s := range servers {
+			s.stop(2 * time.Second)
+		}
+	}
+	paths := "/healthz /metrics /status /sessions /protocols"
+	if tcpAddr != "" {
+		access := adminAccess{publicMetrics: cfg.PublicMetrics}
+		if cfg.TokenFile != "" {
+			tok, err := adminapi.ReadTokenFile(cfg.TokenFile)
+			if err != nil {
+				return stop, fmt.Errorf("admin.token_file: %w", err)
+			}
+			access.tokenHash, access.hasToken = sha256.Sum256([]byte(tok)), true
+			if fi, err := os.Stat(cfg.TokenFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+				log.Warn("admin.token_file is readable by other users; chmod 0600 it", "path", cfg.TokenFile, "mode", fi.Mode().Perm().String())
+			}
+		}
+		adm, err := startAdmin(tcpAddr, t.handler(access), log)
+		if err != nil {
+			return stop, fmt.Errorf("admin.listen: %w", err)
+		}
+		servers = append(servers, adm)
+		auth := "bearer token (not /healthz)"
+		switch {
+		case !access.hasToken:
+			auth = "none (only /healthz and /metrics served)"
+		case cfg.PublicMetrics:
+			auth = "bearer token (not /healthz, /metrics)"
+		}
+		log.Info("admin endpoint listening", "addr", adm.Addr(), "paths", paths, "auth", auth)
+		if !access.hasToken {
+			log.Warn("admin endpoint without admin.token_file: TCP serves only /healthz and /metrics; use admin.socket or set a token for /status, /sessions, /protocols", "addr", adm.Addr())
+		}
+		if th != nil && th.admin != nil {
+			th.admin(adm.Addr())
+		}
+	}
+	if cfg.Socket != "" {
+		adm, err := startAdminSocket(cfg.Socket, t.handler(adminAccess{trusted: true}), log)
+		if err != nil {
+			stop()
+			return func() {}, fmt.Errorf("admin.socket: %w", err)
+		}
+		servers = append(servers, adm)
+		log.Info("admin socket listening", "path", cfg.Socket, "paths", paths, "auth", "file mode 0600")
+	}
+	return stop, nil
 }

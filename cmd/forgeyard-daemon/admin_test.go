@@ -20,6 +20,7 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/adminapi"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/semantics"
@@ -30,8 +31,21 @@ import (
 
 func httpGet(t *testing.T, url string) (int, string, string) {
 	t.Helper()
+	return httpGetToken(t, url, "")
+}
+
+// httpGetToken is httpGet with a bearer token ("" for none).
+func httpGetToken(t *testing.T, url, token string) (int, string, string) {
+	t.Helper()
 	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
@@ -85,9 +99,14 @@ func TestAdminEndpoint(t *testing.T) {
 	}
 	var logs syncBuffer
 	done := make(chan int, 1)
+	const token = "admin-endpoint-test-token"
+	tokenFile := filepath.Join(dir, "admin.token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		done <- run(ctx, []string{"--dev-pki", pkiDir, "--listen", "127.0.0.1:0", "--sqlite", filepath.Join(dir, "a.db"),
-			"--admin-listen", "127.0.0.1:0", "--demo-leases", "1", "--log-format", "json", "--shutdown-timeout", "2s"}, io.Discard, &logs, th)
+			"--admin-listen", "127.0.0.1:0", "--admin-token-file", tokenFile, "--admin-public-metrics", "--demo-leases", "1", "--log-format", "json", "--shutdown-timeout", "2s"}, io.Discard, &logs, th)
 	}()
 	var addr, admin string
 	for addr == "" || admin == "" {
@@ -239,11 +258,14 @@ func TestAdminEndpoint(t *testing.T) {
 	writeSample(t, "healthz.json", body)
 
 	// /sessions
-	code, _, body = httpGet(t, base+"/sessions")
+	if code, _, body := httpGet(t, base+"/sessions"); code != http.StatusUnauthorized || !strings.Contains(body, "bearer token") {
+		t.Fatalf("/sessions without the token: %d %s", code, body)
+	}
+	code, _, body = httpGetToken(t, base+"/sessions", token)
 	if code != 200 {
 		t.Fatalf("/sessions: %d", code)
 	}
-	var ss []sessionJSON
+	var ss []adminapi.Session
 	if err := json.Unmarshal([]byte(body), &ss); err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +395,7 @@ func TestHealthListenerDown(t *testing.T) {
 		t.Errorf("listeners %+v", h.Listeners)
 	}
 	tel.listenerDone(0, nil)
-	srv := httptest.NewServer(tel.handler())
+	srv := httptest.NewServer(tel.handler(adminAccess{trusted: true}))
 	defer srv.Close()
 	code, _, body := httpGet(t, srv.URL+"/healthz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "no active listener") || !strings.Contains(body, "listener yamux 127.0.0.1:7444 inactive") {

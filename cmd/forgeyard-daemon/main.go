@@ -11,10 +11,14 @@
 // scheduler of its own; --demo-leases N is a development feature that
 // offers N synthetic leases to every newly registered agent session.
 //
-// With --admin-listen (key admin.listen) the daemon serves an operator HTTP
-// endpoint, loopback only unless admin.allow_remote: GET /metrics
-// (Prometheus), GET /healthz (telemetry.DaemonHealth JSON; 503 when down)
-// and GET /sessions (the connected transports as JSON).
+// With --admin-listen (key admin.listen, loopback only unless
+// admin.allow_remote) and/or --admin-socket (admin.socket, a mode-0600
+// unix socket) the daemon serves an operator HTTP endpoint: GET /metrics
+// (Prometheus), /healthz (telemetry.DaemonHealth; 503 when down), /status,
+// /sessions and /protocols (JSON, see internal/adminapi), read by
+// `forgeyard transport status|sessions|protocols|doctor`. TCP clients need
+// the bearer token of --admin-token-file for all but /healthz (and
+// /metrics with --admin-public-metrics).
 //
 // SIGINT or SIGTERM shuts down gracefully: listeners close, agents get
 // GoAway with a jittered reconnect hint and the alternate endpoints, and
@@ -82,6 +86,9 @@ type flags struct {
 	logDir          string
 	adminListen     string
 	adminRemote     bool
+	adminSocket     string
+	adminTokenFile  string
+	adminPublicMet  bool
 	shutdownTimeout time.Duration
 	otlpEndpoint    string
 }
@@ -104,8 +111,11 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
 	fs.StringVar(&f.logDir, "log-dir", "", "store the attempts' logs received on log streams in `dir` (one file per attempt; without it log streams are refused)")
 	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
-	fs.StringVar(&f.adminListen, "admin-listen", "", "serve /metrics, /healthz and /sessions on `host:port` (key: admin.listen; a missing host means 127.0.0.1; loopback only unless --admin-allow-remote)")
-	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
+	fs.StringVar(&f.adminListen, "admin-listen", "", "serve the admin endpoint (/healthz, /metrics, /status, /sessions, /protocols) on `host:port` (key: admin.listen; a missing host means 127.0.0.1; loopback only unless --admin-allow-remote)")
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "`file` holding the bearer token --admin-listen clients must send for every path but /healthz (key: admin.token_file; without it TCP serves only /healthz and /metrics)")
+	fs.BoolVar(&f.adminPublicMet, "admin-public-metrics", false, "let --admin-listen clients scrape /metrics without the token (key: admin.public_metrics)")
+	fs.StringVar(&f.adminSocket, "admin-socket", "", "also serve the admin endpoint on a unix socket at `path`, mode 0600, no token needed (key: admin.socket)")
+	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; needs --admin-token-file (key: admin.allow_remote)")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces as OTLP/HTTP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default off)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
 	fs.Usage = func() {
@@ -123,7 +133,8 @@ Flags:
 Examples:
   forgeyard-daemon --config /etc/forgeyard/daemon.toml
   forgeyard-daemon --dev-pki ./.dev-pki --sqlite ./authority.db --listen 127.0.0.1:7443 --demo-leases 3
-  forgeyard-daemon --config /etc/forgeyard/daemon.toml --admin-listen 127.0.0.1:9464
+  forgeyard-daemon --config /etc/forgeyard/daemon.toml --admin-listen 127.0.0.1:9464 --admin-token-file /etc/forgeyard/admin.token
+  forgeyard-daemon --config /etc/forgeyard/daemon.toml --admin-socket /run/forgeyard/admin.sock
 `)
 	}
 	return fs
@@ -205,6 +216,11 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	str("log-level", &cfg.Log.Level, f.logLevel)
 	str("log-format", &cfg.Log.Format, f.logFormat)
 	str("admin-listen", &cfg.Admin.Listen, f.adminListen)
+	str("admin-socket", &cfg.Admin.Socket, f.adminSocket)
+	str("admin-token-file", &cfg.Admin.TokenFile, f.adminTokenFile)
+	if set["admin-public-metrics"] {
+		cfg.Admin.PublicMetrics = f.adminPublicMet
+	}
 	str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
 	if set["admin-allow-remote"] {
 		cfg.Admin.AllowRemote = f.adminRemote
@@ -292,21 +308,21 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		return err
 	}
 	tel.attach(d, ls, tlsConf)
-	if addr := cfg.AdminListen(); addr != "" {
-		adm, err := startAdmin(addr, tel.handler(), log)
-		if err != nil {
-			for _, l := range ls {
-				_ = l.Close()
-			}
-			_ = d.Shutdown(context.Background())
-			return fmt.Errorf("admin.listen: %w", err)
+	tel.info = adminInfo{id: cfg.ID, startedAt: time.Now(), au: au, auBackend: authorityBackend(cfg.Authority),
+		protocol: dcfg.Protocol, minProtocol: dcfg.MinProtocol, features: dcfg.Features}
+	stopAdmin, err := tel.startAdminEndpoints(cfg.Admin, cfg.AdminListen(), log, th)
+	if err != nil {
+		for _, l := range ls {
+			_ = l.Close()
 		}
-		defer adm.stop(2 * time.Second) // after the drain: /healthz reports it
-		log.Info("admin endpoint listening", "addr", adm.Addr(), "paths", "/metrics /healthz /sessions")
-		if th != nil && th.admin != nil {
-			th.admin(adm.Addr())
-		}
+		_ = d.Shutdown(context.Background())
+		return err
 	}
+	defer stopAdmin() // after the drain: /healthz and /status report it
+	certCtx, stopCertWatch := context.WithCancel(context.Background())
+	certDone := make(chan struct{})
+	go func() { defer close(certDone); tel.watchCertExpiry(certCtx, log) }()
+	defer func() { stopCertWatch(); <-certDone }()
 	// Connections live on connCtx, which ends only after Shutdown has sent
 	// GoAway and waited: daemon.Serve ties its connections to its own
 	// lifetime, so closing a listener there would drop agents before they
@@ -331,8 +347,10 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down", "timeout", f.shutdownTimeout)
+		tel.draining.Store(true)
 	case failed = <-errc:
 		log.Error("listener failed; shutting down", "err", failed)
+		tel.draining.Store(true)
 	}
 	if demo != nil {
 		demo.stop()

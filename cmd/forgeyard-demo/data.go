@@ -68,6 +68,7 @@ type tailSink struct {
 	attempt wire.JobAttemptId
 	out     io.Writer
 	lines   int
+	elided  bool   // "…" printed for lines not shown
 	notify  func() // called (without t.mu) after lines of the followed attempt arrived
 }
 
@@ -103,7 +104,13 @@ func (t *tailSink) printLocked(seq uint64, kind wlogs.LogStreamKind, data []byte
 			continue
 		}
 		t.lines++
-		if t.lines <= tailMaxLines && t.out != nil {
+		// The first lines, and every stderr line (the executor's answer
+		// to the cancel comes whenever the cancel arrives).
+		if t.out != nil && (t.lines <= tailMaxLines || kind == wlogs.LogStderr) {
+			if t.lines > tailMaxLines && !t.elided {
+				t.elided = true
+				fmt.Fprintln(t.out, "    │ …")
+			}
 			fmt.Fprintf(t.out, "    │ #%d %-6s %s", seq, kind, line)
 			if !strings.HasSuffix(line, "\n") {
 				fmt.Fprintln(t.out)

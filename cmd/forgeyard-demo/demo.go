@@ -11,15 +11,19 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/backends/webtransport"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/internal/netsim"
+	"forgeyard.dev/transport/relay"
+	"forgeyard.dev/transport/relay/fallback"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
@@ -35,7 +39,7 @@ import (
 // params are the demo's knobs; defaultParams is what `make demo` runs.
 type params struct {
 	Dir         string        // PKI and authority directory
-	Agents      int           // agents; the last uses TLS+yamux, the others QUIC
+	Agents      int           // agents; their roles follow agentRoles
 	Leases      int           // leases dispatched (one of them is cancelled)
 	MaxParallel int           // attempts per agent
 	Latency     time.Duration // one-way latency added by every proxy
@@ -45,19 +49,49 @@ type params struct {
 }
 
 func defaultParams() params {
-	return params{Dir: ".demo", Agents: 4, Leases: 24, MaxParallel: 4, Latency: 2 * time.Millisecond, Timeout: 25 * time.Second}
+	return params{Dir: ".demo", Agents: 5, Leases: 24, MaxParallel: 4, Latency: 2 * time.Millisecond, Timeout: 25 * time.Second}
 }
 
-// Demo timing: short intervals so a cut is noticed within about a second.
-var demoTiming = daemon.Timing{
-	HeartbeatInterval: 250 * time.Millisecond, RenewInterval: 500 * time.Millisecond, LeaseTTL: 10 * time.Second,
-	RevokeGrace: 2 * time.Second, RegistrationTimeout: 5 * time.Second, RequestTimeout: time.Second, MaxBackoff: 500 * time.Millisecond,
-}
+// role is how an agent reaches the daemon.
+type role int
 
-// QUIC idle timeout of the agents: a cut path is detected this fast.
 const (
-	agentIdleTimeout = time.Second
-	agentKeepAlive   = 200 * time.Millisecond
+	roleQUIC         role = iota // QUIC through a UDP impairment proxy
+	roleRelay                    // TLS+yamux through a TCP proxy to an in-process forgeyard-relay, which dials the daemon over QUIC
+	roleWebTransport             // WebTransport (HTTP/3) through a UDP proxy to the daemon's WebTransport listener
+	roleYamux                    // TLS+yamux through a TCP proxy to the daemon's TLS+yamux listener
+)
+
+// agentRoles are the roles of agents 1, 2, …, in this fixed order; agents
+// beyond the list use QUIC. Agent 1 is the one whose path is cut (and
+// whose big output upload is cut); agent 2 runs the attempt that is
+// tailed live and cancelled, so it goes through the relay. A run with
+// fewer agents takes a prefix: -agents 2 is QUIC + relay, 3 adds
+// WebTransport, 4 direct TLS+yamux, 5 (the default) a second QUIC agent.
+var agentRoles = []role{roleQUIC, roleRelay, roleWebTransport, roleYamux, roleQUIC}
+
+func roleOf(i int) role {
+	if i < len(agentRoles) {
+		return agentRoles[i]
+	}
+	return roleQUIC
+}
+
+// Demo timing: short intervals so a cut is noticed within about 1.5 s,
+// yet long enough that a starved process (the test runs under -race on a
+// loaded 2-core machine) does not lose its connections: the daemon closes
+// a transport after 3 missed heartbeats (1.5 s).
+var demoTiming = daemon.Timing{
+	HeartbeatInterval: 500 * time.Millisecond, RenewInterval: 500 * time.Millisecond, LeaseTTL: 10 * time.Second,
+	RevokeGrace: 2 * time.Second, RegistrationTimeout: 5 * time.Second, RequestTimeout: 2 * time.Second, MaxBackoff: 500 * time.Millisecond,
+}
+
+// QUIC idle timeout of the agents (and of the relay's upstream): a cut
+// path is detected this fast.
+const (
+	agentIdleTimeout    = 1500 * time.Millisecond
+	agentKeepAlive      = 250 * time.Millisecond
+	agentRequestTimeout = 2 * time.Second
 )
 
 // holdSpec marks the attempt the demo cancels: the demo executor runs it
@@ -131,8 +165,10 @@ func summarize(d []time.Duration) latStat {
 type agentReport struct {
 	Name        string
 	Runner      wire.RunnerId
-	Backend     string
+	Backend     string // the agent's backend ("quic", "relay+yamux", …)
+	Class       string // its fallback class, from the agent's Status
 	Path        string // how it reaches the daemon
+	DaemonSide  string // the transport the daemon registered it on ("quic from 127.0.0.1:x")
 	Attempts    int    // accepted attempts
 	Reconnects  int64
 	Resyncs     int64
@@ -147,6 +183,9 @@ type agentReport struct {
 type report struct {
 	Dir                       string
 	DaemonQUIC, DaemonYamux   string
+	DaemonWT                  string // WebTransport listener ("" when no agent uses it)
+	Relay                     string // the relay's TLS+yamux listener ("" without a relay agent)
+	RelayStats                relay.Stats
 	Agents                    []agentReport
 	Stats                     daemon.Stats
 	Attempts                  int            // accepted attempts
@@ -171,6 +210,7 @@ type state struct {
 	mu          sync.Mutex
 	changed     chan struct{} // closed and replaced on every event
 	registered  map[wire.RunnerId]int
+	daemonSide  map[wire.RunnerId]string  // last registration's backend and remote
 	accepted    map[wire.JobAttemptId]int // attempt → agent index
 	done        map[wire.JobAttemptId]agentwire.CompletionAckKind
 	agentAcked  map[wire.JobAttemptId]bool // the agent received the ack
@@ -190,7 +230,7 @@ type state struct {
 }
 
 func newState() *state {
-	return &state{changed: make(chan struct{}), registered: map[wire.RunnerId]int{}, accepted: map[wire.JobAttemptId]int{},
+	return &state{changed: make(chan struct{}), registered: map[wire.RunnerId]int{}, daemonSide: map[wire.RunnerId]string{}, accepted: map[wire.JobAttemptId]int{},
 		done: map[wire.JobAttemptId]agentwire.CompletionAckKind{}, agentAcked: map[wire.JobAttemptId]bool{}, rejections: map[string]int{}, results: map[wire.JobAttemptId]agentwire.ExecutionResultKind{},
 		perRunner: map[wire.RunnerId]int{}}
 }
@@ -251,6 +291,18 @@ type demoAgent struct {
 	done    chan struct{}
 }
 
+// syncWriter serializes writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
 func progress(p params, format string, args ...any) {
 	if p.Progress != nil {
 		fmt.Fprintf(p.Progress, "• "+format+"\n", args...)
@@ -268,6 +320,11 @@ func runDemo(parent context.Context, p params) (*report, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rep := &report{Dir: p.Dir}
+	if p.Progress != nil {
+		// Stages and the live tail (written by the daemon's log receiver)
+		// share the writer.
+		p.Progress = &syncWriter{w: p.Progress}
+	}
 
 	// 1. Credentials and authority.
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
@@ -336,10 +393,20 @@ func runDemo(parent context.Context, p params) (*report, error) {
 		}
 	}}
 
+	// RunnerCAs: a relayed agent's TLS ends at the relay, so the daemon
+	// checks the chain the agent sends in its registration (and its key
+	// proof) against the dev CA.
+	runnerCAs, err := setup.RunnerCAs(pki.CA.CertFile)
+	if err != nil {
+		return nil, err
+	}
 	d, err := daemon.New(daemon.Config{ID: "demo-daemon", Authority: au, Timing: demoTiming, Logger: log.With("side", "daemon"),
-		LogSink: tail, ContentStore: store,
+		RunnerCAs: runnerCAs,
+		LogSink:   tail, ContentStore: store,
 		Hooks: daemon.Hooks{
-			OnRegistered: func(s daemon.SessionInfo) { st.update(func() { st.registered[s.Runner]++ }) },
+			OnRegistered: func(s daemon.SessionInfo) {
+				st.update(func() { st.registered[s.Runner]++; st.daemonSide[s.Runner] = s.Backend + " from " + s.Remote })
+			},
 			OnCompletion: st.onCompletion,
 		}})
 	if err != nil {
@@ -354,9 +421,28 @@ func runDemo(parent context.Context, p params) (*report, error) {
 		qln.Close()
 		return nil, err
 	}
+	listeners := []semantics.BackendListener{qln, yln}
 	rep.DaemonQUIC, rep.DaemonYamux = qln.Addr().String(), yln.Addr().String()
+	uses := func(r role) bool {
+		for i := range p.Agents {
+			if roleOf(i) == r {
+				return true
+			}
+		}
+		return false
+	}
+	if uses(roleWebTransport) {
+		wln, err := webtransport.Listen("127.0.0.1:0", serverTLS, quic.Config{Logger: log})
+		if err != nil {
+			qln.Close()
+			yln.Close()
+			return nil, err
+		}
+		listeners = append(listeners, wln)
+		rep.DaemonWT = wln.Addr().String()
+	}
 	var serveWG sync.WaitGroup
-	for _, l := range []semantics.BackendListener{qln, yln} {
+	for _, l := range listeners {
 		serveWG.Add(1)
 		go func() { defer serveWG.Done(); _ = d.Serve(context.Background(), l) }()
 	}
@@ -364,11 +450,61 @@ func runDemo(parent context.Context, p params) (*report, error) {
 		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer scancel()
 		_ = d.Shutdown(sctx)
-		qln.Close()
-		yln.Close()
+		for _, l := range listeners {
+			l.Close()
+		}
 		serveWG.Wait()
 	}
-	progress(p, "daemon listening on quic://%s and yamux://%s (SQLite authority %s)", rep.DaemonQUIC, rep.DaemonYamux, db)
+	daemonURIs := "quic://" + rep.DaemonQUIC + ", yamux://" + rep.DaemonYamux
+	if rep.DaemonWT != "" {
+		daemonURIs += ", webtransport://" + rep.DaemonWT
+	}
+	progress(p, "daemon listening on %s (SQLite authority %s)", daemonURIs, db)
+
+	// An in-process forgeyard-relay: agents reach it over TLS+yamux, it
+	// dials the daemon over QUIC with its own certificate (no runner URI).
+	var rl *relay.Relay
+	stopRelay := func() {}
+	if uses(roleRelay) {
+		var rc config.Relay
+		if _, err := setup.DevRelay(filepath.Join(p.Dir, "pki"), &rc); err != nil {
+			shutdownDaemon()
+			return nil, fmt.Errorf("dev relay certificate: %w", err)
+		}
+		rc.Upstream.ServerName = "localhost"
+		upTLS, err := setup.RelayUpstreamTLS(rc.Upstream)
+		if err != nil {
+			shutdownDaemon()
+			return nil, err
+		}
+		relayTLS, err := setup.ServerTLS(rc.TLS)
+		if err != nil {
+			shutdownDaemon()
+			return nil, err
+		}
+		rl, err = relay.New(relay.Config{Upstreams: []string{rep.DaemonQUIC}, UpstreamTLS: upTLS,
+			UpstreamQUIC: quic.Config{MaxIdleTimeout: agentIdleTimeout, KeepAlivePeriod: agentKeepAlive, Logger: log},
+			Logger:       log.With("side", "relay")})
+		if err != nil {
+			shutdownDaemon()
+			return nil, err
+		}
+		rln, err := yamux.Listen("127.0.0.1:0", relayTLS, yamux.Config{})
+		if err != nil {
+			shutdownDaemon()
+			return nil, err
+		}
+		rep.Relay = rln.Addr().String()
+		relayDone := make(chan struct{})
+		go func() { defer close(relayDone); _ = rl.Serve(context.Background(), rln) }()
+		stopRelay = func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer scancel()
+			_ = rl.Shutdown(sctx) // closes rln
+			<-relayDone
+		}
+		progress(p, "forgeyard-relay listening on yamux://%s, relaying to the daemon over quic://%s", rep.Relay, rep.DaemonQUIC)
+	}
 
 	// 3. Agents, each behind its own impairment proxy.
 	agentCtx, stopAgents := context.WithCancel(context.Background())
@@ -385,6 +521,7 @@ func runDemo(parent context.Context, p params) (*report, error) {
 			}
 			da.a.Close()
 		}
+		stopRelay()
 		shutdownDaemon()
 		for _, da := range agents {
 			da.closer.Close()
@@ -400,41 +537,66 @@ func runDemo(parent context.Context, p params) (*report, error) {
 			return nil, err
 		}
 		da := &demoAgent{name: name, runner: cred.Runner, done: make(chan struct{})}
+		// Each agent reaches its target through its own impairment proxy
+		// (UDP for QUIC and WebTransport, TCP for TLS+yamux).
 		var ep config.Endpoint
-		if i == p.Agents-1 {
-			px, err := netsim.NewTCPProxy(rep.DaemonYamux, netsim.Options{Up: imp, Down: imp, Seed: uint64(i + 1)})
-			if err != nil {
-				stopAll()
-				return nil, err
+		var px interface {
+			io.Closer
+			Addr() string
+		}
+		switch r := roleOf(i); r {
+		case roleQUIC, roleWebTransport:
+			target, backend := rep.DaemonQUIC, config.BackendQUIC
+			if r == roleWebTransport {
+				target, backend = rep.DaemonWT, config.BackendWebTransport
 			}
-			da.closer, da.backend, da.path = px, config.BackendYamux, "tcp proxy "+px.Addr()
-			ep = config.Endpoint{Backend: config.BackendYamux, HostPort: px.Addr()}
-		} else {
-			px, err := netsim.NewUDPProxy(rep.DaemonQUIC, netsim.Options{Up: imp, Down: imp, Seed: uint64(i + 1)})
+			up, err := netsim.NewUDPProxy(target, netsim.Options{Up: imp, Down: imp, Seed: uint64(i + 1)})
 			if err != nil {
 				stopAll()
 				return nil, err
 			}
 			if i == 0 {
-				cutProxy.Store(px)
+				cutProxy.Store(up)
 			}
-			da.closer, da.backend, da.path = px, config.BackendQUIC, "udp proxy "+px.Addr()
-			ep = config.Endpoint{Backend: config.BackendQUIC, HostPort: px.Addr()}
+			px, ep = up, config.Endpoint{Backend: backend, HostPort: up.Addr()}
+			da.path = "udp proxy " + up.Addr() + " → " + backend + " " + target
+		case roleRelay, roleYamux:
+			target := rep.DaemonYamux
+			if r == roleRelay {
+				target = rep.Relay
+			}
+			tp, err := netsim.NewTCPProxy(target, netsim.Options{Up: imp, Down: imp, Seed: uint64(i + 1)})
+			if err != nil {
+				stopAll()
+				return nil, err
+			}
+			px, ep = tp, config.Endpoint{Backend: config.BackendYamux, HostPort: tp.Addr(), Relay: r == roleRelay}
+			if r == roleRelay {
+				da.path = "tcp proxy " + tp.Addr() + " → relay " + target + " → quic " + rep.DaemonQUIC
+			} else {
+				da.path = "tcp proxy " + tp.Addr() + " → yamux " + target
+			}
 		}
-		dialer, addr, err := setup.Dialer(ep, cred.Client, quic.Config{MaxIdleTimeout: agentIdleTimeout, KeepAlivePeriod: agentKeepAlive, Logger: log}, yamux.Config{})
+		da.closer = px
+		// The same endpoint construction as forgeyard-agent's (fallback
+		// class, backend name "relay+yamux" for the relay).
+		aep, err := fallback.Endpoint(ep, fallback.Options{TLS: cred.Client,
+			QUIC: quic.Config{MaxIdleTimeout: agentIdleTimeout, KeepAlivePeriod: agentKeepAlive, Logger: log}})
 		if err != nil {
+			px.Close()
 			stopAll()
 			return nil, err
 		}
+		da.backend = aep.Backend
 		a, err := agent.New(agent.Config{
 			Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
-			Endpoints: []agent.Endpoint{{Address: addr, Dialer: dialer, Backend: ep.Backend}},
+			Endpoints: []agent.Endpoint{aep},
 			Role:      agentwire.RoleAgent,
 			Executor: demoExecutor{inner: agent.NewSyntheticExecutor(uint64(i+1), agent.SyntheticOptions{MinDuration: 40 * time.Millisecond, MaxDuration: 250 * time.Millisecond}),
 				started: holdStarted},
 			MaxParallel: p.MaxParallel, Backoff: agent.Backoff{Base: 50 * time.Millisecond, Max: 500 * time.Millisecond},
 			SpoolDir: filepath.Join(p.Dir, "spool", name), FetchPayload: true,
-			RequestTimeout: time.Second, Logger: log.With("side", "agent", "agent", name), Version: "forgeyard-demo/1",
+			RequestTimeout: agentRequestTimeout, Logger: log.With("side", "agent", "agent", name), Version: "forgeyard-demo/1",
 			Hooks: agent.Hooks{OnAttemptDone: func(ad agent.AttemptDone) {
 				st.update(func() { st.agentAcked[ad.Job.Attempt] = true })
 			}, OnAttemptStarted: func(j agent.Job) {
@@ -466,7 +628,19 @@ func runDemo(parent context.Context, p params) (*report, error) {
 	if err := st.waitFor(ctx, "agents to register", func() bool { return len(st.registered) == p.Agents }); err != nil {
 		return rep, err
 	}
-	progress(p, "%d agents registered (%d over QUIC via UDP proxies, 1 over TLS+yamux via a TCP proxy; +%v one-way latency)", p.Agents, p.Agents-1, p.Latency)
+	byBackend := map[string]int{}
+	var order []string
+	for _, da := range agents {
+		if byBackend[da.backend] == 0 {
+			order = append(order, da.backend)
+		}
+		byBackend[da.backend]++
+	}
+	var parts []string
+	for _, b := range order {
+		parts = append(parts, fmt.Sprintf("%d %s", byBackend[b], b))
+	}
+	progress(p, "%d agents registered (%s; each through its own impairment proxy, +%v one-way latency)", p.Agents, strings.Join(parts, ", "), p.Latency)
 
 	// 4. Dispatch. Lease 0 is the hold attempt, on agent 2 (never the cut
 	// agent); the others are spread round-robin.
@@ -583,13 +757,20 @@ func runDemo(parent context.Context, p params) (*report, error) {
 
 	// 7. Collect, stop, check the authority and the data plane.
 	rep.Stats = d.Stats()
+	if rl != nil {
+		rep.RelayStats = rl.Stats()
+	}
 	rep.Data = collectData(d, store, tail, agents, st)
 	for i, da := range agents {
 		as, status := da.a.Stats(), da.a.Status()
-		ar := agentReport{Name: da.name, Runner: da.runner, Backend: da.backend, Path: da.path, Reconnects: as.Reconnects,
+		ar := agentReport{Name: da.name, Runner: da.runner, Backend: da.backend, Class: status.Class, Path: da.path, Reconnects: as.Reconnects,
 			Resyncs: as.Resyncs, Retried: as.CompletionsRetried, DupOffers: as.DuplicatesAbsorbed, Cut: i == 0,
 			Connected: status.Connected, Completions: as.CompletionAcks}
 		st.mu.Lock()
+		ar.DaemonSide = st.daemonSide[da.runner]
+		if roleOf(i) == roleRelay && ar.DaemonSide != "" {
+			ar.DaemonSide += " (the relay)"
+		}
 		for _, idx := range st.accepted {
 			if idx == i {
 				ar.Attempts++
@@ -614,6 +795,18 @@ func runDemo(parent context.Context, p params) (*report, error) {
 	st.mu.Unlock()
 	rep.Rejections, rep.NotConnected = st.rejections, st.notConn
 	rep.Attempts = len(attempts)
+	// Every agent must have reached the daemon the way its role says: the
+	// relayed one on the relay's QUIC connection, from the relay.
+	var wrongPath []string
+	for i, ar := range rep.Agents {
+		want := map[role]string{roleQUIC: "quic", roleRelay: "quic", roleWebTransport: "webtransport", roleYamux: "yamux"}[roleOf(i)]
+		if !strings.HasPrefix(ar.DaemonSide, want+" from ") {
+			wrongPath = append(wrongPath, fmt.Sprintf("agent %s (%s): daemon saw %q, want %s", ar.Name, ar.Backend, ar.DaemonSide, want))
+		}
+	}
+	if rl != nil && (rep.RelayStats.Accepted < 1 || rep.RelayStats.BytesToDaemon == 0 || rep.RelayStats.BytesToAgent == 0) {
+		wrongPath = append(wrongPath, fmt.Sprintf("the relay carried nothing: %+v", rep.RelayStats))
+	}
 	var bad []string
 	for _, att := range attempts {
 		n, err := au.Completions(context.Background(), att)
@@ -639,6 +832,8 @@ func runDemo(parent context.Context, p params) (*report, error) {
 		rep.Failure = fmt.Sprintf("the cancelled attempt ended %v, not Cancelled", rep.CancelResult)
 	case rep.Data.Failure != "":
 		rep.Failure = rep.Data.Failure
+	case len(wrongPath) > 0:
+		rep.Failure = strings.Join(wrongPath, "; ")
 	default:
 		rep.Pass = true
 	}

@@ -3,17 +3,23 @@
 //
 //  1. creates (or reuses) a development PKI in ./.demo/pki and a fresh
 //     SQLite authority in ./.demo/authority.db;
-//  2. starts a daemon on QUIC loopback (and TLS+yamux) on free ports;
+//  2. starts a daemon on QUIC, TLS+yamux and WebTransport loopback on free
+//     ports, and an in-process forgeyard-relay (relay.New) that accepts
+//     agents over TLS+yamux and dials the daemon over QUIC;
 //  3. starts agents, each through its own impairment proxy
-//     (internal/netsim: UDP for QUIC agents, TCP for the yamux agent);
+//     (internal/netsim: UDP for QUIC and WebTransport, TCP for TLS+yamux),
+//     with roles in a fixed order (agentRoles): 1 QUIC (cut), 2 TLS+yamux
+//     through the relay, 3 WebTransport, 4 TLS+yamux, 5 and beyond QUIC;
 //  4. dispatches a batch of leases (offer → accept → phases → completion)
-//     run by the synthetic executor, and cancels one long attempt;
+//     run by the synthetic executor, with payloads and outputs through CAS,
+//     and cancels one long attempt on agent 2 while tailing its log;
 //  5. cuts agent 1's path right after the daemon commits one of its
 //     completions and before the ack can reach it: the agent reconnects
 //     under the same agent session, resyncs, retries the completion with
 //     the same MessageId and gets DuplicateAccepted;
-//  6. prints a summary and checks the authority: the exit status is 0 only
-//     if every accepted attempt completed exactly once.
+//  6. prints a summary (each agent's backend, path and the transport the
+//     daemon saw) and checks the authority: the exit status is 0 only if
+//     every accepted attempt completed exactly once.
 //
 // Flags (all optional): -agents, -leases, -dir, -v (daemon and agent logs
 // to stderr).
@@ -41,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("forgeyard-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&p.Dir, "dir", p.Dir, "working `directory` for the dev PKI and the authority database")
-	fs.IntVar(&p.Agents, "agents", p.Agents, "number of agents (2–16); the last one uses TLS+yamux")
+	fs.IntVar(&p.Agents, "agents", p.Agents, "number of agents (2–16): quic (cut), relay+yamux, webtransport, yamux, then quic")
 	fs.IntVar(&p.Leases, "leases", p.Leases, "number of leases to dispatch (at least 2×agents+1, at most 1000)")
 	verbose := fs.Bool("v", false, "log daemon and agent events to stderr")
 	if err := fs.Parse(args); err != nil {

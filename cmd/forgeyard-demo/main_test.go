@@ -14,8 +14,9 @@ import (
 )
 
 // TestDemoSmall runs the demo's whole scenario with 2 agents (one QUIC
-// through a UDP proxy that gets cut, one TLS+yamux through a TCP proxy) and
-// 8 leases, through the command's entry point.
+// through a UDP proxy that gets cut, one TLS+yamux through a TCP proxy to
+// the in-process relay, which reaches the daemon over QUIC) and 8 leases,
+// through the command's entry point.
 func TestDemoSmall(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), ".demo")
 	var out, errOut bytes.Buffer
@@ -28,7 +29,7 @@ func TestDemoSmall(t *testing.T) {
 		t.Errorf("demo took %v", el)
 	}
 	s := out.String()
-	for _, want := range []string{"Authority check: 8/8 accepted attempts completed exactly once — PASS", "DuplicateAccepted 1", "(cut)", "quic", "yamux",
+	for _, want := range []string{"Authority check: 8/8 accepted attempts completed exactly once — PASS", "DuplicateAccepted 1", "(cut)", "quic", "relay+yamux", "→ relay 127.0.0.1:", "(the relay)", "Relay yamux://",
 		"offer → accept", "completion → ack", "cancel delivery", "ended Cancelled",
 		"live log of attempt", "[step 3]", "received cancellation", "Payload (CAS download)", "Cut upload", "stored and verified: true"} {
 		if !strings.Contains(s, want) && !(want == "DuplicateAccepted 1" && strings.Contains(s, "DuplicateAccepted ")) {
@@ -45,10 +46,11 @@ func TestDemoSmall(t *testing.T) {
 	}
 }
 
-// TestDemoReport checks the report's invariants on a direct run.
+// TestDemoReport checks the report's invariants on a direct run with 4
+// agents: QUIC (cut), relay over TLS+yamux, WebTransport, TLS+yamux.
 func TestDemoReport(t *testing.T) {
 	p := defaultParams()
-	p.Dir, p.Agents, p.Leases, p.MaxParallel = filepath.Join(t.TempDir(), "d"), 3, 9, 2
+	p.Dir, p.Agents, p.Leases, p.MaxParallel = filepath.Join(t.TempDir(), "d"), 4, 9, 2
 	rep, err := runDemo(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
@@ -62,8 +64,23 @@ func TestDemoReport(t *testing.T) {
 	if rep.Agents[0].Reconnects < 1 || !rep.Agents[0].Cut || rep.Stats.Reconnects < 1 {
 		t.Errorf("cut agent did not reconnect: %+v", rep.Agents[0])
 	}
-	if rep.Agents[2].Backend != "yamux" || rep.Agents[0].Backend != "quic" {
-		t.Errorf("backends %s %s", rep.Agents[0].Backend, rep.Agents[2].Backend)
+	// Each agent's backend as the agent sees it, its fallback class, and
+	// the transport the daemon registered it on (the relayed agent: the
+	// relay's QUIC connection).
+	for i, want := range []struct{ backend, class, daemon string }{
+		{"quic", "quic", "quic from "}, {"relay+yamux", "relay", "quic from "},
+		{"webtransport", "webtransport", "webtransport from "}, {"yamux", "tcp", "yamux from "},
+	} {
+		a := rep.Agents[i]
+		if a.Backend != want.backend || a.Class != want.class || !strings.HasPrefix(a.DaemonSide, want.daemon) || a.Attempts == 0 {
+			t.Errorf("agent %s: backend %q class %q daemon side %q attempts %d, want %+v", a.Name, a.Backend, a.Class, a.DaemonSide, a.Attempts, want)
+		}
+	}
+	if !strings.Contains(rep.Agents[1].Path, "→ relay "+rep.Relay+" → quic "+rep.DaemonQUIC) || !strings.HasSuffix(rep.Agents[1].DaemonSide, "(the relay)") {
+		t.Errorf("relayed agent: path %q, daemon side %q", rep.Agents[1].Path, rep.Agents[1].DaemonSide)
+	}
+	if rs := rep.RelayStats; rs.Accepted < 1 || rs.Streams < 3 || rs.BytesToDaemon == 0 || rs.BytesToAgent < payloadSize {
+		t.Errorf("relay stats %+v", rs)
 	}
 	if rep.CD.N != 1 || rep.CancelResult != agentwire.ResultCancelled {
 		t.Errorf("cancel: %+v %v", rep.CD, rep.CancelResult)

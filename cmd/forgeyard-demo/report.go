@@ -19,21 +19,48 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
 }
 
+// size formats a byte count in KiB or MiB.
+func size(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
 // print writes the human-readable summary.
 func (r *report) print(w io.Writer) {
-	fmt.Fprintf(w, "\nForgeyard Transport demo — %d agents, daemon quic://%s + yamux://%s, %.1f s\n\n", len(r.Agents), r.DaemonQUIC, r.DaemonYamux, r.Elapsed.Seconds())
+	daemon := "quic://" + r.DaemonQUIC + " + yamux://" + r.DaemonYamux
+	if r.DaemonWT != "" {
+		daemon += " + webtransport://" + r.DaemonWT
+	}
+	fmt.Fprintf(w, "\nForgeyard Transport demo — %d agents, daemon %s, %.1f s\n\n", len(r.Agents), daemon, r.Elapsed.Seconds())
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tRUNNER\tBACKEND\tPATH\tATTEMPTS\tACKS (ok/dup/stale)\tRECONNECTS\tRESYNCS\tCOMPLETION RETRIES")
+	fmt.Fprintln(tw, "AGENT\tBACKEND\tPATH\tDAEMON SEES\tATTEMPTS\tACKS (ok/dup/stale)\tRECONNECTS\tRESYNCS\tCOMPLETION RETRIES")
 	for _, a := range r.Agents {
 		path := a.Path
 		if a.Cut {
 			path += " (cut)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d/%d\t%d\t%d\t%d\n", a.Name, a.Runner, a.Backend, path, a.Attempts,
+		backend := a.Backend
+		seen := a.DaemonSide
+		if seen == "" {
+			seen = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d/%d\t%d\t%d\t%d\n", a.Name, backend, path, seen, a.Attempts,
 			a.Completions[agentwire.AckAccepted], a.Completions[agentwire.AckDuplicateAccepted], a.Completions[agentwire.AckStaleRejected],
 			a.Reconnects, a.Resyncs, a.Retried)
 	}
 	tw.Flush()
+	fmt.Fprintln(w)
+	for _, a := range r.Agents {
+		fmt.Fprintf(w, "Agent %s is runner %s\n", a.Name, a.Runner)
+	}
+	if r.Relay != "" {
+		rs := r.RelayStats
+		fmt.Fprintf(w, "Relay yamux://%s → daemon quic://%s: %d agent connection(s) relayed, %d streams, %s to the daemon, %s to agents, %d dial failures\n",
+			r.Relay, r.DaemonQUIC, rs.Accepted, rs.Streams, size(rs.BytesToDaemon), size(rs.BytesToAgent), rs.DialFailures)
+		fmt.Fprintf(w, "      (the relay's TLS ends at the relay; the daemon checked the agent's own certificate chain and key proof)\n")
+	}
 
 	s := r.Stats
 	fmt.Fprintln(w)

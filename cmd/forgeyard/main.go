@@ -1,13 +1,14 @@
 // Command forgeyard is the Forgeyard Transport operator CLI.
 //
 //	forgeyard dev-certs [flags]   create a development PKI (CA, server, agents)
+//	forgeyard transport status|sessions|protocols|doctor [--admin URL] [--token-file FILE] [--json]
 //	forgeyard runner token create|list|revoke, runner disable|enable,
 //	forgeyard runner cert list|revoke   runner identity lifecycle
 //
 // Subcommands are registered in the commands table below; each parses its
-// own flags with the standard flag package. Groups of subcommands (the
-// planned `forgeyard transport status|sessions|protocols|doctor`) are
-// commands whose run function dispatches again with dispatch.
+// own flags with the standard flag package. Groups of subcommands
+// (`forgeyard transport ...`, see transport.go) are commands whose run
+// function dispatches again with dispatch.
 //
 // Exit status: 0 on success, 1 when the command failed, 2 on a usage error.
 package main
@@ -37,6 +38,7 @@ type command struct {
 // commands are the top-level subcommands, in help order.
 var commands = []command{
 	{name: "dev-certs", summary: "create or complete a development PKI (CA, server and agent certificates)", run: runDevCerts},
+	{name: "transport", summary: "inspect a running daemon: status, sessions, protocols, doctor", run: runTransport},
 	{name: "runner", summary: "runner identities: enrollment tokens, disable/enable, certificate revocation (runner.go)", run: runRunner},
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"net"
 	"net/netip"
+	"path/filepath"
 )
 
 // DefaultAdminHost is the host an admin listen address without one (":9464")
@@ -10,20 +11,63 @@ import (
 // accident.
 const DefaultAdminHost = "127.0.0.1"
 
-// Admin is the daemon's operator HTTP endpoint: /metrics, /healthz and
-// /sessions.
+// Admin is the daemon's operator HTTP endpoint (/healthz, /metrics,
+// /status, /sessions, /protocols; see internal/adminapi), served on a
+// loopback TCP address, a unix socket, or both.
 //
 //	[admin]
 //	listen = "127.0.0.1:9464"
+//	token_file = "/etc/forgeyard/admin.token"   # bearer token for TCP clients
+//	public_metrics = false                      # true: /metrics needs no token
+//	socket = "/run/forgeyard/admin.sock"        # mode 0600, no token needed
 //	allow_remote = false
 type Admin struct {
-	// Listen is "host:port" ("" = no admin endpoint). A missing host means
+	// Listen is "host:port" ("" = no TCP endpoint). A missing host means
 	// DefaultAdminHost. The host must be a loopback address or "localhost"
 	// unless AllowRemote is set.
 	Listen string `toml:"listen"`
-	// AllowRemote permits a non-loopback Listen host. The endpoint has no
-	// authentication: put it behind a firewall or a TLS proxy.
+	// TokenFile is the path of a file holding the bearer token TCP clients
+	// must send ("Authorization: Bearer TOKEN") for every path but
+	// /healthz. Without it the TCP endpoint serves only /healthz and
+	// /metrics; /status, /sessions and /protocols are then reachable over
+	// Socket only.
+	TokenFile string `toml:"token_file"`
+	// PublicMetrics lets TCP clients scrape /metrics without the token
+	// (for a Prometheus without bearer-token configuration).
+	PublicMetrics bool `toml:"public_metrics"`
+	// Socket is the path of a unix socket serving every path without a
+	// token; it is created mode 0600 (owner only), so the file permissions
+	// are the authentication. A stale socket file is replaced.
+	Socket string `toml:"socket"`
+	// AllowRemote permits a non-loopback Listen host; it requires
+	// TokenFile. Prefer a TLS-terminating proxy in front of it.
 	AllowRemote bool `toml:"allow_remote"`
+}
+
+// Validate checks the admin keys (prefix "admin.").
+func (a Admin) Validate() error {
+	if _, err := AdminAddr("admin.listen", a.Listen, a.AllowRemote); err != nil {
+		return err
+	}
+	if err := checkFileRef("admin.token_file", a.TokenFile); err != nil {
+		return err
+	}
+	if err := checkFileRef("admin.socket", a.Socket); err != nil {
+		return err
+	}
+	if a.Socket != "" && !filepath.IsAbs(a.Socket) {
+		return invalid("admin.socket", "%q must be an absolute path (e.g. /run/forgeyard/admin.sock)", a.Socket)
+	}
+	if len(a.Socket) > 104 {
+		return invalid("admin.socket", "path longer than 104 bytes (the unix socket limit)")
+	}
+	if a.AllowRemote && a.Listen != "" && a.TokenFile == "" {
+		return invalid("admin.allow_remote", "a remote admin endpoint needs admin.token_file (a bearer token) so session lists are not open to the network")
+	}
+	if a.TokenFile != "" && a.Listen == "" {
+		return invalid("admin.token_file", "set admin.listen too: the token authenticates TCP clients (the socket needs none)")
+	}
+	return nil
 }
 
 // AdminAddr returns the address to bind for the admin key (e.g.
@@ -48,5 +92,5 @@ func AdminAddr(key, addr string, allowRemote bool) (string, error) {
 	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
 		return addr, nil
 	}
-	return "", invalid(key, "%q is not a loopback address; the admin endpoint has no authentication (set admin.allow_remote = true to serve it remotely)", host)
+	return "", invalid(key, "%q is not a loopback address; serve it on 127.0.0.1 or a unix socket (admin.socket), or set admin.allow_remote = true with admin.token_file", host)
 }

@@ -19,6 +19,7 @@ func TestAdminAddr(t *testing.T) {
 		{"[::1]:9464", false, "[::1]:9464", ""},
 		{"localhost:9464", false, "localhost:9464", ""},
 		{"0.0.0.0:9464", false, "", "not a loopback address"},
+		{"[::ffff:10.0.0.1]:9464", false, "", "admin.token_file"},
 		{"10.1.2.3:9464", false, "", "admin.allow_remote"},
 		{"metrics.example:9464", false, "", "not a loopback address"},
 		{"0.0.0.0:9464", true, "0.0.0.0:9464", ""},
@@ -51,13 +52,43 @@ func TestDaemonAdminKeys(t *testing.T) {
 	if _, err := ParseDaemon("d.toml", []byte(base+"[admin]\nlisten = \"0.0.0.0:9464\"\n")); err == nil || !strings.Contains(err.Error(), "d.toml: admin.listen") {
 		t.Errorf("remote admin without allow_remote: %v", err)
 	}
-	d, err = ParseDaemon("d.toml", []byte(base+"[admin]\nlisten = \"0.0.0.0:9464\"\nallow_remote = true\n"))
+	if _, err := ParseDaemon("d.toml", []byte(base+"[admin]\nlisten = \"0.0.0.0:9464\"\nallow_remote = true\n")); err == nil || !strings.Contains(err.Error(), "admin.allow_remote: a remote admin endpoint needs admin.token_file") {
+		t.Errorf("remote admin without a token: %v", err)
+	}
+	d, err = ParseDaemon("d.toml", []byte(base+"[admin]\nlisten = \"0.0.0.0:9464\"\nallow_remote = true\ntoken_file = \"/etc/t\"\n"))
 	if err != nil || d.AdminListen() != "0.0.0.0:9464" {
 		t.Errorf("allow_remote: %v %+v", err, d)
 	}
 	d, err = ParseDaemon("d.toml", []byte(base))
 	if err != nil || d.AdminListen() != "" {
 		t.Errorf("no admin: %q %v", d.AdminListen(), err)
+	}
+}
+
+func TestAdminValidate(t *testing.T) {
+	for _, c := range []struct {
+		a    Admin
+		want string // "" = valid
+	}{
+		{Admin{}, ""},
+		{Admin{Socket: "/run/forgeyard/admin.sock"}, ""},
+		{Admin{Listen: ":9464", TokenFile: "/etc/forgeyard/admin.token", PublicMetrics: true}, ""},
+		{Admin{Socket: "admin.sock"}, "admin.socket: \"admin.sock\" must be an absolute path"},
+		{Admin{Socket: "/" + strings.Repeat("s", 120)}, "admin.socket: path longer than 104 bytes"},
+		{Admin{TokenFile: "/etc/t"}, "admin.token_file: set admin.listen too"},
+		{Admin{Listen: ":1", TokenFile: "-----BEGIN X"}, "admin.token_file: holds inline PEM"},
+		{Admin{Listen: "10.0.0.1:9464", AllowRemote: true}, "needs admin.token_file"},
+	} {
+		err := c.a.Validate()
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%+v: %v", c.a, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.a, err, c.want)
+		}
 	}
 }
 

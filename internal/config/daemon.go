@@ -55,9 +55,10 @@ const (
 //	level = "info"
 //	format = "text"
 //
-//	[admin]
-//	listen = "127.0.0.1:9464"     # optional: /metrics, /healthz, /sessions
-//	allow_remote = false
+//	[admin]                        # optional operator endpoint (see Admin)
+//	listen = "127.0.0.1:9464"
+//	token_file = "/etc/forgeyard/admin.token"
+//	socket = "/run/forgeyard/admin.sock"
 type Daemon struct {
 	// ID names this daemon in logs and in session records ("": the host
 	// name).
@@ -297,7 +298,7 @@ func (d *Daemon) Validate() error {
 			return invalid(fmt.Sprintf("alternate_endpoints[%d]", i), "%v", err)
 		}
 	}
-	if _, err := AdminAddr("admin.listen", d.Admin.Listen, d.Admin.AllowRemote); err != nil {
+	if err := d.Admin.Validate(); err != nil {
 		return err
 	}
 	return d.Log.validate("log.")

@@ -92,6 +92,7 @@ type world struct {
 	daemon *netns.Proc
 	db     string
 	logDir string
+	token  string // the admin endpoint's bearer token (--admin-token-file)
 }
 
 func newWorld(t *testing.T) *world {
@@ -105,6 +106,10 @@ func newWorld(t *testing.T) *world {
 	w.pki = filepath.Join(w.dir, "pki")
 	w.db = filepath.Join(w.dir, "authority.db")
 	w.logDir = filepath.Join(w.dir, "logs")
+	w.token = "e2e-admin-" + filepath.Base(w.dir)
+	if err := os.WriteFile(filepath.Join(w.dir, "admin.token"), []byte(w.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	pki, err := trust.GenerateDevPKI(w.pki, trust.DevPKIOptions{Agents: []string{"a1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +131,8 @@ func (w *world) startDaemon(extra ...string) {
 		"--listen", fmt.Sprintf("0.0.0.0:%d", portQUIC),
 		"--listen-yamux", fmt.Sprintf("0.0.0.0:%d", portYamux),
 		"--listen-webtransport", fmt.Sprintf("0.0.0.0:%d", portWT),
-		"--admin-listen", adminAddr, "--log-format", "json", "--shutdown-timeout", "2s"}
+		"--admin-listen", adminAddr, "--admin-token-file", filepath.Join(w.dir, "admin.token"),
+		"--log-format", "json", "--shutdown-timeout", "2s"}
 	w.daemon = w.hub.Start("daemon", binDaemon, append(args, extra...))
 	listening, admin := 0, false
 	if _, err := w.daemon.WaitLine(w.ctx, func(l string) bool {
@@ -258,7 +264,12 @@ type session struct {
 // sessions fetches /sessions from inside the hub namespace.
 func (w *world) sessions() []session {
 	w.t.Helper()
-	resp, err := w.hub.HTTPClient().Get("http://" + adminAddr + "/sessions")
+	req, err := http.NewRequestWithContext(w.ctx, http.MethodGet, "http://"+adminAddr+"/sessions", nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+w.token)
+	resp, err := w.hub.HTTPClient().Do(req)
 	if err != nil {
 		w.t.Fatalf("GET /sessions: %v", err)
 	}

@@ -85,7 +85,15 @@ func TestUDPLatency(t *testing.T) {
 	if rtt, ok := roundTrip(c, []byte("fast"), 2*time.Second); !ok || rtt >= 35*time.Millisecond {
 		t.Errorf("after clearing latency rtt=%v ok=%v", rtt, ok)
 	}
-	if s := p.Stats(); s.Flows != 1 || s.UpBytes != 8 || s.DownBytes != 8 {
+	// The proxy counts a datagram after its write returned, which can be
+	// after the client read it: poll (no event exists) with a deadline.
+	deadline := time.Now().Add(2 * time.Second)
+	s := p.Stats()
+	for (s.UpBytes != 8 || s.DownBytes != 8) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		s = p.Stats()
+	}
+	if s.Flows != 1 || s.UpBytes != 8 || s.DownBytes != 8 {
 		t.Errorf("stats %+v", s)
 	}
 }

@@ -294,6 +294,12 @@ func (a *Agent) onLink(deadline time.Time, permanent func(error) bool, f func(ct
 		if permanent(err) || a.ctx.Err() != nil || !time.Now().Before(deadline) {
 			return err
 		}
+		if errors.Is(err, cas.ErrBusy) {
+			// Another attempt of this agent is transferring the same
+			// object (a shared payload): wait for it, bounded by the
+			// deadline rather than by dataTries.
+			try--
+		}
 		t := time.NewTimer(min(time.Until(deadline), 50*time.Millisecond))
 		select {
 		case <-changed:

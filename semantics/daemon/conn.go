@@ -65,7 +65,7 @@ type conn struct {
 	dataWaits   int       // data-plane requests being answered (data.go)
 	closedAt    time.Time // wall clock at teardown (data.go's log sweep)
 	lastHB      time.Time
-	phases      map[wire.JobAttemptId]agentwire.AttemptPhase // last reported, read goroutine only
+	phases      map[wire.JobAttemptId]agentwire.AttemptPhase // last reported, work goroutine only
 	hbTimer     *time.Timer
 	cred        credential  // enroll.go: the certificate registered with
 	expiryTimer *time.Timer // enroll.go: closes the transport when it expires
@@ -74,6 +74,52 @@ type conn struct {
 
 	rl  connRates       // per-connection message rates (ratelimit.go)
 	adm admissionTicket // admission slots held (admission.go), under d.hard.mu
+
+	// work carries, in arrival order, the control messages whose handling
+	// may wait on the authority (lease answers, renewals, completions,
+	// data-plane requests, phase reports), so that the read goroutine keeps
+	// answering heartbeats while the authority is slow (a loaded database,
+	// a loaded machine). Created by the read goroutine on first use;
+	// workDone is closed when the work goroutine has returned.
+	work     chan func()
+	workDone chan struct{}
+}
+
+// workQueue bounds the messages queued for the work goroutine; when it is
+// full the read goroutine waits (back-pressure on the agent's control
+// stream, as when handling was inline).
+const workQueue = 64
+
+// ordered runs f on the conn's work goroutine after every function queued
+// before it. Read goroutine only. It returns without running f when the
+// transport closes first.
+func (c *conn) ordered(f func()) {
+	if c.work == nil {
+		c.work, c.workDone = make(chan func(), workQueue), make(chan struct{})
+		go func() {
+			defer close(c.workDone)
+			for f := range c.work {
+				if c.getState() >= session.Closing {
+					continue // drain: the transport is going away
+				}
+				f()
+			}
+		}()
+	}
+	select {
+	case c.work <- f:
+	case <-c.sc.Done():
+	}
+}
+
+// stopWork ends the work goroutine after the queued functions (skipped if
+// the transport is closing) and waits for it. Read goroutine only, after
+// the last ordered call.
+func (c *conn) stopWork() {
+	if c.work != nil {
+		close(c.work)
+		<-c.workDone
+	}
 }
 
 func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
@@ -197,6 +243,7 @@ func (c *conn) serve(ctx context.Context) {
 	go c.serveUniStreams(dctx)
 	_ = c.ch.Run(c.handle, c.bad)
 	c.closeNow(wire.CloseProtocolError, "control stream ended")
+	c.stopWork()
 	<-c.sc.Done()
 	c.closeErr = c.sc.Err()
 }
@@ -336,32 +383,37 @@ func (c *conn) handle(env *wire.Envelope) {
 		c.onRegister(env, m)
 	case *agentwire.AgentResyncV1:
 		c.onResync(env, m)
+	// Heartbeats are answered here, at once; everything that may wait on
+	// the authority runs in arrival order on the work goroutine (ordered),
+	// so a slow authority call never holds a heartbeat back (§180–181).
 	case *agentwire.HeartbeatV1:
 		c.onHeartbeat(env, m)
 	case *agentwire.LeaseAcceptedV1:
-		c.onLeaseAnswer(env, m.Lease, m.Attempt, true, 0, "")
+		c.ordered(func() { c.onLeaseAnswer(env, m.Lease, m.Attempt, true, 0, "") })
 	case *agentwire.LeaseRejectedV1:
-		c.onLeaseAnswer(env, m.Lease, m.Attempt, false, m.Reason, m.Message)
+		c.ordered(func() { c.onLeaseAnswer(env, m.Lease, m.Attempt, false, m.Reason, m.Message) })
 	case *agentwire.LeaseRenewV1:
-		c.onRenew(env, m)
+		c.ordered(func() { c.onRenew(env, m) })
 	case *agentwire.AttemptCompletionV1:
-		c.onCompletion(env, m)
+		c.ordered(func() { c.onCompletion(env, m) })
 	case *agentwire.PhaseChangeV1:
-		if p, ok := c.phases[m.Attempt]; !ok || p != m.Phase {
-			if c.phases == nil {
-				c.phases = map[wire.JobAttemptId]agentwire.AttemptPhase{}
+		c.ordered(func() {
+			if p, ok := c.phases[m.Attempt]; !ok || p != m.Phase {
+				if c.phases == nil {
+					c.phases = map[wire.JobAttemptId]agentwire.AttemptPhase{}
+				}
+				if len(c.phases) < agentwire.MaxActiveAttempts {
+					c.phases[m.Attempt] = m.Phase
+				}
+				c.phaseEvent(m.Attempt, m.Lease, m.Phase)
 			}
-			if len(c.phases) < agentwire.MaxActiveAttempts {
-				c.phases[m.Attempt] = m.Phase
-			}
-			c.phaseEvent(m.Attempt, m.Lease, m.Phase)
-		}
+		})
 	case *wlogs.LogsFinalizedV1:
-		c.onLogsFinalized(env, m)
+		c.ordered(func() { c.onLogsFinalized(env, m) })
 	case *wcas.NeedObjectsV1:
-		c.onNeedObjects(env, m)
+		c.ordered(func() { c.onNeedObjects(env, m) })
 	case *wcas.OutputsFinalizedV1:
-		c.onOutputsFinalized(env, m)
+		c.ordered(func() { c.onOutputsFinalized(env, m) })
 	case *agentwire.CapabilityUpdateV1, *admin.AdminAckV1, *agentwire.CancelAckV1:
 		// Capability snapshots are the scheduler's business; admin acks and
 		// late cancel acks (their Call already timed out) need no answer.
@@ -775,15 +827,18 @@ func (c *conn) onHeartbeat(env *wire.Envelope, m *agentwire.HeartbeatV1) {
 	c.resetLiveness()
 	c.reply(env, &agentwire.HeartbeatAckV1{Seq: m.Seq, ServerTimeMs: uint64(d.now().UnixMilli())})
 	// Heartbeats re-assert phases whose PhaseChangeV1 was lost; the set of
-	// remembered attempts is the heartbeat's (≤ MaxActiveAttempts).
-	next := make(map[wire.JobAttemptId]agentwire.AttemptPhase, len(m.ActiveAttempts))
-	for _, a := range m.ActiveAttempts {
-		next[a.Attempt] = a.Phase
-		if p, ok := c.phases[a.Attempt]; !ok || p != a.Phase {
-			c.phaseEvent(a.Attempt, a.Lease, a.Phase)
+	// remembered attempts is the heartbeat's (≤ MaxActiveAttempts). In
+	// order with the PhaseChangeV1 and completions received before it.
+	c.ordered(func() {
+		next := make(map[wire.JobAttemptId]agentwire.AttemptPhase, len(m.ActiveAttempts))
+		for _, a := range m.ActiveAttempts {
+			next[a.Attempt] = a.Phase
+			if p, ok := c.phases[a.Attempt]; !ok || p != a.Phase {
+				c.phaseEvent(a.Attempt, a.Lease, a.Phase)
+			}
 		}
-	}
-	c.phases = next
+		c.phases = next
+	})
 }
 
 func (c *conn) sendOffer(of *offer) {

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/cas"
+	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -100,4 +103,86 @@ func TestDataPayloadFetch(t *testing.T) {
 			t.Fatalf("payload stats %d fetched / %d failed, want 1/1", st.PayloadsFetched, st.PayloadsFailed)
 		}
 	})
+}
+
+// slowStore serves downloads slowly (a pause before every read), so a
+// payload transfer lasts much longer than the agent's retry pauses.
+type slowStore struct {
+	*cas.FSStore
+	pause time.Duration
+}
+
+func (s slowStore) Open(ref wire.CasObjectRef, off uint64) (io.ReadCloser, error) {
+	rc, err := s.FSStore.Open(ref, off)
+	if err != nil {
+		return nil, err
+	}
+	return slowReader{rc, s.pause}, nil
+}
+
+type slowReader struct {
+	io.ReadCloser
+	pause time.Duration
+}
+
+func (r slowReader) Read(p []byte) (int, error) {
+	time.Sleep(r.pause) // simulated slow disk, not synchronization
+	return r.ReadCloser.Read(p)
+}
+
+// TestDataPayloadShared: several attempts of one agent name the same
+// payload at once; one downloads it while the others find its transfer in
+// progress (cas.ErrBusy) and wait for it — for as long as the transfer
+// takes, not a fixed number of retries — so every attempt runs with the
+// verified payload.
+func TestDataPayloadShared(t *testing.T) {
+	b := memoryBackend()
+	var slow slowStore
+	w, _, store := dataWorld(t, b, func(c *daemon.Config) { c.ContentStore = &slow })
+	slow = slowStore{FSStore: store, pause: 40 * time.Millisecond}
+	payload := bytes.Repeat([]byte("shared payload\n"), 70_000) // 1 MiB: ≥ 16 reads of 64 KiB, ≥ 640 ms
+	ref := putObject(t, store, payload)
+	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
+		rc, err := job.OpenPayload()
+		if err != nil {
+			return agent.Result{Kind: agentwire.ResultInfraError, Message: err.Error()}
+		}
+		defer rc.Close()
+		got, err := io.ReadAll(rc)
+		if err != nil || !bytes.Equal(got, payload) {
+			return agent.Result{Kind: agentwire.ResultInfraError, Message: fmt.Sprintf("payload: %d bytes, %v", len(got), err)}
+		}
+		return agent.Result{Kind: agentwire.ResultSucceeded}
+	})
+	id := w.newIdentity()
+	a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) { c.FetchPayload = true })
+	w.awaitActive(id.runner)
+	want := map[wire.JobAttemptId]bool{}
+	for i := range 3 {
+		o := offer(950 + i)
+		o.Payload = ref
+		l, err := w.d.OfferLease(context.Background(), id.runner, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[l.Attempt] = true
+	}
+	deadline := time.After(20 * time.Second)
+	for len(want) > 0 {
+		select {
+		case c := <-w.ev.completions:
+			if !want[c.Attempt] || c.Ack != agentwire.AckAccepted {
+				continue
+			}
+			if c.Result.Kind != agentwire.ResultSucceeded {
+				t.Fatalf("attempt %s ended %v: %s", c.Attempt, c.Result.Kind, c.Result.Message)
+			}
+			delete(want, c.Attempt)
+		case <-deadline:
+			t.Fatalf("%d attempts did not complete", len(want))
+		}
+	}
+	if st := a.Stats(); st.PayloadsFetched != 3 || st.PayloadsFailed != 0 {
+		t.Fatalf("payload stats %d fetched / %d failed, want 3/0", st.PayloadsFetched, st.PayloadsFailed)
+	}
 }

@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"forgeyard.dev/transport/internal/adminapi"
+	"forgeyard.dev/transport/internal/doctor"
+	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/semantics/trust"
+)
+
+// DefaultAdmin is the admin endpoint `forgeyard transport` talks to when
+// --admin and FORGEYARD_ADMIN are not set.
+const DefaultAdmin = "http://127.0.0.1:9464"
+
+// AdminEnv names the environment variable holding the default --admin.
+const AdminEnv = "FORGEYARD_ADMIN"
+
+// transportCommands are the `forgeyard transport` subcommands.
+var transportCommands = []command{
+	{name: "status", summary: "daemon transport status: listeners, certificate, connections, authority", run: runTransportStatus},
+	{name: "sessions", summary: "connected agents: runner, backend, protocol, last heartbeat", run: runTransportSessions},
+	{name: "protocols", summary: "protocol versions and features: supported, configured, in use", run: runTransportProtocols},
+	{name: "doctor", summary: "check the daemon side and say what to fix", run: runTransportDoctor},
+}
+
+func runTransport(args []string, stdout, stderr io.Writer) int {
+	return dispatch("forgeyard transport", transportCommands, args, stdout, stderr)
+}
+
+// adminFlags are the flags every transport subcommand takes.
+type adminFlags struct {
+	admin     string
+	tokenFile string
+	asJSON    bool
+	timeout   time.Duration
+}
+
+func newAdminFlagSet(name, help string, f *adminFlags, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("forgeyard transport "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := os.Getenv(AdminEnv)
+	if def == "" {
+		def = DefaultAdmin
+	}
+	fs.StringVar(&f.admin, "admin", def, "daemon admin endpoint: http://HOST:PORT (its --admin-listen) or unix:///PATH (its --admin-socket); default $"+AdminEnv+" or "+DefaultAdmin)
+	fs.StringVar(&f.tokenFile, "token-file", "", "`file` with the admin bearer token (the daemon's admin.token_file); default $"+adminapi.TokenEnv)
+	fs.BoolVar(&f.asJSON, "json", false, "print JSON instead of a table")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait for the daemon")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: forgeyard transport %s [--admin URL] [--token-file FILE] [--json]\n\n%s\n\nFlags:\n", name, help)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseAdmin parses args and returns a client, or an exit code.
+func parseAdmin(name, help string, args []string, stdout, stderr io.Writer) (*adminapi.Client, *adminFlags, int) {
+	var f adminFlags
+	fs := newAdminFlagSet(name, help, &f, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return nil, nil, exitOK
+		}
+		return nil, nil, exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "forgeyard transport %s: unexpected argument %q\n", name, fs.Arg(0))
+		return nil, nil, exitUsage
+	}
+	if f.timeout <= 0 || f.timeout > 10*time.Minute {
+		fmt.Fprintf(stderr, "forgeyard transport %s: --timeout must be between 0 and 10m\n", name)
+		return nil, nil, exitUsage
+	}
+	token, src := "", ""
+	switch {
+	case f.tokenFile != "":
+		t, err := adminapi.ReadTokenFile(f.tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "forgeyard transport %s: --token-file: %v\n", name, err)
+			return nil, nil, exitUsage
+		}
+		token, src = t, "the token in "+f.tokenFile
+	case os.Getenv(adminapi.TokenEnv) != "":
+		token, src = strings.TrimSpace(os.Getenv(adminapi.TokenEnv)), "the token in $"+adminapi.TokenEnv
+	}
+	c, err := adminapi.NewClient(f.admin, token, src, f.timeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "forgeyard transport %s: %v\n", name, err)
+		return nil, nil, exitUsage
+	}
+	return c, &f, -1
+}
+
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+const statusHelp = `Prints the daemon's transport status from its admin endpoint (GET /status):
+listeners with backend, address and state; the server certificate's validity
+and days to expiry; connections by backend; refused handshakes; the authority
+backend and whether it answers; whether the daemon is draining.
+Exit status 0 when ok or degraded, 1 when down or unreachable.`
+
+func runTransportStatus(args []string, stdout, stderr io.Writer) int {
+	c, f, code := parseAdmin("status", statusHelp, args, stdout, stderr)
+	if c == nil {
+		return code
+	}
+	defer c.Close()
+	var st adminapi.Status
+	if err := c.Get(context.Background(), adminapi.PathStatus, &st); err != nil {
+		fmt.Fprintf(stderr, "forgeyard transport status: %v\n", err)
+		return exitFail
+	}
+	if f.asJSON {
+		printJSON(stdout, &st)
+	} else {
+		writeStatus(stdout, &st, time.Now())
+	}
+	if st.Status == telemetry.StatusDown {
+		return exitFail
+	}
+	return exitOK
+}
+
+func writeStatus(w io.Writer, st *adminapi.Status, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "DAEMON\t%s\n", dash(st.Daemon))
+	fmt.Fprintf(tw, "STATUS\t%s\n", st.Status)
+	for _, p := range st.Problems {
+		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
+	}
+	fmt.Fprintf(tw, "STARTED\t%s (up %s)\n", st.StartedAt.UTC().Format(time.RFC3339), now.Sub(st.StartedAt).Round(time.Second))
+	fmt.Fprintf(tw, "DRAINING\t%s\n", yesNo(st.Draining))
+	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", st.Connections, byBackend(st.ConnectionsByBackend))
+	fmt.Fprintf(tw, "SESSIONS\t%d\n", st.Sessions)
+	fmt.Fprintf(tw, "HANDSHAKE FAILURES\t%d\n", st.HandshakeFailures)
+	if c := st.Certificate; c != nil {
+		valid := "valid"
+		if !c.Valid {
+			valid = "NOT VALID"
+		}
+		fmt.Fprintf(tw, "CERTIFICATE\t%s, %s %s → %s, %d days to expiry\n", c.Subject, valid,
+			c.NotBefore.Format("2006-01-02"), c.NotAfter.Format("2006-01-02"), c.DaysToExpiry)
+	} else {
+		fmt.Fprintf(tw, "CERTIFICATE\tnone\n")
+	}
+	a := st.Authority
+	if a.Reachable {
+		fmt.Fprintf(tw, "AUTHORITY\t%s, reachable (%.1f ms)\n", a.Backend, a.LatencyMs)
+	} else {
+		fmt.Fprintf(tw, "AUTHORITY\t%s, UNREACHABLE: %s\n", a.Backend, a.Error)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "LISTENER\tBACKEND\tSTATE\tERROR\n")
+	for _, l := range st.Listeners {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, l.State, dash(l.Error))
+	}
+	tw.Flush()
+}
+
+const sessionsHelp = `Lists the agents connected to the daemon (GET /sessions), oldest connection
+first: runner, backend, negotiated protocol, remote address, state, epoch,
+age of the last heartbeat and the agent version. A fenced transport (replaced
+by a newer registration of the same agent session) is marked "fenced".`
+
+func runTransportSessions(args []string, stdout, stderr io.Writer) int {
+	c, f, code := parseAdmin("sessions", sessionsHelp, args, stdout, stderr)
+	if c == nil {
+		return code
+	}
+	defer c.Close()
+	var ss []adminapi.Session
+	if err := c.Get(context.Background(), adminapi.PathSessions, &ss); err != nil {
+		fmt.Fprintf(stderr, "forgeyard transport sessions: %v\n", err)
+		return exitFail
+	}
+	if f.asJSON {
+		if ss == nil {
+			ss = []adminapi.Session{}
+		}
+		printJSON(stdout, ss)
+		return exitOK
+	}
+	writeSessions(stdout, ss, time.Now())
+	return exitOK
+}
+
+func writeSessions(w io.Writer, ss []adminapi.Session, now time.Time) {
+	if len(ss) == 0 {
+		fmt.Fprintln(w, "no agents connected")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "RUNNER\tBACKEND\tPROTOCOL\tREMOTE\tSTATE\tEPOCH\tLAST HEARTBEAT\tCONNECTED\tAGENT\n")
+	for _, s := range ss {
+		state := s.State
+		if s.Fenced {
+			state += " (fenced)"
+		}
+		hb := "never"
+		if !s.LastHeartbeat.IsZero() {
+			hb = now.Sub(s.LastHeartbeat).Round(100*time.Millisecond).String() + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Runner, s.Backend, s.Protocol, s.Remote, state, s.Epoch, hb,
+			now.Sub(s.ConnectedAt).Round(time.Second).String()+" ago", dash(s.AgentVersion))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n%d transports\n", len(ss))
+}
+
+const protocolsHelp = `Shows the protocol policy of the daemon (GET /protocols): the versions this
+build supports, the configured range (protocol_min..protocol_max), the
+minimum protocol policy (the downgrade floor, §274), the optional features it
+offers, and how many connected agents use each version.`
+
+func runTransportProtocols(args []string, stdout, stderr io.Writer) int {
+	c, f, code := parseAdmin("protocols", protocolsHelp, args, stdout, stderr)
+	if c == nil {
+		return code
+	}
+	defer c.Close()
+	var p adminapi.Protocols
+	if err := c.Get(context.Background(), adminapi.PathProtocols, &p); err != nil {
+		fmt.Fprintf(stderr, "forgeyard transport protocols: %v\n", err)
+		return exitFail
+	}
+	if f.asJSON {
+		printJSON(stdout, &p)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "SUPPORTED\t%s–%s\n", p.Supported.Min, p.Supported.Max)
+	fmt.Fprintf(tw, "CONFIGURED\t%s–%s\n", p.Configured.Min, p.Configured.Max)
+	fmt.Fprintf(tw, "MIN PROTOCOL\t%s\n", p.MinProtocol)
+	feats := "none"
+	if len(p.Features) > 0 {
+		feats = strings.Join(p.Features, ", ")
+	}
+	fmt.Fprintf(tw, "FEATURES\t%s\n", feats)
+	tw.Flush()
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "PROTOCOL\tAGENTS\n")
+	for _, v := range p.Agents {
+		fmt.Fprintf(tw, "%s\t%d\n", v.Protocol, v.Agents)
+	}
+	if len(p.Agents) == 0 {
+		fmt.Fprintf(tw, "-\t0\n")
+	}
+	tw.Flush()
+	return exitOK
+}
+
+const doctorHelp = `Checks the daemon side of the transport through its admin endpoint and says
+in plain words what to fix: the admin endpoint answers, every listener is up,
+the server certificate is valid and not about to expire, the authority
+answers, the daemon is not draining, agents are connected, and handshakes are
+not being refused. Exit status 1 when a check FAILs.`
+
+func runTransportDoctor(args []string, stdout, stderr io.Writer) int {
+	c, f, code := parseAdmin("doctor", doctorHelp, args, stdout, stderr)
+	if c == nil {
+		return code
+	}
+	defer c.Close()
+	r := daemonDoctor(context.Background(), c, time.Now())
+	if f.asJSON {
+		_ = r.WriteJSON(stdout)
+	} else {
+		_ = r.WriteText(stdout)
+	}
+	if r.Failed() {
+		return exitFail
+	}
+	return exitOK
+}
+
+// daemonDoctor runs the daemon-side checks.
+func daemonDoctor(ctx context.Context, c *adminapi.Client, now time.Time) *doctor.Report {
+	r := &doctor.Report{}
+	var st adminapi.Status
+	if err := c.Get(ctx, adminapi.PathStatus, &st); err != nil {
+		r.Add(doctor.Finding{Check: "admin", Target: c.Target(), Result: doctor.Fail, Detail: err.Error(),
+			Fix: "start forgeyard-daemon with --admin-listen/--admin-socket and point --admin at it (with --token-file for TCP)"})
+		return r
+	}
+	r.Add(doctor.Finding{Check: "admin", Target: c.Target(), Result: doctor.OK, Detail: "admin endpoint answers (daemon " + dash(st.Daemon) + ")"})
+	if len(st.Listeners) == 0 {
+		r.Add(doctor.Finding{Check: "listeners", Result: doctor.Fail, Detail: "the daemon has no listener", Fix: "set listen.quic (and listen.yamux for networks that block UDP)"})
+	}
+	backends := map[string]bool{}
+	for _, l := range st.Listeners {
+		target := l.Backend + " " + l.Address
+		if l.State == adminapi.ListenerUp {
+			backends[l.Backend] = true
+			r.Add(doctor.Finding{Check: "listener", Target: target, Result: doctor.OK, Detail: "accepting connections"})
+			continue
+		}
+		r.Add(doctor.Finding{Check: "listener", Target: target, Result: doctor.Fail, Detail: "not accepting: " + dash(l.Error),
+			Fix: "restart the daemon; check the port is free (ss -lunpt) and the address exists on this host"})
+	}
+	if len(backends) > 0 && !backends["yamux"] && !backends["webtransport"] {
+		r.Add(doctor.Finding{Check: "fallback", Result: doctor.Warn, Detail: "only QUIC (UDP) is served: agents behind networks that block UDP cannot connect",
+			Fix: "also set listen.yamux (TCP 7444) or run a relay"})
+	}
+	switch ce := st.Certificate; {
+	case ce == nil:
+		r.Add(doctor.Finding{Check: "certificate", Result: doctor.Fail, Detail: "the daemon reports no server certificate", Fix: "set tls.certificate and tls.private_key"})
+	case !ce.Valid && now.After(ce.NotAfter):
+		r.Add(doctor.Finding{Check: "certificate", Target: ce.Subject, Result: doctor.Fail,
+			Detail: fmt.Sprintf("server certificate expired at %s; agents refuse it", ce.NotAfter.Format(time.RFC3339)),
+			Fix:    "issue a new server certificate, replace tls.certificate/tls.private_key and restart the daemon"})
+	case !ce.Valid:
+		r.Add(doctor.Finding{Check: "certificate", Target: ce.Subject, Result: doctor.Fail,
+			Detail: fmt.Sprintf("server certificate is valid only from %s", ce.NotBefore.Format(time.RFC3339)),
+			Fix:    "check this host's clock (timedatectl) or the certificate's issue date"})
+	case ce.NotAfter.Sub(now) < trust.DefaultExpiryWarningWindow:
+		r.Add(doctor.Finding{Check: "certificate", Target: ce.Subject, Result: doctor.Warn,
+			Detail: fmt.Sprintf("server certificate expires at %s (%d days)", ce.NotAfter.Format(time.RFC3339), ce.DaysToExpiry),
+			Fix:    "rotate tls.certificate before it expires"})
+	default:
+		r.Add(doctor.Finding{Check: "certificate", Target: ce.Subject, Result: doctor.OK,
+			Detail: fmt.Sprintf("valid until %s (%d days)", ce.NotAfter.Format("2006-01-02"), ce.DaysToExpiry)})
+	}
+	if a := st.Authority; a.Reachable {
+		r.Add(doctor.Finding{Check: "authority", Target: a.Backend, Result: doctor.OK, Detail: fmt.Sprintf("answers in %.1f ms", a.LatencyMs)})
+	} else {
+		fix := "check authority.sqlite (path, disk space, permissions)"
+		if a.Backend == "postgres" {
+			fix = "check PostgreSQL is up and reachable from this host and the DSN in authority.postgres_dsn_file"
+		}
+		r.Add(doctor.Finding{Check: "authority", Target: a.Backend, Result: doctor.Fail, Detail: "does not answer: " + a.Error, Fix: fix})
+	}
+	if st.Draining {
+		r.Add(doctor.Finding{Check: "draining", Result: doctor.Warn, Detail: "the daemon is shutting down and sending agents away", Fix: "start it again, or make sure another daemon takes the agents"})
+	}
+	if st.Connections == 0 {
+		r.Add(doctor.Finding{Check: "agents", Result: doctor.Warn, Detail: "no agent is connected",
+			Fix: "run `forgeyard-agent doctor` on an agent host to see why it cannot connect"})
+	} else {
+		r.Add(doctor.Finding{Check: "agents", Result: doctor.OK, Detail: fmt.Sprintf("%d connections%s, %d sessions", st.Connections, byBackend(st.ConnectionsByBackend), st.Sessions)})
+	}
+	if st.HandshakeFailures > 0 {
+		r.Add(doctor.Finding{Check: "handshakes", Result: doctor.Warn, Detail: fmt.Sprintf("%d hellos or registrations refused since start", st.HandshakeFailures),
+			Fix: "read the daemon's audit records (event=auth.failure, protocol.downgrade_rejected, runner.revoked) for who and why"})
+	} else {
+		r.Add(doctor.Finding{Check: "handshakes", Result: doctor.OK, Detail: "no refused hello or registration since start"})
+	}
+	return r
+}
+
+func byBackend(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
