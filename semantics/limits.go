@@ -34,17 +34,58 @@ type Limits struct {
 	// BulkChunk is the largest single write of a bulk (log/CAS) stream
 	// between two checks for pending control writes.
 	BulkChunk int
+
+	// Per-connection message rates (§266–269), enforced by the side that
+	// serves the messages (the daemon; an agent ignores them). A message
+	// over its rate is not acted on and is answered with WireErrorV1
+	// {RateLimited, RetryBackoff}; a CAS stream over CasRate is reset with
+	// StreamRefused.
+	//
+	// ControlRate: every message on the control stream.
+	ControlRate Rate
+	// HeartbeatRate: HeartbeatV1 (an excessive heartbeat does not count
+	// as liveness, §267).
+	HeartbeatRate Rate
+	// HealthRate: health-family requests.
+	HealthRate Rate
+	// CasRate: NeedObjectsV1 batches and CAS streams opened.
+	CasRate Rate
+	// MaxRateStrikes: rate-limited messages (less one per admitted message)
+	// a connection may accumulate before it is closed with
+	// CloseLimitExceeded.
+	MaxRateStrikes int
 }
+
+// Rate is a token bucket: PerSecond on average, bursts of Burst. The zero
+// value means "use the default".
+type Rate struct {
+	PerSecond float64
+	Burst     int
+}
+
+// String renders the rate as "N/s burst B".
+func (r Rate) String() string { return fmt.Sprintf("%g/s burst %d", r.PerSecond, r.Burst) }
 
 // Default limits.
 const (
-	DefaultMaxStreams    = 256
-	DefaultControlQueue  = 64
-	DefaultLogQueue      = 1024
-	DefaultCasQueue      = 64
-	DefaultMaxRefusals   = 16
-	DefaultHeaderTimeout = 10 * time.Second
-	DefaultBulkChunk     = 16 << 10
+	DefaultMaxStreams     = 256
+	DefaultControlQueue   = 64
+	DefaultLogQueue       = 1024
+	DefaultCasQueue       = 64
+	DefaultMaxRefusals    = 16
+	DefaultHeaderTimeout  = 10 * time.Second
+	DefaultBulkChunk      = 16 << 10
+	DefaultMaxRateStrikes = 256
+)
+
+// Default per-connection rates. They are generous for a well-behaved
+// agent (a heartbeat every 10 s, a renewal per lease every 10 s, a few
+// messages per attempt) and bound a flooding one.
+var (
+	DefaultControlRate   = Rate{PerSecond: 2000, Burst: 4000}
+	DefaultHeartbeatRate = Rate{PerSecond: 20, Burst: 40}
+	DefaultHealthRate    = Rate{PerSecond: 10, Burst: 20}
+	DefaultCasRate       = Rate{PerSecond: 500, Burst: 1000}
 )
 
 // DefaultStreamsPerKind is the default per-kind incoming stream limit.
@@ -81,6 +122,17 @@ func (l *Limits) Validate() error {
 	if l.MaxRefusals < 0 || l.HeaderTimeout < 0 || l.BulkChunk < 0 {
 		return fmt.Errorf("semantics: Limits.MaxRefusals, HeaderTimeout and BulkChunk must not be negative")
 	}
+	for _, r := range []struct {
+		name string
+		r    Rate
+	}{{"ControlRate", l.ControlRate}, {"HeartbeatRate", l.HeartbeatRate}, {"HealthRate", l.HealthRate}, {"CasRate", l.CasRate}} {
+		if r.r.PerSecond < 0 || r.r.Burst < 0 || r.r.PerSecond != r.r.PerSecond {
+			return fmt.Errorf("semantics: Limits.%s (%s) must not be negative", r.name, r.r)
+		}
+	}
+	if l.MaxRateStrikes < 0 {
+		return fmt.Errorf("semantics: Limits.MaxRateStrikes is negative (%d)", l.MaxRateStrikes)
+	}
 	return nil
 }
 
@@ -114,6 +166,21 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.BulkChunk == 0 {
 		l.BulkChunk = DefaultBulkChunk
+	}
+	rate := func(r *Rate, def Rate) {
+		if r.PerSecond == 0 {
+			r.PerSecond = def.PerSecond
+		}
+		if r.Burst == 0 {
+			r.Burst = max(1, int(r.PerSecond*float64(def.Burst)/def.PerSecond))
+		}
+	}
+	rate(&l.ControlRate, DefaultControlRate)
+	rate(&l.HeartbeatRate, DefaultHeartbeatRate)
+	rate(&l.HealthRate, DefaultHealthRate)
+	rate(&l.CasRate, DefaultCasRate)
+	if l.MaxRateStrikes == 0 {
+		l.MaxRateStrikes = DefaultMaxRateStrikes
 	}
 	return l
 }

@@ -95,6 +95,9 @@ type Agent struct {
 	up    *cas.Uploader
 	down  *cas.Downloader
 
+	// Secrets delivered for leased attempts (secret.go).
+	sec secretStore
+
 	st agentStats
 }
 
@@ -139,6 +142,9 @@ type attempt struct {
 	compl    *agentwire.AttemptCompletionV1
 	complID  wire.MessageId
 	result   Result
+	// secretsDone: Execute returned; its secrets were zeroed and later
+	// deliveries are refused (secret.go). Under Agent.mu.
+	secretsDone bool
 }
 
 type agentStats struct {
@@ -651,6 +657,8 @@ func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link,
 		loops.Add(1)
 		go func() { defer loops.Done(); a.renewLoop(lctx, l) }()
 	}
+	loops.Add(1)
+	go func() { defer loops.Done(); a.serveSecrets(lctx, l) }() // secret.go
 	if a.cfg.Credentials != nil {
 		loops.Add(1)
 		go func() { defer loops.Done(); a.certRenewLoop(lctx, l) }() // renew.go
@@ -832,6 +840,10 @@ func (a *Agent) handle(l *link, env *wire.Envelope) {
 		_ = l.ch.Reply(env, &admin.AdminAckV1{Acked: admin.MsgResume, Accepted: true})
 	case *admin.RefreshCapabilitiesV1, *admin.RunHealthProbeV1:
 		_ = l.ch.Reply(env, &admin.AdminAckV1{Acked: m.MessageType(), Accepted: false, Message: "not supported by this agent"})
+	case *agentwire.SecretMaterialV1:
+		// Secrets travel only on a secret stream (secret.go): refused here.
+		m.Zero()
+		_ = l.ch.ReplyError(env.MessageID, wire.ErrCodeInvalidState, wire.RetryNever, "secret material is accepted only on a secret stream")
 	case *agentwire.ServerTimeV1, *wire.WireErrorV1:
 		// Diagnostics only; uncorrelated errors are logged.
 		a.log.Debug("daemon message", "type", m.MessageType().String())
@@ -958,8 +970,9 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 	} else {
 		job := at.job
 		job.payload = src
-		res = a.cfg.Executor.Execute(ctx, job, output{a: a, at: at})
+		res = a.cfg.Executor.Execute(a.withSecrets(ctx, at), job, output{a: a, at: at})
 	}
+	a.dropSecrets(at)
 	at.cancel()
 	wr := agentwire.ExecutionResultV1{Kind: res.Kind}
 	switch res.Kind {

@@ -108,8 +108,12 @@ type Config struct {
 	Timing Timing
 	// AlternateEndpoints are sent to agents for reconnects and GoAway.
 	AlternateEndpoints []string
-	// Limits for every connection (semantics.Limits; zero → defaults).
+	// Limits for every connection (semantics.Limits; zero → defaults),
+	// including the per-connection message rates (§266–269).
 	Limits semantics.Limits
+	// Admission is the daemon-wide admission control (§220–223): bounded
+	// handshakes, a registration rate, an optional per-IP limit.
+	Admission Admission
 	// Logger receives operational and audit records; nil discards.
 	Logger *slog.Logger
 	// Now is the daemon clock; nil means time.Now.

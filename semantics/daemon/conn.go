@@ -72,6 +72,9 @@ type conn struct {
 	closeOnce   sync.Once
 	closeErr    error
 
+	rl  connRates       // per-connection message rates (ratelimit.go)
+	adm admissionTicket // admission slots held (admission.go), under d.hard.mu
+
 	// work carries, in arrival order, the control messages whose handling
 	// may wait on the authority (lease answers, renewals, completions,
 	// data-plane requests, phase reports), so that the read goroutine keeps
@@ -263,6 +266,7 @@ func (c *conn) teardown() {
 		delete(d.bySession, c.session)
 	}
 	d.mu.Unlock()
+	c.releaseAdmission()
 	close(c.done)
 	if h := d.cfg.Hooks.OnDisconnect; h != nil {
 		h(c.info(), c.closeErr)
@@ -355,6 +359,9 @@ func (c *conn) handle(env *wire.Envelope) {
 	st, fenced := c.state, c.fenced
 	c.mu.Unlock()
 	if st >= session.Closing {
+		return
+	}
+	if !c.admitMessage(env) {
 		return
 	}
 	if fenced && t != wire.MsgError {
@@ -450,6 +457,9 @@ func (c *conn) clonedIdentity(env *wire.Envelope) {
 
 func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 	d := c.d
+	if !c.admitRegistration(env) {
+		return
+	}
 	hctx, sp := c.span(env, telemetry.SpanHandshake)
 	defer sp.End()
 	_, nsp := d.cfg.Tracing.Start(hctx, telemetry.SpanNegotiate)
@@ -468,7 +478,7 @@ func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 		}
 		c.logger().Info("version mismatch", "err", err)
 		c.reply(env, &agentwire.RegistrationRejectedV1{Code: wire.ErrCodeUnsupportedVersion, Retry: wire.RetryUnsupported,
-			Message: err.Error(), HasServerRange: true, ServerRange: d.proto})
+			Message: wire.TruncateUTF8(c.versionRefusal(m, err), agentwire.MaxRejectMessage), HasServerRange: true, ServerRange: d.proto})
 		c.closeAfter(wire.CloseVersionMismatch, err.Error())
 		return
 	}
@@ -626,6 +636,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		c.reject(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, trust.MsgRunnerDisabled, wire.CloseRunnerDisabled)
 		return
 	case errors.Is(err, authority.ErrStaleSession):
+		c.auditEvent(telemetry.EventSessionFenced, wire.ErrCodeStaleSession, telemetry.ReasonNewerRegistration)
 		c.reject(env, wire.ErrCodeStaleSession, wire.RetryNever, "agent session ended or superseded; start a new session", wire.CloseProtocolError)
 		return
 	case errors.Is(err, authority.ErrSessionOwnership):
@@ -666,6 +677,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	} else {
 		c.setState(session.Registered)
 	}
+	c.handshakeDone()
 	c.resetLiveness()
 	if h := d.cfg.Hooks.OnRegistered; h != nil {
 		h(c.info())
@@ -954,6 +966,7 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewRevoked, Reason: agentwire.CancellationReason(res.CancelReason)}
 	default:
 		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewUnknown}
+		c.auditEvent(telemetry.EventStaleLeaseReplay, wire.ErrCodeStaleLease, telemetry.ReasonLeaseSuperseded)
 	}
 	c.reply(env, &agentwire.LeaseRenewAckV1{Lease: m.Lease, Attempt: m.Attempt, Outcome: out})
 }

@@ -111,6 +111,8 @@ type Daemon struct {
 	st    stats
 	audit *telemetry.Audit
 	idst  identityStats // enroll.go
+	// hard: admission control, rate-limit counters (admission.go).
+	hard hardening
 }
 
 type wint = wire.AgentSessionId
@@ -164,6 +166,7 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	d.log = d.log.With("daemon", cfg.ID)
 	d.audit = telemetry.NewAudit(d.log)
+	d.initHardening()
 	if d.now == nil {
 		d.now = time.Now
 	}
@@ -238,14 +241,10 @@ func (d *Daemon) Serve(ctx context.Context, l semantics.BackendListener) error {
 
 // ServeConn runs the control protocol on one connection until it ends (for
 // tests and relays). When ctx ends the connection is closed with
-// CloseShutdown.
+// CloseShutdown. A connection refused by admission control (Config.
+// Admission) is closed at once with CloseOverloaded.
 func (d *Daemon) ServeConn(ctx context.Context, bc semantics.BackendConn) {
-	c, err := d.newConn(bc)
-	if err != nil {
-		_ = bc.CloseWithCode(wire.CloseShutdown, err.Error())
-		return
-	}
-	c.serve(ctx)
+	d.serveAdmitted(ctx, bc)
 }
 
 // Sessions lists the transports connected to this daemon.

@@ -204,7 +204,7 @@ func (c *conn) serveStreams(ctx context.Context, sess *cas.Session) {
 			return
 		}
 		k := s.Kind()
-		if sess != nil && (k == wire.StreamCasUpload || k == wire.StreamCasDownload) && c.dataAllowed() {
+		if sess != nil && (k == wire.StreamCasUpload || k == wire.StreamCasDownload) && c.dataAllowed() && c.admitCasStream() {
 			go func() {
 				// Streams carry no trace context: a cas.stream span is a root.
 				sctx, sp := c.d.cfg.Tracing.Start(ctx, telemetry.SpanCasStream, telemetry.AttrBackend(c.bc.Backend()))

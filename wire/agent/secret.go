@@ -34,9 +34,11 @@ func (s SecretBytes) LogValue() slog.Value { return slog.StringValue(redacted(le
 func (s SecretBytes) MarshalJSON() ([]byte, error) { return json.Marshal(redacted(len(s))) }
 
 // SecretMaterialV1 delivers one short-lived secret for a lease from daemon to
-// agent (§149–152; the spec's SecretMaterialWire). It travels only on the
-// TLS-protected control stream, is registered as Sensitive (never logged or
-// persisted by the transport), and redacts itself: String, GoString, Format,
+// agent (§149–152; the spec's SecretMaterialWire). It travels only on a
+// dedicated TLS-protected stream of kind wire.StreamSecret, never on the
+// control stream (semantics/daemon.SendSecrets, semantics/agent.UseSecret),
+// is registered as Sensitive (never logged or persisted by the transport),
+// and redacts itself: String, GoString, Format,
 // LogValue and MarshalJSON print the lease, secret id, length and expiry but
 // never the bytes (§152).
 //

@@ -1,0 +1,260 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+// Admission is the daemon-wide admission control of §220–223. Zero fields
+// take the defaults; the per-IP limit is off unless set.
+type Admission struct {
+	// MaxHandshakes bounds the connections that are connected but not yet
+	// registered (§221). A connection beyond it is closed at once with
+	// CloseOverloaded, before its control stream is read.
+	MaxHandshakes int
+	// RegistrationRate bounds handshakes (TransportHelloV1, the start of a
+	// registration) per second over the whole daemon, e.g. the herd of
+	// reconnects after a restart (§219–220). A hello beyond it is answered
+	// with RegistrationRejectedV1{Overloaded, RetryBackoff, "retry after
+	// …"} and the connection closed with CloseOverloaded; the agent backs
+	// off with jitter and retries.
+	RegistrationRate semantics.Rate
+	// MaxConnsPerIP bounds concurrent connections from one IP address (a
+	// supplement only, §223: many runners may share a NAT). 0 means no
+	// limit. A connection beyond it is closed with CloseOverloaded.
+	MaxConnsPerIP int
+}
+
+// Admission defaults.
+const DefaultMaxHandshakes = 1024
+
+// DefaultRegistrationRate is the default daemon-wide registration rate.
+var DefaultRegistrationRate = semantics.Rate{PerSecond: 200, Burst: 400}
+
+func (a Admission) withDefaults() Admission {
+	if a.MaxHandshakes <= 0 {
+		a.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if a.RegistrationRate.PerSecond <= 0 {
+		a.RegistrationRate.PerSecond = DefaultRegistrationRate.PerSecond
+	}
+	if a.RegistrationRate.Burst <= 0 {
+		a.RegistrationRate.Burst = max(1, int(a.RegistrationRate.PerSecond*2))
+	}
+	return a
+}
+
+// hardening is the daemon's admission state and rate-limit counters.
+type hardening struct {
+	adm Admission
+
+	mu         sync.Mutex
+	handshakes int
+	perIP      map[netip.Addr]int
+	regs       bucket
+
+	refusedConns, refusedRegs, limitCloses, audits atomic.Int64
+	rateLimited                                    [numRateClasses]atomic.Int64
+	secretsSent, secretsRefused                    atomic.Int64
+}
+
+func (d *Daemon) initHardening() {
+	h := &d.hard
+	h.adm = d.cfg.Admission.withDefaults()
+	h.perIP = map[netip.Addr]int{}
+	h.regs = newBucket(h.adm.RegistrationRate, time.Now())
+}
+
+// HardeningStats are the admission, rate-limit and secret counters.
+type HardeningStats struct {
+	RefusedConns         int64 // closed with CloseOverloaded at connect (handshakes, per-IP)
+	RefusedRegistrations int64 // hellos answered Overloaded (registration rate)
+	RateLimited          struct {
+		Control, Heartbeat, Health, Cas int64
+	}
+	LimitCloses    int64 // connections closed with CloseLimitExceeded for rate strikes
+	AuditEvents    int64 // audit events of the admission/replay paths (the daemon's other audit events are not counted here)
+	SecretsSent    int64 // secret streams the agent acknowledged
+	SecretsRefused int64 // secret streams the agent refused or that failed
+	Handshakes     int   // connections currently connected and not yet registered
+}
+
+// HardeningStats returns a snapshot of the admission and rate-limit
+// counters.
+func (d *Daemon) HardeningStats() HardeningStats {
+	h := &d.hard
+	var s HardeningStats
+	s.RefusedConns, s.RefusedRegistrations = h.refusedConns.Load(), h.refusedRegs.Load()
+	s.RateLimited.Control, s.RateLimited.Heartbeat = h.rateLimited[rateControl].Load(), h.rateLimited[rateHeartbeat].Load()
+	s.RateLimited.Health, s.RateLimited.Cas = h.rateLimited[rateHealth].Load(), h.rateLimited[rateCas].Load()
+	s.LimitCloses, s.AuditEvents = h.limitCloses.Load(), h.audits.Load()
+	s.SecretsSent, s.SecretsRefused = h.secretsSent.Load(), h.secretsRefused.Load()
+	h.mu.Lock()
+	s.Handshakes = h.handshakes
+	h.mu.Unlock()
+	return s
+}
+
+// admissionTicket is what a connection holds of the admission counters;
+// released at registration (the handshake) and at teardown (both).
+type admissionTicket struct {
+	ip        netip.Addr
+	hasIP     bool
+	handshake bool
+	held      bool
+}
+
+func ipOf(a net.Addr) (netip.Addr, bool) {
+	switch v := a.(type) {
+	case *net.UDPAddr:
+		if v != nil {
+			ip, ok := netip.AddrFromSlice(v.IP)
+			return ip.Unmap(), ok
+		}
+	case *net.TCPAddr:
+		if v != nil {
+			ip, ok := netip.AddrFromSlice(v.IP)
+			return ip.Unmap(), ok
+		}
+	}
+	if a == nil {
+		return netip.Addr{}, false
+	}
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+// admitConn takes a handshake slot and a per-IP slot for bc, or explains
+// the refusal. It costs no I/O: a refused connection is closed before its
+// control stream is read.
+func (d *Daemon) admitConn(bc semantics.BackendConn) (admissionTicket, string) {
+	h := &d.hard
+	ip, hasIP := ipOf(bc.RemoteAddr())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.handshakes >= h.adm.MaxHandshakes {
+		return admissionTicket{}, fmt.Sprintf("overloaded: %d handshakes in progress; retry with backoff", h.handshakes)
+	}
+	if hasIP && h.adm.MaxConnsPerIP > 0 && h.perIP[ip] >= h.adm.MaxConnsPerIP {
+		return admissionTicket{}, fmt.Sprintf("overloaded: %d connections from this address; retry with backoff", h.perIP[ip])
+	}
+	h.handshakes++
+	t := admissionTicket{handshake: true, held: true}
+	if hasIP && h.adm.MaxConnsPerIP > 0 {
+		h.perIP[ip]++
+		t.ip, t.hasIP = ip, true
+	}
+	return t, ""
+}
+
+// handshakeDone releases c's handshake slot (registration accepted, or
+// teardown).
+func (c *conn) handshakeDone() {
+	h := &c.d.hard
+	h.mu.Lock()
+	if c.adm.handshake {
+		c.adm.handshake = false
+		h.handshakes--
+	}
+	h.mu.Unlock()
+}
+
+// releaseAdmission releases everything c holds (teardown).
+func (c *conn) releaseAdmission() {
+	c.handshakeDone()
+	h := &c.d.hard
+	h.mu.Lock()
+	if c.adm.hasIP {
+		c.adm.hasIP = false
+		if h.perIP[c.adm.ip]--; h.perIP[c.adm.ip] <= 0 {
+			delete(h.perIP, c.adm.ip)
+		}
+	}
+	h.mu.Unlock()
+}
+
+// serveAdmitted is ServeConn behind admission control.
+func (d *Daemon) serveAdmitted(ctx context.Context, bc semantics.BackendConn) bool {
+	t, why := d.admitConn(bc)
+	if why != "" {
+		d.hard.refusedConns.Add(1)
+		d.log.Info("connection refused by admission control", "remote", bc.RemoteAddr().String(), "reason", why)
+		_ = bc.CloseWithCode(wire.CloseOverloaded, why)
+		return false
+	}
+	c, err := d.newConn(bc)
+	if err != nil {
+		d.hard.mu.Lock()
+		d.hard.handshakes--
+		if t.hasIP {
+			if d.hard.perIP[t.ip]--; d.hard.perIP[t.ip] <= 0 {
+				delete(d.hard.perIP, t.ip)
+			}
+		}
+		d.hard.mu.Unlock()
+		_ = bc.CloseWithCode(wire.CloseShutdown, err.Error())
+		return true
+	}
+	c.adm = t
+	c.serve(ctx)
+	return true
+}
+
+// admitRegistration takes a token of the registration rate for a hello;
+// over the rate it answers RegistrationRejectedV1{Overloaded,
+// RetryBackoff} with the wait and closes with CloseOverloaded.
+func (c *conn) admitRegistration(env *wire.Envelope) bool {
+	h := &c.d.hard
+	h.mu.Lock()
+	ok, wait := h.regs.take(time.Now())
+	h.mu.Unlock()
+	if ok {
+		return true
+	}
+	h.refusedRegs.Add(1)
+	msg := fmt.Sprintf("registration rate limit (%s) reached; retry after %v with jittered backoff",
+		h.adm.RegistrationRate, wait.Round(time.Millisecond)+time.Millisecond)
+	c.reply(env, &agentwire.RegistrationRejectedV1{Code: wire.ErrCodeOverloaded, Retry: wire.RetryBackoff, Message: msg})
+	c.closeAfter(wire.CloseOverloaded, "registration rate limit")
+	return false
+}
+
+// auditEvent emits a security audit event for c (§279).
+func (c *conn) auditEvent(ev telemetry.AuditEvent, code wire.ProtocolErrorCode, reason telemetry.AuditReason) {
+	c.d.hard.audits.Add(1)
+	runner, sess, _, _ := c.ident()
+	attrs := []telemetry.AuditAttr{telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()),
+		telemetry.Code(code), telemetry.Reason(reason)}
+	if runner != (wire.RunnerId{}) {
+		attrs = append(attrs, telemetry.Runner(runner))
+	}
+	if sess != (wire.AgentSessionId{}) {
+		attrs = append(attrs, telemetry.Session(sess))
+	}
+	c.d.audit.Emit(context.Background(), ev, attrs...)
+}
+
+// versionRefusal is the message refusing a hello whose versions do not
+// meet the daemon's: when its best common version with the daemon's full
+// range is below the policy minimum (a downgrade, §274), it names the
+// minimum; otherwise it is the negotiation error.
+func (c *conn) versionRefusal(m *agentwire.TransportHelloV1, nerr error) string {
+	d := c.d
+	best, err := wire.Negotiate(d.cfg.Protocol, m.Versions)
+	if err != nil || d.cfg.MinProtocol == (wire.ProtocolVersion{}) || !best.Less(d.cfg.MinProtocol) {
+		return nerr.Error()
+	}
+	return fmt.Sprintf("protocol %s is below this daemon's policy minimum %s; insecure old versions are refused, upgrade the agent (%v)", best, d.cfg.MinProtocol, nerr)
+}

@@ -1,0 +1,157 @@
+package daemon
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+	wcas "forgeyard.dev/transport/wire/cas"
+)
+
+// bucket is a token bucket; not safe for concurrent use (its owner locks).
+type bucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func newBucket(r semantics.Rate, now time.Time) bucket {
+	return bucket{rate: r.PerSecond, burst: float64(r.Burst), tokens: float64(r.Burst), last: now}
+}
+
+// take takes one token; when none is left it reports how long until one is.
+func (b *bucket) take(now time.Time) (bool, time.Duration) {
+	if el := now.Sub(b.last); el > 0 {
+		b.tokens = min(b.burst, b.tokens+el.Seconds()*b.rate)
+		b.last = now
+	}
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, 0
+	}
+	if b.rate <= 0 {
+		return false, time.Second
+	}
+	return false, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
+}
+
+// rateClass names the per-connection limits of §266–269.
+type rateClass uint8
+
+const (
+	rateControl rateClass = iota
+	rateHeartbeat
+	rateHealth
+	rateCas
+	numRateClasses
+)
+
+var rateClassNames = [numRateClasses]string{"control message", "heartbeat", "health request", "CAS request"}
+
+// connRates are one connection's buckets and its strike count.
+type connRates struct {
+	once    sync.Once
+	mu      sync.Mutex
+	buckets [numRateClasses]bucket
+	strikes int
+}
+
+func (c *conn) rates() *connRates {
+	r := &c.rl
+	r.once.Do(func() {
+		lim := c.sc.Limits()
+		now := time.Now()
+		r.buckets[rateControl] = newBucket(lim.ControlRate, now)
+		r.buckets[rateHeartbeat] = newBucket(lim.HeartbeatRate, now)
+		r.buckets[rateHealth] = newBucket(lim.HealthRate, now)
+		r.buckets[rateCas] = newBucket(lim.CasRate, now)
+	})
+	return r
+}
+
+// takeRate takes a token of class (and of the control class for control
+// messages); it returns the class that refused and the wait, or ok.
+func (c *conn) takeRate(class rateClass, control bool) (rateClass, time.Duration, bool) {
+	r := c.rates()
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if control {
+		if ok, wait := r.buckets[rateControl].take(now); !ok {
+			r.strikes++
+			return rateControl, wait, false
+		}
+	}
+	if class != rateControl {
+		if ok, wait := r.buckets[class].take(now); !ok {
+			r.strikes++
+			return class, wait, false
+		}
+	}
+	if r.strikes > 0 {
+		r.strikes--
+	}
+	return 0, 0, true
+}
+
+// struck closes the connection with CloseLimitExceeded once the strikes
+// exceed Limits.MaxRateStrikes.
+func (c *conn) struck() {
+	r := c.rates()
+	r.mu.Lock()
+	n := r.strikes
+	r.mu.Unlock()
+	if n > c.sc.Limits().MaxRateStrikes {
+		c.d.hard.limitCloses.Add(1)
+		c.logger().Warn("closing: persistent rate limit violations", "strikes", n)
+		c.closeNow(wire.CloseLimitExceeded, "persistent rate limit violations")
+	}
+}
+
+// classOf returns the rate class of a control-stream message.
+func classOf(t wire.MessageTypeId) rateClass {
+	switch {
+	case t == agentwire.MsgHeartbeat:
+		return rateHeartbeat
+	case t.Family() == wire.FamilyHealth:
+		return rateHealth
+	case t == wcas.MsgNeedObjects:
+		return rateCas
+	}
+	return rateControl
+}
+
+// admitMessage applies the per-connection rates to a control-stream
+// message. Over a rate the message is not acted on: it is answered with
+// WireErrorV1{RateLimited, RetryBackoff} naming the limit and the wait
+// (an agent's own WireErrorV1 is dropped unanswered), and the connection
+// is closed with CloseLimitExceeded when the violations persist.
+func (c *conn) admitMessage(env *wire.Envelope) bool {
+	t := env.Payload.MessageType()
+	class, wait, ok := c.takeRate(classOf(t), true)
+	if ok {
+		return true
+	}
+	c.d.hard.rateLimited[class].Add(1)
+	if t != wire.MsgError {
+		lim := c.sc.Limits()
+		r := [numRateClasses]semantics.Rate{lim.ControlRate, lim.HeartbeatRate, lim.HealthRate, lim.CasRate}[class]
+		_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeRateLimited, wire.RetryBackoff,
+			fmt.Sprintf("%s rate limit (%s) exceeded; retry after %v", rateClassNames[class], r, wait.Round(time.Millisecond)+time.Millisecond))
+	}
+	c.struck()
+	return false
+}
+
+// admitCasStream applies CasRate to a CAS stream the peer opened; false:
+// the caller resets it with StreamRefused.
+func (c *conn) admitCasStream() bool {
+	_, _, ok := c.takeRate(rateCas, false)
+	if !ok {
+		c.d.hard.rateLimited[rateCas].Add(1)
+		c.struck()
+	}
+	return ok
+}
