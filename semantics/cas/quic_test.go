@@ -1,52 +1,19 @@
 package cas_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"forgeyard.dev/transport/backends/quic"
-	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/backends/memory"
+	"forgeyard.dev/transport/internal/testbackends"
 	"forgeyard.dev/transport/semantics/cas"
-	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 )
-
-const serverName = "daemon.forgeyard.test"
 
 // newQUICLink dials a QUIC loopback connection and serves CAS on it.
 func newQUICLink(t testing.TB, srv *cas.Server) *link {
 	t.Helper()
-	pki := trusttest.NewPKI(t)
-	cfg := quic.Config{HandshakeTimeout: 5 * time.Second}
-	ln, err := quic.Listen("127.0.0.1:0", pki.ServerConfig(t, serverName), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	type res struct {
-		c   semantics.BackendConn
-		err error
-	}
-	acc := make(chan res, 1)
-	go func() {
-		c, err := ln.Accept(ctx)
-		acc <- res{c, err}
-	}()
-	bc, err := quic.Dialer{TLS: pki.ClientConfig(t, wire.NewRunnerId(), serverName), Config: cfg}.Dial(ctx, ln.Addr().String())
-	if err != nil {
-		cancel()
-		<-acc
-		t.Fatal(err)
-	}
-	r := <-acc
-	if r.err != nil {
-		_ = bc.CloseWithCode(wire.CloseNormal, "")
-		t.Fatal(r.err)
-	}
-	return newLink(t, srv, bc, r.c)
+	bc, bs := testbackends.Pair(t, "quic", memory.Options{})
+	return newLink(t, srv, bc, bs)
 }
 
 func TestQUICLoopback(t *testing.T) {
