@@ -224,7 +224,7 @@ func TestTransportCommands(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("sessions: exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"RUNNER", "BACKEND", "PROTOCOL", "REMOTE", "LAST HEARTBEAT", runner.String(), " quic ", " "+wire.Current.String()+" ", "cli-test/1", "1 transports"} {
+	for _, want := range []string{"RUNNER", "BACKEND", "PROTOCOL", "REMOTE", "LAST HEARTBEAT", runner.String(), " quic ", " " + wire.Current.String() + " ", "cli-test/1", "1 transports"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sessions lacks %q:\n%s", want, out)
 		}
