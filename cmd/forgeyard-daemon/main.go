@@ -47,6 +47,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
 )
@@ -84,6 +85,7 @@ type flags struct {
 	logFormat       string
 	demoLeases      int
 	logDir          string
+	casDir          string
 	adminListen     string
 	adminRemote     bool
 	adminSocket     string
@@ -111,7 +113,8 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.pgDSNFile, "postgres-dsn-file", "", "`file` holding the PostgreSQL DSN (key: authority.postgres_dsn_file)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
-	fs.StringVar(&f.logDir, "log-dir", "", "store the attempts' logs received on log streams in `dir` (one file per attempt; without it log streams are refused)")
+	fs.StringVar(&f.logDir, "log-dir", "", "store the attempts' logs received on log streams in `dir` (key: data.log_dir; one file per attempt; without it log streams are refused)")
+	fs.StringVar(&f.casDir, "cas-dir", "", "store CAS objects agents upload, and serve payloads from, `dir` (key: data.cas_dir; without it CAS streams are refused)")
 	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "serve the admin endpoint (/healthz, /metrics, /status, /sessions, /protocols) on `host:port` (key: admin.listen; a missing host means 127.0.0.1; loopback only unless --admin-allow-remote)")
 	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "`file` holding the bearer token --admin-listen clients must send for every path but /healthz (key: admin.token_file; without it TCP serves only /healthz and /metrics)")
@@ -217,6 +220,8 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	if set["postgres-dsn-file"] {
 		cfg.Authority = config.AuthorityConfig{PostgresDSNFile: f.pgDSNFile}
 	}
+	str("log-dir", &cfg.Data.LogDir, f.logDir)
+	str("cas-dir", &cfg.Data.CASDir, f.casDir)
 	str("log-level", &cfg.Log.Level, f.logLevel)
 	str("log-format", &cfg.Log.Format, f.logFormat)
 	str("admin-listen", &cfg.Admin.Listen, f.adminListen)
@@ -251,7 +256,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if err != nil {
 		return err
 	}
-	cas, err := setup.RunnerCAs(cfg.TLS.ClientCA)
+	runnerCAs, err := setup.RunnerCAs(cfg.TLS.ClientCA)
 	if err != nil {
 		return err
 	}
@@ -267,16 +272,27 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 
 	var demo *demoLeaser
 	dcfg := daemon.Config{
-		ID: cfg.ID, Authority: au, RunnerCAs: cas, Protocol: cfg.Protocol(), MinProtocol: cfg.ProtocolMin.ProtocolVersion,
+		ID: cfg.ID, Authority: au, RunnerCAs: runnerCAs, Protocol: cfg.Protocol(), MinProtocol: cfg.ProtocolMin.ProtocolVersion,
 		Timing: daemon.Timing{
 			HeartbeatInterval: cfg.Timing.HeartbeatInterval.Duration, RenewInterval: cfg.Timing.RenewInterval.Duration,
 			LeaseTTL: cfg.Timing.LeaseTTL.Duration, RevokeGrace: cfg.Timing.RevokeGrace.Duration, MaxBackoff: cfg.Timing.MaxBackoff.Duration,
 		},
 		AlternateEndpoints: cfg.Alternates(),
-		LogDir:             f.logDir,
-		Logger:             log,
-		Features:           wire.Implemented,
-		Identity:           identity,
+		LogDir:             cfg.Data.LogDir,
+		Data: daemon.DataLimits{LogRateBytes: cfg.Data.LogRateBytes, LogBurstBytes: cfg.Data.LogBurstBytes,
+			MaxAttemptLogBytes: cfg.Data.MaxAttemptLogBytes, CASMaxConcurrent: cfg.Data.CASMaxConcurrent, CASMaxPerConn: cfg.Data.CASMaxPerConn},
+		Admission: daemon.Admission{MaxHandshakes: cfg.Admission.MaxHandshakes, MaxConnsPerIP: cfg.Admission.MaxConnsPerIP,
+			RegistrationRate: semantics.Rate{PerSecond: cfg.Admission.RegistrationRate, Burst: cfg.Admission.RegistrationBurst}},
+		Logger:   log,
+		Features: wire.Implemented,
+		Identity: identity,
+	}
+	if dir := cfg.Data.CASDir; dir != "" {
+		store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: dir})
+		if err != nil {
+			return fmt.Errorf("data.cas_dir: %w", err)
+		}
+		dcfg.ContentStore = store
 	}
 	var drv *matrixDriver
 	if f.matrixDriver {

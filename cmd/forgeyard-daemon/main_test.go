@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,7 +73,27 @@ func TestUsageErrors(t *testing.T) {
 // registers, receives the --demo-leases offers, completes them, and SIGINT
 // (ctx cancel) shuts the daemon down cleanly.
 func TestDemoLeasesOverQUIC(t *testing.T) {
-	demoLeases(t, "--sqlite", filepath.Join(t.TempDir(), "a.db"))
+	data := t.TempDir()
+	demoLeases(t, "--sqlite", filepath.Join(t.TempDir(), "a.db"),
+		"--log-dir", filepath.Join(data, "logs"), "--cas-dir", filepath.Join(data, "cas"))
+	// The data plane is on: the attempts' logs and outputs landed in the
+	// configured directories.
+	var logsN, objects int
+	_ = filepath.WalkDir(data, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			switch {
+			case strings.HasSuffix(p, ".log"):
+				logsN++
+			case strings.Contains(p, string(filepath.Separator)+"objects"+string(filepath.Separator)):
+				objects++
+			}
+		}
+		return nil
+	})
+	t.Logf("data dirs: %d attempt logs, %d CAS objects", logsN, objects)
+	if logsN != 2 || objects != 2 {
+		t.Errorf("data dirs hold %d attempt logs and %d CAS objects, want 2 and 2", logsN, objects)
+	}
 }
 
 // TestPostgresAuthority: the same with --postgres-dsn-file (the HA setup).
@@ -135,7 +156,7 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 	dialer, daddr, _ := setup.Dialer(e, cred.Client, quic.Config{}, yamux.Config{})
 	a, err := agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: []agent.Endpoint{{Address: daddr, Dialer: dialer, Backend: "quic"}},
-		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), MaxParallel: 2, Version: "test",
+		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), MaxParallel: 2, Version: "test", SpoolDir: filepath.Join(dir, "spool"),
 		Hooks: agent.Hooks{OnDisconnected: func(err error) {
 			select {
 			case disconnects <- err:

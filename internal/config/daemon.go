@@ -91,6 +91,10 @@ type Daemon struct {
 	// Enrollment enables runner enrollment and certificate renewal
 	// (§20–21) and tunes the revocation check (§224).
 	Enrollment Enrollment `toml:"enrollment"`
+	// Data: log and CAS storage and their limits.
+	Data Data `toml:"data"`
+	// Admission: handshake and registration admission control.
+	Admission Admission `toml:"admission"`
 }
 
 // Enrollment configures the daemon's runner CA. With an issuing CA the
@@ -297,6 +301,12 @@ func (d *Daemon) Validate() error {
 		if _, err := ParseEndpoint(a); err != nil {
 			return invalid(fmt.Sprintf("alternate_endpoints[%d]", i), "%v", err)
 		}
+	}
+	if err := d.Data.Validate(); err != nil {
+		return err
+	}
+	if err := d.Admission.Validate(); err != nil {
+		return err
 	}
 	if err := d.Admin.Validate(); err != nil {
 		return err

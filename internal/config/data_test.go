@@ -1,0 +1,58 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+const dataBase = `
+[tls]
+certificate = "s.pem"
+private_key = "k.pem"
+client_ca = "ca.pem"
+[authority]
+sqlite = "a.db"
+`
+
+// TestDataAndAdmission: the [data] and [admission] sections parse into
+// their fields, and out-of-range values are refused naming the key.
+func TestDataAndAdmission(t *testing.T) {
+	d, err := ParseDaemon("d.toml", []byte(dataBase+`
+[data]
+log_dir = "/var/lib/fy/logs"
+cas_dir = "/var/lib/fy/cas"
+log_rate_bytes = 1048576
+log_burst_bytes = 262144
+max_attempt_log_bytes = -1
+cas_max_concurrent = 32
+cas_max_per_conn = 8
+[admission]
+max_handshakes = 64
+registration_rate = 50
+registration_burst = 100
+max_conns_per_ip = 20
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Data{LogDir: "/var/lib/fy/logs", CASDir: "/var/lib/fy/cas", LogRateBytes: 1 << 20, LogBurstBytes: 256 << 10,
+		MaxAttemptLogBytes: -1, CASMaxConcurrent: 32, CASMaxPerConn: 8}
+	if d.Data != want {
+		t.Errorf("data = %+v, want %+v", d.Data, want)
+	}
+	if a := (Admission{MaxHandshakes: 64, RegistrationRate: 50, RegistrationBurst: 100, MaxConnsPerIP: 20}); d.Admission != a {
+		t.Errorf("admission = %+v, want %+v", d.Admission, a)
+	}
+	for _, c := range []struct{ toml, key string }{
+		{"[data]\nlog_rate_bytes = -1", "data.log_rate_bytes"},
+		{"[data]\nmax_attempt_log_bytes = -2", "data.max_attempt_log_bytes"},
+		{"[data]\ncas_max_per_conn = -1", "data.cas_max_per_conn"},
+		{"[admission]\nmax_handshakes = -5", "max_handshakes"},
+		{"[data]\nlog_dirr = \"x\"", "log_dirr"},
+	} {
+		_, err := ParseDaemon("d.toml", []byte(dataBase+c.toml))
+		if err == nil || !strings.Contains(err.Error(), c.key) {
+			t.Errorf("%q: error %v, want one naming %s", c.toml, err, c.key)
+		}
+	}
+}
