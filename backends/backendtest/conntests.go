@@ -644,8 +644,12 @@ func connPersistentRefusal(t *testing.T, e *env) {
 	waitDone(t, "connection close after persistent refusals", bc.Context().Done())
 	wantConnError(t, "client after persistent refusals", context.Cause(bc.Context()), wire.CloseLimitExceeded, true)
 	wantConnError(t, "server Err", s.Err(), wire.CloseLimitExceeded, false)
-	if refused < cfg.Limits.MaxRefusals || refused > cfg.Limits.MaxRefusals+1 {
-		t.Fatalf("connection closed after %d refusals, want %d or %d", refused, cfg.Limits.MaxRefusals, cfg.Limits.MaxRefusals+1)
+	// The server refuses exactly MaxRefusals+1 (checked below); the client
+	// may also see the stream it opened while the close was in flight reset
+	// with the same code (seen on yamux behind the HTTP Upgrade, ~1 run in
+	// 50), hence one more.
+	if refused < cfg.Limits.MaxRefusals || refused > cfg.Limits.MaxRefusals+2 {
+		t.Fatalf("connection closed after %d refusals, want %d to %d", refused, cfg.Limits.MaxRefusals, cfg.Limits.MaxRefusals+2)
 	}
 	if got := s.Stats().Refused; got != int64(cfg.Limits.MaxRefusals+1) {
 		t.Fatalf("Stats().Refused = %d, want %d", got, cfg.Limits.MaxRefusals+1)
