@@ -644,15 +644,15 @@ func connPersistentRefusal(t *testing.T, e *env) {
 	waitDone(t, "connection close after persistent refusals", bc.Context().Done())
 	wantConnError(t, "client after persistent refusals", context.Cause(bc.Context()), wire.CloseLimitExceeded, true)
 	wantConnError(t, "server Err", s.Err(), wire.CloseLimitExceeded, false)
-	// The server refuses exactly MaxRefusals+1 (checked below); the client
-	// may also see the stream it opened while the close was in flight reset
-	// with the same code (seen on yamux behind the HTTP Upgrade, ~1 run in
-	// 50), hence one more.
+	// The refusal past MaxRefusals closes the connection; a stream the
+	// client opened while that close was in flight may be refused (and
+	// counted) too before the close lands (seen on yamux, whose close is a
+	// frame on its own stream: ~1 run in 50), hence one more on each side.
 	if refused < cfg.Limits.MaxRefusals || refused > cfg.Limits.MaxRefusals+2 {
 		t.Fatalf("connection closed after %d refusals, want %d to %d", refused, cfg.Limits.MaxRefusals, cfg.Limits.MaxRefusals+2)
 	}
-	if got := s.Stats().Refused; got != int64(cfg.Limits.MaxRefusals+1) {
-		t.Fatalf("Stats().Refused = %d, want %d", got, cfg.Limits.MaxRefusals+1)
+	if got := s.Stats().Refused; got < int64(cfg.Limits.MaxRefusals+1) || got > int64(cfg.Limits.MaxRefusals+2) {
+		t.Fatalf("Stats().Refused = %d, want %d or %d", got, cfg.Limits.MaxRefusals+1, cfg.Limits.MaxRefusals+2)
 	}
 }
 
