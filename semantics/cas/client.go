@@ -130,41 +130,30 @@ func (u *Uploader) wasInterrupted(ref wire.CasObjectRef) bool {
 // acknowledged Verified, else the errors joined (each an *OutcomeError or
 // a transport error naming its object).
 func (u *Uploader) UploadAll(ctx context.Context, conn *semantics.Conn, ctl ControlExchange, lease wire.LeaseId, refs []wire.CasObjectRef) error {
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		g    = make(chan struct{}, u.cfg.Concurrency) // bounds goroutines
-	)
+	b := newBoundedGroup(u.cfg.Concurrency)
 	for start := 0; start < len(refs); start += wcas.MaxBatch {
 		batch := refs[start:min(len(refs), start+wcas.MaxBatch)]
 		missing, err := ctl.NeedObjects(ctx, &wcas.NeedObjectsV1{Lease: lease, Objects: batch})
 		if err != nil {
-			errs = append(errs, err)
+			b.add(err)
 			break
 		}
 		if err := missing.Validate(); err != nil || len(missing.Objects) > len(batch) {
-			errs = append(errs, fmt.Errorf("%w: invalid MissingObjectsV1", ErrProtocol))
+			b.add(fmt.Errorf("%w: invalid MissingObjectsV1", ErrProtocol))
 			break
 		}
 		for _, ref := range missing.Objects {
-			if gate(ctx, g) != nil {
+			if b.run(ctx, func() error {
+				if err := u.Upload(ctx, conn, lease, ref); err != nil {
+					return fmt.Errorf("cas: upload %s: %w", ref, err)
+				}
+				return nil
+			}) != nil {
 				break
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-g }()
-				if err := u.Upload(ctx, conn, lease, ref); err != nil {
-					mu.Lock()
-					errs = append(errs, fmt.Errorf("cas: upload %s: %w", ref, err))
-					mu.Unlock()
-				}
-			}()
 		}
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return b.wait()
 }
 
 // Upload sends one object on its own StreamCasUpload stream and waits for
@@ -378,30 +367,19 @@ func (d *Downloader) Stats() DownloaderStats {
 // FetchAll downloads every ref the Store does not hold, at most
 // Concurrency at once, and returns the errors joined.
 func (d *Downloader) FetchAll(ctx context.Context, conn *semantics.Conn, lease wire.LeaseId, refs []wire.CasObjectRef) error {
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		g    = make(chan struct{}, d.cfg.Concurrency) // bounds goroutines
-	)
+	b := newBoundedGroup(d.cfg.Concurrency)
 	for _, ref := range refs {
-		if err := gate(ctx, g); err != nil {
-			errs = append(errs, err)
+		if err := b.run(ctx, func() error {
+			if err := d.Fetch(ctx, conn, lease, ref); err != nil {
+				return fmt.Errorf("cas: fetch %s: %w", ref, err)
+			}
+			return nil
+		}); err != nil {
+			b.add(err)
 			break
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-g }()
-			if err := d.Fetch(ctx, conn, lease, ref); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("cas: fetch %s: %w", ref, err))
-				mu.Unlock()
-			}
-		}()
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return b.wait()
 }
 
 // Fetch downloads ref into the Store on its own StreamCasDownload stream,
@@ -504,11 +482,45 @@ func (d *Downloader) Fetch(ctx context.Context, conn *semantics.Conn, lease wire
 }
 
 // gate takes a slot of g or fails with ctx's error.
-func gate(ctx context.Context, g chan struct{}) error {
+// boundedGroup runs functions in at most n goroutines at once and joins
+// the errors they (and the caller, through add) report.
+type boundedGroup struct {
+	slots chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	errs  []error
+}
+
+func newBoundedGroup(n int) *boundedGroup { return &boundedGroup{slots: make(chan struct{}, n)} }
+
+// run waits for a free slot, then runs f in a goroutine and records its
+// error. It returns ctx's error (running nothing) if ctx ends first.
+func (b *boundedGroup) run(ctx context.Context, f func() error) error {
 	select {
-	case g <- struct{}{}:
-		return nil
+	case b.slots <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer func() { <-b.slots }()
+		if err := f(); err != nil {
+			b.add(err)
+		}
+	}()
+	return nil
+}
+
+// add records err; safe while goroutines run.
+func (b *boundedGroup) add(err error) {
+	b.mu.Lock()
+	b.errs = append(b.errs, err)
+	b.mu.Unlock()
+}
+
+// wait waits for every goroutine and returns the errors joined.
+func (b *boundedGroup) wait() error {
+	b.wg.Wait()
+	return errors.Join(b.errs...)
 }
