@@ -287,13 +287,8 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 		}
 		cfg = c
 	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	str := func(name string, dst *string, v string) {
-		if set[name] {
-			*dst = v
-		}
-	}
+	set := config.FlagsSet(fs)
+	str := set.String
 	if set["endpoint"] {
 		cfg.ControlPlane.Endpoints = f.endpoints
 	}

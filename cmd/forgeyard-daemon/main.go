@@ -191,13 +191,8 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 		}
 		cfg = c
 	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	str := func(name string, dst *string, v string) {
-		if set[name] {
-			*dst = v
-		}
-	}
+	set := config.FlagsSet(fs)
+	str := set.String
 	str("id", &cfg.ID, f.id)
 	str("listen", &cfg.Listen.QUIC, f.listen)
 	str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)

@@ -177,13 +177,8 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Relay, error) {
 		}
 		cfg = c
 	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	str := func(name string, dst *string, v string) {
-		if set[name] {
-			*dst = v
-		}
-	}
+	set := config.FlagsSet(fs)
+	str := set.String
 	if f.devPKI != "" {
 		if _, err := setup.DevRelay(f.devPKI, cfg); err != nil {
 			return nil, fmt.Errorf("--dev-pki: %w", err)
