@@ -47,6 +47,28 @@ func (b *Builder) logf(format string, args ...any) {
 	}
 }
 
+// resolve finds the commit of release r: its tag when the clone has it
+// (which must name the pinned commit), else the pinned commit itself, which
+// any full clone of main's history has even when tags were not fetched.
+func (b *Builder) resolve(ctx context.Context, r Release) (string, error) {
+	tagged, err := b.git(ctx, "rev-parse", "--verify", "--quiet", "refs/tags/"+r.Tag+"^{commit}")
+	if err == nil && tagged != "" {
+		if r.Commit != "" && tagged != r.Commit {
+			return "", fmt.Errorf("release %s: tag %s names %.12s but the manifest pins %.12s: a released tag was moved (restore it: git tag -f %s %s)", r.Name, r.Tag, tagged, r.Commit, r.Tag, r.Commit)
+		}
+		return tagged, nil
+	}
+	if r.Commit == "" {
+		return "", fmt.Errorf("release %s: git tag %q not found in %s and the manifest pins no commit (fetch the tags: git fetch --tags)", r.Name, r.Tag, b.Root)
+	}
+	pinned, err := b.git(ctx, "rev-parse", "--verify", "--quiet", r.Commit+"^{commit}")
+	if err != nil || pinned != r.Commit {
+		return "", fmt.Errorf("release %s: neither tag %s nor its pinned commit %.12s is in %s (a shallow clone? fetch the history: git fetch --unshallow --tags)", r.Name, r.Tag, r.Commit, b.Root)
+	}
+	b.logf("release %s: tag %s not in this clone; building its pinned commit %.12s", r.Name, r.Tag, r.Commit)
+	return pinned, nil
+}
+
 // Build returns the binaries of release r, building them if needed. A
 // tagged release is exported with `git archive` into a temporary directory
 // and built there; the result is cached under CacheDir/<commit>.
@@ -63,9 +85,9 @@ func (b *Builder) Build(ctx context.Context, r Release) (Binaries, error) {
 		}
 		return bins, nil
 	}
-	commit, err := b.git(ctx, "rev-parse", "--verify", "--quiet", r.Tag+"^{commit}")
-	if err != nil || commit == "" {
-		return Binaries{}, fmt.Errorf("release %s: git tag %q not found in %s (fetch the tags: git fetch --tags)", r.Name, r.Tag, b.Root)
+	commit, err := b.resolve(ctx, r)
+	if err != nil {
+		return Binaries{}, err
 	}
 	out := filepath.Join(b.CacheDir, commit)
 	bins := Binaries{Daemon: filepath.Join(out, "forgeyard-daemon"), Agent: filepath.Join(out, "forgeyard-agent"), Commit: commit}

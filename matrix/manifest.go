@@ -47,6 +47,11 @@ type Release struct {
 	Name string `json:"name"`
 	// Tag is the git tag it is built from, or HEAD for the current tree.
 	Tag string `json:"tag"`
+	// Commit is the full hash the tag names, pinned when the release is
+	// made. A clone that lacks the tag (tags are not always fetched or
+	// pushed) builds the release from this commit; one whose tag names
+	// another commit is refused, because a release never moves.
+	Commit string `json:"commit,omitempty"`
 	// Protocol is the range it speaks, "1.0-1.1".
 	Protocol string `json:"protocol"`
 	// Features it implements (offered by its daemon, advertised by its
@@ -128,6 +133,9 @@ func (m *Manifest) Validate() error {
 			return fmt.Errorf("manifest: release %q: name and tag required, names unique", r.Name)
 		}
 		seen[r.Name] = true
+		if r.Tag != HEAD && !isCommitHash(r.Commit) {
+			return fmt.Errorf("manifest: release %s: commit must be the full 40-digit hash tag %s names (git rev-parse %s^{commit})", r.Name, r.Tag, r.Tag)
+		}
 		if _, err := r.Range(); err != nil {
 			return fmt.Errorf("manifest: release %s: %w", r.Name, err)
 		}
@@ -239,4 +247,16 @@ func (e Expectation) String() string {
 		return "rejected: " + e.Rejection
 	}
 	return fmt.Sprintf("%s %v", e.Protocol, e.Features)
+}
+
+func isCommitHash(s string) bool {
+	if len(s) != 40 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
