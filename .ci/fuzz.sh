@@ -79,8 +79,8 @@ running=0
 while read -r dir pkg; do
   targets=$(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u | grep -E "$FUZZ" || true)
   for t in $targets; do
-    echo "== start $pkg $t ($FUZZTIME)"
     if [ "$FUZZJOBS" -le 1 ]; then
+      echo "== start $pkg $t ($FUZZTIME)"
       fuzz_one "$dir" "$pkg" "$t"
       continue
     fi
@@ -88,6 +88,7 @@ while read -r dir pkg; do
       wait -n || true
       running=$((running - 1))
     fi
+    echo "== start $pkg $t ($FUZZTIME)"
     fuzz_one "$dir" "$pkg" "$t" &
     running=$((running + 1))
   done
