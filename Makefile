@@ -23,7 +23,7 @@ help:
 	@echo "make matrix    full cross-version compatibility matrix: builds tagged releases, runs every cell; rewrites matrix/results.json and docs/compatibility.md"
 	@echo "make lint      gofmt check, go vet, staticcheck, layering check"
 	@echo "make bench     codec and backend benchmarks; tables for docs/perf.md (BENCHCOUNT=$(BENCHCOUNT))"
-	@echo "make fuzz      every fuzz target for FUZZTIME each (default $(FUZZTIME)); FUZZ=regexp, FUZZJOBS=n targets at once, FUZZPARALLEL=n, FUZZKEEP=n (see .ci/fuzz.sh)"
+	@echo "make fuzz      every fuzz target for FUZZTIME each (default $(FUZZTIME)); FUZZ=regexp, FUZZJOBS=n targets at once (default: cores), FUZZPARALLEL=n, FUZZKEEP=n (see .ci/fuzz.sh)"
 
 deps:
 	./.ci/ensure-debs.sh

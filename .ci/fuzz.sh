@@ -6,12 +6,14 @@
 #
 #   FUZZTIME=1m      time per target (go test -fuzztime: 30s, 1m, 10m, 5000x)
 #   FUZZ=Session     only targets whose name matches this regexp
+#   FUZZJOBS=2       targets fuzzed at the same time (default: the number of
+#                    cores, at most the number of targets selected). Each
+#                    target still gets FUZZTIME of wall time, so on 2 cores
+#                    two targets with one worker each halve the campaign's
+#                    length for about the same executions as one target with
+#                    two workers.
 #   FUZZPARALLEL=1   fuzzing workers per target (default: the cores divided
-#                    among FUZZJOBS)
-#   FUZZJOBS=2       targets fuzzed at the same time (default 1). Each target
-#                    still gets FUZZTIME of wall time, so on 2 cores
-#                    FUZZJOBS=2 (one worker each) halves the campaign's
-#                    length for about the same executions per target.
+#                    among the jobs)
 #   FUZZMINIMIZETIME=10s  budget to minimize each new interesting or failing
 #                    input (go test's default is 60s, which stalls slow
 #                    targets such as FuzzSessionFrames for a minute per
@@ -31,16 +33,8 @@ FUZZTIME=${FUZZTIME:-30s}
 FUZZ=${FUZZ:-.}
 FUZZKEEP=${FUZZKEEP:-0}
 FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-10s}
-FUZZJOBS=${FUZZJOBS:-1}
 FUZZLOGDIR=${FUZZLOGDIR:-$(mktemp -d -t forgeyard-fuzz.XXXXXX)}
 mkdir -p "$FUZZLOGDIR"
-par=()
-if [ -n "${FUZZPARALLEL:-}" ]; then
-  par=(-parallel "$FUZZPARALLEL")
-elif [ "$FUZZJOBS" -gt 1 ]; then
-  per=$(( $(nproc) / FUZZJOBS )); [ "$per" -ge 1 ] || per=1
-  par=(-parallel "$per")
-fi
 cache=$(go env GOCACHE)/fuzz
 
 # fuzz_one DIR PKG TARGET: fuzzes one target, logs to its file, and leaves
@@ -74,25 +68,40 @@ fuzz_one() {
   echo "$result" >"$log.status"
 }
 
-echo "fuzzing for $FUZZTIME per target, $FUZZJOBS at a time ${par[*]:-}; logs in $FUZZLOGDIR"
-running=0
+# Every selected target, as "dir pkg target" lines.
+selected=()
 while read -r dir pkg; do
-  targets=$(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u | grep -E "$FUZZ" || true)
-  for t in $targets; do
-    if [ "$FUZZJOBS" -le 1 ]; then
-      echo "== start $pkg $t ($FUZZTIME)"
-      fuzz_one "$dir" "$pkg" "$t"
-      continue
-    fi
-    if [ "$running" -ge "$FUZZJOBS" ]; then
-      wait -n || true
-      running=$((running - 1))
-    fi
-    echo "== start $pkg $t ($FUZZTIME)"
-    fuzz_one "$dir" "$pkg" "$t" &
-    running=$((running + 1))
+  for t in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u | grep -E "$FUZZ" || true); do
+    selected+=("$dir $pkg $t")
   done
 done < <(go list -f '{{.Dir}} {{.ImportPath}}' ./...)
+if [ "${#selected[@]}" -eq 0 ]; then
+  echo "fuzz: no target matches FUZZ=$FUZZ" >&2
+  exit 1
+fi
+cores=$(nproc)
+FUZZJOBS=${FUZZJOBS:-$cores}
+[ "$FUZZJOBS" -ge 1 ] || FUZZJOBS=1
+[ "$FUZZJOBS" -le "${#selected[@]}" ] || FUZZJOBS=${#selected[@]}
+if [ -n "${FUZZPARALLEL:-}" ]; then
+  par=(-parallel "$FUZZPARALLEL")
+else
+  per=$((cores / FUZZJOBS)); [ "$per" -ge 1 ] || per=1
+  par=(-parallel "$per")
+fi
+
+echo "fuzzing ${#selected[@]} targets for $FUZZTIME each, $FUZZJOBS at a time, ${par[*]} each; logs in $FUZZLOGDIR"
+running=0
+for entry in "${selected[@]}"; do
+  read -r dir pkg t <<<"$entry"
+  if [ "$running" -ge "$FUZZJOBS" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  echo "== start $pkg $t ($FUZZTIME)"
+  fuzz_one "$dir" "$pkg" "$t" &
+  running=$((running + 1))
+done
 wait
 status=0
 failed=()

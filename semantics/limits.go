@@ -50,6 +50,12 @@ type Limits struct {
 	HealthRate Rate
 	// CasRate: NeedObjectsV1 batches and CAS streams opened.
 	CasRate Rate
+	// IdentityRate: CertificateRequestV1 (enrollment and renewal). Each
+	// one signs a certificate and records it in the authority, so a
+	// runner renewing in a loop would grow the authority without bound;
+	// a healthy runner renews once per two thirds of its certificate's
+	// lifetime.
+	IdentityRate Rate
 	// MaxRateStrikes: rate-limited messages (less one per admitted message)
 	// a connection may accumulate before it is closed with
 	// CloseLimitExceeded.
@@ -64,7 +70,12 @@ type Rate struct {
 }
 
 // String renders the rate as "N/s burst B".
-func (r Rate) String() string { return fmt.Sprintf("%g/s burst %d", r.PerSecond, r.Burst) }
+func (r Rate) String() string {
+	if r.PerSecond > 0 && r.PerSecond < 1 {
+		return fmt.Sprintf("%.3g/min burst %d", r.PerSecond*60, r.Burst)
+	}
+	return fmt.Sprintf("%g/s burst %d", r.PerSecond, r.Burst)
+}
 
 // Default limits.
 const (
@@ -86,6 +97,7 @@ var (
 	DefaultHeartbeatRate = Rate{PerSecond: 20, Burst: 40}
 	DefaultHealthRate    = Rate{PerSecond: 10, Burst: 20}
 	DefaultCasRate       = Rate{PerSecond: 500, Burst: 1000}
+	DefaultIdentityRate  = Rate{PerSecond: 1.0 / 60, Burst: 4}
 )
 
 // DefaultStreamsPerKind is the default per-kind incoming stream limit.
@@ -125,7 +137,7 @@ func (l *Limits) Validate() error {
 	for _, r := range []struct {
 		name string
 		r    Rate
-	}{{"ControlRate", l.ControlRate}, {"HeartbeatRate", l.HeartbeatRate}, {"HealthRate", l.HealthRate}, {"CasRate", l.CasRate}} {
+	}{{"ControlRate", l.ControlRate}, {"HeartbeatRate", l.HeartbeatRate}, {"HealthRate", l.HealthRate}, {"CasRate", l.CasRate}, {"IdentityRate", l.IdentityRate}} {
 		if r.r.PerSecond < 0 || r.r.Burst < 0 || r.r.PerSecond != r.r.PerSecond {
 			return fmt.Errorf("semantics: Limits.%s (%s) must not be negative", r.name, r.r)
 		}
@@ -179,6 +191,7 @@ func (l Limits) WithDefaults() Limits {
 	rate(&l.HeartbeatRate, DefaultHeartbeatRate)
 	rate(&l.HealthRate, DefaultHealthRate)
 	rate(&l.CasRate, DefaultCasRate)
+	rate(&l.IdentityRate, DefaultIdentityRate)
 	if l.MaxRateStrikes == 0 {
 		l.MaxRateStrikes = DefaultMaxRateStrikes
 	}

@@ -147,15 +147,22 @@ func (t *daemonTelemetry) listenerDone(i int, err error) {
 	}
 }
 
-// syncStats returns the daemon's counters for a scrape (the latency
+// scrapeStats are the daemon's counters read at a scrape (the latency
 // histograms and the fenced counter are fed by the engine itself).
-func (t *daemonTelemetry) syncStats() (daemon.Stats, bool) {
+type scrapeStats struct {
+	daemon.Stats
+	hard daemon.HardeningStats
+	id   daemon.IdentityStats
+}
+
+func (t *daemonTelemetry) syncStats() (scrapeStats, bool) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.d == nil {
-		return daemon.Stats{}, false
+	d := t.d
+	t.mu.Unlock()
+	if d == nil {
+		return scrapeStats{}, false
 	}
-	return t.d.Stats(), true
+	return scrapeStats{Stats: d.Stats(), hard: d.HardeningStats(), id: d.IdentityStats()}, true
 }
 
 // statsCollector exports daemon.Stats counters that the hooks cannot see
@@ -168,12 +175,18 @@ var (
 	descRegistration = prometheus.NewDesc("forgeyard_daemon_registrations_total", "Registrations by result: accepted, rejected (hello or registration refused), reconnect (epoch > 1).", []string{"result"}, nil)
 	descCloned       = prometheus.NewDesc("forgeyard_daemon_cloned_identity_total", "Fenced transports that kept sending (a cloned runner identity, §279).", nil, nil)
 	descDaemonProto  = prometheus.NewDesc("forgeyard_daemon_protocol_violations_total", "State or role violations and bad frames seen by the daemon.", nil, nil)
+	descRateLimited  = prometheus.NewDesc("forgeyard_daemon_rate_limited_total", "Messages (and CAS streams) refused by a per-connection rate ([limits]), by class: control, heartbeat, health, cas, certificate.", []string{"class"}, nil)
+	descAdmission    = prometheus.NewDesc("forgeyard_daemon_admission_refused_total", "Peers refused by admission control ([admission]): connect (handshake slots, per-IP; closed Overloaded), registration (registration rate; answered Overloaded).", []string{"stage"}, nil)
+	descLimitCloses  = prometheus.NewDesc("forgeyard_daemon_limit_closes_total", "Connections closed LimitExceeded for persistent rate-limit violations (limits.max_rate_strikes).", nil, nil)
+	descIdentity     = prometheus.NewDesc("forgeyard_daemon_identity_events_total", "Runner identity lifecycle: enrolled, renewed, revoked_closed (runner disabled or certificate revoked), expired_rejected.", []string{"event"}, nil)
+	descSecrets      = prometheus.NewDesc("forgeyard_daemon_secret_streams_total", "Secret-material streams by result: delivered (acknowledged by the agent), refused (refused or failed).", []string{"result"}, nil)
 )
 
 var ackLabels = [4]string{"accepted", "duplicate_accepted", "stale_rejected", "invalid_rejected"}
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCompletions, descLeases, descRegistration, descCloned, descDaemonProto} {
+	for _, d := range []*prometheus.Desc{descCompletions, descLeases, descRegistration, descCloned, descDaemonProto,
+		descRateLimited, descAdmission, descLimitCloses, descIdentity, descSecrets} {
 		ch <- d
 	}
 }
@@ -199,6 +212,21 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRegistration, st.Reconnects, "reconnect")
 	counter(descCloned, st.ClonedIdentity)
 	counter(descDaemonProto, st.ProtocolErrors)
+	rl := st.hard.RateLimited
+	counter(descRateLimited, rl.Control, "control")
+	counter(descRateLimited, rl.Heartbeat, "heartbeat")
+	counter(descRateLimited, rl.Health, "health")
+	counter(descRateLimited, rl.Cas, "cas")
+	counter(descRateLimited, rl.Identity, "certificate")
+	counter(descAdmission, st.hard.RefusedConns, "connect")
+	counter(descAdmission, st.hard.RefusedRegistrations, "registration")
+	counter(descLimitCloses, st.hard.LimitCloses)
+	counter(descIdentity, st.id.Enrolled, "enrolled")
+	counter(descIdentity, st.id.Renewed, "renewed")
+	counter(descIdentity, st.id.RevokedClosed, "revoked_closed")
+	counter(descIdentity, st.id.ExpiredRejected, "expired_rejected")
+	counter(descSecrets, st.hard.SecretsSent, "delivered")
+	counter(descSecrets, st.hard.SecretsRefused, "refused")
 }
 
 // health builds the DaemonHealth report.

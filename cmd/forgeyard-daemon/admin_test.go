@@ -207,6 +207,11 @@ func TestAdminEndpoint(t *testing.T) {
 		{`forgeyard_lease_offer_to_ack_seconds_count`, 1},
 		{`forgeyard_completion_ack_seconds_count`, 1},
 		{`forgeyard_transport_messages_total{family="agent",outcome="error"}`, 0},
+		{`forgeyard_daemon_rate_limited_total{class="certificate"}`, 0},
+		{`forgeyard_daemon_admission_refused_total{stage="registration"}`, 0},
+		{`forgeyard_daemon_limit_closes_total`, 0},
+		{`forgeyard_daemon_identity_events_total{event="renewed"}`, 0},
+		{`forgeyard_daemon_secret_streams_total{result="delivered"}`, 0},
 	} {
 		if v := metricValue(t, text, c.series); v != c.want {
 			t.Errorf("%s = %v, want %v", c.series, v, c.want)
@@ -220,6 +225,8 @@ func TestAdminEndpoint(t *testing.T) {
 		"# TYPE forgeyard_transport_connections_active gauge",
 		"# TYPE forgeyard_transport_messages_total counter",
 		"# TYPE forgeyard_daemon_completions_total counter",
+		"# TYPE forgeyard_daemon_rate_limited_total counter",
+		"# TYPE forgeyard_daemon_identity_events_total counter",
 		"# TYPE forgeyard_lease_offer_to_ack_seconds histogram",
 	} {
 		if !strings.Contains(text, typ) {

@@ -278,6 +278,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 			MaxAttemptLogBytes: cfg.Data.MaxAttemptLogBytes, CASMaxConcurrent: cfg.Data.CASMaxConcurrent, CASMaxPerConn: cfg.Data.CASMaxPerConn},
 		Admission: daemon.Admission{MaxHandshakes: cfg.Admission.MaxHandshakes, MaxConnsPerIP: cfg.Admission.MaxConnsPerIP,
 			RegistrationRate: semantics.Rate{PerSecond: cfg.Admission.RegistrationRate, Burst: cfg.Admission.RegistrationBurst}},
+		Limits:   connLimits(cfg.Limits),
 		Logger:   log,
 		Features: wire.Implemented,
 		Identity: identity,
@@ -523,4 +524,18 @@ func (l *demoLeaser) stop() {
 // the synthetic executor never fetches it.
 func syntheticPayload(spec wire.JobSpecId) wire.CasObjectRef {
 	return wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: spec.Digest, Size: 1}
+}
+
+// connLimits maps the [limits] section onto semantics.Limits (zero fields
+// take the library defaults).
+func connLimits(c config.ConnLimits) semantics.Limits {
+	return semantics.Limits{
+		MaxStreams:     c.MaxStreams,
+		ControlRate:    semantics.Rate{PerSecond: c.ControlRate, Burst: c.ControlBurst},
+		HeartbeatRate:  semantics.Rate{PerSecond: c.HeartbeatRate, Burst: c.HeartbeatBurst},
+		HealthRate:     semantics.Rate{PerSecond: c.HealthRate, Burst: c.HealthBurst},
+		CasRate:        semantics.Rate{PerSecond: c.CASRate, Burst: c.CASBurst},
+		IdentityRate:   semantics.Rate{PerSecond: c.CertificateRatePerMin / 60, Burst: c.CertificateBurst},
+		MaxRateStrikes: c.MaxRateStrikes,
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
@@ -225,4 +226,28 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestConnLimitsFromConfig: the [limits] section reaches the engine's
+// semantics.Limits (certificate_rate_per_min is per minute), zero keys
+// keep the library defaults, and the result validates.
+func TestConnLimitsFromConfig(t *testing.T) {
+	l := connLimits(config.ConnLimits{MaxStreams: 64, HeartbeatRate: 5, HeartbeatBurst: 10,
+		CertificateRatePerMin: 2, CertificateBurst: 3, MaxRateStrikes: 9})
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := l.WithDefaults()
+	if d.MaxStreams != 64 || d.HeartbeatRate != (semantics.Rate{PerSecond: 5, Burst: 10}) || d.MaxRateStrikes != 9 {
+		t.Errorf("limits %+v", d)
+	}
+	if d.IdentityRate != (semantics.Rate{PerSecond: 2.0 / 60, Burst: 3}) {
+		t.Errorf("certificate rate %v, want 2/min burst 3", d.IdentityRate)
+	}
+	if d.ControlRate != semantics.DefaultControlRate || d.CasRate != semantics.DefaultCasRate {
+		t.Errorf("unset rates %v %v, want the defaults", d.ControlRate, d.CasRate)
+	}
+	if def := connLimits(config.ConnLimits{}).WithDefaults(); def.IdentityRate != semantics.DefaultIdentityRate {
+		t.Errorf("empty [limits]: certificate rate %v", def.IdentityRate)
+	}
 }

@@ -95,6 +95,8 @@ type Daemon struct {
 	Data Data `toml:"data"`
 	// Admission: handshake and registration admission control.
 	Admission Admission `toml:"admission"`
+	// Limits: per-connection stream limits and message rates.
+	Limits ConnLimits `toml:"limits"`
 }
 
 // Enrollment configures the daemon's runner CA. With an issuing CA the
@@ -306,6 +308,9 @@ func (d *Daemon) Validate() error {
 		return err
 	}
 	if err := d.Admission.Validate(); err != nil {
+		return err
+	}
+	if err := d.Limits.Validate(); err != nil {
 		return err
 	}
 	if err := d.Admin.Validate(); err != nil {

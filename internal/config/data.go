@@ -64,3 +64,58 @@ func (a Admission) Validate() error {
 	}
 	return nil
 }
+
+// ConnLimits configures what one connection may send (§126–137,
+// §266–269). A message over its rate is answered WireErrorV1{RateLimited,
+// RetryBackoff} and not acted on; a connection that keeps exceeding them
+// (max_rate_strikes) is closed with LimitExceeded. Zero values take the
+// defaults shown.
+//
+//	[limits]
+//	max_streams = 256                  # concurrently open incoming streams
+//	control_rate = 2000                # control messages per second
+//	control_burst = 4000
+//	heartbeat_rate = 20                # heartbeats per second
+//	heartbeat_burst = 40
+//	health_rate = 10                   # health requests per second
+//	health_burst = 20
+//	cas_rate = 500                     # NeedObjects batches and CAS streams per second
+//	cas_burst = 1000
+//	certificate_rate_per_min = 1       # renewal requests per minute
+//	certificate_burst = 4
+//	max_rate_strikes = 256
+type ConnLimits struct {
+	MaxStreams            int     `toml:"max_streams"`
+	ControlRate           float64 `toml:"control_rate"`
+	ControlBurst          int     `toml:"control_burst"`
+	HeartbeatRate         float64 `toml:"heartbeat_rate"`
+	HeartbeatBurst        int     `toml:"heartbeat_burst"`
+	HealthRate            float64 `toml:"health_rate"`
+	HealthBurst           int     `toml:"health_burst"`
+	CASRate               float64 `toml:"cas_rate"`
+	CASBurst              int     `toml:"cas_burst"`
+	CertificateRatePerMin float64 `toml:"certificate_rate_per_min"`
+	CertificateBurst      int     `toml:"certificate_burst"`
+	MaxRateStrikes        int     `toml:"max_rate_strikes"`
+}
+
+// Validate reports the first negative value, naming its key.
+func (l ConnLimits) Validate() error {
+	for _, f := range []struct {
+		key string
+		v   float64
+	}{
+		{"max_streams", float64(l.MaxStreams)},
+		{"control_rate", l.ControlRate}, {"control_burst", float64(l.ControlBurst)},
+		{"heartbeat_rate", l.HeartbeatRate}, {"heartbeat_burst", float64(l.HeartbeatBurst)},
+		{"health_rate", l.HealthRate}, {"health_burst", float64(l.HealthBurst)},
+		{"cas_rate", l.CASRate}, {"cas_burst", float64(l.CASBurst)},
+		{"certificate_rate_per_min", l.CertificateRatePerMin}, {"certificate_burst", float64(l.CertificateBurst)},
+		{"max_rate_strikes", float64(l.MaxRateStrikes)},
+	} {
+		if f.v < 0 || f.v != f.v {
+			return fmt.Errorf("limits.%s = %v: must be ≥ 0 (0: default)", f.key, f.v)
+		}
+	}
+	return nil
+}

@@ -31,6 +31,12 @@ max_handshakes = 64
 registration_rate = 50
 registration_burst = 100
 max_conns_per_ip = 20
+[limits]
+max_streams = 128
+heartbeat_rate = 5
+heartbeat_burst = 10
+certificate_rate_per_min = 2
+max_rate_strikes = 64
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -43,12 +49,18 @@ max_conns_per_ip = 20
 	if a := (Admission{MaxHandshakes: 64, RegistrationRate: 50, RegistrationBurst: 100, MaxConnsPerIP: 20}); d.Admission != a {
 		t.Errorf("admission = %+v, want %+v", d.Admission, a)
 	}
+	if l := (ConnLimits{MaxStreams: 128, HeartbeatRate: 5, HeartbeatBurst: 10, CertificateRatePerMin: 2, MaxRateStrikes: 64}); d.Limits != l {
+		t.Errorf("limits = %+v, want %+v", d.Limits, l)
+	}
 	for _, c := range []struct{ toml, key string }{
 		{"[data]\nlog_rate_bytes = -1", "data.log_rate_bytes"},
 		{"[data]\nmax_attempt_log_bytes = -2", "data.max_attempt_log_bytes"},
 		{"[data]\ncas_max_per_conn = -1", "data.cas_max_per_conn"},
 		{"[admission]\nmax_handshakes = -5", "max_handshakes"},
 		{"[data]\nlog_dirr = \"x\"", "log_dirr"},
+		{"[limits]\ncas_burst = -1", "limits.cas_burst"},
+		{"[limits]\ncertificate_rate_per_min = -0.5", "limits.certificate_rate_per_min"},
+		{"[limits]\ncontrol_rates = 5", "control_rates"},
 	} {
 		_, err := ParseDaemon("d.toml", []byte(dataBase+c.toml))
 		if err == nil || !strings.Contains(err.Error(), c.key) {

@@ -80,7 +80,7 @@ type HardeningStats struct {
 	RefusedConns         int64 // closed with CloseOverloaded at connect (handshakes, per-IP)
 	RefusedRegistrations int64 // hellos answered Overloaded (registration rate)
 	RateLimited          struct {
-		Control, Heartbeat, Health, Cas int64
+		Control, Heartbeat, Health, Cas, Identity int64
 	}
 	LimitCloses    int64 // connections closed with CloseLimitExceeded for rate strikes
 	AuditEvents    int64 // audit events of the admission/replay paths (the daemon's other audit events are not counted here)
@@ -97,6 +97,7 @@ func (d *Daemon) HardeningStats() HardeningStats {
 	s.RefusedConns, s.RefusedRegistrations = h.refusedConns.Load(), h.refusedRegs.Load()
 	s.RateLimited.Control, s.RateLimited.Heartbeat = h.rateLimited[rateControl].Load(), h.rateLimited[rateHeartbeat].Load()
 	s.RateLimited.Health, s.RateLimited.Cas = h.rateLimited[rateHealth].Load(), h.rateLimited[rateCas].Load()
+	s.RateLimited.Identity = h.rateLimited[rateIdentity].Load()
 	s.LimitCloses, s.AuditEvents = h.limitCloses.Load(), h.audits.Load()
 	s.SecretsSent, s.SecretsRefused = h.secretsSent.Load(), h.secretsRefused.Load()
 	h.mu.Lock()

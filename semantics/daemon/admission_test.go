@@ -406,6 +406,11 @@ func TestPerConnectionRateLimits(t *testing.T) {
 			func(*rawClient, int) wire.Message {
 				return &wcas.NeedObjectsV1{Lease: wire.NewLeaseId(), Objects: []wire.CasObjectRef{{Algorithm: wire.DigestSHA256, Digest: wire.Digest{1}, Size: 1}}}
 			}},
+		// Renewal requests: each would sign a certificate and record it
+		// in the authority (this daemon has no issuer, so those within the
+		// rate are refused as unsupported; the rate applies first).
+		{"identity", 50 * time.Millisecond, func(l *semantics.Limits) { l.IdentityRate = semantics.Rate{PerSecond: 0.5, Burst: 3} },
+			func(*rawClient, int) wire.Message { return &agentwire.CertificateRequestV1{CSR: []byte{0x30, 0}} }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -426,7 +431,7 @@ func TestPerConnectionRateLimits(t *testing.T) {
 				}
 			}
 			ec.awaitCount(t, wire.ErrCodeRateLimited, 10)
-			if ec.first() == "" || !strings.Contains(ec.first(), map[string]string{"heartbeat": "heartbeat", "health": "health", "cas": "CAS"}[tc.name]) {
+			if ec.first() == "" || !strings.Contains(ec.first(), map[string]string{"heartbeat": "heartbeat", "health": "health", "cas": "CAS", "identity": "certificate request"}[tc.name]) {
 				t.Fatalf("rate-limit message %q does not name the limit", ec.first())
 			}
 			// Persisting (paced, so the probe samples the flood): strikes

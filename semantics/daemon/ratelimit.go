@@ -45,10 +45,11 @@ const (
 	rateHeartbeat
 	rateHealth
 	rateCas
+	rateIdentity
 	numRateClasses
 )
 
-var rateClassNames = [numRateClasses]string{"control message", "heartbeat", "health request", "CAS request"}
+var rateClassNames = [numRateClasses]string{"control message", "heartbeat", "health request", "CAS request", "certificate request"}
 
 // connRates are one connection's buckets and its strike count.
 type connRates struct {
@@ -67,6 +68,7 @@ func (c *conn) rates() *connRates {
 		r.buckets[rateHeartbeat] = newBucket(lim.HeartbeatRate, now)
 		r.buckets[rateHealth] = newBucket(lim.HealthRate, now)
 		r.buckets[rateCas] = newBucket(lim.CasRate, now)
+		r.buckets[rateIdentity] = newBucket(lim.IdentityRate, now)
 	})
 	return r
 }
@@ -119,6 +121,8 @@ func classOf(t wire.MessageTypeId) rateClass {
 		return rateHealth
 	case t == wcas.MsgNeedObjects:
 		return rateCas
+	case t == agentwire.MsgCertificateRequest:
+		return rateIdentity
 	}
 	return rateControl
 }
@@ -137,7 +141,7 @@ func (c *conn) admitMessage(env *wire.Envelope) bool {
 	c.d.hard.rateLimited[class].Add(1)
 	if t != wire.MsgError {
 		lim := c.sc.Limits()
-		r := [numRateClasses]semantics.Rate{lim.ControlRate, lim.HeartbeatRate, lim.HealthRate, lim.CasRate}[class]
+		r := [numRateClasses]semantics.Rate{lim.ControlRate, lim.HeartbeatRate, lim.HealthRate, lim.CasRate, lim.IdentityRate}[class]
 		_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeRateLimited, wire.RetryBackoff,
 			fmt.Sprintf("%s rate limit (%s) exceeded; retry after %v", rateClassNames[class], r, wait.Round(time.Millisecond)+time.Millisecond))
 	}
