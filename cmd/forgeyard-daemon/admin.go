@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -48,7 +47,7 @@ type daemonTelemetry struct {
 	registered map[wire.TransportSessionId]string // transport → backend, for ConnClosed
 
 	listeners []listenerState
-	cert      *x509.Certificate
+	cert      func() *x509.Certificate // the certificate served now (reloaded)
 
 	info     adminInfo
 	draining atomic.Bool
@@ -112,9 +111,10 @@ func (t *daemonTelemetry) hooks(h daemon.Hooks) daemon.Hooks {
 	return out
 }
 
-// attach gives the telemetry its daemon, listeners and server certificate
-// (before the admin endpoint serves).
-func (t *daemonTelemetry) attach(d *daemon.Daemon, ls []setup.Listener, tc *tls.Config) {
+// attach gives the telemetry its daemon, listeners and the function that
+// returns the server certificate served now (before the admin endpoint
+// serves).
+func (t *daemonTelemetry) attach(d *daemon.Daemon, ls []setup.Listener, cert func() *x509.Certificate) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.d = d
@@ -123,14 +123,7 @@ func (t *daemonTelemetry) attach(d *daemon.Daemon, ls []setup.Listener, tc *tls.
 		st.active.Store(true)
 		t.listeners = append(t.listeners, st)
 	}
-	if tc != nil && len(tc.Certificates) > 0 {
-		c := tc.Certificates[0]
-		if c.Leaf != nil {
-			t.cert = c.Leaf
-		} else if len(c.Certificate) > 0 {
-			t.cert, _ = x509.ParseCertificate(c.Certificate[0])
-		}
-	}
+	t.cert = cert
 	t.m.Registry().MustRegister(&statsCollector{t: t})
 }
 
@@ -233,7 +226,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 	now := time.Now()
 	t.mu.Lock()
-	d, cert := t.d, t.cert
+	d, certFn := t.d, t.cert
 	h := telemetry.DaemonHealth{Listeners: make([]telemetry.ListenerHealth, 0, len(t.listeners))}
 	for _, l := range t.listeners {
 		lh := telemetry.ListenerHealth{Backend: l.backend, Address: l.addr, Active: l.active.Load()}
@@ -243,6 +236,10 @@ func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 		h.Listeners = append(h.Listeners, lh)
 	}
 	t.mu.Unlock()
+	var cert *x509.Certificate
+	if certFn != nil {
+		cert = certFn()
+	}
 	if cert != nil {
 		c := telemetry.CertHealthOf(cert, now)
 		h.Certificate = &c
@@ -552,12 +549,20 @@ func warnCertExpiry(log *slog.Logger, cert *x509.Certificate, now time.Time) boo
 	return true
 }
 
+// currentCert is the certificate served now (nil before attach).
+func (t *daemonTelemetry) currentCert() *x509.Certificate {
+	t.mu.Lock()
+	f := t.cert
+	t.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f()
+}
+
 // watchCertExpiry checks at start and every certCheckEvery until ctx ends.
 func (t *daemonTelemetry) watchCertExpiry(ctx context.Context, log *slog.Logger) {
-	t.mu.Lock()
-	cert := t.cert
-	t.mu.Unlock()
-	warnCertExpiry(log, cert, time.Now())
+	warnCertExpiry(log, t.currentCert(), time.Now())
 	tick := time.NewTicker(certCheckEvery)
 	defer tick.Stop()
 	for {
@@ -565,7 +570,7 @@ func (t *daemonTelemetry) watchCertExpiry(ctx context.Context, log *slog.Logger)
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			warnCertExpiry(log, cert, now)
+			warnCertExpiry(log, t.currentCert(), now)
 		}
 	}
 }

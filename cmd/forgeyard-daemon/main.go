@@ -247,10 +247,13 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 }
 
 func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, th *testHooks) error {
-	tlsConf, err := setup.ServerTLS(cfg.TLS)
+	// The server certificate is served from its files and reloaded when
+	// they are replaced (checked every tls.reload_interval) or on SIGHUP.
+	tlsConf, certs, stopReload, err := setup.ReloadingServerTLS(cfg.TLS, log)
 	if err != nil {
 		return err
 	}
+	defer stopReload()
 	runnerCAs, err := setup.RunnerCAs(cfg.TLS.ClientCA)
 	if err != nil {
 		return err
@@ -352,7 +355,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		_ = d.Shutdown(context.Background())
 		return err
 	}
-	tel.attach(d, ls, tlsConf)
+	tel.attach(d, ls, certs.Leaf)
 	tel.info = adminInfo{id: cfg.ID, startedAt: time.Now(), au: au, auBackend: authorityBackend(cfg.Authority),
 		protocol: dcfg.Protocol, minProtocol: dcfg.MinProtocol, features: dcfg.Features}
 	if drv != nil {

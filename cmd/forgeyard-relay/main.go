@@ -239,10 +239,11 @@ type namedListener struct {
 }
 
 func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHooks) error {
-	serverTLS, err := setup.ServerTLS(cfg.TLS)
+	serverTLS, _, stopReload, err := setup.ReloadingServerTLS(cfg.TLS, log)
 	if err != nil {
 		return err
 	}
+	defer stopReload()
 	upTLS, err := setup.RelayUpstreamTLS(cfg.Upstream)
 	if err != nil {
 		return err

@@ -134,6 +134,9 @@ type ServerTLS struct {
 	Certificate string `toml:"certificate"`
 	PrivateKey  string `toml:"private_key"`
 	ClientCA    string `toml:"client_ca"`
+	// ReloadInterval is how often the certificate and key files are
+	// checked for replacement (0: one minute); SIGHUP reloads at once.
+	ReloadInterval Duration `toml:"reload_interval"`
 }
 
 // AuthorityConfig selects the authority store.
@@ -229,6 +232,9 @@ func (d *Daemon) ApplyDefaults() {
 func (d *Daemon) Validate() error {
 	if err := d.Telemetry.Validate(); err != nil {
 		return err
+	}
+	if d.TLS.ReloadInterval.Duration < 0 {
+		return invalid("tls.reload_interval", "%v is negative (0: one minute)", d.TLS.ReloadInterval.Duration)
 	}
 	if d.Listen.Empty() {
 		return invalid("listen", "no backend to listen on (set listen.quic, listen.yamux or listen.webtransport)")

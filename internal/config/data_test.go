@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 const dataBase = `
@@ -66,5 +67,20 @@ max_rate_strikes = 64
 		if err == nil || !strings.Contains(err.Error(), c.key) {
 			t.Errorf("%q: error %v, want one naming %s", c.toml, err, c.key)
 		}
+	}
+}
+
+// TestTLSReloadInterval: tls.reload_interval parses as a duration and a
+// negative one is refused naming the key.
+func TestTLSReloadInterval(t *testing.T) {
+	with := func(v string) string {
+		return strings.Replace(dataBase, `client_ca = "ca.pem"`, `client_ca = "ca.pem"`+"\nreload_interval = "+v, 1)
+	}
+	d, err := ParseDaemon("d.toml", []byte(with(`"30s"`)))
+	if err != nil || d.TLS.ReloadInterval.Duration != 30*time.Second {
+		t.Fatalf("reload_interval 30s: %+v, %v", d, err)
+	}
+	if _, err := ParseDaemon("d.toml", []byte(with(`"-1s"`))); err == nil || !strings.Contains(err.Error(), "tls.reload_interval") {
+		t.Fatalf("negative reload_interval: %v", err)
 	}
 }

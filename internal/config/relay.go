@@ -175,6 +175,9 @@ func (r *Relay) ApplyDefaults() {
 // Validate checks r after ApplyDefaults and returns the first problem as
 // an *Error.
 func (r *Relay) Validate() error {
+	if r.TLS.ReloadInterval.Duration < 0 {
+		return invalid("tls.reload_interval", "%v is negative (0: one minute)", r.TLS.ReloadInterval.Duration)
+	}
 	if r.Listen.Yamux == "" && r.Listen.WebTransport == "" {
 		return invalid("listen", "no agent-facing backend (set listen.yamux or listen.webtransport)")
 	}
