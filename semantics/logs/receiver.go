@@ -238,11 +238,25 @@ func (r *Receiver) Attempt(a wire.JobAttemptId) (st AttemptState, ok bool) {
 // Forget drops the Receiver's state of an attempt, after the attempt
 // completed, its log was finalized and its streams ended (a stream still
 // being served would append out of order and be reset). A later stream
-// for it starts from the sink's Durable again.
+// for it starts from the sink's Durable again. A sink implementing
+// Forgetter forgets the attempt too (closing its files), so nothing is
+// retained per forgotten attempt.
 func (r *Receiver) Forget(a wire.JobAttemptId) {
 	r.mu.Lock()
+	at := r.attempts[a]
 	delete(r.attempts, a)
 	r.mu.Unlock()
+	f, ok := r.cfg.Sink.(Forgetter)
+	if !ok {
+		return
+	}
+	if at != nil {
+		// at.mu serializes the attempt's sink calls: a call in progress
+		// ends before the files close.
+		at.mu.Lock()
+		defer at.mu.Unlock()
+	}
+	_ = f.Forget(a)
 }
 
 func (r *Receiver) attempt(a wire.JobAttemptId) *attemptLog {

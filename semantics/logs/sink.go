@@ -43,6 +43,14 @@ type Syncer interface {
 	Sync(attempt wire.JobAttemptId) error
 }
 
+// Forgetter is implemented by sinks that hold per-attempt resources (open
+// files, buffers). The Receiver calls Forget from Receiver.Forget, once the
+// attempt ended, so a sink retains nothing per finished attempt; a later
+// Append or Durable for the attempt starts again from what is durable.
+type Forgetter interface {
+	Forget(attempt wire.JobAttemptId) error
+}
+
 // Record is one stored log frame.
 type Record struct {
 	Seq         uint64
@@ -163,7 +171,10 @@ type FileSinkOptions struct {
 // and the agent's resend fills them in exactly once.
 //
 // FileSink is safe for concurrent use; it keeps one open file and a 64 KiB
-// write buffer per attempt until Forget or Close.
+// write buffer per attempt until Forget or Close. It implements Forgetter:
+// a Receiver forgets a finished attempt's file (the daemon does so at the
+// attempt's completion or revocation), so open files and buffers are
+// bounded by the attempts being logged, not by the attempts ever seen.
 type FileSink struct {
 	dir  string
 	opts FileSinkOptions
@@ -348,6 +359,10 @@ func (s *FileSink) Forget(a wire.JobAttemptId) error {
 	}
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
+	if sf.err == nil {
+		sf.err = os.ErrClosed // a caller still holding sf fails instead of writing to a closed file
+	}
+	sf.w = nil
 	return sf.f.Close()
 }
 
