@@ -103,10 +103,13 @@ type Daemon struct {
 	ownSink  *logs.FileSink
 	casSrv   *cas.Server
 	logConns map[wire.JobAttemptId]*conn // under mu: the connection serving an attempt's log
-	outputs  map[wire.JobAttemptId][]wire.CasObjectRef
-	outOrder []wire.JobAttemptId
-	ended    map[wire.JobAttemptId]struct{} // attempts whose log state was forgotten (bounded, endOrder)
-	endOrder []wire.JobAttemptId
+	// outputs (under mu): the OutputsFinalizedV1 outputs of the last
+	// maxRecordedOutputs attempts that declared them (FinalizedOutputs).
+	outputs *recent[wire.JobAttemptId, []wire.CasObjectRef]
+	// ended (under mu): the last maxEndedAttempts attempts whose log state
+	// was forgotten at completion or revocation, so a logs-finalized
+	// barrier answered after the end does not re-create it.
+	ended *recent[wire.JobAttemptId, struct{}]
 
 	st    stats
 	audit *telemetry.Audit

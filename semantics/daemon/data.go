@@ -22,9 +22,19 @@ import (
 // NeedObjects batches); more are answered RateLimited.
 const maxDataWaits = 64
 
-// maxRecordedOutputs bounds the OutputsFinalizedV1 records kept (oldest
-// dropped first).
-const maxRecordedOutputs = 4096
+// Retention of finished attempts' state (oldest forgotten first, see
+// recent). A full daemon keeps per attempt: for outputs, the attempt id in
+// the ring, a map slot (id and slice header) and the declared refs
+// (48 bytes each), ~130 B with one output; for ended, the id in the ring
+// and a map slot, ~40 B. At 4096 each: ~0.7 MiB in all, whatever the
+// number of agents. docs/perf.md, "Retained state per finished attempt".
+const (
+	// maxRecordedOutputs bounds the OutputsFinalizedV1 records kept
+	// (FinalizedOutputs).
+	maxRecordedOutputs = 4096
+	// maxEndedAttempts bounds the attempts remembered as ended.
+	maxEndedAttempts = 4096
+)
 
 // Errors of the data plane authorization.
 var (
@@ -80,8 +90,8 @@ func (d *Daemon) setupData() error {
 		d.casSrv = s
 	}
 	d.logConns = map[wire.JobAttemptId]*conn{}
-	d.outputs = map[wire.JobAttemptId][]wire.CasObjectRef{}
-	d.ended = map[wire.JobAttemptId]struct{}{}
+	d.outputs = newRecent[wire.JobAttemptId, []wire.CasObjectRef](maxRecordedOutputs)
+	d.ended = newRecent[wire.JobAttemptId, struct{}](maxEndedAttempts)
 	return nil
 }
 
@@ -94,12 +104,12 @@ func (d *Daemon) LogReceiver() *logs.Receiver { return d.logRecv }
 func (d *Daemon) CASServer() *cas.Server { return d.casSrv }
 
 // FinalizedOutputs returns the outputs an agent declared for attempt in
-// OutputsFinalizedV1 (§243), and whether it did. At most the last 4096
-// attempts are remembered.
+// OutputsFinalizedV1 (§243), and whether it did. The last
+// maxRecordedOutputs (4096) attempts that declared outputs are remembered.
 func (d *Daemon) FinalizedOutputs(attempt wire.JobAttemptId) ([]wire.CasObjectRef, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	o, ok := d.outputs[attempt]
+	o, ok := d.outputs.get(attempt)
 	return append([]wire.CasObjectRef(nil), o...), ok
 }
 
@@ -286,7 +296,7 @@ func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 		// it again.
 		d := c.d
 		d.mu.Lock()
-		_, ended := d.ended[m.Attempt]
+		_, ended := d.ended.get(m.Attempt)
 		d.mu.Unlock()
 		if ended {
 			r.Forget(m.Attempt)
@@ -345,17 +355,20 @@ func (c *conn) onOutputsFinalized(env *wire.Envelope, m *wcas.OutputsFinalizedV1
 		return
 	}
 	d := c.d
-	d.mu.Lock()
-	if _, seen := d.outputs[m.Attempt]; !seen {
-		d.outOrder = append(d.outOrder, m.Attempt)
-		if len(d.outOrder) > maxRecordedOutputs {
-			delete(d.outputs, d.outOrder[0])
-			d.outOrder = d.outOrder[1:]
-		}
-	}
-	d.outputs[m.Attempt] = append([]wire.CasObjectRef(nil), m.Outputs...)
-	d.mu.Unlock()
+	d.recordOutputs(m.Attempt, m.Outputs)
 	d.st.outputsFinalized.Add(1)
+}
+
+// recordOutputs remembers an attempt's declared outputs (bounded,
+// maxRecordedOutputs): an exactly sized copy, nil for none.
+func (d *Daemon) recordOutputs(attempt wire.JobAttemptId, outputs []wire.CasObjectRef) {
+	var outs []wire.CasObjectRef
+	if len(outputs) > 0 {
+		outs = append(make([]wire.CasObjectRef, 0, len(outputs)), outputs...)
+	}
+	d.mu.Lock()
+	d.outputs.put(attempt, outs)
+	d.mu.Unlock()
 }
 
 // forgetAttemptLog drops the per-attempt log state after a completion or
@@ -363,14 +376,7 @@ func (c *conn) onOutputsFinalized(env *wire.Envelope, m *wcas.OutputsFinalizedV1
 func (d *Daemon) forgetAttemptLog(attempt wire.JobAttemptId) {
 	d.mu.Lock()
 	delete(d.logConns, attempt)
-	if _, seen := d.ended[attempt]; !seen {
-		d.ended[attempt] = struct{}{}
-		d.endOrder = append(d.endOrder, attempt)
-		if len(d.endOrder) > maxRecordedOutputs {
-			delete(d.ended, d.endOrder[0])
-			d.endOrder = d.endOrder[1:]
-		}
-	}
+	d.ended.put(attempt, struct{}{})
 	d.mu.Unlock()
 	if d.logRecv != nil {
 		d.logRecv.Forget(attempt)
