@@ -68,8 +68,9 @@ type Agent struct {
 	link         *link         // current registered transport, nil when none
 	linkCh       chan struct{} // closed and replaced when link changes
 	attempts     map[wire.JobAttemptId]*attempt
-	answers      map[wire.LeaseId]OfferEvent
-	ansOrder     []wire.LeaseId
+	answers      map[wire.LeaseId]OfferEvent // the last answerRetention answers (ansRing)
+	ansRing      []wire.LeaseId              // fixed capacity answerRetention, oldest at ansNext once full
+	ansNext      int
 	draining     bool
 	epoch        uint64
 	hbEvery      time.Duration
@@ -236,7 +237,8 @@ func New(cfg Config) (*Agent, error) {
 	cfg.Endpoints = append([]Endpoint(nil), cfg.Endpoints...)
 	a := &Agent{cfg: cfg, session: wire.NewAgentSessionId(), log: cfg.Logger, now: cfg.Now,
 		linkCh: make(chan struct{}), attempts: map[wire.JobAttemptId]*attempt{}, answers: map[wire.LeaseId]OfferEvent{},
-		fb: cfg.Fallback.withDefaults(), memory: map[string]remembered{}, changes: map[BackendChange]int64{},
+		ansRing: make([]wire.LeaseId, 0, answerRetention),
+		fb:      cfg.Fallback.withDefaults(), memory: map[string]remembered{}, changes: map[BackendChange]int64{},
 		hbEvery: 10 * time.Second, renewEvery: 10 * time.Second, maxBackoff: cfg.Backoff.Max,
 		execs: cfg.Role == agentwire.RoleAgent || cfg.Role == agentwire.RoleInternalWorker}
 	a.classStagger = slices.Clone(a.fb.ClassStagger)
@@ -907,12 +909,7 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 	} else {
 		a.st.rejected.Add(1)
 	}
-	a.answers[m.Lease] = ev
-	a.ansOrder = append(a.ansOrder, m.Lease)
-	if len(a.ansOrder) > answerRetention {
-		delete(a.answers, a.ansOrder[0])
-		a.ansOrder = a.ansOrder[1:]
-	}
+	a.rememberAnswer(ev)
 	a.mu.Unlock()
 	a.sendAnswer(sctx, l, env, m, ev)
 	if h := a.cfg.Hooks.OnOffer; h != nil {
@@ -929,6 +926,22 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 		a.wg.Add(1)
 		go a.execute(actx, at)
 	}
+}
+
+// rememberAnswer records an offer's answer for duplicate offers, keeping
+// the last answerRetention (a ring of lease ids, allocated once, and the
+// map: fixed memory, no re-sliced queue); under a.mu.
+func (a *Agent) rememberAnswer(ev OfferEvent) {
+	if _, ok := a.answers[ev.Lease]; !ok {
+		if len(a.ansRing) < answerRetention {
+			a.ansRing = append(a.ansRing, ev.Lease)
+		} else {
+			delete(a.answers, a.ansRing[a.ansNext])
+			a.ansRing[a.ansNext] = ev.Lease
+			a.ansNext = (a.ansNext + 1) % answerRetention
+		}
+	}
+	a.answers[ev.Lease] = ev
 }
 
 func (a *Agent) sendAnswer(ctx context.Context, l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1, ev OfferEvent) {

@@ -170,8 +170,9 @@ type FileSinkOptions struct {
 // indexed length, so appends that were never made durable are forgotten
 // and the agent's resend fills them in exactly once.
 //
-// FileSink is safe for concurrent use; it keeps one open file and a 64 KiB
-// write buffer per attempt until Forget or Close. It implements Forgetter:
+// FileSink is safe for concurrent use; it keeps one open file per attempt
+// until Forget or Close, and a 64 KiB write buffer (pooled) only while the
+// attempt has appends not yet synced. It implements Forgetter:
 // a Receiver forgets a finished attempt's file (the daemon does so at the
 // attempt's completion or revocation), so open files and buffers are
 // bounded by the attempts being logged, not by the attempts ever seen.
@@ -245,7 +246,7 @@ func (s *FileSink) open(a wire.JobAttemptId) (*sinkFile, error) {
 		f.Close()
 		return nil, fmt.Errorf("logs: file sink: %w", err)
 	}
-	sf := &sinkFile{f: f, w: bufio.NewWriterSize(f, 64<<10), size: off, appended: seq, durable: seq, durOff: off}
+	sf := &sinkFile{f: f, size: off, appended: seq, durable: seq, durOff: off}
 	s.m[a] = sf
 	return sf, nil
 }
@@ -263,6 +264,10 @@ func (s *FileSink) Append(a wire.JobAttemptId, seq uint64, kind wlogs.LogStreamK
 	}
 	if seq != sf.appended+1 {
 		return fmt.Errorf("logs: file sink: append seq %d after %d", seq, sf.appended)
+	}
+	if sf.w == nil {
+		sf.w = sinkWriters.Get().(*bufio.Writer)
+		sf.w.Reset(sf.f)
 	}
 	var h [recHeadSize]byte
 	putRecHead(h[:], seq, kind, ts, len(data))
@@ -309,6 +314,7 @@ func (s *FileSink) Sync(a wire.JobAttemptId) error {
 		sf.err = err
 		return err
 	}
+	sf.releaseWriter()
 	if !s.opts.NoFsync {
 		if err := sf.f.Sync(); err != nil {
 			sf.err = err
@@ -362,8 +368,23 @@ func (s *FileSink) Forget(a wire.JobAttemptId) error {
 	if sf.err == nil {
 		sf.err = os.ErrClosed // a caller still holding sf fails instead of writing to a closed file
 	}
-	sf.w = nil
+	sf.releaseWriter()
 	return sf.f.Close()
+}
+
+// sinkWriters pools the FileSink's 64 KiB write buffers: an attempt holds
+// one only from its first unsynced Append to the next Sync, so idle and
+// finished attempts hold none.
+var sinkWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
+
+// releaseWriter returns sf's (flushed or abandoned) write buffer to the
+// pool; under sf.mu.
+func (sf *sinkFile) releaseWriter() {
+	if sf.w != nil {
+		sf.w.Reset(nil)
+		sinkWriters.Put(sf.w)
+		sf.w = nil
+	}
 }
 
 // Close closes every open file, as Forget for each attempt.
