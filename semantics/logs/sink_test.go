@@ -80,3 +80,86 @@ func TestFileSinkRestart(t *testing.T) {
 		t.Fatalf("append with a corrupt index: %v", err)
 	}
 }
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot count open files: %v", err)
+	}
+	return len(es)
+}
+
+// Receiver.Forget forgets the attempt in a Forgetter sink too: the
+// FileSink closes the attempt's file (nothing is retained per finished
+// attempt), and a later use of the attempt continues from what is durable.
+func TestReceiverForgetClosesSinkFile(t *testing.T) {
+	s, err := logs.NewFileSink(t.TempDir(), logs.FileSinkOptions{NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := logs.NewReceiver(logs.ReceiverConfig{Sink: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := wire.NewJobAttemptId()
+	fds := openFDs(t)
+	if err := s.Append(a, 1, wlogs.LogStdout, 1, []byte("one\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(a, 2, wlogs.LogStdout, 2, []byte("unsynced\n")); err != nil {
+		t.Fatal(err)
+	}
+	if n := openFDs(t); n != fds+1 {
+		t.Fatalf("open files %d → %d after the first append, want one more", fds, n)
+	}
+	r.Forget(a)
+	if n := openFDs(t); n != fds {
+		t.Fatalf("open files %d after Forget, want %d: the sink kept the attempt's file", n, fds)
+	}
+	// As after a restart: the unsynced append is gone, the log continues
+	// from the durable point.
+	if d := s.Durable(a); d != 1 {
+		t.Fatalf("Durable after Forget = %d, want 1", d)
+	}
+	if err := s.Append(a, 2, wlogs.LogStdout, 3, []byte("two\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(a); err != nil {
+		t.Fatal(err)
+	}
+	recs := fileRecords(t, s, a)
+	if len(recs) != 2 || string(recs[0].Data) != "one\n" || string(recs[1].Data) != "two\n" {
+		t.Fatalf("records after Forget and resume: %+v", recs)
+	}
+}
+
+// countingForgetter is a MemorySink that counts Forget calls.
+type countingForgetter struct {
+	logs.MemorySink
+	forgot []wire.JobAttemptId
+}
+
+func (c *countingForgetter) Forget(a wire.JobAttemptId) error {
+	c.forgot = append(c.forgot, a)
+	return nil
+}
+
+// Receiver.Forget calls a Forgetter sink's Forget for the attempt, also
+// when the Receiver itself no longer tracks it.
+func TestReceiverForgetCallsForgetter(t *testing.T) {
+	s := &countingForgetter{}
+	r, err := logs.NewReceiver(logs.ReceiverConfig{Sink: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := wire.NewJobAttemptId()
+	r.Forget(a)
+	if len(s.forgot) != 1 || s.forgot[0] != a {
+		t.Fatalf("sink forgot %v, want [%s]", s.forgot, a)
+	}
+}
