@@ -165,7 +165,7 @@ func (l *Listener) reportHandshakeFailure(remote net.Addr, tlsErr, err error) {
 	// read error "remote error: tls: ...".
 	oe, ok := errors.AsType[*net.OpError](tlsErr)
 	byPeer := ok && oe.Op == "remote error"
-	hook(semantics.NewHandshakeFailure("yamux", remote, err, byPeer))
+	hook(semantics.NewHandshakeFailure("yamux", remote, tlsErr, byPeer))
 }
 
 // serverConn runs the server side of the handshake on nc. On failure it

@@ -134,6 +134,11 @@ sqlite = %q
 		"cert_subject": foreignLeaf.Subject.String(), "cert_issuer": foreignLeaf.Issuer.String(),
 		"cert_serial": foreignLeaf.SerialNumber.Text(16), "error": "*",
 	})
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"msg":"audit"`) {
+			t.Logf("audit record: %s", line)
+		}
+	}
 	if recs[0]["event"] != "auth.failure" {
 		t.Errorf("event %v", recs[0]["event"])
 	}
