@@ -274,8 +274,11 @@ func BenchmarkRelayCAS(b *testing.B) {
 		b.Fatal(err)
 	}
 	lease := wire.NewLeaseId()
-	allow := cas.AuthorizerFunc(func(_ context.Context, l wire.LeaseId, r wire.CasObjectRef, _ cas.Access) bool {
-		return l == lease && r == ref
+	allow := cas.AuthorizerFunc(func(_ context.Context, l wire.LeaseId, r wire.CasObjectRef, _ cas.Access) error {
+		if l == lease && r == ref {
+			return nil
+		}
+		return cas.ErrForbidden
 	})
 	for _, path := range benchPaths {
 		b.Run(path, func(b *testing.B) {

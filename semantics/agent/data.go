@@ -75,8 +75,10 @@ func (a *Agent) fetchPayload(ctx context.Context, at *attempt) (cas.Source, erro
 	}
 	budget := max(4*a.cfg.RequestTimeout, 5*time.Second) + time.Duration(ref.Size>>18)*time.Second // as uploads: ≥ 256 KiB/s
 	err := a.onLink(time.Now().Add(budget), func(err error) bool {
+		// Forbidden and NotFound are final; Aborted (the daemon could not
+		// ask its authority, or the transfer was cut) is retried.
 		var oe *cas.OutcomeError
-		return errors.As(err, &oe) || ctx.Err() != nil
+		return errors.As(err, &oe) && (oe.Outcome == wcas.CasForbidden || oe.Outcome == wcas.CasNotFound) || ctx.Err() != nil
 	}, func(lctx context.Context, l *link) error {
 		lctx, cancel := context.WithCancel(lctx)
 		defer cancel()

@@ -256,6 +256,53 @@ func TestForbiddenBothDirections(t *testing.T) {
 	}
 }
 
+// TestAuthorizerUnavailableIsRetryable: when the Authorizer cannot tell
+// (the authority timed out), an upload and a download are answered
+// CasAborted at the offset asked for — never CasForbidden, which an agent
+// does not retry — and NeedObjects fails with ErrAuthUnavailable; the same
+// requests succeed once the authority answers again.
+func TestAuthorizerUnavailableIsRetryable(t *testing.T) {
+	ctx := ctxT(t)
+	lease := wire.NewLeaseId()
+	o := newObject(300<<10, 12)
+	local, remote := newStore(t, 0), newStore(t, 0)
+	put(t, local, o)
+	a := newAuth()
+	a.allow(lease, cas.AccessWrite|cas.AccessRead, o)
+	srv := newServer(t, remote, a, nil)
+	l := newMemLink(t, srv, memory.Options{})
+	up := newUploader(t, local, nil)
+
+	a.failNext(1)
+	wantOutcome(t, up.Upload(ctx, l.agent, lease, o.ref), wcas.CasAborted)
+	if content(t, remote, o.ref) != nil {
+		t.Fatal("stored although the authority could not be asked")
+	}
+	if err := up.Upload(ctx, l.agent, lease, o.ref); err != nil {
+		t.Fatalf("upload after the authority recovered: %v", err)
+	}
+
+	back := newStore(t, 0)
+	a.failNext(1)
+	wantOutcome(t, newDownloader(t, back).Fetch(ctx, l.agent, lease, o.ref), wcas.CasAborted)
+	if err := newDownloader(t, back).Fetch(ctx, l.agent, lease, o.ref); err != nil {
+		t.Fatalf("download after the authority recovered: %v", err)
+	}
+
+	a.failNext(1)
+	need := &wcas.NeedObjectsV1{Lease: lease, Objects: []wire.CasObjectRef{o.ref}}
+	if _, err := srv.NeedObjects(ctx, need); !errors.Is(err, cas.ErrAuthUnavailable) {
+		t.Fatalf("NeedObjects with the authority down: %v, want ErrAuthUnavailable", err)
+	}
+	if m, err := srv.NeedObjects(ctx, need); err != nil || len(m.Objects) != 0 {
+		t.Fatalf("NeedObjects after recovery: %v %v, want nothing missing", m, err)
+	}
+	st := srv.Stats()
+	if st.Forbidden != 0 || st.AuthorizerUnavailable != 3 {
+		t.Fatalf("stats: forbidden %d, authorizer unavailable %d; want 0 and 3", st.Forbidden, st.AuthorizerUnavailable)
+	}
+}
+
 // TestNoEnumeration: a lease learns nothing about objects it may not touch,
 // from NeedObjects, downloads or resume probes.
 func TestNoEnumeration(t *testing.T) {

@@ -31,6 +31,13 @@ var (
 	// at that point (wrong message, bad range, malformed frame). The stream
 	// is reset with StreamProtocolError.
 	ErrProtocol = errors.New("cas: protocol violation")
+	// ErrForbidden: the lease does not authorize the object (§93). An
+	// Authorizer returns it (or an error wrapping it) for a permanent
+	// refusal; the peer gets CasForbidden.
+	ErrForbidden = errors.New("cas: the lease does not authorize this object")
+	// ErrAuthUnavailable: the Authorizer could not tell whether the lease
+	// may access the object (authority unreachable); retry later.
+	ErrAuthUnavailable = errors.New("cas: cannot check the lease's access now")
 )
 
 // OutcomeError is returned by Uploader and Downloader when a transfer ended

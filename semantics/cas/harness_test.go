@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"sync"
@@ -94,8 +95,9 @@ func wantContent(t testing.TB, s cas.ContentStore, o object) {
 
 // auth is a lease → object → access table.
 type auth struct {
-	mu sync.Mutex
-	m  map[wire.LeaseId]map[wire.CasObjectRef]cas.Access
+	mu   sync.Mutex
+	m    map[wire.LeaseId]map[wire.CasObjectRef]cas.Access
+	down int // the next down calls fail transiently
 }
 
 func newAuth() *auth { return &auth{m: map[wire.LeaseId]map[wire.CasObjectRef]cas.Access{}} }
@@ -111,10 +113,28 @@ func (a *auth) allow(lease wire.LeaseId, acc cas.Access, objs ...object) {
 	}
 }
 
-func (a *auth) Authorize(_ context.Context, lease wire.LeaseId, ref wire.CasObjectRef, acc cas.Access) bool {
+func (a *auth) Authorize(_ context.Context, lease wire.LeaseId, ref wire.CasObjectRef, acc cas.Access) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.m[lease][ref]&acc != 0
+	if a.down > 0 {
+		a.down--
+		return errAuthorityDown
+	}
+	if a.m[lease][ref]&acc == 0 {
+		return cas.ErrForbidden
+	}
+	return nil
+}
+
+// errAuthorityDown is the transient error of an auth made unavailable by
+// failNext.
+var errAuthorityDown = errors.New("authority: context deadline exceeded")
+
+// failNext makes the next n Authorize calls fail transiently.
+func (a *auth) failNext(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.down = n
 }
 
 // link is one agent↔daemon connection with the daemon serving CAS streams

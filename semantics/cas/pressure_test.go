@@ -94,7 +94,7 @@ func TestPressureEveryBackend(t *testing.T) {
 			ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: wire.Digest{0x4, 0x61, 0xb}, Size: size}
 			lease := wire.NewLeaseId()
 			sink := &sinkStore{}
-			srv := newServer(t, sink, cas.AuthorizerFunc(func(context.Context, wire.LeaseId, wire.CasObjectRef, cas.Access) bool { return true }), nil)
+			srv := newServer(t, sink, cas.AuthorizerFunc(func(context.Context, wire.LeaseId, wire.CasObjectRef, cas.Access) error { return nil }), nil)
 			// The memory backend gets a finite pipe so that it, too, is
 			// saturated rather than instantaneous.
 			bc, bs := testbackends.Pair(t, name, memory.Options{Bandwidth: 256 << 20, SendBuffer: 1 << 20})

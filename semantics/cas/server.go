@@ -38,16 +38,38 @@ func (a Access) String() string {
 // §193). It is called for every request, before the store is consulted,
 // and must be safe for concurrent use. It should answer quickly; ctx ends
 // with the request.
+//
+// Authorize returns nil when the access is allowed, an error wrapping
+// ErrForbidden when it is not (the peer gets CasForbidden, which an agent
+// does not retry), and any other error when it cannot tell now — the
+// authority timed out or is unreachable. Such a transient failure is never
+// reported as Forbidden: an upload or download is answered CasAborted at
+// the offset the peer asked for (the agent retries it), and NeedObjects
+// fails with the error.
 type Authorizer interface {
-	Authorize(ctx context.Context, lease wire.LeaseId, obj wire.CasObjectRef, access Access) bool
+	Authorize(ctx context.Context, lease wire.LeaseId, obj wire.CasObjectRef, access Access) error
 }
 
 // AuthorizerFunc adapts a function to Authorizer.
-type AuthorizerFunc func(ctx context.Context, lease wire.LeaseId, obj wire.CasObjectRef, access Access) bool
+type AuthorizerFunc func(ctx context.Context, lease wire.LeaseId, obj wire.CasObjectRef, access Access) error
 
 // Authorize implements Authorizer.
-func (f AuthorizerFunc) Authorize(ctx context.Context, lease wire.LeaseId, obj wire.CasObjectRef, access Access) bool {
+func (f AuthorizerFunc) Authorize(ctx context.Context, lease wire.LeaseId, obj wire.CasObjectRef, access Access) error {
 	return f(ctx, lease, obj, access)
+}
+
+// authorize asks the Authorizer; forbidden is a permanent refusal, err a
+// transient one (never both).
+func (s *Server) authorize(ctx context.Context, lease wire.LeaseId, obj wire.CasObjectRef, access Access) (forbidden bool, err error) {
+	switch err := s.cfg.Authorizer.Authorize(ctx, lease, obj, access); {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, ErrForbidden):
+		return true, nil
+	default:
+		s.authUnavailable.Add(1)
+		return false, err
+	}
 }
 
 // Server defaults.
@@ -99,6 +121,7 @@ type ServerStats struct {
 	ProtocolErrors        int64 // streams reset for protocol violations
 	DeduplicatedUploads   int64 // uploads answered Verified without bytes (already stored)
 	UnsupportedAlgorithms int64 // requests naming BLAKE3
+	AuthorizerUnavailable int64 // requests refused as retryable because the Authorizer could not tell (authority unreachable)
 }
 
 // Server is the daemon side of CAS transfer. Create it with NewServer and
@@ -110,7 +133,7 @@ type Server struct {
 	active, maxActive                                   atomic.Int64
 	upOK, downOK, forbidden, notFound, failed           atomic.Int64
 	bytesIn, bytesOut, resumed, resumedBytes, protoErrs atomic.Int64
-	dedup, unsupported                                  atomic.Int64
+	dedup, unsupported, authUnavailable                 atomic.Int64
 }
 
 // NewServer validates cfg and returns a Server.
@@ -151,7 +174,7 @@ func (s *Server) Stats() ServerStats {
 		BytesIn: s.bytesIn.Load(), BytesOut: s.bytesOut.Load(),
 		ResumedUploads: s.resumed.Load(), ResumedPrefixBytes: s.resumedBytes.Load(),
 		ProtocolErrors: s.protoErrs.Load(), DeduplicatedUploads: s.dedup.Load(),
-		UnsupportedAlgorithms: s.unsupported.Load(),
+		UnsupportedAlgorithms: s.unsupported.Load(), AuthorizerUnavailable: s.authUnavailable.Load(),
 	}
 }
 
@@ -162,7 +185,9 @@ func (s *Server) Stats() ServerStats {
 // or of an unsupported algorithm — is reported missing, so the answer for
 // an object the lease may not touch is the same whether or not it exists.
 // Uploading such an object then fails with Forbidden. An invalid batch
-// (Validate) fails with ErrProtocol.
+// (Validate) fails with ErrProtocol; an Authorizer that cannot tell now
+// fails the batch with its error (retryable), rather than reporting
+// objects missing that the lease may well hold.
 func (s *Server) NeedObjects(ctx context.Context, m *wcas.NeedObjectsV1) (*wcas.MissingObjectsV1, error) {
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrProtocol, err)
@@ -172,8 +197,18 @@ func (s *Server) NeedObjects(ctx context.Context, m *wcas.NeedObjectsV1) (*wcas.
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if ref.Algorithm == wire.DigestSHA256 &&
-			(s.cfg.Authorizer.Authorize(ctx, m.Lease, ref, AccessWrite) || s.cfg.Authorizer.Authorize(ctx, m.Lease, ref, AccessRead)) {
+		if ref.Algorithm != wire.DigestSHA256 {
+			out.Objects = append(out.Objects, ref)
+			continue
+		}
+		forbidden, err := s.authorize(ctx, m.Lease, ref, AccessWrite)
+		if err == nil && forbidden {
+			forbidden, err = s.authorize(ctx, m.Lease, ref, AccessRead)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrAuthUnavailable, err)
+		}
+		if !forbidden {
 			st, err := s.cfg.Store.Stat(ref)
 			if err != nil {
 				return nil, err
@@ -289,8 +324,11 @@ func (s *Server) upload(ctx context.Context, st *semantics.Stream) error {
 	}
 	if probe, ok := m.(*wcas.CasRangeResumeRequestV1); ok {
 		ref := probe.Object
+		forbidden, aerr := s.authorize(ctx, probe.Lease, ref, AccessWrite)
 		switch {
-		case !s.cfg.Authorizer.Authorize(ctx, probe.Lease, ref, AccessWrite):
+		case aerr != nil:
+			return s.ack(st, probe.Lease, ref, wcas.CasAborted, probe.VerifiedOffset, semantics.StreamCancelled, false)
+		case forbidden:
 			return s.ack(st, probe.Lease, ref, wcas.CasForbidden, 0, semantics.StreamForbidden, false)
 		case ref.Algorithm != wire.DigestSHA256:
 			s.unsupported.Add(1)
@@ -319,7 +357,9 @@ func (s *Server) upload(ctx context.Context, st *semantics.Stream) error {
 		return fmt.Errorf("%w: upload stream opened with %T", ErrProtocol, m)
 	}
 	ref, lease := hdr.Object, hdr.Lease
-	if !s.cfg.Authorizer.Authorize(ctx, lease, ref, AccessWrite) {
+	if forbidden, err := s.authorize(ctx, lease, ref, AccessWrite); err != nil {
+		return s.ack(st, lease, ref, wcas.CasAborted, hdr.Offset, semantics.StreamCancelled, false)
+	} else if forbidden {
 		return s.ack(st, lease, ref, wcas.CasForbidden, 0, semantics.StreamForbidden, false)
 	}
 	if ref.Algorithm != wire.DigestSHA256 {
@@ -390,7 +430,9 @@ func (s *Server) download(ctx context.Context, st *semantics.Stream) error {
 		return fmt.Errorf("%w: download stream opened with %T", ErrProtocol, m)
 	}
 	ref, lease := req.Object, req.Lease
-	if !s.cfg.Authorizer.Authorize(ctx, lease, ref, AccessRead) {
+	if forbidden, err := s.authorize(ctx, lease, ref, AccessRead); err != nil {
+		return s.ack(st, lease, ref, wcas.CasAborted, req.Offset, semantics.StreamCancelled, false)
+	} else if forbidden {
 		return s.ack(st, lease, ref, wcas.CasForbidden, 0, semantics.StreamForbidden, false)
 	}
 	if ref.Algorithm != wire.DigestSHA256 {

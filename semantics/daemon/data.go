@@ -168,22 +168,29 @@ func (d *Daemon) authorizeLog(ctx context.Context, attempt wire.JobAttemptId, le
 // authorizeCAS: an accepted lease of the connection's session may write
 // (upload) the outputs of its attempt and read (download) its payload_ref;
 // nothing else.
-func (d *Daemon) authorizeCAS(ctx context.Context, lease wire.LeaseId, obj wire.CasObjectRef, access cas.Access) bool {
+func (d *Daemon) authorizeCAS(ctx context.Context, lease wire.LeaseId, obj wire.CasObjectRef, access cas.Access) error {
 	c := connFrom(ctx)
 	if c == nil {
-		return false
+		return cas.ErrForbidden
 	}
 	l, err := c.leaseOf(ctx, lease)
-	if err != nil {
-		return false
+	switch {
+	case errors.Is(err, ErrDataForbidden):
+		return fmt.Errorf("%w: %v", cas.ErrForbidden, err)
+	case err != nil:
+		// The authority timed out or is unreachable: retryable, never
+		// Forbidden (the agent would give up on its outputs).
+		return err
 	}
 	switch access {
 	case cas.AccessWrite:
-		return true
+		return nil
 	case cas.AccessRead:
-		return l.Payload != (wire.CasObjectRef{}) && obj == l.Payload
+		if l.Payload != (wire.CasObjectRef{}) && obj == l.Payload {
+			return nil
+		}
 	}
-	return false
+	return cas.ErrForbidden
 }
 
 // dataAllowed reports whether c may open log and CAS streams: an active
@@ -315,6 +322,8 @@ func (c *conn) onNeedObjects(env *wire.Envelope, m *wcas.NeedObjectsV1) {
 		switch {
 		case errors.Is(err, cas.ErrProtocol):
 			_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeInvalidValue, wire.RetryNever, "invalid NeedObjectsV1")
+		case errors.Is(err, cas.ErrAuthUnavailable):
+			_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable; retry later")
 		case err != nil:
 			_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeInternal, wire.RetryImmediately, "content store unavailable")
 		default:
@@ -328,7 +337,11 @@ func (c *conn) onNeedObjects(env *wire.Envelope, m *wcas.NeedObjectsV1) {
 func (c *conn) onOutputsFinalized(env *wire.Envelope, m *wcas.OutputsFinalizedV1) {
 	l, err := c.leaseOf(c.dataCtx(), m.Lease)
 	if err != nil || l.Attempt != m.Attempt {
-		c.replyErr(env, wire.ErrCodeForbidden, wire.RetryNever, "lease does not authorize this attempt's outputs")
+		if errors.Is(err, ErrDataForbidden) || err == nil {
+			c.replyErr(env, wire.ErrCodeForbidden, wire.RetryNever, "lease does not authorize this attempt's outputs")
+		} else {
+			c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable")
+		}
 		return
 	}
 	d := c.d

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wlogs "forgeyard.dev/transport/wire/logs"
@@ -598,4 +600,75 @@ func TestDataRoleAgentOnly(t *testing.T) {
 	if st := w.d.LogReceiver().Stats(); st.Streams != 0 {
 		t.Fatalf("receiver served %d streams of a signing worker", st.Streams)
 	}
+}
+
+// flakyLeases is an authority whose Lease lookups fail transiently (as a
+// timed-out database would) while armed.
+type flakyLeases struct {
+	authority.Authority
+	fail   atomic.Int32 // Lease calls still to fail
+	failed atomic.Int32
+}
+
+func (f *flakyLeases) Lease(ctx context.Context, id wire.LeaseId) (authority.Lease, error) {
+	if f.fail.Add(-1) >= 0 {
+		f.failed.Add(1)
+		return authority.Lease{}, context.DeadlineExceeded
+	}
+	return f.Authority.Lease(ctx, id)
+}
+
+// TestDataAuthorityHiccupNotForbidden: the authority fails the lease
+// look-ups the data plane makes right after the job ran (NeedObjects, the
+// output upload, the log and output barriers); those are answered as
+// retryable, never Forbidden, so the agent retries and the attempt still
+// completes with its output stored and claimed.
+func TestDataAuthorityHiccupNotForbidden(t *testing.T) {
+	const size = 200 << 10
+	base, err := authority.OpenSQLite(context.Background(), ":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = base.Close() })
+	auth := &flakyLeases{Authority: base}
+	store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorldWith(t, memoryBackend(), trusttest.NewPKI(t), auth, func(c *daemon.Config) {
+		c.LogSink, c.ContentStore = &logs.MemorySink{}, store
+	})
+	id := w.newIdentity()
+	inner := agent.NewSyntheticExecutor(1, agent.SyntheticOptions{LogLines: 5, OutputSize: size})
+	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
+		r := inner.Execute(ctx, job, out)
+		auth.fail.Store(4) // the next lease look-ups fail: the data plane's, after the run
+		return r
+	})
+	a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()))
+	w.awaitActive(id.runner)
+	o := offer(9)
+	l, err := w.d.OfferLease(context.Background(), id.runner, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+	if ev.Result.Kind != agentwire.ResultSucceeded {
+		t.Fatalf("result %v", ev.Result)
+	}
+	blob := agent.SyntheticOutput(o.Spec, size)
+	ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(blob), Size: size}
+	if st, err := store.Stat(ref); err != nil || !st.Complete {
+		t.Fatalf("output not stored after the authority hiccup: %+v %v", st, err)
+	}
+	if st := a.Stats(); st.OutputsUploaded != 1 || st.OutputsFailed != 0 {
+		t.Fatalf("agent stats %+v: the output was given up", st)
+	}
+	if n := auth.failed.Load(); n == 0 {
+		t.Fatal("no lease look-up failed: the test did not exercise the hiccup")
+	}
+	if cs := w.d.CASServer().Stats(); cs.Forbidden != 0 {
+		t.Fatalf("CAS answered Forbidden %d times during a transient authority failure", cs.Forbidden)
+	}
+	t.Logf("%d lease look-ups failed transiently; CAS server: %+v", auth.failed.Load(), w.d.CASServer().Stats())
 }
