@@ -361,10 +361,10 @@ func daemonDoctor(ctx context.Context, c *adminapi.Client, now time.Time) *docto
 	}
 	if st.HandshakeFailures > 0 {
 		r.Add(doctor.Finding{Check: "handshakes", Result: doctor.Warn,
-			Detail: fmt.Sprintf("%d TLS handshakes failed since start (rejected or missing client certificates, but also scanners and health checkers)", st.HandshakeFailures),
-			Fix:    "read the daemon's audit records (event=auth.failure with a backend attribute: reason, remote, certificate) and forgeyard_transport_handshake_failures_total by reason"})
+			Detail: fmt.Sprintf("%d TLS handshakes failed over a certificate since start (rejected, expired or missing client certificate, or an agent that rejected the daemon's)", st.HandshakeFailures),
+			Fix:    "read the daemon's audit records (event=auth.failure with a backend attribute) for the remote address, reason and certificate"})
 	} else {
-		r.Add(doctor.Finding{Check: "handshakes", Result: doctor.OK, Detail: "no failed TLS handshake since start"})
+		r.Add(doctor.Finding{Check: "handshakes", Result: doctor.OK, Detail: "no TLS handshake failed over a certificate since start"})
 	}
 	if st.RegistrationFailures > 0 {
 		r.Add(doctor.Finding{Check: "registrations", Result: doctor.Warn, Detail: fmt.Sprintf("%d hellos or registrations refused since start", st.RegistrationFailures),

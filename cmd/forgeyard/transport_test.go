@@ -380,7 +380,7 @@ func TestDaemonDoctorFindings(t *testing.T) {
 		"authority":     {doctor.Fail, "connection refused", "PostgreSQL"},
 		"draining":      {doctor.Warn, "shutting down", ""},
 		"agents":        {doctor.Warn, "no agent is connected", "forgeyard-agent doctor"},
-		"handshakes":    {doctor.Warn, "3 TLS handshakes failed", "auth.failure"},
+		"handshakes":    {doctor.Warn, "3 TLS handshakes failed over a certificate", "auth.failure"},
 		"registrations": {doctor.Warn, "2 hellos or registrations refused", "auth.failure"},
 	} {
 		f := m[check]

@@ -61,8 +61,8 @@ type Status struct {
 	ConnectionsByBackend map[string]int `json:"connections_by_backend"`
 	// Sessions counts registered, unfenced agent sessions.
 	Sessions int `json:"sessions"`
-	// HandshakeFailures counts failed TLS handshakes since start (every
-	// reason; see telemetry.DaemonHealth).
+	// HandshakeFailures counts TLS handshakes that failed over a
+	// certificate since start (see telemetry.DaemonHealth).
 	HandshakeFailures int64 `json:"handshake_failures"`
 	// RegistrationFailures counts refused hellos and registrations.
 	RegistrationFailures int64     `json:"registration_failures"`

@@ -83,10 +83,13 @@ type DaemonHealth struct {
 	// Sessions counts registered agent sessions.
 	Sessions int `json:"sessions"`
 	// HandshakeFailures counts incoming connections whose TLS handshake
-	// failed since start, on every listener and for every reason: client
-	// certificates rejected or missing, peers that rejected the daemon's
-	// certificate, but also port scanners, health checkers and clients that
-	// timed out (forgeyard_transport_handshake_failures_total splits them).
+	// failed over a certificate since start, on every listener: client
+	// certificates rejected (unknown CA, expired, not yet valid, bad) or
+	// missing, and agents that rejected the daemon's certificate; each is an
+	// auth.failure audit record. Handshakes that failed otherwise (not TLS,
+	// timeout: port scanners, health checkers, abandoned dials) are only in
+	// forgeyard_transport_handshake_failures_total. Registration
+	// rejections are not counted here (RegistrationFailures).
 	HandshakeFailures int64 `json:"handshake_failures"`
 	// RegistrationFailures counts hellos and registrations refused after a
 	// successful handshake (version, identity, revoked, overloaded, ...).

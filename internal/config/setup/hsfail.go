@@ -11,13 +11,15 @@ import (
 
 // HandshakeFailures turns the listeners' failed TLS handshakes
 // (quic/webtransport/yamux Config.OnHandshakeFailure) into operator
-// signals: every failure counts (Count, and
-// forgeyard_transport_handshake_failures_total{backend,reason}); one about
+// signals: every failure counts in
+// forgeyard_transport_handshake_failures_total{backend,reason}; one about
 // a certificate (reason no_client_certificate, unknown_authority,
-// certificate_expired, certificate_not_yet_valid, bad_certificate) is
-// also an auth.failure audit record, bounded by an AuditLimiter; the rest
-// (protocol, timeout, other: port scanners, health checkers, clients that
-// went away) are logged at Debug only. Safe for concurrent use.
+// certificate_expired, certificate_not_yet_valid, bad_certificate) also
+// counts in Count (/healthz handshake_failures) and is an auth.failure
+// audit record, bounded by an AuditLimiter; the rest (protocol, timeout,
+// other: port scanners, health checkers, agents abandoning the losing
+// dial of a backend race) are logged at Debug only. Safe for concurrent
+// use.
 type HandshakeFailures struct {
 	m     *telemetry.Metrics
 	audit *telemetry.AuditLimiter
@@ -40,7 +42,6 @@ func NewHandshakeFailures(log *slog.Logger, m *telemetry.Metrics, rate float64, 
 // Report is the OnHandshakeFailure hook. It never blocks on anything but
 // the logger, and writes at most the audit limit.
 func (h *HandshakeFailures) Report(f semantics.HandshakeFailure) {
-	h.count.Add(1)
 	h.m.HandshakeFailed(f.Backend, string(f.Reason))
 	if !f.Reason.CertificateRelated() {
 		if h.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -49,6 +50,7 @@ func (h *HandshakeFailures) Report(f semantics.HandshakeFailure) {
 		}
 		return
 	}
+	h.count.Add(1)
 	h.audit.Emit(context.Background(), telemetry.EventAuthFailure,
 		telemetry.Backend(f.Backend), telemetry.RemoteIP(f.Remote),
 		telemetry.Reason(telemetry.AuditReasonOfHandshake(string(f.Reason))), telemetry.ByPeer(f.ByPeer),
@@ -56,7 +58,8 @@ func (h *HandshakeFailures) Report(f semantics.HandshakeFailure) {
 		telemetry.ErrorText(f.Err))
 }
 
-// Count returns the failed handshakes reported since start (every reason).
+// Count returns the handshakes that failed over a certificate since start
+// (the audited reasons; the metric has every reason).
 func (h *HandshakeFailures) Count() int64 { return h.count.Load() }
 
 // Suppressed returns the audit records the limit dropped since start.
