@@ -179,7 +179,7 @@ var (
 	descRateLimited  = prometheus.NewDesc("forgeyard_daemon_rate_limited_total", "Messages (and CAS streams) refused by a per-connection rate ([limits]), by class: control, heartbeat, health, cas, certificate.", []string{"class"}, nil)
 	descAdmission    = prometheus.NewDesc("forgeyard_daemon_admission_refused_total", "Peers refused by admission control ([admission]): connect (handshake slots, per-IP; closed Overloaded), registration (registration rate; answered Overloaded).", []string{"stage"}, nil)
 	descLimitCloses  = prometheus.NewDesc("forgeyard_daemon_limit_closes_total", "Connections closed LimitExceeded for persistent rate-limit violations (limits.max_rate_strikes).", nil, nil)
-	descIdentity     = prometheus.NewDesc("forgeyard_daemon_identity_events_total", "Runner identity lifecycle: enrolled, renewed, revoked_closed (runner disabled or certificate revoked), expired_rejected.", []string{"event"}, nil)
+	descIdentity     = prometheus.NewDesc("forgeyard_daemon_identity_events_total", "Runner identity lifecycle: enrolled, renewed, revoked_closed (runner disabled or certificate revoked), expired_rejected, superseded_revoked (a renewed runner's previous certificate).", []string{"event"}, nil)
 	descSecrets      = prometheus.NewDesc("forgeyard_daemon_secret_streams_total", "Secret-material streams by result: delivered (acknowledged by the agent), refused (refused or failed).", []string{"result"}, nil)
 )
 
@@ -226,6 +226,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descIdentity, st.id.Renewed, "renewed")
 	counter(descIdentity, st.id.RevokedClosed, "revoked_closed")
 	counter(descIdentity, st.id.ExpiredRejected, "expired_rejected")
+	counter(descIdentity, st.id.Superseded, "superseded_revoked")
 	counter(descSecrets, st.hard.SecretsSent, "delivered")
 	counter(descSecrets, st.hard.SecretsRefused, "refused")
 }

@@ -694,6 +694,10 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	c.reply(env, &agentwire.RegistrationAcceptedV1{Session: m.Session, Epoch: grant.Epoch, TransportSession: c.transport,
 		HeartbeatIntervalMs: ms32(t.HeartbeatInterval), LeaseRenewIntervalMs: ms32(t.RenewInterval), MaxBackoffMs: ms32(t.MaxBackoff),
 		AlternateEndpoints: d.cfg.AlternateEndpoints, FallbackStaggerMs: stagger, ServerTimeMs: uint64(d.now().UnixMilli())})
+	if authority.IdentitiesOf(d.auth) != nil {
+		serial := trust.SerialString(leaf)
+		c.ordered(func() { c.retireSuperseded(m.Runner, serial) })
+	}
 }
 
 func ms32(d time.Duration) uint32 { return uint32(max(1, d.Milliseconds())) }
