@@ -47,7 +47,7 @@ func WatchHandshakes(tr *quicgo.Transport, backend string, hook func(semantics.H
 			if w.accepted.Load() {
 				return
 			}
-			if err, byPeer, ok := handshakeFailure(context.Cause(ctx)); ok {
+			if byPeer, err := handshakeFailure(context.Cause(ctx)); err != nil {
 				hook(semantics.NewHandshakeFailure(backend, remote, err, byPeer))
 			}
 		})
@@ -76,23 +76,24 @@ func RejectedAfterHandshake(hook func(semantics.HandshakeFailure), backend strin
 }
 
 // handshakeFailure tells whether cause, a connection's close error, ends a
-// failed handshake, and returns the error to classify: a local TLS alert
+// failed handshake (nil error: it does not), and returns the error to
+// classify and whether the peer aborted: a local TLS alert
 // unwraps to crypto/tls's error (which carries the tls.AlertError and any
 // *tls.CertificateVerificationError); a peer's alert gets its
 // tls.AlertError attached here.
-func handshakeFailure(cause error) (err error, byPeer, ok bool) {
+func handshakeFailure(cause error) (byPeer bool, err error) {
 	if _, ok := errors.AsType[*quicgo.HandshakeTimeoutError](cause); ok {
-		return cause, false, true
+		return false, cause
 	}
 	te, ok := errors.AsType[*quicgo.TransportError](cause)
 	if !ok || !te.ErrorCode.IsCryptoError() {
-		return nil, false, false
+		return false, nil
 	}
 	if te.Remote {
-		return fmt.Errorf("%w%.0w", cause, tls.AlertError(uint8(te.ErrorCode-0x100))), true, true
+		return true, fmt.Errorf("%w%.0w", cause, tls.AlertError(uint8(te.ErrorCode-0x100)))
 	}
 	if _, ok := errors.AsType[tls.AlertError](cause); !ok {
 		cause = fmt.Errorf("%w%.0w", cause, tls.AlertError(uint8(te.ErrorCode-0x100)))
 	}
-	return cause, false, true
+	return false, cause
 }
