@@ -110,6 +110,15 @@ type Config struct {
 	DelayHintMaxRTT time.Duration
 	// Logger receives the backend's few log lines (nil: slog.Default()).
 	Logger *slog.Logger
+	// OnHandshakeFailure, when not nil, is called once for every incoming
+	// connection whose QUIC+TLS handshake failed (a TLS alert sent or
+	// received, the handshake timeout) or that a Listener rejected after it
+	// (wrong ALPN). Listeners only; a Dialer ignores it. It runs on its own
+	// goroutine after the connection is gone and never delays a handshake,
+	// but it is called concurrently: it must be safe for that and fast
+	// (count, log, hand off). Client-certificate verification itself is
+	// unchanged (the tls.Config decides).
+	OnHandshakeFailure func(semantics.HandshakeFailure)
 }
 
 // WithLimits returns a copy of c whose stream credit matches l: the peer

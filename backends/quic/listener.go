@@ -26,7 +26,8 @@ type Listener struct {
 // Listen listens on the UDP address addr ("host:port", port 0 picks a free
 // port; see Addr) with a clone of tlsConf (TLS 1.3 only, ALPN
 // "forgeyard/1" added; set ClientAuth/ClientCAs there for mTLS) and cfg
-// (validated, copied, defaults filled).
+// (validated, copied, defaults filled). Failed handshakes are reported to
+// cfg.OnHandshakeFailure.
 func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
 	cfg, err := cfg.checked()
 	if err != nil {
@@ -40,6 +41,7 @@ func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	WatchHandshakes(ep.tr, "quic", cfg.OnHandshakeFailure)
 	ln, err := ep.tr.Listen(tc, cfg.quicConfig())
 	if err != nil {
 		ep.release()
@@ -59,8 +61,10 @@ func (l *Listener) Accept(ctx context.Context) (semantics.BackendConn, error) {
 		if err != nil {
 			return nil, TranslateError(err)
 		}
+		HandshakeAccepted(qc)
 		if err := checkALPN(qc); err != nil {
 			l.cfg.Logger.Warn("quic: rejected connection", "remote", qc.RemoteAddr().String(), "err", err)
+			RejectedAfterHandshake(l.cfg.OnHandshakeFailure, "quic", qc.RemoteAddr(), err)
 			continue
 		}
 		if !l.ep.acquire() {

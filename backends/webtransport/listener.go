@@ -12,6 +12,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	wt "github.com/quic-go/webtransport-go"
 
+	fyquic "forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/wire"
 )
@@ -42,7 +43,8 @@ type Listener struct {
 // Listen serves WebTransport on the UDP address addr ("host:port", port 0
 // picks one; UDP 443 in production) with a clone of tlsConf (TLS 1.3 only,
 // ALPN "h3"; set ClientAuth/ClientCAs there for mTLS) and cfg (validated
-// and copied).
+// and copied). Failed QUIC/TLS handshakes are reported to
+// cfg.OnHandshakeFailure (see backends/quic.Config).
 func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
 	qconf, err := quicConfig(cfg)
 	if err != nil {
@@ -63,6 +65,7 @@ func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
 		return nil, err
 	}
 	tr := &quicgo.Transport{Conn: udp}
+	fyquic.WatchHandshakes(tr, "webtransport", cfg.OnHandshakeFailure)
 	ln, err := tr.Listen(tc, qconf)
 	if err != nil {
 		_ = tr.Close()
@@ -98,6 +101,7 @@ func (l *Listener) serve() {
 		if err != nil {
 			return
 		}
+		fyquic.HandshakeAccepted(qc)
 		if !l.acquire() {
 			_ = qc.CloseWithError(quicgo.ApplicationErrorCode(wire.CloseShutdown), "listener closed")
 			continue

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	hyamux "github.com/hashicorp/yamux"
+
+	"forgeyard.dev/transport/semantics"
 )
 
 // ALPN is the TLS application protocol this backend negotiates.
@@ -90,6 +92,16 @@ type Config struct {
 	// Logger receives yamux's log lines and this backend's diagnostics.
 	// nil discards them; nothing is ever written to stderr.
 	Logger *slog.Logger
+	// OnHandshakeFailure, when not nil, is called once for every incoming
+	// connection whose server handshake failed: the TLS handshake (client
+	// certificate rejected or missing, the peer's alert, not TLS, timeout)
+	// or, after it, the ALPN check or the HTTP/1.1 Upgrade request (reason
+	// protocol, or timeout). Handshakes aborted by Listener.Close are not
+	// reported. Listeners only; Dialer ignores it. It is called on the
+	// handshake's goroutine, concurrently for different connections, while
+	// that handshake holds one of the listener's 64 handshake slots: it must
+	// be safe for concurrent use and fast (count, log, hand off).
+	OnHandshakeFailure func(semantics.HandshakeFailure)
 }
 
 // Validate reports the first invalid field by name.

@@ -131,9 +131,10 @@ func (l *Listener) handshake(nc net.Conn) {
 	defer func() { <-l.sem }()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
 	defer cancel()
-	c, err := serverConn(ctx, nc, l.tls, l.cfg)
+	c, tlsErr, err := serverConn(ctx, nc, l.tls, l.cfg)
 	if err != nil {
 		l.cfg.Logger.Debug("yamux: handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+		l.reportHandshakeFailure(nc.RemoteAddr(), tlsErr, err)
 		return
 	}
 	select {
@@ -143,12 +144,39 @@ func (l *Listener) handshake(nc net.Conn) {
 	}
 }
 
-func serverConn(ctx context.Context, nc net.Conn, conf *tls.Config, cfg Config) (*Conn, error) {
+// reportHandshakeFailure passes a failed server handshake to
+// Config.OnHandshakeFailure: tlsErr is the TLS handshake's own error (nil
+// when TLS completed and a later step, ALPN or the HTTP/1.1 Upgrade,
+// failed: reason protocol). Handshakes aborted by Close are not reported.
+func (l *Listener) reportHandshakeFailure(remote net.Addr, tlsErr, err error) {
+	hook := l.cfg.OnHandshakeFailure
+	if hook == nil || l.ctx.Err() != nil {
+		return
+	}
+	if tlsErr == nil {
+		f := semantics.NewHandshakeFailure("yamux", remote, err, false)
+		if f.Reason != semantics.HandshakeTimeout {
+			f.Reason = semantics.HandshakeProtocol
+		}
+		hook(f)
+		return
+	}
+	// A peer's alert (it rejected our certificate) reaches the server as a
+	// read error "remote error: tls: ...".
+	oe, ok := errors.AsType[*net.OpError](tlsErr)
+	byPeer := ok && oe.Op == "remote error"
+	hook(semantics.NewHandshakeFailure("yamux", remote, tlsErr, byPeer))
+}
+
+// serverConn runs the server side of the handshake on nc. On failure it
+// closes nc and returns the error, and tlsErr, the TLS handshake's own
+// error when that step failed.
+func serverConn(ctx context.Context, nc net.Conn, conf *tls.Config, cfg Config) (c *Conn, tlsErr, err error) {
 	raw := tuneSocket(nc, cfg)
 	tc := tls.Server(nc, conf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = nc.Close()
-		return nil, handshakeError("tls", err)
+		return nil, err, handshakeError("tls", err)
 	}
 	dl, _ := ctx.Deadline()
 	var conn net.Conn = tc
@@ -158,23 +186,24 @@ func serverConn(ctx context.Context, nc net.Conn, conf *tls.Config, cfg Config) 
 	case ALPNHTTP1, "":
 		// The HTTP/1.1 Upgrade form: read and check the request, answer 101
 		// followed by the ready byte.
-		c, resp, err := serverUpgrade(tc, dl)
+		uc, resp, err := serverUpgrade(tc, dl)
 		if err != nil {
 			_ = nc.Close()
-			return nil, handshakeError("http upgrade", err)
+			return nil, nil, handshakeError("http upgrade", err)
 		}
-		conn, ready = c, append(resp, readyByte)
+		conn, ready = uc, append(resp, readyByte)
 	default:
 		_ = nc.Close()
-		return nil, handshakeError("alpn", fmt.Errorf("peer negotiated %q", p))
+		return nil, nil, handshakeError("alpn", fmt.Errorf("peer negotiated %q", p))
 	}
 	_ = tc.SetWriteDeadline(dl)
 	if _, err := tc.Write(ready); err != nil {
 		_ = nc.Close()
-		return nil, handshakeError("ready", err)
+		return nil, nil, handshakeError("ready", err)
 	}
 	_ = tc.SetWriteDeadline(time.Time{})
-	return newConn(ctx, conn, tc.ConnectionState(), raw, cfg, false)
+	c, err = newConn(ctx, conn, tc.ConnectionState(), raw, cfg, false)
+	return c, nil, err
 }
 
 // tuneSocket applies TCP_NOTSENT_LOWAT and returns the raw socket for

@@ -48,6 +48,7 @@ type daemonTelemetry struct {
 
 	listeners []listenerState
 	cert      func() *x509.Certificate // the certificate served now (reloaded)
+	hsf       *setup.HandshakeFailures // failed TLS handshakes of the listeners
 
 	info     adminInfo
 	draining atomic.Bool
@@ -73,6 +74,13 @@ type listenerState struct {
 func newDaemonTelemetry() *daemonTelemetry {
 	t := &daemonTelemetry{m: telemetry.NewMetrics(), registered: map[wire.TransportSessionId]string{}}
 	return t
+}
+
+// setHandshakeFailures makes health report h's count.
+func (t *daemonTelemetry) setHandshakeFailures(h *setup.HandshakeFailures) {
+	t.mu.Lock()
+	t.hsf = h
+	t.mu.Unlock()
 }
 
 // hooks wraps h (the command's logging hooks) with the metric updates.
@@ -171,7 +179,7 @@ var (
 	descRateLimited  = prometheus.NewDesc("forgeyard_daemon_rate_limited_total", "Messages (and CAS streams) refused by a per-connection rate ([limits]), by class: control, heartbeat, health, cas, certificate.", []string{"class"}, nil)
 	descAdmission    = prometheus.NewDesc("forgeyard_daemon_admission_refused_total", "Peers refused by admission control ([admission]): connect (handshake slots, per-IP; closed Overloaded), registration (registration rate; answered Overloaded).", []string{"stage"}, nil)
 	descLimitCloses  = prometheus.NewDesc("forgeyard_daemon_limit_closes_total", "Connections closed LimitExceeded for persistent rate-limit violations (limits.max_rate_strikes).", nil, nil)
-	descIdentity     = prometheus.NewDesc("forgeyard_daemon_identity_events_total", "Runner identity lifecycle: enrolled, renewed, revoked_closed (runner disabled or certificate revoked), expired_rejected.", []string{"event"}, nil)
+	descIdentity     = prometheus.NewDesc("forgeyard_daemon_identity_events_total", "Runner identity lifecycle: enrolled, renewed, revoked_closed (runner disabled or certificate revoked), expired_rejected, superseded_revoked (a renewed runner's previous certificate).", []string{"event"}, nil)
 	descSecrets      = prometheus.NewDesc("forgeyard_daemon_secret_streams_total", "Secret-material streams by result: delivered (acknowledged by the agent), refused (refused or failed).", []string{"result"}, nil)
 )
 
@@ -218,6 +226,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descIdentity, st.id.Renewed, "renewed")
 	counter(descIdentity, st.id.RevokedClosed, "revoked_closed")
 	counter(descIdentity, st.id.ExpiredRejected, "expired_rejected")
+	counter(descIdentity, st.id.Superseded, "superseded_revoked")
 	counter(descSecrets, st.hard.SecretsSent, "delivered")
 	counter(descSecrets, st.hard.SecretsRefused, "refused")
 }
@@ -226,7 +235,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 	now := time.Now()
 	t.mu.Lock()
-	d, certFn := t.d, t.cert
+	d, certFn, hsf := t.d, t.cert, t.hsf
 	h := telemetry.DaemonHealth{Listeners: make([]telemetry.ListenerHealth, 0, len(t.listeners))}
 	for _, l := range t.listeners {
 		lh := telemetry.ListenerHealth{Backend: l.backend, Address: l.addr, Active: l.active.Load()}
@@ -257,7 +266,10 @@ func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 			}
 		}
 		h.Sessions = len(sessions)
-		h.HandshakeFailures = d.Stats().Rejections
+		h.RegistrationFailures = d.Stats().Rejections
+	}
+	if hsf != nil {
+		h.HandshakeFailures = hsf.Count()
 	}
 	h.Evaluate(now)
 	return h
@@ -298,7 +310,7 @@ func (t *daemonTelemetry) status(ctx context.Context) adminapi.Status {
 	st := adminapi.Status{Status: h.Status, Problems: h.Problems, CheckedAt: h.CheckedAt, Daemon: t.info.id,
 		StartedAt: t.info.startedAt.UTC(), Draining: t.draining.Load(), Certificate: h.Certificate,
 		Connections: h.Connections, ConnectionsByBackend: h.ConnectionsByBackend, Sessions: h.Sessions,
-		HandshakeFailures: h.HandshakeFailures, Listeners: make([]adminapi.Listener, 0, len(h.Listeners))}
+		HandshakeFailures: h.HandshakeFailures, RegistrationFailures: h.RegistrationFailures, Listeners: make([]adminapi.Listener, 0, len(h.Listeners))}
 	if st.ConnectionsByBackend == nil {
 		st.ConnectionsByBackend = map[string]int{}
 	}

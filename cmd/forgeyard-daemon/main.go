@@ -350,7 +350,14 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		demo = newDemoLeaser(d, f.demoLeases, log)
 	}
 
-	ls, err := setup.Listen(cfg.Listen, tlsConf, quic.Config{Logger: log}, yamux.Config{})
+	// Failed TLS handshakes (rejected client certificates, scanners) never
+	// reach the daemon: the listeners report them here, to the metric,
+	// /healthz and (certificate problems, rate-limited) the audit log.
+	hsf := setup.NewHandshakeFailures(log, tel.m, 0, 0)
+	defer hsf.Close()
+	tel.setHandshakeFailures(hsf)
+	ls, err := setup.Listen(cfg.Listen, tlsConf, quic.Config{Logger: log, OnHandshakeFailure: hsf.Report},
+		yamux.Config{OnHandshakeFailure: hsf.Report})
 	if err != nil {
 		_ = d.Shutdown(context.Background())
 		return err

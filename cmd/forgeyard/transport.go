@@ -150,6 +150,7 @@ func writeStatus(w io.Writer, st *adminapi.Status, now time.Time) {
 	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", st.Connections, byBackend(st.ConnectionsByBackend))
 	fmt.Fprintf(tw, "SESSIONS\t%d\n", st.Sessions)
 	fmt.Fprintf(tw, "HANDSHAKE FAILURES\t%d\n", st.HandshakeFailures)
+	fmt.Fprintf(tw, "REGISTER FAILURES\t%d\n", st.RegistrationFailures)
 	if c := st.Certificate; c != nil {
 		valid := "valid"
 		if !c.Valid {
@@ -359,10 +360,17 @@ func daemonDoctor(ctx context.Context, c *adminapi.Client, now time.Time) *docto
 		r.Add(doctor.Finding{Check: "agents", Result: doctor.OK, Detail: fmt.Sprintf("%d connections%s, %d sessions", st.Connections, byBackend(st.ConnectionsByBackend), st.Sessions)})
 	}
 	if st.HandshakeFailures > 0 {
-		r.Add(doctor.Finding{Check: "handshakes", Result: doctor.Warn, Detail: fmt.Sprintf("%d hellos or registrations refused since start", st.HandshakeFailures),
+		r.Add(doctor.Finding{Check: "handshakes", Result: doctor.Warn,
+			Detail: fmt.Sprintf("%d TLS handshakes failed over a certificate since start (rejected, expired or missing client certificate, or an agent that rejected the daemon's)", st.HandshakeFailures),
+			Fix:    "read the daemon's audit records (event=auth.failure with a backend attribute) for the remote address, reason and certificate"})
+	} else {
+		r.Add(doctor.Finding{Check: "handshakes", Result: doctor.OK, Detail: "no TLS handshake failed over a certificate since start"})
+	}
+	if st.RegistrationFailures > 0 {
+		r.Add(doctor.Finding{Check: "registrations", Result: doctor.Warn, Detail: fmt.Sprintf("%d hellos or registrations refused since start", st.RegistrationFailures),
 			Fix: "read the daemon's audit records (event=auth.failure, protocol.downgrade_rejected, runner.revoked) for who and why"})
 	} else {
-		r.Add(doctor.Finding{Check: "handshakes", Result: doctor.OK, Detail: "no refused hello or registration since start"})
+		r.Add(doctor.Finding{Check: "registrations", Result: doctor.OK, Detail: "no refused hello or registration since start"})
 	}
 	return r
 }

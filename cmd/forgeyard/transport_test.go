@@ -352,7 +352,7 @@ func TestDaemonDoctorFindings(t *testing.T) {
 	st := adminapi.Status{Status: telemetry.StatusDown, Daemon: "d9", Draining: true,
 		Listeners:   []adminapi.Listener{{Backend: "quic", Address: "0.0.0.0:7443", State: adminapi.ListenerDown, Error: "bind: address already in use"}},
 		Certificate: &telemetry.CertHealth{Subject: "CN=d9", NotBefore: now.Add(-80 * 24 * time.Hour), NotAfter: now.Add(5 * 24 * time.Hour), Valid: true, DaysToExpiry: 5},
-		Authority:   adminapi.Authority{Backend: "postgres", Error: "dial tcp 10.0.0.5:5432: connection refused"}, HandshakeFailures: 3}
+		Authority:   adminapi.Authority{Backend: "postgres", Error: "dial tcp 10.0.0.5:5432: connection refused"}, HandshakeFailures: 3, RegistrationFailures: 2}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(&st)
 	}))
@@ -375,12 +375,13 @@ func TestDaemonDoctorFindings(t *testing.T) {
 		res         doctor.Result
 		detail, fix string
 	}{
-		"listener":    {doctor.Fail, "bind: address already in use", "check the port is free"},
-		"certificate": {doctor.Warn, "(5 days)", "rotate tls.certificate"},
-		"authority":   {doctor.Fail, "connection refused", "PostgreSQL"},
-		"draining":    {doctor.Warn, "shutting down", ""},
-		"agents":      {doctor.Warn, "no agent is connected", "forgeyard-agent doctor"},
-		"handshakes":  {doctor.Warn, "3 hellos or registrations refused", "auth.failure"},
+		"listener":      {doctor.Fail, "bind: address already in use", "check the port is free"},
+		"certificate":   {doctor.Warn, "(5 days)", "rotate tls.certificate"},
+		"authority":     {doctor.Fail, "connection refused", "PostgreSQL"},
+		"draining":      {doctor.Warn, "shutting down", ""},
+		"agents":        {doctor.Warn, "no agent is connected", "forgeyard-agent doctor"},
+		"handshakes":    {doctor.Warn, "3 TLS handshakes failed over a certificate", "auth.failure"},
+		"registrations": {doctor.Warn, "2 hellos or registrations refused", "auth.failure"},
 	} {
 		f := m[check]
 		if f.Result != want.res || !strings.Contains(f.Detail, want.detail) || !strings.Contains(f.Fix, want.fix) {

@@ -61,9 +61,12 @@ type Status struct {
 	ConnectionsByBackend map[string]int `json:"connections_by_backend"`
 	// Sessions counts registered, unfenced agent sessions.
 	Sessions int `json:"sessions"`
-	// HandshakeFailures counts refused hellos and registrations.
-	HandshakeFailures int64     `json:"handshake_failures"`
-	Authority         Authority `json:"authority"`
+	// HandshakeFailures counts TLS handshakes that failed over a
+	// certificate since start (see telemetry.DaemonHealth).
+	HandshakeFailures int64 `json:"handshake_failures"`
+	// RegistrationFailures counts refused hellos and registrations.
+	RegistrationFailures int64     `json:"registration_failures"`
+	Authority            Authority `json:"authority"`
 }
 
 // Listener is one backend listener of the daemon.

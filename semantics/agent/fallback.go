@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 )
 
@@ -265,7 +267,7 @@ func (a *Agent) race(ctx context.Context, eps []Endpoint, p plan) (*raceResult, 
 		go func() {
 			dctx, dcancel := context.WithTimeout(race, a.cfg.RequestTimeout) // each candidate its own deadline
 			defer dcancel()
-			bc, err := eps[i].Dialer.Dial(dctx, eps[i].Address)
+			bc, err := a.dial(dctx, eps[i])
 			if err != nil {
 				results <- raceResult{i: i, err: err, at: time.Since(t0)}
 				return
@@ -424,7 +426,7 @@ func (a *Agent) probeLoop(ctx context.Context, cur Endpoint, eps []Endpoint, mov
 		var errs []string
 		for _, e := range better {
 			pctx, cancel := context.WithTimeout(ctx, a.cfg.RequestTimeout)
-			bc, err := e.Dialer.Dial(pctx, e.Address)
+			bc, err := a.dial(pctx, e)
 			if err == nil {
 				got, err = a.handshake(pctx, ctx, e, bc)
 			}
@@ -500,4 +502,12 @@ func (a *Agent) noteRegistered(ep Endpoint, reason string, eps []Endpoint) {
 // counted in Stats.BackendChanges.
 type BackendChange struct {
 	From, To string // Endpoint.Backend names
+}
+
+// dial opens a backend connection to e, as a transport.connect span (§210).
+func (a *Agent) dial(ctx context.Context, e Endpoint) (semantics.BackendConn, error) {
+	_, sp := a.cfg.Tracing.Start(ctx, telemetry.SpanConnect, telemetry.AttrBackend(e.Backend))
+	bc, err := e.Dialer.Dial(ctx, e.Address)
+	telemetry.End(sp, err)
+	return bc, err
 }

@@ -131,6 +131,28 @@ type Channel struct {
 	pending map[wire.MessageId]chan *wire.Envelope
 	done    chan struct{}
 	err     error
+
+	// The outcome counted for the envelope Run is handing to handle; only
+	// Run's goroutine (and handle, which it calls) touch them.
+	outcome  telemetry.Outcome
+	deferred bool
+}
+
+// SetOutcome sets the outcome that forgeyard_transport_messages_total
+// counts for the message being handled: OutcomeRejected when the handler
+// refused it (rate limit, state, role), OutcomeDuplicate for a retry of
+// something already handled. Call it only from Run's handle, on Run's
+// goroutine; a message whose handler says nothing counts as ok.
+func (c *Channel) SetOutcome(o telemetry.Outcome) { c.outcome = o }
+
+// DeferOutcome is for a handler that decides the outcome later, off Run's
+// goroutine (after an authority call): Run then does not count the message,
+// and the returned function counts it exactly once (later calls do
+// nothing). Call it only from Run's handle.
+func (c *Channel) DeferOutcome(t wire.MessageTypeId) func(telemetry.Outcome) {
+	c.deferred = true
+	var once sync.Once
+	return func(o telemetry.Outcome) { once.Do(func() { c.m.MessageTypeHandled(t, o) }) }
 }
 
 // New wraps a control stream.
@@ -333,7 +355,6 @@ func (c *Channel) Run(handle func(*wire.Envelope), bad func(*DecodeError)) error
 			}
 			continue
 		}
-		c.m.MessageTypeHandled(env.Payload.MessageType(), telemetry.OutcomeOK)
 		if we, ok := env.Payload.(*wire.WireErrorV1); ok {
 			c.m.ProtocolError(we.Code)
 		}
@@ -345,11 +366,16 @@ func (c *Channel) Run(handle func(*wire.Envelope), bad func(*DecodeError)) error
 			}
 			c.mu.Unlock()
 			if ok {
+				c.m.MessageTypeHandled(env.Payload.MessageType(), telemetry.OutcomeOK)
 				ch <- env // buffered, one answer per call
 				continue
 			}
 		}
+		c.outcome, c.deferred = telemetry.OutcomeOK, false
 		handle(env)
+		if !c.deferred {
+			c.m.MessageTypeHandled(env.Payload.MessageType(), c.outcome)
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wcas "forgeyard.dev/transport/wire/cas"
@@ -542,9 +543,11 @@ func TestDowngradeRejectedInsideTLSAudited(t *testing.T) {
 // finished lease and an accept of a lease from another session
 // (lease.stale_replay), and a re-registration of a superseded session
 // (session.fenced, code StaleSession). A MessageId retry of a completion
-// is a duplicate, not an audit event.
+// is a duplicate, not an audit event. forgeyard_transport_messages_total
+// counts the three completions as ok, duplicate and rejected.
 func TestReplayAudited(t *testing.T) {
-	w := newWorld(t, memoryBackend(), slowHeartbeat)
+	metrics := telemetry.NewMetrics()
+	w := newWorld(t, memoryBackend(), slowHeartbeat, func(c *daemon.Config) { c.Metrics = metrics })
 	id := w.newIdentity()
 	old := wire.NewAgentSessionId()
 	rc := w.dialRaw(id)
@@ -582,6 +585,21 @@ func TestReplayAudited(t *testing.T) {
 	}
 	if k := env.Payload.(*agentwire.CompletionAckV1).Kind; k != agentwire.AckStaleRejected {
 		t.Fatalf("replayed completion: %s", k)
+	}
+	// The outcome is counted right after the answer is written.
+	deadline := time.Now().Add(5 * time.Second)
+	var dup, rej float64
+	for time.Now().Before(deadline) {
+		_, fams := scrapeFamilies(t, metrics)
+		dup = familyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "duplicate")
+		rej = familyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "rejected")
+		if dup >= 1 && rej >= 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // polls the counters: they have no event to await
+	}
+	if dup != 1 || rej != 1 {
+		t.Fatalf("messages_total{agent}: duplicate %v, rejected %v; want 1 and 1", dup, rej)
 	}
 	// A new session of the runner; the old lease replayed from it, and the
 	// old session replayed.

@@ -362,9 +362,11 @@ func (c *conn) handle(env *wire.Envelope) {
 		return
 	}
 	if !c.admitMessage(env) {
+		c.ch.SetOutcome(telemetry.OutcomeRejected)
 		return
 	}
 	if fenced && t != wire.MsgError {
+		c.ch.SetOutcome(telemetry.OutcomeRejected)
 		c.clonedIdentity(env)
 		return
 	}
@@ -373,6 +375,7 @@ func (c *conn) handle(env *wire.Envelope) {
 		return
 	}
 	if code := session.Check(st, c.role, t); code != 0 {
+		c.ch.SetOutcome(telemetry.OutcomeRejected)
 		c.violation(env.MessageID, code, fmt.Sprintf("%s not allowed in state %s for role %s", nameOf(t), st, c.role))
 		return
 	}
@@ -395,7 +398,8 @@ func (c *conn) handle(env *wire.Envelope) {
 	case *agentwire.LeaseRenewV1:
 		c.ordered(func() { c.onRenew(env, m) })
 	case *agentwire.AttemptCompletionV1:
-		c.ordered(func() { c.onCompletion(env, m) })
+		counted := c.ch.DeferOutcome(t) // ok, duplicate or rejected: known after the authority answers
+		c.ordered(func() { counted(c.onCompletion(env, m)) })
 	case *agentwire.PhaseChangeV1:
 		c.ordered(func() {
 			if p, ok := c.phases[m.Attempt]; !ok || p != m.Phase {
@@ -690,6 +694,10 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	c.reply(env, &agentwire.RegistrationAcceptedV1{Session: m.Session, Epoch: grant.Epoch, TransportSession: c.transport,
 		HeartbeatIntervalMs: ms32(t.HeartbeatInterval), LeaseRenewIntervalMs: ms32(t.RenewInterval), MaxBackoffMs: ms32(t.MaxBackoff),
 		AlternateEndpoints: d.cfg.AlternateEndpoints, FallbackStaggerMs: stagger, ServerTimeMs: uint64(d.now().UnixMilli())})
+	if authority.IdentitiesOf(d.auth) != nil {
+		serial := trust.SerialString(leaf)
+		c.ordered(func() { c.retireSuperseded(m.Runner, serial) })
+	}
 }
 
 func ms32(d time.Duration) uint32 { return uint32(max(1, d.Milliseconds())) }
@@ -971,7 +979,9 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 	c.reply(env, &agentwire.LeaseRenewAckV1{Lease: m.Lease, Attempt: m.Attempt, Outcome: out})
 }
 
-func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1) {
+// onCompletion records a completion and answers it; it returns the
+// message's outcome for forgeyard_transport_messages_total.
+func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1) telemetry.Outcome {
 	d := c.d
 	_, sp := c.span(env, telemetry.SpanComplete, telemetry.AttrLease(m.Lease), telemetry.AttrAttempt(m.Attempt))
 	defer sp.End()
@@ -984,10 +994,10 @@ func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1
 	switch {
 	case errors.Is(err, authority.ErrFenced):
 		c.fencedErr(env)
-		return
+		return telemetry.OutcomeRejected
 	case err != nil:
 		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
-		return
+		return telemetry.OutcomeError
 	}
 	kind := agentwire.CompletionAckKind(ack)
 	if int(kind) < len(d.st.completions) {
@@ -1011,4 +1021,11 @@ func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1
 	if kind == agentwire.AckAccepted || kind == agentwire.AckDuplicateAccepted {
 		d.forgetAttemptLog(m.Attempt)
 	}
+	switch kind {
+	case agentwire.AckAccepted:
+		return telemetry.OutcomeOK
+	case agentwire.AckDuplicateAccepted:
+		return telemetry.OutcomeDuplicate
+	}
+	return telemetry.OutcomeRejected
 }

@@ -226,6 +226,48 @@ func (c *conn) renew(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
 	}
 }
 
+// retireSuperseded revokes the runner's older issued certificates once it
+// has registered with a newer one (§21): a renewed agent no longer needs
+// them, and a copy of an old key must not stay usable until its expiry.
+// Nothing happens until the new certificate is used — a renewal answer
+// lost on the way leaves the old certificate valid — nor for
+// certificates this daemon did not issue (not recorded). Runs on the
+// connection's work goroutine, after the registration was answered.
+func (c *conn) retireSuperseded(runner wire.RunnerId, serial string) {
+	ids := authority.IdentitiesOf(c.d.auth)
+	if ids == nil {
+		return
+	}
+	ctx, cancel := c.authCtx()
+	defer cancel()
+	certs, err := ids.Certificates(ctx, runner)
+	if err != nil {
+		c.logger().Warn("cannot list the runner's certificates to retire superseded ones", "err", err)
+		return
+	}
+	var current *authority.IssuedCertificate
+	for i := range certs {
+		if certs[i].Serial == serial {
+			current = &certs[i]
+		}
+	}
+	if current == nil {
+		return // not issued by a daemon of this authority
+	}
+	now := c.d.now()
+	for _, old := range certs {
+		if old.Revoked || !old.IssuedAt.Before(current.IssuedAt) || !old.NotAfter.After(now) {
+			continue
+		}
+		if err := ids.RevokeCertificate(ctx, old.Serial, "superseded by "+serial, now); err != nil {
+			c.logger().Warn("cannot revoke a superseded certificate", "serial", old.Serial, "err", err)
+			continue
+		}
+		c.d.idst.superseded.Add(1)
+		c.audit("identity.superseded_revoked", "superseded certificate revoked", "serial", old.Serial, "by_serial", serial)
+	}
+}
+
 // issue signs, records and sends a certificate; it reports success.
 func (c *conn) issue(env *wire.Envelope, ctx context.Context, csr *x509.CertificateRequest, runner wire.RunnerId, cn, event, msg string, args ...any) bool {
 	d := c.d
@@ -327,7 +369,7 @@ func (d *Daemon) checkRevocations() {
 }
 
 type identityStats struct {
-	enrolled, renewed, revokedClosed, expiredRejected atomic.Int64
+	enrolled, renewed, revokedClosed, expiredRejected, superseded atomic.Int64
 }
 
 // IdentityStats are the daemon's identity lifecycle counters.
@@ -336,10 +378,11 @@ type IdentityStats struct {
 	Renewed         int64 // certificates renewed for registered runners
 	RevokedClosed   int64 // transports closed because their runner was disabled or certificate revoked
 	ExpiredRejected int64 // registrations refused and transports closed for an expired certificate
+	Superseded      int64 // older certificates revoked after the runner registered with a renewed one
 }
 
 // IdentityStats returns the identity lifecycle counters.
 func (d *Daemon) IdentityStats() IdentityStats {
 	return IdentityStats{Enrolled: d.idst.enrolled.Load(), Renewed: d.idst.renewed.Load(),
-		RevokedClosed: d.idst.revokedClosed.Load(), ExpiredRejected: d.idst.expiredRejected.Load()}
+		RevokedClosed: d.idst.revokedClosed.Load(), ExpiredRejected: d.idst.expiredRejected.Load(), Superseded: d.idst.superseded.Load()}
 }

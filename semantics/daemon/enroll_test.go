@@ -404,6 +404,33 @@ func TestRotationKeepsRunnerAndSession(t *testing.T) {
 		if !strings.Contains(w.logBuf.String(), `"event":"identity.renewed"`) {
 			t.Fatal("no renewal audit record")
 		}
+		// Once the agent registered with the renewed certificate, the
+		// old one is revoked (a stolen copy of the old key is useless):
+		// an agent presenting it is refused.
+		oldSerial := trust.SerialString(en.Leaf)
+		deadline := time.Now().Add(5 * time.Second)
+		for w.d.IdentityStats().Superseded == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond) // retired on the connection's work goroutine after registration
+		}
+		certs, err := authority.IdentitiesOf(auth).Certificates(context.Background(), en.Runner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range certs {
+			if want := c.Serial == oldSerial; c.Revoked != want {
+				t.Fatalf("certificate %s revoked=%v (old %s, new %s)", c.Serial, c.Revoked, oldSerial, trust.SerialString(leaf))
+			}
+		}
+		_, _, oldErr := w.startEnrolled(en, t.TempDir(), newCountingExec(false))
+		select {
+		case err := <-oldErr:
+			var re *agent.RejectedError
+			if !errors.As(err, &re) || re.Code != wire.ErrCodeForbidden || !strings.Contains(re.Message, "revoked") {
+				t.Fatalf("agent with the superseded certificate: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("an agent with the superseded certificate kept running")
+		}
 	})
 }
 

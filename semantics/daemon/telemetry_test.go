@@ -333,6 +333,7 @@ func TestTraceSpansDaemonAndAgent(t *testing.T) {
 		name    telemetry.SpanName
 		service string
 	}{
+		{telemetry.SpanConnect, "forgeyard-agent"},
 		{telemetry.SpanHandshake, "forgeyard-agent"}, {telemetry.SpanHandshake, "forgeyard-daemon"},
 		{telemetry.SpanNegotiate, "forgeyard-daemon"},
 		{telemetry.SpanRegister, "forgeyard-agent"}, {telemetry.SpanRegister, "forgeyard-daemon"},

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"crypto/x509"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -53,28 +54,36 @@ type AuditReason uint8
 
 // Audit reasons.
 const (
-	ReasonUnspecified         AuditReason = iota
-	ReasonBadCertificate                  // chain did not verify, expired, wrong CA
-	ReasonKeyProofFailed                  // registration key proof did not verify
-	ReasonRunnerMismatch                  // RunnerId differs from the certificate's
-	ReasonUnknownRunner                   // no such runner
-	ReasonRevoked                         // runner revoked or disabled
-	ReasonVersionBelowMinimum             // protocol version below policy minimum
-	ReasonFeatureDowngrade                // a required feature was not offered
-	ReasonNewerRegistration               // fenced by a newer registration of the session
-	ReasonFencedTraffic                   // traffic on a fenced transport
-	ReasonLeaseExpired                    // lease past its expiry
-	ReasonLeaseSuperseded                 // lease revoked or re-offered elsewhere
-	ReasonDecodeFailed                    // message failed to decode
-	ReasonValidationFailed                // message decoded but failed validation
-	ReasonSignatureInvalid                // signature did not verify
+	ReasonUnspecified            AuditReason = iota
+	ReasonBadCertificate                     // chain did not verify, expired, wrong CA
+	ReasonKeyProofFailed                     // registration key proof did not verify
+	ReasonRunnerMismatch                     // RunnerId differs from the certificate's
+	ReasonUnknownRunner                      // no such runner
+	ReasonRevoked                            // runner revoked or disabled
+	ReasonVersionBelowMinimum                // protocol version below policy minimum
+	ReasonFeatureDowngrade                   // a required feature was not offered
+	ReasonNewerRegistration                  // fenced by a newer registration of the session
+	ReasonFencedTraffic                      // traffic on a fenced transport
+	ReasonLeaseExpired                       // lease past its expiry
+	ReasonLeaseSuperseded                    // lease revoked or re-offered elsewhere
+	ReasonDecodeFailed                       // message failed to decode
+	ReasonValidationFailed                   // message decoded but failed validation
+	ReasonSignatureInvalid                   // signature did not verify
+	ReasonNoClientCertificate                // TLS handshake: the peer sent no client certificate
+	ReasonUnknownAuthority                   // TLS handshake: certificate not signed by a trusted CA
+	ReasonCertificateExpired                 // TLS handshake: certificate expired
+	ReasonCertificateNotYetValid             // TLS handshake: certificate not valid yet
+	ReasonHandshakeProtocol                  // TLS handshake: not TLS 1.3, no common ALPN, closed early
+	ReasonHandshakeTimeout                   // TLS handshake: did not complete in time
 	numAuditReasons
 )
 
 var auditReasonNames = [numAuditReasons]string{"unspecified",
 	"bad_certificate", "key_proof_failed", "runner_mismatch", "unknown_runner", "revoked",
 	"version_below_minimum", "feature_downgrade", "newer_registration", "fenced_traffic",
-	"lease_expired", "lease_superseded", "decode_failed", "validation_failed", "signature_invalid"}
+	"lease_expired", "lease_superseded", "decode_failed", "validation_failed", "signature_invalid",
+	"no_client_certificate", "unknown_authority", "certificate_expired", "certificate_not_yet_valid",
+	"protocol", "timeout"}
 
 // String returns the stable reason name, or "unspecified".
 func (r AuditReason) String() string {
@@ -94,7 +103,121 @@ const (
 	AuditKeyRemote    = "remote"
 	AuditKeyCode      = "code"
 	AuditKeyReason    = "reason"
+	// Keys of TLS handshake failures (auth.failure from a listener).
+	AuditKeyBackend    = "backend"
+	AuditKeyByPeer     = "by_peer"
+	AuditKeySubject    = "cert_subject"
+	AuditKeyIssuer     = "cert_issuer"
+	AuditKeySerial     = "cert_serial"
+	AuditKeyError      = "error"
+	AuditKeySuppressed = "suppressed"
 )
+
+// HandshakeFailureReasons are the reason label values of
+// forgeyard_transport_handshake_failures_total and the reason attribute of
+// a handshake auth.failure: semantics.HandshakeFailureReasons as strings.
+var HandshakeFailureReasons = []string{"no_client_certificate", "unknown_authority", "certificate_expired",
+	"certificate_not_yet_valid", "bad_certificate", "protocol", "timeout", "other"}
+
+// AuditReasonOfHandshake maps a handshake failure reason (one of
+// HandshakeFailureReasons) to its AuditReason; anything else is
+// ReasonUnspecified.
+func AuditReasonOfHandshake(reason string) AuditReason {
+	switch reason {
+	case "no_client_certificate":
+		return ReasonNoClientCertificate
+	case "unknown_authority":
+		return ReasonUnknownAuthority
+	case "certificate_expired":
+		return ReasonCertificateExpired
+	case "certificate_not_yet_valid":
+		return ReasonCertificateNotYetValid
+	case "bad_certificate":
+		return ReasonBadCertificate
+	case "protocol":
+		return ReasonHandshakeProtocol
+	case "timeout":
+		return ReasonHandshakeTimeout
+	}
+	return ReasonUnspecified
+}
+
+// Backend is the backend attribute (closed set: Backends, else "other").
+func Backend(name string) AuditAttr { return AuditAttr{AuditKeyBackend, backendLabel(name)} }
+
+// RemoteIP is the remote attribute with the IP address only (no port).
+func RemoteIP(addr net.Addr) AuditAttr {
+	s := remoteString(addr)
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		s = ap.Addr().String()
+	}
+	return AuditAttr{AuditKeyRemote, s}
+}
+
+// ByPeer is the by_peer attribute: "true" when the peer aborted the
+// handshake (it rejected this side's certificate), "false" otherwise.
+func ByPeer(b bool) AuditAttr { return AuditAttr{AuditKeyByPeer, strconv.FormatBool(b)} }
+
+// CertSubject, CertIssuer and CertSerial describe an unverified peer
+// certificate. Subject and issuer are the RFC 2253 distinguished names,
+// reduced to printable ASCII and cut to maxAuditText bytes (the peer chose
+// them); the serial is hexadecimal. A nil certificate gives a zero
+// AuditAttr, which Emit skips.
+func CertSubject(c *x509.Certificate) AuditAttr {
+	if c == nil {
+		return AuditAttr{}
+	}
+	return AuditAttr{AuditKeySubject, auditText(c.Subject.String())}
+}
+
+// CertIssuer: see CertSubject.
+func CertIssuer(c *x509.Certificate) AuditAttr {
+	if c == nil {
+		return AuditAttr{}
+	}
+	return AuditAttr{AuditKeyIssuer, auditText(c.Issuer.String())}
+}
+
+// CertSerial: see CertSubject.
+func CertSerial(c *x509.Certificate) AuditAttr {
+	if c == nil || c.SerialNumber == nil {
+		return AuditAttr{}
+	}
+	return AuditAttr{AuditKeySerial, auditText(c.SerialNumber.Text(16))}
+}
+
+// ErrorText is the error attribute: a short diagnostic (a TLS or x509
+// error message, never a payload), reduced to printable ASCII and cut to
+// maxAuditText bytes. A nil error gives a zero AuditAttr.
+func ErrorText(err error) AuditAttr {
+	if err == nil {
+		return AuditAttr{}
+	}
+	return AuditAttr{AuditKeyError, auditText(err.Error())}
+}
+
+// Suppressed is the suppressed attribute: how many records of the same
+// kind a rate limit dropped before this one (see AuditLimiter).
+func Suppressed(n int64) AuditAttr { return AuditAttr{AuditKeySuppressed, strconv.FormatInt(n, 10)} }
+
+// maxAuditText bounds a text attribute.
+const maxAuditText = 200
+
+// auditText keeps printable ASCII (others become '?') and cuts s to
+// maxAuditText bytes.
+func auditText(s string) string {
+	b := make([]byte, 0, min(len(s), maxAuditText))
+	for _, r := range s {
+		if len(b) >= maxAuditText {
+			break
+		}
+		if r < 0x20 || r > 0x7e {
+			r = '?'
+		}
+		b = append(b, byte(r))
+	}
+	return string(b)
+}
 
 // AuditAttr is one audit attribute. It has no exported fields: the only
 // way to make one is the constructors below, each of which renders a typed

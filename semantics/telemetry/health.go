@@ -81,8 +81,19 @@ type DaemonHealth struct {
 	Connections          int            `json:"connections"`
 	ConnectionsByBackend map[string]int `json:"connections_by_backend,omitempty"`
 	// Sessions counts registered agent sessions.
-	Sessions          int   `json:"sessions"`
+	Sessions int `json:"sessions"`
+	// HandshakeFailures counts incoming connections whose TLS handshake
+	// failed over a certificate since start, on every listener: client
+	// certificates rejected (unknown CA, expired, not yet valid, bad) or
+	// missing, and agents that rejected the daemon's certificate; each is an
+	// auth.failure audit record. Handshakes that failed otherwise (not TLS,
+	// timeout: port scanners, health checkers, abandoned dials) are only in
+	// forgeyard_transport_handshake_failures_total. Registration
+	// rejections are not counted here (RegistrationFailures).
 	HandshakeFailures int64 `json:"handshake_failures"`
+	// RegistrationFailures counts hellos and registrations refused after a
+	// successful handshake (version, identity, revoked, overloaded, ...).
+	RegistrationFailures int64 `json:"registration_failures"`
 }
 
 // Evaluate sets Status and Problems from the facts: down without an active
@@ -215,6 +226,7 @@ func (h *DaemonHealth) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", h.Connections, byBackend(h.ConnectionsByBackend))
 	fmt.Fprintf(tw, "SESSIONS\t%d\n", h.Sessions)
 	fmt.Fprintf(tw, "HANDSHAKE FAILURES\t%d\n", h.HandshakeFailures)
+	fmt.Fprintf(tw, "REGISTER FAILURES\t%d\n", h.RegistrationFailures)
 	if c := h.Certificate; c != nil {
 		fmt.Fprintf(tw, "CERTIFICATE\t%s\n", c.Subject)
 		fmt.Fprintf(tw, "  valid\t%s (%s → %s)\n", yesNo(c.Valid), day(c.NotBefore), day(c.NotAfter))

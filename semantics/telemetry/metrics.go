@@ -128,6 +128,7 @@ type Metrics struct {
 	reconnects   *prometheus.CounterVec
 	handshake    *prometheus.HistogramVec
 	regFailures  *prometheus.CounterVec
+	hsFailures   *prometheus.CounterVec
 	bytesIn      *prometheus.CounterVec
 	bytesOut     *prometheus.CounterVec
 	streams      *prometheus.GaugeVec
@@ -187,6 +188,7 @@ func NewMetrics() *Metrics {
 		Help: "Time from dial/accept to registration accepted, by backend.", Buckets: LatencyBuckets}, []string{"backend"})
 	m.reg.MustRegister(m.handshake)
 	m.regFailures = counterVec("transport_registration_failures_total", "Rejected or failed registrations, by reason.", "reason")
+	m.hsFailures = counterVec("transport_handshake_failures_total", "Incoming connections whose TLS handshake failed (client certificate rejected or missing, peer's alert, not TLS, timeout), by backend and reason.", "backend", "reason")
 	m.bytesIn = counterVec("transport_bytes_in_total", "Bytes received on streams, by stream kind.", "kind")
 	m.bytesOut = counterVec("transport_bytes_out_total", "Bytes sent on streams, by stream kind.", "kind")
 	m.streams = gaugeVec("transport_streams_active", "Streams currently open, by stream kind.", "kind")
@@ -231,6 +233,11 @@ func NewMetrics() *Metrics {
 		m.casObjects.WithLabelValues(dir)
 		m.casResm.WithLabelValues(dir)
 		m.casVerifyFail.WithLabelValues(dir)
+	}
+	for _, b := range []string{"quic", "webtransport", "yamux"} { // the listeners' backends
+		for _, r := range HandshakeFailureReasons {
+			m.hsFailures.WithLabelValues(b, r)
+		}
 	}
 	for r := RegistrationFailure(0); r < numRegFail; r++ {
 		m.regFailures.WithLabelValues(r.String())
@@ -319,6 +326,24 @@ func (m *Metrics) ConnClosed(backend string) {
 		return
 	}
 	m.connActive.WithLabelValues(backendLabel(backend)).Dec()
+}
+
+// HandshakeFailed counts an incoming connection whose TLS handshake failed
+// on backend, for reason (one of HandshakeFailureReasons; anything else
+// counts as "other"). The series of the listener backends (quic,
+// webtransport, yamux) exist from the start.
+func (m *Metrics) HandshakeFailed(backend, reason string) {
+	if m == nil {
+		return
+	}
+	r := "other"
+	for _, x := range HandshakeFailureReasons {
+		if reason == x {
+			r = x
+			break
+		}
+	}
+	m.hsFailures.WithLabelValues(backendLabel(backend), r).Inc()
 }
 
 // Reconnected counts a reconnection of a known agent session.

@@ -26,6 +26,7 @@ var wantMetrics = map[string]dto.MetricType{
 	"forgeyard_transport_reconnects_total":            dto.MetricType_COUNTER,
 	"forgeyard_transport_handshake_duration_seconds":  dto.MetricType_HISTOGRAM,
 	"forgeyard_transport_registration_failures_total": dto.MetricType_COUNTER,
+	"forgeyard_transport_handshake_failures_total":    dto.MetricType_COUNTER,
 	"forgeyard_transport_bytes_in_total":              dto.MetricType_COUNTER,
 	"forgeyard_transport_bytes_out_total":             dto.MetricType_COUNTER,
 	"forgeyard_transport_streams_active":              dto.MetricType_GAUGE,
@@ -73,6 +74,9 @@ func exercise(m *telemetry.Metrics) []string {
 	m.Reconnected(session)
 	m.ObserveHandshake("quic", 3*time.Millisecond)
 	m.ObserveHandshake(msg, -time.Second)
+	m.HandshakeFailed("quic", "unknown_authority")
+	m.HandshakeFailed("yamux", runner) // careless: an id where a reason goes
+	m.HandshakeFailed(addr, "timeout")
 	m.RegistrationFailed(telemetry.RegFailVersion)
 	m.RegistrationFailed(telemetry.RegistrationFailureOf(wire.ErrCodeRunnerDisabled))
 	m.RegistrationFailed(telemetry.RegistrationFailure(200))
@@ -255,6 +259,10 @@ func TestMetricsValues(t *testing.T) {
 		{"forgeyard_transport_reconnects_total", map[string]string{"backend": "webtransport"}, 1},
 		{"forgeyard_transport_reconnects_total", map[string]string{"backend": "other"}, 1},
 		{"forgeyard_transport_handshake_duration_seconds", map[string]string{"backend": "quic"}, 1},
+		{"forgeyard_transport_handshake_failures_total", map[string]string{"backend": "quic", "reason": "unknown_authority"}, 1},
+		{"forgeyard_transport_handshake_failures_total", map[string]string{"backend": "yamux", "reason": "other"}, 1},
+		{"forgeyard_transport_handshake_failures_total", map[string]string{"backend": "other", "reason": "timeout"}, 1},
+		{"forgeyard_transport_handshake_failures_total", map[string]string{"backend": "webtransport", "reason": "certificate_expired"}, 0},
 		{"forgeyard_transport_registration_failures_total", map[string]string{"reason": "version"}, 1},
 		{"forgeyard_transport_registration_failures_total", map[string]string{"reason": "revoked"}, 1},
 		{"forgeyard_transport_registration_failures_total", map[string]string{"reason": "other"}, 1},

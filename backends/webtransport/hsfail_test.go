@@ -1,0 +1,27 @@
+package webtransport
+
+import (
+	"crypto/tls"
+	"testing"
+
+	"forgeyard.dev/transport/backends/backendtest"
+	"forgeyard.dev/transport/semantics"
+)
+
+func TestHandshakeFailureHook(t *testing.T) {
+	backendtest.RunHandshakeFailures(t, backendtest.HandshakeFailureFactory{
+		Name: "webtransport",
+		Listen: func(t testing.TB, serverTLS *tls.Config, hook func(semantics.HandshakeFailure)) (semantics.BackendListener, string) {
+			cfg := testConfig
+			cfg.OnHandshakeFailure = hook
+			ln, err := Listen("127.0.0.1:0", serverTLS, cfg)
+			if err != nil {
+				t.Fatalf("webtransport.Listen: %v", err)
+			}
+			return ln, URL(ln.Addr().String())
+		},
+		Dialer: func(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer {
+			return Dialer{TLS: clientTLS, Config: testConfig}
+		},
+	})
+}
