@@ -26,7 +26,7 @@ const maxDataWaits = 64
 // recent). A full daemon keeps per attempt: for outputs, the attempt id in
 // the ring, a map slot (id and slice header) and the declared refs
 // (48 bytes each), ~130 B with one output; for ended, the id in the ring
-// and a map slot, ~40 B. At 4096 each: ~0.7 MiB in all, whatever the
+// and a map slot, ~40 B. At 4096 each: ~0.6 MiB in all, whatever the
 // number of agents. docs/perf.md, "Retained state per finished attempt".
 const (
 	// maxRecordedOutputs bounds the OutputsFinalizedV1 records kept
