@@ -2,14 +2,10 @@ package main
 
 import (
 	"bufio"
-	"context"
-	"crypto"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,10 +13,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/yamux"
-	"forgeyard.dev/transport/internal/config/setup"
-	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
-	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 )
@@ -35,52 +28,8 @@ import (
 // is accounted for (a "suppressed" attribute or an "audit suppressed"
 // summary), so written + suppressed = offered.
 func TestHandshakeFailureAudited(t *testing.T) {
-	dir := t.TempDir()
-	pki := trusttest.NewPKI(t)
-	srv := pki.IssueServer(t, "localhost", trusttest.LeafOptions{})
-	certFile, keyFile, caFile := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"), filepath.Join(dir, "ca.pem")
-	if err := trust.WriteCredentialFiles(certFile, keyFile, srv.Certificate, srv.PrivateKey.(crypto.Signer)); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(caFile, pki.CACertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfgFile := filepath.Join(dir, "daemon.toml")
-	if err := os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
-[listen]
-yamux = "127.0.0.1:0"
-[tls]
-certificate = %q
-private_key = %q
-client_ca = %q
-[authority]
-sqlite = %q
-`, certFile, keyFile, caFile, filepath.Join(dir, "a.db"))), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	readyc, adminc := make(chan string, 1), make(chan string, 1)
-	th := &testHooks{
-		ready: func(d *daemon.Daemon, ls []setup.Listener) { readyc <- ls[0].Addr().String() },
-		admin: func(addr string) { adminc <- addr },
-	}
-	var logs syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"--config", cfgFile, "--admin-listen", "127.0.0.1:0", "--log-format", "json", "--shutdown-timeout", "1s"}, &logs, &logs, th)
-	}()
-	var addr, admin string
-	for addr == "" || admin == "" {
-		select {
-		case addr = <-readyc:
-		case admin = <-adminc:
-		case code := <-done:
-			t.Fatalf("daemon exited %d: %s", code, logs.String())
-		case <-time.After(10 * time.Second):
-			t.Fatal("daemon not ready")
-		}
-	}
+	fd := startFileDaemon(t, "")
+	pki, addr, admin, logs := fd.pki, fd.addr, fd.admin, fd.logs
 	base := "http://" + admin
 	const series = `forgeyard_transport_handshake_failures_total{backend="yamux",reason="unknown_authority"}`
 	// awaitMetric polls /metrics (the failure happens inside the daemon's
@@ -172,15 +121,7 @@ sqlite = %q
 	}
 	awaitMetric(1 + burst)
 	elapsed := time.Since(start)
-	cancel() // Close writes the pending suppressed count
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("exit %d", code)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("daemon did not stop")
-	}
+	fd.stop(t) // Close writes the pending suppressed count
 	recs = auditRecords(t, logs.String())
 	written, suppressed := len(recs), 0
 	for _, r := range recs {

@@ -17,20 +17,7 @@ import (
 // answers heartbeats (unless mute) and forwards everything else to got.
 func pair(t *testing.T, cfg control.Config, mute bool) (client *control.Channel, server *control.Channel, got chan *wire.Envelope, bad chan *control.DecodeError, cs *semantics.Stream) {
 	t.Helper()
-	c, s := memory.Pipe(memory.Options{})
-	t.Cleanup(func() { _ = c.CloseWithCode(wire.CloseNormal, ""); _ = s.CloseWithCode(wire.CloseNormal, "") })
-	cc, _ := semantics.NewConn(c, semantics.Config{})
-	sc, _ := semantics.NewConn(s, semantics.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	st, err := cc.OpenStream(ctx, wire.StreamControl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss, err := sc.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, ss := controlStreams(t)
 	client = control.New(st, cfg)
 	server = control.New(ss, control.Config{})
 	got = make(chan *wire.Envelope, 64)
@@ -46,6 +33,27 @@ func pair(t *testing.T, cfg control.Config, mute bool) (client *control.Channel,
 		}, func(d *control.DecodeError) { bad <- d })
 	}()
 	return client, server, got, bad, st
+}
+
+// controlStreams returns the two ends of a control stream over a memory
+// connection (closed at cleanup).
+func controlStreams(t *testing.T) (opened, accepted *semantics.Stream) {
+	t.Helper()
+	c, s := memory.Pipe(memory.Options{})
+	t.Cleanup(func() { _ = c.CloseWithCode(wire.CloseNormal, ""); _ = s.CloseWithCode(wire.CloseNormal, "") })
+	cc, _ := semantics.NewConn(c, semantics.Config{})
+	sc, _ := semantics.NewConn(s, semantics.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := cc.OpenStream(ctx, wire.StreamControl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := sc.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, ss
 }
 
 func hb(seq uint64) *agentwire.HeartbeatV1 {

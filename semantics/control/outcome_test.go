@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/backends/memory"
-	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
@@ -41,20 +39,9 @@ func messagesTotal(t *testing.T, m *telemetry.Metrics, family, outcome string) f
 // rejected (SetOutcome) or decides later (DeferOutcome: counted once, when
 // the returned function is called, with the outcome given then).
 func TestMessageOutcomes(t *testing.T) {
-	c, s := memory.Pipe(memory.Options{})
-	t.Cleanup(func() { _ = c.CloseWithCode(wire.CloseNormal, ""); _ = s.CloseWithCode(wire.CloseNormal, "") })
-	cc, _ := semantics.NewConn(c, semantics.Config{})
-	sc, _ := semantics.NewConn(s, semantics.Config{})
+	st, ss := controlStreams(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := cc.OpenStream(ctx, wire.StreamControl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss, err := sc.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := telemetry.NewMetrics()
 	sender := control.New(st, control.Config{})
 	recv := control.New(ss, control.Config{Metrics: m})

@@ -235,9 +235,15 @@ func (c *conn) admitRegistration(env *wire.Envelope) bool {
 // auditEvent emits a security audit event for c (§279).
 func (c *conn) auditEvent(ev telemetry.AuditEvent, code wire.ProtocolErrorCode, reason telemetry.AuditReason) {
 	c.d.hard.audits.Add(1)
+	c.emitAudit(ev, code, reason)
+}
+
+// emitAudit writes a typed audit record about this transport (its runner
+// and session when registered) with extra attributes.
+func (c *conn) emitAudit(ev telemetry.AuditEvent, code wire.ProtocolErrorCode, reason telemetry.AuditReason, extra ...telemetry.AuditAttr) {
 	runner, sess, _, _ := c.ident()
-	attrs := []telemetry.AuditAttr{telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()),
-		telemetry.Code(code), telemetry.Reason(reason)}
+	attrs := append([]telemetry.AuditAttr{telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()),
+		telemetry.Code(code), telemetry.Reason(reason)}, extra...)
 	if runner != (wire.RunnerId{}) {
 		attrs = append(attrs, telemetry.Runner(runner))
 	}

@@ -501,10 +501,10 @@ func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 }
 
 // auditAuth records an authentication failure of registration m (§279).
-func (c *conn) auditAuth(m *agentwire.RegisterAgentV1, reason telemetry.AuditReason) {
-	c.d.audit.Emit(context.Background(), telemetry.EventAuthFailure, telemetry.Runner(m.Runner), telemetry.Session(m.Session),
+func (c *conn) auditAuth(m *agentwire.RegisterAgentV1, reason telemetry.AuditReason, extra ...telemetry.AuditAttr) {
+	c.d.audit.Emit(context.Background(), telemetry.EventAuthFailure, append([]telemetry.AuditAttr{telemetry.Runner(m.Runner), telemetry.Session(m.Session),
 		telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeForbidden),
-		telemetry.Reason(reason))
+		telemetry.Reason(reason)}, extra...)...)
 }
 
 // traced reports whether the agent negotiated FeatureTraceContextV1, so
@@ -600,8 +600,11 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 			d.idst.expiredRejected.Add(1)
 			msg = trust.MsgCredentialExpired + ": " + err.Error()
 		}
-		c.auditAuth(m, telemetry.ReasonBadCertificate)
-		c.audit("identity.authentication_failed", "registration rejected", "reason", msg)
+		reason := telemetry.ReasonBadCertificate
+		if errors.Is(err, trust.ErrCertExpired) {
+			reason = telemetry.ReasonCertificateExpired
+		}
+		c.auditAuth(m, reason, telemetry.ErrorText(err))
 		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, msg, wire.CloseAuthenticationFailure)
 		return
 	}
@@ -622,8 +625,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	} else if revoked {
 		c.d.audit.Emit(context.Background(), telemetry.EventRunnerRevoked, telemetry.Runner(m.Runner), telemetry.Session(m.Session),
 			telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeForbidden),
-			telemetry.Reason(telemetry.ReasonRevoked))
-		c.audit("identity.certificate_revoked", "registration rejected", "serial", trust.SerialString(leaf))
+			telemetry.Reason(telemetry.ReasonRevoked), telemetry.CertSerial(leaf))
 		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, trust.MsgCredentialRevoked, wire.CloseAuthenticationFailure)
 		return
 	}
@@ -636,7 +638,6 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		d.audit.Emit(context.Background(), telemetry.EventRunnerRevoked, telemetry.Runner(m.Runner), telemetry.Session(m.Session),
 			telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeRunnerDisabled),
 			telemetry.Reason(telemetry.ReasonRevoked))
-		c.audit("identity.runner_disabled", "registration rejected", "reason", "runner disabled")
 		c.reject(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, trust.MsgRunnerDisabled, wire.CloseRunnerDisabled)
 		return
 	case errors.Is(err, authority.ErrStaleSession):

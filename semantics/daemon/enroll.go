@@ -29,6 +29,7 @@ import (
 
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/session"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -71,13 +72,14 @@ func (c *conn) noteCredential(leaf *x509.Certificate) {
 	left := leaf.NotAfter.Sub(c.d.now())
 	c.expiryTimer = time.AfterFunc(max(left, 0), func() {
 		c.d.idst.expiredRejected.Add(1)
-		c.audit("identity.credential_expired", "certificate expired while connected", "serial", trust.SerialString(leaf),
-			"not_after", leaf.NotAfter.UTC().Format(time.RFC3339))
+		c.emitAudit(telemetry.EventAuthFailure, wire.ErrCodeForbidden, telemetry.ReasonCertificateExpired, telemetry.CertSerial(leaf))
 		c.closeNow(wire.CloseAuthenticationFailure, trust.MsgCredentialExpired)
 	})
 }
 
-// audit writes a security audit record (never a token, key or payload).
+// audit writes an identity lifecycle record (identity.enrolled, .renewed,
+// .superseded_revoked; never a token, key or payload). Security failures
+// are typed audit events instead (emitAudit).
 func (c *conn) audit(event, msg string, args ...any) {
 	runner, sess, _, _ := c.ident()
 	base := []any{"event", event, "transport", c.transport.String(), "remote", c.bc.RemoteAddr().String()}
@@ -133,7 +135,14 @@ func (c *conn) enroll(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
 	// One enrollment per connection, whatever its outcome.
 	defer c.closeAfter(wire.CloseNormal, "enrollment finished")
 	fail := func(code wire.ProtocolErrorCode, retry wire.RetryClass, msg string, args ...any) {
-		c.audit("identity.enroll_rejected", "enrollment rejected", append([]any{"reason", msg}, args...)...)
+		reason := telemetry.ReasonEnrollmentRefused
+		if code == wire.ErrCodeInvalidValue {
+			reason = telemetry.ReasonValidationFailed // the CSR
+		}
+		if code != wire.ErrCodeInternal {
+			c.emitAudit(telemetry.EventAuthFailure, code, reason, telemetry.ErrorText(errors.New(msg)))
+		}
+		c.logger().Warn("enrollment rejected", append([]any{"reason", msg, "remote", c.bc.RemoteAddr().String()}, args...)...)
 		c.replyErr(env, code, retry, msg)
 	}
 	if issuer == nil || ids == nil {
@@ -194,7 +203,7 @@ func (c *conn) renew(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
 	c.mu.Unlock()
 	csr, err := trust.ParseCSR(m.CSR)
 	if err != nil {
-		c.audit("identity.renew_rejected", "renewal rejected", "reason", err.Error())
+		c.emitAudit(telemetry.EventAuthFailure, wire.ErrCodeInvalidValue, telemetry.ReasonValidationFailed, telemetry.ErrorText(err))
 		c.replyErr(env, wire.ErrCodeInvalidValue, wire.RetryNever, err.Error())
 		return
 	}
@@ -206,13 +215,13 @@ func (c *conn) renew(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
 		return
 	}
 	if !st.Enabled {
-		c.audit("identity.renew_rejected", "renewal rejected", "reason", "runner disabled")
+		c.emitAudit(telemetry.EventRunnerRevoked, wire.ErrCodeRunnerDisabled, telemetry.ReasonRevoked)
 		c.replyErr(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, trust.MsgRunnerDisabled)
 		c.closeAfter(wire.CloseRunnerDisabled, trust.MsgRunnerDisabled)
 		return
 	}
 	if revoked, err := c.checkCredentialRevoked(runner, old.serial); err == nil && revoked {
-		c.audit("identity.renew_rejected", "renewal rejected", "reason", "certificate revoked", "serial", old.serial)
+		c.emitAudit(telemetry.EventRunnerRevoked, wire.ErrCodeForbidden, telemetry.ReasonRevoked, telemetry.SerialHex(old.serial))
 		c.replyErr(env, wire.ErrCodeForbidden, wire.RetryNever, trust.MsgCredentialRevoked)
 		c.closeAfter(wire.CloseAuthenticationFailure, trust.MsgCredentialRevoked)
 		return
@@ -358,10 +367,10 @@ func (d *Daemon) checkRevocations() {
 		for _, c := range byCred[r.Credential] {
 			d.idst.revokedClosed.Add(1)
 			if r.RunnerDisabled {
-				c.audit("identity.runner_disabled", "closing transport of a disabled runner", "reason", r.Reason)
+				c.emitAudit(telemetry.EventRunnerRevoked, wire.ErrCodeRunnerDisabled, telemetry.ReasonRevoked)
 				c.closeNow(wire.CloseRunnerDisabled, fmt.Sprintf("%s (%s)", trust.MsgRunnerDisabled, r.Reason))
 			} else {
-				c.audit("identity.certificate_revoked", "closing transport of a revoked certificate", "serial", r.Serial, "reason", r.Reason)
+				c.emitAudit(telemetry.EventRunnerRevoked, wire.ErrCodeForbidden, telemetry.ReasonRevoked, telemetry.SerialHex(r.Serial))
 				c.closeNow(wire.CloseAuthenticationFailure, trust.MsgCredentialRevoked)
 			}
 		}

@@ -534,8 +534,8 @@ func TestExpiredCredentials(t *testing.T) {
 		if time.Now().Before(id.cert.Leaf.NotAfter) {
 			t.Fatal("closed before expiry")
 		}
-		if !strings.Contains(w.logBuf.String(), `"event":"identity.credential_expired"`) {
-			t.Fatal("no audit record")
+		if !hasAuditLine(w.logBuf.String(), "auth.failure", `"reason":"certificate_expired"`, `"cert_serial":"`) {
+			t.Fatalf("no auth.failure/certificate_expired audit record:\n%s", w.logBuf.String())
 		}
 		if w.d.IdentityStats().ExpiredRejected < 1 {
 			t.Fatal("expiry not counted")
@@ -613,9 +613,9 @@ func TestRevocationReachesEveryDaemon(t *testing.T) {
 			if rj, ok := rc4.register(wire.NewAgentSessionId()).(*agentwire.RegistrationRejectedV1); !ok || rj.Message != trust.MsgCredentialRevoked {
 				t.Fatalf("reconnect with a revoked certificate: %#v", rj)
 			}
-			if !strings.Contains(wb.logBuf.String(), `"event":"identity.certificate_revoked"`) ||
-				!strings.Contains(wb.logBuf.String(), `"event":"identity.runner_disabled"`) {
-				t.Fatal("missing audit records")
+			if !hasAuditLine(wb.logBuf.String(), "runner.revoked", `"code":"Forbidden"`, `"cert_serial":"`) ||
+				!hasAuditLine(wb.logBuf.String(), "runner.revoked", `"code":"RunnerDisabled"`) {
+				t.Fatalf("missing runner.revoked audit records (revoked certificate, disabled runner):\n%s", wb.logBuf.String())
 			}
 		})
 	}
@@ -647,4 +647,22 @@ func TestRenewalNeedsProtocol12(t *testing.T) {
 	if st := w.d.IdentityStats(); st.Renewed != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// hasAuditLine reports whether a JSON log line carries audit event and
+// every one of attrs.
+func hasAuditLine(log, event string, attrs ...string) bool {
+next:
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `"event":"`+event+`"`) {
+			continue
+		}
+		for _, a := range attrs {
+			if !strings.Contains(line, a) {
+				continue next
+			}
+		}
+		return true
+	}
+	return false
 }

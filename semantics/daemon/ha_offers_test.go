@@ -79,8 +79,8 @@ func TestOfferSurvivesDaemonSwitch(t *testing.T) {
 			b := memoryBackend()
 			pki := trusttest.NewPKI(t)
 			authA, authB := sa.open(t)
-			wa := newWorldWith(t, b, pki, authA, func(c *daemon.Config) { c.ID = "daemon-a" })
-			wb := newWorldWith(t, b, pki, authB, func(c *daemon.Config) { c.ID = "daemon-b" })
+			wa := newWorldWith(t, b, pki, authA, sharedDB, func(c *daemon.Config) { c.ID = "daemon-a" })
+			wb := newWorldWith(t, b, pki, authB, sharedDB, func(c *daemon.Config) { c.ID = "daemon-b" })
 			id := wa.newIdentity()
 			held := make(chan wire.LeaseId, 1)
 			daemon.SetOfferFilter(wa.d, func(l wire.LeaseId) bool {

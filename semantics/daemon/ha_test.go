@@ -34,9 +34,9 @@ func TestSecondDaemonSharedPostgres(t *testing.T) {
 			return a
 		}
 		pki := trusttest.NewPKI(t)
-		w2 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) { c.ID = "daemon-2" })
-		w3 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) { c.ID = "daemon-3" })
-		w1 := newWorldWith(t, b, pki, open(), func(c *daemon.Config) {
+		w2 := newWorldWith(t, b, pki, open(), sharedDB, func(c *daemon.Config) { c.ID = "daemon-2" })
+		w3 := newWorldWith(t, b, pki, open(), sharedDB, func(c *daemon.Config) { c.ID = "daemon-3" })
+		w1 := newWorldWith(t, b, pki, open(), sharedDB, func(c *daemon.Config) {
 			c.ID = "daemon-1"
 			c.AlternateEndpoints = []string{w2.addr}
 		})

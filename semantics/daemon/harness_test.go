@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -335,7 +336,7 @@ func (w *world) awaitRegistered(runner wire.RunnerId) daemon.SessionInfo {
 				return s
 			}
 		case <-deadline:
-			w.t.Fatalf("runner %s never registered", runner)
+			w.t.Fatalf("runner %s never registered; daemon log tail:\n%s", runner, w.logTail(30))
 		}
 	}
 }
@@ -380,7 +381,13 @@ func (w *world) awaitActive(runner wire.RunnerId) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	w.t.Fatalf("runner %s never became active", runner)
+	w.t.Fatalf("runner %s never became active; sessions %+v; daemon log tail:\n%s", runner, w.d.Sessions(), w.logTail(30))
+}
+
+// logTail returns the daemon log's last n lines (for failure messages).
+func (w *world) logTail(n int) string {
+	lines := strings.Split(strings.TrimSpace(w.logBuf.String()), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 func (w *world) awaitCompletion(attempt wire.JobAttemptId, ack agentwire.CompletionAckKind) daemon.CompletionEvent {

@@ -271,3 +271,14 @@ func TestOldLeaseReplayRejected(t *testing.T) {
 
 // slowHeartbeat keeps raw clients (which send no heartbeats) alive.
 func slowHeartbeat(c *daemon.Config) { c.Timing.HeartbeatInterval = 10 * time.Second }
+
+// sharedDB is for worlds on a shared PostgreSQL authority whose test
+// checks which daemon an agent with several endpoints registers with. On
+// a busy 2-core machine fastTiming is too tight there: its 500 ms
+// authority timeout is exceeded by a loaded database, and its 300 ms
+// heartbeat limit by a starved process; either failure sends the agent to
+// its next endpoint, which is not what such a test checks.
+func sharedDB(c *daemon.Config) {
+	c.Timing.RequestTimeout = 5 * time.Second
+	c.Timing.HeartbeatInterval = time.Second
+}

@@ -75,6 +75,7 @@ const (
 	ReasonCertificateNotYetValid             // TLS handshake: certificate not valid yet
 	ReasonHandshakeProtocol                  // TLS handshake: not TLS 1.3, no common ALPN, closed early
 	ReasonHandshakeTimeout                   // TLS handshake: did not complete in time
+	ReasonEnrollmentRefused                  // enrollment token unknown, used, expired or revoked, or enrollment disabled
 	numAuditReasons
 )
 
@@ -83,7 +84,7 @@ var auditReasonNames = [numAuditReasons]string{"unspecified",
 	"version_below_minimum", "feature_downgrade", "newer_registration", "fenced_traffic",
 	"lease_expired", "lease_superseded", "decode_failed", "validation_failed", "signature_invalid",
 	"no_client_certificate", "unknown_authority", "certificate_expired", "certificate_not_yet_valid",
-	"protocol", "timeout"}
+	"protocol", "timeout", "enrollment_refused"}
 
 // String returns the stable reason name, or "unspecified".
 func (r AuditReason) String() string {
@@ -184,6 +185,19 @@ func CertSerial(c *x509.Certificate) AuditAttr {
 		return AuditAttr{}
 	}
 	return AuditAttr{AuditKeySerial, auditText(c.SerialNumber.Text(16))}
+}
+
+// SerialHex is the serial attribute for a certificate known only by its
+// recorded serial (trust.SerialString): hexadecimal digits only, anything
+// else dropped, cut to maxAuditText.
+func SerialHex(serial string) AuditAttr {
+	b := make([]byte, 0, min(len(serial), maxAuditText))
+	for i := 0; i < len(serial) && len(b) < maxAuditText; i++ {
+		if c := serial[i]; c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' {
+			b = append(b, c)
+		}
+	}
+	return AuditAttr{AuditKeySerial, string(b)}
 }
 
 // ErrorText is the error attribute: a short diagnostic (a TLS or x509
