@@ -564,8 +564,8 @@ func TestRevocationReachesEveryDaemon(t *testing.T) {
 			pki := trusttest.NewPKI(t)
 			const poll = 100 * time.Millisecond
 			pollOpt := func(c *daemon.Config) { c.Identity.RevocationPoll = poll }
-			wa := newIDWorld(t, b, pki, open(), pollOpt, func(c *daemon.Config) { c.ID = "A" })
-			wb := newIDWorld(t, b, pki, open(), pollOpt, func(c *daemon.Config) { c.ID = "B" })
+			wa := newIDWorld(t, b, pki, open(), pollOpt, sharedDB, func(c *daemon.Config) { c.ID = "A" })
+			wb := newIDWorld(t, b, pki, open(), pollOpt, sharedDB, func(c *daemon.Config) { c.ID = "B" })
 
 			// Runner disabled through A; the agent is on B.
 			id := wb.newIdentity()
