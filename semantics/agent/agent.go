@@ -845,11 +845,13 @@ func (a *Agent) handle(l *link, env *wire.Envelope) {
 	case *agentwire.SecretMaterialV1:
 		// Secrets travel only on a secret stream (secret.go): refused here.
 		m.Zero()
+		l.ch.SetOutcome(telemetry.OutcomeRejected)
 		_ = l.ch.ReplyError(env.MessageID, wire.ErrCodeInvalidState, wire.RetryNever, "secret material is accepted only on a secret stream")
 	case *agentwire.ServerTimeV1, *wire.WireErrorV1:
 		// Diagnostics only; uncorrelated errors are logged.
 		a.log.Debug("daemon message", "type", m.MessageType().String())
 	default:
+		l.ch.SetOutcome(telemetry.OutcomeRejected)
 		_ = l.ch.ReplyError(env.MessageID, wire.ErrCodeInvalidState, wire.RetryNever, "not expected by the agent")
 	}
 }
@@ -865,6 +867,7 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 	if prev, ok := a.answers[m.Lease]; ok {
 		a.mu.Unlock()
 		a.st.dupOffers.Add(1)
+		l.ch.SetOutcome(telemetry.OutcomeDuplicate)
 		a.sendAnswer(sctx, l, env, m, prev)
 		prev.Duplicate = true
 		if h := a.cfg.Hooks.OnOffer; h != nil {

@@ -12,6 +12,7 @@ import (
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -444,7 +445,8 @@ func TestAgentAnswersDuplicateOfferOnce(t *testing.T) {
 		w := &world{t: t, b: b, pki: pki, addr: addr}
 		id := w.newIdentity()
 		exec := newCountingExec(false)
-		a, _, _ := w.startAgent(id, exec)
+		metrics := telemetry.NewMetrics()
+		a, _, _ := w.startAgent(id, exec, func(c *agent.Config) { c.Metrics = metrics })
 		f := acceptFake(t, l, a, 1, nil)
 		awaitConnected(t, a)
 		o := fakeOffer(a, 1)
@@ -475,6 +477,18 @@ func TestAgentAnswersDuplicateOfferOnce(t *testing.T) {
 		}
 		if a.Stats().DuplicatesAbsorbed != 2 {
 			t.Fatalf("duplicates absorbed %d", a.Stats().DuplicatesAbsorbed)
+		}
+		// The agent's messages_total counts the two re-deliveries as
+		// duplicates (counted right after each answer is written).
+		var dup float64
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			_, fams := scrapeFamilies(t, metrics)
+			if dup = familyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "duplicate"); dup >= 2 {
+				break
+			}
+		}
+		if dup != 2 {
+			t.Fatalf("agent messages_total{agent,duplicate} = %v, want 2", dup)
 		}
 	})
 }
