@@ -555,6 +555,12 @@ func (c *Conn) admit(rs RawRecvStream, bidi RawStream) {
 			code, why = StreamProtocolError, fmt.Sprintf("%s stream in the wrong direction", hdr.Kind)
 		}
 	}
+	if why == "" && c.ctx.Err() != nil {
+		// Closing (e.g. after persistent refusals): a backend may still
+		// deliver streams the peer opened before it saw the close; they
+		// are cancelled, not counted as refusals or admitted.
+		code, why = StreamCancelled, "connection closed"
+	}
 	if why != "" {
 		c.mu.Lock()
 		c.inTotal--

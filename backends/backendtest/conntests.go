@@ -649,7 +649,7 @@ func connPersistentRefusal(t *testing.T, e *env) {
 	// counted) too before the close lands (seen on yamux, whose close is a
 	// frame on its own stream: ~1 run in 50), hence one more on each side.
 	if refused < cfg.Limits.MaxRefusals || refused > cfg.Limits.MaxRefusals+2 {
-		t.Fatalf("connection closed after %d refusals, want %d to %d", refused, cfg.Limits.MaxRefusals, cfg.Limits.MaxRefusals+2)
+		t.Fatalf("connection closed after %d refusals, want %d to %d (server: %+v)", refused, cfg.Limits.MaxRefusals, cfg.Limits.MaxRefusals+2, s.Stats())
 	}
 	if got := s.Stats().Refused; got < int64(cfg.Limits.MaxRefusals+1) || got > int64(cfg.Limits.MaxRefusals+2) {
 		t.Fatalf("Stats().Refused = %d, want %d or %d", got, cfg.Limits.MaxRefusals+1, cfg.Limits.MaxRefusals+2)
