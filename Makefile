@@ -21,7 +21,7 @@ help:
 	@echo "make demo-vectors  decode and print every golden vector with the protocol inspector"
 	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included; the quick compatibility matrix)"
 	@echo "make matrix    full cross-version compatibility matrix: builds tagged releases, runs every cell; rewrites matrix/results.json and docs/compatibility.md"
-	@echo "make lint      gofmt check, go vet, staticcheck, layering check"
+	@echo "make lint      gofmt check, go vet, staticcheck, layering check, go mod tidy -diff"
 	@echo "make bench     codec and backend benchmarks; tables for docs/perf.md (BENCHCOUNT=$(BENCHCOUNT))"
 	@echo "make fuzz      every fuzz target for FUZZTIME each (default $(FUZZTIME)); FUZZ=regexp, FUZZJOBS=n targets at once (default: cores), FUZZPARALLEL=n, FUZZKEEP=n (see .ci/fuzz.sh)"
 
@@ -63,6 +63,7 @@ lint: deps tools vet layering
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted:"; echo "$$unformatted"; exit 1; fi
 	staticcheck ./...
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 
 bench: bench-codec bench-backends
 
