@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 )
 
@@ -35,8 +34,10 @@ type Config struct {
 	// by stream kind (forgeyard_transport_streams_active,
 	// forgeyard_transport_bytes_{in,out}_total: frame bodies and raw bytes
 	// read, everything written) and its scheduler's queued bytes
-	// (forgeyard_transport_{control,log,cas}_queue_depth). Nil disables them.
-	Metrics *telemetry.Metrics
+	// (forgeyard_transport_{control,log,cas}_queue_depth), e.g. a
+	// *telemetry.Metrics. Nil, or an interface holding a nil pointer,
+	// disables them: no hook is called.
+	Metrics Observer
 }
 
 var discardLogger = slog.New(slog.DiscardHandler)
@@ -109,7 +110,7 @@ type Conn struct {
 	log   *slog.Logger // without per-connection attributes; see logger
 	sched *scheduler
 	ctx   context.Context
-	m     *telemetry.Metrics
+	m     Observer // nil: no observer
 
 	bidiOnce, uniOnce sync.Once // start the accept loops
 	acceptBidi        acceptQueue[*Stream]
@@ -158,10 +159,27 @@ func NewConn(bc BackendConn, cfg Config) (*Conn, error) {
 		log:   log,
 		sched: newScheduler(hinter, threshold, maxWait),
 		ctx:   bc.Context(),
-		m:     cfg.Metrics,
 	}
-	c.sched.m = cfg.Metrics
+	if !IsNilObserver(cfg.Metrics) {
+		c.m = cfg.Metrics
+		c.sched.m = cfg.Metrics
+	}
 	return c, nil
+}
+
+// bytesIn and bytesOut report n bytes of a stream of kind k to the
+// observer, if any (n ≤ 0 is not reported). Small enough to inline, so a
+// Conn without observer pays one nil check.
+func (c *Conn) bytesIn(k StreamKind, n int) {
+	if c.m != nil && n > 0 {
+		c.m.BytesIn(k, n)
+	}
+}
+
+func (c *Conn) bytesOut(k StreamKind, n int) {
+	if c.m != nil && n > 0 {
+		c.m.BytesOut(k, n)
+	}
 }
 
 // logger returns the logger with the connection's attributes. It is built
@@ -354,7 +372,9 @@ func (c *Conn) reserve(ctx context.Context, kind StreamKind) (*slot, error) {
 	c.out[kind]++
 	c.outTotal++
 	c.mu.Unlock()
-	c.m.StreamOpened(kind)
+	if c.m != nil {
+		c.m.StreamOpened(kind)
+	}
 	return &slot{c: c, kind: kind}, nil
 }
 
@@ -390,7 +410,9 @@ func (s *slot) release() {
 			}
 		}
 		c.mu.Unlock()
-		c.m.StreamClosed(s.kind)
+		if c.m != nil {
+			c.m.StreamClosed(s.kind)
+		}
 	})
 }
 
@@ -589,7 +611,9 @@ func (c *Conn) admit(rs RawRecvStream, bidi RawStream) {
 		c.refusals--
 	}
 	c.mu.Unlock()
-	c.m.StreamOpened(hdr.Kind)
+	if c.m != nil {
+		c.m.StreamOpened(hdr.Kind)
+	}
 	sl := &slot{c: c, kind: hdr.Kind, incoming: true}
 	fr.SetLimit(c.lim.MaxFrame[hdr.Kind])
 	if c.ctx.Err() != nil {

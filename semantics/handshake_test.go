@@ -8,11 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"testing"
 	"time"
-
-	"forgeyard.dev/transport/semantics/telemetry"
 )
 
 func TestClassifyHandshakeError(t *testing.T) {
@@ -66,17 +63,5 @@ func TestNewHandshakeFailureCertificate(t *testing.T) {
 	}
 	if !f.Reason.CertificateRelated() || HandshakeTimeout.CertificateRelated() || HandshakeProtocol.CertificateRelated() {
 		t.Fatal("CertificateRelated")
-	}
-}
-
-// TestHandshakeFailureReasonsMatchTelemetry: the metric's and the audit
-// record's closed reason set is exactly HandshakeFailureReasons.
-func TestHandshakeFailureReasonsMatchTelemetry(t *testing.T) {
-	var got []string
-	for _, r := range HandshakeFailureReasons() {
-		got = append(got, string(r))
-	}
-	if !slices.Equal(got, telemetry.HandshakeFailureReasons) {
-		t.Fatalf("semantics %v != telemetry %v", got, telemetry.HandshakeFailureReasons)
 	}
 }

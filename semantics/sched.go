@@ -3,8 +3,6 @@ package semantics
 import (
 	"sync"
 	"time"
-
-	"forgeyard.dev/transport/semantics/telemetry"
 )
 
 // The write scheduler (§45–49, §132). quic-go and yamux have no usable
@@ -85,9 +83,9 @@ type scheduler struct {
 	bulkWriting [2]int
 	wake        chan struct{} // nil, or closed and cleared on every state change
 	stats       SchedStats
-	// m mirrors Queued into the queue-depth gauges; nil when metrics are
-	// off.
-	m *telemetry.Metrics
+	// m mirrors Queued into the observer's queue depths by WriteClass;
+	// nil when metrics are off.
+	m Observer
 
 	// onWait, if set (tests only), is called each time a bulk writer is
 	// about to block.
@@ -103,14 +101,7 @@ func newScheduler(h BulkHinter, threshold int, maxWait time.Duration) *scheduler
 func (s *scheduler) addQueued(p Priority, n int) {
 	s.stats.Queued[p] += int64(n)
 	if s.m != nil {
-		q := telemetry.QueueControl
-		switch p {
-		case PriorityLog:
-			q = telemetry.QueueLog
-		case PriorityCAS:
-			q = telemetry.QueueCas
-		}
-		s.m.QueueAdd(q, n)
+		s.m.QueueAdd(ClassOf(p), n)
 	}
 }
 

@@ -120,7 +120,7 @@ func (s *SendStream) writeHeader() error {
 	tok := s.c.sched.beginUrgent(PriorityControl, len(hdr))
 	n, err := s.raw.Write(hdr)
 	s.c.sched.endUrgent(tok, PriorityControl, len(hdr), n)
-	s.c.m.BytesOut(s.kind, n)
+	s.c.bytesOut(s.kind, n)
 	return err
 }
 
@@ -141,7 +141,7 @@ func (s *SendStream) write(p []byte) (int, error) {
 		tok := sc.beginUrgent(prio, len(p))
 		n, err := s.raw.Write(p)
 		sc.endUrgent(tok, prio, len(p), n)
-		s.c.m.BytesOut(s.kind, n)
+		s.c.bytesOut(s.kind, n)
 		return n, s.werr(err)
 	}
 	sc.enqueueBulk(prio, len(p))
@@ -157,7 +157,7 @@ func (s *SendStream) write(p []byte) (int, error) {
 		}
 		m, err := s.raw.Write(p[n : n+k])
 		sc.releaseBulk(prio, k, m)
-		s.c.m.BytesOut(s.kind, m)
+		s.c.bytesOut(s.kind, m)
 		n += m
 		if err != nil {
 			sc.dequeueBulk(prio, len(p)-n-(k-m))
@@ -251,7 +251,7 @@ func (s *RecvStream) Version() wire.ProtocolVersion { return s.version }
 // header frame). Bytes already buffered by ReadFrame are returned first.
 func (s *RecvStream) Read(p []byte) (int, error) {
 	n, err := s.fr.Buffered().Read(p)
-	s.c.m.BytesIn(s.kind, n)
+	s.c.bytesIn(s.kind, n)
 	return n, s.rerr(err)
 }
 
@@ -276,7 +276,7 @@ func (s *RecvStream) ReadFrame() ([]byte, error) {
 		}
 		return nil, s.rerr(err)
 	}
-	s.c.m.BytesIn(s.kind, len(b))
+	s.c.bytesIn(s.kind, len(b))
 	return b, nil
 }
 

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
-	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/postcard"
 	"forgeyard.dev/transport/wire/registry"
@@ -96,9 +95,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, counts every received message by family and
 	// outcome (ok: decoded and dispatched; error: failed to decode or
-	// validate) and every WireErrorV1 sent or received by code. Nil
-	// disables them.
-	Metrics *telemetry.Metrics
+	// validate) and every WireErrorV1 sent or received by code, e.g. a
+	// *telemetry.Metrics. Nil, or an interface holding a nil pointer,
+	// disables them: no hook is called.
+	Metrics semantics.MessageObserver
 }
 
 // Stream is what a Channel needs of a control stream; *semantics.Stream
@@ -122,7 +122,7 @@ type Channel struct {
 	wto  time.Duration
 	maxP int
 	log  *slog.Logger
-	m    *telemetry.Metrics
+	m    semantics.MessageObserver // nil: no observer
 
 	wmu   sync.Mutex // serialises writes with their priority
 	proto wire.ProtocolVersion
@@ -134,7 +134,7 @@ type Channel struct {
 
 	// The outcome counted for the envelope Run is handing to handle; only
 	// Run's goroutine (and handle, which it calls) touch them.
-	outcome  telemetry.Outcome
+	outcome  semantics.Outcome
 	deferred bool
 }
 
@@ -143,22 +143,25 @@ type Channel struct {
 // refused it (rate limit, state, role), OutcomeDuplicate for a retry of
 // something already handled. Call it only from Run's handle, on Run's
 // goroutine; a message whose handler says nothing counts as ok.
-func (c *Channel) SetOutcome(o telemetry.Outcome) { c.outcome = o }
+func (c *Channel) SetOutcome(o semantics.Outcome) { c.outcome = o }
 
 // DeferOutcome is for a handler that decides the outcome later, off Run's
 // goroutine (after an authority call): Run then does not count the message,
 // and the returned function counts it exactly once (later calls do
 // nothing). Call it only from Run's handle.
-func (c *Channel) DeferOutcome(t wire.MessageTypeId) func(telemetry.Outcome) {
+func (c *Channel) DeferOutcome(t wire.MessageTypeId) func(semantics.Outcome) {
 	c.deferred = true
 	var once sync.Once
-	return func(o telemetry.Outcome) { once.Do(func() { c.m.MessageTypeHandled(t, o) }) }
+	return func(o semantics.Outcome) { once.Do(func() { c.handled(t.Family(), o) }) }
 }
 
 // New wraps a control stream.
 func New(s Stream, cfg Config) *Channel {
 	c := &Channel{s: s, reg: cfg.Registry, now: cfg.Now, wto: cfg.WriteTimeout, maxP: cfg.MaxPending,
-		log: cfg.Logger, m: cfg.Metrics, proto: cfg.Protocol, pending: map[wire.MessageId]chan *wire.Envelope{}, done: make(chan struct{})}
+		log: cfg.Logger, proto: cfg.Protocol, pending: map[wire.MessageId]chan *wire.Envelope{}, done: make(chan struct{})}
+	if !semantics.IsNilObserver(cfg.Metrics) {
+		c.m = cfg.Metrics
+	}
 	if c.reg == nil {
 		c.reg = registry.Default
 	}
@@ -217,7 +220,7 @@ func (c *Channel) Send(o Out) (wire.MessageId, error) {
 		env.WithCorrelation(wire.CorrelationId(o.Correlation))
 	}
 	env.Trace, env.HasTrace = o.Trace, o.HasTrace
-	if we, ok := o.Msg.(*wire.WireErrorV1); ok {
+	if we, ok := o.Msg.(*wire.WireErrorV1); ok && c.m != nil {
 		c.m.ProtocolError(we.Code)
 	}
 	c.wmu.Lock()
@@ -349,13 +352,13 @@ func (c *Channel) Run(handle func(*wire.Envelope), bad func(*DecodeError)) error
 		}
 		env, derr := c.decode(b)
 		if derr != nil {
-			c.m.MessageHandled(wire.NumFamilies, telemetry.OutcomeError) // family unknown: the payload did not decode
+			c.handled(wire.NumFamilies, semantics.OutcomeError) // family unknown: the payload did not decode
 			if bad != nil {
 				bad(derr)
 			}
 			continue
 		}
-		if we, ok := env.Payload.(*wire.WireErrorV1); ok {
+		if we, ok := env.Payload.(*wire.WireErrorV1); ok && c.m != nil {
 			c.m.ProtocolError(we.Code)
 		}
 		if env.HasCorrelation {
@@ -366,16 +369,23 @@ func (c *Channel) Run(handle func(*wire.Envelope), bad func(*DecodeError)) error
 			}
 			c.mu.Unlock()
 			if ok {
-				c.m.MessageTypeHandled(env.Payload.MessageType(), telemetry.OutcomeOK)
+				c.handled(env.Payload.MessageType().Family(), semantics.OutcomeOK)
 				ch <- env // buffered, one answer per call
 				continue
 			}
 		}
-		c.outcome, c.deferred = telemetry.OutcomeOK, false
+		c.outcome, c.deferred = semantics.OutcomeOK, false
 		handle(env)
 		if !c.deferred {
-			c.m.MessageTypeHandled(env.Payload.MessageType(), c.outcome)
+			c.handled(env.Payload.MessageType().Family(), c.outcome)
 		}
+	}
+}
+
+// handled reports one message to the observer, if any.
+func (c *Channel) handled(f wire.Family, o semantics.Outcome) {
+	if c.m != nil {
+		c.m.MessageHandled(f, o)
 	}
 }
 

@@ -2,9 +2,11 @@ package control_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
@@ -102,5 +104,68 @@ func TestMessageOutcomes(t *testing.T) {
 		if got := messagesTotal(t, m, fam, c.outcome); got != c.want {
 			t.Errorf("outcome %s = %v, want %v", c.outcome, got, c.want)
 		}
+	}
+}
+
+// nilPanics fails the test on any hook call: it stands for an observer
+// whose methods are not safe on a nil receiver.
+type nilPanics struct{}
+
+func (*nilPanics) MessageHandled(wire.Family, semantics.Outcome) {
+	panic("hook called on a nil *nilPanics")
+}
+func (*nilPanics) ProtocolError(wire.ProtocolErrorCode) { panic("hook called on a nil *nilPanics") }
+
+// TestNilPointerMetricsIsNoObserver: a nil pointer stored in
+// Config.Metrics (a nil *telemetry.Metrics, or any nil observer) means no
+// observer: messages, undecodable frames, WireErrorV1 and deferred
+// outcomes are handled and no hook is called.
+func TestNilPointerMetricsIsNoObserver(t *testing.T) {
+	for _, o := range []semantics.MessageObserver{(*nilPanics)(nil), (*telemetry.Metrics)(nil)} {
+		t.Run(fmt.Sprintf("%T", o), func(t *testing.T) {
+			if o == nil {
+				t.Fatal("the test needs a non-nil interface holding a nil pointer")
+			}
+			st, ss := controlStreams(t)
+			sender := control.New(st, control.Config{})
+			recv := control.New(ss, control.Config{Metrics: o})
+			handled := make(chan wire.MessageTypeId, 8)
+			bad := make(chan *control.DecodeError, 1)
+			go func() {
+				_ = recv.Run(func(e *wire.Envelope) {
+					if e.Payload.MessageType() == wire.MsgError {
+						recv.SetOutcome(semantics.OutcomeRejected)
+					} else {
+						recv.DeferOutcome(e.Payload.MessageType())(semantics.OutcomeDuplicate)
+					}
+					handled <- e.Payload.MessageType()
+				}, func(d *control.DecodeError) { bad <- d })
+			}()
+			if _, err := sender.SendMsg(hb(1)); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.WriteFrame(func(p []byte) []byte { return append(p, 0xff, 0xff, 0xff) }); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sender.SendMsg(&wire.WireErrorV1{Code: wire.ErrCodeMalformed, Message: "x"}); err != nil {
+				t.Fatal(err)
+			}
+			timeout := time.After(5 * time.Second)
+			for _, want := range []wire.MessageTypeId{hb(1).MessageType(), wire.MsgError} {
+				select {
+				case got := <-handled:
+					if got != want {
+						t.Fatalf("handled %v, want %v", got, want)
+					}
+				case <-timeout:
+					t.Fatal("messages not handled")
+				}
+			}
+			select {
+			case <-bad:
+			case <-timeout:
+				t.Fatal("undecodable frame not reported")
+			}
+		})
 	}
 }

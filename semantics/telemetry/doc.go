@@ -3,8 +3,11 @@
 // envelope (§210–211), the health model (§213) and security audit events
 // (§212, §279, §289).
 //
-// It imports wire only, so semantics/daemon, semantics/agent and the
-// commands can all use it. Every type is inert until used and every method
+// It imports wire and the semantics contract only (never the reverse: the
+// contract sees metrics through its observer interfaces,
+// semantics.Observer and semantics.MessageObserver, which *Metrics
+// implements), so semantics/daemon, semantics/agent and the commands can
+// all use it. Every type is inert until used and every method
 // is a no-op on a nil receiver, so embedding is optional.
 //
 // # Metrics
@@ -23,9 +26,11 @@
 //
 // The engines feed the metrics themselves: pass the same *Metrics as
 // daemon.Config.Metrics or agent.Config.Metrics and every connection
-// (semantics.Config.Metrics: bytes, streams, scheduler queue depths), every
-// control stream (control.Config.Metrics: messages by family and outcome,
-// protocol errors), the log writers and receiver (logs.Config.Metrics,
+// (semantics.Config.Metrics, a semantics.Observer: bytes, streams,
+// scheduler queue depths by semantics.WriteClass, which is [Queue]), every
+// control stream (control.Config.Metrics, a semantics.MessageObserver:
+// messages by family and semantics.Outcome, which is [Outcome]; protocol
+// errors), the log writers and receiver (logs.Config.Metrics,
 // logs.ReceiverConfig.Metrics) and the CAS server and clients
 // (cas.*Config.Metrics) report into it, as do the daemon's latency samples,
 // registration failures and fencing and the agent's heartbeat round trips.

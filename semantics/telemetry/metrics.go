@@ -7,7 +7,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/wire"
+)
+
+// *Metrics is the observer of semantics.Conn (semantics.Config.Metrics)
+// and of control.Channel (control.Config.Metrics).
+var (
+	_ semantics.Observer        = (*Metrics)(nil)
+	_ semantics.MessageObserver = (*Metrics)(nil)
 )
 
 // Namespace prefixes every metric name (§207).
@@ -31,26 +39,19 @@ var Backends = []string{"quic", "webtransport", "yamux", "memory",
 	"yamux+upgrade", "relay+quic", "relay+webtransport", "relay+yamux", "relay+yamux+upgrade"}
 
 // Outcome is the outcome label of forgeyard_transport_messages_total (§208:
-// success/error, never a MessageId).
-type Outcome uint8
+// success/error, never a MessageId). It is semantics.Outcome, so control
+// channels report it without importing this package; the label is its
+// String ("ok", "error", "rejected", "duplicate"; "unknown" outside the set).
+type Outcome = semantics.Outcome
 
 // Outcomes.
 const (
-	OutcomeOK        Outcome = iota // handled
-	OutcomeError                    // failed to decode, validate or apply
-	OutcomeRejected                 // refused by policy (role, state, rate)
-	OutcomeDuplicate                // a retry of an already handled MessageId
-	numOutcomes
+	OutcomeOK        = semantics.OutcomeOK        // handled
+	OutcomeError     = semantics.OutcomeError     // failed to decode, validate or apply
+	OutcomeRejected  = semantics.OutcomeRejected  // refused by policy (role, state, rate)
+	OutcomeDuplicate = semantics.OutcomeDuplicate // a retry of an already handled MessageId
+	numOutcomes      = semantics.NumOutcomes
 )
-
-var outcomeNames = [numOutcomes]string{"ok", "error", "rejected", "duplicate"}
-
-func (o Outcome) String() string {
-	if o < numOutcomes {
-		return outcomeNames[o]
-	}
-	return LabelUnknown
-}
 
 // RegistrationFailure is the reason label of
 // forgeyard_transport_registration_failures_total.
@@ -96,15 +97,17 @@ func RegistrationFailureOf(code wire.ProtocolErrorCode) RegistrationFailure {
 	return RegFailOther
 }
 
-// Queue names a queue whose depth is exported as a gauge.
-type Queue uint8
+// Queue names a queue whose depth is exported as a gauge. It is
+// semantics.WriteClass, the write scheduler's classes, so a Conn reports
+// its queue depth without importing this package.
+type Queue = semantics.WriteClass
 
 // Queues (§207).
 const (
-	QueueControl Queue = iota // forgeyard_transport_control_queue_depth
-	QueueLog                  // forgeyard_transport_log_queue_depth
-	QueueCas                  // forgeyard_transport_cas_queue_depth
-	numQueues
+	QueueControl = semantics.ClassControl // forgeyard_transport_control_queue_depth
+	QueueLog     = semantics.ClassLog     // forgeyard_transport_log_queue_depth
+	QueueCas     = semantics.ClassCAS     // forgeyard_transport_cas_queue_depth
+	numQueues    = semantics.NumWriteClasses
 )
 
 // LatencyBuckets are the bucket upper bounds, in seconds, of every latency
