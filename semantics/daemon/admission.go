@@ -15,45 +15,6 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
-// Admission is the daemon-wide admission control of §220–223. Zero fields
-// take the defaults; the per-IP limit is off unless set.
-type Admission struct {
-	// MaxHandshakes bounds the connections that are connected but not yet
-	// registered (§221). A connection beyond it is closed at once with
-	// CloseOverloaded, before its control stream is read.
-	MaxHandshakes int
-	// RegistrationRate bounds handshakes (TransportHelloV1, the start of a
-	// registration) per second over the whole daemon, e.g. the herd of
-	// reconnects after a restart (§219–220). A hello beyond it is answered
-	// with RegistrationRejectedV1{Overloaded, RetryBackoff, "retry after
-	// …"} and the connection closed with CloseOverloaded; the agent backs
-	// off with jitter and retries.
-	RegistrationRate semantics.Rate
-	// MaxConnsPerIP bounds concurrent connections from one IP address (a
-	// supplement only, §223: many runners may share a NAT). 0 means no
-	// limit. A connection beyond it is closed with CloseOverloaded.
-	MaxConnsPerIP int
-}
-
-// Admission defaults.
-const DefaultMaxHandshakes = 1024
-
-// DefaultRegistrationRate is the default daemon-wide registration rate.
-var DefaultRegistrationRate = semantics.Rate{PerSecond: 200, Burst: 400}
-
-func (a Admission) withDefaults() Admission {
-	if a.MaxHandshakes <= 0 {
-		a.MaxHandshakes = DefaultMaxHandshakes
-	}
-	if a.RegistrationRate.PerSecond <= 0 {
-		a.RegistrationRate.PerSecond = DefaultRegistrationRate.PerSecond
-	}
-	if a.RegistrationRate.Burst <= 0 {
-		a.RegistrationRate.Burst = max(1, int(a.RegistrationRate.PerSecond*2))
-	}
-	return a
-}
-
 // hardening is the daemon's admission state and rate-limit counters.
 type hardening struct {
 	adm Admission
