@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/internal/tokenbucket"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -22,7 +23,7 @@ type hardening struct {
 	mu         sync.Mutex
 	handshakes int
 	perIP      map[netip.Addr]int
-	regs       bucket
+	regs       *tokenbucket.Bucket
 
 	refusedConns, refusedRegs, limitCloses, audits atomic.Int64
 	rateLimited                                    [numRateClasses]atomic.Int64
@@ -33,7 +34,7 @@ func (d *Daemon) initHardening() {
 	h := &d.hard
 	h.adm = d.cfg.Admission.withDefaults()
 	h.perIP = map[netip.Addr]int{}
-	h.regs = newBucket(h.adm.RegistrationRate, time.Now())
+	h.regs = newBucket(h.adm.RegistrationRate)
 }
 
 // HardeningStats are the admission, rate-limit and secret counters.
@@ -179,9 +180,7 @@ func (d *Daemon) serveAdmitted(ctx context.Context, bc semantics.BackendConn) bo
 // RetryBackoff} with the wait and closes with CloseOverloaded.
 func (c *conn) admitRegistration(env *wire.Envelope) bool {
 	h := &c.d.hard
-	h.mu.Lock()
-	ok, wait := h.regs.take(time.Now())
-	h.mu.Unlock()
+	ok, wait := h.regs.Take(time.Now())
 	if ok {
 		return true
 	}
