@@ -304,6 +304,10 @@ func (c *Conn) ConnectionState() tls.ConnectionState { return c.state }
 // Backend returns "memory".
 func (c *Conn) Backend() string { return "memory" }
 
+// IncomingStreamCredit implements semantics.StreamCreditor
+// (Options.MaxIncomingStreams).
+func (c *Conn) IncomingStreamCredit() int { return c.p.opts.MaxIncomingStreams }
+
 // QueuedBytes returns the stream bytes this end sent that are still "on the
 // wire" (delayed by Latency or Bandwidth).
 func (c *Conn) QueuedBytes() int {

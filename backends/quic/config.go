@@ -211,6 +211,14 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// streamCredit is the smaller stream credit of a filled Config.
+func (c Config) streamCredit() int { return int(min(c.MaxIncomingStreams, c.MaxIncomingUniStreams)) }
+
+// StreamCredit returns the smaller of the stream credits (bidirectional,
+// unidirectional) a connection with c grants the peer: MaxIncomingStreams
+// and MaxIncomingUniStreams, or Limits.StreamCredit() when zero.
+func (c Config) StreamCredit() int { return c.withDefaults().streamCredit() }
+
 // checked validates c and returns it with defaults filled.
 func (c Config) checked() (Config, error) {
 	if err := c.Validate(); err != nil {
