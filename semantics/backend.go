@@ -82,6 +82,19 @@ type BackendDialer interface {
 	Dial(ctx context.Context, addr string) (BackendConn, error)
 }
 
+// StreamCreditor is implemented by backend connections whose flow control
+// grants the peer a fixed number of concurrently open incoming streams per
+// direction type (QUIC MAX_STREAMS, yamux's accept backlog and stream
+// cap, the memory backend's MaxIncomingStreams). NewConn logs a warning
+// (once per backend and values) when it is below Limits.MaxStreams: the
+// backend would block streams the Limits admit, because it was not given
+// the same Limits (its Config.Limits; see Limits.StreamCredit).
+type StreamCreditor interface {
+	// IncomingStreamCredit returns the smaller of the bidirectional and
+	// unidirectional credits.
+	IncomingStreamCredit() int
+}
+
 // BulkHinter is implemented by backends that can report how much data is
 // queued below the application (for example unsent bytes in a kernel socket
 // buffer). The priority scheduler uses it, when present, to keep bulk data

@@ -152,6 +152,7 @@ func NewConn(bc BackendConn, cfg Config) (*Conn, error) {
 	if log == nil {
 		log = discardLogger
 	}
+	checkCredit(bc, lim, log)
 	hinter, _ := bc.(BulkHinter)
 	c := &Conn{
 		bc:    bc,
@@ -641,4 +642,29 @@ func leadingKind(body []byte) (StreamKind, bool) {
 		}
 	}
 	return 0, false
+}
+
+// creditWarned holds the (backend, credit, MaxStreams) already warned of.
+var creditWarned sync.Map
+
+// checkCredit warns when bc's stream credit (StreamCreditor) is below
+// lim.MaxStreams, once per backend and values.
+func checkCredit(bc BackendConn, lim Limits, log *slog.Logger) {
+	sc, ok := bc.(StreamCreditor)
+	if !ok {
+		return
+	}
+	credit := sc.IncomingStreamCredit()
+	if credit >= lim.MaxStreams {
+		return
+	}
+	key := struct {
+		backend         string
+		credit, streams int
+	}{bc.Backend(), credit, lim.MaxStreams}
+	if _, seen := creditWarned.LoadOrStore(key, true); seen {
+		return
+	}
+	log.Warn("backend stream credit below Limits.MaxStreams: streams the limits admit will block; give the backend's Config the same Limits",
+		"backend", bc.Backend(), "credit", credit, "max_streams", lim.MaxStreams, "want_credit", lim.StreamCredit())
 }

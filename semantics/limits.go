@@ -7,14 +7,51 @@ import (
 	"forgeyard.dev/transport/wire"
 )
 
-// Limits bounds what one connection may use (§126–137, §275). Both sides
+// Limits bounds what one connection may use (§126–137, §275): the one
+// per-connection limits type of every role (the daemon's daemon.Limits.Conn,
+// the agent's agent.Config.Limits, the backends' Config.Limits). Both sides
 // enforce them: the opener never exceeds the peer's advertised limits, and
 // the receiver refuses a stream over a limit at stream level (StreamRefused)
 // and closes the connection with CloseLimitExceeded when the peer persists.
 //
 // The zero value means "use the default" for every field; Validate reports
-// negative values, and withDefaults fills zero fields. Limits are copied on
-// entry: changing a Limits after passing it has no effect.
+// negative values, and WithDefaults fills zero fields (DefaultLimits is the
+// zero value filled). Limits are copied on entry: changing a Limits after
+// passing it has no effect.
+//
+// Every limit, its default and what enforces it:
+//
+//	MaxStreams          256 (DefaultMaxStreams)       semantics.Conn: streams over it refused (StreamRefused);
+//	                                                  the backend's stream credit is StreamCredit() (below)
+//	MaxStreamsPerKind   DefaultStreamsPerKind         semantics.Conn, per kind (control 1, heartbeat 1, log 64,
+//	                                                  CAS upload/download 16 each, diagnostic/device/signing/secret 4)
+//	MaxFrame            wire.StreamKind.FrameLimit()  semantics.Stream frame reader (a larger frame: protocol error)
+//	ControlQueue        64 frames                     semantics.Conn's priority scheduler, control class
+//	LogQueue            1024 frames                   the same, log class
+//	CasQueue            64 frames                     the same, CAS class
+//	MaxRefusals         16                            semantics.Conn: more refusals (less one per admitted stream)
+//	                                                  close the connection with CloseLimitExceeded
+//	HeaderTimeout       10s                           semantics.Conn: an accepted stream's StreamHeader deadline
+//	BulkChunk           16 KiB                        semantics.Stream: largest bulk write between control checks
+//	ControlRate         2000/s burst 4000             semantics/daemon (ratelimit.go): every control message
+//	HeartbeatRate       20/s burst 40                 semantics/daemon: HeartbeatV1
+//	HealthRate          10/s burst 20                 semantics/daemon: health-family requests
+//	CasRate             500/s burst 1000              semantics/daemon: NeedObjectsV1 batches and CAS streams
+//	IdentityRate        1/min burst 4                 semantics/daemon: CertificateRequestV1
+//	MaxRateStrikes      256                           semantics/daemon: rate-limited messages (less one per
+//	                                                  admitted message) before CloseLimitExceeded
+//
+// Stream credit: a backend grants the peer StreamCredit() streams of each
+// direction type (QUIC MAX_STREAMS in backends/quic and
+// backends/webtransport, the accept backlog and stream cap in
+// backends/yamux, MaxIncomingStreams in backends/memory): MaxStreams +
+// MaxRefusals, 272 for the defaults, so every stream the limits admit is
+// admitted by the backend too and the refusals that escalate to
+// CloseLimitExceeded stay observable. Every backend derives it from the
+// Limits in its Config; configure the backend with the same Limits as the
+// semantics.Conn over it (forgeyard-daemon does, from [limits]: its
+// listenerConfigs); NewConn warns when a backend reports less credit
+// than MaxStreams (StreamCreditor).
 type Limits struct {
 	// MaxStreams bounds concurrently open incoming streams of all kinds.
 	MaxStreams int
@@ -111,6 +148,22 @@ var DefaultStreamsPerKind = [wire.NumStreamKinds]int{
 	wire.StreamDevice:      4,
 	wire.StreamSigning:     4,
 	wire.StreamSecret:      4,
+}
+
+// DefaultLimits returns the default limits: the zero Limits with every
+// field filled (WithDefaults).
+func DefaultLimits() Limits { return Limits{}.WithDefaults() }
+
+// StreamCredit is the stream credit a backend grants the peer per
+// direction type (bidirectional, unidirectional) for connections whose
+// semantics.Conn enforces l: MaxStreams + MaxRefusals with the defaults
+// filled (272 for the zero Limits). It is above MaxStreams so that
+// semantics.Conn, not the backend's flow control, refuses the excess: a
+// peer blocked by the backend's credit cannot be refused, counted or
+// closed with CloseLimitExceeded.
+func (l Limits) StreamCredit() int {
+	l = l.WithDefaults()
+	return l.MaxStreams + l.MaxRefusals
 }
 
 // Validate reports the first negative field by name.

@@ -341,7 +341,7 @@ func IdleConnMemory(t testing.TB, f Factory, n int) (heapPerConn, rssPerConn flo
 	}()
 	for i := 0; i < n; i++ {
 		acc := e.startAccept(ctx)
-		bc, err := e.f.Dialer(t, e.clientTLS(t, wire.NewRunnerId())).Dial(ctx, e.addr)
+		bc, err := e.dialer(t, e.clientTLS(t, wire.NewRunnerId())).Dial(ctx, e.addr)
 		if err != nil {
 			t.Fatalf("dial %d: %v", i, err)
 		}

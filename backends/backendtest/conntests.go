@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -39,9 +40,10 @@ func runConn(t *testing.T, f Factory) {
 		var cfg semantics.Config
 		cfg.Limits.MaxStreams = 2 * n
 		cfg.Limits.MaxStreamsPerKind[wire.StreamCasUpload] = n
-		c, s := newEnv(t, f).conns(t, cfg, cfg)
+		c, s := newEnvLimits(t, f, cfg.Limits).conns(t, cfg, cfg)
 		connConcurrent(t, c, s, n)
 	})
+	t.Run("ManyStreams", func(t *testing.T) { connMany(t, f, 1000) })
 	t.Run("LargeTransfer", func(t *testing.T) {
 		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
 		connLarge(t, c, s, largeSize(f))
@@ -332,6 +334,137 @@ func connConcurrent(t *testing.T, a, b *semantics.Conn, n int) {
 	if !t.Failed() {
 		waitSlots(t, a, b)
 	}
+}
+
+// connMany checks that the configured stream limit reaches the backend's
+// flow-control credit: with Limits.MaxStreams = n (and the CAS upload
+// kind's limit n) on both ends and on the backend (Factory.Listen/Dialer),
+// the client opens n streams at once and each sends its index; the server
+// accepts all n while none has ended (it holds every one), with no
+// refusal, and only then answers on each; each client stream reads its
+// answer. A backend whose credit stayed at its default (QUIC's 272) would
+// block the opener at that many streams.
+func connMany(t *testing.T, f Factory, n int) {
+	t.Helper()
+	var lim semantics.Limits
+	lim.MaxStreams = n
+	lim.MaxStreamsPerKind[wire.StreamCasUpload] = n
+	cfg := semantics.Config{Limits: lim}
+	a, b := newEnvLimits(t, f, lim).conns(t, cfg, cfg)
+	ctx := testCtx(t)
+
+	opened := make([]*semantics.Stream, n)
+	openErrs := make(chan error, n)
+	var openers sync.WaitGroup
+	for i := range n {
+		openers.Add(1)
+		go func() {
+			defer openers.Done()
+			st, err := a.OpenStream(ctx, wire.StreamCasUpload)
+			if err != nil {
+				openErrs <- fmt.Errorf("OpenStream %d: %w", i, err)
+				return
+			}
+			var id [4]byte
+			binary.BigEndian.PutUint32(id[:], uint32(i))
+			if _, err := st.Write(id[:]); err != nil {
+				openErrs <- fmt.Errorf("stream %d: Write: %w", i, err)
+				return
+			}
+			opened[i] = st
+		}()
+	}
+	accepted := make(chan *semantics.Stream, n)
+	acceptErr := make(chan error, 1)
+	go func() {
+		for range n {
+			st, err := b.AcceptStream(ctx)
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			accepted <- st
+		}
+	}()
+	held := make([]*semantics.Stream, 0, n)
+	for len(held) < n {
+		select {
+		case st := <-accepted:
+			held = append(held, st)
+		case err := <-openErrs:
+			t.Fatalf("%v (%d of %d streams accepted; server stats %+v)", err, len(held), n, b.Stats())
+		case err := <-acceptErr:
+			t.Fatalf("AcceptStream after %d of %d streams: %v (server stats %+v)", len(held), n, err, b.Stats())
+		}
+	}
+	openers.Wait()
+	close(openErrs)
+	for err := range openErrs {
+		t.Fatal(err)
+	}
+	st := b.Stats()
+	if got := st.OpenIncoming[wire.StreamCasUpload]; got != n || st.Refused != 0 {
+		t.Fatalf("server holds %d open streams (want all %d at once), %d refused", got, n, st.Refused)
+	}
+
+	// Every stream is usable while all n are open: each server stream
+	// reads its index and echoes it; each client stream reads its own.
+	errs := make(chan error, 2*n)
+	var wg sync.WaitGroup
+	for _, s := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var id [4]byte
+			if _, err := io.ReadFull(s, id[:]); err != nil {
+				errs <- fmt.Errorf("server read: %w", err)
+				return
+			}
+			if _, err := s.Write(id[:]); err != nil {
+				errs <- fmt.Errorf("server write: %w", err)
+			}
+		}()
+	}
+	for i, s := range opened {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var id [4]byte
+			if _, err := io.ReadFull(s, id[:]); err != nil {
+				errs <- fmt.Errorf("stream %d: client read: %w", i, err)
+				return
+			}
+			if got := binary.BigEndian.Uint32(id[:]); got != uint32(i) {
+				errs <- fmt.Errorf("stream %d: answer %d", i, got)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	// All n end; their slots are freed on both sides.
+	for _, s := range held {
+		_ = s.Close()
+	}
+	for _, s := range opened {
+		_ = s.Close()
+	}
+	for _, s := range held {
+		if _, err := io.ReadAll(s); err != nil {
+			t.Fatalf("server drain: %v", err)
+		}
+	}
+	for _, s := range opened {
+		if _, err := io.ReadAll(s); err != nil {
+			t.Fatalf("client drain: %v", err)
+		}
+	}
+	waitSlots(t, a, b)
 }
 
 func connLarge(t *testing.T, a, b *semantics.Conn, size int) {

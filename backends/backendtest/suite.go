@@ -42,11 +42,15 @@ type Factory struct {
 	Name string
 	// Listen starts a listener using serverTLS (already containing the
 	// certificate, ClientCAs and ClientAuth; the backend adds its ALPN) and
-	// returns it plus the address to dial. The suite closes the listener
-	// when the subtest ends; Listen may also register its own t.Cleanup.
-	Listen func(t testing.TB, serverTLS *tls.Config) (semantics.BackendListener, string)
-	// Dialer returns a dialer using clientTLS (the backend adds its ALPN).
-	Dialer func(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer
+	// returns it plus the address to dial. lim are the semantics.Limits the
+	// suite's semantics.Conn over the listener's connections enforces: the
+	// backend configures its stream credit from them (its Config.Limits),
+	// as a daemon does. The suite closes the listener when the subtest
+	// ends; Listen may also register its own t.Cleanup.
+	Listen func(t testing.TB, serverTLS *tls.Config, lim semantics.Limits) (semantics.BackendListener, string)
+	// Dialer returns a dialer using clientTLS (the backend adds its ALPN)
+	// whose connections are configured for lim (as Listen).
+	Dialer func(t testing.TB, clientTLS *tls.Config, lim semantics.Limits) semantics.BackendDialer
 	// Caps declares what the backend can and cannot do.
 	Caps Caps
 }
@@ -99,20 +103,34 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Conn", func(t *testing.T) { runConn(t, f) })
 }
 
-// env is one subtest's world: a PKI, a listener and its address.
+// env is one subtest's world: a PKI, a listener and its address, and the
+// Limits its backend connections are configured for.
 type env struct {
 	f    Factory
 	pki  *trusttest.PKI
 	ln   semantics.BackendListener
 	addr string
+	lim  semantics.Limits
 }
 
+// newEnv is newEnvLimits with the default Limits.
 func newEnv(t testing.TB, f Factory) *env {
 	t.Helper()
-	e := &env{f: f, pki: trusttest.NewPKI(t)}
-	e.ln, e.addr = f.Listen(t, e.pki.ServerConfig(t, ServerName))
+	return newEnvLimits(t, f, semantics.Limits{})
+}
+
+// newEnvLimits starts a listener and makes dialers configured for lim.
+func newEnvLimits(t testing.TB, f Factory, lim semantics.Limits) *env {
+	t.Helper()
+	e := &env{f: f, pki: trusttest.NewPKI(t), lim: lim}
+	e.ln, e.addr = f.Listen(t, e.pki.ServerConfig(t, ServerName), lim)
 	t.Cleanup(func() { _ = e.ln.Close() })
 	return e
+}
+
+// dialer returns the factory's dialer for clientTLS and the env's Limits.
+func (e *env) dialer(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer {
+	return e.f.Dialer(t, clientTLS, e.lim)
 }
 
 func (e *env) clientTLS(t testing.TB, runner wire.RunnerId) *tls.Config {
@@ -146,7 +164,7 @@ func (e *env) pairWith(t testing.TB, clientTLS *tls.Config) (client, server sema
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	acc := e.startAccept(ctx)
-	c, err := e.f.Dialer(t, clientTLS).Dial(ctx, e.addr)
+	c, err := e.dialer(t, clientTLS).Dial(ctx, e.addr)
 	if err != nil {
 		cancel()
 		<-acc

@@ -64,7 +64,7 @@ func (e *env) wantRejected(t *testing.T, bad *tls.Config) {
 	t.Helper()
 	ctx := testCtx(t)
 	acc := e.startAccept(ctx)
-	c, err := e.f.Dialer(t, bad).Dial(ctx, e.addr)
+	c, err := e.dialer(t, bad).Dial(ctx, e.addr)
 	if err == nil {
 		select {
 		case <-c.Context().Done():
@@ -77,7 +77,7 @@ func (e *env) wantRejected(t *testing.T, bad *tls.Config) {
 		t.Logf("rejected at dial: %v", err)
 	}
 	runner := wire.NewRunnerId()
-	good, err := e.f.Dialer(t, e.clientTLS(t, runner)).Dial(ctx, e.addr)
+	good, err := e.dialer(t, e.clientTLS(t, runner)).Dial(ctx, e.addr)
 	if err != nil {
 		t.Fatalf("valid dial after a rejected one: %v", err)
 	}

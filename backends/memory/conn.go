@@ -36,9 +36,14 @@ type Options struct {
 	// writer blocks when this many bytes are unread. 0 means
 	// DefaultStreamWindow.
 	StreamWindow int
+	// Limits are the semantics.Limits the semantics.Conn over the pair
+	// enforces (zero: the defaults); a zero MaxIncomingStreams is derived
+	// from them.
+	Limits semantics.Limits
 	// MaxIncomingStreams bounds the open incoming streams per end and per
 	// type (bidi, uni), as QUIC's MAX_STREAMS: OpenStream blocks at the
-	// limit. 0 means DefaultMaxIncomingStreams.
+	// limit. 0 means the larger of DefaultMaxIncomingStreams and
+	// Limits.StreamCredit() (MaxStreams + MaxRefusals).
 	MaxIncomingStreams int
 }
 
@@ -61,7 +66,7 @@ func (o Options) withDefaults() Options {
 		o.StreamWindow = DefaultStreamWindow
 	}
 	if o.MaxIncomingStreams <= 0 {
-		o.MaxIncomingStreams = DefaultMaxIncomingStreams
+		o.MaxIncomingStreams = max(DefaultMaxIncomingStreams, o.Limits.StreamCredit())
 	}
 	return o
 }
@@ -298,6 +303,10 @@ func (c *Conn) ConnectionState() tls.ConnectionState { return c.state }
 
 // Backend returns "memory".
 func (c *Conn) Backend() string { return "memory" }
+
+// IncomingStreamCredit implements semantics.StreamCreditor
+// (Options.MaxIncomingStreams).
+func (c *Conn) IncomingStreamCredit() int { return c.p.opts.MaxIncomingStreams }
 
 // QueuedBytes returns the stream bytes this end sent that are still "on the
 // wire" (delayed by Latency or Bandwidth).

@@ -14,15 +14,18 @@ func factory(opts memory.Options) backendtest.Factory {
 	n := memory.NewNetwork()
 	return backendtest.Factory{
 		Name: "memory",
-		Listen: func(t testing.TB, serverTLS *tls.Config) (semantics.BackendListener, string) {
+		Listen: func(t testing.TB, serverTLS *tls.Config, _ semantics.Limits) (semantics.BackendListener, string) {
 			l, err := n.Listen("", serverTLS)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return l, l.Addr().String()
 		},
-		Dialer: func(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer {
-			return &memory.Dialer{Network: n, TLSConfig: clientTLS, Options: opts}
+		// The dialer's Options configure both ends of a pair.
+		Dialer: func(t testing.TB, clientTLS *tls.Config, lim semantics.Limits) semantics.BackendDialer {
+			o := opts
+			o.Limits = lim
+			return &memory.Dialer{Network: n, TLSConfig: clientTLS, Options: o}
 		},
 	}
 }

@@ -14,17 +14,21 @@ var testConfig = Config{HandshakeTimeout: 5e9}
 func factory() backendtest.Factory {
 	return backendtest.Factory{
 		Name: "quic",
-		Listen: func(t testing.TB, serverTLS *tls.Config) (semantics.BackendListener, string) {
+		Listen: func(t testing.TB, serverTLS *tls.Config, lim semantics.Limits) (semantics.BackendListener, string) {
+			cfg := testConfig
+			cfg.Limits = lim
 			t.Helper()
-			ln, err := Listen("127.0.0.1:0", serverTLS, testConfig)
+			ln, err := Listen("127.0.0.1:0", serverTLS, cfg)
 			if err != nil {
 				t.Fatalf("quic.Listen: %v", err)
 			}
 			t.Cleanup(func() { _ = ln.Close() })
 			return ln, ln.Addr().String()
 		},
-		Dialer: func(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer {
-			return Dialer{TLS: clientTLS, Config: testConfig}
+		Dialer: func(t testing.TB, clientTLS *tls.Config, lim semantics.Limits) semantics.BackendDialer {
+			cfg := testConfig
+			cfg.Limits = lim
+			return Dialer{TLS: clientTLS, Config: cfg}
 		},
 		Caps: backendtest.Caps{RealNetwork: true},
 	}

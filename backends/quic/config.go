@@ -27,8 +27,10 @@ const (
 	// DefaultHandshakeTimeout bounds the whole QUIC+TLS handshake.
 	DefaultHandshakeTimeout = 10 * time.Second
 	// DefaultMaxIncomingStreams is the QUIC stream credit granted to the
-	// peer, per direction type: semantics.DefaultMaxStreams plus
-	// semantics.DefaultMaxRefusals (see the package doc).
+	// peer, per direction type, for the default Limits:
+	// semantics.DefaultMaxStreams plus semantics.DefaultMaxRefusals (see
+	// the package doc). A Config with Limits derives its own
+	// (Limits.StreamCredit).
 	DefaultMaxIncomingStreams = semantics.DefaultMaxStreams + semantics.DefaultMaxRefusals
 	// DefaultStreamReceiveWindow is the largest per-stream receive window
 	// (flow-control credit). It bounds the bulk bytes one stream can have
@@ -72,10 +74,17 @@ type Config struct {
 	// (0: DefaultHandshakeTimeout). quic-go's HandshakeIdleTimeout is set
 	// to half of it (quic-go aborts after twice that).
 	HandshakeTimeout time.Duration
+	// Limits are the semantics.Limits the semantics.Conn over these
+	// connections enforces (zero: the defaults). The stream credit is
+	// derived from them (below), so give the backend the same Limits as
+	// the daemon or agent that serves its connections.
+	Limits semantics.Limits
 	// MaxIncomingStreams and MaxIncomingUniStreams are the QUIC stream
 	// credit granted to the peer: how many bidirectional/unidirectional
-	// streams it may have open at once (0: DefaultMaxIncomingStreams;
-	// must be ≤ 2^20). Use WithLimits to derive them from semantics.Limits.
+	// streams it may have open at once (0: Limits.StreamCredit(), that is
+	// Limits.MaxStreams + Limits.MaxRefusals, DefaultMaxIncomingStreams
+	// for the default Limits; must be ≤ 2^20). Set them only to override
+	// the derived credit.
 	MaxIncomingStreams, MaxIncomingUniStreams int64
 	// StreamReceiveWindow is the largest flow-control window of one stream
 	// in bytes (0: DefaultStreamReceiveWindow; ≥ 16 KiB). It bounds how
@@ -121,18 +130,23 @@ type Config struct {
 	OnHandshakeFailure func(semantics.HandshakeFailure)
 }
 
-// WithLimits returns a copy of c whose stream credit matches l: the peer
-// may open l.MaxStreams + l.MaxRefusals streams of each direction type, so
-// semantics.Conn can refuse the excess itself (see the package doc).
+// WithLimits returns a copy of c with Limits l and the stream credit
+// derived from it: the peer may open l.StreamCredit() (l.MaxStreams +
+// l.MaxRefusals) streams of each direction type, so semantics.Conn can
+// refuse the excess itself (see the package doc). Setting Config.Limits
+// has the same effect on the credit.
 func (c Config) WithLimits(l semantics.Limits) Config {
-	l = l.WithDefaults()
-	n := int64(l.MaxStreams + l.MaxRefusals)
+	n := int64(l.StreamCredit())
+	c.Limits = l
 	c.MaxIncomingStreams, c.MaxIncomingUniStreams = n, n
 	return c
 }
 
 // Validate reports the first invalid field by name.
 func (c *Config) Validate() error {
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("quic: Config.Limits: %w", err)
+	}
 	switch {
 	case c.MaxIdleTimeout < 0:
 		return fmt.Errorf("quic: Config.MaxIdleTimeout is negative (%v)", c.MaxIdleTimeout)
@@ -148,6 +162,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("quic: Config.ConnectionReceiveWindow = %d is below %d", c.ConnectionReceiveWindow, minReceiveWindow)
 	}
 	d := c.withDefaults()
+	if d.MaxIncomingStreams > maxStreamCredit || d.MaxIncomingUniStreams > maxStreamCredit {
+		return fmt.Errorf("quic: the stream credit derived from Config.Limits (%d) is above %d", d.MaxIncomingStreams, maxStreamCredit)
+	}
 	if d.ConnectionReceiveWindow < d.StreamReceiveWindow {
 		return fmt.Errorf("quic: Config.ConnectionReceiveWindow (%d) is below StreamReceiveWindow (%d)",
 			d.ConnectionReceiveWindow, d.StreamReceiveWindow)
@@ -158,6 +175,12 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// WithDefaults returns c with every zero field filled as Listen and Dial
+// fill it: the effective configuration (the stream credit derived from
+// Limits, the windows, the timeouts). Call Validate first for a Config
+// built in code.
+func (c Config) WithDefaults() Config { return c.withDefaults() }
 
 // withDefaults returns c with zero fields filled.
 func (c Config) withDefaults() Config {
@@ -171,10 +194,10 @@ func (c Config) withDefaults() Config {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	if c.MaxIncomingStreams == 0 {
-		c.MaxIncomingStreams = DefaultMaxIncomingStreams
+		c.MaxIncomingStreams = int64(c.Limits.StreamCredit())
 	}
 	if c.MaxIncomingUniStreams == 0 {
-		c.MaxIncomingUniStreams = DefaultMaxIncomingStreams
+		c.MaxIncomingUniStreams = int64(c.Limits.StreamCredit())
 	}
 	if c.StreamReceiveWindow == 0 {
 		c.StreamReceiveWindow = DefaultStreamReceiveWindow
@@ -187,6 +210,14 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// streamCredit is the smaller stream credit of a filled Config.
+func (c Config) streamCredit() int { return int(min(c.MaxIncomingStreams, c.MaxIncomingUniStreams)) }
+
+// StreamCredit returns the smaller of the stream credits (bidirectional,
+// unidirectional) a connection with c grants the peer: MaxIncomingStreams
+// and MaxIncomingUniStreams, or Limits.StreamCredit() when zero.
+func (c Config) StreamCredit() int { return c.withDefaults().streamCredit() }
 
 // checked validates c and returns it with defaults filled.
 func (c Config) checked() (Config, error) {

@@ -24,7 +24,11 @@ type conn struct {
 	hint   *DelayHint      // nil unless Config.DelayHintMaxRTT > 0
 	ctx    context.Context // cancelled with the *semantics.ConnError when qc closes
 	cancel context.CancelCauseFunc
+	credit int // the smaller stream credit granted to the peer (Config)
 }
+
+// IncomingStreamCredit implements semantics.StreamCreditor.
+func (c *conn) IncomingStreamCredit() int { return c.credit }
 
 // newConn wraps qc. release (may be nil) runs once after qc closed.
 func newConn(qc *quicgo.Conn, release func(), hintMaxRTT time.Duration) *conn {

@@ -66,5 +66,7 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 	}
 	// The connection holds the endpoint's only reference: the socket closes
 	// with it.
-	return newConn(qc, ep.release, cfg.DelayHintMaxRTT), nil
+	c := newConn(qc, ep.release, cfg.DelayHintMaxRTT)
+	c.credit = cfg.streamCredit()
+	return c, nil
 }

@@ -71,7 +71,9 @@ func (l *Listener) Accept(ctx context.Context) (semantics.BackendConn, error) {
 			_ = qc.CloseWithError(quicgo.ApplicationErrorCode(wire.CloseShutdown), "listener closed")
 			continue
 		}
-		return newConn(qc, l.ep.release, l.cfg.DelayHintMaxRTT), nil
+		c := newConn(qc, l.ep.release, l.cfg.DelayHintMaxRTT)
+		c.credit = l.cfg.streamCredit()
+		return c, nil
 	}
 }
 

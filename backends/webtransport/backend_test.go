@@ -18,7 +18,9 @@ func factory() backendtest.Factory { return factoryWith("webtransport", testConf
 func factoryWith(name string, cfg Config) backendtest.Factory {
 	return backendtest.Factory{
 		Name: name,
-		Listen: func(t testing.TB, serverTLS *tls.Config) (semantics.BackendListener, string) {
+		Listen: func(t testing.TB, serverTLS *tls.Config, lim semantics.Limits) (semantics.BackendListener, string) {
+			cfg := cfg
+			cfg.Limits = lim
 			t.Helper()
 			ln, err := Listen("127.0.0.1:0", serverTLS, cfg)
 			if err != nil {
@@ -27,7 +29,9 @@ func factoryWith(name string, cfg Config) backendtest.Factory {
 			t.Cleanup(func() { _ = ln.Close() })
 			return ln, URL(ln.Addr().String())
 		},
-		Dialer: func(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer {
+		Dialer: func(t testing.TB, clientTLS *tls.Config, lim semantics.Limits) semantics.BackendDialer {
+			cfg := cfg
+			cfg.Limits = lim
 			return Dialer{TLS: clientTLS, Config: cfg}
 		},
 		Caps: backendtest.Caps{RealNetwork: true},

@@ -34,7 +34,11 @@ type conn struct {
 	hint   *fyquic.DelayHint // nil unless Config.DelayHintMaxRTT > 0
 	ctx    context.Context   // cancelled with the *semantics.ConnError
 	cancel context.CancelCauseFunc
+	credit int // WebTransport streams the peer may open (Config.StreamCredit)
 }
+
+// IncomingStreamCredit implements semantics.StreamCreditor.
+func (c *conn) IncomingStreamCredit() int { return c.credit }
 
 // newConn wraps sess on qc. release (may be nil) runs once after the
 // connection is gone.

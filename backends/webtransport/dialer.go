@@ -102,7 +102,9 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 		_ = sess.CloseWithError(wt.SessionErrorCode(wire.CloseProtocolError), reason)
 		return fail(wire.CloseProtocolError, &semantics.ConnError{Code: wire.CloseProtocolError, Reason: reason})
 	}
-	return newConn(sess, qc, closeEndpoint, hintMaxRTT(d.Config)), nil
+	c := newConn(sess, qc, closeEndpoint, hintMaxRTT(d.Config))
+	c.credit = d.Config.StreamCredit()
+	return c, nil
 }
 
 func parseURL(addr string) (*url.URL, error) {

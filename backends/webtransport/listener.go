@@ -129,6 +129,7 @@ func (l *Listener) upgrade(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := newConn(sess, qc, nil, hintMaxRTT(l.cfg))
+	c.credit = l.cfg.StreamCredit()
 	if p := sess.SessionState().ApplicationProtocol; p != ApplicationProtocol {
 		_ = c.CloseWithCode(wire.CloseProtocolError, "application protocol "+ApplicationProtocol+" required")
 		return

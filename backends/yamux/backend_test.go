@@ -22,7 +22,9 @@ import (
 func factory(cfg Config) backendtest.Factory {
 	return backendtest.Factory{
 		Name: "yamux",
-		Listen: func(t testing.TB, serverTLS *tls.Config) (semantics.BackendListener, string) {
+		Listen: func(t testing.TB, serverTLS *tls.Config, lim semantics.Limits) (semantics.BackendListener, string) {
+			cfg := cfg
+			cfg.Limits = lim
 			l, err := Listen("127.0.0.1:0", serverTLS, cfg)
 			if err != nil {
 				t.Fatalf("Listen: %v", err)
@@ -30,7 +32,9 @@ func factory(cfg Config) backendtest.Factory {
 			t.Cleanup(func() { _ = l.Close() })
 			return l, l.Addr().String()
 		},
-		Dialer: func(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer {
+		Dialer: func(t testing.TB, clientTLS *tls.Config, lim semantics.Limits) semantics.BackendDialer {
+			cfg := cfg
+			cfg.Limits = lim
 			return Dialer{TLS: clientTLS, Config: cfg}
 		},
 		Caps: backendtest.Caps{RealNetwork: true},

@@ -56,16 +56,25 @@ type Config struct {
 	// send queue (ConnectionWriteTimeout). A stalled write closes the
 	// connection with CloseIdleTimeout. 0 means the default (10 s).
 	WriteTimeout time.Duration
+	// Limits are the semantics.Limits the semantics.Conn over these
+	// connections enforces (zero: the defaults). AcceptBacklog and
+	// MaxIncomingStreams are derived from them (below), so give the
+	// backend the same Limits as the daemon or agent that serves its
+	// connections.
+	Limits semantics.Limits
 	// AcceptBacklog bounds streams (per direction kind) waiting for
 	// AcceptStream/AcceptUniStream; streams beyond it are refused with
 	// StreamRefused. It is also yamux's AcceptBacklog, which bounds the
 	// peer's streams opened before the first Accept call (yamux resets
-	// streams beyond it). 0 means 256.
+	// streams beyond it). 0 means the larger of DefaultAcceptBacklog (256)
+	// and Limits.StreamCredit() (MaxStreams + MaxRefusals, 272 for the
+	// default Limits), so a burst of every stream the Limits admit fits.
 	AcceptBacklog int
 	// MaxIncomingStreams is the hard cap of concurrently open
 	// peer-initiated streams, a backstop below the semantics layer's limits
 	// (yamux itself bounds only windows). Streams above it are refused with
-	// StreamRefused. 0 means 1024.
+	// StreamRefused. 0 means the larger of DefaultMaxIncomingStreams (1024)
+	// and Limits.StreamCredit().
 	MaxIncomingStreams int
 	// HandshakeTimeout bounds TCP connect, the TLS handshake and the
 	// control-stream setup. 0 means the default (10 s).
@@ -106,6 +115,9 @@ type Config struct {
 
 // Validate reports the first invalid field by name.
 func (c *Config) Validate() error {
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("yamux: Config.Limits: %w", err)
+	}
 	switch {
 	case c.MaxStreamWindow != 0 && c.MaxStreamWindow < MinStreamWindow:
 		return fmt.Errorf("yamux: Config.MaxStreamWindow %d is below the minimum %d", c.MaxStreamWindow, MinStreamWindow)
@@ -135,6 +147,12 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// WithDefaults returns c with every zero field filled as Listen and Dial
+// fill it: the effective configuration (the accept backlog and stream cap
+// derived from Limits, the window, the timeouts). Call Validate first for
+// a Config built in code.
+func (c Config) WithDefaults() Config { return c.withDefaults() }
+
 // withDefaults returns a copy with zero fields filled.
 func (c Config) withDefaults() Config {
 	if c.MaxStreamWindow == 0 {
@@ -153,10 +171,10 @@ func (c Config) withDefaults() Config {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
 	if c.AcceptBacklog == 0 {
-		c.AcceptBacklog = DefaultAcceptBacklog
+		c.AcceptBacklog = max(DefaultAcceptBacklog, c.Limits.StreamCredit())
 	}
 	if c.MaxIncomingStreams == 0 {
-		c.MaxIncomingStreams = DefaultMaxIncomingStreams
+		c.MaxIncomingStreams = max(DefaultMaxIncomingStreams, c.Limits.StreamCredit())
 	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout

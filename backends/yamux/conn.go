@@ -430,6 +430,11 @@ func (c *Conn) unregister(s *stream) {
 	c.mu.Unlock()
 }
 
+// IncomingStreamCredit implements semantics.StreamCreditor: the streams
+// the peer may have open at once without a refusal by this backend, the
+// smaller of AcceptBacklog and MaxIncomingStreams.
+func (c *Conn) IncomingStreamCredit() int { return min(c.cfg.AcceptBacklog, c.cfg.MaxIncomingStreams) }
+
 // startAccepting starts the accept loop on the first AcceptStream or
 // AcceptUniStream call, so an idle connection whose owner never accepts
 // runs no accept goroutine; until then the peer's streams wait in yamux's

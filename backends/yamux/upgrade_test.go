@@ -23,8 +23,8 @@ import (
 func TestConformanceUpgrade(t *testing.T) {
 	f := factory(Config{})
 	f.Name = "yamux-upgrade"
-	f.Dialer = func(t testing.TB, clientTLS *tls.Config) semantics.BackendDialer {
-		return Dialer{TLS: clientTLS, Upgrade: true}
+	f.Dialer = func(t testing.TB, clientTLS *tls.Config, lim semantics.Limits) semantics.BackendDialer {
+		return Dialer{TLS: clientTLS, Config: Config{Limits: lim}, Upgrade: true}
 	}
 	backendtest.Run(t, f)
 }

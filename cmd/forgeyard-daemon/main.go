@@ -277,15 +277,11 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		},
 		AlternateEndpoints: cfg.Alternates(),
 		LogDir:             cfg.Data.LogDir,
-		Data: daemon.DataLimits{LogRateBytes: cfg.Data.LogRateBytes, LogBurstBytes: cfg.Data.LogBurstBytes,
-			MaxAttemptLogBytes: cfg.Data.MaxAttemptLogBytes, CASMaxConcurrent: cfg.Data.CASMaxConcurrent, CASMaxPerConn: cfg.Data.CASMaxPerConn},
-		Admission: daemon.Admission{MaxHandshakes: cfg.Admission.MaxHandshakes, MaxConnsPerIP: cfg.Admission.MaxConnsPerIP,
-			RegistrationRate: semantics.Rate{PerSecond: cfg.Admission.RegistrationRate, Burst: cfg.Admission.RegistrationBurst}},
-		Limits:   connLimits(cfg.Limits),
-		Logger:   log,
-		Features: wire.Implemented,
-		Identity: identity,
+		Logger:             log,
+		Features:           wire.Implemented,
+		Identity:           identity,
 	}
+	dcfg.SetLimits(cfg.DaemonLimits()) // [limits], [admission], [data]
 	if dir := cfg.Data.CASDir; dir != "" {
 		store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: dir})
 		if err != nil {
@@ -356,8 +352,8 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	hsf := setup.NewHandshakeFailures(log, tel.m, 0, 0)
 	defer hsf.Close()
 	tel.setHandshakeFailures(hsf)
-	ls, err := setup.Listen(cfg.Listen, tlsConf, quic.Config{Logger: log, OnHandshakeFailure: hsf.Report},
-		yamux.Config{OnHandshakeFailure: hsf.Report})
+	qcfg, ycfg := listenerConfigs(dcfg.Limits, log, hsf.Report)
+	ls, err := setup.Listen(cfg.Listen, tlsConf, qcfg, ycfg)
 	if err != nil {
 		_ = d.Shutdown(context.Background())
 		return err
@@ -538,14 +534,13 @@ func syntheticPayload(spec wire.JobSpecId) wire.CasObjectRef {
 
 // connLimits maps the [limits] section onto semantics.Limits (zero fields
 // take the library defaults).
-func connLimits(c config.ConnLimits) semantics.Limits {
-	return semantics.Limits{
-		MaxStreams:     c.MaxStreams,
-		ControlRate:    semantics.Rate{PerSecond: c.ControlRate, Burst: c.ControlBurst},
-		HeartbeatRate:  semantics.Rate{PerSecond: c.HeartbeatRate, Burst: c.HeartbeatBurst},
-		HealthRate:     semantics.Rate{PerSecond: c.HealthRate, Burst: c.HealthBurst},
-		CasRate:        semantics.Rate{PerSecond: c.CASRate, Burst: c.CASBurst},
-		IdentityRate:   semantics.Rate{PerSecond: c.CertificateRatePerMin / 60, Burst: c.CertificateBurst},
-		MaxRateStrikes: c.MaxRateStrikes,
-	}
+func connLimits(c config.ConnLimits) semantics.Limits { return c.SemanticsLimits() }
+
+// listenerConfigs returns the QUIC (and WebTransport) and yamux
+// configurations of the daemon's listeners: their stream credit derives
+// from the daemon's per-connection limits lim ([limits]), their failed
+// handshakes go to hsf.
+func listenerConfigs(lim semantics.Limits, log *slog.Logger, hsf func(semantics.HandshakeFailure)) (quic.Config, yamux.Config) {
+	return quic.Config{Logger: log, OnHandshakeFailure: hsf, Limits: lim},
+		yamux.Config{OnHandshakeFailure: hsf, Limits: lim}
 }

@@ -3,20 +3,33 @@ package config
 import (
 	"errors"
 	"fmt"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/daemon"
 )
+
+// DaemonLimits converts the [limits], [admission] and [data] sections to
+// the daemon's one limits type, daemon.Limits (its doc lists every limit,
+// its default and what enforces it). Zero keys stay zero, so the daemon's
+// defaults apply: this package keeps no copy of them. Give Conn to the
+// backends' Config too (their stream credit derives from it).
+func (d *Daemon) DaemonLimits() daemon.Limits {
+	return daemon.Limits{Conn: d.Limits.SemanticsLimits(), Admission: d.Admission.DaemonAdmission(), Data: d.Data.DaemonData()}
+}
 
 // Data configures the daemon's data plane: where received logs and CAS
 // objects go, and the per-attempt and per-connection limits on them
-// (§127, §134, §268, §277). Zero values take the library defaults.
+// (§127, §134, §268, §277), daemon.Limits.Data (DaemonData). Zero values
+// take the daemon's defaults, shown here.
 //
 //	[data]
 //	log_dir = "/var/lib/forgeyard/logs"    # without it log streams are refused
 //	cas_dir = "/var/lib/forgeyard/cas"     # without it CAS streams are refused
-//	log_rate_bytes = 1048576               # per attempt, bytes/s (0: unlimited)
-//	log_burst_bytes = 262144
+//	log_rate_bytes = 1048576               # per attempt, bytes/s (0: unlimited, the default)
+//	log_burst_bytes = 262144               # (0: the larger of one log chunk and log_rate_bytes)
 //	max_attempt_log_bytes = 1073741824     # per attempt (0: 1 GiB; -1: none)
-//	cas_max_concurrent = 64                # transfers over the daemon
-//	cas_max_per_conn = 16                  # transfers per connection
+//	cas_max_concurrent = 64                # transfers over the daemon (0: 64)
+//	cas_max_per_conn = 16                  # transfers per connection (0: 16)
 type Data struct {
 	LogDir             string  `toml:"log_dir"`
 	CASDir             string  `toml:"cas_dir"`
@@ -25,6 +38,12 @@ type Data struct {
 	MaxAttemptLogBytes int64   `toml:"max_attempt_log_bytes"`
 	CASMaxConcurrent   int     `toml:"cas_max_concurrent"`
 	CASMaxPerConn      int     `toml:"cas_max_per_conn"`
+}
+
+// DaemonData converts the limits of [data] (not the directories).
+func (d Data) DaemonData() daemon.DataLimits {
+	return daemon.DataLimits{LogRateBytes: d.LogRateBytes, LogBurstBytes: d.LogBurstBytes,
+		MaxAttemptLogBytes: d.MaxAttemptLogBytes, CASMaxConcurrent: d.CASMaxConcurrent, CASMaxPerConn: d.CASMaxPerConn}
 }
 
 // Validate reports the first out-of-range value, naming its key.
@@ -42,19 +61,26 @@ func (d Data) Validate() error {
 	return nil
 }
 
-// Admission configures the daemon's admission control (§220–223). Zero
-// values take the defaults; the per-IP limit is off unless set.
+// Admission configures the daemon's admission control (§220–223),
+// daemon.Limits.Admission (DaemonAdmission). Zero values take the
+// daemon's defaults, shown here; the per-IP limit is off unless set.
 //
 //	[admission]
-//	max_handshakes = 256          # connected but not yet registered
-//	registration_rate = 100       # registrations per second over the daemon
-//	registration_burst = 200
+//	max_handshakes = 1024         # connected but not yet registered
+//	registration_rate = 200       # registrations per second over the daemon
+//	registration_burst = 400      # (0: twice registration_rate)
 //	max_conns_per_ip = 0          # supplement only: runners share NATs
 type Admission struct {
 	MaxHandshakes     int     `toml:"max_handshakes"`
 	RegistrationRate  float64 `toml:"registration_rate"`
 	RegistrationBurst int     `toml:"registration_burst"`
 	MaxConnsPerIP     int     `toml:"max_conns_per_ip"`
+}
+
+// DaemonAdmission converts [admission].
+func (a Admission) DaemonAdmission() daemon.Admission {
+	return daemon.Admission{MaxHandshakes: a.MaxHandshakes, MaxConnsPerIP: a.MaxConnsPerIP,
+		RegistrationRate: semantics.Rate{PerSecond: a.RegistrationRate, Burst: a.RegistrationBurst}}
 }
 
 // Validate reports the first out-of-range value, naming its key.
@@ -66,10 +92,13 @@ func (a Admission) Validate() error {
 }
 
 // ConnLimits configures what one connection may send (§126–137,
-// §266–269). A message over its rate is answered WireErrorV1{RateLimited,
+// §266–269), semantics.Limits (SemanticsLimits; daemon.Limits.Conn). A
+// message over its rate is answered WireErrorV1{RateLimited,
 // RetryBackoff} and not acted on; a connection that keeps exceeding them
 // (max_rate_strikes) is closed with LimitExceeded. Zero values take the
-// defaults shown.
+// defaults shown (semantics.Default*). max_streams also sets the
+// backends' stream credit (max_streams + 16 refusals per direction type).
+// A burst left 0 scales the default burst with the rate.
 //
 //	[limits]
 //	max_streams = 256                  # concurrently open incoming streams
@@ -97,6 +126,20 @@ type ConnLimits struct {
 	CertificateRatePerMin float64 `toml:"certificate_rate_per_min"`
 	CertificateBurst      int     `toml:"certificate_burst"`
 	MaxRateStrikes        int     `toml:"max_rate_strikes"`
+}
+
+// SemanticsLimits converts [limits] (certificate_rate_per_min is per
+// minute; semantics.Rate is per second).
+func (l ConnLimits) SemanticsLimits() semantics.Limits {
+	return semantics.Limits{
+		MaxStreams:     l.MaxStreams,
+		ControlRate:    semantics.Rate{PerSecond: l.ControlRate, Burst: l.ControlBurst},
+		HeartbeatRate:  semantics.Rate{PerSecond: l.HeartbeatRate, Burst: l.HeartbeatBurst},
+		HealthRate:     semantics.Rate{PerSecond: l.HealthRate, Burst: l.HealthBurst},
+		CasRate:        semantics.Rate{PerSecond: l.CASRate, Burst: l.CASBurst},
+		IdentityRate:   semantics.Rate{PerSecond: l.CertificateRatePerMin / 60, Burst: l.CertificateBurst},
+		MaxRateStrikes: l.MaxRateStrikes,
+	}
 }
 
 // Validate reports the first negative value, naming its key.

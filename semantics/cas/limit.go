@@ -2,20 +2,17 @@ package cas
 
 import (
 	"context"
-	"sync"
 	"time"
+
+	"forgeyard.dev/transport/semantics/internal/tokenbucket"
 )
 
 // Bandwidth is a token bucket (§134, §269) shared by every transfer that
 // uses it: at most Rate bytes per second on average, bursts of at most
-// Burst bytes. A nil *Bandwidth is unlimited. Safe for concurrent use.
+// Burst bytes (the module's one token bucket, semantics/internal/
+// tokenbucket). A nil *Bandwidth is unlimited. Safe for concurrent use.
 type Bandwidth struct {
-	rate  float64 // bytes per second
-	burst float64
-
-	mu     sync.Mutex
-	tokens float64 // may go negative: reserved debt
-	last   time.Time
+	b *tokenbucket.Bucket // may go into debt: reserved bytes
 }
 
 // NewBandwidth returns a bucket of rate bytes per second and burst bytes
@@ -25,11 +22,10 @@ func NewBandwidth(rate int64, burst int) *Bandwidth {
 	if rate <= 0 {
 		return nil
 	}
-	b := float64(burst)
 	if burst <= 0 {
-		b = max(float64(rate)/10, 64<<10)
+		burst = int(max(rate/10, 64<<10))
 	}
-	return &Bandwidth{rate: float64(rate), burst: b, tokens: b, last: time.Now()}
+	return &Bandwidth{b: tokenbucket.New(float64(rate), burst)}
 }
 
 // Wait takes n bytes of budget, waiting until the bucket allows them or
@@ -38,16 +34,7 @@ func (b *Bandwidth) Wait(ctx context.Context, n int) error {
 	if b == nil || n <= 0 {
 		return nil
 	}
-	b.mu.Lock()
-	now := time.Now()
-	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	b.last = now
-	b.tokens -= float64(n)
-	var wait time.Duration
-	if b.tokens < 0 {
-		wait = time.Duration(-b.tokens / b.rate * float64(time.Second))
-	}
-	b.mu.Unlock()
+	wait := b.b.Reserve(time.Now(), n)
 	if wait <= 0 {
 		return nil
 	}

@@ -10,49 +10,11 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/internal/tokenbucket"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
-
-// Admission is the daemon-wide admission control of §220–223. Zero fields
-// take the defaults; the per-IP limit is off unless set.
-type Admission struct {
-	// MaxHandshakes bounds the connections that are connected but not yet
-	// registered (§221). A connection beyond it is closed at once with
-	// CloseOverloaded, before its control stream is read.
-	MaxHandshakes int
-	// RegistrationRate bounds handshakes (TransportHelloV1, the start of a
-	// registration) per second over the whole daemon, e.g. the herd of
-	// reconnects after a restart (§219–220). A hello beyond it is answered
-	// with RegistrationRejectedV1{Overloaded, RetryBackoff, "retry after
-	// …"} and the connection closed with CloseOverloaded; the agent backs
-	// off with jitter and retries.
-	RegistrationRate semantics.Rate
-	// MaxConnsPerIP bounds concurrent connections from one IP address (a
-	// supplement only, §223: many runners may share a NAT). 0 means no
-	// limit. A connection beyond it is closed with CloseOverloaded.
-	MaxConnsPerIP int
-}
-
-// Admission defaults.
-const DefaultMaxHandshakes = 1024
-
-// DefaultRegistrationRate is the default daemon-wide registration rate.
-var DefaultRegistrationRate = semantics.Rate{PerSecond: 200, Burst: 400}
-
-func (a Admission) withDefaults() Admission {
-	if a.MaxHandshakes <= 0 {
-		a.MaxHandshakes = DefaultMaxHandshakes
-	}
-	if a.RegistrationRate.PerSecond <= 0 {
-		a.RegistrationRate.PerSecond = DefaultRegistrationRate.PerSecond
-	}
-	if a.RegistrationRate.Burst <= 0 {
-		a.RegistrationRate.Burst = max(1, int(a.RegistrationRate.PerSecond*2))
-	}
-	return a
-}
 
 // hardening is the daemon's admission state and rate-limit counters.
 type hardening struct {
@@ -61,7 +23,7 @@ type hardening struct {
 	mu         sync.Mutex
 	handshakes int
 	perIP      map[netip.Addr]int
-	regs       bucket
+	regs       *tokenbucket.Bucket
 
 	refusedConns, refusedRegs, limitCloses, audits atomic.Int64
 	rateLimited                                    [numRateClasses]atomic.Int64
@@ -72,7 +34,7 @@ func (d *Daemon) initHardening() {
 	h := &d.hard
 	h.adm = d.cfg.Admission.withDefaults()
 	h.perIP = map[netip.Addr]int{}
-	h.regs = newBucket(h.adm.RegistrationRate, time.Now())
+	h.regs = newBucket(h.adm.RegistrationRate)
 }
 
 // HardeningStats are the admission, rate-limit and secret counters.
@@ -218,9 +180,7 @@ func (d *Daemon) serveAdmitted(ctx context.Context, bc semantics.BackendConn) bo
 // RetryBackoff} with the wait and closes with CloseOverloaded.
 func (c *conn) admitRegistration(env *wire.Envelope) bool {
 	h := &c.d.hard
-	h.mu.Lock()
-	ok, wait := h.regs.take(time.Now())
-	h.mu.Unlock()
+	ok, wait := h.regs.Take(time.Now())
 	if ok {
 		return true
 	}

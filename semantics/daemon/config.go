@@ -109,7 +109,11 @@ type Config struct {
 	// AlternateEndpoints are sent to agents for reconnects and GoAway.
 	AlternateEndpoints []string
 	// Limits for every connection (semantics.Limits; zero → defaults),
-	// including the per-connection message rates (§266–269).
+	// including the per-connection message rates (§266–269). It, Admission
+	// and Data are the three parts of the daemon's Limits (limits.go: every
+	// limit, its default and what enforces it); SetLimits sets all three.
+	// Give the backends' Config the same Limits (their stream credit
+	// derives from it).
 	Limits semantics.Limits
 	// Admission is the daemon-wide admission control (§220–223): bounded
 	// handshakes, a registration rate, an optional per-IP limit.
@@ -155,32 +159,6 @@ type Config struct {
 	// the envelope to agents that negotiated FeatureTraceContextV1 (offer
 	// it in Features) and continued from theirs. Nil starts no spans.
 	Tracing *telemetry.Tracing
-}
-
-// DataLimits are the daemon's quotas and rate limits on data streams. Every
-// limit applies per attempt or per connection, so one misbehaving agent
-// cannot take the daemon's memory, disk bandwidth or CAS slots from the
-// others; excess is pushed back to the agent through stream flow control
-// (rates) or refused with a stream error code (quotas), never buffered.
-type DataLimits struct {
-	// LogRateBytes limits each attempt's log to this many uncompressed
-	// bytes per second (a token bucket of LogBurstBytes); the receiver
-	// stops reading an attempt's stream while it is over. 0: unlimited.
-	LogRateBytes float64
-	// LogBurstBytes is the bucket size (see logs.ReceiverConfig).
-	LogBurstBytes int64
-	// MaxAttemptLogBytes caps one attempt's log (§268): above it the
-	// stream is refused. 0: logs.DefaultMaxAttemptBytes; negative: none.
-	MaxAttemptLogBytes int64
-	// MaxLogAttempts bounds the attempts whose logs are tracked at once.
-	// 0: the receiver's default.
-	MaxLogAttempts int
-	// CASMaxConcurrent and CASMaxPerConn bound transfers in progress over
-	// the daemon and per connection; 0: the cas package defaults.
-	CASMaxConcurrent, CASMaxPerConn int
-	// CASBandwidth paces every CAS transfer's bytes (both directions
-	// together); nil is unlimited.
-	CASBandwidth *cas.Bandwidth
 }
 
 // Hooks are called from daemon goroutines, synchronously with the event

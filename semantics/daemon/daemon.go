@@ -126,7 +126,7 @@ func New(cfg Config) (*Daemon, error) {
 	if cfg.Authority == nil {
 		return nil, errors.New("daemon: Config.Authority is required")
 	}
-	if err := cfg.Limits.Validate(); err != nil {
+	if err := cfg.validateLimits(); err != nil {
 		return nil, err
 	}
 	if cfg.Protocol == (wire.ProtocolRange{}) {

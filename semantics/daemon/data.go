@@ -64,7 +64,7 @@ func (d *Daemon) setupData() error {
 		sink, d.ownSink = fs, fs
 	}
 	if sink != nil {
-		lim := d.cfg.Data
+		lim := d.cfg.Data.withDefaults()
 		r, err := logs.NewReceiver(logs.ReceiverConfig{Sink: sink, AuthorizeContext: d.authorizeLog,
 			Ack:       func(m wlogs.LogAckV1) { d.sendToAttempt(m.Attempt, &m) },
 			Resume:    func(m wlogs.LogResumeRequestV1) { d.sendToAttempt(m.Attempt, &m) },
@@ -81,7 +81,7 @@ func (d *Daemon) setupData() error {
 		d.logRecv = r
 	}
 	if d.cfg.ContentStore != nil {
-		lim := d.cfg.Data
+		lim := d.cfg.Data.withDefaults()
 		s, err := cas.NewServer(cas.ServerConfig{Store: d.cfg.ContentStore, Authorizer: cas.AuthorizerFunc(d.authorizeCAS),
 			MaxConcurrent: lim.CASMaxConcurrent, MaxPerConn: lim.CASMaxPerConn, Bandwidth: lim.CASBandwidth, Metrics: d.cfg.Metrics})
 		if err != nil {

@@ -6,36 +6,11 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/internal/tokenbucket"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wcas "forgeyard.dev/transport/wire/cas"
 )
-
-// bucket is a token bucket; not safe for concurrent use (its owner locks).
-type bucket struct {
-	rate, burst, tokens float64
-	last                time.Time
-}
-
-func newBucket(r semantics.Rate, now time.Time) bucket {
-	return bucket{rate: r.PerSecond, burst: float64(r.Burst), tokens: float64(r.Burst), last: now}
-}
-
-// take takes one token; when none is left it reports how long until one is.
-func (b *bucket) take(now time.Time) (bool, time.Duration) {
-	if el := now.Sub(b.last); el > 0 {
-		b.tokens = min(b.burst, b.tokens+el.Seconds()*b.rate)
-		b.last = now
-	}
-	if b.tokens >= 1 {
-		b.tokens--
-		return true, 0
-	}
-	if b.rate <= 0 {
-		return false, time.Second
-	}
-	return false, time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
-}
 
 // rateClass names the per-connection limits of §266–269.
 type rateClass uint8
@@ -51,11 +26,17 @@ const (
 
 var rateClassNames = [numRateClasses]string{"control message", "heartbeat", "health request", "CAS request", "certificate request"}
 
-// connRates are one connection's buckets and its strike count.
+// newBucket is the token bucket of rate r (the module's one token bucket,
+// semantics/internal/tokenbucket).
+func newBucket(r semantics.Rate) *tokenbucket.Bucket { return tokenbucket.New(r.PerSecond, r.Burst) }
+
+// connRates are one connection's buckets and its strike count. mu makes
+// a message's two takes (its class and the control class) and the strike
+// count one step.
 type connRates struct {
 	once    sync.Once
 	mu      sync.Mutex
-	buckets [numRateClasses]bucket
+	buckets [numRateClasses]*tokenbucket.Bucket
 	strikes int
 }
 
@@ -63,12 +44,11 @@ func (c *conn) rates() *connRates {
 	r := &c.rl
 	r.once.Do(func() {
 		lim := c.sc.Limits()
-		now := time.Now()
-		r.buckets[rateControl] = newBucket(lim.ControlRate, now)
-		r.buckets[rateHeartbeat] = newBucket(lim.HeartbeatRate, now)
-		r.buckets[rateHealth] = newBucket(lim.HealthRate, now)
-		r.buckets[rateCas] = newBucket(lim.CasRate, now)
-		r.buckets[rateIdentity] = newBucket(lim.IdentityRate, now)
+		r.buckets[rateControl] = newBucket(lim.ControlRate)
+		r.buckets[rateHeartbeat] = newBucket(lim.HeartbeatRate)
+		r.buckets[rateHealth] = newBucket(lim.HealthRate)
+		r.buckets[rateCas] = newBucket(lim.CasRate)
+		r.buckets[rateIdentity] = newBucket(lim.IdentityRate)
 	})
 	return r
 }
@@ -81,13 +61,13 @@ func (c *conn) takeRate(class rateClass, control bool) (rateClass, time.Duration
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if control {
-		if ok, wait := r.buckets[rateControl].take(now); !ok {
+		if ok, wait := r.buckets[rateControl].Take(now); !ok {
 			r.strikes++
 			return rateControl, wait, false
 		}
 	}
 	if class != rateControl {
-		if ok, wait := r.buckets[class].take(now); !ok {
+		if ok, wait := r.buckets[class].Take(now); !ok {
 			r.strikes++
 			return class, wait, false
 		}

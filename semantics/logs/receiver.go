@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/internal/tokenbucket"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	wlogs "forgeyard.dev/transport/wire/logs"
@@ -180,8 +181,7 @@ type attemptLog struct {
 	owner           *serveOwner
 	changed         chan struct{} // closed and replaced when appended/refused changes, if waited on
 	waited          bool
-	tokens          float64
-	last            time.Time
+	bucket          *tokenbucket.Bucket // RateBytes; nil when unlimited
 }
 
 type serveOwner struct {
@@ -267,7 +267,10 @@ func (r *Receiver) attempt(a wire.JobAttemptId) *attemptLog {
 		if len(r.attempts) >= r.cfg.MaxAttempts {
 			return nil
 		}
-		at = &attemptLog{id: a, tokens: float64(r.cfg.BurstBytes), last: time.Now()}
+		at = &attemptLog{id: a}
+		if r.cfg.RateBytes > 0 {
+			at.bucket = tokenbucket.New(r.cfg.RateBytes, int(r.cfg.BurstBytes))
+		}
 		// First sight (or after a restart): the sink's durable point is
 		// where the log continues.
 		at.mu.Lock()
@@ -539,21 +542,13 @@ func (r *Receiver) frame(ctx context.Context, at *attemptLog, body []byte, f *wl
 // throttle takes n tokens from the attempt's bucket, waiting (not reading
 // the stream) until they accrue.
 func (r *Receiver) throttle(ctx context.Context, at *attemptLog, n int64) error {
-	rate := r.cfg.RateBytes
-	if rate <= 0 || n == 0 {
+	if at.bucket == nil || n == 0 {
 		return nil
 	}
-	at.mu.Lock()
-	now := time.Now()
-	at.tokens = min(float64(r.cfg.BurstBytes), at.tokens+now.Sub(at.last).Seconds()*rate)
-	at.last = now
-	at.tokens -= float64(n)
-	deficit := -at.tokens
-	at.mu.Unlock()
-	if deficit <= 0 {
+	wait := at.bucket.Reserve(time.Now(), int(n))
+	if wait <= 0 {
 		return nil
 	}
-	wait := time.Duration(deficit / rate * float64(time.Second))
 	r.waits.Add(1)
 	r.throttled.Add(int64(wait))
 	t := time.NewTimer(wait)

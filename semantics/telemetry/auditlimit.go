@@ -5,11 +5,14 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"forgeyard.dev/transport/semantics/internal/tokenbucket"
 )
 
 // AuditLimiter bounds the audit records of one noisy source (e.g. failed
 // TLS handshakes, which any host on the network can cause) with a token
-// bucket: at most Burst records at once and Rate per second sustained.
+// bucket (semantics/internal/tokenbucket): at most Burst records at once
+// and Rate per second sustained.
 // Records over the limit are counted, not written: the next record written
 // carries the count in its "suppressed" attribute, and when no record
 // follows within a second of the last suppression, a summary record (level
@@ -20,14 +23,11 @@ type AuditLimiter struct {
 	a   *Audit
 	log *slog.Logger
 
-	rate  float64 // tokens per second
-	burst float64
-	now   func() time.Time
-	after func(time.Duration, func()) *time.Timer
+	bucket *tokenbucket.Bucket // records; taken under mu
+	now    func() time.Time
+	after  func(time.Duration, func()) *time.Timer
 
 	mu         sync.Mutex
-	tokens     float64     // guarded by mu
-	last       time.Time   // last refill; guarded by mu
 	suppressed int64       // dropped since the last record; guarded by mu
 	event      AuditEvent  // event of the suppressed records; guarded by mu
 	timer      *time.Timer // pending summary; guarded by mu
@@ -57,7 +57,7 @@ func NewAuditLimiter(a *Audit, log *slog.Logger, rate float64, burst int) *Audit
 	if log == nil {
 		log = slog.Default()
 	}
-	return &AuditLimiter{a: a, log: log, rate: rate, burst: float64(burst), tokens: float64(burst),
+	return &AuditLimiter{a: a, log: log, bucket: tokenbucket.New(rate, burst),
 		now: time.Now, after: time.AfterFunc, summaryLag: time.Second}
 }
 
@@ -69,12 +69,7 @@ func (l *AuditLimiter) Emit(ctx context.Context, event AuditEvent, attrs ...Audi
 		return false
 	}
 	l.mu.Lock()
-	now := l.now()
-	if !l.last.IsZero() {
-		l.tokens = min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
-	}
-	l.last = now
-	if l.tokens < 1 || l.closed {
+	if l.closed || !l.take() {
 		l.suppressed++
 		l.total++
 		l.event = event
@@ -84,7 +79,6 @@ func (l *AuditLimiter) Emit(ctx context.Context, event AuditEvent, attrs ...Audi
 		l.mu.Unlock()
 		return false
 	}
-	l.tokens--
 	n := l.suppressed
 	l.suppressed = 0
 	if l.timer != nil {
@@ -97,6 +91,12 @@ func (l *AuditLimiter) Emit(ctx context.Context, event AuditEvent, attrs ...Audi
 	}
 	l.a.Emit(ctx, event, attrs...)
 	return true
+}
+
+// take takes a token at l.now().
+func (l *AuditLimiter) take() bool {
+	ok, _ := l.bucket.Take(l.now())
+	return ok
 }
 
 // flush writes the summary of records suppressed since the last record.

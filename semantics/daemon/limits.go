@@ -1,0 +1,201 @@
+package daemon
+
+import (
+	"fmt"
+	"math"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/cas"
+	"forgeyard.dev/transport/semantics/logs"
+	wlogs "forgeyard.dev/transport/wire/logs"
+)
+
+// Limits are every limit the daemon enforces, decided in one place (in the
+// spirit of libp2p's resource manager): what one connection may use
+// (Conn), the daemon-wide admission control (Admission) and the data-plane
+// quotas (Data). Config carries them as its Limits, Admission and Data
+// fields (SetLimits, AllLimits); internal/config's [limits], [admission]
+// and [data] sections convert to exactly this type. The zero value means
+// the default for every field (DefaultLimits returns them filled);
+// Validate reports the first invalid field; New validates them and fills
+// the defaults.
+//
+// Every limit, its default and what enforces it (TOML key in brackets):
+//
+//	Conn (semantics.Limits, per connection; its doc has the full table):
+//	  MaxStreams          256 [limits.max_streams]   semantics.Conn refuses streams over it (StreamRefused);
+//	                                                 the backends' stream credit is MaxStreams + MaxRefusals (272)
+//	  MaxStreamsPerKind   control 1, heartbeat 1, log 64, CAS up/down 16, other kinds 4    semantics.Conn
+//	  MaxRefusals         16                         semantics.Conn: then CloseLimitExceeded
+//	  HeaderTimeout       10s                        semantics.Conn
+//	  ControlRate         2000/s burst 4000 [limits.control_rate, control_burst]     ratelimit.go, per connection:
+//	  HeartbeatRate       20/s burst 40 [limits.heartbeat_rate, heartbeat_burst]     a message over its rate is answered
+//	  HealthRate          10/s burst 20 [limits.health_rate, health_burst]           WireErrorV1{RateLimited, RetryBackoff,
+//	  CasRate             500/s burst 1000 [limits.cas_rate, cas_burst]              "retry after …"} and not acted on
+//	  IdentityRate        1/min burst 4 [limits.certificate_rate_per_min, certificate_burst]
+//	  MaxRateStrikes      256 [limits.max_rate_strikes]   ratelimit.go: then CloseLimitExceeded
+//	Admission (daemon-wide, admission.go):
+//	  MaxHandshakes       1024 [admission.max_handshakes]     connected, not registered; beyond: CloseOverloaded
+//	  RegistrationRate    200/s burst 400 [admission.registration_rate, registration_burst]
+//	                                                 beyond: RegistrationRejectedV1{Overloaded, "retry after …"}
+//	  MaxConnsPerIP       off [admission.max_conns_per_ip]    beyond: CloseOverloaded
+//	Data (per attempt or per connection, logs.Receiver and cas.Server):
+//	  LogRateBytes        unlimited [data.log_rate_bytes]      per attempt, bytes/s; over it the stream is not read
+//	  LogBurstBytes       max(MaxLogChunk, LogRateBytes) [data.log_burst_bytes]
+//	  MaxAttemptLogBytes  1 GiB [data.max_attempt_log_bytes]   beyond: the log stream is refused (quota)
+//	  MaxLogAttempts      4096                                 attempts whose logs are tracked at once
+//	  CASMaxConcurrent    64 [data.cas_max_concurrent]         CAS transfers over the daemon
+//	  CASMaxPerConn       16 [data.cas_max_per_conn]           CAS transfers per connection
+//	  CASBandwidth        unlimited                            bytes/s of every CAS transfer together
+type Limits struct {
+	Conn      semantics.Limits
+	Admission Admission
+	Data      DataLimits
+}
+
+// DefaultLimits returns the default limits, every field filled.
+func DefaultLimits() Limits { return Limits{}.WithDefaults() }
+
+// WithDefaults returns l with zero fields set to the defaults.
+func (l Limits) WithDefaults() Limits {
+	l.Conn = l.Conn.WithDefaults()
+	l.Admission = l.Admission.withDefaults()
+	l.Data = l.Data.withDefaults()
+	return l
+}
+
+// Validate reports the first invalid field by name.
+func (l *Limits) Validate() error {
+	if err := l.Conn.Validate(); err != nil {
+		return err
+	}
+	if err := l.Admission.validate(); err != nil {
+		return err
+	}
+	return l.Data.validate()
+}
+
+// AllLimits returns the limits c carries (Limits, Admission, Data) as one
+// Limits.
+func (c *Config) AllLimits() Limits {
+	return Limits{Conn: c.Limits, Admission: c.Admission, Data: c.Data}
+}
+
+// SetLimits sets c's Limits, Admission and Data from l.
+func (c *Config) SetLimits(l Limits) { c.Limits, c.Admission, c.Data = l.Conn, l.Admission, l.Data }
+
+// Admission is the daemon-wide admission control of §220–223. Zero fields
+// take the defaults; the per-IP limit is off unless set.
+type Admission struct {
+	// MaxHandshakes bounds the connections that are connected but not yet
+	// registered (§221). A connection beyond it is closed at once with
+	// CloseOverloaded, before its control stream is read.
+	MaxHandshakes int
+	// RegistrationRate bounds handshakes (TransportHelloV1, the start of a
+	// registration) per second over the whole daemon, e.g. the herd of
+	// reconnects after a restart (§219–220). A hello beyond it is answered
+	// with RegistrationRejectedV1{Overloaded, RetryBackoff, "retry after
+	// …"} and the connection closed with CloseOverloaded; the agent backs
+	// off with jitter and retries. A zero Burst is twice the rate.
+	RegistrationRate semantics.Rate
+	// MaxConnsPerIP bounds concurrent connections from one IP address (a
+	// supplement only, §223: many runners may share a NAT). 0 means no
+	// limit. A connection beyond it is closed with CloseOverloaded.
+	MaxConnsPerIP int
+}
+
+// Admission defaults.
+const DefaultMaxHandshakes = 1024
+
+// DefaultRegistrationRate is the default daemon-wide registration rate.
+var DefaultRegistrationRate = semantics.Rate{PerSecond: 200, Burst: 400}
+
+func (a Admission) withDefaults() Admission {
+	if a.MaxHandshakes <= 0 {
+		a.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if a.RegistrationRate.PerSecond <= 0 {
+		a.RegistrationRate.PerSecond = DefaultRegistrationRate.PerSecond
+	}
+	if a.RegistrationRate.Burst <= 0 {
+		a.RegistrationRate.Burst = max(1, int(a.RegistrationRate.PerSecond*2))
+	}
+	return a
+}
+
+func (a Admission) validate() error {
+	r := a.RegistrationRate
+	if a.MaxHandshakes < 0 || a.MaxConnsPerIP < 0 || r.PerSecond < 0 || r.Burst < 0 || math.IsNaN(r.PerSecond) {
+		return fmt.Errorf("daemon: Admission %+v: no field may be negative (0: default / off)", a)
+	}
+	return nil
+}
+
+// DataLimits are the daemon's quotas and rate limits on data streams. Every
+// limit applies per attempt or per connection, so one misbehaving agent
+// cannot take the daemon's memory, disk bandwidth or CAS slots from the
+// others; excess is pushed back to the agent through stream flow control
+// (rates) or refused with a stream error code (quotas), never buffered.
+type DataLimits struct {
+	// LogRateBytes limits each attempt's log to this many uncompressed
+	// bytes per second (a token bucket of LogBurstBytes); the receiver
+	// stops reading an attempt's stream while it is over. 0: unlimited.
+	LogRateBytes float64
+	// LogBurstBytes is the bucket size; at least wlogs.MaxLogChunk and
+	// LogRateBytes (see logs.ReceiverConfig).
+	LogBurstBytes int64
+	// MaxAttemptLogBytes caps one attempt's log (§268): above it the
+	// stream is refused. 0: logs.DefaultMaxAttemptBytes; negative: none.
+	MaxAttemptLogBytes int64
+	// MaxLogAttempts bounds the attempts whose logs are tracked at once.
+	// 0: logs.DefaultMaxAttempts.
+	MaxLogAttempts int
+	// CASMaxConcurrent and CASMaxPerConn bound transfers in progress over
+	// the daemon and per connection; 0: cas.DefaultServerMaxConcurrent and
+	// cas.DefaultServerMaxPerConn.
+	CASMaxConcurrent, CASMaxPerConn int
+	// CASBandwidth paces every CAS transfer's bytes (both directions
+	// together); nil is unlimited.
+	CASBandwidth *cas.Bandwidth
+}
+
+// withDefaults fills the zero fields with the defaults of the log receiver
+// and the CAS server (the values they would take themselves).
+func (d DataLimits) withDefaults() DataLimits {
+	if d.LogRateBytes > 0 {
+		d.LogBurstBytes = max(d.LogBurstBytes, wlogs.MaxLogChunk, int64(d.LogRateBytes))
+	}
+	if d.MaxAttemptLogBytes == 0 {
+		d.MaxAttemptLogBytes = logs.DefaultMaxAttemptBytes
+	}
+	if d.MaxLogAttempts == 0 {
+		d.MaxLogAttempts = logs.DefaultMaxAttempts
+	}
+	if d.CASMaxConcurrent == 0 {
+		d.CASMaxConcurrent = cas.DefaultServerMaxConcurrent
+	}
+	if d.CASMaxPerConn == 0 {
+		d.CASMaxPerConn = cas.DefaultServerMaxPerConn
+	}
+	return d
+}
+
+func (d DataLimits) validate() error {
+	switch {
+	case d.LogRateBytes < 0 || math.IsNaN(d.LogRateBytes):
+		return fmt.Errorf("daemon: DataLimits.LogRateBytes (%v) must not be negative (0: unlimited)", d.LogRateBytes)
+	case d.LogBurstBytes < 0:
+		return fmt.Errorf("daemon: DataLimits.LogBurstBytes (%d) is negative", d.LogBurstBytes)
+	case d.MaxLogAttempts < 0:
+		return fmt.Errorf("daemon: DataLimits.MaxLogAttempts (%d) is negative", d.MaxLogAttempts)
+	case d.CASMaxConcurrent < 0 || d.CASMaxPerConn < 0:
+		return fmt.Errorf("daemon: DataLimits.CASMaxConcurrent (%d) and CASMaxPerConn (%d) must not be negative", d.CASMaxConcurrent, d.CASMaxPerConn)
+	}
+	return nil
+}
+
+// validateLimits validates c's Limits, Admission and Data (New).
+func (c *Config) validateLimits() error {
+	l := c.AllLimits()
+	return l.Validate()
+}
