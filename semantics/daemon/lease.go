@@ -55,6 +55,14 @@ func offerMessageID(id wire.LeaseId) wire.MessageId {
 	return m
 }
 
+// offerMessage is the LeaseOfferV1 of lease l for a transport of epoch
+// epoch: the one place an offer is built (OfferLease validates it before
+// recording the lease, sendOffer sends it).
+func offerMessage(l authority.Lease, epoch uint64) *agentwire.LeaseOfferV1 {
+	return &agentwire.LeaseOfferV1{Lease: l.ID, Attempt: l.Attempt, Job: l.Job, SpecID: l.Spec,
+		ExpiresAtMs: uint64(l.ExpiresAt.UnixMilli()), TTLMs: ms32(l.TTL), PayloadRef: l.Payload, Session: l.Session, Epoch: epoch}
+}
+
 func (o *offer) resent() bool { return o.resends.Add(1) > 1 }
 
 func (o *offer) created() time.Time { return o.start }
@@ -120,9 +128,7 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 	now := d.now()
 	l := authority.Lease{ID: wire.NewLeaseId(), Attempt: o.Attempt, Job: o.Job, Runner: runner, Session: sess,
 		Spec: o.Spec, Payload: o.Payload, TTL: ttl, ExpiresAt: now.Add(ttl), State: authority.LeaseOffered, CreatedAt: now}
-	probe := agentwire.LeaseOfferV1{Lease: l.ID, Attempt: l.Attempt, Job: l.Job, SpecID: l.Spec, ExpiresAtMs: uint64(l.ExpiresAt.UnixMilli()),
-		TTLMs: ms32(ttl), PayloadRef: l.Payload, Session: sess, Epoch: 1}
-	if err := probe.Validate(); err != nil {
+	if err := offerMessage(l, 1).Validate(); err != nil {
 		return authority.Lease{}, fmt.Errorf("daemon: invalid lease offer: %w", err)
 	}
 	// Tracked before it exists in the authority, so a concurrent resync of
@@ -236,8 +242,7 @@ func (c *conn) sendOffer(of *offer) {
 	if !of.sentAt.IsZero() && of.resent() {
 		c.d.st.resends.Add(1)
 	}
-	out := control.Out{ID: of.msgID, Msg: &agentwire.LeaseOfferV1{Lease: l.ID, Attempt: l.Attempt, Job: l.Job, SpecID: l.Spec,
-		ExpiresAtMs: uint64(l.ExpiresAt.UnixMilli()), TTLMs: ms32(l.TTL), PayloadRef: l.Payload, Session: l.Session, Epoch: epoch}}
+	out := control.Out{ID: of.msgID, Msg: offerMessage(l, epoch)}
 	if of.hasTrace && c.traced() {
 		out.Trace, out.HasTrace = of.trace, true
 	}
