@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
+
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
@@ -32,25 +34,25 @@ func TestLogCompressionNegotiated(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			encs := make(chan wlogs.LogStreamHeaderV1, 16)
-			w, sink, _ := dataWorld(t, memoryBackend(), func(cfg *daemon.Config) {
+			w, sink, _ := dataWorld(t, enginetest.MemoryBackend(), func(cfg *daemon.Config) {
 				cfg.Features = c.daemon
 				cfg.Hooks.OnLogStream = func(h wlogs.LogStreamHeaderV1) { encs <- h }
 			})
-			id := w.newIdentity()
+			id := w.NewIdentity()
 			const lines = 50
 			exec := agent.NewSyntheticExecutor(1, agent.SyntheticOptions{LogLines: lines, OutputSize: -1})
-			w.startAgent(id, exec, spoolIn(t.TempDir()), func(cfg *agent.Config) { cfg.Features = c.agent })
-			s := w.awaitRegistered(id.runner)
+			w.StartAgent(id, exec, spoolIn(t.TempDir()), func(cfg *agent.Config) { cfg.Features = c.agent })
+			s := w.AwaitRegistered(id.Runner)
 			if want := c.daemon.Intersect(c.agent); s.Features != want {
 				t.Fatalf("session features %v, want %v", s.Features, want)
 			}
-			w.awaitActive(id.runner)
-			o := offer(3)
-			l, err := w.d.OfferLease(context.Background(), id.runner, o)
+			w.AwaitActive(id.Runner)
+			o := enginetest.Offer(3)
+			l, err := w.D.OfferLease(context.Background(), id.Runner, o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+			w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 			select {
 			case h := <-encs:
 				if h.Attempt != l.Attempt || h.Encoding != c.want {

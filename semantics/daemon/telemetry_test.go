@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
+
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -31,7 +33,7 @@ import (
 // on both sides. It runs two leases: spec(1) logs a line, uploads an
 // output and succeeds; spec(2) waits until the daemon cancels it.
 type telemetryRun struct {
-	w              *world
+	w              *enginetest.World
 	dm, am         *telemetry.Metrics
 	exp            *tracetest.InMemoryExporter
 	dtr, atr       *telemetry.Tracing
@@ -48,13 +50,13 @@ func runTelemetry(t *testing.T) *telemetryRun {
 	sink := &logs.MemorySink{}
 	store := newStore(t)
 	traced := wire.Features(wire.FeatureTraceContextV1)
-	r.w = newWorld(t, quicBackend(), func(c *daemon.Config) {
+	r.w = enginetest.NewWorld(t, enginetest.QuicBackend(), func(c *daemon.Config) {
 		c.LogSink, c.ContentStore, c.Metrics, c.Tracing, c.Features = sink, store, r.dm, r.dtr, traced
 	})
-	id := r.w.newIdentity()
+	id := r.w.NewIdentity()
 	started := make(chan wire.JobAttemptId, 1)
 	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
-		if job.Spec == spec(2) {
+		if job.Spec == enginetest.Spec(2) {
 			started <- job.Attempt
 			<-ctx.Done()
 			return agent.Result{Kind: agentwire.ResultCancelled}
@@ -67,19 +69,19 @@ func runTelemetry(t *testing.T) *telemetryRun {
 		}
 		return agent.Result{Kind: agentwire.ResultSucceeded}
 	})
-	r.w.startAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) {
+	r.w.StartAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) {
 		c.Metrics, c.Tracing, c.Features = r.am, r.atr, traced
 	})
-	r.w.awaitActive(id.runner)
+	r.w.AwaitActive(id.Runner)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := r.w.d.OfferLease(ctx, id.runner, offer(1))
+	l, err := r.w.D.OfferLease(ctx, id.Runner, enginetest.Offer(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.doneLease = l.ID
-	r.done = r.w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
-	l2, err := r.w.d.OfferLease(ctx, id.runner, offer(2))
+	r.done = r.w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
+	l2, err := r.w.D.OfferLease(ctx, id.Runner, enginetest.Offer(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +90,10 @@ func runTelemetry(t *testing.T) *telemetryRun {
 	case <-ctx.Done():
 		t.Fatal("second attempt never started")
 	}
-	if err := r.w.d.CancelAttempt(ctx, l2.Attempt, agentwire.CancelUserRequested); err != nil {
+	if err := r.w.D.CancelAttempt(ctx, l2.Attempt, agentwire.CancelUserRequested); err != nil {
 		t.Fatal(err)
 	}
-	r.canceled = r.w.awaitCompletion(l2.Attempt, agentwire.AckAccepted)
+	r.canceled = r.w.AwaitCompletion(l2.Attempt, agentwire.AckAccepted)
 	// At least one heartbeat round trip (interval 100 ms): wait for the
 	// agent's histogram to have a sample (no event marks it).
 	deadline := time.Now().Add(5 * time.Second)
