@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -594,9 +593,9 @@ func TestReplayAudited(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	var dup, rej float64
 	for time.Now().Before(deadline) {
-		_, fams := scrapeFamilies(t, metrics)
-		dup = familyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "duplicate")
-		rej = familyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "rejected")
+		_, fams := enginetest.ScrapeFamilies(t, metrics)
+		dup = enginetest.FamilyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "duplicate")
+		rej = enginetest.FamilyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "rejected")
 		if dup >= 1 && rej >= 1 {
 			break
 		}

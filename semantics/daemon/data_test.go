@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
@@ -25,48 +24,6 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
-
-// dataBackends runs f on memory and on every network backend (the data
-// plane's §300 items hold on each).
-func dataBackends(t *testing.T, f func(t *testing.T, b enginetest.Backend)) {
-	for _, mk := range []func() enginetest.Backend{enginetest.MemoryBackend, enginetest.QuicBackend, enginetest.YamuxBackend, enginetest.WebtransportBackend} {
-		b := mk()
-		t.Run(b.Name, func(t *testing.T) { f(t, b) })
-	}
-}
-
-// dataWorld is a world whose daemon keeps logs in a MemorySink and objects
-// in an FSStore.
-func dataWorld(t *testing.T, b enginetest.Backend, opts ...enginetest.WorldOpt) (*enginetest.World, *logs.MemorySink, *cas.FSStore) {
-	t.Helper()
-	sink := &logs.MemorySink{}
-	store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := enginetest.NewWorld(t, b, append([]enginetest.WorldOpt{func(c *daemon.Config) { c.LogSink, c.ContentStore = sink, store }}, opts...)...)
-	return w, sink, store
-}
-
-func spoolIn(dir string) enginetest.AgentOpt {
-	return func(c *agent.Config) { c.SpoolDir = dir }
-}
-
-// stdout concatenates an attempt's durable stdout records, checking the
-// sequence numbers are 1, 2, 3, … (no gap, no duplicate).
-func stdout(t *testing.T, sink *logs.MemorySink, a wire.JobAttemptId) string {
-	t.Helper()
-	var sb strings.Builder
-	for i, r := range sink.Records(a) {
-		if r.Seq != uint64(i+1) {
-			t.Fatalf("record %d has seq %d", i, r.Seq)
-		}
-		if r.Kind == wlogs.LogStdout {
-			sb.Write(r.Data)
-		}
-	}
-	return sb.String()
-}
 
 func readObject(t *testing.T, s *cas.FSStore, ref wire.CasObjectRef) []byte {
 	t.Helper()
@@ -88,11 +45,11 @@ func readObject(t *testing.T, s *cas.FSStore, ref wire.CasObjectRef) []byte {
 // (OutputsFinalizedV1) and the completion claims them.
 func TestDataFullLease(t *testing.T) {
 	const lines, size = 40, 96 << 10
-	dataBackends(t, func(t *testing.T, b enginetest.Backend) {
-		w, sink, store := dataWorld(t, b)
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
+		w, sink, store := enginetest.DataWorld(t, b)
 		id := w.NewIdentity()
 		exec := agent.NewSyntheticExecutor(3, agent.SyntheticOptions{LogLines: lines, OutputSize: size})
-		a, _, _ := w.StartAgent(id, exec, spoolIn(t.TempDir()))
+		a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()))
 		w.AwaitActive(id.Runner)
 		o := enginetest.Offer(7)
 		l, err := w.D.OfferLease(context.Background(), id.Runner, o)
@@ -107,7 +64,7 @@ func TestDataFullLease(t *testing.T) {
 		for i := 0; i < lines; i++ {
 			want.WriteString(agent.SyntheticLogLine(o.Spec, i))
 		}
-		if got := stdout(t, sink, l.Attempt); got != want.String() {
+		if got := enginetest.Stdout(t, sink, l.Attempt); got != want.String() {
 			t.Fatalf("sink holds %d bytes, want %d:\n%q", len(got), want.Len(), got)
 		}
 		blob := agent.SyntheticOutput(o.Spec, size)
@@ -137,7 +94,7 @@ func TestDataFullLease(t *testing.T) {
 func TestDataNoSinkNoStore(t *testing.T) {
 	w := enginetest.NewWorld(t, enginetest.MemoryBackend())
 	id := w.NewIdentity()
-	a, _, _ := w.StartAgent(id, agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), spoolIn(t.TempDir()))
+	a, _, _ := w.StartAgent(id, agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), enginetest.SpoolIn(t.TempDir()))
 	w.AwaitActive(id.Runner)
 	l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(1))
 	if err != nil {
@@ -155,10 +112,10 @@ func TestDataNoSinkNoStore(t *testing.T) {
 // TestDataForeignLease: an agent cannot write logs or outputs under
 // another session's lease (the streams are refused, nothing is stored).
 func TestDataForeignLease(t *testing.T) {
-	w, sink, store := dataWorld(t, enginetest.MemoryBackend())
+	w, sink, store := enginetest.DataWorld(t, enginetest.MemoryBackend())
 	victim, thief := w.NewIdentity(), w.NewIdentity()
 	hold := enginetest.NewCountingExec(true)
-	w.StartAgent(victim, hold, spoolIn(t.TempDir()))
+	w.StartAgent(victim, hold, enginetest.SpoolIn(t.TempDir()))
 	w.AwaitActive(victim.Runner)
 	l, err := w.D.OfferLease(context.Background(), victim.Runner, enginetest.Offer(2))
 	if err != nil {
@@ -221,8 +178,8 @@ func (m memSource) Open(ref wire.CasObjectRef, off uint64) (io.ReadCloser, error
 // every line exactly once, in order.
 func TestDataLogResumeAfterCut(t *testing.T) {
 	const lines = 400
-	dataBackends(t, func(t *testing.T, b enginetest.Backend) {
-		w, sink, _ := dataWorld(t, b)
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
+		w, sink, _ := enginetest.DataWorld(t, b)
 		id := w.NewIdentity()
 		half, cont := make(chan struct{}), make(chan struct{})
 		line := func(i int) string { return fmt.Sprintf("line %04d of the cut test %s\n", i, strings.Repeat("x", 40)) }
@@ -242,7 +199,7 @@ func TestDataLogResumeAfterCut(t *testing.T) {
 			}
 			return agent.Result{Kind: agentwire.ResultSucceeded}
 		})
-		a, rd, _ := w.StartAgent(id, exec, spoolIn(t.TempDir()))
+		a, rd, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()))
 		enginetest.AwaitConnected(t, a)
 		w.AwaitActive(id.Runner)
 		l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(9))
@@ -271,7 +228,7 @@ func TestDataLogResumeAfterCut(t *testing.T) {
 		for i := 0; i < lines; i++ {
 			want.WriteString(line(i))
 		}
-		if got := stdout(t, sink, l.Attempt); got != want.String() {
+		if got := enginetest.Stdout(t, sink, l.Attempt); got != want.String() {
 			t.Fatalf("sink holds %d bytes, want %d", len(got), want.Len())
 		}
 		if a.Stats().Reconnects < 1 {
@@ -291,11 +248,11 @@ func TestDataCancelUnderLoad(t *testing.T) {
 	if testing.Short() {
 		samples, blobSize = 6, 1<<20
 	}
-	dataBackends(t, func(t *testing.T, b enginetest.Backend) {
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
 		// Liveness is 3 heartbeat intervals; a loaded 2-core CI machine
 		// under -race can starve goroutines for a few hundred ms.
 		const hb = 250 * time.Millisecond
-		w, _, _ := dataWorld(t, b, func(c *daemon.Config) { c.Timing.HeartbeatInterval = hb })
+		w, _, _ := enginetest.DataWorld(t, b, func(c *daemon.Config) { c.Timing.HeartbeatInterval = hb })
 		id := w.NewIdentity()
 		type role int
 		const (
@@ -333,7 +290,7 @@ func TestDataCancelUnderLoad(t *testing.T) {
 			}
 		})
 		upDone := make(chan struct{}, 64) // any upload's completion releases one loop
-		a, _, _ := w.StartAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) {
+		a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) {
 			c.LogSpoolLimit = 4 << 20
 			c.Hooks.OnAttemptDone = func(d agent.AttemptDone) {
 				if r, _ := roles.Load(d.Job.Spec); r == uploader {
@@ -515,14 +472,14 @@ func awaitCompletionOK(w *enginetest.World, attempt wire.JobAttemptId, d time.Du
 // (its lease then revoked) is forgotten, so the receiver's attempt table
 // stays bounded by live attempts; the durable records stay in the sink.
 func TestDataLogStateSwept(t *testing.T) {
-	w, sink, _ := dataWorld(t, enginetest.MemoryBackend())
+	w, sink, _ := enginetest.DataWorld(t, enginetest.MemoryBackend())
 	id := w.NewIdentity()
 	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
 		_ = out.Log(wlogs.LogStdout, []byte("before the agent vanished\n"))
 		<-ctx.Done()
 		return agent.Result{Kind: agentwire.ResultCancelled}
 	})
-	a, _, _ := w.StartAgent(id, exec, spoolIn(t.TempDir()))
+	a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()))
 	w.AwaitActive(id.Runner)
 	l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(4))
 	if err != nil {
@@ -560,7 +517,7 @@ func TestDataLogStateSwept(t *testing.T) {
 // check (no CAS verdict at all), while an agent's, for a lease it does not
 // hold, gets the Forbidden verdict.
 func TestDataRoleAgentOnly(t *testing.T) {
-	w, _, _ := dataWorld(t, enginetest.MemoryBackend())
+	w, _, _ := enginetest.DataWorld(t, enginetest.MemoryBackend())
 	blob := []byte("object")
 	ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(blob), Size: uint64(len(blob))}
 	up, err := cas.NewUploader(cas.UploaderConfig{Source: memSource{blob}})
@@ -647,7 +604,7 @@ func TestDataAuthorityHiccupNotForbidden(t *testing.T) {
 		auth.fail.Store(4) // the next lease look-ups fail: the data plane's, after the run
 		return r
 	})
-	a, _, _ := w.StartAgent(id, exec, spoolIn(t.TempDir()))
+	a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()))
 	w.AwaitActive(id.Runner)
 	o := enginetest.Offer(9)
 	l, err := w.D.OfferLease(context.Background(), id.Runner, o)

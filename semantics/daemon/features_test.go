@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
@@ -34,14 +33,14 @@ func TestLogCompressionNegotiated(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			encs := make(chan wlogs.LogStreamHeaderV1, 16)
-			w, sink, _ := dataWorld(t, enginetest.MemoryBackend(), func(cfg *daemon.Config) {
+			w, sink, _ := enginetest.DataWorld(t, enginetest.MemoryBackend(), func(cfg *daemon.Config) {
 				cfg.Features = c.daemon
 				cfg.Hooks.OnLogStream = func(h wlogs.LogStreamHeaderV1) { encs <- h }
 			})
 			id := w.NewIdentity()
 			const lines = 50
 			exec := agent.NewSyntheticExecutor(1, agent.SyntheticOptions{LogLines: lines, OutputSize: -1})
-			w.StartAgent(id, exec, spoolIn(t.TempDir()), func(cfg *agent.Config) { cfg.Features = c.agent })
+			w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(cfg *agent.Config) { cfg.Features = c.agent })
 			s := w.AwaitRegistered(id.Runner)
 			if want := c.daemon.Intersect(c.agent); s.Features != want {
 				t.Fatalf("session features %v, want %v", s.Features, want)
@@ -65,7 +64,7 @@ func TestLogCompressionNegotiated(t *testing.T) {
 			for i := 0; i < lines; i++ {
 				want.WriteString(agent.SyntheticLogLine(o.Spec, i))
 			}
-			if got := stdout(t, sink, l.Attempt); got != want.String() {
+			if got := enginetest.Stdout(t, sink, l.Attempt); got != want.String() {
 				t.Fatalf("stored log differs: %d bytes, want %d", len(got), want.Len())
 			}
 		})

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/semantics/daemon"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )

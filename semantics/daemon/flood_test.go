@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/logs"
@@ -50,7 +49,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 		duration = 2500 * time.Millisecond
 	)
 	const hb = 250 * time.Millisecond
-	dataBackends(t, func(t *testing.T, b enginetest.Backend) {
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
 		// Logs go to disk (a FileSink): the sink is another subsystem and
 		// must not count against the transport's heap.
 		fsink, err := logs.NewFileSink(t.TempDir(), logs.FileSinkOptions{})
@@ -58,7 +57,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = fsink.Close() })
-		w, _, _ := dataWorld(t, b, func(c *daemon.Config) {
+		w, _, _ := enginetest.DataWorld(t, b, func(c *daemon.Config) {
 			c.LogSink = fsink
 			c.Data = daemon.DataLimits{LogRateBytes: rate, LogBurstBytes: burst, MaxAttemptLogBytes: quota}
 			// A loaded 2-core CI machine under -race starves goroutines for
@@ -91,7 +90,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 		badAgent, _, _ := w.StartAgent(bad, agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
 			floodStarted <- struct{}{}
 			return floodExec(ctx, job, out)
-		}), spoolIn(t.TempDir()), func(c *agent.Config) { c.LogSpoolLimit = 8 << 20 })
+		}), enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) { c.LogSpoolLimit = 8 << 20 })
 
 		// The well-behaved agent: holds each attempt until cancelled.
 		started := make(chan wire.JobAttemptId, 1)
@@ -102,7 +101,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 			<-ctx.Done()
 			cancelled <- time.Now()
 			return agent.Result{Kind: agentwire.ResultCancelled}
-		}), spoolIn(t.TempDir()))
+		}), enginetest.SpoolIn(t.TempDir()))
 		w.AwaitActive(bad.Runner)
 		w.AwaitActive(good.Runner)
 		ctx := context.Background()

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"

@@ -8,9 +8,8 @@ import (
 	"crypto/rand"
 	"testing"
 
-	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/backends/memory"
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"

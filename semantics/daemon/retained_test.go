@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
@@ -73,7 +72,7 @@ func retainedWorld(t *testing.T) (*enginetest.World, enginetest.Identity, *compl
 	})
 	id := w.NewIdentity()
 	exec := agent.NewSyntheticExecutor(5, agent.SyntheticOptions{LogLines: 8, OutputSize: 512})
-	w.StartAgent(id, exec, spoolIn(filepath.Join(dir, "spool")))
+	w.StartAgent(id, exec, enginetest.SpoolIn(filepath.Join(dir, "spool")))
 	w.AwaitActive(id.Runner)
 	return w, id, cc
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
@@ -107,7 +106,7 @@ func TestSecretNeverLeaks(t *testing.T) {
 		exec.want[k] = bytes.Clone(v)
 	}
 	id := w.NewIdentity()
-	a, _, _ := w.StartAgent(id, exec, spoolIn(filepath.Join(dir, "spool")), func(c *agent.Config) { c.Logger = debug })
+	a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(filepath.Join(dir, "spool")), func(c *agent.Config) { c.Logger = debug })
 	enginetest.AwaitConnected(t, a)
 	w.AwaitActive(id.Runner)
 	l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(1))

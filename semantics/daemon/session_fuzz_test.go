@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/backends/memory"
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"

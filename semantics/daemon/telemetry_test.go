@@ -1,23 +1,16 @@
 package daemon_test
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/internal/enginetest"
-
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -69,7 +62,7 @@ func runTelemetry(t *testing.T) *telemetryRun {
 		}
 		return agent.Result{Kind: agentwire.ResultSucceeded}
 	})
-	r.w.StartAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) {
+	r.w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) {
 		c.Metrics, c.Tracing, c.Features = r.am, r.atr, traced
 	})
 	r.w.AwaitActive(id.Runner)
@@ -115,64 +108,6 @@ func newStore(t *testing.T) *cas.FSStore {
 	return store
 }
 
-// scrapeFamilies GETs /metrics from m's handler and parses the text
-// exposition.
-func scrapeFamilies(t *testing.T, m *telemetry.Metrics) (string, map[string]*dto.MetricFamily) {
-	t.Helper()
-	srv := httptest.NewServer(m.Handler())
-	defer srv.Close()
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
-	req.Header.Set("Accept", "text/plain; version=0.0.4")
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
-	if err != nil {
-		t.Fatalf("parse /metrics: %v\n%s", err, b)
-	}
-	return string(b), fams
-}
-
-// familyValue sums a family's counter/gauge values (histograms: sample
-// count) over the series whose labels include want (name=value pairs).
-func familyValue(fams map[string]*dto.MetricFamily, name string, want ...string) float64 {
-	f := fams[name]
-	if f == nil {
-		return -1
-	}
-	var sum float64
-next:
-	for _, m := range f.GetMetric() {
-		for i := 0; i+1 < len(want); i += 2 {
-			ok := false
-			for _, l := range m.GetLabel() {
-				if l.GetName() == want[i] && l.GetValue() == want[i+1] {
-					ok = true
-				}
-			}
-			if !ok {
-				continue next
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum
-}
-
 func histCount(t *testing.T, m *telemetry.Metrics, name string) float64 {
 	t.Helper()
 	fams, err := m.Registry().Gather()
@@ -213,8 +148,8 @@ func promtoolCheck(t *testing.T, text string) {
 // gauges never go negative, and promtool accepts both expositions.
 func TestMetricsFedByEngines(t *testing.T) {
 	r := runTelemetry(t)
-	dtext, d := scrapeFamilies(t, r.dm)
-	atext, a := scrapeFamilies(t, r.am)
+	dtext, d := enginetest.ScrapeFamilies(t, r.dm)
+	atext, a := enginetest.ScrapeFamilies(t, r.am)
 	type check struct {
 		fams   map[string]*dto.MetricFamily
 		side   string
@@ -247,14 +182,14 @@ func TestMetricsFedByEngines(t *testing.T) {
 		{a, "agent", "forgeyard_cas_objects_total", []string{"direction", "upload"}},
 	}
 	for _, c := range checks {
-		if v := familyValue(c.fams, c.name, c.labels...); v <= 0 {
+		if v := enginetest.FamilyValue(c.fams, c.name, c.labels...); v <= 0 {
 			t.Errorf("%s %s%v = %v, want > 0", c.side, c.name, c.labels, v)
 		}
 	}
 	for _, fams := range []map[string]*dto.MetricFamily{d, a} {
 		for _, g := range []string{"forgeyard_transport_control_queue_depth", "forgeyard_transport_log_queue_depth",
 			"forgeyard_transport_cas_queue_depth", "forgeyard_log_spool_bytes"} {
-			if v := familyValue(fams, g); v < 0 {
+			if v := enginetest.FamilyValue(fams, g); v < 0 {
 				t.Errorf("%s = %v (missing or negative)", g, v)
 			}
 		}

@@ -1,4 +1,4 @@
-package daemon_test
+package agent_test
 
 import (
 	"context"
@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/internal/netsim"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
@@ -138,8 +137,8 @@ func TestFallbackUDPDroppedRegistersOverYamux(t *testing.T) {
 	if n := a.Stats().BackendChanges[agent.BackendChange{From: "quic", To: "yamux"}]; n != 1 {
 		t.Fatalf("BackendChanges %v", a.Stats().BackendChanges)
 	}
-	_, fams := scrapeFamilies(t, m)
-	if v := familyValue(fams, "forgeyard_transport_fallback_events_total", "from", "quic", "to", "yamux"); v != 1 {
+	_, fams := enginetest.ScrapeFamilies(t, m)
+	if v := enginetest.FamilyValue(fams, "forgeyard_transport_fallback_events_total", "from", "quic", "to", "yamux"); v != 1 {
 		t.Fatalf("forgeyard_transport_fallback_events_total{from=quic,to=yamux} = %v, want 1", v)
 	}
 }
@@ -311,7 +310,7 @@ func TestFallbackMoveBackKeepsAttempt(t *testing.T) {
 	var connected <-chan struct{}
 	var changes atomic.Int64
 	done := make(chan agent.AttemptDone, 4)
-	a, _, _ := w.StartAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) {
+	a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) {
 		c.Endpoints = w.endpoints(id, nil)
 		c.RequestTimeout = 2 * time.Second
 		c.Fallback = agent.Fallback{ProbeInterval: 50 * time.Millisecond, ProbeSuccesses: 3}
@@ -350,7 +349,7 @@ func TestFallbackMoveBackKeepsAttempt(t *testing.T) {
 	for i := 0; i < lines; i++ {
 		want.WriteString(line(i))
 	}
-	if got := stdout(t, w.sink, l.Attempt); got != want.String() {
+	if got := enginetest.Stdout(t, w.sink, l.Attempt); got != want.String() {
 		t.Fatalf("sink holds %d bytes, want %d", len(got), want.Len())
 	}
 	st := a.Stats()

@@ -1,9 +1,8 @@
-package daemon_test
+package agent_test
 
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"strings"
@@ -11,30 +10,12 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/enginetest"
-
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
-
-// putObject stores data in s and returns its reference.
-func putObject(t *testing.T, s cas.ContentStore, data []byte) wire.CasObjectRef {
-	t.Helper()
-	ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(data), Size: uint64(len(data))}
-	p, err := s.Create(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Append(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	return ref
-}
 
 // TestDataPayloadFetch (§87–93): with FetchPayload the agent downloads the
 // lease's payload from the daemon's store and verifies it before the
@@ -43,11 +24,11 @@ func putObject(t *testing.T, s cas.ContentStore, data []byte) wire.CasObjectRef 
 // the daemon serves a lease only its own payload (the executor cannot
 // fetch another lease's).
 func TestDataPayloadFetch(t *testing.T) {
-	dataBackends(t, func(t *testing.T, b enginetest.Backend) {
-		w, _, store := dataWorld(t, b)
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
+		w, _, store := enginetest.DataWorld(t, b)
 		id := w.NewIdentity()
 		payload := bytes.Repeat([]byte("forgeyard payload\n"), 200_000) // 3.4 MiB
-		ref := putObject(t, store, payload)
+		ref := enginetest.PutObject(t, store, payload)
 		got := make(chan []byte, 2)
 		ran := make(chan wire.JobAttemptId, 4)
 		exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
@@ -64,7 +45,7 @@ func TestDataPayloadFetch(t *testing.T) {
 			got <- b
 			return agent.Result{Kind: agentwire.ResultSucceeded}
 		})
-		a, _, _ := w.StartAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) { c.FetchPayload = true })
+		a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) { c.FetchPayload = true })
 		w.AwaitActive(id.Runner)
 		ctx := context.Background()
 
@@ -140,10 +121,10 @@ func (r slowReader) Read(p []byte) (int, error) {
 func TestDataPayloadShared(t *testing.T) {
 	b := enginetest.MemoryBackend()
 	var slow slowStore
-	w, _, store := dataWorld(t, b, func(c *daemon.Config) { c.ContentStore = &slow })
+	w, _, store := enginetest.DataWorld(t, b, func(c *daemon.Config) { c.ContentStore = &slow })
 	slow = slowStore{FSStore: store, pause: 40 * time.Millisecond}
 	payload := bytes.Repeat([]byte("shared payload\n"), 70_000) // 1 MiB: ≥ 16 reads of 64 KiB, ≥ 640 ms
-	ref := putObject(t, store, payload)
+	ref := enginetest.PutObject(t, store, payload)
 	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
 		rc, err := job.OpenPayload()
 		if err != nil {
@@ -157,7 +138,7 @@ func TestDataPayloadShared(t *testing.T) {
 		return agent.Result{Kind: agentwire.ResultSucceeded}
 	})
 	id := w.NewIdentity()
-	a, _, _ := w.StartAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) { c.FetchPayload = true })
+	a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) { c.FetchPayload = true })
 	w.AwaitActive(id.Runner)
 	want := map[wire.JobAttemptId]bool{}
 	for i := range 3 {
