@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/ecdsa"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +14,6 @@ import (
 	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/internal/pgtest"
 	"forgeyard.dev/transport/semantics"
-	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/trust"
@@ -25,68 +21,6 @@ import (
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
-
-// newIDWorld is newWorldWith for identity tests: the listener accepts
-// connections without a client certificate (enrollment), the daemon signs
-// with the PKI's CA and polls revocations every 50 ms.
-func newIDWorld(t *testing.T, b enginetest.Backend, pki *trusttest.PKI, auth authority.Authority, opts ...enginetest.WorldOpt) *enginetest.World {
-	t.Helper()
-	w := &enginetest.World{T: t, B: b, Pki: pki, Auth: auth, Ev: enginetest.NewEvents(), LogBuf: &enginetest.SyncBuffer{}}
-	cfg := daemon.Config{Authority: auth, RunnerCAs: pki.CAPool(), Timing: enginetest.FastTiming(), Hooks: w.Ev.Hooks(),
-		Logger:   slog.New(slog.NewJSONHandler(w.LogBuf, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Identity: daemon.IdentityConfig{Issuer: pki.Issuer(time.Hour), RevocationPoll: 50 * time.Millisecond}}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	d, err := daemon.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.D = d
-	srv := pki.ServerConfig(t, "localhost")
-	srv.ClientAuth = tls.VerifyClientCertIfGiven
-	l, addr := b.Listen(t, srv)
-	w.Addr = addr
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := d.Serve(context.Background(), l); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = d.Shutdown(ctx)
-		<-served
-	})
-	return w
-}
-
-func sqliteAuth(t *testing.T) authority.Authority {
-	t.Helper()
-	a, err := authority.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "a.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
-	return a
-}
-
-// createToken stores a fresh token valid for ttl and returns it.
-func createToken(t *testing.T, auth authority.Authority, name string, ttl time.Duration) string {
-	t.Helper()
-	tok, err := trust.NewEnrollmentToken()
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	if err := authority.IdentitiesOf(auth).CreateEnrollmentToken(context.Background(), authority.EnrollmentToken{
-		Hash: trust.HashEnrollmentToken(tok), ID: trust.EnrollmentTokenID(tok), Name: name, CreatedAt: now.Add(-time.Second), ExpiresAt: now.Add(ttl)}); err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
 
 // recWrites records every byte the client writes on its streams.
 type recWrites struct {
@@ -132,53 +66,17 @@ func (d recWriteDialer) Dial(ctx context.Context, addr string) (semantics.Backen
 	return recConn{c, d.w}, nil
 }
 
-func enroll(w *enginetest.World, tok string, dialer semantics.BackendDialer) (*agent.Enrollment, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if dialer == nil {
-		dialer = w.B.Dialer(w.T, w.Pki.NoClientCertConfig(w.T, "localhost"))
-	}
-	return agent.Enroll(ctx, agent.EnrollRequest{Endpoint: agent.Endpoint{Address: w.Addr, Dialer: dialer, Backend: w.B.Name},
-		Token: tok, RequestTimeout: 8 * time.Second})
-}
-
-// startEnrolled runs an agent on an enrolled identity with rotatable
-// credentials stored in dir.
-func startEnrolled(w *enginetest.World, en *agent.Enrollment, dir string, exec agent.Executor, opts ...enginetest.AgentOpt) (*agent.Agent, *trust.Credentials, chan error) {
-	w.T.Helper()
-	cf, kf := filepath.Join(dir, "agent.pem"), filepath.Join(dir, "agent-key.pem")
-	if err := trust.WriteCredentialFiles(cf, kf, en.Chain, en.Key); err != nil {
-		w.T.Fatal(err)
-	}
-	creds, err := trust.LoadCredentials(cf, kf)
-	if err != nil {
-		w.T.Fatal(err)
-	}
-	credFiles.Store(creds, [2]string{cf, kf})
-	return startWithCreds(w, en.Runner, creds, exec, opts...)
-}
-
-func startWithCreds(w *enginetest.World, runner wire.RunnerId, creds *trust.Credentials, exec agent.Executor, opts ...enginetest.AgentOpt) (*agent.Agent, *trust.Credentials, chan error) {
-	w.T.Helper()
-	cli := creds.ClientConfigFor(w.Pki.NoClientCertConfig(w.T, "localhost"))
-	a, _, runErr := w.StartAgent(enginetest.Identity{Runner: runner, Cert: *creds.Certificate()}, exec, append([]enginetest.AgentOpt{func(c *agent.Config) {
-		c.Signer, c.CertChain, c.Credentials = nil, nil, creds
-		c.Endpoints[0].Dialer = &enginetest.RecDialer{Inner: w.B.Dialer(w.T, cli)}
-	}}, opts...)...)
-	return a, creds, runErr
-}
-
 // TestEnrollment (§20): a one-time token over server-authenticated TLS
 // yields a certificate bound to a fresh RunnerId for the agent's own key;
 // the agent then registers with it; the request bytes hold no private key;
 // the token cannot be used again.
 func TestEnrollment(t *testing.T) {
 	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
-		auth := sqliteAuth(t)
-		w := newIDWorld(t, b, trusttest.NewPKI(t), auth)
-		tok := createToken(t, auth, "build-7", time.Hour)
+		auth := enginetest.SqliteAuth(t)
+		w := enginetest.NewIDWorld(t, b, trusttest.NewPKI(t), auth)
+		tok := enginetest.CreateToken(t, auth, "build-7", time.Hour)
 		rec := &recWrites{}
-		en, err := enroll(w, tok, recWriteDialer{inner: b.Dialer(t, w.Pki.NoClientCertConfig(t, "localhost")), w: rec})
+		en, err := enginetest.Enroll(w, tok, recWriteDialer{inner: b.Dialer(t, w.Pki.NoClientCertConfig(t, "localhost")), w: rec})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,11 +100,11 @@ func TestEnrollment(t *testing.T) {
 			t.Fatal("recorder did not see the request")
 		}
 		// The token is one-time.
-		if _, err := enroll(w, tok, nil); err == nil || !strings.Contains(err.Error(), "already used") {
+		if _, err := enginetest.Enroll(w, tok, nil); err == nil || !strings.Contains(err.Error(), "already used") {
 			t.Fatalf("second use: %v", err)
 		}
 		// The new identity registers.
-		a, _, _ := startEnrolled(w, en, t.TempDir(), enginetest.NewCountingExec(false))
+		a, _, _ := enginetest.StartEnrolled(w, en, t.TempDir(), enginetest.NewCountingExec(false))
 		if reg := w.AwaitRegistered(en.Runner); reg.Session != a.Session() {
 			t.Fatalf("registration %+v", reg)
 		}
@@ -227,22 +125,22 @@ func TestEnrollment(t *testing.T) {
 // requests get clear errors; an unauthenticated connection can do nothing
 // but enroll.
 func TestEnrollmentRefusals(t *testing.T) {
-	auth := sqliteAuth(t)
-	w := newIDWorld(t, enginetest.MemoryBackend(), trusttest.NewPKI(t), auth)
+	auth := enginetest.SqliteAuth(t)
+	w := enginetest.NewIDWorld(t, enginetest.MemoryBackend(), trusttest.NewPKI(t), auth)
 	unknown, _ := trust.NewEnrollmentToken()
-	if _, err := enroll(w, unknown, nil); err == nil || !strings.Contains(err.Error(), "enrollment token unknown") {
+	if _, err := enginetest.Enroll(w, unknown, nil); err == nil || !strings.Contains(err.Error(), "enrollment token unknown") {
 		t.Fatalf("unknown token: %v", err)
 	}
-	exp := createToken(t, auth, "x", time.Millisecond)
+	exp := enginetest.CreateToken(t, auth, "x", time.Millisecond)
 	time.Sleep(5 * time.Millisecond) // let the 1 ms token expire (wall clock; no event exists)
-	if _, err := enroll(w, exp, nil); err == nil || !strings.Contains(err.Error(), "enrollment token expired") {
+	if _, err := enginetest.Enroll(w, exp, nil); err == nil || !strings.Contains(err.Error(), "enrollment token expired") {
 		t.Fatalf("expired token: %v", err)
 	}
-	rev := createToken(t, auth, "y", time.Hour)
+	rev := enginetest.CreateToken(t, auth, "y", time.Hour)
 	if err := authority.IdentitiesOf(auth).RevokeEnrollmentToken(context.Background(), trust.EnrollmentTokenID(rev), time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := enroll(w, rev, nil); err == nil || !strings.Contains(err.Error(), "revoked") {
+	if _, err := enginetest.Enroll(w, rev, nil); err == nil || !strings.Contains(err.Error(), "revoked") {
 		t.Fatalf("revoked token: %v", err)
 	}
 	// Raw unauthenticated connection: a bad CSR, then registration and a
@@ -250,14 +148,14 @@ func TestEnrollmentRefusals(t *testing.T) {
 	noCert := enginetest.Identity{Runner: wire.NewRunnerId()}
 	rc := enginetest.RawOn(t, dialNoCert(t, w), noCert)
 	rc.Hello(agentwire.RoleAgent)
-	good := createToken(t, auth, "z", time.Hour)
+	good := enginetest.CreateToken(t, auth, "z", time.Hour)
 	_, err := rc.Call(&agentwire.CertificateRequestV1{Token: good, CSR: []byte("not a csr")})
 	var we *wire.WireErrorV1
 	if !errors.As(err, &we) || we.Code != wire.ErrCodeInvalidValue {
 		t.Fatalf("bad CSR: %v", err)
 	}
 	// The token survived the bad request (checked before consumption).
-	if _, err := enroll(w, good, nil); err != nil {
+	if _, err := enginetest.Enroll(w, good, nil); err != nil {
 		t.Fatalf("token after a bad CSR: %v", err)
 	}
 	rc2 := enginetest.RawOn(t, dialNoCert(t, w), noCert)
@@ -312,9 +210,9 @@ func TestEnrollmentTokenRaceTwoDaemons(t *testing.T) {
 	slow := func(c *daemon.Config) {
 		c.Timing.RequestTimeout, c.Timing.RegistrationTimeout = 5*time.Second, 10*time.Second
 	}
-	w1 := newIDWorld(t, b, pki, open(), slow, func(c *daemon.Config) { c.ID = "d1" })
-	w2 := newIDWorld(t, b, pki, open(), slow, func(c *daemon.Config) { c.ID = "d2" })
-	tok := createToken(t, w1.Auth, "race", time.Hour)
+	w1 := enginetest.NewIDWorld(t, b, pki, open(), slow, func(c *daemon.Config) { c.ID = "d1" })
+	w2 := enginetest.NewIDWorld(t, b, pki, open(), slow, func(c *daemon.Config) { c.ID = "d2" })
+	tok := enginetest.CreateToken(t, w1.Auth, "race", time.Hour)
 	const n = 6
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -326,7 +224,7 @@ func TestEnrollmentTokenRaceTwoDaemons(t *testing.T) {
 			if i%2 == 1 {
 				w = w2
 			}
-			_, errs[i] = enroll(w, tok, nil)
+			_, errs[i] = enginetest.Enroll(w, tok, nil)
 		}()
 	}
 	wg.Wait()
@@ -343,167 +241,15 @@ func TestEnrollmentTokenRaceTwoDaemons(t *testing.T) {
 	}
 }
 
-// TestRotationKeepsRunnerAndSession (§21, §300): the agent renews over its
-// session, stores the new certificate and key, reconnects with them under
-// the same RunnerId and AgentSessionId, and its in-flight attempt
-// continues and completes exactly once.
-func TestRotationKeepsRunnerAndSession(t *testing.T) {
-	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
-		auth := sqliteAuth(t)
-		// Heartbeat gaps under -race on 2 cores must not close the link
-		// between the renewal and its answer.
-		w := newIDWorld(t, b, trusttest.NewPKI(t), auth, func(c *daemon.Config) { c.Timing.HeartbeatInterval = time.Second })
-		en, err := enroll(w, createToken(t, auth, "rot", time.Hour), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		renewed := make(chan *x509.Certificate, 4)
-		exec := enginetest.NewCountingExec(true)
-		a, creds, _ := startEnrolled(w, en, t.TempDir(), exec, func(c *agent.Config) {
-			c.Hooks.OnCertificateRenewed = func(c *x509.Certificate) { renewed <- c }
-		})
-		first := w.AwaitRegistered(en.Runner)
-		w.AwaitActive(en.Runner)
-		go func() { _, _ = w.D.OfferLease(context.Background(), en.Runner, enginetest.Offer(3)) }()
-		job := enginetest.AwaitStart(t, exec)
-
-		enginetest.AwaitConnected(t, a) // the offer may be served before the link is published
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := a.RenewCertificate(ctx); err != nil {
-			t.Fatal(err)
-		}
-		var leaf *x509.Certificate
-		select {
-		case leaf = <-renewed:
-		case <-time.After(5 * time.Second):
-			t.Fatal("no renewal event")
-		}
-		if trust.SerialString(leaf) == trust.SerialString(en.Leaf) || !bytes.Equal(creds.Leaf().Raw, leaf.Raw) {
-			t.Fatal("credentials not replaced")
-		}
-		if id, _ := trust.RunnerIDFromCert(leaf); id != en.Runner {
-			t.Fatalf("renewed certificate names %v", id)
-		}
-		again := w.AwaitRegistered(en.Runner)
-		if again.Session != first.Session || again.Session != a.Session() || again.Epoch <= first.Epoch {
-			t.Fatalf("after rotation: %+v, before %+v", again, first)
-		}
-		// The files hold the new pair (a restart would use it).
-		if reloaded, err := trust.LoadCredentials(filepathOf(t, creds)); err != nil || trust.SerialString(reloaded.Leaf()) != trust.SerialString(leaf) {
-			t.Fatalf("files: %v", err)
-		}
-		w.AwaitActive(en.Runner)
-		close(exec.Release)
-		w.AwaitCompletion(job.Attempt, agentwire.AckAccepted)
-		if n, _ := auth.Completions(context.Background(), job.Attempt); n != 1 || exec.Count(job.Attempt) != 1 {
-			t.Fatalf("completions %d, runs %d", n, exec.Count(job.Attempt))
-		}
-		if st := w.D.IdentityStats(); st.Renewed != 1 {
-			t.Fatalf("stats %+v", st)
-		}
-		if !strings.Contains(w.LogBuf.String(), `"event":"identity.renewed"`) {
-			t.Fatal("no renewal audit record")
-		}
-		// Once the agent registered with the renewed certificate, the
-		// old one is revoked (a stolen copy of the old key is useless):
-		// an agent presenting it is refused.
-		oldSerial := trust.SerialString(en.Leaf)
-		deadline := time.Now().Add(5 * time.Second)
-		for w.D.IdentityStats().Superseded == 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond) // retired on the connection's work goroutine after registration
-		}
-		certs, err := authority.IdentitiesOf(auth).Certificates(context.Background(), en.Runner)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range certs {
-			if want := c.Serial == oldSerial; c.Revoked != want {
-				t.Fatalf("certificate %s revoked=%v (old %s, new %s)", c.Serial, c.Revoked, oldSerial, trust.SerialString(leaf))
-			}
-		}
-		_, _, oldErr := startEnrolled(w, en, t.TempDir(), enginetest.NewCountingExec(false))
-		select {
-		case err := <-oldErr:
-			var re *agent.RejectedError
-			if !errors.As(err, &re) || re.Code != wire.ErrCodeForbidden || !strings.Contains(re.Message, "revoked") {
-				t.Fatalf("agent with the superseded certificate: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("an agent with the superseded certificate kept running")
-		}
-	})
-}
-
-// credFiles maps credentials written by startEnrolled to their files.
-var credFiles sync.Map
-
-// filepathOf returns the files of credentials started by startEnrolled.
-
-func filepathOf(t *testing.T, c *trust.Credentials) (string, string) {
-	t.Helper()
-	v, ok := credFiles.Load(c)
-	if !ok {
-		t.Fatal("credentials not file-backed by startEnrolled")
-	}
-	p := v.([2]string)
-	return p[0], p[1]
-}
-
-// TestAutomaticRenewal: a certificate reaching 2/3 of its lifetime is
-// renewed without any call, before it expires.
-func TestAutomaticRenewal(t *testing.T) {
-	auth := sqliteAuth(t)
-	// 1 s heartbeats: a heartbeat gap under -race must not be what cuts
-	// the link this test watches.
-	w := newIDWorld(t, enginetest.MemoryBackend(), trusttest.NewPKI(t), auth, func(c *daemon.Config) { c.Timing.HeartbeatInterval = time.Second })
-	runner := wire.NewRunnerId()
-	now := time.Now()
-	short := w.Pki.IssueClient(t, runner, trusttest.LeafOptions{NotBefore: now.Add(-time.Second), NotAfter: now.Add(4 * time.Second)})
-	creds, err := trust.NewCredentials(short)
-	if err != nil {
-		t.Fatal(err)
-	}
-	renewed := make(chan *x509.Certificate, 4)
-	a, _, _ := startWithCreds(w, runner, creds, enginetest.NewCountingExec(false), func(c *agent.Config) {
-		c.Hooks.OnCertificateRenewed = func(c *x509.Certificate) { renewed <- c }
-	})
-	first := w.AwaitRegistered(runner)
-	select {
-	case leaf := <-renewed:
-		if !leaf.NotAfter.After(short.Leaf.NotAfter) {
-			t.Fatal("renewed certificate does not outlive the old one")
-		}
-		if time.Now().After(short.Leaf.NotAfter) {
-			t.Fatal("renewed only after expiry")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("certificate not renewed before expiry")
-	}
-	again := w.AwaitRegistered(runner)
-	if again.Session != first.Session || again.Session != a.Session() {
-		t.Fatal("session changed")
-	}
-	// Past the old certificate's expiry the agent is still connected.
-	time.Sleep(time.Until(short.Leaf.NotAfter.Add(200 * time.Millisecond)))
-	if s := enginetest.AwaitConnected(t, a); s.Transport != again.Transport {
-		var closes []error
-		for len(w.Ev.Disconnects) > 0 {
-			closes = append(closes, <-w.Ev.Disconnects)
-		}
-		t.Fatalf("transport changed after the old certificate expired: %v vs %v (closes: %v)", s.Transport, again.Transport, closes)
-	}
-}
-
 // TestExpiredCredentials (§22): an expired certificate fails the TLS
 // handshake with a message explaining the expiry; a certificate expiring
 // while connected closes the transport with AuthenticationFailure and an
 // audit record.
 func TestExpiredCredentials(t *testing.T) {
 	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
-		auth := sqliteAuth(t)
+		auth := enginetest.SqliteAuth(t)
 		// Heartbeats every 2 s: the raw client below does not send any.
-		w := newIDWorld(t, b, trusttest.NewPKI(t), auth, func(c *daemon.Config) { c.Timing.HeartbeatInterval = 2 * time.Second })
+		w := enginetest.NewIDWorld(t, b, trusttest.NewPKI(t), auth, func(c *daemon.Config) { c.Timing.HeartbeatInterval = 2 * time.Second })
 		runner := wire.NewRunnerId()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -565,8 +311,8 @@ func TestRevocationReachesEveryDaemon(t *testing.T) {
 			pki := trusttest.NewPKI(t)
 			const poll = 100 * time.Millisecond
 			pollOpt := func(c *daemon.Config) { c.Identity.RevocationPoll = poll }
-			wa := newIDWorld(t, b, pki, open(), pollOpt, sharedDB, func(c *daemon.Config) { c.ID = "A" })
-			wb := newIDWorld(t, b, pki, open(), pollOpt, sharedDB, func(c *daemon.Config) { c.ID = "B" })
+			wa := enginetest.NewIDWorld(t, b, pki, open(), pollOpt, sharedDB, func(c *daemon.Config) { c.ID = "A" })
+			wb := enginetest.NewIDWorld(t, b, pki, open(), pollOpt, sharedDB, func(c *daemon.Config) { c.ID = "B" })
 
 			// Runner disabled through A; the agent is on B.
 			id := wb.NewIdentity()
@@ -619,34 +365,6 @@ func TestRevocationReachesEveryDaemon(t *testing.T) {
 				t.Fatalf("missing runner.revoked audit records (revoked certificate, disabled runner):\n%s", wb.LogBuf.String())
 			}
 		})
-	}
-}
-
-// TestRenewalNeedsProtocol12: CertificateRequestV1 is new in protocol 1.2
-// (1.0 and 1.1 shipped without it, their vectors are frozen), so an agent
-// whose session negotiated 1.1 does not send it: RenewCertificate fails
-// with ErrRenewalUnsupported and the daemon sees no request.
-func TestRenewalNeedsProtocol12(t *testing.T) {
-	auth := sqliteAuth(t)
-	w := newIDWorld(t, enginetest.MemoryBackend(), trusttest.NewPKI(t), auth)
-	en, err := enroll(w, createToken(t, auth, "old", time.Hour), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _, _ := startEnrolled(w, en, t.TempDir(), enginetest.NewCountingExec(false), func(c *agent.Config) {
-		c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 1)}
-	})
-	if s := w.AwaitRegistered(en.Runner); s.Protocol != wire.V(1, 1) {
-		t.Fatalf("negotiated %v, want 1.1", s.Protocol)
-	}
-	enginetest.AwaitConnected(t, a)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := a.RenewCertificate(ctx); !errors.Is(err, agent.ErrRenewalUnsupported) {
-		t.Fatalf("RenewCertificate at 1.1: %v, want ErrRenewalUnsupported", err)
-	}
-	if st := w.D.IdentityStats(); st.Renewed != 0 {
-		t.Fatalf("stats %+v", st)
 	}
 }
 
