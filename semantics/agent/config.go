@@ -61,7 +61,7 @@ type Hooks struct {
 	OnCancel func(attempt wire.JobAttemptId, reason agentwire.CancellationReason)
 	// OnAttemptDone: the daemon acknowledged an attempt's completion.
 	OnAttemptDone func(AttemptDone)
-	// OnCertificateRenewed: a renewed certificate was stored (renew.go);
+	// OnCertificateRenewed: a renewed certificate was stored (enroll.go);
 	// the agent reconnects with it next.
 	OnCertificateRenewed func(*x509.Certificate)
 	// OnBackendChange: the agent registered over a different backend than
@@ -94,7 +94,7 @@ type Config struct {
 	CertChain [][]byte      // DER, leaf first; sent in RegisterAgentV1
 	// Credentials, when set, replaces Signer and CertChain: every
 	// registration uses its current key and chain, and the agent renews
-	// the certificate over its session before it expires (renew.go),
+	// the certificate over its session before it expires (enroll.go),
 	// storing it with Credentials.Update and reconnecting with it. The
 	// dialers' TLS configurations must present the same credentials
 	// (trust.Credentials.ClientConfigFor).

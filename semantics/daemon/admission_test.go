@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -32,13 +33,13 @@ type rttProbe struct {
 	err  error
 }
 
-func startProbe(rc *rawClient, stop <-chan struct{}, interval time.Duration) *rttProbe {
+func startProbe(rc *enginetest.RawClient, stop <-chan struct{}, interval time.Duration) *rttProbe {
 	p := &rttProbe{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		for seq := uint64(1); ; seq++ {
 			start := time.Now()
-			env, err := rc.ch.Call(context.Background(), control.Out{Msg: &agentwire.HeartbeatV1{Runner: rc.id.runner, Session: rc.sess, Seq: seq}}, 5*time.Second)
+			env, err := rc.Ch.Call(context.Background(), control.Out{Msg: &agentwire.HeartbeatV1{Runner: rc.Id.Runner, Session: rc.Sess, Seq: seq}}, 5*time.Second)
 			if err != nil {
 				p.err = err
 				return
@@ -81,10 +82,10 @@ func (p *rttProbe) check(t *testing.T) (time.Duration, time.Duration) {
 // helloOutcome dials and sends a hello without failing the test: "ack",
 // "rejected" (RegistrationRejectedV1 Overloaded/RetryBackoff with a retry
 // hint), "closed" (CloseOverloaded at connect) or an error.
-func helloOutcome(w *world, id identity, keep *[]semantics.BackendConn, mu *sync.Mutex) (string, error) {
+func helloOutcome(w *enginetest.World, id enginetest.Identity, keep *[]semantics.BackendConn, mu *sync.Mutex) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	bc, err := w.b.dialer(w.t, w.clientTLS(id)).Dial(ctx, w.addr)
+	bc, err := w.B.Dialer(w.T, w.ClientTLS(id)).Dial(ctx, w.Addr)
 	if err != nil {
 		return "", err
 	}
@@ -136,11 +137,11 @@ func helloOutcome(w *world, id identity, keep *[]semantics.BackendConn, mu *sync
 // with CloseOverloaded at once. A registered agent on the same daemon
 // keeps its heartbeat RTT under rttBound throughout.
 func TestRegistrationFloodAdmission(t *testing.T) {
-	w := newWorld(t, quicBackend(), slowHeartbeat, func(c *daemon.Config) {
+	w := enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat, func(c *daemon.Config) {
 		c.Admission = daemon.Admission{MaxHandshakes: 12, RegistrationRate: semantics.Rate{PerSecond: 10, Burst: 4}}
 	})
-	good := w.dialRaw(w.newIdentity())
-	good.join(wire.NewAgentSessionId())
+	good := w.DialRaw(w.NewIdentity())
+	good.Join(wire.NewAgentSessionId())
 	stop := make(chan struct{})
 	probe := startProbe(good, stop, 100*time.Millisecond)
 
@@ -153,9 +154,9 @@ func TestRegistrationFloodAdmission(t *testing.T) {
 		wg     sync.WaitGroup
 		next   atomic.Int64
 	)
-	ids := make([]identity, workers)
+	ids := make([]enginetest.Identity, workers)
 	for i := range ids {
-		ids[i] = w.newIdentity()
+		ids[i] = w.NewIdentity()
 	}
 	for i := range workers {
 		wg.Add(1)
@@ -182,7 +183,7 @@ func TestRegistrationFloodAdmission(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("%d unexpected outcomes, first: %v", len(errs), errs[0])
 	}
-	st := w.d.HardeningStats()
+	st := w.D.HardeningStats()
 	t.Logf("outcomes %v; stats refused conns %d, refused registrations %d; good heartbeat RTT median %v max %v",
 		counts, st.RefusedConns, st.RefusedRegistrations, med, mx)
 	if counts["rejected"] == 0 || int64(counts["rejected"]) != st.RefusedRegistrations {
@@ -200,70 +201,70 @@ func TestRegistrationFloodAdmission(t *testing.T) {
 // connection is closed at once with CloseOverloaded; registering one frees
 // its slot for a new connection.
 func TestHandshakeSlotsBounded(t *testing.T) {
-	w := newWorld(t, memoryBackend(), slowHeartbeat, func(c *daemon.Config) {
+	w := enginetest.NewWorld(t, enginetest.MemoryBackend(), slowHeartbeat, func(c *daemon.Config) {
 		c.Admission.MaxHandshakes = 3
 		c.Timing.RegistrationTimeout = 30 * time.Second
 	})
-	var rcs []*rawClient
+	var rcs []*enginetest.RawClient
 	for range 3 {
-		rc := w.dialRaw(w.newIdentity())
-		rc.hello(agentwire.RoleAgent) // holds its slot: hello answered, not registered
+		rc := w.DialRaw(w.NewIdentity())
+		rc.Hello(agentwire.RoleAgent) // holds its slot: hello answered, not registered
 		rcs = append(rcs, rc)
 	}
-	if n := w.d.HardeningStats().Handshakes; n != 3 {
+	if n := w.D.HardeningStats().Handshakes; n != 3 {
 		t.Fatalf("handshakes in progress %d, want 3", n)
 	}
-	over := w.dialRawNoStream(w.newIdentity())
-	if code := over.closeCode(); code != wire.CloseOverloaded {
+	over := dialRawNoStream(w, w.NewIdentity())
+	if code := over.CloseCode(); code != wire.CloseOverloaded {
 		t.Fatalf("fourth handshake closed with %s, want Overloaded", code)
 	}
-	if _, ok := rcs[0].register(wire.NewAgentSessionId()).(*agentwire.RegistrationAcceptedV1); !ok {
+	if _, ok := rcs[0].Register(wire.NewAgentSessionId()).(*agentwire.RegistrationAcceptedV1); !ok {
 		t.Fatal("registration refused")
 	}
-	rc := w.dialRaw(w.newIdentity())
-	rc.hello(agentwire.RoleAgent) // admitted: the registered connection released its slot
-	if st := w.d.HardeningStats(); st.RefusedConns != 1 || st.Handshakes != 3 {
+	rc := w.DialRaw(w.NewIdentity())
+	rc.Hello(agentwire.RoleAgent) // admitted: the registered connection released its slot
+	if st := w.D.HardeningStats(); st.RefusedConns != 1 || st.Handshakes != 3 {
 		t.Fatalf("stats %+v: want 1 refused connection, 3 handshakes in progress", st)
 	}
 }
 
 // dialRawNoStream dials without opening anything, for connections the
 // daemon refuses at connect.
-func (w *world) dialRawNoStream(id identity) *rawClient {
-	w.t.Helper()
+func dialRawNoStream(w *enginetest.World, id enginetest.Identity) *enginetest.RawClient {
+	w.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	bc, err := w.b.dialer(w.t, w.clientTLS(id)).Dial(ctx, w.addr)
+	bc, err := w.B.Dialer(w.T, w.ClientTLS(id)).Dial(ctx, w.Addr)
 	if err != nil {
-		w.t.Fatal(err)
+		w.T.Fatal(err)
 	}
-	w.t.Cleanup(func() { _ = bc.CloseWithCode(wire.CloseNormal, "") })
-	return &rawClient{t: w.t, bc: bc, id: id}
+	w.T.Cleanup(func() { _ = bc.CloseWithCode(wire.CloseNormal, "") })
+	return &enginetest.RawClient{T: w.T, Bc: bc, Id: id}
 }
 
 // TestPerIPLimit (QUIC, real addresses): off by default (§223: NAT); with
 // MaxConnsPerIP 2 a third connection from 127.0.0.1 is closed with
 // CloseOverloaded, and a freed slot admits again.
 func TestPerIPLimit(t *testing.T) {
-	w := newWorld(t, quicBackend(), slowHeartbeat)
+	w := enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat)
 	for range 4 {
-		w.dialRaw(w.newIdentity()).hello(agentwire.RoleAgent)
+		w.DialRaw(w.NewIdentity()).Hello(agentwire.RoleAgent)
 	}
-	if st := w.d.HardeningStats(); st.RefusedConns != 0 {
+	if st := w.D.HardeningStats(); st.RefusedConns != 0 {
 		t.Fatalf("default config refused %d connections: the per-IP limit must be off by default", st.RefusedConns)
 	}
 
-	w = newWorld(t, quicBackend(), slowHeartbeat, func(c *daemon.Config) { c.Admission.MaxConnsPerIP = 2 })
-	a := w.dialRaw(w.newIdentity())
-	a.hello(agentwire.RoleAgent)
-	w.dialRaw(w.newIdentity()).hello(agentwire.RoleAgent)
-	if code := w.dialRawNoStream(w.newIdentity()).closeCode(); code != wire.CloseOverloaded {
+	w = enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat, func(c *daemon.Config) { c.Admission.MaxConnsPerIP = 2 })
+	a := w.DialRaw(w.NewIdentity())
+	a.Hello(agentwire.RoleAgent)
+	w.DialRaw(w.NewIdentity()).Hello(agentwire.RoleAgent)
+	if code := dialRawNoStream(w, w.NewIdentity()).CloseCode(); code != wire.CloseOverloaded {
 		t.Fatalf("third connection from one IP closed with %s, want Overloaded", code)
 	}
-	_ = a.bc.CloseWithCode(wire.CloseNormal, "")
+	_ = a.Bc.CloseWithCode(wire.CloseNormal, "")
 	deadline := time.Now().Add(5 * time.Second)
 	for { // no event marks the daemon's teardown of a; poll its sessions
-		if len(w.d.Sessions()) == 1 {
+		if len(w.D.Sessions()) == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -271,7 +272,7 @@ func TestPerIPLimit(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	w.dialRaw(w.newIdentity()).hello(agentwire.RoleAgent)
+	w.DialRaw(w.NewIdentity()).Hello(agentwire.RoleAgent)
 }
 
 // drainErrors counts the WireErrorV1 answers a flooding raw client gets,
@@ -284,12 +285,12 @@ type errCounter struct {
 	msgs   []string
 }
 
-func drainErrors(rc *rawClient) *errCounter {
+func drainErrors(rc *enginetest.RawClient) *errCounter {
 	ec := &errCounter{byCode: map[wire.ProtocolErrorCode]int{}}
 	go func() {
 		for {
 			select {
-			case e := <-rc.in:
+			case e := <-rc.In:
 				we, ok := e.Payload.(*wire.WireErrorV1)
 				if !ok {
 					continue
@@ -305,7 +306,7 @@ func drainErrors(rc *rawClient) *errCounter {
 					}
 				}
 				ec.mu.Unlock()
-			case <-rc.bc.Context().Done():
+			case <-rc.Bc.Context().Done():
 				return
 			}
 		}
@@ -353,14 +354,14 @@ func (ec *errCounter) awaitCount(t *testing.T, code wire.ProtocolErrorCode, n in
 // below the limit), and a well-behaved agent keeps its heartbeat RTT under
 // rttBound.
 func TestControlFloodRateLimited(t *testing.T) {
-	w := newWorld(t, quicBackend(), slowHeartbeat, func(c *daemon.Config) {
+	w := enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat, func(c *daemon.Config) {
 		c.Limits.ControlRate = semantics.Rate{PerSecond: 200, Burst: 100}
 		c.Limits.MaxRateStrikes = 1 << 20
 	})
-	good := w.dialRaw(w.newIdentity())
-	good.join(wire.NewAgentSessionId())
-	flood := w.dialRaw(w.newIdentity())
-	flood.join(wire.NewAgentSessionId())
+	good := w.DialRaw(w.NewIdentity())
+	good.Join(wire.NewAgentSessionId())
+	flood := w.DialRaw(w.NewIdentity())
+	flood.Join(wire.NewAgentSessionId())
 	ec := drainErrors(flood)
 	stop := make(chan struct{})
 	probe := startProbe(good, stop, 100*time.Millisecond)
@@ -369,7 +370,7 @@ func TestControlFloodRateLimited(t *testing.T) {
 	start := time.Now()
 	n := 0
 	for ; n < 200_000 && time.Since(start) < time.Second; n++ { // flood for 1 s
-		if _, err := flood.ch.SendMsg(upd); err != nil {
+		if _, err := flood.Ch.SendMsg(upd); err != nil {
 			t.Fatalf("flood send %d: %v", n, err)
 		}
 	}
@@ -377,10 +378,10 @@ func TestControlFloodRateLimited(t *testing.T) {
 	ec.awaitCount(t, wire.ErrCodeRateLimited, n/2)
 	close(stop)
 	med, mx := probe.check(t)
-	st := w.d.HardeningStats()
+	st := w.D.HardeningStats()
 	t.Logf("%d control messages in %v: %d answered RateLimited (daemon counted %d), e.g. %q; good heartbeat RTT median %v max %v",
 		n, sent, ec.count(wire.ErrCodeRateLimited), st.RateLimited.Control, ec.first(), med, mx)
-	if flood.bc.Context().Err() != nil {
+	if flood.Bc.Context().Err() != nil {
 		t.Fatal("flooder closed although its strikes stayed under MaxRateStrikes")
 	}
 }
@@ -395,39 +396,41 @@ func TestPerConnectionRateLimits(t *testing.T) {
 		name  string
 		probe time.Duration // the good client's heartbeat period: within HeartbeatRate
 		limit func(*semantics.Limits)
-		msg   func(rc *rawClient, i int) wire.Message
+		msg   func(rc *enginetest.RawClient, i int) wire.Message
 	}{
 		{"heartbeat", 250 * time.Millisecond, func(l *semantics.Limits) { l.HeartbeatRate = semantics.Rate{PerSecond: 5, Burst: 3} },
-			func(rc *rawClient, i int) wire.Message {
-				return &agentwire.HeartbeatV1{Runner: rc.id.runner, Session: rc.sess, Seq: uint64(i + 1)}
+			func(rc *enginetest.RawClient, i int) wire.Message {
+				return &agentwire.HeartbeatV1{Runner: rc.Id.Runner, Session: rc.Sess, Seq: uint64(i + 1)}
 			}},
 		{"health", 50 * time.Millisecond, func(l *semantics.Limits) { l.HealthRate = semantics.Rate{PerSecond: 5, Burst: 3} },
-			func(*rawClient, int) wire.Message { return &health.ProbeRequestV1{Probe: health.ProbeClock} }},
+			func(*enginetest.RawClient, int) wire.Message { return &health.ProbeRequestV1{Probe: health.ProbeClock} }},
 		{"cas", 50 * time.Millisecond, func(l *semantics.Limits) { l.CasRate = semantics.Rate{PerSecond: 5, Burst: 3} },
-			func(*rawClient, int) wire.Message {
+			func(*enginetest.RawClient, int) wire.Message {
 				return &wcas.NeedObjectsV1{Lease: wire.NewLeaseId(), Objects: []wire.CasObjectRef{{Algorithm: wire.DigestSHA256, Digest: wire.Digest{1}, Size: 1}}}
 			}},
 		// Renewal requests: each would sign a certificate and record it
 		// in the authority (this daemon has no issuer, so those within the
 		// rate are refused as unsupported; the rate applies first).
 		{"identity", 50 * time.Millisecond, func(l *semantics.Limits) { l.IdentityRate = semantics.Rate{PerSecond: 0.5, Burst: 3} },
-			func(*rawClient, int) wire.Message { return &agentwire.CertificateRequestV1{CSR: []byte{0x30, 0}} }},
+			func(*enginetest.RawClient, int) wire.Message {
+				return &agentwire.CertificateRequestV1{CSR: []byte{0x30, 0}}
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t, memoryBackend(), slowHeartbeat, func(c *daemon.Config) {
+			w := enginetest.NewWorld(t, enginetest.MemoryBackend(), slowHeartbeat, func(c *daemon.Config) {
 				tc.limit(&c.Limits)
 				c.Limits.MaxRateStrikes = 200
 			})
-			good := w.dialRaw(w.newIdentity())
-			good.join(wire.NewAgentSessionId())
-			flood := w.dialRaw(w.newIdentity())
-			flood.join(wire.NewAgentSessionId())
+			good := w.DialRaw(w.NewIdentity())
+			good.Join(wire.NewAgentSessionId())
+			flood := w.DialRaw(w.NewIdentity())
+			flood.Join(wire.NewAgentSessionId())
 			ec := drainErrors(flood)
 			stop := make(chan struct{})
 			probe := startProbe(good, stop, tc.probe)
 			for i := range 20 {
-				if _, err := flood.ch.SendMsg(tc.msg(flood, i)); err != nil {
+				if _, err := flood.Ch.SendMsg(tc.msg(flood, i)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -437,17 +440,17 @@ func TestPerConnectionRateLimits(t *testing.T) {
 			}
 			// Persisting (paced, so the probe samples the flood): strikes
 			// pass MaxRateStrikes → CloseLimitExceeded.
-			for i := 20; i < 5000 && flood.bc.Context().Err() == nil; i++ {
-				_, _ = flood.ch.SendMsg(tc.msg(flood, i))
+			for i := 20; i < 5000 && flood.Bc.Context().Err() == nil; i++ {
+				_, _ = flood.Ch.SendMsg(tc.msg(flood, i))
 				time.Sleep(5 * time.Millisecond)
 			}
-			if code := flood.closeCode(); code != wire.CloseLimitExceeded {
+			if code := flood.CloseCode(); code != wire.CloseLimitExceeded {
 				t.Fatalf("persistent flooder closed with %s, want LimitExceeded", code)
 			}
 			close(stop)
 			med, mx := probe.check(t)
 			t.Logf("%s: %d RateLimited answers, e.g. %q; good heartbeat RTT median %v max %v", tc.name, ec.count(wire.ErrCodeRateLimited), ec.first(), med, mx)
-			if st := w.d.HardeningStats(); st.LimitCloses != 1 {
+			if st := w.D.HardeningStats(); st.LimitCloses != 1 {
 				t.Fatalf("limit closes %d, want 1", st.LimitCloses)
 			}
 		})
@@ -459,15 +462,15 @@ func TestPerConnectionRateLimits(t *testing.T) {
 // (CloseSessionFenced), and the daemon holds exactly one unfenced
 // transport of the session at the end.
 func TestOneActiveTransportPerSession(t *testing.T) {
-	w := newWorld(t, memoryBackend(), slowHeartbeat)
-	id := w.newIdentity()
+	w := enginetest.NewWorld(t, enginetest.MemoryBackend(), slowHeartbeat)
+	id := w.NewIdentity()
 	sess := wire.NewAgentSessionId()
-	var prev *rawClient
+	var prev *enginetest.RawClient
 	for range 5 {
-		rc := w.dialRaw(id)
-		rc.join(sess)
+		rc := w.DialRaw(id)
+		rc.Join(sess)
 		if prev != nil {
-			if code := prev.closeCode(); code != wire.CloseSessionFenced {
+			if code := prev.CloseCode(); code != wire.CloseSessionFenced {
 				t.Fatalf("previous transport closed with %s, want SessionFenced", code)
 			}
 		}
@@ -477,7 +480,7 @@ func TestOneActiveTransportPerSession(t *testing.T) {
 	for { // teardown of the fenced transports has no event; poll
 		live := 0
 		var n int
-		for _, s := range w.d.Sessions() {
+		for _, s := range w.D.Sessions() {
 			if s.Session == sess {
 				n++
 				if !s.Fenced {
@@ -505,15 +508,15 @@ func TestOneActiveTransportPerSession(t *testing.T) {
 // closed with CloseVersionMismatch, and a protocol.downgrade_rejected audit
 // event is written.
 func TestDowngradeRejectedInsideTLSAudited(t *testing.T) {
-	w := newWorld(t, quicBackend(), func(c *daemon.Config) {
+	w := enginetest.NewWorld(t, enginetest.QuicBackend(), func(c *daemon.Config) {
 		c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 5)}
 		c.MinProtocol = wire.V(1, 3)
 	})
-	rc := w.dialRaw(w.newIdentity())
-	if cs := rc.bc.ConnectionState(); !cs.HandshakeComplete || len(cs.PeerCertificates) == 0 {
+	rc := w.DialRaw(w.NewIdentity())
+	if cs := rc.Bc.ConnectionState(); !cs.HandshakeComplete || len(cs.PeerCertificates) == 0 {
 		t.Fatalf("not a completed TLS connection: %+v", cs)
 	}
-	env, err := rc.call(&agentwire.TransportHelloV1{Role: agentwire.RoleAgent, Versions: wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 2)}, AgentVersion: "old"})
+	env, err := rc.Call(&agentwire.TransportHelloV1{Role: agentwire.RoleAgent, Versions: wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 2)}, AgentVersion: "old"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,14 +524,14 @@ func TestDowngradeRejectedInsideTLSAudited(t *testing.T) {
 	if !ok || rej.Code != wire.ErrCodeUnsupportedVersion || rej.Retry != wire.RetryUnsupported || !strings.Contains(rej.Message, "below this daemon's policy minimum 1.3") {
 		t.Fatalf("downgrade answered %#v", env.Payload)
 	}
-	if code := rc.closeCode(); code != wire.CloseVersionMismatch {
+	if code := rc.CloseCode(); code != wire.CloseVersionMismatch {
 		t.Fatalf("closed with %s", code)
 	}
-	if logs := w.logBuf.String(); !strings.Contains(logs, `"event":"protocol.downgrade_rejected"`) || !strings.Contains(logs, `"reason":"version_below_minimum"`) {
+	if logs := w.LogBuf.String(); !strings.Contains(logs, `"event":"protocol.downgrade_rejected"`) || !strings.Contains(logs, `"reason":"version_below_minimum"`) {
 		t.Fatalf("no downgrade audit event in:\n%s", logs)
 	}
 	// A hello whose range reaches the minimum negotiates normally.
-	env, err = w.dialRaw(w.newIdentity()).call(&agentwire.TransportHelloV1{Role: agentwire.RoleAgent, Versions: wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 4)}, AgentVersion: "new"})
+	env, err = w.DialRaw(w.NewIdentity()).Call(&agentwire.TransportHelloV1{Role: agentwire.RoleAgent, Versions: wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 4)}, AgentVersion: "new"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,18 +550,18 @@ func TestDowngradeRejectedInsideTLSAudited(t *testing.T) {
 // counts the three completions as ok, duplicate and rejected.
 func TestReplayAudited(t *testing.T) {
 	metrics := telemetry.NewMetrics()
-	w := newWorld(t, memoryBackend(), slowHeartbeat, func(c *daemon.Config) { c.Metrics = metrics })
-	id := w.newIdentity()
+	w := enginetest.NewWorld(t, enginetest.MemoryBackend(), slowHeartbeat, func(c *daemon.Config) { c.Metrics = metrics })
+	id := w.NewIdentity()
 	old := wire.NewAgentSessionId()
-	rc := w.dialRaw(id)
-	rc.join(old)
+	rc := w.DialRaw(id)
+	rc.Join(old)
 	done := make(chan error, 1)
 	go func() {
-		_, err := w.d.OfferLease(context.Background(), id.runner, offer(3))
+		_, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(3))
 		done <- err
 	}()
-	o, env := next[*agentwire.LeaseOfferV1](t, rc)
-	if err := rc.ch.Reply(env, &agentwire.LeaseAcceptedV1{Lease: o.Lease, Attempt: o.Attempt, Session: old}); err != nil {
+	o, env := enginetest.Next[*agentwire.LeaseOfferV1](t, rc)
+	if err := rc.Ch.Reply(env, &agentwire.LeaseAcceptedV1{Lease: o.Lease, Attempt: o.Attempt, Session: old}); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -568,7 +571,7 @@ func TestReplayAudited(t *testing.T) {
 		Result: agentwire.ExecutionResultV1{Kind: agentwire.ResultSucceeded}}
 	msgID := wire.NewMessageId()
 	for i, want := range []agentwire.CompletionAckKind{agentwire.AckAccepted, agentwire.AckDuplicateAccepted} {
-		env, err := rc.ch.Call(context.Background(), control.Out{ID: msgID, Msg: compl}, 2*time.Second)
+		env, err := rc.Ch.Call(context.Background(), control.Out{ID: msgID, Msg: compl}, 2*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -576,10 +579,10 @@ func TestReplayAudited(t *testing.T) {
 			t.Fatalf("completion %d: %s, want %s", i, k, want)
 		}
 	}
-	if n := strings.Count(w.logBuf.String(), `"event":"lease.stale_replay"`); n != 0 {
+	if n := strings.Count(w.LogBuf.String(), `"event":"lease.stale_replay"`); n != 0 {
 		t.Fatalf("a MessageId retry was audited as a replay (%d events)", n)
 	}
-	env, err := rc.call(compl) // new MessageId: a replay
+	env, err := rc.Call(compl) // new MessageId: a replay
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -590,9 +593,9 @@ func TestReplayAudited(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	var dup, rej float64
 	for time.Now().Before(deadline) {
-		_, fams := scrapeFamilies(t, metrics)
-		dup = familyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "duplicate")
-		rej = familyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "rejected")
+		_, fams := enginetest.ScrapeFamilies(t, metrics)
+		dup = enginetest.FamilyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "duplicate")
+		rej = enginetest.FamilyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "rejected")
 		if dup >= 1 && rej >= 1 {
 			break
 		}
@@ -603,16 +606,16 @@ func TestReplayAudited(t *testing.T) {
 	}
 	// A new session of the runner; the old lease replayed from it, and the
 	// old session replayed.
-	rc2 := w.dialRaw(id)
-	rc2.join(wire.NewAgentSessionId())
-	_, err = rc2.call(&agentwire.LeaseAcceptedV1{Lease: o.Lease, Attempt: o.Attempt, Session: rc2.sess})
+	rc2 := w.DialRaw(id)
+	rc2.Join(wire.NewAgentSessionId())
+	_, err = rc2.Call(&agentwire.LeaseAcceptedV1{Lease: o.Lease, Attempt: o.Attempt, Session: rc2.Sess})
 	wantWireErr(t, err, wire.ErrCodeStaleLease)
-	rc3 := w.dialRaw(id)
-	rc3.hello(agentwire.RoleAgent)
-	if rej, ok := rc3.register(old).(*agentwire.RegistrationRejectedV1); !ok || rej.Code != wire.ErrCodeStaleSession {
+	rc3 := w.DialRaw(id)
+	rc3.Hello(agentwire.RoleAgent)
+	if rej, ok := rc3.Register(old).(*agentwire.RegistrationRejectedV1); !ok || rej.Code != wire.ErrCodeStaleSession {
 		t.Fatalf("old session replay answered %#v", rej)
 	}
-	logs := w.logBuf.String()
+	logs := w.LogBuf.String()
 	if n := strings.Count(logs, `"event":"lease.stale_replay"`); n < 2 {
 		t.Fatalf("%d lease.stale_replay events, want ≥ 2:\n%s", n, logs)
 	}

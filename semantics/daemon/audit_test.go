@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
@@ -17,10 +18,10 @@ import (
 
 // auditRecords returns the daemon's audit records (slog "audit" at WARN)
 // with event name ev, as decoded JSON objects.
-func auditRecords(t *testing.T, w *world, ev telemetry.AuditEvent) []map[string]any {
+func auditRecords(t *testing.T, w *enginetest.World, ev telemetry.AuditEvent) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	for _, line := range strings.Split(w.logBuf.String(), "\n") {
+	for _, line := range strings.Split(w.LogBuf.String(), "\n") {
 		if line == "" {
 			continue
 		}
@@ -37,7 +38,7 @@ func auditRecords(t *testing.T, w *world, ev telemetry.AuditEvent) []map[string]
 
 // awaitAudit waits for the first audit record of ev (the daemon writes it
 // on its connection goroutine; the peer's answer may arrive first).
-func awaitAudit(t *testing.T, w *world, ev telemetry.AuditEvent) map[string]any {
+func awaitAudit(t *testing.T, w *enginetest.World, ev telemetry.AuditEvent) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -45,7 +46,7 @@ func awaitAudit(t *testing.T, w *world, ev telemetry.AuditEvent) map[string]any 
 			return recs[0]
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s audit record in:\n%s", ev, w.logBuf.String())
+			t.Fatalf("no %s audit record in:\n%s", ev, w.LogBuf.String())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -84,46 +85,46 @@ func checkAudit(t *testing.T, rec map[string]any, want map[string]string) {
 // TestAuditEvents triggers each §279 event against a real daemon and checks
 // its record: stable event name, typed attributes only.
 func TestAuditEvents(t *testing.T) {
-	b := quicBackend()
+	b := enginetest.QuicBackend()
 
 	t.Run("auth.failure", func(t *testing.T) {
-		w := newWorld(t, b)
-		id, other := w.newIdentity(), w.newIdentity()
-		rc := w.dialRaw(id)
-		rc.hello(agentwire.RoleAgent)
+		w := enginetest.NewWorld(t, b)
+		id, other := w.NewIdentity(), w.NewIdentity()
+		rc := w.DialRaw(id)
+		rc.Hello(agentwire.RoleAgent)
 		sess := wire.NewAgentSessionId()
 		// Claims another runner than its certificate names.
-		if got := rc.registerWith(sess, other.runner, id.cert.PrivateKey.(crypto.Signer), id.cert.Certificate); isAccepted(got) {
+		if got := rc.RegisterWith(sess, other.Runner, id.Cert.PrivateKey.(crypto.Signer), id.Cert.Certificate); isAccepted(got) {
 			t.Fatal("forged registration accepted")
 		}
 		rec := awaitAudit(t, w, telemetry.EventAuthFailure)
-		checkAudit(t, rec, map[string]string{"runner": other.runner.String(), "session": sess.String(),
-			"transport": rc.ack.TransportSession.String(), "remote": "*", "code": wire.ErrCodeForbidden.String(),
+		checkAudit(t, rec, map[string]string{"runner": other.Runner.String(), "session": sess.String(),
+			"transport": rc.Ack.TransportSession.String(), "remote": "*", "code": wire.ErrCodeForbidden.String(),
 			"reason": telemetry.ReasonRunnerMismatch.String()})
 	})
 
 	t.Run("session.fenced", func(t *testing.T) {
-		w := newWorld(t, b, slowHeartbeat)
-		id := w.newIdentity()
+		w := enginetest.NewWorld(t, b, slowHeartbeat)
+		id := w.NewIdentity()
 		sess := wire.NewAgentSessionId()
-		t1 := w.dialRaw(id)
-		t1.join(sess)
-		t2 := w.dialRaw(id)
-		t2.join(sess)
-		next[*agentwire.SessionFencedV1](t, t1)
+		t1 := w.DialRaw(id)
+		t1.Join(sess)
+		t2 := w.DialRaw(id)
+		t2.Join(sess)
+		enginetest.Next[*agentwire.SessionFencedV1](t, t1)
 		rec := awaitAudit(t, w, telemetry.EventSessionFenced)
-		checkAudit(t, rec, map[string]string{"runner": id.runner.String(), "session": sess.String(),
-			"transport": t1.ack.TransportSession.String(), "remote": "*", "reason": telemetry.ReasonNewerRegistration.String()})
+		checkAudit(t, rec, map[string]string{"runner": id.Runner.String(), "session": sess.String(),
+			"transport": t1.Ack.TransportSession.String(), "remote": "*", "reason": telemetry.ReasonNewerRegistration.String()})
 	})
 
 	t.Run("protocol.downgrade_rejected", func(t *testing.T) {
 		v11 := wire.ProtocolVersion{Major: 1, Minor: 1}
-		w := newWorld(t, b, func(c *daemon.Config) {
+		w := enginetest.NewWorld(t, b, func(c *daemon.Config) {
 			c.Protocol = wire.ProtocolRange{Min: wire.ProtocolVersion{Major: 1}, Max: wire.ProtocolVersion{Major: 1, Minor: 3}}
 			c.MinProtocol = v11
 		})
-		rc := w.dialRaw(w.newIdentity())
-		env, err := rc.call(&agentwire.TransportHelloV1{Role: agentwire.RoleAgent, AgentVersion: "old",
+		rc := w.DialRaw(w.NewIdentity())
+		env, err := rc.Call(&agentwire.TransportHelloV1{Role: agentwire.RoleAgent, AgentVersion: "old",
 			Versions: wire.ProtocolRange{Min: wire.ProtocolVersion{Major: 1}, Max: wire.ProtocolVersion{Major: 1}}})
 		if err != nil {
 			t.Fatal(err)
@@ -137,25 +138,25 @@ func TestAuditEvents(t *testing.T) {
 	})
 
 	t.Run("lease.stale_replay", func(t *testing.T) {
-		w := newWorld(t, b, slowHeartbeat)
-		id := w.newIdentity()
+		w := enginetest.NewWorld(t, b, slowHeartbeat)
+		id := w.NewIdentity()
 		sess := wire.NewAgentSessionId()
-		rc := w.dialRaw(id)
-		rc.join(sess)
-		_, err := rc.call(&agentwire.LeaseAcceptedV1{Lease: wire.NewLeaseId(), Attempt: wire.NewJobAttemptId(), Session: sess})
+		rc := w.DialRaw(id)
+		rc.Join(sess)
+		_, err := rc.Call(&agentwire.LeaseAcceptedV1{Lease: wire.NewLeaseId(), Attempt: wire.NewJobAttemptId(), Session: sess})
 		wantWireErr(t, err, wire.ErrCodeStaleLease)
 		rec := awaitAudit(t, w, telemetry.EventStaleLeaseReplay)
-		checkAudit(t, rec, map[string]string{"runner": id.runner.String(), "session": sess.String(),
-			"transport": rc.ack.TransportSession.String(), "remote": "*", "code": wire.ErrCodeStaleLease.String(),
+		checkAudit(t, rec, map[string]string{"runner": id.Runner.String(), "session": sess.String(),
+			"transport": rc.Ack.TransportSession.String(), "remote": "*", "code": wire.ErrCodeStaleLease.String(),
 			"reason": telemetry.ReasonLeaseSuperseded.String()})
 	})
 
 	t.Run("message.malformed_security", func(t *testing.T) {
-		w := newWorld(t, b)
-		id := w.newIdentity()
+		w := enginetest.NewWorld(t, b)
+		id := w.NewIdentity()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		bc, err := w.b.dialer(t, w.clientTLS(id)).Dial(ctx, w.addr)
+		bc, err := w.B.Dialer(t, w.ClientTLS(id)).Dial(ctx, w.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,48 +178,48 @@ func TestAuditEvents(t *testing.T) {
 		rec := awaitAudit(t, w, telemetry.EventMalformedSecurity)
 		checkAudit(t, rec, map[string]string{"transport": "*", "remote": "*", "code": wire.ErrCodeMalformed.String(),
 			"reason": telemetry.ReasonDecodeFailed.String()})
-		if strings.Contains(w.logBuf.String(), "hunter2") {
+		if strings.Contains(w.LogBuf.String(), "hunter2") {
 			t.Fatal("the malformed frame's bytes reached the log")
 		}
 	})
 
 	t.Run("runner.revoked", func(t *testing.T) {
-		w := newWorld(t, b)
-		id := w.newIdentity()
-		if err := w.auth.SetRunnerEnabled(context.Background(), id.runner, false, "stolen laptop", time.Now()); err != nil {
+		w := enginetest.NewWorld(t, b)
+		id := w.NewIdentity()
+		if err := w.Auth.SetRunnerEnabled(context.Background(), id.Runner, false, "stolen laptop", time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		rc := w.dialRaw(id)
-		rc.hello(agentwire.RoleAgent)
+		rc := w.DialRaw(id)
+		rc.Hello(agentwire.RoleAgent)
 		sess := wire.NewAgentSessionId()
-		got := rc.register(sess)
+		got := rc.Register(sess)
 		if rj, ok := got.(*agentwire.RegistrationRejectedV1); !ok || rj.Code != wire.ErrCodeRunnerDisabled {
 			t.Fatalf("revoked runner's registration answered with %#v", got)
 		}
 		rec := awaitAudit(t, w, telemetry.EventRunnerRevoked)
-		checkAudit(t, rec, map[string]string{"runner": id.runner.String(), "session": sess.String(),
-			"transport": rc.ack.TransportSession.String(), "remote": "*", "code": wire.ErrCodeRunnerDisabled.String(),
+		checkAudit(t, rec, map[string]string{"runner": id.Runner.String(), "session": sess.String(),
+			"transport": rc.Ack.TransportSession.String(), "remote": "*", "code": wire.ErrCodeRunnerDisabled.String(),
 			"reason": telemetry.ReasonRevoked.String()})
-		if strings.Contains(w.logBuf.String(), "stolen laptop") {
+		if strings.Contains(w.LogBuf.String(), "stolen laptop") {
 			t.Fatal("the operator's revoke reason reached the audit log") // free text never does
 		}
 	})
 
 	t.Run("runner.revoked by the operator", func(t *testing.T) {
-		w := newWorld(t, b, slowHeartbeat)
-		id := w.newIdentity()
-		rc := w.dialRaw(id)
-		rc.join(wire.NewAgentSessionId())
-		if err := w.d.DisableRunner(context.Background(), id.runner, "key leaked on a pastebin"); err != nil {
+		w := enginetest.NewWorld(t, b, slowHeartbeat)
+		id := w.NewIdentity()
+		rc := w.DialRaw(id)
+		rc.Join(wire.NewAgentSessionId())
+		if err := w.D.DisableRunner(context.Background(), id.Runner, "key leaked on a pastebin"); err != nil {
 			t.Fatal(err)
 		}
 		rec := awaitAudit(t, w, telemetry.EventRunnerRevoked)
-		checkAudit(t, rec, map[string]string{"runner": id.runner.String(), "code": wire.ErrCodeRunnerDisabled.String(),
+		checkAudit(t, rec, map[string]string{"runner": id.Runner.String(), "code": wire.ErrCodeRunnerDisabled.String(),
 			"reason": telemetry.ReasonRevoked.String()})
-		if code := rc.closeCode(); code != wire.CloseRunnerDisabled {
+		if code := rc.CloseCode(); code != wire.CloseRunnerDisabled {
 			t.Fatalf("revoked runner's transport closed with %s", code)
 		}
-		if strings.Contains(w.logBuf.String(), "pastebin") {
+		if strings.Contains(w.LogBuf.String(), "pastebin") {
 			t.Fatal("the operator's revoke reason reached the log")
 		}
 	})

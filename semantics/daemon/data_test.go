@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
@@ -23,48 +24,6 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
-
-// dataBackends runs f on memory and on every network backend (the data
-// plane's §300 items hold on each).
-func dataBackends(t *testing.T, f func(t *testing.T, b backend)) {
-	for _, mk := range []func() backend{memoryBackend, quicBackend, yamuxBackend, webtransportBackend} {
-		b := mk()
-		t.Run(b.name, func(t *testing.T) { f(t, b) })
-	}
-}
-
-// dataWorld is a world whose daemon keeps logs in a MemorySink and objects
-// in an FSStore.
-func dataWorld(t *testing.T, b backend, opts ...worldOpt) (*world, *logs.MemorySink, *cas.FSStore) {
-	t.Helper()
-	sink := &logs.MemorySink{}
-	store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWorld(t, b, append([]worldOpt{func(c *daemon.Config) { c.LogSink, c.ContentStore = sink, store }}, opts...)...)
-	return w, sink, store
-}
-
-func spoolIn(dir string) agentOpt {
-	return func(c *agent.Config) { c.SpoolDir = dir }
-}
-
-// stdout concatenates an attempt's durable stdout records, checking the
-// sequence numbers are 1, 2, 3, … (no gap, no duplicate).
-func stdout(t *testing.T, sink *logs.MemorySink, a wire.JobAttemptId) string {
-	t.Helper()
-	var sb strings.Builder
-	for i, r := range sink.Records(a) {
-		if r.Seq != uint64(i+1) {
-			t.Fatalf("record %d has seq %d", i, r.Seq)
-		}
-		if r.Kind == wlogs.LogStdout {
-			sb.Write(r.Data)
-		}
-	}
-	return sb.String()
-}
 
 func readObject(t *testing.T, s *cas.FSStore, ref wire.CasObjectRef) []byte {
 	t.Helper()
@@ -86,18 +45,18 @@ func readObject(t *testing.T, s *cas.FSStore, ref wire.CasObjectRef) []byte {
 // (OutputsFinalizedV1) and the completion claims them.
 func TestDataFullLease(t *testing.T) {
 	const lines, size = 40, 96 << 10
-	dataBackends(t, func(t *testing.T, b backend) {
-		w, sink, store := dataWorld(t, b)
-		id := w.newIdentity()
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
+		w, sink, store := enginetest.DataWorld(t, b)
+		id := w.NewIdentity()
 		exec := agent.NewSyntheticExecutor(3, agent.SyntheticOptions{LogLines: lines, OutputSize: size})
-		a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()))
-		w.awaitActive(id.runner)
-		o := offer(7)
-		l, err := w.d.OfferLease(context.Background(), id.runner, o)
+		a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()))
+		w.AwaitActive(id.Runner)
+		o := enginetest.Offer(7)
+		l, err := w.D.OfferLease(context.Background(), id.Runner, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+		ev := w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 		if ev.Result.Kind != agentwire.ResultSucceeded {
 			t.Fatalf("result %v", ev.Result)
 		}
@@ -105,7 +64,7 @@ func TestDataFullLease(t *testing.T) {
 		for i := 0; i < lines; i++ {
 			want.WriteString(agent.SyntheticLogLine(o.Spec, i))
 		}
-		if got := stdout(t, sink, l.Attempt); got != want.String() {
+		if got := enginetest.Stdout(t, sink, l.Attempt); got != want.String() {
 			t.Fatalf("sink holds %d bytes, want %d:\n%q", len(got), want.Len(), got)
 		}
 		blob := agent.SyntheticOutput(o.Spec, size)
@@ -116,11 +75,11 @@ func TestDataFullLease(t *testing.T) {
 		if got := readObject(t, store, ref); !bytes.Equal(got, blob) {
 			t.Fatal("stored output differs")
 		}
-		outs, ok := w.d.FinalizedOutputs(l.Attempt)
+		outs, ok := w.D.FinalizedOutputs(l.Attempt)
 		if !ok || len(outs) != 1 || outs[0] != ref {
 			t.Fatalf("finalized outputs %v %v", outs, ok)
 		}
-		if st := w.d.Stats(); st.LogsFinalized < 1 || st.OutputsFinalized < 1 {
+		if st := w.D.Stats(); st.LogsFinalized < 1 || st.OutputsFinalized < 1 {
 			t.Fatalf("stats %+v", st)
 		}
 		if st := a.Stats(); st.OutputsUploaded != 1 || st.OutputsFailed != 0 || st.LogFinalizeFailed != 0 {
@@ -133,16 +92,16 @@ func TestDataFullLease(t *testing.T) {
 // CAS streams, yet attempts complete promptly (the barrier is answered at
 // once; the un-uploadable output is not claimed).
 func TestDataNoSinkNoStore(t *testing.T) {
-	w := newWorld(t, memoryBackend())
-	id := w.newIdentity()
-	a, _, _ := w.startAgent(id, agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), spoolIn(t.TempDir()))
-	w.awaitActive(id.runner)
-	l, err := w.d.OfferLease(context.Background(), id.runner, offer(1))
+	w := enginetest.NewWorld(t, enginetest.MemoryBackend())
+	id := w.NewIdentity()
+	a, _, _ := w.StartAgent(id, agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), enginetest.SpoolIn(t.TempDir()))
+	w.AwaitActive(id.Runner)
+	l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
-	if _, ok := w.d.FinalizedOutputs(l.Attempt); ok {
+	w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
+	if _, ok := w.D.FinalizedOutputs(l.Attempt); ok {
 		t.Fatal("outputs recorded without a content store")
 	}
 	if st := a.Stats(); st.OutputsFailed != 1 || st.OutputsUploaded != 0 {
@@ -153,21 +112,21 @@ func TestDataNoSinkNoStore(t *testing.T) {
 // TestDataForeignLease: an agent cannot write logs or outputs under
 // another session's lease (the streams are refused, nothing is stored).
 func TestDataForeignLease(t *testing.T) {
-	w, sink, store := dataWorld(t, memoryBackend())
-	victim, thief := w.newIdentity(), w.newIdentity()
-	hold := newCountingExec(true)
-	w.startAgent(victim, hold, spoolIn(t.TempDir()))
-	w.awaitActive(victim.runner)
-	l, err := w.d.OfferLease(context.Background(), victim.runner, offer(2))
+	w, sink, store := enginetest.DataWorld(t, enginetest.MemoryBackend())
+	victim, thief := w.NewIdentity(), w.NewIdentity()
+	hold := enginetest.NewCountingExec(true)
+	w.StartAgent(victim, hold, enginetest.SpoolIn(t.TempDir()))
+	w.AwaitActive(victim.Runner)
+	l, err := w.D.OfferLease(context.Background(), victim.Runner, enginetest.Offer(2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	awaitStart(t, hold)
+	enginetest.AwaitStart(t, hold)
 	stolen := make(chan error, 1)
 	blob := []byte("not yours")
 	// Raw attempt: a log stream and an upload naming the victim's lease.
-	rc := w.dialRaw(thief)
-	rc.join(wire.NewAgentSessionId())
+	rc := w.DialRaw(thief)
+	rc.Join(wire.NewAgentSessionId())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	lw, err := logs.NewWriter(logs.Config{Attempt: l.Attempt, Lease: l.ID})
@@ -176,14 +135,14 @@ func TestDataForeignLease(t *testing.T) {
 	}
 	_ = lw.Write(wlogs.LogStdout, []byte("forged\n"))
 	lw.Close()
-	go func() { stolen <- lw.Attach(ctx, rc.sc, 1) }()
+	go func() { stolen <- lw.Attach(ctx, rc.Sc, 1) }()
 	// Attach may end before the daemon's reset arrives: await the
 	// receiver's verdict instead.
 	if err := <-stolen; err != nil && !errors.Is(err, logs.ErrRefused) {
 		t.Fatalf("forged log stream: %v", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for w.d.LogReceiver().Stats().Rejected == 0 {
+	for w.D.LogReceiver().Stats().Rejected == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("forged log stream not rejected")
 		}
@@ -194,7 +153,7 @@ func TestDataForeignLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(blob), Size: uint64(len(blob))}
-	err = up.Upload(ctx, rc.sc, l.ID, ref)
+	err = up.Upload(ctx, rc.Sc, l.ID, ref)
 	if o, ok := cas.Outcome(err); !ok || o.String() != "Forbidden" {
 		t.Fatalf("forged upload: %v", err)
 	}
@@ -204,7 +163,7 @@ func TestDataForeignLease(t *testing.T) {
 	if n := len(sink.Records(l.Attempt)); n != 0 {
 		t.Fatalf("forged log stored: %d records", n)
 	}
-	close(hold.release)
+	close(hold.Release)
 }
 
 // memSource serves one blob.
@@ -219,9 +178,9 @@ func (m memSource) Open(ref wire.CasObjectRef, off uint64) (io.ReadCloser, error
 // every line exactly once, in order.
 func TestDataLogResumeAfterCut(t *testing.T) {
 	const lines = 400
-	dataBackends(t, func(t *testing.T, b backend) {
-		w, sink, _ := dataWorld(t, b)
-		id := w.newIdentity()
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
+		w, sink, _ := enginetest.DataWorld(t, b)
+		id := w.NewIdentity()
 		half, cont := make(chan struct{}), make(chan struct{})
 		line := func(i int) string { return fmt.Sprintf("line %04d of the cut test %s\n", i, strings.Repeat("x", 40)) }
 		exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
@@ -240,10 +199,10 @@ func TestDataLogResumeAfterCut(t *testing.T) {
 			}
 			return agent.Result{Kind: agentwire.ResultSucceeded}
 		})
-		a, rd, _ := w.startAgent(id, exec, spoolIn(t.TempDir()))
-		awaitConnected(t, a)
-		w.awaitActive(id.runner)
-		l, err := w.d.OfferLease(context.Background(), id.runner, offer(9))
+		a, rd, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()))
+		enginetest.AwaitConnected(t, a)
+		w.AwaitActive(id.Runner)
+		l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(9))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,12 +215,12 @@ func TestDataLogResumeAfterCut(t *testing.T) {
 			}
 			time.Sleep(2 * time.Millisecond) // acks are periodic; no event to await here
 		}
-		if !rd.cut() {
+		if !rd.Cut() {
 			t.Fatal("nothing to cut")
 		}
 		close(cont) // the second half is written while disconnected or reconnecting
-		awaitConnected(t, a)
-		ev := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+		enginetest.AwaitConnected(t, a)
+		ev := w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 		if ev.Result.Kind != agentwire.ResultSucceeded {
 			t.Fatalf("result %v", ev.Result)
 		}
@@ -269,13 +228,13 @@ func TestDataLogResumeAfterCut(t *testing.T) {
 		for i := 0; i < lines; i++ {
 			want.WriteString(line(i))
 		}
-		if got := stdout(t, sink, l.Attempt); got != want.String() {
+		if got := enginetest.Stdout(t, sink, l.Attempt); got != want.String() {
 			t.Fatalf("sink holds %d bytes, want %d", len(got), want.Len())
 		}
 		if a.Stats().Reconnects < 1 {
 			t.Fatal("no reconnect")
 		}
-		t.Logf("%s: receiver %+v", b.name, w.d.LogReceiver().Stats())
+		t.Logf("%s: receiver %+v", b.Name, w.D.LogReceiver().Stats())
 	})
 }
 
@@ -289,12 +248,12 @@ func TestDataCancelUnderLoad(t *testing.T) {
 	if testing.Short() {
 		samples, blobSize = 6, 1<<20
 	}
-	dataBackends(t, func(t *testing.T, b backend) {
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
 		// Liveness is 3 heartbeat intervals; a loaded 2-core CI machine
 		// under -race can starve goroutines for a few hundred ms.
 		const hb = 250 * time.Millisecond
-		w, _, _ := dataWorld(t, b, func(c *daemon.Config) { c.Timing.HeartbeatInterval = hb })
-		id := w.newIdentity()
+		w, _, _ := enginetest.DataWorld(t, b, func(c *daemon.Config) { c.Timing.HeartbeatInterval = hb })
+		id := w.NewIdentity()
 		type role int
 		const (
 			waiter role = iota
@@ -331,7 +290,7 @@ func TestDataCancelUnderLoad(t *testing.T) {
 			}
 		})
 		upDone := make(chan struct{}, 64) // any upload's completion releases one loop
-		a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) {
+		a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) {
 			c.LogSpoolLimit = 4 << 20
 			c.Hooks.OnAttemptDone = func(d agent.AttemptDone) {
 				if r, _ := roles.Load(d.Job.Spec); r == uploader {
@@ -339,14 +298,14 @@ func TestDataCancelUnderLoad(t *testing.T) {
 				}
 			}
 		})
-		w.awaitActive(id.runner)
+		w.AwaitActive(id.Runner)
 		ctx := context.Background()
 		var next atomic.Int64
 		next.Store(100)
 		offerRole := func(r role) wire.JobAttemptId {
-			o := offer(int(next.Add(1)))
+			o := enginetest.Offer(int(next.Add(1)))
 			roles.Store(o.Spec, r)
-			l, err := w.d.OfferLease(ctx, id.runner, o)
+			l, err := w.D.OfferLease(ctx, id.Runner, o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -358,7 +317,7 @@ func TestDataCancelUnderLoad(t *testing.T) {
 				t.Fatalf("started %s, want %s", got, att)
 			}
 			t0 := time.Now()
-			if err := w.d.CancelAttempt(ctx, att, agentwire.CancelUserRequested); err != nil {
+			if err := w.D.CancelAttempt(ctx, att, agentwire.CancelUserRequested); err != nil {
 				t.Fatalf("cancel: %v", err)
 			}
 			var at time.Time
@@ -367,7 +326,7 @@ func TestDataCancelUnderLoad(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("cancel never reached the executor")
 			}
-			w.awaitCompletion(att, agentwire.AckAccepted)
+			w.AwaitCompletion(att, agentwire.AckAccepted)
 			return at.Sub(t0)
 		}
 
@@ -393,9 +352,9 @@ func TestDataCancelUnderLoad(t *testing.T) {
 					return
 				default:
 				}
-				o := offer(int(next.Add(1)))
+				o := enginetest.Offer(int(next.Add(1)))
 				roles.Store(o.Spec, uploader)
-				if _, err := w.d.OfferLease(ctx, id.runner, o); err != nil {
+				if _, err := w.D.OfferLease(ctx, id.Runner, o); err != nil {
 					uploadErr <- err
 					uploadsDone <- n
 					return
@@ -435,7 +394,7 @@ func TestDataCancelUnderLoad(t *testing.T) {
 				}
 			}
 		}()
-		srv := w.d.CASServer()
+		srv := w.D.CASServer()
 		deadline := time.Now().Add(20 * time.Second)
 		for srv.Stats().BytesIn == 0 || flooded.Load() == 0 {
 			if time.Now().After(deadline) {
@@ -455,12 +414,12 @@ func TestDataCancelUnderLoad(t *testing.T) {
 		close(hbStop)
 		gaps := <-hbDone
 		stop()
-		if err := w.d.CancelAttempt(ctx, flood, agentwire.CancelUserRequested); err != nil {
+		if err := w.D.CancelAttempt(ctx, flood, agentwire.CancelUserRequested); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := awaitCompletionOK(w, flood, 15*time.Second); !ok {
-			st, _ := w.d.LogReceiver().Attempt(flood)
-			t.Fatalf("flood attempt not completed: receiver %+v; attempt %+v; agent %+v", w.d.LogReceiver().Stats(), st, a.Stats())
+			st, _ := w.D.LogReceiver().Attempt(flood)
+			t.Fatalf("flood attempt not completed: receiver %+v; attempt %+v; agent %+v", w.D.LogReceiver().Stats(), st, a.Stats())
 		}
 		uploads := <-uploadsDone + <-uploadsDone
 		select {
@@ -470,9 +429,9 @@ func TestDataCancelUnderLoad(t *testing.T) {
 		}
 
 		t.Logf("%s: cancel→executor idle p50 %v p99 %v; saturated p50 %v p99 %v (%d/%d samples with a CAS upload in flight, %d uploads of %d KiB, %d MiB of log offered)",
-			b.name, pct(idle, 50), pct(idle, 99), pct(sat, 50), pct(sat, 99), busy, len(sat), uploads, blobSize>>10, flooded.Load()>>20)
+			b.Name, pct(idle, 50), pct(idle, 99), pct(sat, 50), pct(sat, 99), busy, len(sat), uploads, blobSize>>10, flooded.Load()>>20)
 		t.Logf("%s: heartbeat-ack gaps under load p50 %v p99 %v max %v (%d gaps, interval %v)",
-			b.name, pct(gaps, 50), pct(gaps, 99), pct(gaps, 100), len(gaps), hb)
+			b.Name, pct(gaps, 50), pct(gaps, 99), pct(gaps, 100), len(gaps), hb)
 		if p := pct(sat, 99); p > 2*time.Second {
 			t.Errorf("saturated cancel delivery p99 %v > 2s", p)
 		}
@@ -495,11 +454,11 @@ func TestDataCancelUnderLoad(t *testing.T) {
 
 // awaitCompletionOK is awaitCompletion (Accepted) that reports a timeout
 // instead of failing, so the caller can add diagnostics.
-func awaitCompletionOK(w *world, attempt wire.JobAttemptId, d time.Duration) (daemon.CompletionEvent, bool) {
+func awaitCompletionOK(w *enginetest.World, attempt wire.JobAttemptId, d time.Duration) (daemon.CompletionEvent, bool) {
 	deadline := time.After(d)
 	for {
 		select {
-		case c := <-w.ev.completions:
+		case c := <-w.Ev.Completions:
 			if c.Attempt == attempt && c.Ack == agentwire.AckAccepted {
 				return c, true
 			}
@@ -513,16 +472,16 @@ func awaitCompletionOK(w *world, attempt wire.JobAttemptId, d time.Duration) (da
 // (its lease then revoked) is forgotten, so the receiver's attempt table
 // stays bounded by live attempts; the durable records stay in the sink.
 func TestDataLogStateSwept(t *testing.T) {
-	w, sink, _ := dataWorld(t, memoryBackend())
-	id := w.newIdentity()
+	w, sink, _ := enginetest.DataWorld(t, enginetest.MemoryBackend())
+	id := w.NewIdentity()
 	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
 		_ = out.Log(wlogs.LogStdout, []byte("before the agent vanished\n"))
 		<-ctx.Done()
 		return agent.Result{Kind: agentwire.ResultCancelled}
 	})
-	a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()))
-	w.awaitActive(id.runner)
-	l, err := w.d.OfferLease(context.Background(), id.runner, offer(4))
+	a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()))
+	w.AwaitActive(id.Runner)
+	l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,14 +492,14 @@ func TestDataLogStateSwept(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond) // acks are periodic; no event
 	}
-	if _, ok := w.d.LogReceiver().Attempt(l.Attempt); !ok {
+	if _, ok := w.D.LogReceiver().Attempt(l.Attempt); !ok {
 		t.Fatal("receiver has no state for the live attempt")
 	}
 	_ = a.Close()
 	// LeaseTTL + RevokeGrace (2.5 s with fastTiming), then a maintenance tick.
 	deadline = time.Now().Add(10 * time.Second)
 	for {
-		if _, ok := w.d.LogReceiver().Attempt(l.Attempt); !ok {
+		if _, ok := w.D.LogReceiver().Attempt(l.Attempt); !ok {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -558,7 +517,7 @@ func TestDataLogStateSwept(t *testing.T) {
 // check (no CAS verdict at all), while an agent's, for a lease it does not
 // hold, gets the Forbidden verdict.
 func TestDataRoleAgentOnly(t *testing.T) {
-	w, _, _ := dataWorld(t, memoryBackend())
+	w, _, _ := enginetest.DataWorld(t, enginetest.MemoryBackend())
 	blob := []byte("object")
 	ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(blob), Size: uint64(len(blob))}
 	up, err := cas.NewUploader(cas.UploaderConfig{Source: memSource{blob}})
@@ -568,9 +527,9 @@ func TestDataRoleAgentOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 
-	worker := w.dialRaw(w.newIdentity())
-	worker.hello(agentwire.RoleSigningWorker)
-	if m, ok := worker.register(wire.NewAgentSessionId()).(*agentwire.RegistrationAcceptedV1); !ok {
+	worker := w.DialRaw(w.NewIdentity())
+	worker.Hello(agentwire.RoleSigningWorker)
+	if m, ok := worker.Register(wire.NewAgentSessionId()).(*agentwire.RegistrationAcceptedV1); !ok {
 		t.Fatalf("worker registration: %#v", m)
 	}
 	lw, err := logs.NewWriter(logs.Config{Attempt: wire.NewJobAttemptId(), Lease: wire.NewLeaseId()})
@@ -579,8 +538,8 @@ func TestDataRoleAgentOnly(t *testing.T) {
 	}
 	_ = lw.Write(wlogs.LogStdout, []byte("worker log\n"))
 	lw.Close()
-	_ = lw.Attach(ctx, worker.sc, 1)
-	err = up.Upload(ctx, worker.sc, wire.NewLeaseId(), ref)
+	_ = lw.Attach(ctx, worker.Sc, 1)
+	err = up.Upload(ctx, worker.Sc, wire.NewLeaseId(), ref)
 	if err == nil {
 		t.Fatal("worker upload accepted")
 	}
@@ -588,16 +547,16 @@ func TestDataRoleAgentOnly(t *testing.T) {
 		t.Fatalf("worker upload reached the lease check (%v); want the stream refused", o)
 	}
 
-	agentRC := w.dialRaw(w.newIdentity())
-	agentRC.join(wire.NewAgentSessionId())
-	err = up.Upload(ctx, agentRC.sc, wire.NewLeaseId(), ref)
+	agentRC := w.DialRaw(w.NewIdentity())
+	agentRC.Join(wire.NewAgentSessionId())
+	err = up.Upload(ctx, agentRC.Sc, wire.NewLeaseId(), ref)
 	if o, ok := cas.Outcome(err); !ok || o.String() != "Forbidden" {
 		t.Fatalf("agent upload under a foreign lease: %v", err)
 	}
-	if st := w.d.CASServer().Stats(); st.Forbidden != 1 {
+	if st := w.D.CASServer().Stats(); st.Forbidden != 1 {
 		t.Fatalf("CAS stats %+v: the worker's stream must not reach the server", st)
 	}
-	if st := w.d.LogReceiver().Stats(); st.Streams != 0 {
+	if st := w.D.LogReceiver().Stats(); st.Streams != 0 {
 		t.Fatalf("receiver served %d streams of a signing worker", st.Streams)
 	}
 }
@@ -635,24 +594,24 @@ func TestDataAuthorityHiccupNotForbidden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newWorldWith(t, memoryBackend(), trusttest.NewPKI(t), auth, func(c *daemon.Config) {
+	w := enginetest.NewWorldWith(t, enginetest.MemoryBackend(), trusttest.NewPKI(t), auth, func(c *daemon.Config) {
 		c.LogSink, c.ContentStore = &logs.MemorySink{}, store
 	})
-	id := w.newIdentity()
+	id := w.NewIdentity()
 	inner := agent.NewSyntheticExecutor(1, agent.SyntheticOptions{LogLines: 5, OutputSize: size})
 	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
 		r := inner.Execute(ctx, job, out)
 		auth.fail.Store(4) // the next lease look-ups fail: the data plane's, after the run
 		return r
 	})
-	a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()))
-	w.awaitActive(id.runner)
-	o := offer(9)
-	l, err := w.d.OfferLease(context.Background(), id.runner, o)
+	a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()))
+	w.AwaitActive(id.Runner)
+	o := enginetest.Offer(9)
+	l, err := w.D.OfferLease(context.Background(), id.Runner, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+	ev := w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 	if ev.Result.Kind != agentwire.ResultSucceeded {
 		t.Fatalf("result %v", ev.Result)
 	}
@@ -667,8 +626,8 @@ func TestDataAuthorityHiccupNotForbidden(t *testing.T) {
 	if n := auth.failed.Load(); n == 0 {
 		t.Fatal("no lease look-up failed: the test did not exercise the hiccup")
 	}
-	if cs := w.d.CASServer().Stats(); cs.Forbidden != 0 {
+	if cs := w.D.CASServer().Stats(); cs.Forbidden != 0 {
 		t.Fatalf("CAS answered Forbidden %d times during a transient authority failure", cs.Forbidden)
 	}
-	t.Logf("%d lease look-ups failed transiently; CAS server: %+v", auth.failed.Load(), w.d.CASServer().Stats())
+	t.Logf("%d lease look-ups failed transiently; CAS server: %+v", auth.failed.Load(), w.D.CASServer().Stats())
 }

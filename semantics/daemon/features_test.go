@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
@@ -32,25 +33,25 @@ func TestLogCompressionNegotiated(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			encs := make(chan wlogs.LogStreamHeaderV1, 16)
-			w, sink, _ := dataWorld(t, memoryBackend(), func(cfg *daemon.Config) {
+			w, sink, _ := enginetest.DataWorld(t, enginetest.MemoryBackend(), func(cfg *daemon.Config) {
 				cfg.Features = c.daemon
 				cfg.Hooks.OnLogStream = func(h wlogs.LogStreamHeaderV1) { encs <- h }
 			})
-			id := w.newIdentity()
+			id := w.NewIdentity()
 			const lines = 50
 			exec := agent.NewSyntheticExecutor(1, agent.SyntheticOptions{LogLines: lines, OutputSize: -1})
-			w.startAgent(id, exec, spoolIn(t.TempDir()), func(cfg *agent.Config) { cfg.Features = c.agent })
-			s := w.awaitRegistered(id.runner)
+			w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(cfg *agent.Config) { cfg.Features = c.agent })
+			s := w.AwaitRegistered(id.Runner)
 			if want := c.daemon.Intersect(c.agent); s.Features != want {
 				t.Fatalf("session features %v, want %v", s.Features, want)
 			}
-			w.awaitActive(id.runner)
-			o := offer(3)
-			l, err := w.d.OfferLease(context.Background(), id.runner, o)
+			w.AwaitActive(id.Runner)
+			o := enginetest.Offer(3)
+			l, err := w.D.OfferLease(context.Background(), id.Runner, o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+			w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 			select {
 			case h := <-encs:
 				if h.Attempt != l.Attempt || h.Encoding != c.want {
@@ -63,7 +64,7 @@ func TestLogCompressionNegotiated(t *testing.T) {
 			for i := 0; i < lines; i++ {
 				want.WriteString(agent.SyntheticLogLine(o.Spec, i))
 			}
-			if got := stdout(t, sink, l.Attempt); got != want.String() {
+			if got := enginetest.Stdout(t, sink, l.Attempt); got != want.String() {
 				t.Fatalf("stored log differs: %d bytes, want %d", len(got), want.Len())
 			}
 		})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/daemon"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -24,50 +25,50 @@ func pct(d []time.Duration, p int) time.Duration {
 // cancel delivery latency. It asserts only that every sample exists.
 func TestLatencyFigures(t *testing.T) {
 	const n = 30
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b)
-		id := w.newIdentity()
-		w.startAgent(id, newCountingExec(false))
-		w.awaitActive(id.runner)
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b)
+		id := w.NewIdentity()
+		w.StartAgent(id, enginetest.NewCountingExec(false))
+		w.AwaitActive(id.Runner)
 		ctx := context.Background()
 		for i := 0; i < n; i++ {
-			l, err := w.d.OfferLease(ctx, id.runner, offer(i))
+			l, err := w.D.OfferLease(ctx, id.Runner, enginetest.Offer(i))
 			if err != nil {
 				t.Fatal(err)
 			}
-			w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+			w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 		}
 		deadline := time.Now().Add(5 * time.Second)
-		for len(w.d.Stats().CompletionToAck) < n && time.Now().Before(deadline) {
+		for len(w.D.Stats().CompletionToAck) < n && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond) // the sample is taken after the ack is written
 		}
-		st := w.d.Stats()
+		st := w.D.Stats()
 		if len(st.OfferToAccept) != n || len(st.CompletionToAck) != n {
 			t.Fatalf("samples: %d offer, %d completion", len(st.OfferToAccept), len(st.CompletionToAck))
 		}
 		t.Logf("%s: offer→accept p50 %v p99 %v; completion→ack (daemon) p50 %v p99 %v",
-			b.name, pct(st.OfferToAccept, 50), pct(st.OfferToAccept, 99), pct(st.CompletionToAck, 50), pct(st.CompletionToAck, 99))
+			b.Name, pct(st.OfferToAccept, 50), pct(st.OfferToAccept, 99), pct(st.CompletionToAck, 50), pct(st.CompletionToAck, 99))
 	})
 }
 
 // TestDedupPruned: the maintenance loop prunes dedup records older than
 // Config.DedupRetention.
 func TestDedupPruned(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b, func(c *daemon.Config) { c.DedupRetention = time.Millisecond })
-		id := w.newIdentity()
-		w.startAgent(id, newCountingExec(false))
-		w.awaitActive(id.runner)
-		l, err := w.d.OfferLease(context.Background(), id.runner, offer(1))
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b, func(c *daemon.Config) { c.DedupRetention = time.Millisecond })
+		id := w.NewIdentity()
+		w.StartAgent(id, enginetest.NewCountingExec(false))
+		w.AwaitActive(id.Runner)
+		l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(1))
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.awaitCompletion(l.Attempt, agentwire.AckAccepted) // writes a dedup record
+		w.AwaitCompletion(l.Attempt, agentwire.AckAccepted) // writes a dedup record
 		deadline := time.Now().Add(5 * time.Second)
-		for w.d.Stats().DedupPruned == 0 && time.Now().Before(deadline) {
+		for w.D.Stats().DedupPruned == 0 && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond) // the loop runs every RenewInterval; no event
 		}
-		if w.d.Stats().DedupPruned == 0 {
+		if w.D.Stats().DedupPruned == 0 {
 			t.Fatal("no dedup record pruned")
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/logs"
@@ -48,7 +49,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 		duration = 2500 * time.Millisecond
 	)
 	const hb = 250 * time.Millisecond
-	dataBackends(t, func(t *testing.T, b backend) {
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
 		// Logs go to disk (a FileSink): the sink is another subsystem and
 		// must not count against the transport's heap.
 		fsink, err := logs.NewFileSink(t.TempDir(), logs.FileSinkOptions{})
@@ -56,14 +57,14 @@ func TestDataLogFloodBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = fsink.Close() })
-		w, _, _ := dataWorld(t, b, func(c *daemon.Config) {
+		w, _, _ := enginetest.DataWorld(t, b, func(c *daemon.Config) {
 			c.LogSink = fsink
 			c.Data = daemon.DataLimits{LogRateBytes: rate, LogBurstBytes: burst, MaxAttemptLogBytes: quota}
 			// A loaded 2-core CI machine under -race starves goroutines for
 			// a while: liveness here is 3×250 ms.
 			c.Timing.HeartbeatInterval = hb
 		})
-		bad, good := w.newIdentity(), w.newIdentity()
+		bad, good := w.NewIdentity(), w.NewIdentity()
 
 		var offered, accepted, dropped, refusedWrites atomic.Int64
 		chunk := bytes.Repeat([]byte("0123456789abcdef flood line of a runaway build step\n"), 1260) // ~64 KiB
@@ -86,30 +87,30 @@ func TestDataLogFloodBounded(t *testing.T) {
 			return agent.Result{Kind: agentwire.ResultCancelled}
 		})
 		floodStarted := make(chan struct{}, floods)
-		badAgent, _, _ := w.startAgent(bad, agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
+		badAgent, _, _ := w.StartAgent(bad, agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
 			floodStarted <- struct{}{}
 			return floodExec(ctx, job, out)
-		}), spoolIn(t.TempDir()), func(c *agent.Config) { c.LogSpoolLimit = 8 << 20 })
+		}), enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) { c.LogSpoolLimit = 8 << 20 })
 
 		// The well-behaved agent: holds each attempt until cancelled.
 		started := make(chan wire.JobAttemptId, 1)
 		cancelled := make(chan time.Time, 1)
-		goodAgent, _, _ := w.startAgent(good, agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
+		goodAgent, _, _ := w.StartAgent(good, agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
 			_ = out.Log(wlogs.LogStdout, []byte("hello\n"))
 			started <- job.Attempt
 			<-ctx.Done()
 			cancelled <- time.Now()
 			return agent.Result{Kind: agentwire.ResultCancelled}
-		}), spoolIn(t.TempDir()))
-		w.awaitActive(bad.runner)
-		w.awaitActive(good.runner)
+		}), enginetest.SpoolIn(t.TempDir()))
+		w.AwaitActive(bad.Runner)
+		w.AwaitActive(good.Runner)
 		ctx := context.Background()
 		runtime.GC()
 		baseline := liveHeap()
 
 		var floodAttempts []wire.JobAttemptId
 		for i := 0; i < floods; i++ {
-			l, err := w.d.OfferLease(ctx, bad.runner, offer(500+i))
+			l, err := w.D.OfferLease(ctx, bad.Runner, enginetest.Offer(500+i))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,15 +158,15 @@ func TestDataLogFloodBounded(t *testing.T) {
 		// At most 40 cancel samples: the well-behaved agent's own attempts
 		// must not be what grows the heap; the flood runs until end.
 		for i := 0; time.Now().Before(end) && i < 40; i++ {
-			l, err := w.d.OfferLease(ctx, good.runner, offer(600+i))
+			l, err := w.D.OfferLease(ctx, good.Runner, enginetest.Offer(600+i))
 			if err != nil {
-				t.Fatalf("offer %d to the well-behaved agent: %v; its stats %+v; daemon log:\n%s", i, err, goodAgent.Stats(), w.logBuf.String())
+				t.Fatalf("offer %d to the well-behaved agent: %v; its stats %+v; daemon log:\n%s", i, err, goodAgent.Stats(), w.LogBuf.String())
 			}
 			if got := <-started; got != l.Attempt {
 				t.Fatalf("started %s, want %s", got, l.Attempt)
 			}
 			t0 := time.Now()
-			if err := w.d.CancelAttempt(ctx, l.Attempt, agentwire.CancelUserRequested); err != nil {
+			if err := w.D.CancelAttempt(ctx, l.Attempt, agentwire.CancelUserRequested); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -174,7 +175,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("cancel never reached the well-behaved agent")
 			}
-			w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+			w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 		}
 		if wait := time.Until(end); wait > 0 {
 			time.Sleep(wait) // keep the flood (and the samplers) running for the whole window
@@ -182,7 +183,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 		close(stop)
 		wg.Wait()
 		for _, a := range floodAttempts {
-			if err := w.d.CancelAttempt(ctx, a, agentwire.CancelUserRequested); err != nil {
+			if err := w.D.CancelAttempt(ctx, a, agentwire.CancelUserRequested); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -193,7 +194,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 		deadline := time.After(15 * time.Second)
 		for len(pending) > 0 {
 			select {
-			case c := <-w.ev.completions:
+			case c := <-w.Ev.Completions:
 				if pending[c.Attempt] {
 					delete(pending, c.Attempt)
 					t.Logf("flood attempt completed: ack %v", c.Ack)
@@ -203,12 +204,12 @@ func TestDataLogFloodBounded(t *testing.T) {
 			}
 		}
 
-		rs := w.d.LogReceiver().Stats()
+		rs := w.D.LogReceiver().Stats()
 		t.Logf("%s: flood offered %d MiB (%d MiB accepted by the agent's writers, %d MiB dropped, %d refused writes); daemon appended %d MiB, %d throttle waits (%v), %d streams rejected, max buffered %d KiB",
-			b.name, offered.Load()>>20, accepted.Load()>>20, dropped.Load()>>20, refusedWrites.Load(), rs.BytesAppended>>20, rs.ThrottleWaits, rs.Throttled.Round(time.Millisecond), rs.Rejected, rs.MaxBuffered>>10)
+			b.Name, offered.Load()>>20, accepted.Load()>>20, dropped.Load()>>20, refusedWrites.Load(), rs.BytesAppended>>20, rs.ThrottleWaits, rs.Throttled.Round(time.Millisecond), rs.Rejected, rs.MaxBuffered>>10)
 		growth := int64(maxHeap.Load()) - int64(baseline)
 		t.Logf("%s: live heap baseline %d MiB, max %d MiB (growth %d MiB, ceiling %d MiB); good agent: %d cancels p50 %v p99 %v, heartbeat-ack gaps p50 %v p99 %v (interval %v)",
-			b.name, baseline>>20, maxHeap.Load()>>20, growth>>20, floodHeapCeiling>>20, len(cancels), pct(cancels, 50), pct(cancels, 99), pct(gaps, 50), pct(gaps, 99), hb)
+			b.Name, baseline>>20, maxHeap.Load()>>20, growth>>20, floodHeapCeiling>>20, len(cancels), pct(cancels, 50), pct(cancels, 99), pct(gaps, 50), pct(gaps, 99), hb)
 
 		if rs.ThrottleWaits == 0 {
 			t.Errorf("the per-attempt rate limit never engaged")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/internal/pgtest"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
@@ -76,34 +77,34 @@ var sharedAuthorities = []struct {
 func TestOfferSurvivesDaemonSwitch(t *testing.T) {
 	for _, sa := range sharedAuthorities {
 		t.Run(sa.name, func(t *testing.T) {
-			b := memoryBackend()
+			b := enginetest.MemoryBackend()
 			pki := trusttest.NewPKI(t)
 			authA, authB := sa.open(t)
-			wa := newWorldWith(t, b, pki, authA, sharedDB, func(c *daemon.Config) { c.ID = "daemon-a" })
-			wb := newWorldWith(t, b, pki, authB, sharedDB, func(c *daemon.Config) { c.ID = "daemon-b" })
-			id := wa.newIdentity()
+			wa := enginetest.NewWorldWith(t, b, pki, authA, sharedDB, func(c *daemon.Config) { c.ID = "daemon-a" })
+			wb := enginetest.NewWorldWith(t, b, pki, authB, sharedDB, func(c *daemon.Config) { c.ID = "daemon-b" })
+			id := wa.NewIdentity()
 			held := make(chan wire.LeaseId, 1)
-			daemon.SetOfferFilter(wa.d, func(l wire.LeaseId) bool {
+			daemon.SetOfferFilter(wa.D, func(l wire.LeaseId) bool {
 				select {
 				case held <- l:
 				default:
 				}
 				return false // every offer A sends is lost
 			})
-			exec := newCountingExec(false)
+			exec := enginetest.NewCountingExec(false)
 			gate := &gateDialer{}
-			a, rdA, _ := wa.startAgent(id, exec, func(c *agent.Config) {
+			a, rdA, _ := wa.StartAgent(id, exec, func(c *agent.Config) {
 				gate.inner = c.Endpoints[0].Dialer
 				c.Endpoints[0].Dialer = gate
-				c.Endpoints = append(c.Endpoints, agent.Endpoint{Address: wb.addr, Dialer: b.dialer(t, wb.clientTLS(id)), Backend: b.name})
+				c.Endpoints = append(c.Endpoints, agent.Endpoint{Address: wb.Addr, Dialer: b.Dialer(t, wb.ClientTLS(id)), Backend: b.Name})
 			})
-			wa.awaitActive(id.runner)
+			wa.AwaitActive(id.Runner)
 
-			o := offer(1)
+			o := enginetest.Offer(1)
 			o.TTL = 30 * time.Second // the offer must not expire: only the switch can deliver it
 			res := make(chan offerResult, 1)
 			go func() {
-				l, err := wa.d.OfferLease(context.Background(), id.runner, o)
+				l, err := wa.D.OfferLease(context.Background(), id.Runner, o)
 				res <- offerResult{l, err}
 			}()
 			var lease wire.LeaseId
@@ -116,19 +117,19 @@ func TestOfferSurvivesDaemonSwitch(t *testing.T) {
 			}
 			gate.blocked.Store(true)
 			cutAt := time.Now()
-			if !rdA.cut() {
+			if !rdA.Cut() {
 				t.Fatal("no connection to daemon A to cut")
 			}
 
-			reg := wb.awaitRegistered(id.runner)
+			reg := wb.AwaitRegistered(id.Runner)
 			if reg.Session != a.Session() || reg.Epoch < 2 {
 				t.Fatalf("daemon B registration %+v, want the agent's session %s at epoch ≥ 2", reg, a.Session())
 			}
-			job := awaitStart(t, exec)
+			job := enginetest.AwaitStart(t, exec)
 			if job.Lease != lease {
 				t.Fatalf("agent ran lease %s, want the held offer %s", job.Lease, lease)
 			}
-			wb.awaitCompletion(job.Attempt, agentwire.AckAccepted)
+			wb.AwaitCompletion(job.Attempt, agentwire.AckAccepted)
 
 			select {
 			case r := <-res:
@@ -145,21 +146,21 @@ func TestOfferSurvivesDaemonSwitch(t *testing.T) {
 			if n, err := authB.Completions(context.Background(), job.Attempt); err != nil || n != 1 {
 				t.Fatalf("completions %d, %v; want 1", n, err)
 			}
-			if n := exec.count(job.Attempt); n != 1 {
+			if n := exec.Count(job.Attempt); n != 1 {
 				t.Fatalf("attempt ran %d times", n)
 			}
 			if got, err := authA.Lease(context.Background(), lease); err != nil || got.State != authority.LeaseCompleted {
 				t.Fatalf("lease state %q, %v; want completed", got.State, err)
 			}
-			stA, stB := wa.d.Stats(), wb.d.Stats()
+			stA, stB := wa.D.Stats(), wb.D.Stats()
 			if stB.OffersAdopted < 1 || stB.LeasesAccepted != 1 || stB.LeasesOffered != 0 {
 				t.Fatalf("daemon B: adopted %d, accepted %d, offered %d; want ≥1, 1, 0", stB.OffersAdopted, stB.LeasesAccepted, stB.LeasesOffered)
 			}
 			if stA.OffersSettledElsewhere != 1 || stA.LeasesAccepted != 0 {
 				t.Fatalf("daemon A: settled elsewhere %d, accepted %d; want 1, 0", stA.OffersSettledElsewhere, stA.LeasesAccepted)
 			}
-			if s := awaitConnected(t, a); s.Endpoint != wb.addr {
-				t.Fatalf("agent on %s, want daemon B %s", s.Endpoint, wb.addr)
+			if s := enginetest.AwaitConnected(t, a); s.Endpoint != wb.Addr {
+				t.Fatalf("agent on %s, want daemon B %s", s.Endpoint, wb.Addr)
 			}
 		})
 	}
@@ -175,43 +176,43 @@ func TestOfferSurvivesDaemonSwitch(t *testing.T) {
 func TestOfferOnStaleDaemonDeliveredAtResync(t *testing.T) {
 	for _, answer := range []string{"accept", "reject", "revoke"} {
 		t.Run(answer, func(t *testing.T) {
-			b := memoryBackend()
+			b := enginetest.MemoryBackend()
 			pki := trusttest.NewPKI(t)
 			auth, _ := sharedAuthorities[0].open(t)
-			wa := newWorldWith(t, b, pki, auth, slowHeartbeat, func(c *daemon.Config) { c.ID = "daemon-a" })
-			wb := newWorldWith(t, b, pki, auth, slowHeartbeat, func(c *daemon.Config) { c.ID = "daemon-b" })
-			id := wa.newIdentity()
+			wa := enginetest.NewWorldWith(t, b, pki, auth, slowHeartbeat, func(c *daemon.Config) { c.ID = "daemon-a" })
+			wb := enginetest.NewWorldWith(t, b, pki, auth, slowHeartbeat, func(c *daemon.Config) { c.ID = "daemon-b" })
+			id := wa.NewIdentity()
 			sess := wire.NewAgentSessionId()
-			stale := wa.dialRaw(id)
-			stale.join(sess) // epoch 1 on A
-			cur := wb.dialRaw(id)
-			cur.join(sess) // epoch 2 on B: the agent moved, A has not noticed
-			if cur.epoch <= stale.epoch {
-				t.Fatalf("epochs A %d, B %d", stale.epoch, cur.epoch)
+			stale := wa.DialRaw(id)
+			stale.Join(sess) // epoch 1 on A
+			cur := wb.DialRaw(id)
+			cur.Join(sess) // epoch 2 on B: the agent moved, A has not noticed
+			if cur.Epoch <= stale.Epoch {
+				t.Fatalf("epochs A %d, B %d", stale.Epoch, cur.Epoch)
 			}
 
-			o := offer(2)
+			o := enginetest.Offer(2)
 			o.TTL = 30 * time.Second
 			res := make(chan offerResult, 1)
 			go func() {
-				l, err := wa.d.OfferLease(context.Background(), id.runner, o)
+				l, err := wa.D.OfferLease(context.Background(), id.Runner, o)
 				res <- offerResult{l, err}
 			}()
-			offA, envA := next[*agentwire.LeaseOfferV1](t, stale) // lost with the stale transport
+			offA, envA := enginetest.Next[*agentwire.LeaseOfferV1](t, stale) // lost with the stale transport
 			if envA.MessageID != daemon.OfferMessageID(offA.Lease) {
 				t.Fatalf("A's offer MessageId %s, want the lease's offer id %s", envA.MessageID, daemon.OfferMessageID(offA.Lease))
 			}
 
 			// The agent reconnects to B: registration and resync there.
-			next3 := wb.dialRaw(id)
-			next3.join(sess)
-			offB, envB := next[*agentwire.LeaseOfferV1](t, next3)
+			next3 := wb.DialRaw(id)
+			next3.Join(sess)
+			offB, envB := enginetest.Next[*agentwire.LeaseOfferV1](t, next3)
 			if offB.Lease != offA.Lease || offB.Attempt != offA.Attempt || offB.Job != offA.Job || offB.SpecID != offA.SpecID ||
 				offB.ExpiresAtMs != offA.ExpiresAtMs || offB.Session != sess {
 				t.Fatalf("B's offer %+v differs from A's %+v", offB, offA)
 			}
-			if offB.Epoch != next3.epoch {
-				t.Fatalf("B's offer carries epoch %d, want the new transport's %d", offB.Epoch, next3.epoch)
+			if offB.Epoch != next3.Epoch {
+				t.Fatalf("B's offer carries epoch %d, want the new transport's %d", offB.Epoch, next3.Epoch)
 			}
 			if envB.MessageID != envA.MessageID {
 				t.Fatalf("B re-sent with MessageId %s, A sent %s; want one MessageId per lease", envB.MessageID, envA.MessageID)
@@ -219,15 +220,15 @@ func TestOfferOnStaleDaemonDeliveredAtResync(t *testing.T) {
 
 			switch answer {
 			case "accept":
-				if err := next3.ch.Reply(envB, &agentwire.LeaseAcceptedV1{Lease: offB.Lease, Attempt: offB.Attempt, Session: sess}); err != nil {
+				if err := next3.Ch.Reply(envB, &agentwire.LeaseAcceptedV1{Lease: offB.Lease, Attempt: offB.Attempt, Session: sess}); err != nil {
 					t.Fatal(err)
 				}
 			case "reject":
-				if err := next3.ch.Reply(envB, &agentwire.LeaseRejectedV1{Lease: offB.Lease, Attempt: offB.Attempt, Reason: agentwire.RejectAtCapacity}); err != nil {
+				if err := next3.Ch.Reply(envB, &agentwire.LeaseRejectedV1{Lease: offB.Lease, Attempt: offB.Attempt, Reason: agentwire.RejectAtCapacity}); err != nil {
 					t.Fatal(err)
 				}
 			case "revoke":
-				if err := wb.d.DisableRunner(context.Background(), id.runner, "operator"); err != nil {
+				if err := wb.D.DisableRunner(context.Background(), id.Runner, "operator"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -244,7 +245,7 @@ func TestOfferOnStaleDaemonDeliveredAtResync(t *testing.T) {
 				}
 				compl := &agentwire.AttemptCompletionV1{Job: offB.Job, Attempt: offB.Attempt, Lease: offB.Lease, Spec: offB.SpecID,
 					Result: agentwire.ExecutionResultV1{Kind: agentwire.ResultSucceeded}}
-				env, err := next3.call(compl)
+				env, err := next3.Call(compl)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -264,10 +265,10 @@ func TestOfferOnStaleDaemonDeliveredAtResync(t *testing.T) {
 					t.Fatalf("OfferLease = %v, want ErrLeaseRevoked", r.err)
 				}
 			}
-			if st := wa.d.Stats(); st.OffersSettledElsewhere != 1 {
+			if st := wa.D.Stats(); st.OffersSettledElsewhere != 1 {
 				t.Fatalf("daemon A settled %d offers from the authority, want 1", st.OffersSettledElsewhere)
 			}
-			if st := wb.d.Stats(); st.OffersAdopted != 1 {
+			if st := wb.D.Stats(); st.OffersAdopted != 1 {
 				t.Fatalf("daemon B adopted %d offers, want 1", st.OffersAdopted)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/internal/pgtest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
@@ -23,7 +24,7 @@ import (
 // endpoint); the agent reconnects to daemon 2 under the same agent
 // session, resyncs (Continue) and completes there, exactly once.
 func TestSecondDaemonSharedPostgres(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
 		dsn := pgtest.Shared(t).NewDatabase(t)
 		open := func() authority.Authority {
 			a, err := authority.OpenPostgres(context.Background(), dsn)
@@ -34,45 +35,45 @@ func TestSecondDaemonSharedPostgres(t *testing.T) {
 			return a
 		}
 		pki := trusttest.NewPKI(t)
-		w2 := newWorldWith(t, b, pki, open(), sharedDB, func(c *daemon.Config) { c.ID = "daemon-2" })
-		w3 := newWorldWith(t, b, pki, open(), sharedDB, func(c *daemon.Config) { c.ID = "daemon-3" })
-		w1 := newWorldWith(t, b, pki, open(), sharedDB, func(c *daemon.Config) {
+		w2 := enginetest.NewWorldWith(t, b, pki, open(), sharedDB, func(c *daemon.Config) { c.ID = "daemon-2" })
+		w3 := enginetest.NewWorldWith(t, b, pki, open(), sharedDB, func(c *daemon.Config) { c.ID = "daemon-3" })
+		w1 := enginetest.NewWorldWith(t, b, pki, open(), sharedDB, func(c *daemon.Config) {
 			c.ID = "daemon-1"
-			c.AlternateEndpoints = []string{w2.addr}
+			c.AlternateEndpoints = []string{w2.Addr}
 		})
-		id := w1.newIdentity()
-		exec := newCountingExec(true)
+		id := w1.NewIdentity()
+		exec := enginetest.NewCountingExec(true)
 		// Configured: daemon 1 then daemon 3; the GoAway must steer the
 		// agent to daemon 2 instead of its next configured endpoint.
-		a, _, _ := w1.startAgent(id, exec, func(c *agent.Config) {
-			c.Endpoints = append(c.Endpoints, agent.Endpoint{Address: w3.addr, Dialer: c.Endpoints[0].Dialer, Backend: b.name})
+		a, _, _ := w1.StartAgent(id, exec, func(c *agent.Config) {
+			c.Endpoints = append(c.Endpoints, agent.Endpoint{Address: w3.Addr, Dialer: c.Endpoints[0].Dialer, Backend: b.Name})
 		})
-		w1.awaitActive(id.runner)
-		go func() { _, _ = w1.d.OfferLease(context.Background(), id.runner, offer(20)) }()
-		job := awaitStart(t, exec)
+		w1.AwaitActive(id.Runner)
+		go func() { _, _ = w1.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(20)) }()
+		job := enginetest.AwaitStart(t, exec)
 
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := w1.d.Shutdown(ctx); err != nil {
+		if err := w1.D.Shutdown(ctx); err != nil {
 			t.Fatalf("daemon 1 shutdown: %v", err)
 		}
-		reg := w2.awaitRegistered(id.runner)
+		reg := w2.AwaitRegistered(id.Runner)
 		if reg.Session != a.Session() || reg.Epoch < 2 {
 			t.Fatalf("daemon 2 registration %+v", reg)
 		}
-		w2.awaitActive(id.runner)
-		if st := w2.d.Stats(); st.Resyncs < 1 {
+		w2.AwaitActive(id.Runner)
+		if st := w2.D.Stats(); st.Resyncs < 1 {
 			t.Fatalf("daemon 2 stats %+v", st)
 		}
-		close(exec.release)
-		w2.awaitCompletion(job.Attempt, agentwire.AckAccepted)
-		if n, _ := w2.auth.Completions(context.Background(), job.Attempt); n != 1 {
+		close(exec.Release)
+		w2.AwaitCompletion(job.Attempt, agentwire.AckAccepted)
+		if n, _ := w2.Auth.Completions(context.Background(), job.Attempt); n != 1 {
 			t.Fatalf("completions %d", n)
 		}
-		if exec.count(job.Attempt) != 1 {
+		if exec.Count(job.Attempt) != 1 {
 			t.Fatal("attempt ran twice")
 		}
-		if s := awaitConnected(t, a); s.Endpoint != w2.addr {
+		if s := enginetest.AwaitConnected(t, a); s.Endpoint != w2.Addr {
 			t.Fatalf("agent on %s", s.Endpoint)
 		}
 	})
@@ -86,19 +87,19 @@ func TestRandomCutsExactlyOnce(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0x4679))
-	w := newWorld(t, memoryBackend(), func(c *daemon.Config) {
+	w := enginetest.NewWorld(t, enginetest.MemoryBackend(), func(c *daemon.Config) {
 		c.Timing.RenewInterval = 20 * time.Millisecond
 		c.Timing.RequestTimeout = 100 * time.Millisecond
 		c.Timing.LeaseTTL = 30 * time.Second
 	})
-	id := w.newIdentity()
+	id := w.NewIdentity()
 	done := make(chan agent.AttemptDone, n*2)
-	a, rd, _ := w.startAgent(id, agent.NewSyntheticExecutor(seed, agent.SyntheticOptions{MinDuration: time.Millisecond, MaxDuration: 30 * time.Millisecond}),
+	a, rd, _ := w.StartAgent(id, agent.NewSyntheticExecutor(seed, agent.SyntheticOptions{MinDuration: time.Millisecond, MaxDuration: 30 * time.Millisecond}),
 		func(c *agent.Config) {
 			c.RequestTimeout = 100 * time.Millisecond
 			c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d }
 		})
-	w.awaitActive(id.runner)
+	w.AwaitActive(id.Runner)
 
 	// The chaos goroutine cuts the agent's connection at random moments.
 	stop := make(chan struct{})
@@ -120,7 +121,7 @@ func TestRandomCutsExactlyOnce(t *testing.T) {
 				return
 			case <-time.After(delays[i%len(delays)]):
 			}
-			if rd.cut() {
+			if rd.Cut() {
 				cuts++
 				select {
 				case cutCount <- cuts:
@@ -134,11 +135,11 @@ func TestRandomCutsExactlyOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i := 0; len(attempts) < n; i++ {
-		o := offer(100 + i)
+		o := enginetest.Offer(100 + i)
 		o.Attempt = wire.NewJobAttemptId()
 		for {
 			// OfferLease waits for the answer; re-sent offers survive cuts.
-			_, err := w.d.OfferLease(ctx, id.runner, o)
+			_, err := w.D.OfferLease(ctx, id.Runner, o)
 			if err == nil {
 				attempts[o.Attempt] = true
 				break
@@ -146,7 +147,7 @@ func TestRandomCutsExactlyOnce(t *testing.T) {
 			if !errors.Is(err, daemon.ErrNotConnected) {
 				t.Fatalf("offer %d: %v", i, err)
 			}
-			w.awaitActive(id.runner) // between a cut and the reconnect
+			w.AwaitActive(id.Runner) // between a cut and the reconnect
 		}
 	}
 	// Let everything finish with the network calm.
@@ -172,7 +173,7 @@ func TestRandomCutsExactlyOnce(t *testing.T) {
 		}
 	}
 	for att := range attempts {
-		c, err := w.auth.Completions(context.Background(), att)
+		c, err := w.Auth.Completions(context.Background(), att)
 		if err != nil || c != 1 {
 			t.Fatalf("attempt %s: %d completions (%v), agent ack %s", att, c, err, got[att])
 		}
@@ -182,7 +183,7 @@ func TestRandomCutsExactlyOnce(t *testing.T) {
 	}
 	st := a.Stats()
 	t.Logf("%d attempts, %d cuts, %d reconnects, %d completion retries, %d duplicate offers absorbed, daemon %s",
-		len(attempts), cuts, st.Reconnects, st.CompletionsRetried, st.DuplicatesAbsorbed, fmtAcks(w.d.Stats().Completions))
+		len(attempts), cuts, st.Reconnects, st.CompletionsRetried, st.DuplicatesAbsorbed, fmtAcks(w.D.Stats().Completions))
 	if cuts == 0 {
 		t.Fatal("no cut happened")
 	}

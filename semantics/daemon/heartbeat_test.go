@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
@@ -45,13 +46,13 @@ func TestHeartbeatNotBehindAuthority(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = auth.Close() })
 	stuck := &stuckRenewals{Authority: auth, gate: make(chan struct{}), hit: make(chan struct{}, 1)}
-	w := newWorldWith(t, memoryBackend(), trusttest.NewPKI(t), stuck)
-	id := w.newIdentity()
-	exec := newCountingExec(true)
-	a, _, _ := w.startAgent(id, exec)
-	w.awaitActive(id.runner)
-	go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, offer(1)) }()
-	awaitStart(t, exec) // renewals start with the attempt
+	w := enginetest.NewWorldWith(t, enginetest.MemoryBackend(), trusttest.NewPKI(t), stuck)
+	id := w.NewIdentity()
+	exec := enginetest.NewCountingExec(true)
+	a, _, _ := w.StartAgent(id, exec)
+	w.AwaitActive(id.Runner)
+	go func() { _, _ = w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(1)) }()
+	enginetest.AwaitStart(t, exec) // renewals start with the attempt
 	select {
 	case <-stuck.hit:
 	case <-time.After(10 * time.Second):
@@ -74,5 +75,5 @@ func TestHeartbeatNotBehindAuthority(t *testing.T) {
 	if r := a.Stats().Reconnects; r != 0 {
 		t.Errorf("%d reconnects while renewals were stuck in the authority", r)
 	}
-	close(exec.release)
+	close(exec.Release)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -17,33 +18,33 @@ import (
 // TestLeaseLifecycle: offer → accept → run → completion Accepted, exactly
 // once in the authority, on every backend.
 func TestLeaseLifecycle(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b)
-		id := w.newIdentity()
-		exec := newCountingExec(false)
-		a, _, _ := w.startAgent(id, exec)
-		w.awaitActive(id.runner)
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b)
+		id := w.NewIdentity()
+		exec := enginetest.NewCountingExec(false)
+		a, _, _ := w.StartAgent(id, exec)
+		w.AwaitActive(id.Runner)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		l, err := w.d.OfferLease(ctx, id.runner, offer(1))
+		l, err := w.D.OfferLease(ctx, id.Runner, enginetest.Offer(1))
 		if err != nil {
 			t.Fatalf("OfferLease: %v", err)
 		}
 		if l.Session != a.Session() {
 			t.Fatalf("lease bound to %s, agent session %s", l.Session, a.Session())
 		}
-		w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
-		if n, _ := w.auth.Completions(ctx, l.Attempt); n != 1 {
+		w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
+		if n, _ := w.Auth.Completions(ctx, l.Attempt); n != 1 {
 			t.Fatalf("completions in authority = %d, want 1", n)
 		}
-		if exec.count(l.Attempt) != 1 {
-			t.Fatalf("executor ran %d times", exec.count(l.Attempt))
+		if exec.Count(l.Attempt) != 1 {
+			t.Fatalf("executor ran %d times", exec.Count(l.Attempt))
 		}
-		st := w.d.Stats()
+		st := w.D.Stats()
 		if st.LeasesOffered != 1 || st.LeasesAccepted != 1 || st.Completions[agentwire.AckAccepted] != 1 {
 			t.Fatalf("stats %+v", st)
 		}
-		if s := awaitConnected(t, a); !s.Connected || s.Backend != b.name || s.Epoch < 1 {
+		if s := enginetest.AwaitConnected(t, a); !s.Connected || s.Backend != b.Name || s.Epoch < 1 {
 			t.Fatalf("agent status %+v", s)
 		}
 	})
@@ -51,22 +52,22 @@ func TestLeaseLifecycle(t *testing.T) {
 
 // TestNegotiatesHighestVersion: the highest version in both ranges wins.
 func TestNegotiatesHighestVersion(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b, func(c *daemon.Config) {
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b, func(c *daemon.Config) {
 			c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 5)}
 			c.Features = wire.Features(wire.FeatureLogResumeV1, wire.FeatureSigningV1)
 		})
-		id := w.newIdentity()
-		a, _, _ := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+		id := w.NewIdentity()
+		a, _, _ := w.StartAgent(id, enginetest.NewCountingExec(false), func(c *agent.Config) {
 			c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 3)}
 			c.Features = wire.Features(wire.FeatureLogResumeV1, wire.FeatureDeviceControlV1)
 		})
-		s := w.awaitRegistered(id.runner)
+		s := w.AwaitRegistered(id.Runner)
 		if s.Protocol != wire.V(1, 3) {
 			t.Fatalf("daemon negotiated %s, want 1.3", s.Protocol)
 		}
-		w.awaitActive(id.runner)
-		st := awaitConnected(t, a)
+		w.AwaitActive(id.Runner)
+		st := enginetest.AwaitConnected(t, a)
 		if st.Protocol != wire.V(1, 3) {
 			t.Fatalf("agent negotiated %s, want 1.3", st.Protocol)
 		}
@@ -79,10 +80,10 @@ func TestNegotiatesHighestVersion(t *testing.T) {
 // TestNoCommonMajorRejected: the agent's Run returns the daemon's message
 // naming both ranges, promptly and without spinning.
 func TestNoCommonMajorRejected(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b, func(c *daemon.Config) { c.Protocol = wire.ProtocolRange{Min: wire.V(3, 0), Max: wire.V(4, 2)} })
-		id := w.newIdentity()
-		_, _, runErr := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b, func(c *daemon.Config) { c.Protocol = wire.ProtocolRange{Min: wire.V(3, 0), Max: wire.V(4, 2)} })
+		id := w.NewIdentity()
+		_, _, runErr := w.StartAgent(id, enginetest.NewCountingExec(false), func(c *agent.Config) {
 			c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(2, 1)}
 		})
 		var err error
@@ -102,7 +103,7 @@ func TestNoCommonMajorRejected(t *testing.T) {
 		if ve.ServerRange != (wire.ProtocolRange{Min: wire.V(3, 0), Max: wire.V(4, 2)}) {
 			t.Fatalf("server range %s", ve.ServerRange)
 		}
-		if st := w.d.Stats(); st.Registrations != 0 || st.Rejections != 1 {
+		if st := w.D.Stats(); st.Registrations != 0 || st.Rejections != 1 {
 			t.Fatalf("daemon stats %+v: want one rejection, no registration", st)
 		}
 	})
@@ -111,13 +112,13 @@ func TestNoCommonMajorRejected(t *testing.T) {
 // TestPolicyMinimumRejected: a common version below Config.MinProtocol is
 // refused like a mismatch (downgrade defence §274).
 func TestPolicyMinimumRejected(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b, func(c *daemon.Config) {
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b, func(c *daemon.Config) {
 			c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 5)}
 			c.MinProtocol = wire.V(1, 4)
 		})
-		id := w.newIdentity()
-		_, _, runErr := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+		id := w.NewIdentity()
+		_, _, runErr := w.StartAgent(id, enginetest.NewCountingExec(false), func(c *agent.Config) {
 			c.Protocol = wire.ProtocolRange{Min: wire.V(1, 0), Max: wire.V(1, 2)}
 		})
 		select {
@@ -134,19 +135,19 @@ func TestPolicyMinimumRejected(t *testing.T) {
 // TestInvalidOfferRefusedLocally: an offer the agent would reject as
 // invalid is refused by OfferLease before anything is recorded.
 func TestInvalidOfferRefusedLocally(t *testing.T) {
-	w := newWorld(t, memoryBackend())
-	id := w.newIdentity()
-	w.startAgent(id, newCountingExec(false))
-	w.awaitActive(id.runner)
-	o := offer(1)
+	w := enginetest.NewWorld(t, enginetest.MemoryBackend())
+	id := w.NewIdentity()
+	w.StartAgent(id, enginetest.NewCountingExec(false))
+	w.AwaitActive(id.Runner)
+	o := enginetest.Offer(1)
 	o.Payload = wire.CasObjectRef{}
-	if _, err := w.d.OfferLease(context.Background(), id.runner, o); err == nil || !strings.Contains(err.Error(), "invalid lease offer") {
+	if _, err := w.D.OfferLease(context.Background(), id.Runner, o); err == nil || !strings.Contains(err.Error(), "invalid lease offer") {
 		t.Fatalf("OfferLease: %v", err)
 	}
-	if _, err := w.d.OfferLease(context.Background(), wire.NewRunnerId(), offer(2)); !errors.Is(err, daemon.ErrNotConnected) {
+	if _, err := w.D.OfferLease(context.Background(), wire.NewRunnerId(), enginetest.Offer(2)); !errors.Is(err, daemon.ErrNotConnected) {
 		t.Fatalf("unknown runner: %v", err)
 	}
-	if w.d.Stats().LeasesOffered != 0 {
+	if w.D.Stats().LeasesOffered != 0 {
 		t.Fatal("invalid offer recorded")
 	}
 }
@@ -183,21 +184,21 @@ func TestConfigValidation(t *testing.T) {
 // TestPhaseReported: a phase sent best effort, or only re-asserted in a
 // heartbeat, reaches Hooks.OnPhase once per change.
 func TestPhaseReported(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
 		phases := make(chan daemon.PhaseEvent, 16)
-		w := newWorld(t, b, slowHeartbeat, func(c *daemon.Config) {
+		w := enginetest.NewWorld(t, b, slowHeartbeat, func(c *daemon.Config) {
 			c.Hooks.OnPhase = func(p daemon.PhaseEvent) { phases <- p }
 		})
-		id := w.newIdentity()
+		id := w.NewIdentity()
 		sess := wire.NewAgentSessionId()
-		rc := w.dialRaw(id)
-		rc.join(sess)
+		rc := w.DialRaw(id)
+		rc.Join(sess)
 		att, lease := wire.NewJobAttemptId(), wire.NewLeaseId()
-		if _, err := rc.ch.SendMsg(&agentwire.PhaseChangeV1{Attempt: att, Lease: lease, Phase: agentwire.PhasePreparing, AtMs: 1}); err != nil {
+		if _, err := rc.Ch.SendMsg(&agentwire.PhaseChangeV1{Attempt: att, Lease: lease, Phase: agentwire.PhasePreparing, AtMs: 1}); err != nil {
 			t.Fatal(err)
 		}
 		hb := func(seq uint64, p agentwire.AttemptPhase) {
-			_, err := rc.call(&agentwire.HeartbeatV1{Runner: id.runner, Session: sess, Seq: seq, CapabilityDigest: wire.CapabilityDigest{Digest: wire.Digest{9}},
+			_, err := rc.Call(&agentwire.HeartbeatV1{Runner: id.Runner, Session: sess, Seq: seq, CapabilityDigest: wire.CapabilityDigest{Digest: wire.Digest{9}},
 				ActiveAttempts: []agentwire.ActiveAttemptV1{{Attempt: att, Lease: lease, Phase: p}}})
 			if err != nil {
 				t.Fatal(err)
@@ -209,7 +210,7 @@ func TestPhaseReported(t *testing.T) {
 		for _, p := range want {
 			select {
 			case ev := <-phases:
-				if ev.Phase != p || ev.Attempt != att || ev.Runner != id.runner {
+				if ev.Phase != p || ev.Attempt != att || ev.Runner != id.Runner {
 					t.Fatalf("event %+v, want %s", ev, p)
 				}
 			case <-time.After(5 * time.Second):

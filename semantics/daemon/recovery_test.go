@@ -8,15 +8,12 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/memory"
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
-	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/daemon"
-	"forgeyard.dev/transport/semantics/telemetry"
-	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
-	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
 // TestDuplicateLeaseDeliverySafe: offers re-sent (same MessageId) before
@@ -24,117 +21,71 @@ import (
 // second execution.
 func TestDuplicateLeaseDeliverySafe(t *testing.T) {
 	n := memory.NewNetwork()
-	b := memoryBackend()
-	b.dialer = func(t *testing.T, conf *tls.Config) semantics.BackendDialer {
+	b := enginetest.MemoryBackend()
+	b.Dialer = func(t *testing.T, conf *tls.Config) semantics.BackendDialer {
 		// 40 ms one way: the daemon re-sends the offer every 20 ms.
 		return &memory.Dialer{Network: n, TLSConfig: conf, Options: memory.Options{Latency: 40 * time.Millisecond}}
 	}
-	b.listen = listenOn(n)
-	w := newWorld(t, b, func(c *daemon.Config) {
+	b.Listen = enginetest.ListenOn(n)
+	w := enginetest.NewWorld(t, b, func(c *daemon.Config) {
 		c.Timing.RenewInterval = 20 * time.Millisecond
 		c.Timing.RequestTimeout = 20 * time.Millisecond
 		c.Timing.HeartbeatInterval = 200 * time.Millisecond
 	})
-	id := w.newIdentity()
-	exec := newCountingExec(true)
-	a, _, _ := w.startAgent(id, exec)
-	w.awaitActive(id.runner)
-	l, err := w.d.OfferLease(context.Background(), id.runner, offer(3))
+	id := w.NewIdentity()
+	exec := enginetest.NewCountingExec(true)
+	a, _, _ := w.StartAgent(id, exec)
+	w.AwaitActive(id.Runner)
+	l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(3))
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for w.d.Stats().DuplicateAnswers == 0 && time.Now().Before(deadline) {
+	for w.D.Stats().DuplicateAnswers == 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond) // duplicates in flight arrive after the first answer
 	}
-	close(exec.release)
-	w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
-	if c := exec.count(l.Attempt); c != 1 {
+	close(exec.Release)
+	w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
+	if c := exec.Count(l.Attempt); c != 1 {
 		t.Fatalf("executor ran %d times", c)
 	}
-	if a.Stats().DuplicatesAbsorbed == 0 || w.d.Stats().OfferResends == 0 {
-		t.Fatalf("no duplicate offer was delivered (agent %+v, daemon resends %d)", a.Stats(), w.d.Stats().OfferResends)
+	if a.Stats().DuplicatesAbsorbed == 0 || w.D.Stats().OfferResends == 0 {
+		t.Fatalf("no duplicate offer was delivered (agent %+v, daemon resends %d)", a.Stats(), w.D.Stats().OfferResends)
 	}
-	if w.d.Stats().DuplicateAnswers == 0 {
+	if w.D.Stats().DuplicateAnswers == 0 {
 		t.Fatal("daemon saw no duplicate answer")
 	}
-}
-
-// TestCompletionRetryAfterLostAck: the connection dies after the daemon
-// committed a completion and before the ack reaches the agent; the agent
-// retries with the same MessageId on the next transport and gets
-// DuplicateAccepted; the authority holds exactly one completion.
-func TestCompletionRetryAfterLostAck(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b)
-		id := w.newIdentity()
-		done := make(chan agent.AttemptDone, 1)
-		_, rd, _ := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
-			c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d }
-		})
-		w.awaitActive(id.runner)
-		cutOnce := func(ev daemon.CompletionEvent) {
-			if ev.Ack == agentwire.AckAccepted {
-				rd.cut() // before the ack is written
-			}
-		}
-		w.ev.onComplete.Store(&cutOnce)
-		l, err := w.d.OfferLease(context.Background(), id.runner, offer(4))
-		if err != nil {
-			t.Fatal(err)
-		}
-		first := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
-		w.ev.onComplete.Store(nil)
-		second := w.awaitCompletion(l.Attempt, agentwire.AckDuplicateAccepted)
-		if first.MessageID != second.MessageID {
-			t.Fatal("retry used a new MessageId")
-		}
-		if first.Transport == second.Transport {
-			t.Fatal("retry arrived on the same transport")
-		}
-		select {
-		case d := <-done:
-			if d.Ack != agentwire.AckDuplicateAccepted || d.Retries < 1 {
-				t.Fatalf("agent saw %+v", d)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("agent never saw the ack")
-		}
-		if n, _ := w.auth.Completions(context.Background(), l.Attempt); n != 1 {
-			t.Fatalf("completions %d", n)
-		}
-	})
 }
 
 // TestSameSessionKeepsAuthorityAcrossReconnect: an attempt keeps running
 // across a transport reconnect under the same AgentSessionId (new
 // transport, epoch+1) and its completion is accepted.
 func TestSameSessionKeepsAuthorityAcrossReconnect(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b)
-		id := w.newIdentity()
-		exec := newCountingExec(true)
-		a, rd, _ := w.startAgent(id, exec)
-		w.awaitActive(id.runner)
-		first := awaitConnected(t, a)
-		go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, offer(5)) }()
-		job := awaitStart(t, exec)
-		rd.cut()
-		reg := w.awaitRegistered(id.runner) // first registration
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b)
+		id := w.NewIdentity()
+		exec := enginetest.NewCountingExec(true)
+		a, rd, _ := w.StartAgent(id, exec)
+		w.AwaitActive(id.Runner)
+		first := enginetest.AwaitConnected(t, a)
+		go func() { _, _ = w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(5)) }()
+		job := enginetest.AwaitStart(t, exec)
+		rd.Cut()
+		reg := w.AwaitRegistered(id.Runner) // first registration
 		if reg.Epoch == 1 {
-			reg = w.awaitRegistered(id.runner)
+			reg = w.AwaitRegistered(id.Runner)
 		}
 		if reg.Session != a.Session() || reg.Epoch < 2 || reg.Transport == first.Transport {
 			t.Fatalf("re-registration %+v", reg)
 		}
-		w.awaitActive(id.runner)
-		close(exec.release)
-		w.awaitCompletion(job.Attempt, agentwire.AckAccepted)
-		if exec.count(job.Attempt) != 1 {
+		w.AwaitActive(id.Runner)
+		close(exec.Release)
+		w.AwaitCompletion(job.Attempt, agentwire.AckAccepted)
+		if exec.Count(job.Attempt) != 1 {
 			t.Fatal("attempt restarted after reconnect")
 		}
-		if w.d.Stats().Reconnects < 1 || a.Stats().Resyncs < 2 {
-			t.Fatalf("daemon %+v agent %+v", w.d.Stats(), a.Stats())
+		if w.D.Stats().Reconnects < 1 || a.Stats().Resyncs < 2 {
+			t.Fatalf("daemon %+v agent %+v", w.D.Stats(), a.Stats())
 		}
 	})
 }
@@ -144,19 +95,19 @@ func TestSameSessionKeepsAuthorityAcrossReconnect(t *testing.T) {
 // is revoked, its completion is stale, and the old session can no longer
 // register.
 func TestNewSessionDoesNotInherit(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b)
-		id := w.newIdentity()
-		exec := newCountingExec(true)
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b)
+		id := w.NewIdentity()
+		exec := enginetest.NewCountingExec(true)
 		done := make(chan agent.AttemptDone, 1)
-		_, _, run1 := w.startAgent(id, exec, func(c *agent.Config) {
+		_, _, run1 := w.StartAgent(id, exec, func(c *agent.Config) {
 			c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d }
 		})
-		w.awaitActive(id.runner)
-		go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, offer(6)) }()
-		job := awaitStart(t, exec)
-		a2, _, _ := w.startAgent(id, newCountingExec(false))
-		awaitConnected(t, a2)
+		w.AwaitActive(id.Runner)
+		go func() { _, _ = w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(6)) }()
+		job := enginetest.AwaitStart(t, exec)
+		a2, _, _ := w.StartAgent(id, enginetest.NewCountingExec(false))
+		enginetest.AwaitConnected(t, a2)
 		// The old agent loses its transport, cannot re-register its session,
 		// and its attempt is cancelled/stale.
 		select {
@@ -168,14 +119,14 @@ func TestNewSessionDoesNotInherit(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("old agent kept running")
 		}
-		l, err := w.auth.Lease(context.Background(), job.Lease)
+		l, err := w.Auth.Lease(context.Background(), job.Lease)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if l.State.Live() {
 			t.Fatalf("old session's lease still %s", l.State)
 		}
-		if n, _ := w.auth.Completions(context.Background(), job.Attempt); n != 0 {
+		if n, _ := w.Auth.Completions(context.Background(), job.Attempt); n != 0 {
 			t.Fatal("old attempt completed")
 		}
 	})
@@ -184,12 +135,12 @@ func TestNewSessionDoesNotInherit(t *testing.T) {
 // TestDisabledRunnerClosed: DisableRunner closes the runner's transport
 // with CloseRunnerDisabled and the agent stops with RunnerDisabled.
 func TestDisabledRunnerClosed(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b)
-		id := w.newIdentity()
-		_, _, runErr := w.startAgent(id, newCountingExec(false))
-		w.awaitActive(id.runner)
-		if err := w.d.DisableRunner(context.Background(), id.runner, "compromised"); err != nil {
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b)
+		id := w.NewIdentity()
+		_, _, runErr := w.StartAgent(id, enginetest.NewCountingExec(false))
+		w.AwaitActive(id.Runner)
+		if err := w.D.DisableRunner(context.Background(), id.Runner, "compromised"); err != nil {
 			t.Fatal(err)
 		}
 		// The agent re-dials once and is refused at registration; that
@@ -201,7 +152,7 @@ func TestDisabledRunnerClosed(t *testing.T) {
 	wait:
 		for len(ends) < 2 {
 			select {
-			case err := <-w.ev.disconnects:
+			case err := <-w.Ev.Disconnects:
 				ends = append(ends, err)
 				var ce *semantics.ConnError
 				if errors.As(err, &ce) && ce.Code == wire.CloseRunnerDisabled {
@@ -224,11 +175,11 @@ func TestDisabledRunnerClosed(t *testing.T) {
 			t.Fatal("agent kept running")
 		}
 		deadline := time.Now().Add(5 * time.Second)
-		for len(w.d.Sessions()) != 0 && time.Now().Before(deadline) {
+		for len(w.D.Sessions()) != 0 && time.Now().Before(deadline) {
 			time.Sleep(2 * time.Millisecond) // the rejected re-dial is torn down asynchronously
 		}
-		if len(w.d.Sessions()) != 0 {
-			t.Fatalf("sessions left: %+v", w.d.Sessions())
+		if len(w.D.Sessions()) != 0 {
+			t.Fatalf("sessions left: %+v", w.D.Sessions())
 		}
 	})
 }
@@ -238,29 +189,29 @@ func TestDisabledRunnerClosed(t *testing.T) {
 // agent's immediate renewal saves it: the attempt completes, nothing is
 // revoked.
 func TestLeaseGraceProbeSavesLease(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b, func(c *daemon.Config) {
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b, func(c *daemon.Config) {
 			c.Timing.RenewInterval = 100 * time.Millisecond
 			c.Timing.RevokeGrace = 300 * time.Millisecond
 		})
-		id := w.newIdentity()
-		exec := newCountingExec(true)
-		w.startAgent(id, exec)
-		w.awaitActive(id.runner)
-		o := offer(8)
+		id := w.NewIdentity()
+		exec := enginetest.NewCountingExec(true)
+		w.StartAgent(id, exec)
+		w.AwaitActive(id.Runner)
+		o := enginetest.Offer(8)
 		o.TTL = 40 * time.Millisecond // expires between renewals
-		go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, o) }()
-		job := awaitStart(t, exec)
+		go func() { _, _ = w.D.OfferLease(context.Background(), id.Runner, o) }()
+		job := enginetest.AwaitStart(t, exec)
 		deadline := time.Now().Add(10 * time.Second)
-		for w.d.Stats().Probes < 3 && time.Now().Before(deadline) {
+		for w.D.Stats().Probes < 3 && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond) // no event for "probe answered"
 		}
-		if w.d.Stats().Probes < 3 {
-			t.Fatalf("probes %d", w.d.Stats().Probes)
+		if w.D.Stats().Probes < 3 {
+			t.Fatalf("probes %d", w.D.Stats().Probes)
 		}
-		close(exec.release)
-		w.awaitCompletion(job.Attempt, agentwire.AckAccepted)
-		if st := w.d.Stats(); st.LeasesRevoked != 0 {
+		close(exec.Release)
+		w.AwaitCompletion(job.Attempt, agentwire.AckAccepted)
+		if st := w.D.Stats(); st.LeasesRevoked != 0 {
 			t.Fatalf("revoked %d leases", st.LeasesRevoked)
 		}
 	})
@@ -269,26 +220,26 @@ func TestLeaseGraceProbeSavesLease(t *testing.T) {
 // TestLeaseRevokedWithoutRenewals: with probes unanswered (the agent is
 // gone) the lease is revoked after the grace.
 func TestLeaseRevokedAfterGrace(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b, slowHeartbeat, func(c *daemon.Config) {
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b, slowHeartbeat, func(c *daemon.Config) {
 			c.Timing.RenewInterval = 30 * time.Millisecond
 			c.Timing.RevokeGrace = 100 * time.Millisecond
 		})
-		id := w.newIdentity()
-		rc := w.dialRaw(id) // accepts, never renews, ignores probes
+		id := w.NewIdentity()
+		rc := w.DialRaw(id) // accepts, never renews, ignores probes
 		sess := wire.NewAgentSessionId()
-		rc.join(sess)
-		o := offer(9)
+		rc.Join(sess)
+		o := enginetest.Offer(9)
 		o.TTL = 50 * time.Millisecond
-		go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, o) }()
-		lo, env := next[*agentwire.LeaseOfferV1](t, rc)
-		_ = rc.ch.Reply(env, &agentwire.LeaseAcceptedV1{Lease: lo.Lease, Attempt: lo.Attempt, Session: sess})
-		next[*agentwire.LeaseProbeV1](t, rc)
-		c, _ := next[*agentwire.CancelAttemptV1](t, rc)
+		go func() { _, _ = w.D.OfferLease(context.Background(), id.Runner, o) }()
+		lo, env := enginetest.Next[*agentwire.LeaseOfferV1](t, rc)
+		_ = rc.Ch.Reply(env, &agentwire.LeaseAcceptedV1{Lease: lo.Lease, Attempt: lo.Attempt, Session: sess})
+		enginetest.Next[*agentwire.LeaseProbeV1](t, rc)
+		c, _ := enginetest.Next[*agentwire.CancelAttemptV1](t, rc)
 		if c.Reason != agentwire.CancelLeaseRevoked || c.Lease != lo.Lease {
 			t.Fatalf("cancel %+v", c)
 		}
-		l, _ := w.auth.Lease(context.Background(), lo.Lease)
+		l, _ := w.Auth.Lease(context.Background(), lo.Lease)
 		if l.State.Live() {
 			t.Fatalf("lease %s", l.State)
 		}
@@ -299,17 +250,17 @@ func TestLeaseRevokedAfterGrace(t *testing.T) {
 // the executor's context ends, the Cancelled completion is accepted. The
 // delivery latency is measured.
 func TestCancelDelivery(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b)
-		id := w.newIdentity()
-		exec := newCountingExec(true)
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b)
+		id := w.NewIdentity()
+		exec := enginetest.NewCountingExec(true)
 		done := make(chan agent.AttemptDone, 1)
-		w.startAgent(id, exec, func(c *agent.Config) { c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d } })
-		w.awaitActive(id.runner)
-		go func() { _, _ = w.d.OfferLease(context.Background(), id.runner, offer(10)) }()
-		job := awaitStart(t, exec)
+		w.StartAgent(id, exec, func(c *agent.Config) { c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d } })
+		w.AwaitActive(id.Runner)
+		go func() { _, _ = w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(10)) }()
+		job := enginetest.AwaitStart(t, exec)
 		start := time.Now()
-		if err := w.d.CancelAttempt(context.Background(), job.Attempt, agentwire.CancelUserRequested); err != nil {
+		if err := w.D.CancelAttempt(context.Background(), job.Attempt, agentwire.CancelUserRequested); err != nil {
 			t.Fatal(err)
 		}
 		acked := time.Since(start)
@@ -321,26 +272,26 @@ func TestCancelDelivery(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("cancelled attempt never completed")
 		}
-		lat := w.d.Stats().CancelDelivery
+		lat := w.D.Stats().CancelDelivery
 		if len(lat) != 1 {
 			t.Fatalf("cancel latency samples %v", lat)
 		}
-		t.Logf("%s: cancel delivered and acknowledged in %v (daemon sample %v)", b.name, acked, lat[0])
+		t.Logf("%s: cancel delivered and acknowledged in %v (daemon sample %v)", b.Name, acked, lat[0])
 	})
 }
 
 // TestDrainAndResume: a drained runner gets no leases; resume restores.
 func TestDrainAndResume(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b)
-		id := w.newIdentity()
-		a, _, _ := w.startAgent(id, newCountingExec(false))
-		w.awaitActive(id.runner)
+	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b)
+		id := w.NewIdentity()
+		a, _, _ := w.StartAgent(id, enginetest.NewCountingExec(false))
+		w.AwaitActive(id.Runner)
 		ctx := context.Background()
-		if err := w.d.DrainRunner(ctx, id.runner, "maintenance"); err != nil {
+		if err := w.D.DrainRunner(ctx, id.Runner, "maintenance"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.d.OfferLease(ctx, id.runner, offer(11)); !errors.Is(err, daemon.ErrDraining) {
+		if _, err := w.D.OfferLease(ctx, id.Runner, enginetest.Offer(11)); !errors.Is(err, daemon.ErrDraining) {
 			t.Fatalf("offer while draining: %v", err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
@@ -350,247 +301,17 @@ func TestDrainAndResume(t *testing.T) {
 		if !a.Status().Draining {
 			t.Fatal("agent not draining")
 		}
-		if err := w.d.ResumeRunner(ctx, id.runner); err != nil {
+		if err := w.D.ResumeRunner(ctx, id.Runner); err != nil {
 			t.Fatal(err)
 		}
 		for a.Status().Draining && time.Now().Before(deadline) {
 			time.Sleep(2 * time.Millisecond)
 		}
-		l, err := w.d.OfferLease(ctx, id.runner, offer(12))
+		l, err := w.D.OfferLease(ctx, id.Runner, enginetest.Offer(12))
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
-	})
-}
-
-// fakeConn is one agent connection served by hand (a hand-made daemon).
-type fakeConn struct {
-	t   *testing.T
-	ctx context.Context
-	bc  semantics.BackendConn
-	ch  *control.Channel
-	in  chan *wire.Envelope
-}
-
-// acceptFake accepts the agent's next connection on l and runs hello,
-// registration (epoch) and resync, answering the resync with decide (nil:
-// no results).
-func acceptFake(t *testing.T, l semantics.BackendListener, a *agent.Agent, epoch uint64,
-	decide func(*agentwire.AgentResyncV1) *agentwire.ResyncResponseV1) *fakeConn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	bc, err := l.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bc.CloseWithCode(wire.CloseNormal, "") })
-	sc, _ := semantics.NewConn(bc, semantics.Config{})
-	st, err := sc.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeConn{t: t, ctx: ctx, bc: bc, ch: control.New(st, control.Config{}), in: make(chan *wire.Envelope, 64)}
-	go func() { _ = f.ch.Run(func(e *wire.Envelope) { f.in <- e }, nil) }()
-	tr := wire.NewTransportSessionId()
-	_ = f.ch.Reply(f.recv(), &agentwire.HelloAckV1{Negotiated: wire.Current, ServerRange: wire.Supported, TransportSession: tr,
-		ServerTimeMs: 1, Challenge: [32]byte{1}})
-	_ = f.ch.Reply(f.recv(), &agentwire.RegistrationAcceptedV1{Session: a.Session(), Epoch: epoch, TransportSession: tr,
-		HeartbeatIntervalMs: 10000, LeaseRenewIntervalMs: 10000, MaxBackoffMs: 20, ServerTimeMs: 1})
-	rs := f.recv()
-	resp := &agentwire.ResyncResponseV1{}
-	if decide != nil {
-		resp = decide(rs.Payload.(*agentwire.AgentResyncV1))
-	}
-	_ = f.ch.Reply(rs, resp)
-	return f
-}
-
-// recv returns the next message that is not a heartbeat or phase change.
-func (f *fakeConn) recv() *wire.Envelope {
-	f.t.Helper()
-	for {
-		select {
-		case e := <-f.in:
-			switch m := e.Payload.(type) {
-			case *agentwire.HeartbeatV1, *agentwire.PhaseChangeV1:
-				continue
-			case *wlogs.LogsFinalizedV1:
-				// This fake keeps no logs: pass the barrier at once.
-				_ = f.ch.Reply(e, &wlogs.LogsFinalizedAckV1{Attempt: m.Attempt, LastSeq: m.LastSeq})
-				continue
-			}
-			return e
-		case <-f.ctx.Done():
-			f.t.Fatal("agent went silent")
-			return nil
-		}
-	}
-}
-
-func fakeOffer(a *agent.Agent, i int) *agentwire.LeaseOfferV1 {
-	return &agentwire.LeaseOfferV1{Lease: wire.NewLeaseId(), Attempt: wire.NewJobAttemptId(), Job: wire.NewJobId(), SpecID: spec(i),
-		ExpiresAtMs: uint64(time.Now().Add(time.Minute).UnixMilli()), TTLMs: 60000,
-		PayloadRef: wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: wire.Digest{1}, Size: 1}, Session: a.Session(), Epoch: 1}
-}
-
-// TestAgentAnswersDuplicateOfferOnce drives a real agent with a hand-made
-// daemon on every backend: the same offer (same MessageId) delivered three
-// times gets three identical answers and one execution.
-func TestAgentAnswersDuplicateOfferOnce(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		pki := trusttest.NewPKI(t)
-		l, addr := b.listen(t, pki.ServerConfig(t, "localhost"))
-		w := &world{t: t, b: b, pki: pki, addr: addr}
-		id := w.newIdentity()
-		exec := newCountingExec(false)
-		metrics := telemetry.NewMetrics()
-		a, _, _ := w.startAgent(id, exec, func(c *agent.Config) { c.Metrics = metrics })
-		f := acceptFake(t, l, a, 1, nil)
-		awaitConnected(t, a)
-		o := fakeOffer(a, 1)
-		id1 := wire.NewMessageId()
-		for i := 0; i < 3; i++ {
-			if _, err := f.ch.Send(control.Out{ID: id1, Msg: o}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// Three answers, then the one completion (the executor has run).
-		for n, done := 0, false; n < 3 || !done; {
-			e := f.recv()
-			switch m := e.Payload.(type) {
-			case *agentwire.LeaseAcceptedV1:
-				if wire.MessageId(e.CorrelationID) != id1 || m.Lease != o.Lease {
-					t.Fatalf("answer %+v correlates to %s", m, e.CorrelationID)
-				}
-				n++
-			case *agentwire.LeaseRejectedV1:
-				t.Fatalf("duplicate offer rejected: %+v", m)
-			case *agentwire.AttemptCompletionV1:
-				_ = f.ch.Reply(e, &agentwire.CompletionAckV1{Attempt: m.Attempt, Lease: m.Lease, Kind: agentwire.AckAccepted})
-				done = true
-			}
-		}
-		if exec.count(o.Attempt) != 1 {
-			t.Fatalf("executor ran %d times", exec.count(o.Attempt))
-		}
-		if a.Stats().DuplicatesAbsorbed != 2 {
-			t.Fatalf("duplicates absorbed %d", a.Stats().DuplicatesAbsorbed)
-		}
-		// The agent's messages_total counts the two re-deliveries as
-		// duplicates (counted right after each answer is written).
-		var dup float64
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			_, fams := scrapeFamilies(t, metrics)
-			if dup = familyValue(fams, "forgeyard_transport_messages_total", "family", "agent", "outcome", "duplicate"); dup >= 2 {
-				break
-			}
-		}
-		if dup != 2 {
-			t.Fatalf("agent messages_total{agent,duplicate} = %v, want 2", dup)
-		}
-	})
-}
-
-// TestAgentResyncDecisions: after a reconnect, Stale stops an attempt and
-// discards it (no completion), Cancel stops it and reports Cancelled,
-// Continue keeps it running.
-func TestAgentResyncDecisions(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		pki := trusttest.NewPKI(t)
-		l, addr := b.listen(t, pki.ServerConfig(t, "localhost"))
-		w := &world{t: t, b: b, pki: pki, addr: addr}
-		id := w.newIdentity()
-		exec := newCountingExec(true)
-		cancels := make(chan wire.JobAttemptId, 8)
-		a, _, _ := w.startAgent(id, exec, func(c *agent.Config) {
-			c.Hooks.OnCancel = func(att wire.JobAttemptId, _ agentwire.CancellationReason) { cancels <- att }
-		})
-		f := acceptFake(t, l, a, 1, nil)
-		awaitConnected(t, a)
-		offers := []*agentwire.LeaseOfferV1{fakeOffer(a, 1), fakeOffer(a, 2), fakeOffer(a, 3)}
-		for _, o := range offers {
-			_, _ = f.ch.SendMsg(o)
-			awaitStart(t, exec)
-		}
-		_ = f.bc.CloseWithCode(wire.CloseInternalError, "daemon crashed")
-		stale, cancel, cont := offers[0], offers[1], offers[2]
-		f2 := acceptFake(t, l, a, 2, func(r *agentwire.AgentResyncV1) *agentwire.ResyncResponseV1 {
-			if len(r.ActiveAttempts) != 3 {
-				t.Errorf("resync claims %d attempts", len(r.ActiveAttempts))
-			}
-			return &agentwire.ResyncResponseV1{Results: []agentwire.ResyncResultV1{
-				{Attempt: stale.Attempt, Lease: stale.Lease, Decision: agentwire.ResyncDecisionV1{Kind: agentwire.DecisionStale}},
-				{Attempt: cancel.Attempt, Lease: cancel.Lease, Decision: agentwire.ResyncDecisionV1{Kind: agentwire.DecisionCancel, Reason: agentwire.CancelUserRequested}},
-				{Attempt: cont.Attempt, Lease: cont.Lease, Decision: agentwire.ResyncDecisionV1{Kind: agentwire.DecisionContinue, ExpiresAtMs: 1, TTLMs: 1}},
-			}}
-		})
-		got := map[wire.JobAttemptId]bool{<-cancels: true, <-cancels: true}
-		if !got[stale.Attempt] || !got[cancel.Attempt] {
-			t.Fatalf("cancelled %v", got)
-		}
-		e := f2.recv()
-		c, ok := e.Payload.(*agentwire.AttemptCompletionV1)
-		if !ok || c.Attempt != cancel.Attempt || c.Result.Kind != agentwire.ResultCancelled {
-			t.Fatalf("first message after resync: %+v", e.Payload)
-		}
-		_ = f2.ch.Reply(e, &agentwire.CompletionAckV1{Attempt: c.Attempt, Lease: c.Lease, Kind: agentwire.AckAccepted})
-		deadline := time.Now().Add(5 * time.Second)
-		for s := a.Status(); len(s.Running) != 1 || s.Running[0] != cont.Attempt; s = a.Status() {
-			if time.Now().After(deadline) { // executors end asynchronously; no event marks it
-				t.Fatalf("running %v, want only the continued attempt", s.Running)
-			}
-			time.Sleep(time.Millisecond)
-		}
-		close(exec.release)
-		e = f2.recv()
-		if c, ok := e.Payload.(*agentwire.AttemptCompletionV1); !ok || c.Attempt != cont.Attempt {
-			t.Fatalf("next message %+v: the stale attempt must never complete", e.Payload)
-		}
-	})
-}
-
-// blackhole is an endpoint whose dial hangs until its context ends.
-type blackhole struct{}
-
-func (blackhole) Dial(ctx context.Context, addr string) (semantics.BackendConn, error) {
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-
-// TestFallbackStaggerAndFailover: with a hanging first endpoint the agent
-// reaches the second after the fallback stagger (happy eyeballs), well
-// before the first dial times out; without a stagger it fails over after
-// the timeout.
-func TestFallbackStaggerAndFailover(t *testing.T) {
-	backends(t, func(t *testing.T, b backend) {
-		w := newWorld(t, b)
-		id := w.newIdentity()
-		start := time.Now()
-		a, _, _ := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
-			c.RequestTimeout = 3 * time.Second
-			c.FallbackStagger = []time.Duration{20 * time.Millisecond}
-			c.Endpoints = append([]agent.Endpoint{{Address: "blackhole", Dialer: blackhole{}, Backend: "none"}}, c.Endpoints...)
-		})
-		s := awaitConnected(t, a)
-		if el := time.Since(start); el > 2*time.Second {
-			t.Fatalf("connected after %v: the fallback waited for the hanging dial", el)
-		}
-		if s.Endpoint != w.addr {
-			t.Fatalf("connected to %s", s.Endpoint)
-		}
-		// Sequential failover: the hanging dial must time out first.
-		id2 := w.newIdentity()
-		start = time.Now()
-		a2, _, _ := w.startAgent(id2, newCountingExec(false), func(c *agent.Config) {
-			c.RequestTimeout = 300 * time.Millisecond
-			c.Endpoints = append([]agent.Endpoint{{Address: "blackhole", Dialer: blackhole{}, Backend: "none"}}, c.Endpoints...)
-		})
-		awaitConnected(t, a2)
-		if el := time.Since(start); el < 300*time.Millisecond {
-			t.Fatalf("sequential failover connected after %v, before the first dial's timeout", el)
-		}
+		w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
@@ -37,7 +38,7 @@ const retainedCeiling = 3 << 10
 // the synthetic executor with a spool directory: a finished attempt goes
 // through lease, run, log stream, logs-finalized barrier, CAS upload,
 // OutputsFinalized and completion.
-func retainedWorld(t *testing.T) (*world, identity, *completionCount) {
+func retainedWorld(t *testing.T) (*enginetest.World, enginetest.Identity, *completionCount) {
 	t.Helper()
 	cc := &completionCount{signal: make(chan struct{}, 1), slots: make(chan struct{}, 8)}
 	dir := t.TempDir()
@@ -58,7 +59,7 @@ func retainedWorld(t *testing.T) (*world, identity, *completionCount) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sink.Close() })
-	w := newWorldWith(t, memoryBackend(), trusttest.NewPKI(t), auth, func(c *daemon.Config) {
+	w := enginetest.NewWorldWith(t, enginetest.MemoryBackend(), trusttest.NewPKI(t), auth, func(c *daemon.Config) {
 		c.LogSink, c.ContentStore = sink, store
 		// Relaxed timing: a heartbeat missed on a loaded machine (race
 		// detector, 2 shared cores) must not cut the agent mid-measurement.
@@ -69,10 +70,10 @@ func retainedWorld(t *testing.T) (*world, identity, *completionCount) {
 		c.Hooks.OnCompletion = cc.add
 		c.Hooks.OnLeaseAnswer = nil
 	})
-	id := w.newIdentity()
+	id := w.NewIdentity()
 	exec := agent.NewSyntheticExecutor(5, agent.SyntheticOptions{LogLines: 8, OutputSize: 512})
-	w.startAgent(id, exec, spoolIn(filepath.Join(dir, "spool")))
-	w.awaitActive(id.runner)
+	w.StartAgent(id, exec, enginetest.SpoolIn(filepath.Join(dir, "spool")))
+	w.AwaitActive(id.Runner)
 	return w, id, cc
 }
 
@@ -122,7 +123,7 @@ func (c *completionCount) await(t *testing.T, n int) {
 
 // runAttempts runs n attempts to completion, at most cap(cc.slots) in
 // flight (a slot is freed by the attempt's accepted completion).
-func runAttempts(t *testing.T, w *world, id identity, cc *completionCount, n int) {
+func runAttempts(t *testing.T, w *enginetest.World, id enginetest.Identity, cc *completionCount, n int) {
 	t.Helper()
 	base := cc.count()
 	var wg sync.WaitGroup
@@ -135,7 +136,7 @@ func runAttempts(t *testing.T, w *world, id identity, cc *completionCount, n int
 			// A reconnect (the agent missed heartbeats) is waited out; any
 			// other failure ends the measurement.
 			for try := 0; ; try++ {
-				_, err := w.d.OfferLease(context.Background(), id.runner, offer(i))
+				_, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(i))
 				if err == nil {
 					return
 				}
@@ -145,7 +146,7 @@ func runAttempts(t *testing.T, w *world, id identity, cc *completionCount, n int
 					<-cc.slots
 					return
 				}
-				w.awaitActive(id.runner)
+				w.AwaitActive(id.Runner)
 			}
 		}(i)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
@@ -91,12 +92,12 @@ func TestSecretNeverLeaks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &enginetest.SyncBuffer{}
 	debug := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	prev := slog.Default()
 	slog.SetDefault(debug)
 	t.Cleanup(func() { slog.SetDefault(prev) })
-	w := newWorldWith(t, quicBackend(), trusttest.NewPKI(t), auth, func(c *daemon.Config) {
+	w := enginetest.NewWorldWith(t, enginetest.QuicBackend(), trusttest.NewPKI(t), auth, func(c *daemon.Config) {
 		c.Logger, c.LogDir, c.ContentStore = debug, filepath.Join(dir, "daemon-logs"), store
 	})
 	secrets := map[string][]byte{"ci/deploy-key": plantedValue("deploy"), "ci/api-token": plantedValue("token")}
@@ -104,11 +105,11 @@ func TestSecretNeverLeaks(t *testing.T) {
 	for k, v := range secrets {
 		exec.want[k] = bytes.Clone(v)
 	}
-	id := w.newIdentity()
-	a, _, _ := w.startAgent(id, exec, spoolIn(filepath.Join(dir, "spool")), func(c *agent.Config) { c.Logger = debug })
-	awaitConnected(t, a)
-	w.awaitActive(id.runner)
-	l, err := w.d.OfferLease(context.Background(), id.runner, offer(1))
+	id := w.NewIdentity()
+	a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(filepath.Join(dir, "spool")), func(c *agent.Config) { c.Logger = debug })
+	enginetest.AwaitConnected(t, a)
+	w.AwaitActive(id.Runner)
+	l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestSecretNeverLeaks(t *testing.T) {
 	for _, k := range []string{"ci/deploy-key", "ci/api-token"} {
 		send = append(send, daemon.Secret{ID: k, Bytes: bytes.Clone(secrets[k]), ExpiresAt: time.Now().Add(time.Minute)})
 	}
-	if err := w.d.SendSecrets(context.Background(), l.ID, send...); err != nil {
+	if err := w.D.SendSecrets(context.Background(), l.ID, send...); err != nil {
 		t.Fatalf("SendSecrets: %v", err)
 	}
 	for _, s := range send {
@@ -135,12 +136,12 @@ func TestSecretNeverLeaks(t *testing.T) {
 			t.Fatalf("secret %d not zeroed after use", i)
 		}
 	}
-	w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+	w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 	// The lease is completed: no agent holds it any more.
-	if err := w.d.SendSecrets(context.Background(), l.ID, daemon.Secret{ID: "late", Bytes: []byte("late")}); !errors.Is(err, daemon.ErrSecretLease) {
+	if err := w.D.SendSecrets(context.Background(), l.ID, daemon.Secret{ID: "late", Bytes: []byte("late")}); !errors.Is(err, daemon.ErrSecretLease) {
 		t.Fatalf("secret for a completed lease: %v", err)
 	}
-	if st := w.d.HardeningStats(); st.SecretsSent != 1 {
+	if st := w.D.HardeningStats(); st.SecretsSent != 1 {
 		t.Fatalf("secrets sent %d", st.SecretsSent)
 	}
 
@@ -181,61 +182,61 @@ func TestSecretNeverLeaks(t *testing.T) {
 // hold the attempt cannot acknowledge them; UseSecret outside an attempt
 // fails.
 func TestSecretDeliveryRules(t *testing.T) {
-	w := newWorld(t, memoryBackend(), slowHeartbeat)
-	if err := w.d.SendSecrets(context.Background(), wire.NewLeaseId(), daemon.Secret{ID: "x", Bytes: []byte("x")}); !errors.Is(err, daemon.ErrSecretLease) {
+	w := enginetest.NewWorld(t, enginetest.MemoryBackend(), slowHeartbeat)
+	if err := w.D.SendSecrets(context.Background(), wire.NewLeaseId(), daemon.Secret{ID: "x", Bytes: []byte("x")}); !errors.Is(err, daemon.ErrSecretLease) {
 		t.Fatalf("unknown lease: %v", err)
 	}
-	id := w.newIdentity()
-	exec := newCountingExec(true)
-	a, _, _ := w.startAgent(id, exec)
-	awaitConnected(t, a)
-	w.awaitActive(id.runner)
-	l, err := w.d.OfferLease(context.Background(), id.runner, offer(2))
+	id := w.NewIdentity()
+	exec := enginetest.NewCountingExec(true)
+	a, _, _ := w.StartAgent(id, exec)
+	enginetest.AwaitConnected(t, a)
+	w.AwaitActive(id.Runner)
+	l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	awaitStart(t, exec)
-	if err := w.d.SendSecrets(context.Background(), l.ID, daemon.Secret{ID: "x", Bytes: []byte("x"), ExpiresAt: time.Now().Add(-time.Second)}); err == nil || !strings.Contains(err.Error(), "expired") {
+	enginetest.AwaitStart(t, exec)
+	if err := w.D.SendSecrets(context.Background(), l.ID, daemon.Secret{ID: "x", Bytes: []byte("x"), ExpiresAt: time.Now().Add(-time.Second)}); err == nil || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("expired secret: %v", err)
 	}
-	if err := w.d.SendSecrets(context.Background(), l.ID); err == nil {
+	if err := w.D.SendSecrets(context.Background(), l.ID); err == nil {
 		t.Fatal("no secrets accepted")
 	}
-	if err := w.d.SendSecrets(context.Background(), l.ID, daemon.Secret{ID: "", Bytes: []byte("x")}); err == nil {
+	if err := w.D.SendSecrets(context.Background(), l.ID, daemon.Secret{ID: "", Bytes: []byte("x")}); err == nil {
 		t.Fatal("empty secret id accepted")
 	}
 	// Held by the agent: delivered (the executor never uses it; it is
 	// zeroed when Execute returns).
-	if err := w.d.SendSecrets(context.Background(), l.ID, daemon.Secret{ID: "unused", Bytes: []byte("unused-secret")}); err != nil {
+	if err := w.D.SendSecrets(context.Background(), l.ID, daemon.Secret{ID: "unused", Bytes: []byte("unused-secret")}); err != nil {
 		t.Fatalf("secret for a held lease: %v", err)
 	}
 	// The same id again is refused by the agent only once used; a repeat
 	// before use replaces it.
-	if err := w.d.SendSecrets(context.Background(), l.ID, daemon.Secret{ID: "unused", Bytes: []byte("unused-secret-2")}); err != nil {
+	if err := w.D.SendSecrets(context.Background(), l.ID, daemon.Secret{ID: "unused", Bytes: []byte("unused-secret-2")}); err != nil {
 		t.Fatalf("repeat before use: %v", err)
 	}
-	close(exec.release)
-	w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+	close(exec.Release)
+	w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 	if err := agent.UseSecret(context.Background(), "x", func(agentwire.SecretBytes) error { return nil }); !errors.Is(err, agent.ErrNoSecrets) {
 		t.Fatalf("UseSecret outside an attempt: %v", err)
 	}
 
 	// A raw peer that took a lease but serves no secret stream: the
 	// delivery fails (refused or timed out), never reports success.
-	rid := w.newIdentity()
-	rc := w.dialRaw(rid)
-	rc.join(wire.NewAgentSessionId())
+	rid := w.NewIdentity()
+	rc := w.DialRaw(rid)
+	rc.Join(wire.NewAgentSessionId())
 	done := make(chan authority.Lease, 1)
 	go func() {
-		l, _ := w.d.OfferLease(context.Background(), rid.runner, offer(3))
+		l, _ := w.D.OfferLease(context.Background(), rid.Runner, enginetest.Offer(3))
 		done <- l
 	}()
-	o, env := next[*agentwire.LeaseOfferV1](t, rc)
-	if err := rc.ch.Reply(env, &agentwire.LeaseAcceptedV1{Lease: o.Lease, Attempt: o.Attempt, Session: rc.sess}); err != nil {
+	o, env := enginetest.Next[*agentwire.LeaseOfferV1](t, rc)
+	if err := rc.Ch.Reply(env, &agentwire.LeaseAcceptedV1{Lease: o.Lease, Attempt: o.Attempt, Session: rc.Sess}); err != nil {
 		t.Fatal(err)
 	}
 	<-done
-	if err := w.d.SendSecrets(context.Background(), o.Lease, daemon.Secret{ID: "x", Bytes: []byte("x")}); err == nil {
+	if err := w.D.SendSecrets(context.Background(), o.Lease, daemon.Secret{ID: "x", Bytes: []byte("x")}); err == nil {
 		t.Fatal("a peer that never read the secret stream acknowledged it")
 	}
 }

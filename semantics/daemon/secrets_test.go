@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
@@ -62,7 +63,7 @@ func randomToken(t *testing.T, prefix string) []byte {
 // directory except the CAS store (where the output belongs) is searched for
 // each value in raw, hex and base64 form: none may appear.
 func TestPlantedSecretsNeverLogged(t *testing.T) {
-	b := quicBackend()
+	b := enginetest.QuicBackend()
 	run := t.TempDir()
 	logDir, spool, casDir := filepath.Join(run, "logs"), filepath.Join(run, "spool"), filepath.Join(run, "cas")
 	openLog := func(name string) *slog.Logger {
@@ -82,12 +83,12 @@ func TestPlantedSecretsNeverLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newWorldWith(t, b, trusttest.NewPKI(t), auth, func(c *daemon.Config) {
+	w := enginetest.NewWorldWith(t, b, trusttest.NewPKI(t), auth, func(c *daemon.Config) {
 		c.Logger, c.LogDir, c.ContentStore = openLog("daemon.log"), logDir, store
 	})
-	id := w.newIdentity()
+	id := w.NewIdentity()
 
-	keyDER, err := x509.MarshalPKCS8PrivateKey(id.cert.PrivateKey)
+	keyDER, err := x509.MarshalPKCS8PrivateKey(id.Cert.PrivateKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,22 +111,22 @@ func TestPlantedSecretsNeverLogged(t *testing.T) {
 		outRef = ref
 		return agent.Result{Kind: agentwire.ResultSucceeded}
 	})
-	a, _, _ := w.startAgent(id, exec, func(c *agent.Config) { c.Logger, c.SpoolDir = openLog("agent.log"), spool })
-	w.awaitActive(id.runner)
+	a, _, _ := w.StartAgent(id, exec, func(c *agent.Config) { c.Logger, c.SpoolDir = openLog("agent.log"), spool })
+	w.AwaitActive(id.Runner)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := w.d.OfferLease(ctx, id.runner, offer(1))
+	l, err := w.D.OfferLease(ctx, id.Runner, enginetest.Offer(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+	done := w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 	if len(done.Result.Kind.String()) == 0 || outRef == (wire.CasObjectRef{}) {
 		t.Fatal("the job did not store its output")
 	}
 
 	// 2. A malformed frame before registration, carrying a token.
-	other := w.newIdentity()
-	bc, err := w.b.dialer(t, w.clientTLS(other)).Dial(ctx, w.addr)
+	other := w.NewIdentity()
+	bc, err := w.B.Dialer(t, w.ClientTLS(other)).Dial(ctx, w.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,15 +145,15 @@ func TestPlantedSecretsNeverLogged(t *testing.T) {
 
 	// 3. An agent-reported error whose text carries a token, and a
 	// registration whose certificate chain is a token.
-	rc := w.dialRaw(other)
-	rc.join(wire.NewAgentSessionId())
-	if _, err := rc.ch.SendMsg(&wire.WireErrorV1{Code: wire.ErrCodeInternal, Retry: wire.RetryNever,
+	rc := w.DialRaw(other)
+	rc.Join(wire.NewAgentSessionId())
+	if _, err := rc.Ch.SendMsg(&wire.WireErrorV1{Code: wire.ErrCodeInternal, Retry: wire.RetryNever,
 		Message: "executor env: API_TOKEN=" + string(errorToken)}); err != nil {
 		t.Fatal(err)
 	}
-	forger := w.dialRaw(other)
-	forger.hello(agentwire.RoleAgent)
-	if got := forger.registerWith(wire.NewAgentSessionId(), other.runner, other.cert.PrivateKey.(crypto.Signer), [][]byte{chainToken}); isAccepted(got) {
+	forger := w.DialRaw(other)
+	forger.Hello(agentwire.RoleAgent)
+	if got := forger.RegisterWith(wire.NewAgentSessionId(), other.Runner, other.Cert.PrivateKey.(crypto.Signer), [][]byte{chainToken}); isAccepted(got) {
 		t.Fatal("a registration with a garbage certificate chain was accepted")
 	}
 	awaitAuditIn(t, filepath.Join(run, "daemon.log"), `"event":"auth.failure"`)
@@ -162,7 +163,7 @@ func TestPlantedSecretsNeverLogged(t *testing.T) {
 	_ = a.Close()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
-	_ = w.d.Shutdown(sctx)
+	_ = w.D.Shutdown(sctx)
 
 	// The planted output reached its one legitimate place.
 	if !bytes.Contains(readObject(t, store, outRef), outputToken) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/memory"
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -69,7 +70,7 @@ func newSessionFuzz(f testing.TB) *sessionFuzz {
 	if err != nil {
 		f.Fatal(err)
 	}
-	tm := fastTiming()
+	tm := enginetest.FastTiming()
 	tm.RegistrationTimeout = 500 * time.Millisecond
 	d, err := daemon.New(daemon.Config{Authority: auth, RunnerCAs: pki.CAPool(), Timing: tm, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

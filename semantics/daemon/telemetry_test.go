@@ -1,21 +1,16 @@
 package daemon_test
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -31,7 +26,7 @@ import (
 // on both sides. It runs two leases: spec(1) logs a line, uploads an
 // output and succeeds; spec(2) waits until the daemon cancels it.
 type telemetryRun struct {
-	w              *world
+	w              *enginetest.World
 	dm, am         *telemetry.Metrics
 	exp            *tracetest.InMemoryExporter
 	dtr, atr       *telemetry.Tracing
@@ -48,13 +43,13 @@ func runTelemetry(t *testing.T) *telemetryRun {
 	sink := &logs.MemorySink{}
 	store := newStore(t)
 	traced := wire.Features(wire.FeatureTraceContextV1)
-	r.w = newWorld(t, quicBackend(), func(c *daemon.Config) {
+	r.w = enginetest.NewWorld(t, enginetest.QuicBackend(), func(c *daemon.Config) {
 		c.LogSink, c.ContentStore, c.Metrics, c.Tracing, c.Features = sink, store, r.dm, r.dtr, traced
 	})
-	id := r.w.newIdentity()
+	id := r.w.NewIdentity()
 	started := make(chan wire.JobAttemptId, 1)
 	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
-		if job.Spec == spec(2) {
+		if job.Spec == enginetest.Spec(2) {
 			started <- job.Attempt
 			<-ctx.Done()
 			return agent.Result{Kind: agentwire.ResultCancelled}
@@ -67,19 +62,19 @@ func runTelemetry(t *testing.T) *telemetryRun {
 		}
 		return agent.Result{Kind: agentwire.ResultSucceeded}
 	})
-	r.w.startAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) {
+	r.w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) {
 		c.Metrics, c.Tracing, c.Features = r.am, r.atr, traced
 	})
-	r.w.awaitActive(id.runner)
+	r.w.AwaitActive(id.Runner)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := r.w.d.OfferLease(ctx, id.runner, offer(1))
+	l, err := r.w.D.OfferLease(ctx, id.Runner, enginetest.Offer(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.doneLease = l.ID
-	r.done = r.w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
-	l2, err := r.w.d.OfferLease(ctx, id.runner, offer(2))
+	r.done = r.w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
+	l2, err := r.w.D.OfferLease(ctx, id.Runner, enginetest.Offer(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +83,10 @@ func runTelemetry(t *testing.T) *telemetryRun {
 	case <-ctx.Done():
 		t.Fatal("second attempt never started")
 	}
-	if err := r.w.d.CancelAttempt(ctx, l2.Attempt, agentwire.CancelUserRequested); err != nil {
+	if err := r.w.D.CancelAttempt(ctx, l2.Attempt, agentwire.CancelUserRequested); err != nil {
 		t.Fatal(err)
 	}
-	r.canceled = r.w.awaitCompletion(l2.Attempt, agentwire.AckAccepted)
+	r.canceled = r.w.AwaitCompletion(l2.Attempt, agentwire.AckAccepted)
 	// At least one heartbeat round trip (interval 100 ms): wait for the
 	// agent's histogram to have a sample (no event marks it).
 	deadline := time.Now().Add(5 * time.Second)
@@ -111,64 +106,6 @@ func newStore(t *testing.T) *cas.FSStore {
 		t.Fatal(err)
 	}
 	return store
-}
-
-// scrapeFamilies GETs /metrics from m's handler and parses the text
-// exposition.
-func scrapeFamilies(t *testing.T, m *telemetry.Metrics) (string, map[string]*dto.MetricFamily) {
-	t.Helper()
-	srv := httptest.NewServer(m.Handler())
-	defer srv.Close()
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
-	req.Header.Set("Accept", "text/plain; version=0.0.4")
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
-	if err != nil {
-		t.Fatalf("parse /metrics: %v\n%s", err, b)
-	}
-	return string(b), fams
-}
-
-// familyValue sums a family's counter/gauge values (histograms: sample
-// count) over the series whose labels include want (name=value pairs).
-func familyValue(fams map[string]*dto.MetricFamily, name string, want ...string) float64 {
-	f := fams[name]
-	if f == nil {
-		return -1
-	}
-	var sum float64
-next:
-	for _, m := range f.GetMetric() {
-		for i := 0; i+1 < len(want); i += 2 {
-			ok := false
-			for _, l := range m.GetLabel() {
-				if l.GetName() == want[i] && l.GetValue() == want[i+1] {
-					ok = true
-				}
-			}
-			if !ok {
-				continue next
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum
 }
 
 func histCount(t *testing.T, m *telemetry.Metrics, name string) float64 {
@@ -211,8 +148,8 @@ func promtoolCheck(t *testing.T, text string) {
 // gauges never go negative, and promtool accepts both expositions.
 func TestMetricsFedByEngines(t *testing.T) {
 	r := runTelemetry(t)
-	dtext, d := scrapeFamilies(t, r.dm)
-	atext, a := scrapeFamilies(t, r.am)
+	dtext, d := enginetest.ScrapeFamilies(t, r.dm)
+	atext, a := enginetest.ScrapeFamilies(t, r.am)
 	type check struct {
 		fams   map[string]*dto.MetricFamily
 		side   string
@@ -245,14 +182,14 @@ func TestMetricsFedByEngines(t *testing.T) {
 		{a, "agent", "forgeyard_cas_objects_total", []string{"direction", "upload"}},
 	}
 	for _, c := range checks {
-		if v := familyValue(c.fams, c.name, c.labels...); v <= 0 {
+		if v := enginetest.FamilyValue(c.fams, c.name, c.labels...); v <= 0 {
 			t.Errorf("%s %s%v = %v, want > 0", c.side, c.name, c.labels, v)
 		}
 	}
 	for _, fams := range []map[string]*dto.MetricFamily{d, a} {
 		for _, g := range []string{"forgeyard_transport_control_queue_depth", "forgeyard_transport_log_queue_depth",
 			"forgeyard_transport_cas_queue_depth", "forgeyard_log_spool_bytes"} {
-			if v := familyValue(fams, g); v < 0 {
+			if v := enginetest.FamilyValue(fams, g); v < 0 {
 				t.Errorf("%s = %v (missing or negative)", g, v)
 			}
 		}

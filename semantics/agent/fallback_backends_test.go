@@ -1,4 +1,4 @@
-package daemon_test
+package agent_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/internal/netsim"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
@@ -26,7 +27,7 @@ import (
 // fbWorld is one daemon listening on QUIC (reached through a UDP proxy that
 // can drop everything, i.e. "UDP silently blocked") and on TLS+yamux.
 type fbWorld struct {
-	*world
+	*enginetest.World
 	udp       *netsim.UDPProxy
 	yamuxAddr string
 	sink      *logs.MemorySink
@@ -35,38 +36,38 @@ type fbWorld struct {
 func newFBWorld(t *testing.T) *fbWorld {
 	t.Helper()
 	sink := &logs.MemorySink{}
-	w := newWorld(t, quicBackend(), func(c *daemon.Config) { c.LogSink = sink })
-	yl, err := yamux.Listen("127.0.0.1:0", w.pki.ServerConfig(t, "localhost"), yamux.Config{})
+	w := enginetest.NewWorld(t, enginetest.QuicBackend(), func(c *daemon.Config) { c.LogSink = sink })
+	yl, err := yamux.Listen("127.0.0.1:0", w.Pki.ServerConfig(t, "localhost"), yamux.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = yl.Close() })
 	served := make(chan struct{})
-	go func() { defer close(served); _ = w.d.Serve(context.Background(), yl) }()
+	go func() { defer close(served); _ = w.D.Serve(context.Background(), yl) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = w.d.Shutdown(ctx)
+		_ = w.D.Shutdown(ctx)
 		<-served
 	})
-	udp, err := netsim.NewUDPProxy(w.addr, netsim.Options{})
+	udp, err := netsim.NewUDPProxy(w.Addr, netsim.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = udp.Close() })
-	return &fbWorld{world: w, udp: udp, yamuxAddr: yl.Addr().String(), sink: sink}
+	return &fbWorld{World: w, udp: udp, yamuxAddr: yl.Addr().String(), sink: sink}
 }
 
 // endpoints: QUIC through the proxy, then TLS+yamux direct; quicDialer
 // wraps the QUIC dialer when non-nil.
-func (w *fbWorld) endpoints(id identity, wrapQUIC func(semantics.BackendDialer) semantics.BackendDialer) []agent.Endpoint {
-	var qd semantics.BackendDialer = quic.Dialer{TLS: w.clientTLS(id)}
+func (w *fbWorld) endpoints(id enginetest.Identity, wrapQUIC func(semantics.BackendDialer) semantics.BackendDialer) []agent.Endpoint {
+	var qd semantics.BackendDialer = quic.Dialer{TLS: w.ClientTLS(id)}
 	if wrapQUIC != nil {
 		qd = wrapQUIC(qd)
 	}
 	return []agent.Endpoint{
 		{Address: w.udp.Addr(), Dialer: qd, Backend: "quic"},
-		{Address: w.yamuxAddr, Dialer: yamux.Dialer{TLS: w.clientTLS(id)}, Backend: "yamux"},
+		{Address: w.yamuxAddr, Dialer: yamux.Dialer{TLS: w.ClientTLS(id)}, Backend: "yamux"},
 	}
 }
 
@@ -109,11 +110,11 @@ func connectedSignal(c *agent.Config) <-chan struct{} {
 func TestFallbackUDPDroppedRegistersOverYamux(t *testing.T) {
 	w := newFBWorld(t)
 	w.udp.Blackhole(true)
-	id := w.newIdentity()
+	id := w.NewIdentity()
 	var connected <-chan struct{}
 	start := time.Now()
 	m := telemetry.NewMetrics()
-	a, _, _ := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+	a, _, _ := w.StartAgent(id, enginetest.NewCountingExec(false), func(c *agent.Config) {
 		c.Endpoints = w.endpoints(id, nil)
 		c.RequestTimeout = 5 * time.Second
 		c.Fallback.ProbeInterval = -1
@@ -136,8 +137,8 @@ func TestFallbackUDPDroppedRegistersOverYamux(t *testing.T) {
 	if n := a.Stats().BackendChanges[agent.BackendChange{From: "quic", To: "yamux"}]; n != 1 {
 		t.Fatalf("BackendChanges %v", a.Stats().BackendChanges)
 	}
-	_, fams := scrapeFamilies(t, m)
-	if v := familyValue(fams, "forgeyard_transport_fallback_events_total", "from", "quic", "to", "yamux"); v != 1 {
+	_, fams := enginetest.ScrapeFamilies(t, m)
+	if v := enginetest.FamilyValue(fams, "forgeyard_transport_fallback_events_total", "from", "quic", "to", "yamux"); v != 1 {
 		t.Fatalf("forgeyard_transport_fallback_events_total{from=quic,to=yamux} = %v, want 1", v)
 	}
 }
@@ -145,9 +146,9 @@ func TestFallbackUDPDroppedRegistersOverYamux(t *testing.T) {
 // silentServer accepts TLS+yamux connections (the handshake succeeds) and
 // then either never answers or drops them: a captive or intercepting
 // network, or a server that dies before Welcome.
-func silentServer(t *testing.T, w *world, drop bool) string {
+func silentServer(t *testing.T, w *enginetest.World, drop bool) string {
 	t.Helper()
-	l, err := yamux.Listen("127.0.0.1:0", w.pki.ServerConfig(t, "localhost"), yamux.Config{})
+	l, err := yamux.Listen("127.0.0.1:0", w.Pki.ServerConfig(t, "localhost"), yamux.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,15 +191,15 @@ func TestFallbackHandshakeWithoutWelcomeDoesNotWin(t *testing.T) {
 	for _, drop := range []bool{false, true} {
 		t.Run(fmt.Sprintf("drop=%v", drop), func(t *testing.T) {
 			w := newFBWorld(t)
-			bad := silentServer(t, w.world, drop)
-			id := w.newIdentity()
+			bad := silentServer(t, w.World, drop)
+			id := w.NewIdentity()
 			var connected <-chan struct{}
 			start := time.Now()
-			a, _, _ := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+			a, _, _ := w.StartAgent(id, enginetest.NewCountingExec(false), func(c *agent.Config) {
 				c.Endpoints = []agent.Endpoint{
 					// Preferred class, but a dead end after the handshake.
-					{Address: bad, Dialer: yamux.Dialer{TLS: w.clientTLS(id)}, Backend: "captive", Class: agent.ClassQUIC},
-					{Address: w.yamuxAddr, Dialer: yamux.Dialer{TLS: w.clientTLS(id)}, Backend: "yamux"},
+					{Address: bad, Dialer: yamux.Dialer{TLS: w.ClientTLS(id)}, Backend: "captive", Class: agent.ClassQUIC},
+					{Address: w.yamuxAddr, Dialer: yamux.Dialer{TLS: w.ClientTLS(id)}, Backend: "yamux"},
 				}
 				c.RequestTimeout = 5 * time.Second
 				c.Fallback.ProbeInterval = -1
@@ -245,10 +246,10 @@ func (p *patternDialer) Dial(ctx context.Context, addr string) (semantics.Backen
 // flap.
 func TestFallbackProbeHysteresis(t *testing.T) {
 	w := newFBWorld(t)
-	id := w.newIdentity()
+	id := w.NewIdentity()
 	pd := &patternDialer{pass: func(n int64) bool { return n%2 == 1 }, calls: make(chan int64, 256)}
 	var connected <-chan struct{}
-	a, _, _ := w.startAgent(id, newCountingExec(false), func(c *agent.Config) {
+	a, _, _ := w.StartAgent(id, enginetest.NewCountingExec(false), func(c *agent.Config) {
 		c.Endpoints = w.endpoints(id, func(d semantics.BackendDialer) semantics.BackendDialer { pd.inner = d; return pd })
 		c.Fallback = agent.Fallback{ProbeInterval: 20 * time.Millisecond, ProbeSuccesses: 2}
 		connected = connectedSignal(c)
@@ -284,7 +285,7 @@ func TestFallbackProbeHysteresis(t *testing.T) {
 func TestFallbackMoveBackKeepsAttempt(t *testing.T) {
 	w := newFBWorld(t)
 	w.udp.Blackhole(true)
-	id := w.newIdentity()
+	id := w.NewIdentity()
 	const lines = 300
 	line := func(i int) string { return fmt.Sprintf("line %04d of the move-back test\n", i) }
 	half, cont := make(chan struct{}), make(chan struct{})
@@ -309,7 +310,7 @@ func TestFallbackMoveBackKeepsAttempt(t *testing.T) {
 	var connected <-chan struct{}
 	var changes atomic.Int64
 	done := make(chan agent.AttemptDone, 4)
-	a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) {
+	a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) {
 		c.Endpoints = w.endpoints(id, nil)
 		c.RequestTimeout = 2 * time.Second
 		c.Fallback = agent.Fallback{ProbeInterval: 50 * time.Millisecond, ProbeSuccesses: 3}
@@ -318,8 +319,8 @@ func TestFallbackMoveBackKeepsAttempt(t *testing.T) {
 		connected = connectedSignal(c)
 	})
 	s1 := awaitBackend(t, a, connected, "yamux", 5*time.Second)
-	w.awaitActive(id.runner)
-	l, err := w.d.OfferLease(context.Background(), id.runner, offer(31))
+	w.AwaitActive(id.Runner)
+	l, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(31))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +330,7 @@ func TestFallbackMoveBackKeepsAttempt(t *testing.T) {
 	s2 := awaitBackend(t, a, connected, "quic", 10*time.Second)
 	t.Logf("moved back to QUIC %v after UDP was restored: %s", time.Since(restored), s2.FallbackReason)
 	close(cont)
-	ev := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+	ev := w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 	if ev.Result.Kind != agentwire.ResultSucceeded {
 		t.Fatalf("result %v", ev.Result)
 	}
@@ -341,14 +342,14 @@ func TestFallbackMoveBackKeepsAttempt(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("completion never acknowledged")
 	}
-	if n, _ := w.auth.Completions(context.Background(), l.Attempt); n != 1 {
+	if n, _ := w.Auth.Completions(context.Background(), l.Attempt); n != 1 {
 		t.Fatalf("completions %d", n)
 	}
 	var want strings.Builder
 	for i := 0; i < lines; i++ {
 		want.WriteString(line(i))
 	}
-	if got := stdout(t, w.sink, l.Attempt); got != want.String() {
+	if got := enginetest.Stdout(t, w.sink, l.Attempt); got != want.String() {
 		t.Fatalf("sink holds %d bytes, want %d", len(got), want.Len())
 	}
 	st := a.Stats()
@@ -365,9 +366,9 @@ func TestFallbackMoveBackKeepsAttempt(t *testing.T) {
 		t.Fatalf("changes %v (hook %d)", st.BackendChanges, changes.Load())
 	}
 	// No other agent session: the move did not look like a new agent.
-	for _, si := range w.d.Sessions() {
-		if si.Runner == id.runner && si.Session != a.Session() {
-			t.Fatalf("sessions %+v", w.d.Sessions())
+	for _, si := range w.D.Sessions() {
+		if si.Runner == id.Runner && si.Session != a.Session() {
+			t.Fatalf("sessions %+v", w.D.Sessions())
 		}
 	}
 	select {

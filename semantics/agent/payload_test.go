@@ -1,38 +1,21 @@
-package daemon_test
+package agent_test
 
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
-
-// putObject stores data in s and returns its reference.
-func putObject(t *testing.T, s cas.ContentStore, data []byte) wire.CasObjectRef {
-	t.Helper()
-	ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(data), Size: uint64(len(data))}
-	p, err := s.Create(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Append(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	return ref
-}
 
 // TestDataPayloadFetch (§87–93): with FetchPayload the agent downloads the
 // lease's payload from the daemon's store and verifies it before the
@@ -41,11 +24,11 @@ func putObject(t *testing.T, s cas.ContentStore, data []byte) wire.CasObjectRef 
 // the daemon serves a lease only its own payload (the executor cannot
 // fetch another lease's).
 func TestDataPayloadFetch(t *testing.T) {
-	dataBackends(t, func(t *testing.T, b backend) {
-		w, _, store := dataWorld(t, b)
-		id := w.newIdentity()
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
+		w, _, store := enginetest.DataWorld(t, b)
+		id := w.NewIdentity()
 		payload := bytes.Repeat([]byte("forgeyard payload\n"), 200_000) // 3.4 MiB
-		ref := putObject(t, store, payload)
+		ref := enginetest.PutObject(t, store, payload)
 		got := make(chan []byte, 2)
 		ran := make(chan wire.JobAttemptId, 4)
 		exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
@@ -62,17 +45,17 @@ func TestDataPayloadFetch(t *testing.T) {
 			got <- b
 			return agent.Result{Kind: agentwire.ResultSucceeded}
 		})
-		a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) { c.FetchPayload = true })
-		w.awaitActive(id.runner)
+		a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) { c.FetchPayload = true })
+		w.AwaitActive(id.Runner)
 		ctx := context.Background()
 
-		o := offer(900)
+		o := enginetest.Offer(900)
 		o.Payload = ref
-		l, err := w.d.OfferLease(ctx, id.runner, o)
+		l, err := w.D.OfferLease(ctx, id.Runner, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+		c := w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 		if c.Result.Kind != agentwire.ResultSucceeded {
 			t.Fatalf("attempt ended %v: %s", c.Result.Kind, c.Result.Message)
 		}
@@ -84,13 +67,13 @@ func TestDataPayloadFetch(t *testing.T) {
 		}
 
 		// A payload the daemon does not hold: the attempt never runs.
-		o = offer(901)
+		o = enginetest.Offer(901)
 		o.Payload = wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: wire.Digest{9, 9, 9}, Size: 1234}
-		l, err = w.d.OfferLease(ctx, id.runner, o)
+		l, err = w.D.OfferLease(ctx, id.Runner, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c = w.awaitCompletion(l.Attempt, agentwire.AckAccepted)
+		c = w.AwaitCompletion(l.Attempt, agentwire.AckAccepted)
 		if c.Result.Kind != agentwire.ResultInfraError || !strings.Contains(c.Result.Message, "payload download failed") {
 			t.Fatalf("missing payload: attempt ended %v %q", c.Result.Kind, c.Result.Message)
 		}
@@ -136,12 +119,12 @@ func (r slowReader) Read(p []byte) (int, error) {
 // takes, not a fixed number of retries — so every attempt runs with the
 // verified payload.
 func TestDataPayloadShared(t *testing.T) {
-	b := memoryBackend()
+	b := enginetest.MemoryBackend()
 	var slow slowStore
-	w, _, store := dataWorld(t, b, func(c *daemon.Config) { c.ContentStore = &slow })
+	w, _, store := enginetest.DataWorld(t, b, func(c *daemon.Config) { c.ContentStore = &slow })
 	slow = slowStore{FSStore: store, pause: 40 * time.Millisecond}
 	payload := bytes.Repeat([]byte("shared payload\n"), 70_000) // 1 MiB: ≥ 16 reads of 64 KiB, ≥ 640 ms
-	ref := putObject(t, store, payload)
+	ref := enginetest.PutObject(t, store, payload)
 	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
 		rc, err := job.OpenPayload()
 		if err != nil {
@@ -154,14 +137,14 @@ func TestDataPayloadShared(t *testing.T) {
 		}
 		return agent.Result{Kind: agentwire.ResultSucceeded}
 	})
-	id := w.newIdentity()
-	a, _, _ := w.startAgent(id, exec, spoolIn(t.TempDir()), func(c *agent.Config) { c.FetchPayload = true })
-	w.awaitActive(id.runner)
+	id := w.NewIdentity()
+	a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) { c.FetchPayload = true })
+	w.AwaitActive(id.Runner)
 	want := map[wire.JobAttemptId]bool{}
 	for i := range 3 {
-		o := offer(950 + i)
+		o := enginetest.Offer(950 + i)
 		o.Payload = ref
-		l, err := w.d.OfferLease(context.Background(), id.runner, o)
+		l, err := w.D.OfferLease(context.Background(), id.Runner, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +153,7 @@ func TestDataPayloadShared(t *testing.T) {
 	deadline := time.After(20 * time.Second)
 	for len(want) > 0 {
 		select {
-		case c := <-w.ev.completions:
+		case c := <-w.Ev.Completions:
 			if !want[c.Attempt] || c.Ack != agentwire.AckAccepted {
 				continue
 			}

@@ -1,0 +1,253 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"forgeyard.dev/transport/wire"
+)
+
+// Run connects and serves until ctx ends or Close (it then returns nil),
+// or until every endpoint refused the agent permanently: a *VersionError
+// (no common protocol version) or a *RejectedError (authentication,
+// disabled runner, stale session). Transient failures are retried with
+// backoff, reconnecting under the same AgentSessionId. Only one Run runs at
+// a time; after ctx ended Run may be called again (same session), after
+// Close it returns nil at once.
+//
+// Each connect races the endpoints (fallback.go): the first whose hello
+// round trip completes registers, the others are closed.
+func (a *Agent) Run(ctx context.Context) error {
+	a.runMu.Lock()
+	defer a.runMu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(a.ctx, cancel)
+	defer stop()
+	failures := 0
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		eps := a.endpoints()
+		network := a.fb.NetworkID()
+		a.mu.Lock()
+		a.network = network
+		a.mu.Unlock()
+		var perm error
+		permCount, registered := 0, false
+		var wait time.Duration
+		remaining := eps
+		for len(remaining) > 0 && !registered {
+			p, memo := a.planRace(remaining)
+			w, failed := a.race(ctx, remaining, p)
+			for _, err := range failed {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if isPermanent(err) {
+					permCount++
+					if perm == nil {
+						perm = err
+					}
+					continue
+				}
+				a.st.dialFailures.Add(1) // logged by race as it happened
+			}
+			if w == nil {
+				break
+			}
+			reason := describeRace(remaining, w, failed, memo)
+			var rest []Endpoint
+			for i := range remaining {
+				if _, bad := failed[i]; !bad && i != w.i {
+					rest = append(rest, remaining[i])
+				}
+			}
+			remaining = rest
+			l := w.l
+			err := a.register(ctx, l)
+			if err == nil {
+				registered, failures = true, 0
+				a.noteRegistered(l.ep, reason, eps)
+				for l != nil {
+					next, _ := a.serve(ctx, l, eps)
+					if l.reconnect > 0 {
+						wait = l.reconnect
+					}
+					if l = next; l != nil {
+						a.noteRegistered(l.ep, a.moveReason(l), eps)
+					}
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if isPermanent(err) {
+				permCount++
+				if perm == nil {
+					perm = err
+				}
+				continue
+			}
+			a.st.dialFailures.Add(1)
+			a.log.Debug("endpoint failed", "endpoint", w.l.ep.Address, "err", err)
+		}
+		if !registered && permCount == len(eps) && perm != nil {
+			return perm
+		}
+		if wait == 0 {
+			wait = a.backoff(failures)
+			failures++
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func isPermanent(err error) bool {
+	var ve *VersionError
+	var re *RejectedError
+	return errors.As(err, &ve) || errors.As(err, &re) && re.permanent()
+}
+
+func (a *Agent) moveReason(l *link) string {
+	return fmt.Sprintf("moved back to %s %s after %d consecutive successful probes", l.ep.Backend, l.ep.Address, a.fb.ProbeSuccesses)
+}
+
+// backoff returns a full-jitter wait for the n-th consecutive failure.
+func (a *Agent) backoff(n int) time.Duration {
+	a.mu.Lock()
+	ceiling := a.maxBackoff
+	a.mu.Unlock()
+	return fullJitter(a.cfg.Backoff.Base, ceiling, n, rand.Int64N)
+}
+
+// fullJitter is the n-th wait: uniform in [0, min(ceiling, base·2ⁿ)], drawn
+// with randN (rand.Int64N).
+func fullJitter(base, ceiling time.Duration, n int, randN func(int64) int64) time.Duration {
+	d := base
+	for i := 0; i < n && d < ceiling; i++ {
+		d *= 2
+	}
+	d = min(d, ceiling)
+	return time.Duration(randN(int64(d) + 1))
+}
+
+// endpoints returns the dial order: a GoAway's alternates while its
+// try_for window lasts, the configured endpoints, then the alternates from
+// the last registration (alternates are dialed with the first endpoint's
+// dialer).
+func (a *Agent) endpoints() []Endpoint {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var eps []Endpoint
+	seen := map[string]bool{}
+	first := a.cfg.Endpoints[0]
+	alt := func(addr string) {
+		if !seen[addr] {
+			seen[addr] = true
+			eps = append(eps, Endpoint{Address: addr, Dialer: first.Dialer, Backend: first.Backend, Class: first.Class})
+		}
+	}
+	// After a GoAway its alternates come first for try_for_ms.
+	if a.now().Before(a.preferUntil) {
+		for _, addr := range a.preferred {
+			alt(addr)
+		}
+	}
+	for _, e := range a.cfg.Endpoints {
+		if !seen[e.Address] {
+			seen[e.Address] = true
+			eps = append(eps, e)
+		}
+	}
+	for _, addr := range a.alternates {
+		alt(addr)
+	}
+	return eps
+}
+
+// serve runs the registered l until it ends. While l is on a fallback
+// class it probes the better endpoints among eps; when a probe earns the
+// move, serve registers the probe's link (the daemon fences l), closes l
+// and returns the new link (next != nil) for the caller to serve.
+func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link, endErr error) {
+	closeCode, closeReason := wire.CloseNormal, "agent leaving"
+	defer func() { l.close(closeCode, closeReason) }()
+	a.setLink(l)
+	a.attachAll(l)
+	if h := a.cfg.Hooks.OnConnected; h != nil {
+		h(a.Status())
+	}
+	lctx := l.ctx
+	var loops sync.WaitGroup
+	loops.Add(1)
+	go func() { defer loops.Done(); a.heartbeatLoop(lctx, l) }()
+	if a.execs {
+		loops.Add(1)
+		go func() { defer loops.Done(); a.renewLoop(lctx, l) }()
+	}
+	loops.Add(1)
+	go func() { defer loops.Done(); a.serveSecrets(lctx, l) }() // secret.go
+	if a.cfg.Credentials != nil {
+		loops.Add(1)
+		go func() { defer loops.Done(); a.certRenewLoop(lctx, l) }() // enroll.go
+	}
+	moves := make(chan *link)
+	loops.Add(1)
+	go func() { defer loops.Done(); a.probeLoop(lctx, l.ep, eps, moves) }()
+	for next == nil && endErr == nil {
+		select {
+		case <-l.sc.Done():
+			endErr = l.sc.Err()
+		case <-l.runDone:
+			endErr = l.ch.Err()
+		case <-ctx.Done():
+			closeCode, closeReason = wire.CloseShutdown, "agent stopping"
+			endErr = ctx.Err()
+		case <-l.goaway:
+			endErr = errors.New("agent: daemon sent GoAway")
+		case p := <-moves:
+			// Register the better transport first; the daemon fences l.
+			if err := a.register(ctx, p); err != nil {
+				a.log.Info("move back failed; staying", "backend", l.ep.Backend, "to", p.ep.Backend, "err", err)
+				a.setProbeNote(fmt.Sprintf("moving back to %s %s failed: %v", p.ep.Backend, p.ep.Address, err))
+				loops.Add(1)
+				go func() { defer loops.Done(); a.probeLoop(lctx, l.ep, eps, moves) }()
+				continue
+			}
+			a.log.Info("moved to a better backend", "from", l.ep.Backend, "to", p.ep.Backend, "endpoint", p.ep.Address)
+			a.st.moves.Add(1)
+			next = p
+			closeReason = "moved to a better backend"
+		}
+	}
+	l.lcancel()
+	if next != nil {
+		a.setLink(next)
+	} else {
+		a.clearLink(l)
+	}
+	loops.Wait()
+	if next != nil {
+		return next, nil
+	}
+	if ctx.Err() != nil {
+		endErr = nil
+	}
+	if h := a.cfg.Hooks.OnDisconnected; h != nil {
+		h(endErr)
+	}
+	return nil, endErr
+}

@@ -1,0 +1,64 @@
+package daemon
+
+import (
+	"time"
+
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+func (c *conn) resetLiveness() {
+	d := c.d
+	limit := 3 * d.timing.HeartbeatInterval
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastHB = d.now()
+	if c.hbTimer == nil {
+		c.hbTimer = time.AfterFunc(limit, func() {
+			c.logger().Info("no heartbeat for 3 intervals; closing", "limit", limit)
+			c.closeNow(wire.CloseIdleTimeout, "no heartbeat for 3 intervals")
+		})
+		return
+	}
+	c.hbTimer.Reset(limit)
+}
+
+func (c *conn) onHeartbeat(env *wire.Envelope, m *agentwire.HeartbeatV1) {
+	d := c.d
+	if m.Session != c.session || m.Runner != c.runner {
+		c.violation(env.MessageID, wire.ErrCodeInvalidValue, "heartbeat for another session")
+		return
+	}
+	d.mu.Lock()
+	last, seen := d.hbSeq[c.session]
+	if seen && m.Seq <= last {
+		d.mu.Unlock()
+		d.st.hbDropped.Add(1)
+		return // out-of-order or duplicate: dropped, never acted on (§235)
+	}
+	if !seen && len(d.hbSeq) >= maxSeqSessions {
+		for k := range d.hbSeq { // bounded: forget an arbitrary old session
+			if _, live := d.bySession[k]; !live {
+				delete(d.hbSeq, k)
+				break
+			}
+		}
+	}
+	d.hbSeq[c.session] = m.Seq
+	d.mu.Unlock()
+	c.resetLiveness()
+	c.reply(env, &agentwire.HeartbeatAckV1{Seq: m.Seq, ServerTimeMs: uint64(d.now().UnixMilli())})
+	// Heartbeats re-assert phases whose PhaseChangeV1 was lost; the set of
+	// remembered attempts is the heartbeat's (≤ MaxActiveAttempts). In
+	// order with the PhaseChangeV1 and completions received before it.
+	c.ordered(func() {
+		next := make(map[wire.JobAttemptId]agentwire.AttemptPhase, len(m.ActiveAttempts))
+		for _, a := range m.ActiveAttempts {
+			next[a.Attempt] = a.Phase
+			if p, ok := c.phases[a.Attempt]; !ok || p != a.Phase {
+				c.phaseEvent(a.Attempt, a.Lease, a.Phase)
+			}
+		}
+		c.phases = next
+	})
+}

@@ -1,0 +1,96 @@
+package daemon
+
+import (
+	"errors"
+	"time"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/control"
+	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
+)
+
+func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
+	d := c.d
+	now := d.now()
+	actx, acancel := c.authCtx()
+	defer acancel()
+	res, err := d.auth.RenewLease(actx, env.MessageID, m.Lease, m.Attempt, c.ref(), now)
+	switch {
+	case errors.Is(err, authority.ErrFenced):
+		c.fencedErr(env)
+		return
+	case errors.Is(err, authority.ErrStaleSession):
+		res = authority.RenewResult{Unknown: true}
+	case err != nil:
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
+		return
+	}
+	d.st.renewals.Add(1)
+	var out agentwire.RenewOutcomeV1
+	switch {
+	case res.Extended:
+		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewExtended, ExpiresAtMs: uint64(res.ExpiresAt.UnixMilli()), TTLMs: ms32(res.ExpiresAt.Sub(now))}
+		d.mu.Lock()
+		delete(d.probing, m.Lease)
+		d.mu.Unlock()
+	case res.Revoked:
+		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewRevoked, Reason: agentwire.CancellationReason(res.CancelReason)}
+	default:
+		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewUnknown}
+		c.auditEvent(telemetry.EventStaleLeaseReplay, wire.ErrCodeStaleLease, telemetry.ReasonLeaseSuperseded)
+	}
+	c.reply(env, &agentwire.LeaseRenewAckV1{Lease: m.Lease, Attempt: m.Attempt, Outcome: out})
+}
+
+// expireLeases implements lease expiry with grace: a lease expired by more
+// than RevokeGrace is revoked; within the grace, if this daemon holds the
+// session's transport, the agent is probed (LeaseProbeV1) and a renewal in
+// the window saves the lease.
+func (d *Daemon) expireLeases(now time.Time) {
+	ls, err := d.auth.ExpiredLeases(d.ctx, now, 256)
+	if err != nil {
+		return
+	}
+	seen := map[wire.LeaseId]bool{}
+	for _, l := range ls {
+		seen[l.ID] = true
+		if now.Sub(l.ExpiresAt) > d.timing.RevokeGrace {
+			if err := d.auth.RevokeLease(d.ctx, l.ID, "lease expired", now); err == nil {
+				d.st.leasesRevoked.Add(1)
+				d.forgetAttemptLog(l.Attempt)
+				if c := d.sessionConn(l.Session); c != nil && c.channel() != nil {
+					_, _ = c.channel().Send(control.Out{Msg: &agentwire.CancelAttemptV1{Attempt: l.Attempt, Lease: l.ID, Reason: agentwire.CancelLeaseRevoked},
+						Priority: semantics.PriorityCancel, UsePriority: true})
+				}
+			}
+			d.mu.Lock()
+			delete(d.probing, l.ID)
+			d.mu.Unlock()
+			continue
+		}
+		d.mu.Lock()
+		_, probed := d.probing[l.ID]
+		if !probed {
+			d.probing[l.ID] = now
+		}
+		d.mu.Unlock()
+		if probed {
+			continue
+		}
+		if c := d.sessionConn(l.Session); c != nil && c.channel() != nil && c.active() {
+			d.st.probes.Add(1)
+			_, _ = c.channel().Send(control.Out{Msg: &agentwire.LeaseProbeV1{Lease: l.ID, Attempt: l.Attempt,
+				GraceUntilMs: uint64(l.ExpiresAt.Add(d.timing.RevokeGrace).UnixMilli())}, Priority: semantics.PriorityLease, UsePriority: true})
+		}
+	}
+	d.mu.Lock()
+	for id := range d.probing {
+		if !seen[id] {
+			delete(d.probing, id) // renewed or gone
+		}
+	}
+	d.mu.Unlock()
+}
