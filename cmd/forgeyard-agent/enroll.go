@@ -13,7 +13,7 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/trust"
 )
@@ -85,7 +85,7 @@ func runEnroll(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return usage(err.Error())
 	}
-	d, addr, err := setup.Dialer(ep, client, quic.Config{}, yamux.Config{})
+	d, addr, err := agentsetup.Dialer(ep, client, quic.Config{}, yamux.Config{})
 	if err != nil {
 		return usage(err.Error())
 	}

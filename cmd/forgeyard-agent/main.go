@@ -51,8 +51,8 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
-	"forgeyard.dev/transport/relay/fallback"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
+	"forgeyard.dev/transport/internal/setup/otlpsetup"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/semantics/trust"
@@ -226,16 +226,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
-	tracing, err := setup.Tracing(ctx, cfg.Telemetry, "forgeyard-agent")
+	tracing, err := otlpsetup.Tracing(ctx, cfg.Telemetry, "forgeyard-agent")
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
 	}
-	defer func() { // flush the last spans (bounded: the collector may be gone)
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tracing.Shutdown(fctx)
-	}()
+	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
 	a, err := newAgent(cfg, f.seed, f.synth, protocol, log, tel.hooks(), tel.m, tracing)
 	if err != nil {
 		if errors.Is(err, trust.ErrCertExpired) {
@@ -296,7 +292,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 	str("proxy", &cfg.ControlPlane.Proxy, f.proxy)
 	str("no-proxy", &cfg.ControlPlane.NoProxy, f.noProxy)
 	if f.devPKI != "" {
-		if _, err := setup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
+		if _, err := agentsetup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
 			return nil, fmt.Errorf("--dev-pki: %w", err)
 		}
 	}
@@ -320,9 +316,9 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 }
 
 // newAgent loads the credential and builds the agent with one dialer per
-// endpoint (relay/fallback), the TCP ones through the configured proxy.
+// endpoint (internal/setup/agentsetup), the TCP ones through the configured proxy.
 func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, protocol wire.ProtocolRange, log *slog.Logger, hooks agent.Hooks, m *telemetry.Metrics, tr *telemetry.Tracing) (*agent.Agent, error) {
-	cred, err := setup.LoadCredential(cfg.ControlPlane)
+	cred, err := agentsetup.LoadCredential(cfg.ControlPlane)
 	if err != nil {
 		return nil, err
 	}
@@ -335,16 +331,16 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 	}
 	// The expiry warning (§22) is logged at start and then periodically by
 	// watchCertExpiry (expiry.go).
-	px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
+	px, err := agentsetup.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
 	if err != nil {
 		return nil, fmt.Errorf("control_plane.proxy: %w", err)
 	}
-	eps, err := fallback.Endpoints(cfg.Endpoints(), fallback.Options{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px})
+	eps, err := agentsetup.Endpoints(cfg.Endpoints(), agentsetup.EndpointOptions{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px})
 	if err != nil {
 		return nil, err
 	}
 	return agent.New(agent.Config{
-		Fallback: fallback.Policy(cfg.Fallback),
+		Fallback: agentsetup.Policy(cfg.Fallback),
 		Runner:   cred.Runner, Credentials: creds,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities: cfg.RunnerCapabilities(),

@@ -23,7 +23,7 @@ import (
 
 	"forgeyard.dev/transport/internal/adminapi"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
@@ -47,8 +47,8 @@ type daemonTelemetry struct {
 	registered map[wire.TransportSessionId]string // transport → backend, for ConnClosed
 
 	listeners []listenerState
-	cert      func() *x509.Certificate // the certificate served now (reloaded)
-	hsf       *setup.HandshakeFailures // failed TLS handshakes of the listeners
+	cert      func() *x509.Certificate       // the certificate served now (reloaded)
+	hsf       *serversetup.HandshakeFailures // failed TLS handshakes of the listeners
 
 	info     adminInfo
 	draining atomic.Bool
@@ -77,7 +77,7 @@ func newDaemonTelemetry() *daemonTelemetry {
 }
 
 // setHandshakeFailures makes health report h's count.
-func (t *daemonTelemetry) setHandshakeFailures(h *setup.HandshakeFailures) {
+func (t *daemonTelemetry) setHandshakeFailures(h *serversetup.HandshakeFailures) {
 	t.mu.Lock()
 	t.hsf = h
 	t.mu.Unlock()
@@ -122,7 +122,7 @@ func (t *daemonTelemetry) hooks(h daemon.Hooks) daemon.Hooks {
 // attach gives the telemetry its daemon, listeners and the function that
 // returns the server certificate served now (before the admin endpoint
 // serves).
-func (t *daemonTelemetry) attach(d *daemon.Daemon, ls []setup.Listener, cert func() *x509.Certificate) {
+func (t *daemonTelemetry) attach(d *daemon.Daemon, ls []serversetup.Listener, cert func() *x509.Certificate) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.d = d

@@ -45,7 +45,9 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/daemonsetup"
+	"forgeyard.dev/transport/internal/setup/otlpsetup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -66,7 +68,7 @@ func main() {
 
 // testHooks let tests observe the running daemon; nil in production.
 type testHooks struct {
-	ready        func(d *daemon.Daemon, ls []setup.Listener)
+	ready        func(d *daemon.Daemon, ls []serversetup.Listener)
 	admin        func(addr string) // the admin endpoint is serving on addr
 	onCompletion func(daemon.CompletionEvent)
 }
@@ -198,7 +200,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)
 	str("listen-webtransport", &cfg.Listen.WebTransport, f.listenWT)
 	if f.devPKI != "" {
-		pki, err := setup.DevDaemon(f.devPKI, &cfg.TLS)
+		pki, err := daemonsetup.DevDaemon(f.devPKI, &cfg.TLS)
 		if err != nil {
 			return nil, fmt.Errorf("--dev-pki: %w", err)
 		}
@@ -249,20 +251,20 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, th *testHooks) error {
 	// The server certificate is served from its files and reloaded when
 	// they are replaced (checked every tls.reload_interval) or on SIGHUP.
-	tlsConf, certs, stopReload, err := setup.ReloadingServerTLS(cfg.TLS, log)
+	tlsConf, certs, stopReload, err := serversetup.ReloadingServerTLS(cfg.TLS, log)
 	if err != nil {
 		return err
 	}
 	defer stopReload()
-	runnerCAs, err := setup.RunnerCAs(cfg.TLS.ClientCA)
+	runnerCAs, err := daemonsetup.RunnerCAs(cfg.TLS.ClientCA)
 	if err != nil {
 		return err
 	}
-	identity, err := setup.Identity(cfg.Enrollment, tlsConf) // enrollment (§20): may relax ClientAuth
+	identity, err := daemonsetup.Identity(cfg.Enrollment, tlsConf) // enrollment (§20): may relax ClientAuth
 	if err != nil {
 		return err
 	}
-	au, err := setup.OpenAuthority(ctx, cfg.Authority)
+	au, err := daemonsetup.OpenAuthority(ctx, cfg.Authority)
 	if err != nil {
 		return err
 	}
@@ -324,15 +326,11 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if drv != nil {
 		dcfg.Hooks = drv.hooks(dcfg.Hooks)
 	}
-	tracing, err := setup.Tracing(ctx, cfg.Telemetry, "forgeyard-daemon")
+	tracing, err := otlpsetup.Tracing(ctx, cfg.Telemetry, "forgeyard-daemon")
 	if err != nil {
 		return err
 	}
-	defer func() { // flush the last spans (bounded: the collector may be gone)
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tracing.Shutdown(fctx)
-	}()
+	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
 	// The engine feeds the metrics and starts the spans; the trace context
 	// travels to agents that offer it too (§211).
 	dcfg.Metrics, dcfg.Tracing = tel.m, tracing
@@ -353,10 +351,10 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	// Failed TLS handshakes (rejected client certificates, scanners) never
 	// reach the daemon: the listeners report them here, to the metric,
 	// /healthz and (certificate problems, rate-limited) the audit log.
-	hsf := setup.NewHandshakeFailures(log, tel.m, 0, 0)
+	hsf := serversetup.NewHandshakeFailures(log, tel.m, 0, 0)
 	defer hsf.Close()
 	tel.setHandshakeFailures(hsf)
-	ls, err := setup.Listen(cfg.Listen, tlsConf, quic.Config{Logger: log, OnHandshakeFailure: hsf.Report},
+	ls, err := serversetup.Listen(cfg.Listen, tlsConf, quic.Config{Logger: log, OnHandshakeFailure: hsf.Report},
 		yamux.Config{OnHandshakeFailure: hsf.Report})
 	if err != nil {
 		_ = d.Shutdown(context.Background())

@@ -45,12 +45,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"forgeyard.dev/transport/backends/quic"
-	"forgeyard.dev/transport/backends/webtransport"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/relaysetup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/relay"
-	"forgeyard.dev/transport/semantics"
 )
 
 const (
@@ -180,7 +179,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Relay, error) {
 	set := config.FlagsSet(fs)
 	str := set.String
 	if f.devPKI != "" {
-		if _, err := setup.DevRelay(f.devPKI, cfg); err != nil {
+		if _, err := relaysetup.DevRelay(f.devPKI, cfg); err != nil {
 			return nil, fmt.Errorf("--dev-pki: %w", err)
 		}
 		if cfg.Upstream.ServerName == "" && !set["upstream-server-name"] {
@@ -233,18 +232,13 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Relay, error) {
 	return cfg, nil
 }
 
-type namedListener struct {
-	backend string
-	semantics.BackendListener
-}
-
 func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHooks) error {
-	serverTLS, _, stopReload, err := setup.ReloadingServerTLS(cfg.TLS, log)
+	serverTLS, _, stopReload, err := serversetup.ReloadingServerTLS(cfg.TLS, log)
 	if err != nil {
 		return err
 	}
 	defer stopReload()
-	upTLS, err := setup.RelayUpstreamTLS(cfg.Upstream)
+	upTLS, err := relaysetup.RelayUpstreamTLS(cfg.Upstream)
 	if err != nil {
 		return err
 	}
@@ -260,26 +254,17 @@ func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHoo
 		return err
 	}
 
-	var ls []namedListener
+	// The agent-facing listeners: listen.yamux, listen.webtransport (a
+	// relay serves no QUIC).
+	ls, err := serversetup.Listen(config.Listen{Yamux: cfg.Listen.Yamux, WebTransport: cfg.Listen.WebTransport},
+		serverTLS, quic.Config{Logger: log}, yamux.Config{Logger: log})
+	if err != nil {
+		return err
+	}
 	closeAll := func() {
 		for _, l := range ls {
 			_ = l.Close()
 		}
-	}
-	if cfg.Listen.Yamux != "" {
-		l, err := yamux.Listen(cfg.Listen.Yamux, serverTLS, yamux.Config{Logger: log})
-		if err != nil {
-			return fmt.Errorf("listen.yamux: %w", err)
-		}
-		ls = append(ls, namedListener{config.BackendYamux, l})
-	}
-	if cfg.Listen.WebTransport != "" {
-		l, err := webtransport.Listen(cfg.Listen.WebTransport, serverTLS, webtransport.Config{Logger: log})
-		if err != nil {
-			closeAll()
-			return fmt.Errorf("listen.webtransport: %w", err)
-		}
-		ls = append(ls, namedListener{config.BackendWebTransport, l})
 	}
 
 	var draining atomic.Bool
@@ -298,8 +283,8 @@ func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHoo
 	errc := make(chan error, len(ls))
 	addrs := map[string]net.Addr{}
 	for _, l := range ls {
-		addrs[l.backend] = l.Addr()
-		log.Info("listening", "backend", l.backend, "addr", l.Addr().String())
+		addrs[l.Backend] = l.Addr()
+		log.Info("listening", "backend", l.Backend, "addr", l.Addr().String())
 		go func() { errc <- r.Serve(context.Background(), l) }()
 	}
 	log.Info("relaying to daemons", "upstreams", strings.Join(cfg.UpstreamAddrs(), ","), "dial_timeout", cfg.Upstream.DialTimeout.Duration)
@@ -334,13 +319,13 @@ type health struct {
 	relay.Stats
 }
 
-func adminHandler(reg *prometheus.Registry, r *relay.Relay, ls []namedListener, draining *atomic.Bool) http.Handler {
+func adminHandler(reg *prometheus.Registry, r *relay.Relay, ls []serversetup.Listener, draining *atomic.Bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		h := health{Status: "ok", Listeners: map[string]string{}, Stats: r.Stats()}
 		for _, l := range ls {
-			h.Listeners[l.backend] = l.Addr().String()
+			h.Listeners[l.Backend] = l.Addr().String()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if draining.Load() {

@@ -13,7 +13,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/daemonsetup"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
@@ -64,7 +64,7 @@ func (a *authorityFlags) open(ctx context.Context) (authority.Authority, authori
 	default:
 		return nil, nil, errors.New("no authority: give --config, --sqlite or --postgres-dsn-file")
 	}
-	au, err := setup.OpenAuthority(ctx, ac)
+	au, err := daemonsetup.OpenAuthority(ctx, ac)
 	if err != nil {
 		return nil, nil, err
 	}
