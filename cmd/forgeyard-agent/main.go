@@ -43,13 +43,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/internal/setup/otlpsetup"
@@ -68,15 +66,15 @@ var agentFeatures = wire.Implemented
 const Version = "forgeyard-agent/0.2.0"
 
 const (
-	exitOK    = 0
-	exitFail  = 1
-	exitUsage = 2
+	exitOK    = cli.ExitOK
+	exitFail  = cli.ExitFail
+	exitUsage = cli.ExitUsage
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil))
+	cli.Main(func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+		return run(ctx, args, stdout, stderr, nil)
+	})
 }
 
 // testHooks let tests observe the running agent; nil in production.
@@ -181,17 +179,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "forgeyard-agent: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-agent"); !ok {
+		return code
 	}
 	if f.synth.MinDuration < 0 || f.synth.MinDuration > time.Hour || f.synth.LogLines > 100000 || f.synth.LogInterval < 0 || f.synth.LogInterval > time.Minute {
 		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-duration must be 0–1h, --synthetic-log-lines at most 100000, --synthetic-log-interval 0–1m")
@@ -254,10 +243,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 			fmt.Fprintf(stderr, "forgeyard-agent: --metrics-listen: %v\n", err)
 			return exitFail
 		}
-		defer serveMetrics(telCtx, ln, tel.handler(), log)()
-		log.Info("metrics endpoint listening", "addr", ln.Addr().String(), "paths", "/metrics /healthz")
+		adm := cli.ServeAdmin(ln, "", tel.handler(), log)
+		defer adm.Stop(2 * time.Second)
+		log.Info("metrics endpoint listening", "addr", adm.Addr(), "paths", "/metrics /healthz")
 		if th != nil && th.metrics != nil {
-			th.metrics(ln.Addr().String())
+			th.metrics(adm.Addr())
 		}
 	}
 	log.Info("agent starting", "session", a.Session(), "endpoints", cfg.ControlPlane.Endpoints, "max_parallel", cfg.MaxParallel)
@@ -275,42 +265,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 }
 
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
-	cfg := &config.Agent{}
-	if f.configFile != "" {
-		c, err := config.ReadAgent(f.configFile)
-		if err != nil {
-			return nil, err
+	cfg, err := cli.LoadConfig(fs, f.configFile, config.ReadAgent, func(cfg *config.Agent, set config.SetFlags) error {
+		str := set.String
+		if set["endpoint"] {
+			cfg.ControlPlane.Endpoints = f.endpoints
 		}
-		cfg = c
-	}
-	set := config.FlagsSet(fs)
-	str := set.String
-	if set["endpoint"] {
-		cfg.ControlPlane.Endpoints = f.endpoints
-	}
-	str("server-name", &cfg.ControlPlane.ServerName, f.serverName)
-	str("proxy", &cfg.ControlPlane.Proxy, f.proxy)
-	str("no-proxy", &cfg.ControlPlane.NoProxy, f.noProxy)
-	if f.devPKI != "" {
-		if _, err := agentsetup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
-			return nil, fmt.Errorf("--dev-pki: %w", err)
+		str("server-name", &cfg.ControlPlane.ServerName, f.serverName)
+		str("proxy", &cfg.ControlPlane.Proxy, f.proxy)
+		str("no-proxy", &cfg.ControlPlane.NoProxy, f.noProxy)
+		if f.devPKI != "" {
+			if _, err := agentsetup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
+				return fmt.Errorf("--dev-pki: %w", err)
+			}
 		}
-	}
-	str("cert", &cfg.ControlPlane.Credential.Certificate, f.cert)
-	str("key", &cfg.ControlPlane.Credential.PrivateKey, f.key)
-	str("ca", &cfg.ControlPlane.Credential.CA, f.ca)
-	if set["max-parallel"] {
-		cfg.MaxParallel = f.maxParallel
-	}
-	if set["label"] {
-		cfg.Capabilities.Labels = f.labels
-	}
-	str("log-level", &cfg.Log.Level, f.logLevel)
-	str("log-format", &cfg.Log.Format, f.logFormat)
-	str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
-	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, config.WithFile(err, f.configFile)
+		str("cert", &cfg.ControlPlane.Credential.Certificate, f.cert)
+		str("key", &cfg.ControlPlane.Credential.PrivateKey, f.key)
+		str("ca", &cfg.ControlPlane.Credential.CA, f.ca)
+		if set["max-parallel"] {
+			cfg.MaxParallel = f.maxParallel
+		}
+		if set["label"] {
+			cfg.Capabilities.Labels = f.labels
+		}
+		str("log-level", &cfg.Log.Level, f.logLevel)
+		str("log-format", &cfg.Log.Format, f.logFormat)
+		str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -287,33 +286,6 @@ func (t *agentTelemetry) handler() http.Handler {
 	mux.Handle("GET /metrics", t.m.Handler())
 	mux.Handle("/healthz", telemetry.AgentHealthHandler(t.health))
 	return mux
-}
-
-// serveMetrics serves t.handler on ln until ctx ends.
-func serveMetrics(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) (wait func()) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
-		MaxHeaderBytes: 16 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	stop := context.AfterFunc(ctx, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if srv.Shutdown(sctx) != nil {
-			_ = srv.Close()
-		}
-	})
-	return func() {
-		stop()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if srv.Shutdown(sctx) != nil {
-			_ = srv.Close()
-		}
-		<-done
-	}
 }
 
 // runConnectionStatus is `forgeyard-agent connection status`: it reads the

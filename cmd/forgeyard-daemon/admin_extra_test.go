@@ -179,7 +179,7 @@ func TestAdminSocket(t *testing.T) {
 	if _, err := startAdminSocket(path, h, log); err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Errorf("live socket: %v", err)
 	}
-	a.stop(time.Second)
+	a.Stop(time.Second)
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left after stop: %v", err)
 	}
