@@ -21,6 +21,7 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/backends/yamux/proxy"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/doctor"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
@@ -78,17 +79,8 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprint(fs.Output(), doctorHelp)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "forgeyard-agent doctor: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-agent doctor"); !ok {
+		return code
 	}
 	if *timeout < 100*time.Millisecond || *timeout > time.Minute {
 		fmt.Fprintln(stderr, "forgeyard-agent doctor: --timeout must be 100ms–1m")

@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
 )
@@ -92,20 +93,20 @@ func (r *statusReport) writeTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTED\t%s\n", yesNo(h.Connected))
-	fmt.Fprintf(tw, "ENDPOINT\t%s\n", dash(h.Endpoint))
-	fmt.Fprintf(tw, "BACKEND\t%s\n", dash(h.Backend))
+	fmt.Fprintf(tw, "CONNECTED\t%s\n", telemetry.YesNo(h.Connected))
+	fmt.Fprintf(tw, "ENDPOINT\t%s\n", telemetry.Dash(h.Endpoint))
+	fmt.Fprintf(tw, "BACKEND\t%s\n", telemetry.Dash(h.Backend))
 	if r.FallbackReason != "" {
 		fmt.Fprintf(tw, "FALLBACK\t%s\n", r.FallbackReason)
 	}
-	fmt.Fprintf(tw, "PROTOCOL\t%s\n", dash(h.Protocol))
+	fmt.Fprintf(tw, "PROTOCOL\t%s\n", telemetry.Dash(h.Protocol))
 	if h.Connected {
 		feats := "none"
 		if len(r.Features) > 0 {
 			feats = strings.Join(r.Features, ", ")
 		}
 		fmt.Fprintf(tw, "FEATURES\t%s\n", feats)
-		fmt.Fprintf(tw, "TRANSPORT\t%s (epoch %d)\n", dash(r.Transport), r.Epoch)
+		fmt.Fprintf(tw, "TRANSPORT\t%s (epoch %d)\n", telemetry.Dash(r.Transport), r.Epoch)
 	}
 	if h.LastHeartbeatAck.IsZero() {
 		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\tnever\n")
@@ -117,20 +118,6 @@ func (r *statusReport) writeTable(w io.Writer) error {
 		fmt.Fprintf(tw, "DRAINING\tyes\n")
 	}
 	return tw.Flush()
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // writeStatusFile writes h as JSON to path atomically: a temporary file in
@@ -310,17 +297,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "forgeyard-agent connection status: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-agent connection status"); !ok {
+		return code
 	}
 	h, err := readStatusFile(*path, now, *staleFile)
 	if err != nil {

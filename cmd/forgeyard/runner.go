@@ -12,6 +12,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/daemonsetup"
 	"forgeyard.dev/transport/semantics/authority"
@@ -78,13 +79,8 @@ func (a *authorityFlags) open(ctx context.Context) (authority.Authority, authori
 
 // parseFlags parses args; it returns -1 to continue, or an exit code.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) int {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := cli.Parse(fs, args, stdout); !ok {
+		return code
 	}
 	return -1
 }
