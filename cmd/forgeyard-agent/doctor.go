@@ -130,7 +130,7 @@ type agentDoctor struct {
 
 	leaf   *x509.Certificate // the agent's certificate, if it parsed
 	client *tls.Config       // client TLS config for the dials, nil if unusable
-	// px is the agent's proxy for TCP endpoints (relay/agentsetup.ProxyFor;
+	// px is the agent's proxy for TCP endpoints (agentsetup.ProxyFor;
 	// nil: direct).
 	px *proxy.Dialer
 }
