@@ -278,7 +278,7 @@ func (l *Listener) Close() error {
 // sets ServerName from addr when empty. Safe for concurrent use.
 //
 // DialContext, when set, makes the TCP connection (e.g. through an HTTP
-// CONNECT proxy, relay/proxy). Upgrade selects the HTTP/1.1 Upgrade form:
+// CONNECT proxy, backends/yamux/proxy). Upgrade selects the HTTP/1.1 Upgrade form:
 // ALPN "http/1.1", then "GET UpgradePath" with "Connection: Upgrade" and
 // "Upgrade: forgeyard-yamux/1", and yamux only after the server's 101, so
 // HTTP-aware middleboxes on port 443 pass the connection.

@@ -20,11 +20,11 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/backends/yamux/proxy"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/internal/doctor"
-	"forgeyard.dev/transport/relay/fallback"
-	"forgeyard.dev/transport/relay/proxy"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/trust"
@@ -79,17 +79,8 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprint(fs.Output(), doctorHelp)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "forgeyard-agent doctor: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-agent doctor"); !ok {
+		return code
 	}
 	if *timeout < 100*time.Millisecond || *timeout > time.Minute {
 		fmt.Fprintln(stderr, "forgeyard-agent doctor: --timeout must be 100ms–1m")
@@ -110,7 +101,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		r.Add(doctor.Finding{Check: "config", Target: f.configFile, Result: doctor.OK, Detail: fmt.Sprintf("%d %s: %s", len(eps), noun, strings.Join(eps, ", "))})
 		d := &agentDoctor{cfg: cfg, timeout: *timeout, maxSkew: *maxSkew, now: time.Now, r: r}
-		px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
+		px, err := agentsetup.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
 		if err != nil {
 			r.Add(doctor.Finding{Check: "proxy", Target: cfg.ControlPlane.Proxy, Result: doctor.Fail, Detail: err.Error(),
 				Fix: "set control_plane.proxy (--proxy) to http://[user:pass@]host:port, or \"none\""})
@@ -139,7 +130,7 @@ type agentDoctor struct {
 
 	leaf   *x509.Certificate // the agent's certificate, if it parsed
 	client *tls.Config       // client TLS config for the dials, nil if unusable
-	// px is the agent's proxy for TCP endpoints (relay/fallback.ProxyFor;
+	// px is the agent's proxy for TCP endpoints (agentsetup.ProxyFor;
 	// nil: direct).
 	px *proxy.Dialer
 }
@@ -203,7 +194,7 @@ func (d *agentDoctor) checkCertificate() {
 // (expired), so the daemon's own answer to it can be reported.
 func (d *agentDoctor) buildClientTLS() {
 	cred := d.cfg.ControlPlane.Credential
-	if c, err := setup.LoadCredential(d.cfg.ControlPlane); err == nil {
+	if c, err := agentsetup.LoadCredential(d.cfg.ControlPlane); err == nil {
 		d.client = c.Client
 		return
 	}
@@ -242,9 +233,9 @@ func (d *agentDoctor) checkEndpoint(ctx context.Context, e config.Endpoint) {
 	if tc.ServerName == "" {
 		tc.ServerName = e.Host()
 	}
-	// The agent's own dialer for e (relay/fallback): the proxy for TCP
+	// The agent's own dialer for e (internal/setup/agentsetup): the proxy for TCP
 	// endpoints, the HTTP Upgrade form, relays.
-	ep, err := fallback.Endpoint(e, fallback.Options{TLS: tc, Proxy: d.px,
+	ep, err := agentsetup.Endpoint(e, agentsetup.EndpointOptions{TLS: tc, Proxy: d.px,
 		QUIC: quic.Config{HandshakeTimeout: d.timeout, Logger: discardLogger()}, Yamux: yamux.Config{HandshakeTimeout: d.timeout}})
 	if err != nil {
 		d.add("dial", target, doctor.Fail, err.Error(), "")

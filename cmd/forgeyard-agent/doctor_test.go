@@ -28,9 +28,10 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/internal/doctor"
 	"forgeyard.dev/transport/internal/netsim"
+	"forgeyard.dev/transport/internal/setup/daemonsetup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/trust"
@@ -460,10 +461,10 @@ func TestDoctorVersionMismatch(t *testing.T) {
 func configuredDaemon(t *testing.T, pkiDir string, cfg daemon.Config) string {
 	t.Helper()
 	var stls config.ServerTLS
-	if _, err := setup.DevDaemon(pkiDir, &stls); err != nil {
+	if _, err := daemonsetup.DevDaemon(pkiDir, &stls); err != nil {
 		t.Fatal(err)
 	}
-	tc, err := setup.ServerTLS(stls)
+	tc, err := serversetup.ServerTLS(stls)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,10 +518,10 @@ func TestDoctorClockSkew(t *testing.T) {
 func TestDoctorWebTransport(t *testing.T) {
 	dir, _ := doctorPKI(t)
 	var stls config.ServerTLS
-	if _, err := setup.DevDaemon(dir, &stls); err != nil {
+	if _, err := daemonsetup.DevDaemon(dir, &stls); err != nil {
 		t.Fatal(err)
 	}
-	tc, err := setup.ServerTLS(stls)
+	tc, err := serversetup.ServerTLS(stls)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +533,7 @@ func TestDoctorWebTransport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls, err := setup.Listen(config.Listen{WebTransport: "127.0.0.1:0"}, tc, quic.Config{}, yamux.Config{})
+	ls, err := serversetup.Listen(config.Listen{WebTransport: "127.0.0.1:0"}, tc, quic.Config{}, yamux.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

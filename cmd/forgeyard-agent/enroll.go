@@ -12,8 +12,9 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/trust"
 )
@@ -47,13 +48,8 @@ func runEnroll(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprint(fl.Output(), enrollHelp)
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fl.SetOutput(stdout)
-			fl.Usage()
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := cli.Parse(fl, args, stdout); !ok {
+		return code
 	}
 	usage := func(msg string) int {
 		fmt.Fprintf(stderr, "forgeyard-agent enroll: %s\n", msg)
@@ -85,7 +81,7 @@ func runEnroll(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return usage(err.Error())
 	}
-	d, addr, err := setup.Dialer(ep, client, quic.Config{}, yamux.Config{})
+	d, addr, err := agentsetup.Dialer(ep, client, quic.Config{}, yamux.Config{})
 	if err != nil {
 		return usage(err.Error())
 	}

@@ -43,16 +43,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
-	"forgeyard.dev/transport/relay/fallback"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
+	"forgeyard.dev/transport/internal/setup/otlpsetup"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/semantics/trust"
@@ -68,15 +66,15 @@ var agentFeatures = wire.Implemented
 const Version = "forgeyard-agent/0.2.0"
 
 const (
-	exitOK    = 0
-	exitFail  = 1
-	exitUsage = 2
+	exitOK    = cli.ExitOK
+	exitFail  = cli.ExitFail
+	exitUsage = cli.ExitUsage
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil))
+	cli.Main(func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+		return run(ctx, args, stdout, stderr, nil)
+	})
 }
 
 // testHooks let tests observe the running agent; nil in production.
@@ -181,17 +179,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "forgeyard-agent: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-agent"); !ok {
+		return code
 	}
 	if f.synth.MinDuration < 0 || f.synth.MinDuration > time.Hour || f.synth.LogLines > 100000 || f.synth.LogInterval < 0 || f.synth.LogInterval > time.Minute {
 		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-duration must be 0–1h, --synthetic-log-lines at most 100000, --synthetic-log-interval 0–1m")
@@ -226,16 +215,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
-	tracing, err := setup.Tracing(ctx, cfg.Telemetry, "forgeyard-agent")
+	tracing, err := otlpsetup.Tracing(ctx, cfg.Telemetry, "forgeyard-agent")
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
 	}
-	defer func() { // flush the last spans (bounded: the collector may be gone)
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tracing.Shutdown(fctx)
-	}()
+	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
 	a, err := newAgent(cfg, f.seed, f.synth, protocol, log, tel.hooks(), tel.m, tracing)
 	if err != nil {
 		if errors.Is(err, trust.ErrCertExpired) {
@@ -258,10 +243,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 			fmt.Fprintf(stderr, "forgeyard-agent: --metrics-listen: %v\n", err)
 			return exitFail
 		}
-		defer serveMetrics(telCtx, ln, tel.handler(), log)()
-		log.Info("metrics endpoint listening", "addr", ln.Addr().String(), "paths", "/metrics /healthz")
+		adm := cli.ServeAdmin(ln, "", tel.handler(), log)
+		defer adm.Stop(2 * time.Second)
+		log.Info("metrics endpoint listening", "addr", adm.Addr(), "paths", "/metrics /healthz")
 		if th != nil && th.metrics != nil {
-			th.metrics(ln.Addr().String())
+			th.metrics(adm.Addr())
 		}
 	}
 	log.Info("agent starting", "session", a.Session(), "endpoints", cfg.ControlPlane.Endpoints, "max_parallel", cfg.MaxParallel)
@@ -279,50 +265,43 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 }
 
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
-	cfg := &config.Agent{}
-	if f.configFile != "" {
-		c, err := config.ReadAgent(f.configFile)
-		if err != nil {
-			return nil, err
+	cfg, err := cli.LoadConfig(fs, f.configFile, config.ReadAgent, func(cfg *config.Agent, set config.SetFlags) error {
+		str := set.String
+		if set["endpoint"] {
+			cfg.ControlPlane.Endpoints = f.endpoints
 		}
-		cfg = c
-	}
-	set := config.FlagsSet(fs)
-	str := set.String
-	if set["endpoint"] {
-		cfg.ControlPlane.Endpoints = f.endpoints
-	}
-	str("server-name", &cfg.ControlPlane.ServerName, f.serverName)
-	str("proxy", &cfg.ControlPlane.Proxy, f.proxy)
-	str("no-proxy", &cfg.ControlPlane.NoProxy, f.noProxy)
-	if f.devPKI != "" {
-		if _, err := setup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
-			return nil, fmt.Errorf("--dev-pki: %w", err)
+		str("server-name", &cfg.ControlPlane.ServerName, f.serverName)
+		str("proxy", &cfg.ControlPlane.Proxy, f.proxy)
+		str("no-proxy", &cfg.ControlPlane.NoProxy, f.noProxy)
+		if f.devPKI != "" {
+			if _, err := agentsetup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
+				return fmt.Errorf("--dev-pki: %w", err)
+			}
 		}
-	}
-	str("cert", &cfg.ControlPlane.Credential.Certificate, f.cert)
-	str("key", &cfg.ControlPlane.Credential.PrivateKey, f.key)
-	str("ca", &cfg.ControlPlane.Credential.CA, f.ca)
-	if set["max-parallel"] {
-		cfg.MaxParallel = f.maxParallel
-	}
-	if set["label"] {
-		cfg.Capabilities.Labels = f.labels
-	}
-	str("log-level", &cfg.Log.Level, f.logLevel)
-	str("log-format", &cfg.Log.Format, f.logFormat)
-	str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
-	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, config.WithFile(err, f.configFile)
+		str("cert", &cfg.ControlPlane.Credential.Certificate, f.cert)
+		str("key", &cfg.ControlPlane.Credential.PrivateKey, f.key)
+		str("ca", &cfg.ControlPlane.Credential.CA, f.ca)
+		if set["max-parallel"] {
+			cfg.MaxParallel = f.maxParallel
+		}
+		if set["label"] {
+			cfg.Capabilities.Labels = f.labels
+		}
+		str("log-level", &cfg.Log.Level, f.logLevel)
+		str("log-format", &cfg.Log.Format, f.logFormat)
+		str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
 
 // newAgent loads the credential and builds the agent with one dialer per
-// endpoint (relay/fallback), the TCP ones through the configured proxy.
+// endpoint (internal/setup/agentsetup), the TCP ones through the configured proxy.
 func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, protocol wire.ProtocolRange, log *slog.Logger, hooks agent.Hooks, m *telemetry.Metrics, tr *telemetry.Tracing) (*agent.Agent, error) {
-	cred, err := setup.LoadCredential(cfg.ControlPlane)
+	cred, err := agentsetup.LoadCredential(cfg.ControlPlane)
 	if err != nil {
 		return nil, err
 	}
@@ -335,16 +314,16 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 	}
 	// The expiry warning (§22) is logged at start and then periodically by
 	// watchCertExpiry (expiry.go).
-	px, err := fallback.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
+	px, err := agentsetup.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
 	if err != nil {
 		return nil, fmt.Errorf("control_plane.proxy: %w", err)
 	}
-	eps, err := fallback.Endpoints(cfg.Endpoints(), fallback.Options{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px})
+	eps, err := agentsetup.Endpoints(cfg.Endpoints(), agentsetup.EndpointOptions{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px})
 	if err != nil {
 		return nil, err
 	}
 	return agent.New(agent.Config{
-		Fallback: fallback.Policy(cfg.Fallback),
+		Fallback: agentsetup.Policy(cfg.Fallback),
 		Runner:   cred.Runner, Credentials: creds,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities: cfg.RunnerCapabilities(),

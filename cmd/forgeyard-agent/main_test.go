@@ -15,7 +15,8 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/daemonsetup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -64,10 +65,10 @@ func TestUsageErrors(t *testing.T) {
 func testDaemon(t *testing.T, backend, pkiDir string, hooks daemon.Hooks, log io.Writer) (*daemon.Daemon, string) {
 	t.Helper()
 	var stls config.ServerTLS
-	if _, err := setup.DevDaemon(pkiDir, &stls); err != nil {
+	if _, err := daemonsetup.DevDaemon(pkiDir, &stls); err != nil {
 		t.Fatal(err)
 	}
-	tc, err := setup.ServerTLS(stls)
+	tc, err := serversetup.ServerTLS(stls)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,10 +186,10 @@ func testAgent(t *testing.T, backend string) {
 func TestVersionMismatchIsFatal(t *testing.T) {
 	pkiDir := filepath.Join(t.TempDir(), "pki")
 	var stls config.ServerTLS
-	if _, err := setup.DevDaemon(pkiDir, &stls); err != nil {
+	if _, err := daemonsetup.DevDaemon(pkiDir, &stls); err != nil {
 		t.Fatal(err)
 	}
-	tc, _ := setup.ServerTLS(stls)
+	tc, _ := serversetup.ServerTLS(stls)
 	au, err := authority.OpenSQLite(context.Background(), ":memory:")
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
 )
@@ -93,20 +93,20 @@ func (r *statusReport) writeTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTED\t%s\n", yesNo(h.Connected))
-	fmt.Fprintf(tw, "ENDPOINT\t%s\n", dash(h.Endpoint))
-	fmt.Fprintf(tw, "BACKEND\t%s\n", dash(h.Backend))
+	fmt.Fprintf(tw, "CONNECTED\t%s\n", telemetry.YesNo(h.Connected))
+	fmt.Fprintf(tw, "ENDPOINT\t%s\n", telemetry.Dash(h.Endpoint))
+	fmt.Fprintf(tw, "BACKEND\t%s\n", telemetry.Dash(h.Backend))
 	if r.FallbackReason != "" {
 		fmt.Fprintf(tw, "FALLBACK\t%s\n", r.FallbackReason)
 	}
-	fmt.Fprintf(tw, "PROTOCOL\t%s\n", dash(h.Protocol))
+	fmt.Fprintf(tw, "PROTOCOL\t%s\n", telemetry.Dash(h.Protocol))
 	if h.Connected {
 		feats := "none"
 		if len(r.Features) > 0 {
 			feats = strings.Join(r.Features, ", ")
 		}
 		fmt.Fprintf(tw, "FEATURES\t%s\n", feats)
-		fmt.Fprintf(tw, "TRANSPORT\t%s (epoch %d)\n", dash(r.Transport), r.Epoch)
+		fmt.Fprintf(tw, "TRANSPORT\t%s (epoch %d)\n", telemetry.Dash(r.Transport), r.Epoch)
 	}
 	if h.LastHeartbeatAck.IsZero() {
 		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\tnever\n")
@@ -118,20 +118,6 @@ func (r *statusReport) writeTable(w io.Writer) error {
 		fmt.Fprintf(tw, "DRAINING\tyes\n")
 	}
 	return tw.Flush()
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // writeStatusFile writes h as JSON to path atomically: a temporary file in
@@ -289,33 +275,6 @@ func (t *agentTelemetry) handler() http.Handler {
 	return mux
 }
 
-// serveMetrics serves t.handler on ln until ctx ends.
-func serveMetrics(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) (wait func()) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
-		MaxHeaderBytes: 16 << 10, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	stop := context.AfterFunc(ctx, func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if srv.Shutdown(sctx) != nil {
-			_ = srv.Close()
-		}
-	})
-	return func() {
-		stop()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if srv.Shutdown(sctx) != nil {
-			_ = srv.Close()
-		}
-		<-done
-	}
-}
-
 // runConnectionStatus is `forgeyard-agent connection status`: it reads the
 // status file a running agent writes and prints it. Exit 0 when ok or
 // degraded, 1 when down or unreadable, 2 on a usage error.
@@ -338,17 +297,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "forgeyard-agent connection status: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-agent connection status"); !ok {
+		return code
 	}
 	h, err := readStatusFile(*path, now, *staleFile)
 	if err != nil {

@@ -18,7 +18,8 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/daemonsetup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -33,10 +34,10 @@ import (
 func fastHeartbeatDaemon(t *testing.T, pkiDir string, hooks daemon.Hooks) string {
 	t.Helper()
 	var stls config.ServerTLS
-	if _, err := setup.DevDaemon(pkiDir, &stls); err != nil {
+	if _, err := daemonsetup.DevDaemon(pkiDir, &stls); err != nil {
 		t.Fatal(err)
 	}
-	tc, err := setup.ServerTLS(stls)
+	tc, err := serversetup.ServerTLS(stls)
 	if err != nil {
 		t.Fatal(err)
 	}

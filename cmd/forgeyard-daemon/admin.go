@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,8 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"forgeyard.dev/transport/internal/adminapi"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
@@ -47,8 +47,8 @@ type daemonTelemetry struct {
 	registered map[wire.TransportSessionId]string // transport → backend, for ConnClosed
 
 	listeners []listenerState
-	cert      func() *x509.Certificate // the certificate served now (reloaded)
-	hsf       *setup.HandshakeFailures // failed TLS handshakes of the listeners
+	cert      func() *x509.Certificate       // the certificate served now (reloaded)
+	hsf       *serversetup.HandshakeFailures // failed TLS handshakes of the listeners
 
 	info     adminInfo
 	draining atomic.Bool
@@ -77,7 +77,7 @@ func newDaemonTelemetry() *daemonTelemetry {
 }
 
 // setHandshakeFailures makes health report h's count.
-func (t *daemonTelemetry) setHandshakeFailures(h *setup.HandshakeFailures) {
+func (t *daemonTelemetry) setHandshakeFailures(h *serversetup.HandshakeFailures) {
 	t.mu.Lock()
 	t.hsf = h
 	t.mu.Unlock()
@@ -122,7 +122,7 @@ func (t *daemonTelemetry) hooks(h daemon.Hooks) daemon.Hooks {
 // attach gives the telemetry its daemon, listeners and the function that
 // returns the server certificate served now (before the admin endpoint
 // serves).
-func (t *daemonTelemetry) attach(d *daemon.Daemon, ls []setup.Listener, cert func() *x509.Certificate) {
+func (t *daemonTelemetry) attach(d *daemon.Daemon, ls []serversetup.Listener, cert func() *x509.Certificate) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.d = d
@@ -466,28 +466,10 @@ func (t *daemonTelemetry) handler(access adminAccess) http.Handler {
 	return mux
 }
 
-// adminServer is the running admin HTTP endpoint.
-type adminServer struct {
-	ln   net.Listener
-	srv  *http.Server
-	done chan error
-	sock string // unix socket path to remove at stop
-}
-
-// startAdmin listens on addr (already checked by config.AdminAddr) and
-// serves h.
-func startAdmin(addr string, h http.Handler, log *slog.Logger) (*adminServer, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	return serveAdmin(ln, "", h, log), nil
-}
-
 // startAdminSocket serves h on a unix socket at path, mode 0600. A stale
 // socket file (nobody accepting) is replaced; any other existing file is
 // an error.
-func startAdminSocket(path string, h http.Handler, log *slog.Logger) (*adminServer, error) {
+func startAdminSocket(path string, h http.Handler, log *slog.Logger) (*cli.AdminServer, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("%s exists and is not a socket; remove it or choose another admin.socket", path)
@@ -507,38 +489,7 @@ func startAdminSocket(path string, h http.Handler, log *slog.Logger) (*adminServ
 	if err != nil {
 		return nil, err
 	}
-	return serveAdmin(ln, path, h, log), nil
-}
-
-func serveAdmin(ln net.Listener, sock string, h http.Handler, log *slog.Logger) *adminServer {
-	a := &adminServer{ln: ln, sock: sock, done: make(chan error, 1),
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-			WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
-	go func() {
-		err := a.srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		a.done <- err
-	}()
-	return a
-}
-
-// Addr is the bound address (or the socket path).
-func (a *adminServer) Addr() string { return a.ln.Addr().String() }
-
-// stop shuts the server down, waiting up to timeout for requests in flight.
-func (a *adminServer) stop(timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := a.srv.Shutdown(ctx); err != nil {
-		_ = a.srv.Close()
-	}
-	<-a.done
-	if a.sock != "" {
-		_ = os.Remove(a.sock)
-	}
+	return cli.ServeAdmin(ln, path, h, log), nil
 }
 
 // certCheckEvery is how often the daemon re-checks its certificate's
@@ -598,10 +549,10 @@ func authorityBackend(a config.AuthorityConfig) string {
 // startAdminEndpoints starts the TCP endpoint (tcpAddr, "" for none) and
 // the unix socket of cfg. stop shuts both down.
 func (t *daemonTelemetry) startAdminEndpoints(cfg config.Admin, tcpAddr string, log *slog.Logger, th *testHooks) (stop func(), err error) {
-	var servers []*adminServer
+	var servers []*cli.AdminServer
 	stop = func() {
 		for _, s := range servers {
-			s.stop(2 * time.Second)
+			s.Stop(2 * time.Second)
 		}
 	}
 	paths := "/healthz /metrics /status /sessions /protocols"
@@ -624,7 +575,7 @@ func (t *daemonTelemetry) startAdminEndpoints(cfg config.Admin, tcpAddr string, 
 			mux.Handle("/", h)
 			h = mux
 		}
-		adm, err := startAdmin(tcpAddr, h, log)
+		adm, err := cli.ListenAdmin(tcpAddr, h, log)
 		if err != nil {
 			return stop, fmt.Errorf("admin.listen: %w", err)
 		}

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/adminapi"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
@@ -84,7 +84,7 @@ func (failingAuthority) RunnerStatus(context.Context, wire.RunnerId) (authority.
 // not answer and says why; draining is reported.
 func TestStatusAuthorityAndDraining(t *testing.T) {
 	tel := newDaemonTelemetry()
-	tel.attach(nil, []setup.Listener{{Backend: "quic", BackendListener: fakeListener{"127.0.0.1:7443"}}}, nil)
+	tel.attach(nil, []serversetup.Listener{{Backend: "quic", BackendListener: fakeListener{"127.0.0.1:7443"}}}, nil)
 	tel.info = adminInfo{id: "d1", startedAt: time.Now(), au: failingAuthority{}, auBackend: "postgres", protocol: wire.Supported}
 	tel.draining.Store(true)
 	srv := httptest.NewServer(tel.handler(adminAccess{trusted: true}))
@@ -116,7 +116,7 @@ func TestStatusAuthorityAndDraining(t *testing.T) {
 // TestAdminAccess: the TCP access rules of each configuration.
 func TestAdminAccess(t *testing.T) {
 	tel := newDaemonTelemetry()
-	tel.attach(nil, []setup.Listener{{Backend: "quic", BackendListener: fakeListener{"127.0.0.1:7443"}}}, nil)
+	tel.attach(nil, []serversetup.Listener{{Backend: "quic", BackendListener: fakeListener{"127.0.0.1:7443"}}}, nil)
 	withToken := adminAccess{hasToken: true}
 	withToken.tokenHash = sha256Sum("tok")
 	public := withToken
@@ -179,7 +179,7 @@ func TestAdminSocket(t *testing.T) {
 	if _, err := startAdminSocket(path, h, log); err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Errorf("live socket: %v", err)
 	}
-	a.stop(time.Second)
+	a.Stop(time.Second)
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left after stop: %v", err)
 	}

@@ -22,7 +22,8 @@ import (
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/adminapi"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -89,7 +90,7 @@ func TestAdminEndpoint(t *testing.T) {
 	adminc := make(chan string, 1)
 	completions := make(chan daemon.CompletionEvent, 16)
 	th := &testHooks{
-		ready: func(d *daemon.Daemon, ls []setup.Listener) { readyc <- ls[0].Addr().String() },
+		ready: func(d *daemon.Daemon, ls []serversetup.Listener) { readyc <- ls[0].Addr().String() },
 		admin: func(addr string) { adminc <- addr },
 		onCompletion: func(e daemon.CompletionEvent) {
 			select {
@@ -132,15 +133,15 @@ func TestAdminEndpoint(t *testing.T) {
 	}
 
 	var cp config.ControlPlane
-	if _, err := setup.DevAgent(pkiDir, "a1", &cp); err != nil {
+	if _, err := agentsetup.DevAgent(pkiDir, "a1", &cp); err != nil {
 		t.Fatal(err)
 	}
-	cred, err := setup.LoadCredential(cp)
+	cred, err := agentsetup.LoadCredential(cp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e, _ := config.ParseEndpoint("quic://" + addr)
-	dialer, daddr, _ := setup.Dialer(e, cred.Client, quic.Config{}, yamux.Config{})
+	dialer, daddr, _ := agentsetup.Dialer(e, cred.Client, quic.Config{}, yamux.Config{})
 	disconnected := make(chan struct{}, 1)
 	a, err := agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: []agent.Endpoint{{Address: daddr, Dialer: dialer, Backend: "quic"}},
@@ -391,7 +392,7 @@ func (f fakeListener) Close() error { return nil }
 // error; all listeners down and no certificate make it down (503).
 func TestHealthListenerDown(t *testing.T) {
 	tel := newDaemonTelemetry()
-	tel.attach(nil, []setup.Listener{{Backend: "quic", BackendListener: fakeListener{"127.0.0.1:7443"}},
+	tel.attach(nil, []serversetup.Listener{{Backend: "quic", BackendListener: fakeListener{"127.0.0.1:7443"}},
 		{Backend: "yamux", BackendListener: fakeListener{"127.0.0.1:7444"}}}, nil)
 	h := tel.health()
 	if h.Status != telemetry.StatusDown || len(h.Listeners) != 2 || !h.Listeners[0].Active || h.Certificate != nil {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
@@ -59,7 +59,7 @@ sqlite = %q
 	t.Cleanup(cancel)
 	readyc, adminc := make(chan string, 1), make(chan string, 1)
 	th := &testHooks{
-		ready: func(d *daemon.Daemon, ls []setup.Listener) { readyc <- ls[0].Addr().String() },
+		ready: func(d *daemon.Daemon, ls []serversetup.Listener) { readyc <- ls[0].Addr().String() },
 		admin: func(addr string) { adminc <- addr },
 	}
 	go func() {

@@ -8,7 +8,8 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
@@ -16,7 +17,7 @@ import (
 
 // TestMaxStreamsReachesBackends: [limits] max_streams = 1000 in the
 // daemon's TOML reaches the stream credit of the listeners the daemon
-// builds (listenerConfigs, setup.Listen): QUIC and WebTransport grant
+// builds (listenerConfigs, serversetup.Listen): QUIC and WebTransport grant
 // max_streams + 16 refusals = 1016 streams of each type, so a client opens
 // 1000 at once without blocking (the default credit, 272, would block the
 // 273rd until the deadline), and yamux's accept backlog and stream cap hold
@@ -50,7 +51,7 @@ max_streams = 1000
 
 	pki := trusttest.NewPKI(t)
 	const name = "daemon.forgeyard.test"
-	ls, err := setup.Listen(config.Listen{QUIC: "127.0.0.1:0", WebTransport: "127.0.0.1:0"}, pki.ServerConfig(t, name), qcfg, ycfg)
+	ls, err := serversetup.Listen(config.Listen{QUIC: "127.0.0.1:0", WebTransport: "127.0.0.1:0"}, pki.ServerConfig(t, name), qcfg, ycfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ max_streams = 1000
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, addr, err := setup.Dialer(e, pki.ClientConfig(t, wire.NewRunnerId(), name), quic.Config{}, yamux.Config{})
+			d, addr, err := agentsetup.Dialer(e, pki.ClientConfig(t, wire.NewRunnerId(), name), quic.Config{}, yamux.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

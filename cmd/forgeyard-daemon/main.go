@@ -36,16 +36,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/daemonsetup"
+	"forgeyard.dev/transport/internal/setup/otlpsetup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -53,20 +53,20 @@ import (
 )
 
 const (
-	exitOK    = 0
-	exitFail  = 1
-	exitUsage = 2
+	exitOK    = cli.ExitOK
+	exitFail  = cli.ExitFail
+	exitUsage = cli.ExitUsage
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil))
+	cli.Main(func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+		return run(ctx, args, stdout, stderr, nil)
+	})
 }
 
 // testHooks let tests observe the running daemon; nil in production.
 type testHooks struct {
-	ready        func(d *daemon.Daemon, ls []setup.Listener)
+	ready        func(d *daemon.Daemon, ls []serversetup.Listener)
 	admin        func(addr string) // the admin endpoint is serving on addr
 	onCompletion func(daemon.CompletionEvent)
 }
@@ -151,17 +151,8 @@ Examples:
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "forgeyard-daemon: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-daemon"); !ok {
+		return code
 	}
 	if f.demoLeases < 0 || f.demoLeases > 10000 {
 		fmt.Fprintln(stderr, "forgeyard-daemon: --demo-leases must be 0–10000")
@@ -183,62 +174,55 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 // buildConfig loads the file (if any), applies the flags that were set,
 // the dev PKI and the defaults, and validates.
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
-	cfg := &config.Daemon{}
-	if f.configFile != "" {
-		c, err := config.ReadDaemon(f.configFile)
-		if err != nil {
-			return nil, err
+	cfg, err := cli.LoadConfig(fs, f.configFile, config.ReadDaemon, func(cfg *config.Daemon, set config.SetFlags) error {
+		str := set.String
+		str("id", &cfg.ID, f.id)
+		str("listen", &cfg.Listen.QUIC, f.listen)
+		str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)
+		str("listen-webtransport", &cfg.Listen.WebTransport, f.listenWT)
+		if f.devPKI != "" {
+			pki, err := daemonsetup.DevDaemon(f.devPKI, &cfg.TLS)
+			if err != nil {
+				return fmt.Errorf("--dev-pki: %w", err)
+			}
+			if cfg.Enrollment.IssuerCertificate == "" { // development: the dev CA signs enrolled runners
+				cfg.Enrollment.IssuerCertificate, cfg.Enrollment.IssuerPrivateKey = pki.CA.CertFile, pki.CA.KeyFile
+			}
 		}
-		cfg = c
-	}
-	set := config.FlagsSet(fs)
-	str := set.String
-	str("id", &cfg.ID, f.id)
-	str("listen", &cfg.Listen.QUIC, f.listen)
-	str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)
-	str("listen-webtransport", &cfg.Listen.WebTransport, f.listenWT)
-	if f.devPKI != "" {
-		pki, err := setup.DevDaemon(f.devPKI, &cfg.TLS)
-		if err != nil {
-			return nil, fmt.Errorf("--dev-pki: %w", err)
+		str("cert", &cfg.TLS.Certificate, f.cert)
+		str("key", &cfg.TLS.PrivateKey, f.key)
+		str("client-ca", &cfg.TLS.ClientCA, f.ca)
+		if set["sqlite"] {
+			cfg.Authority = config.AuthorityConfig{SQLite: f.sqlite}
 		}
-		if cfg.Enrollment.IssuerCertificate == "" { // development: the dev CA signs enrolled runners
-			cfg.Enrollment.IssuerCertificate, cfg.Enrollment.IssuerPrivateKey = pki.CA.CertFile, pki.CA.KeyFile
+		if set["postgres-dsn-file"] {
+			cfg.Authority = config.AuthorityConfig{PostgresDSNFile: f.pgDSNFile}
 		}
-	}
-	str("cert", &cfg.TLS.Certificate, f.cert)
-	str("key", &cfg.TLS.PrivateKey, f.key)
-	str("client-ca", &cfg.TLS.ClientCA, f.ca)
-	if set["sqlite"] {
-		cfg.Authority = config.AuthorityConfig{SQLite: f.sqlite}
-	}
-	if set["postgres-dsn-file"] {
-		cfg.Authority = config.AuthorityConfig{PostgresDSNFile: f.pgDSNFile}
-	}
-	str("log-dir", &cfg.Data.LogDir, f.logDir)
-	str("cas-dir", &cfg.Data.CASDir, f.casDir)
-	str("log-level", &cfg.Log.Level, f.logLevel)
-	str("log-format", &cfg.Log.Format, f.logFormat)
-	str("admin-listen", &cfg.Admin.Listen, f.adminListen)
-	if set["protocol"] {
-		r, err := wire.ParseRange(f.protocol)
-		if err != nil {
-			return nil, fmt.Errorf("--protocol: %w", err)
+		str("log-dir", &cfg.Data.LogDir, f.logDir)
+		str("cas-dir", &cfg.Data.CASDir, f.casDir)
+		str("log-level", &cfg.Log.Level, f.logLevel)
+		str("log-format", &cfg.Log.Format, f.logFormat)
+		str("admin-listen", &cfg.Admin.Listen, f.adminListen)
+		if set["protocol"] {
+			r, err := wire.ParseRange(f.protocol)
+			if err != nil {
+				return fmt.Errorf("--protocol: %w", err)
+			}
+			cfg.ProtocolMin.ProtocolVersion, cfg.ProtocolMax.ProtocolVersion = r.Min, r.Max
 		}
-		cfg.ProtocolMin.ProtocolVersion, cfg.ProtocolMax.ProtocolVersion = r.Min, r.Max
-	}
-	str("admin-socket", &cfg.Admin.Socket, f.adminSocket)
-	str("admin-token-file", &cfg.Admin.TokenFile, f.adminTokenFile)
-	if set["admin-public-metrics"] {
-		cfg.Admin.PublicMetrics = f.adminPublicMet
-	}
-	str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
-	if set["admin-allow-remote"] {
-		cfg.Admin.AllowRemote = f.adminRemote
-	}
-	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, config.WithFile(err, f.configFile)
+		str("admin-socket", &cfg.Admin.Socket, f.adminSocket)
+		str("admin-token-file", &cfg.Admin.TokenFile, f.adminTokenFile)
+		if set["admin-public-metrics"] {
+			cfg.Admin.PublicMetrics = f.adminPublicMet
+		}
+		str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
+		if set["admin-allow-remote"] {
+			cfg.Admin.AllowRemote = f.adminRemote
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if f.matrixDriver && (cfg.AdminListen() == "" || cfg.Admin.AllowRemote) {
 		return nil, errors.New("--matrix-driver needs a loopback --admin-listen (and no admin.allow_remote)")
@@ -249,20 +233,20 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, th *testHooks) error {
 	// The server certificate is served from its files and reloaded when
 	// they are replaced (checked every tls.reload_interval) or on SIGHUP.
-	tlsConf, certs, stopReload, err := setup.ReloadingServerTLS(cfg.TLS, log)
+	tlsConf, certs, stopReload, err := serversetup.ReloadingServerTLS(cfg.TLS, log)
 	if err != nil {
 		return err
 	}
 	defer stopReload()
-	runnerCAs, err := setup.RunnerCAs(cfg.TLS.ClientCA)
+	runnerCAs, err := daemonsetup.RunnerCAs(cfg.TLS.ClientCA)
 	if err != nil {
 		return err
 	}
-	identity, err := setup.Identity(cfg.Enrollment, tlsConf) // enrollment (§20): may relax ClientAuth
+	identity, err := daemonsetup.Identity(cfg.Enrollment, tlsConf) // enrollment (§20): may relax ClientAuth
 	if err != nil {
 		return err
 	}
-	au, err := setup.OpenAuthority(ctx, cfg.Authority)
+	au, err := daemonsetup.OpenAuthority(ctx, cfg.Authority)
 	if err != nil {
 		return err
 	}
@@ -320,15 +304,11 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if drv != nil {
 		dcfg.Hooks = drv.hooks(dcfg.Hooks)
 	}
-	tracing, err := setup.Tracing(ctx, cfg.Telemetry, "forgeyard-daemon")
+	tracing, err := otlpsetup.Tracing(ctx, cfg.Telemetry, "forgeyard-daemon")
 	if err != nil {
 		return err
 	}
-	defer func() { // flush the last spans (bounded: the collector may be gone)
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tracing.Shutdown(fctx)
-	}()
+	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
 	// The engine feeds the metrics and starts the spans; the trace context
 	// travels to agents that offer it too (§211).
 	dcfg.Metrics, dcfg.Tracing = tel.m, tracing
@@ -349,11 +329,11 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	// Failed TLS handshakes (rejected client certificates, scanners) never
 	// reach the daemon: the listeners report them here, to the metric,
 	// /healthz and (certificate problems, rate-limited) the audit log.
-	hsf := setup.NewHandshakeFailures(log, tel.m, 0, 0)
+	hsf := serversetup.NewHandshakeFailures(log, tel.m, 0, 0)
 	defer hsf.Close()
 	tel.setHandshakeFailures(hsf)
 	qcfg, ycfg := listenerConfigs(dcfg.Limits, log, hsf.Report)
-	ls, err := setup.Listen(cfg.Listen, tlsConf, qcfg, ycfg)
+	ls, err := serversetup.Listen(cfg.Listen, tlsConf, qcfg, ycfg)
 	if err != nil {
 		_ = d.Shutdown(context.Background())
 		return err

@@ -15,8 +15,9 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -121,7 +122,7 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 	readyc := make(chan string, 1)
 	completions := make(chan daemon.CompletionEvent, 16)
 	th := &testHooks{
-		ready: func(d *daemon.Daemon, ls []setup.Listener) { readyc <- ls[0].Addr().String() },
+		ready: func(d *daemon.Daemon, ls []serversetup.Listener) { readyc <- ls[0].Addr().String() },
 		onCompletion: func(e daemon.CompletionEvent) {
 			select {
 			case completions <- e:
@@ -146,15 +147,15 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 
 	disconnects := make(chan error, 4)
 	var cp config.ControlPlane
-	if _, err := setup.DevAgent(pkiDir, "a1", &cp); err != nil {
+	if _, err := agentsetup.DevAgent(pkiDir, "a1", &cp); err != nil {
 		t.Fatal(err)
 	}
-	cred, err := setup.LoadCredential(cp)
+	cred, err := agentsetup.LoadCredential(cp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e, _ := config.ParseEndpoint("quic://" + addr)
-	dialer, daddr, _ := setup.Dialer(e, cred.Client, quic.Config{}, yamux.Config{})
+	dialer, daddr, _ := agentsetup.Dialer(e, cred.Client, quic.Config{}, yamux.Config{})
 	a, err := agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: []agent.Endpoint{{Address: daddr, Dialer: dialer, Backend: "quic"}},
 		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), MaxParallel: 2, Version: "test", SpoolDir: filepath.Join(dir, "spool"),

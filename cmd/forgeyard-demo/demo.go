@@ -20,10 +20,12 @@ import (
 	"forgeyard.dev/transport/backends/webtransport"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/internal/netsim"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
+	"forgeyard.dev/transport/internal/setup/daemonsetup"
+	"forgeyard.dev/transport/internal/setup/relaysetup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/relay"
-	"forgeyard.dev/transport/relay/fallback"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
@@ -396,7 +398,7 @@ func runDemo(parent context.Context, p params) (*report, error) {
 	// RunnerCAs: a relayed agent's TLS ends at the relay, so the daemon
 	// checks the chain the agent sends in its registration (and its key
 	// proof) against the dev CA.
-	runnerCAs, err := setup.RunnerCAs(pki.CA.CertFile)
+	runnerCAs, err := daemonsetup.RunnerCAs(pki.CA.CertFile)
 	if err != nil {
 		return nil, err
 	}
@@ -467,17 +469,17 @@ func runDemo(parent context.Context, p params) (*report, error) {
 	stopRelay := func() {}
 	if uses(roleRelay) {
 		var rc config.Relay
-		if _, err := setup.DevRelay(filepath.Join(p.Dir, "pki"), &rc); err != nil {
+		if _, err := relaysetup.DevRelay(filepath.Join(p.Dir, "pki"), &rc); err != nil {
 			shutdownDaemon()
 			return nil, fmt.Errorf("dev relay certificate: %w", err)
 		}
 		rc.Upstream.ServerName = "localhost"
-		upTLS, err := setup.RelayUpstreamTLS(rc.Upstream)
+		upTLS, err := relaysetup.RelayUpstreamTLS(rc.Upstream)
 		if err != nil {
 			shutdownDaemon()
 			return nil, err
 		}
-		relayTLS, err := setup.ServerTLS(rc.TLS)
+		relayTLS, err := serversetup.ServerTLS(rc.TLS)
 		if err != nil {
 			shutdownDaemon()
 			return nil, err
@@ -530,7 +532,7 @@ func runDemo(parent context.Context, p params) (*report, error) {
 	imp := netsim.Impairment{Latency: p.Latency}
 	for i, name := range names {
 		ag, _ := pki.Agent(name)
-		cred, err := setup.LoadCredential(config.ControlPlane{ServerName: "localhost",
+		cred, err := agentsetup.LoadCredential(config.ControlPlane{ServerName: "localhost",
 			Credential: config.Credential{Certificate: ag.CertFile, PrivateKey: ag.KeyFile, CA: pki.CA.CertFile}})
 		if err != nil {
 			stopAll()
@@ -580,7 +582,7 @@ func runDemo(parent context.Context, p params) (*report, error) {
 		da.closer = px
 		// The same endpoint construction as forgeyard-agent's (fallback
 		// class, backend name "relay+yamux" for the relay).
-		aep, err := fallback.Endpoint(ep, fallback.Options{TLS: cred.Client,
+		aep, err := agentsetup.Endpoint(ep, agentsetup.EndpointOptions{TLS: cred.Client,
 			QUIC: quic.Config{MaxIdleTimeout: agentIdleTimeout, KeepAlivePeriod: agentKeepAlive, Logger: log}})
 		if err != nil {
 			px.Close()

@@ -33,11 +33,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,24 +42,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"forgeyard.dev/transport/backends/quic"
-	"forgeyard.dev/transport/backends/webtransport"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/relaysetup"
+	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/relay"
-	"forgeyard.dev/transport/semantics"
 )
 
 const (
-	exitOK    = 0
-	exitFail  = 1
-	exitUsage = 2
+	exitOK    = cli.ExitOK
+	exitFail  = cli.ExitFail
+	exitUsage = cli.ExitUsage
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil))
+	cli.Main(func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+		return run(ctx, args, stdout, stderr, nil)
+	})
 }
 
 // testHooks let tests observe the running relay; nil in production.
@@ -141,17 +138,8 @@ Examples:
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "forgeyard-relay: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-relay"); !ok {
+		return code
 	}
 	cfg, err := buildConfig(fs, &f)
 	if err != nil {
@@ -169,82 +157,70 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 // buildConfig loads the file (if any), applies the dev PKI and the flags
 // that were set, the defaults, and validates.
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Relay, error) {
-	cfg := &config.Relay{}
-	if f.configFile != "" {
-		c, err := config.ReadRelay(f.configFile)
-		if err != nil {
-			return nil, err
-		}
-		cfg = c
-	}
-	set := config.FlagsSet(fs)
-	str := set.String
-	if f.devPKI != "" {
-		if _, err := setup.DevRelay(f.devPKI, cfg); err != nil {
-			return nil, fmt.Errorf("--dev-pki: %w", err)
-		}
-		if cfg.Upstream.ServerName == "" && !set["upstream-server-name"] {
-			cfg.Upstream.ServerName = "localhost" // the dev server certificate's name
-		}
-	}
-	str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)
-	str("listen-webtransport", &cfg.Listen.WebTransport, f.listenWT)
-	str("cert", &cfg.TLS.Certificate, f.cert)
-	str("key", &cfg.TLS.PrivateKey, f.key)
-	str("client-ca", &cfg.TLS.ClientCA, f.ca)
-	if set["upstream"] {
-		cfg.Upstream.Endpoints = nil
-		for _, e := range strings.Split(f.upstreams, ",") {
-			if e = strings.TrimSpace(e); e != "" {
-				cfg.Upstream.Endpoints = append(cfg.Upstream.Endpoints, e)
+	cfg, err := cli.LoadConfig(fs, f.configFile, config.ReadRelay, func(cfg *config.Relay, set config.SetFlags) error {
+		str := set.String
+		if f.devPKI != "" {
+			if _, err := relaysetup.DevRelay(f.devPKI, cfg); err != nil {
+				return fmt.Errorf("--dev-pki: %w", err)
+			}
+			if cfg.Upstream.ServerName == "" && !set["upstream-server-name"] {
+				cfg.Upstream.ServerName = "localhost" // the dev server certificate's name
 			}
 		}
-	}
-	str("upstream-ca", &cfg.Upstream.CA, f.upstreamCA)
-	str("upstream-cert", &cfg.Upstream.Certificate, f.upstreamCert)
-	str("upstream-key", &cfg.Upstream.PrivateKey, f.upstreamKey)
-	str("upstream-server-name", &cfg.Upstream.ServerName, f.serverName)
-	if set["dial-timeout"] {
-		cfg.Upstream.DialTimeout.Duration = f.dialTimeout
-	}
-	if set["max-connections"] {
-		cfg.Limits.MaxConnections = f.maxConns
-	}
-	if set["max-streams-per-connection"] {
-		cfg.Limits.MaxStreamsPerConnection = f.maxStreams
-	}
-	str("log-level", &cfg.Log.Level, f.logLevel)
-	str("log-format", &cfg.Log.Format, f.logFormat)
-	str("admin-listen", &cfg.Admin.Listen, f.adminListen)
-	str("metrics-listen", &cfg.Admin.Listen, f.adminListen)
-	if set["admin-allow-remote"] {
-		cfg.Admin.AllowRemote = f.adminRemote
-	}
-	if set["shutdown-timeout"] {
-		cfg.ShutdownTimeout.Duration = f.shutdown
-	}
-	if f.dialTimeout < 0 || f.shutdown < 0 || f.maxConns < 0 || f.maxStreams < 0 {
-		return nil, errors.New("durations and limits must not be negative")
-	}
-	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, config.WithFile(err, f.configFile)
+		str("listen-yamux", &cfg.Listen.Yamux, f.listenYamux)
+		str("listen-webtransport", &cfg.Listen.WebTransport, f.listenWT)
+		str("cert", &cfg.TLS.Certificate, f.cert)
+		str("key", &cfg.TLS.PrivateKey, f.key)
+		str("client-ca", &cfg.TLS.ClientCA, f.ca)
+		if set["upstream"] {
+			cfg.Upstream.Endpoints = nil
+			for _, e := range strings.Split(f.upstreams, ",") {
+				if e = strings.TrimSpace(e); e != "" {
+					cfg.Upstream.Endpoints = append(cfg.Upstream.Endpoints, e)
+				}
+			}
+		}
+		str("upstream-ca", &cfg.Upstream.CA, f.upstreamCA)
+		str("upstream-cert", &cfg.Upstream.Certificate, f.upstreamCert)
+		str("upstream-key", &cfg.Upstream.PrivateKey, f.upstreamKey)
+		str("upstream-server-name", &cfg.Upstream.ServerName, f.serverName)
+		if set["dial-timeout"] {
+			cfg.Upstream.DialTimeout.Duration = f.dialTimeout
+		}
+		if set["max-connections"] {
+			cfg.Limits.MaxConnections = f.maxConns
+		}
+		if set["max-streams-per-connection"] {
+			cfg.Limits.MaxStreamsPerConnection = f.maxStreams
+		}
+		str("log-level", &cfg.Log.Level, f.logLevel)
+		str("log-format", &cfg.Log.Format, f.logFormat)
+		str("admin-listen", &cfg.Admin.Listen, f.adminListen)
+		str("metrics-listen", &cfg.Admin.Listen, f.adminListen)
+		if set["admin-allow-remote"] {
+			cfg.Admin.AllowRemote = f.adminRemote
+		}
+		if set["shutdown-timeout"] {
+			cfg.ShutdownTimeout.Duration = f.shutdown
+		}
+		if f.dialTimeout < 0 || f.shutdown < 0 || f.maxConns < 0 || f.maxStreams < 0 {
+			return errors.New("durations and limits must not be negative")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
 
-type namedListener struct {
-	backend string
-	semantics.BackendListener
-}
-
 func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHooks) error {
-	serverTLS, _, stopReload, err := setup.ReloadingServerTLS(cfg.TLS, log)
+	serverTLS, _, stopReload, err := serversetup.ReloadingServerTLS(cfg.TLS, log)
 	if err != nil {
 		return err
 	}
 	defer stopReload()
-	upTLS, err := setup.RelayUpstreamTLS(cfg.Upstream)
+	upTLS, err := relaysetup.RelayUpstreamTLS(cfg.Upstream)
 	if err != nil {
 		return err
 	}
@@ -260,46 +236,37 @@ func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHoo
 		return err
 	}
 
-	var ls []namedListener
+	// The agent-facing listeners: listen.yamux, listen.webtransport (a
+	// relay serves no QUIC).
+	ls, err := serversetup.Listen(config.Listen{Yamux: cfg.Listen.Yamux, WebTransport: cfg.Listen.WebTransport},
+		serverTLS, quic.Config{Logger: log}, yamux.Config{Logger: log})
+	if err != nil {
+		return err
+	}
 	closeAll := func() {
 		for _, l := range ls {
 			_ = l.Close()
 		}
 	}
-	if cfg.Listen.Yamux != "" {
-		l, err := yamux.Listen(cfg.Listen.Yamux, serverTLS, yamux.Config{Logger: log})
-		if err != nil {
-			return fmt.Errorf("listen.yamux: %w", err)
-		}
-		ls = append(ls, namedListener{config.BackendYamux, l})
-	}
-	if cfg.Listen.WebTransport != "" {
-		l, err := webtransport.Listen(cfg.Listen.WebTransport, serverTLS, webtransport.Config{Logger: log})
-		if err != nil {
-			closeAll()
-			return fmt.Errorf("listen.webtransport: %w", err)
-		}
-		ls = append(ls, namedListener{config.BackendWebTransport, l})
-	}
 
 	var draining atomic.Bool
 	adminAddr := ""
 	if addr := cfg.AdminListen(); addr != "" {
-		adm, err := startAdmin(addr, adminHandler(reg, r, ls, &draining), log)
+		adm, err := cli.ListenAdmin(addr, adminHandler(reg, r, ls, &draining), log)
 		if err != nil {
 			closeAll()
 			return fmt.Errorf("admin.listen: %w", err)
 		}
-		defer adm.stop(2 * time.Second)
-		adminAddr = adm.ln.Addr().String()
+		defer adm.Stop(2 * time.Second)
+		adminAddr = adm.Addr()
 		log.Info("admin endpoint listening", "addr", adminAddr, "paths", "/metrics /healthz")
 	}
 
 	errc := make(chan error, len(ls))
 	addrs := map[string]net.Addr{}
 	for _, l := range ls {
-		addrs[l.backend] = l.Addr()
-		log.Info("listening", "backend", l.backend, "addr", l.Addr().String())
+		addrs[l.Backend] = l.Addr()
+		log.Info("listening", "backend", l.Backend, "addr", l.Addr().String())
 		go func() { errc <- r.Serve(context.Background(), l) }()
 	}
 	log.Info("relaying to daemons", "upstreams", strings.Join(cfg.UpstreamAddrs(), ","), "dial_timeout", cfg.Upstream.DialTimeout.Duration)
@@ -334,13 +301,13 @@ type health struct {
 	relay.Stats
 }
 
-func adminHandler(reg *prometheus.Registry, r *relay.Relay, ls []namedListener, draining *atomic.Bool) http.Handler {
+func adminHandler(reg *prometheus.Registry, r *relay.Relay, ls []serversetup.Listener, draining *atomic.Bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		h := health{Status: "ok", Listeners: map[string]string{}, Stats: r.Stats()}
 		for _, l := range ls {
-			h.Listeners[l.backend] = l.Addr().String()
+			h.Listeners[l.Backend] = l.Addr().String()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if draining.Load() {
@@ -350,38 +317,4 @@ func adminHandler(reg *prometheus.Registry, r *relay.Relay, ls []namedListener, 
 		_ = json.NewEncoder(w).Encode(h)
 	})
 	return mux
-}
-
-type adminServer struct {
-	ln   net.Listener
-	srv  *http.Server
-	done chan error
-}
-
-func startAdmin(addr string, h http.Handler, log *slog.Logger) (*adminServer, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	a := &adminServer{ln: ln, done: make(chan error, 1),
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-			WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 16 << 10,
-			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
-	go func() {
-		err := a.srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		a.done <- err
-	}()
-	return a, nil
-}
-
-func (a *adminServer) stop(timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := a.srv.Shutdown(ctx); err != nil {
-		_ = a.srv.Close()
-	}
-	<-a.done
 }

@@ -18,7 +18,9 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
+	"forgeyard.dev/transport/internal/setup/daemonsetup"
+	"forgeyard.dev/transport/internal/setup/relaysetup"
 	"forgeyard.dev/transport/relay"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
@@ -117,7 +119,7 @@ func TestRunRelaysAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runnerCAs, err := setup.RunnerCAs(pki.CA.CertFile)
+	runnerCAs, err := daemonsetup.RunnerCAs(pki.CA.CertFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,16 +177,16 @@ func TestRunRelaysAgent(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("relay not ready")
 	}
-	if _, err := os.Stat(filepath.Join(pkiDir, setup.DevRelayCertFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(pkiDir, relaysetup.DevRelayCertFile)); err != nil {
 		t.Fatalf("dev relay certificate: %v", err)
 	}
 
 	// The agent, through the relay over TLS+yamux.
 	var cp config.ControlPlane
-	if _, err := setup.DevAgent(pkiDir, "a1", &cp); err != nil {
+	if _, err := agentsetup.DevAgent(pkiDir, "a1", &cp); err != nil {
 		t.Fatal(err)
 	}
-	cred, err := setup.LoadCredential(cp)
+	cred, err := agentsetup.LoadCredential(cp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +196,7 @@ func TestRunRelaysAgent(t *testing.T) {
 	}
 	tc := cred.Client.Clone()
 	tc.ServerName = "localhost"
-	dialer, addr, _ := setup.Dialer(e, tc, quic.Config{}, yamux.Config{})
+	dialer, addr, _ := agentsetup.Dialer(e, tc, quic.Config{}, yamux.Config{})
 	disconnects := make(chan error, 4)
 	connected := make(chan struct{}, 4)
 	a, err := agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/semantics/trust"
 )
 
@@ -70,13 +71,8 @@ func runDevCerts(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(fs.Output(), devCertsHelp)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage // flag already printed the error and usage
+	if code, ok := cli.Parse(fs, args, stdout); !ok {
+		return code // flag already printed the error and usage
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "forgeyard dev-certs: "+format+"\n", a...)

@@ -18,13 +18,15 @@ import (
 	"io"
 	"os"
 	"text/tabwriter"
+
+	"forgeyard.dev/transport/internal/cli"
 )
 
 // Exit codes.
 const (
-	exitOK    = 0
-	exitFail  = 1
-	exitUsage = 2
+	exitOK    = cli.ExitOK
+	exitFail  = cli.ExitFail
+	exitUsage = cli.ExitUsage
 )
 
 // command is one subcommand. run receives the arguments after the command

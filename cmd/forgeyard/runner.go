@@ -12,8 +12,9 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
+	"forgeyard.dev/transport/internal/setup/daemonsetup"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
@@ -64,7 +65,7 @@ func (a *authorityFlags) open(ctx context.Context) (authority.Authority, authori
 	default:
 		return nil, nil, errors.New("no authority: give --config, --sqlite or --postgres-dsn-file")
 	}
-	au, err := setup.OpenAuthority(ctx, ac)
+	au, err := daemonsetup.OpenAuthority(ctx, ac)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -78,13 +79,8 @@ func (a *authorityFlags) open(ctx context.Context) (authority.Authority, authori
 
 // parseFlags parses args; it returns -1 to continue, or an exit code.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) int {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := cli.Parse(fs, args, stdout); !ok {
+		return code
 	}
 	return -1
 }

@@ -20,8 +20,8 @@ import (
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/adminapi"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/internal/doctor"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
@@ -148,15 +148,15 @@ func startDaemon(t *testing.T) *testDaemon {
 func connectAgent(t *testing.T, td *testDaemon) wire.RunnerId {
 	t.Helper()
 	var cp config.ControlPlane
-	if _, err := setup.DevAgent(td.pki, "a1", &cp); err != nil {
+	if _, err := agentsetup.DevAgent(td.pki, "a1", &cp); err != nil {
 		t.Fatal(err)
 	}
-	cred, err := setup.LoadCredential(cp)
+	cred, err := agentsetup.LoadCredential(cp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e, _ := config.ParseEndpoint("quic://" + td.quicAddr)
-	dialer, daddr, _ := setup.Dialer(e, cred.Client, quic.Config{}, yamux.Config{})
+	dialer, daddr, _ := agentsetup.Dialer(e, cred.Client, quic.Config{}, yamux.Config{})
 	connected := make(chan struct{}, 1)
 	a, err := agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: []agent.Endpoint{{Address: daddr, Dialer: dialer, Backend: "quic"}},

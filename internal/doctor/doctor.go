@@ -9,6 +9,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"forgeyard.dev/transport/semantics/telemetry"
 )
 
 // Result is a check's outcome.
@@ -73,7 +75,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "RESULT\tCHECK\tTARGET\tDETAIL\n")
 	for _, f := range r.Findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Result, f.Check, dash(f.Target), oneLine(f.Detail))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Result, f.Check, telemetry.Dash(f.Target), oneLine(f.Detail))
 		if f.Fix != "" {
 			fmt.Fprintf(tw, "\t\t\t  fix: %s\n", oneLine(f.Fix))
 		}
@@ -106,13 +108,6 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -21,8 +21,8 @@ import (
 	"forgeyard.dev/transport/backends/webtransport"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
 	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
@@ -112,9 +112,9 @@ func serverTLS(tb testing.TB) *tls.Config {
 	return c
 }
 
-func credential(tb testing.TB, i int) *setup.Credential {
+func credential(tb testing.TB, i int) *agentsetup.Credential {
 	a, _ := pki.Agent("a" + strconv.Itoa(i))
-	c, err := setup.LoadCredential(config.ControlPlane{ServerName: "localhost",
+	c, err := agentsetup.LoadCredential(config.ControlPlane{ServerName: "localhost",
 		Credential: config.Credential{Certificate: a.CertFile, PrivateKey: a.KeyFile, CA: pki.CA.CertFile}})
 	if err != nil {
 		tb.Fatal(err)

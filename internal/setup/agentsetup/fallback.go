@@ -1,9 +1,11 @@
-// Package fallback turns an agent's configured endpoint URIs into
-// semantics/agent Endpoints with concrete backend dialers, their fallback
-// class and, for TCP backends, the HTTP CONNECT proxy (relay/proxy). The
+package agentsetup
+
+// This file turns an agent's configured endpoint URIs into semantics/agent
+// Endpoints with concrete backend dialers, their fallback class and, for
+// TCP backends, the HTTP CONNECT proxy (backends/yamux/proxy). The
 // race itself (staggered starts, "wins only after hello", memory per
 // network, probing and the move back) lives in semantics/agent; this
-// package is the part that needs the backends.
+// file is the part that needs the backends.
 //
 // Endpoint schemes (internal/config.ParseEndpoint; docs/operations.md
 // "Fallback and proxies"):
@@ -17,7 +19,6 @@
 //
 // The proxy applies only to TCP endpoints: QUIC and WebTransport are UDP,
 // which CONNECT cannot carry.
-package fallback
 
 import (
 	"crypto/tls"
@@ -25,14 +26,13 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/backends/yamux/proxy"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/config/setup"
-	"forgeyard.dev/transport/relay/proxy"
 	"forgeyard.dev/transport/semantics/agent"
 )
 
-// Options are what every endpoint's dialer shares.
-type Options struct {
+// EndpointOptions are what every endpoint's dialer shares.
+type EndpointOptions struct {
 	// TLS is the agent's client configuration (certificate, RootCAs); it is
 	// cloned per endpoint and ServerName defaults to the endpoint's host.
 	TLS *tls.Config
@@ -83,11 +83,11 @@ func Class(e config.Endpoint) agent.Class {
 func BackendName(e config.Endpoint) string { return e.Scheme() }
 
 // Endpoint builds the agent endpoint for e.
-func Endpoint(e config.Endpoint, o Options) (agent.Endpoint, error) {
+func Endpoint(e config.Endpoint, o EndpointOptions) (agent.Endpoint, error) {
 	if o.TLS == nil {
 		return agent.Endpoint{}, fmt.Errorf("endpoint %s: no client TLS configuration", e)
 	}
-	d, addr, err := setup.Dialer(e, o.TLS, o.QUIC, o.Yamux)
+	d, addr, err := Dialer(e, o.TLS, o.QUIC, o.Yamux)
 	if err != nil {
 		return agent.Endpoint{}, err
 	}
@@ -99,7 +99,7 @@ func Endpoint(e config.Endpoint, o Options) (agent.Endpoint, error) {
 }
 
 // Endpoints builds the agent endpoints for eps, in order.
-func Endpoints(eps []config.Endpoint, o Options) ([]agent.Endpoint, error) {
+func Endpoints(eps []config.Endpoint, o EndpointOptions) ([]agent.Endpoint, error) {
 	out := make([]agent.Endpoint, 0, len(eps))
 	for _, e := range eps {
 		ae, err := Endpoint(e, o)

@@ -1,4 +1,4 @@
-package fallback
+package agentsetup
 
 import (
 	"bufio"
@@ -19,8 +19,8 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/webtransport"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/backends/yamux/proxy"
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/relay/proxy"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -50,7 +50,7 @@ func TestEndpointsFromURIs(t *testing.T) {
 	}
 	eps, err := Endpoints(parse(t, "quic://d.example", "webtransport://d.example", "yamux://d.example",
 		"yamux+upgrade://d.example", "relay://r.example", "relay+webtransport://r.example:8443"),
-		Options{TLS: &tls.Config{}, Proxy: px})
+		EndpointOptions{TLS: &tls.Config{}, Proxy: px})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,11 +86,11 @@ func TestEndpointsFromURIs(t *testing.T) {
 		}
 	}
 	// Without a proxy nothing is proxied.
-	eps, _ = Endpoints(parse(t, "yamux://d.example"), Options{TLS: &tls.Config{}})
+	eps, _ = Endpoints(parse(t, "yamux://d.example"), EndpointOptions{TLS: &tls.Config{}})
 	if eps[0].Dialer.(yamux.Dialer).DialContext != nil {
 		t.Fatal("direct endpoint has a DialContext")
 	}
-	if _, err := Endpoints(parse(t, "yamux://d.example"), Options{}); err == nil {
+	if _, err := Endpoints(parse(t, "yamux://d.example"), EndpointOptions{}); err == nil {
 		t.Fatal("no TLS accepted")
 	}
 }
@@ -229,7 +229,7 @@ func newE2E(t testing.TB) *e2e {
 
 // runAgent starts an agent over uris and returns the time to registered
 // and its status.
-func (e *e2e) runAgent(t testing.TB, o Options, uris ...string) (time.Duration, agent.Status) {
+func (e *e2e) runAgent(t testing.TB, o EndpointOptions, uris ...string) (time.Duration, agent.Status) {
 	t.Helper()
 	runner := wire.NewRunnerId()
 	cert := e.pki.IssueClient(t, runner, trusttest.LeafOptions{})
@@ -273,7 +273,7 @@ func TestUpgradeThroughProxyWhenUDPDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	el, s := e.runAgent(t, Options{Proxy: px}, "quic://"+e.blackhole, "yamux+upgrade://"+e.yamuxAddr)
+	el, s := e.runAgent(t, EndpointOptions{Proxy: px}, "quic://"+e.blackhole, "yamux+upgrade://"+e.yamuxAddr)
 	t.Logf("registered over %s (%s) after %v: %s", s.Backend, s.Endpoint, el, s.FallbackReason)
 	if s.Backend != "yamux" || s.Endpoint != e.yamuxAddr || s.Class != "tcp" {
 		t.Fatalf("status %+v", s)
@@ -304,7 +304,7 @@ func BenchmarkFallback(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			var total time.Duration
 			for b.Loop() {
-				el, _ := e.runAgent(b, Options{}, "quic://"+bc.quic(), "yamux://"+e.yamuxAddr)
+				el, _ := e.runAgent(b, EndpointOptions{}, "quic://"+bc.quic(), "yamux://"+e.yamuxAddr)
 				total += el
 			}
 			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms-to-registered")

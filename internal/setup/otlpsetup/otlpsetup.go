@@ -1,10 +1,15 @@
-package setup
+// Package otlpsetup builds a command's tracing from its [telemetry]
+// section: the OTLP/HTTP exporter when telemetry.otlp_endpoint is set.
+// The daemon and the agent use it; the relay has no tracing and does not
+// link the exporter.
+package otlpsetup
 
 import (
 	"context"
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 
@@ -32,4 +37,15 @@ func Tracing(ctx context.Context, t config.Telemetry, service string) (*telemetr
 		return nil, fmt.Errorf("telemetry.otlp_endpoint: %w", err)
 	}
 	return telemetry.NewTracing(telemetry.TracingConfig{ServiceName: service, Exporter: exp}), nil
+}
+
+// FlushTimeout bounds Flush: the collector may be gone at exit.
+const FlushTimeout = 5 * time.Second
+
+// Flush shuts t down, exporting the last spans, waiting at most
+// FlushTimeout. Commands defer it right after Tracing.
+func Flush(t *telemetry.Tracing) {
+	ctx, cancel := context.WithTimeout(context.Background(), FlushTimeout)
+	defer cancel()
+	_ = t.Shutdown(ctx)
 }

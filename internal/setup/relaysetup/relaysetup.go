@@ -1,4 +1,10 @@
-package setup
+// Package relaysetup is the relay's own assembly from its configuration:
+// the TLS client configuration towards the daemons and the development
+// PKI of both sides. What the relay shares with the daemon (server TLS,
+// certificate reloader, listeners) is package serversetup. forgeyard-relay
+// links no engine (neither semantics/daemon nor semantics/agent) and no
+// database driver (internal/deptest checks it).
+package relaysetup
 
 import (
 	"crypto/ecdsa"

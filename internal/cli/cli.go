@@ -1,0 +1,97 @@
+// Package cli is the plumbing every forgeyard command shares and none
+// owns: the process entry point (SIGINT/SIGTERM cancel the context), the
+// exit statuses, parsing a flag set (--help on stdout, no stray
+// arguments), loading a role's TOML configuration with the flags that were
+// set overriding its keys, and serving an admin HTTP endpoint. Each
+// command keeps only its own flags, keys and handlers.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"forgeyard.dev/transport/internal/config"
+)
+
+// Exit statuses of every command.
+const (
+	ExitOK    = 0 // success, or --help
+	ExitFail  = 1 // a runtime failure
+	ExitUsage = 2 // a usage or configuration error
+)
+
+// Main runs run with the process's arguments and standard streams and a
+// context that SIGINT or SIGTERM cancels, and exits with its status.
+func Main(run func(ctx context.Context, args []string, stdout, stderr io.Writer) int) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Parse parses args with fs (flag.ContinueOnError, output on stderr).
+// ok is false when the command must exit with code: ExitOK after --help
+// (printed on stdout), ExitUsage after a bad flag (fs printed why).
+func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return ExitOK, false
+		}
+		return ExitUsage, false
+	}
+	return ExitOK, true
+}
+
+// ParseNoArgs is Parse for a command that takes flags only: a positional
+// argument is "name: unexpected argument ..." on stderr and ExitUsage.
+func ParseNoArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, name string) (code int, ok bool) {
+	if code, ok := Parse(fs, args, stdout); !ok {
+		return code, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", name, fs.Arg(0))
+		return ExitUsage, false
+	}
+	return ExitOK, true
+}
+
+// Configuration is a role's configuration (*config.Daemon, *config.Agent,
+// *config.Relay).
+type Configuration interface {
+	ApplyDefaults()
+	Validate() error
+}
+
+// LoadConfig builds a role's configuration: file read with read (none: the
+// zero configuration), then override applies the flags of the parsed fs
+// that were set, then the defaults, then validation, whose error names
+// file.
+func LoadConfig[C any, P interface {
+	*C
+	Configuration
+}](fs *flag.FlagSet, file string, read func(string) (P, error), override func(P, config.SetFlags) error) (P, error) {
+	cfg := P(new(C))
+	if file != "" {
+		c, err := read(file)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	}
+	if err := override(cfg, config.FlagsSet(fs)); err != nil {
+		return nil, err
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, config.WithFile(err, file)
+	}
+	return cfg, nil
+}

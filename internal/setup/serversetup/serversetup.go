@@ -1,0 +1,74 @@
+// Package serversetup is what the two server roles, forgeyard-daemon and
+// forgeyard-relay, both assemble from their configuration: the mTLS server
+// configuration, its certificate reloader (SIGHUP and a periodic check),
+// the failed-handshake reporter, and the backend listeners. It is the only
+// place that knows which backend package listens for which config.Listen
+// key.
+//
+// It knows no engine: the daemon's own assembly (authority, identity) is
+// package daemonsetup, the relay's (upstream TLS) package relaysetup, the
+// agent's (credential, dialers, fallback) package agentsetup. It imports
+// backends, so only cmd/ and internal test tooling use it; semantics/
+// never does.
+package serversetup
+
+import (
+	"crypto/tls"
+	"fmt"
+
+	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/backends/webtransport"
+	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/config"
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/trust"
+)
+
+// ServerTLS builds the daemon's mTLS server configuration (client
+// certificates required and verified against tls.client_ca).
+func ServerTLS(c config.ServerTLS) (*tls.Config, error) {
+	return trust.ServerConfig(trust.ServerFiles{
+		CertFile: c.Certificate, KeyFile: c.PrivateKey, ClientCAFile: c.ClientCA, RequireClientCert: true,
+	})
+}
+
+// Listener is one backend listener.
+type Listener struct {
+	Backend string // config.BackendQUIC, ...
+	semantics.BackendListener
+}
+
+// Listen opens a listener for every configured backend. On error, the
+// listeners already opened are closed. qcfg tunes QUIC and WebTransport;
+// ycfg tunes yamux (zero values are the backend defaults).
+func Listen(l config.Listen, tlsConf *tls.Config, qcfg quic.Config, ycfg yamux.Config) ([]Listener, error) {
+	var out []Listener
+	fail := func(key string, err error) ([]Listener, error) {
+		for _, o := range out {
+			o.Close()
+		}
+		return nil, fmt.Errorf("listen.%s: %w", key, err)
+	}
+	if l.QUIC != "" {
+		ln, err := quic.Listen(l.QUIC, tlsConf, qcfg)
+		if err != nil {
+			return fail("quic", err)
+		}
+		out = append(out, Listener{config.BackendQUIC, ln})
+	}
+	if l.Yamux != "" {
+		ln, err := yamux.Listen(l.Yamux, tlsConf, ycfg)
+		if err != nil {
+			return fail("yamux", err)
+		}
+		out = append(out, Listener{config.BackendYamux, ln})
+	}
+	if l.WebTransport != "" {
+		ln, err := webtransport.Listen(l.WebTransport, tlsConf, qcfg)
+		if err != nil {
+			return fail("webtransport", err)
+		}
+		out = append(out, Listener{config.BackendWebTransport, ln})
+	}
+	return out, nil
+}
