@@ -108,9 +108,12 @@ func (s FeatureSet) AppendPostcard(b []byte) []byte {
 
 // DecodePostcard reads s; unknown feature numbers are ignored.
 func (s *FeatureSet) DecodePostcard(d *postcard.Decoder) {
-	n := d.SeqLen(MaxFeatures, 1)
+	// Element by element, as Rust decodes: a bad element reports its own
+	// error and only running out of input reports UnexpectedEnd. Nothing is
+	// allocated, and the loop ends at the first failure.
+	n := d.Len(MaxFeatures)
 	*s = 0
-	for i := 0; i < n; i++ {
+	for i := 0; i < n && !d.Failed(); i++ {
 		*s = s.With(ProtocolFeature(d.U16()))
 	}
 }

@@ -309,9 +309,15 @@ func (m *AttemptCompletionV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Lease.ULID)
 	wire.ReadDigest(d, &m.Spec.Digest)
 	m.Result.DecodePostcard(d)
-	m.Outputs = resize(m.Outputs, d.SeqLen(MaxOutputs, wire.CasObjectRefMinSize))
+	n := d.Len(MaxOutputs)
+	m.Outputs = postcard.Resize(m.Outputs, d.SeqCap(n, wire.CasObjectRefMinSize))
 	for i := range m.Outputs {
 		m.Outputs[i].DecodePostcard(d)
+	}
+	if len(m.Outputs) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		var next wire.CasObjectRef
+		next.DecodePostcard(d)
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
 	m.LogLastSeq = d.U64()
 }

@@ -204,26 +204,16 @@ func appendStrings(b []byte, ss []string) []byte {
 // readStrings reads a Vec<String> of at most maxN strings of at most maxLen
 // bytes, reusing the capacity of dst.
 func readStrings(d *postcard.Decoder, dst []string, maxN, maxLen int) []string {
-	n := d.SeqLen(maxN, 1)
-	dst = resize(dst, n)
+	n := d.Len(maxN)
+	dst = postcard.Resize(dst, d.SeqCap(n, 1))
 	for i := range dst {
 		dst[i] = d.String(maxLen)
 	}
-	return dst
-}
-
-// resize returns s with length n, reusing its capacity when it suffices. A
-// nil s stays nil when n is 0.
-func resize[T any](s []T, n int) []T {
-	if cap(s) >= n {
-		s = s[:n]
-		var zero T
-		for i := range s {
-			s[i] = zero
-		}
-		return s
+	if len(dst) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		_ = d.String(maxLen)
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
-	return make([]T, n)
+	return dst
 }
 
 // readBytesInto reads a byte string of at most max bytes into dst's storage

@@ -123,13 +123,14 @@ func (m *CertificateIssuedV1) AppendPostcard(b []byte) []byte {
 // DecodePostcard implements wire.Message.
 func (m *CertificateIssuedV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Runner.ULID)
-	n := d.SeqLen(MaxCertChain, 1)
-	m.CertChain = nil
-	if n > 0 {
-		m.CertChain = make([][]byte, n)
-		for i := range m.CertChain {
-			m.CertChain[i] = d.Bytes(MaxCertDER)
-		}
+	n := d.Len(MaxCertChain)
+	m.CertChain = postcard.Resize([][]byte(nil), d.SeqCap(n, 1))
+	for i := range m.CertChain {
+		m.CertChain[i] = d.Bytes(MaxCertDER)
+	}
+	if len(m.CertChain) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		_ = d.Bytes(MaxCertDER)
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
 	m.NotAfterMs = d.U64()
 }

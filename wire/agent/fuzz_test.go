@@ -14,6 +14,8 @@ import (
 // is seeded with every sample.
 //
 // Invariants: decoding never panics and fails only with a *postcard.Error;
+// no slice of the decoded value, complete or not, has a capacity above about
+// the input's length (allocation is bounded by the input, not by counts);
 // Validate never panics; whatever decodes re-encodes, and the re-encoding
 // decodes to an equal value and re-encodes to the same bytes.
 func FuzzDecode(f *testing.F) {
@@ -36,6 +38,12 @@ func FuzzDecode(f *testing.F) {
 		m := mi.New()
 		d := postcard.NewDecoder(body)
 		m.DecodePostcard(&d)
+		// Pre-allocation is bounded by the input, whatever the declared
+		// counts: every element and byte takes at least one byte of it
+		// (doubled, plus 16, for append's rounding up to a size class).
+		if p, ok := slicesWithin(reflect.ValueOf(m), 2*len(body)+16); !ok {
+			t.Fatalf("%s: slice %s has a capacity above twice the %d-byte input", mi.Name, p, len(body))
+		}
 		if err := d.Finish(); err != nil {
 			var pe *postcard.Error
 			if !errors.As(err, &pe) {

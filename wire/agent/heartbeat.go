@@ -116,14 +116,15 @@ func (m *HeartbeatV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Runner.ULID)
 	wire.ReadULID(d, &m.Session.ULID)
 	m.Seq = d.U64()
-	n := d.SeqLen(MaxActiveAttempts, activeAttemptMinSize)
-	if cap(m.ActiveAttempts) >= n {
-		m.ActiveAttempts = m.ActiveAttempts[:n]
-	} else {
-		m.ActiveAttempts = make([]ActiveAttemptV1, n)
-	}
+	n := d.Len(MaxActiveAttempts)
+	m.ActiveAttempts = postcard.Resize(m.ActiveAttempts, d.SeqCap(n, activeAttemptMinSize))
 	for i := range m.ActiveAttempts {
 		m.ActiveAttempts[i].decodePostcard(d)
+	}
+	if len(m.ActiveAttempts) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		var next ActiveAttemptV1
+		next.decodePostcard(d)
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
 	wire.ReadDigest(d, &m.CapabilityDigest.Digest)
 	m.Resources.CPUMillis = d.U32()

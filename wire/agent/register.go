@@ -84,16 +84,15 @@ func (m *RegisterAgentV1) DecodePostcard(d *postcard.Decoder) {
 	if m.HasResumeEpoch {
 		m.ResumeEpoch = d.U64()
 	}
-	n := d.SeqLen(MaxCertChain, 1)
-	if n == 0 {
-		m.CertChain = nil
-		return
+	n := d.Len(MaxCertChain)
+	m.CertChain = postcard.Resize([][]byte(nil), d.SeqCap(n, 1))
+	for i := range m.CertChain {
+		m.CertChain[i] = d.Bytes(MaxCertDER)
 	}
-	chain := make([][]byte, n)
-	for i := range chain {
-		chain[i] = d.Bytes(MaxCertDER)
+	if len(m.CertChain) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		_ = d.Bytes(MaxCertDER)
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
-	m.CertChain = chain
 }
 
 // Validate implements wire.Message.
@@ -199,9 +198,14 @@ func (m *RegistrationAcceptedV1) DecodePostcard(d *postcard.Decoder) {
 	m.LeaseRenewIntervalMs = d.U32()
 	m.MaxBackoffMs = d.U32()
 	m.AlternateEndpoints = readStrings(d, m.AlternateEndpoints, MaxAlternateEndpoints, MaxEndpoint)
-	m.FallbackStaggerMs = resize(m.FallbackStaggerMs, d.SeqLen(MaxFallbackStagger, 1))
+	n := d.Len(MaxFallbackStagger)
+	m.FallbackStaggerMs = postcard.Resize(m.FallbackStaggerMs, d.SeqCap(n, 1))
 	for i := range m.FallbackStaggerMs {
 		m.FallbackStaggerMs[i] = d.U32()
+	}
+	if len(m.FallbackStaggerMs) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		_ = d.U32()
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
 	m.ServerTimeMs = d.U64()
 }

@@ -124,9 +124,15 @@ func (m *AgentResyncV1) AppendPostcard(b []byte) []byte {
 func (m *AgentResyncV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Session.ULID)
 	m.Epoch = d.U64()
-	m.ActiveAttempts = resize(m.ActiveAttempts, d.SeqLen(MaxActiveAttempts, activeAttemptResyncMinSize))
+	n := d.Len(MaxActiveAttempts)
+	m.ActiveAttempts = postcard.Resize(m.ActiveAttempts, d.SeqCap(n, activeAttemptResyncMinSize))
 	for i := range m.ActiveAttempts {
 		m.ActiveAttempts[i].decodePostcard(d)
+	}
+	if len(m.ActiveAttempts) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		var next ActiveAttemptResyncV1
+		next.decodePostcard(d)
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
 	wire.ReadDigest(d, &m.CapabilityDigest.Digest)
 	m.LastEventSeq = d.U64()
@@ -269,6 +275,12 @@ const (
 	resyncResultMaxSize = 2*idSize + variant1 + maxU64 + maxU32
 )
 
+func (r *ResyncResultV1) decodePostcard(d *postcard.Decoder) {
+	wire.ReadULID(d, &r.Attempt.ULID)
+	wire.ReadULID(d, &r.Lease.ULID)
+	r.Decision.decodePostcard(d)
+}
+
 // ResyncResponseV1 answers AgentResyncV1 with one decision per attempt the
 // agent listed. Attempts the daemon expects but the agent did not list are
 // handled by the daemon (lease expiry), not here.
@@ -303,12 +315,15 @@ func (m *ResyncResponseV1) AppendPostcard(b []byte) []byte {
 // DecodePostcard implements wire.Message. It reuses the capacity of
 // m.Results.
 func (m *ResyncResponseV1) DecodePostcard(d *postcard.Decoder) {
-	m.Results = resize(m.Results, d.SeqLen(MaxActiveAttempts, resyncResultMinSize))
+	n := d.Len(MaxActiveAttempts)
+	m.Results = postcard.Resize(m.Results, d.SeqCap(n, resyncResultMinSize))
 	for i := range m.Results {
-		r := &m.Results[i]
-		wire.ReadULID(d, &r.Attempt.ULID)
-		wire.ReadULID(d, &r.Lease.ULID)
-		r.Decision.decodePostcard(d)
+		m.Results[i].decodePostcard(d)
+	}
+	if len(m.Results) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		var next ResyncResultV1
+		next.decodePostcard(d)
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
 }
 

@@ -45,12 +45,14 @@ func (s SecretBytes) MarshalJSON() ([]byte, error) { return json.Marshal(redacte
 //	struct SecretMaterialV1 {
 //	    lease: [u8;16],
 //	    secret_id: String,                  // ≤ MaxSecretID (128) bytes: the SecretRef, not secret
-//	    bytes: Bytes,                       // ≤ MaxSecretBytes (65536) bytes
+//	    bytes: Bytes,                       // ≤ MaxSecretBytes (61440) bytes
 //	    expires_at_ms: u64,                 // Unix ms; the agent discards the secret after it
 //	}
 //
 // Validate: non-zero lease and expires_at_ms, non-empty secret_id and bytes
-// within their bounds.
+// within their bounds. MaxSecretBytes is 60 KiB, not 64 KiB, so that the
+// largest SecretMaterialV1 in a full envelope fits one frame of the secret
+// stream (wire.StreamSecret.FrameLimit, 64 KiB including the envelope).
 //
 // DecodePostcard copies the bytes out of the input into m.Bytes (zeroing the
 // storage it replaces); the caller should zero the input frame too. Call

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 
+	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -179,5 +181,30 @@ func TestSecretValidationErrorClean(t *testing.T) {
 	err := m.Validate()
 	if err == nil || strings.Contains(err.Error(), planted) {
 		t.Errorf("Validate: %v", err)
+	}
+}
+
+// TestSecretBytesBoundFitsFrame: MaxSecretBytes (61440, 60 KiB) is the
+// bound that lets the largest SecretMaterialV1 travel in one frame of the
+// secret stream with the largest envelope; 64 KiB of bytes would not fit.
+func TestSecretBytesBoundFitsFrame(t *testing.T) {
+	if MaxSecretBytes != 61440 {
+		t.Fatalf("MaxSecretBytes = %d; the docs say 61440", MaxSecretBytes)
+	}
+	limit := wire.StreamSecret.FrameLimit()
+	const payloadHead = 2 * 5 // varint(family) ‖ varint(variant), u32 each
+	if need := wire.EnvelopeHeaderMaxSize + payloadHead + maxSecretMaterialSize; need > limit {
+		t.Fatalf("largest SecretMaterialV1 frame body is %d bytes, over the secret stream's %d", need, limit)
+	}
+	m := first[*SecretMaterialV1](t)
+	m.SecretID = strings.Repeat("s", MaxSecretID)
+	m.Bytes = make(SecretBytes, MaxSecretBytes)
+	env := &wire.Envelope{Protocol: wire.Current, HasCorrelation: true, SentAtMs: math.MaxUint64, Payload: m}
+	if _, err := wire.AppendEnvelopeFrame(nil, limit, env); err != nil {
+		t.Fatalf("largest SecretMaterialV1 does not fit a secret frame: %v", err)
+	}
+	m.Bytes = make(SecretBytes, 64<<10)
+	if _, err := wire.AppendEnvelopeFrame(nil, limit, env); err == nil {
+		t.Fatal("a 65536-byte secret fits a secret frame; the 60 KiB bound could be raised")
 	}
 }

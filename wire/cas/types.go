@@ -77,14 +77,15 @@ func appendRefs(b []byte, refs []wire.CasObjectRef) []byte {
 // decodeRefs reads a Vec<CasObjectRef> of at most MaxBatch elements, reusing
 // the capacity of refs.
 func decodeRefs(d *postcard.Decoder, refs []wire.CasObjectRef) []wire.CasObjectRef {
-	n := d.SeqLen(MaxBatch, wire.CasObjectRefMinSize)
-	if cap(refs) >= n {
-		refs = refs[:n]
-	} else {
-		refs = make([]wire.CasObjectRef, n)
-	}
+	n := d.Len(MaxBatch)
+	refs = postcard.Resize(refs, d.SeqCap(n, wire.CasObjectRefMinSize))
 	for i := range refs {
 		refs[i].DecodePostcard(d)
+	}
+	if len(refs) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		var next wire.CasObjectRef
+		next.DecodePostcard(d)
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
 	return refs
 }

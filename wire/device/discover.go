@@ -122,14 +122,15 @@ func (m *DiscoverResultV1) AppendPostcard(b []byte) []byte {
 // DecodePostcard implements wire.Message. It reuses the capacity of
 // m.Devices.
 func (m *DiscoverResultV1) DecodePostcard(d *postcard.Decoder) {
-	n := d.SeqLen(MaxDevices, deviceInfoMinSize)
-	if cap(m.Devices) >= n {
-		m.Devices = m.Devices[:n]
-	} else {
-		m.Devices = make([]DeviceInfoV1, n)
-	}
+	n := d.Len(MaxDevices)
+	m.Devices = postcard.Resize(m.Devices, d.SeqCap(n, deviceInfoMinSize))
 	for i := range m.Devices {
 		m.Devices[i].decodePostcard(d)
+	}
+	if len(m.Devices) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		var next DeviceInfoV1
+		next.decodePostcard(d)
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
 }
 

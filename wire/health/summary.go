@@ -109,14 +109,15 @@ func (m *HealthSummaryV1) AppendPostcard(b []byte) []byte {
 // DecodePostcard implements wire.Message. It reuses the capacity of m.Checks.
 func (m *HealthSummaryV1) DecodePostcard(d *postcard.Decoder) {
 	m.Status = HealthStatus(d.Variant(numHealthStatuses))
-	n := d.SeqLen(MaxChecks, healthCheckMinSize)
-	if cap(m.Checks) >= n {
-		m.Checks = m.Checks[:n]
-	} else {
-		m.Checks = make([]HealthCheckV1, n)
-	}
+	n := d.Len(MaxChecks)
+	m.Checks = postcard.Resize(m.Checks, d.SeqCap(n, healthCheckMinSize))
 	for i := range m.Checks {
 		m.Checks[i].decodePostcard(d)
+	}
+	if len(m.Checks) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		var next HealthCheckV1
+		next.decodePostcard(d)
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
 	m.UptimeMs = d.U64()
 }

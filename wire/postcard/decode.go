@@ -303,8 +303,14 @@ func (d *Decoder) BytesLen(max int) int {
 
 // SeqLen reads a sequence or map count bounded by max, and rejects early a
 // count whose elements (each at least minElem bytes) cannot fit in the
-// remaining input. Rust decodes until an element runs out of input; the
-// outcome, CodeUnexpectedEnd, is the same, without over-allocating.
+// remaining input, with CodeUnexpectedEnd.
+//
+// That early rejection does not match Rust's error order: postcard decodes
+// elements lazily, so an invalid element before the end of the input is
+// reported as that element's error (an unknown enum variant is SerdeDeCustom,
+// not DeserializeUnexpectedEnd). Decode sequences with DecodeSeq, or with
+// Len, SeqCap and an element loop that stops at the first failure; SeqLen
+// remains for callers that only need a count that fits the input.
 func (d *Decoder) SeqLen(max, minElem int) int {
 	start := d.off
 	n := d.Len(max)
@@ -313,6 +319,58 @@ func (d *Decoder) SeqLen(max, minElem int) int {
 		return 0
 	}
 	return n
+}
+
+// SeqCap returns how many elements of a sequence whose declared count is n
+// may be allocated up front: n, or, when the remaining input cannot hold n
+// elements of at least minElem bytes each, the number it can hold. The
+// allocation is thus bounded by the input actually received, never by the
+// declared count. A minElem of 0 or less (zero-sized elements) gives n,
+// which the caller has already bounded through Len.
+//
+// Rust's postcard decodes a sequence element by element, so when the input
+// cannot hold the declared count, the error is that of the first element
+// that fails: an invalid element before the end of the input reports its own
+// error (an unknown enum variant is SerdeDeCustom), and only an element that
+// runs out of input reports DeserializeUnexpectedEnd. To match it, decode the
+// SeqCap elements, and when fewer than n were allocated decode one more
+// element into a scratch value (it cannot fit, so it fails with Rust's
+// error) and then Fail with CodeUnexpectedEnd (a no-op after that failure):
+//
+//	n := d.Len(MaxRefs)
+//	m.Refs = postcard.Resize(m.Refs, d.SeqCap(n, refMinSize))
+//	for i := range m.Refs {
+//		m.Refs[i].DecodePostcard(d)
+//	}
+//	if len(m.Refs) < n {
+//		var next Ref
+//		next.DecodePostcard(d)
+//		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+//	}
+//
+// Element decoding is a no-op once the decoder has failed, so the loop stops
+// costing anything at the first error.
+func (d *Decoder) SeqCap(n, minElem int) int {
+	if n <= 0 || d.err != nil {
+		return 0
+	}
+	if minElem > 0 {
+		if fit := d.Remaining() / minElem; fit < n {
+			return fit
+		}
+	}
+	return n
+}
+
+// Resize returns s with length n, reusing its capacity when it suffices and
+// allocating exactly n elements otherwise; a nil s stays nil when n is 0.
+// Reused elements keep their previous values: the element decoder must set
+// every field. Size n with SeqCap, never with a declared count.
+func Resize[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]T, n)
 }
 
 // BytesRef reads bytes of at most max length and returns a slice aliasing the

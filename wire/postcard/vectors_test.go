@@ -34,6 +34,10 @@ import (
 
 const sharedVectors = "../../../shared/postcard-vectors/vectors.json"
 
+// projectVectors are this repository's own vectors in the same format, for
+// shapes the shared file lacks (testdata/README.md says how each was derived).
+const projectVectors = "testdata/vectors.json"
+
 type vector struct {
 	Name         string          `json:"name"`
 	Kind         string          `json:"kind"`
@@ -64,7 +68,7 @@ func loadVectors(t *testing.T, path string) []vector {
 }
 
 func TestVectors(t *testing.T) {
-	files := []string{sharedVectors}
+	files := []string{sharedVectors, projectVectors}
 	if extra := os.Getenv("POSTCARD_VECTORS"); extra != "" {
 		for _, p := range filepath.SplitList(extra) {
 			if p != "" {
@@ -421,7 +425,7 @@ func (s *schema) nullable() bool {
 }
 
 // minSize is the fewest bytes an encoding of s can take; the harness uses
-// it as SeqLen's minimum element size.
+// it as SeqCap's minimum element size.
 func (s *schema) minSize() int {
 	switch s.kind {
 	case "unit", "unit_struct":
@@ -787,12 +791,14 @@ func decodeInner(d *postcard.Decoder, s *schema) any {
 	case "newtype":
 		return decodeInner(d, s.elem)
 	case "seq":
+		// Element by element, as Rust's postcard does: a count beyond the
+		// input fails at the first element that fails, with its own error.
 		min := s.elem.minSize()
-		n := d.SeqLen(math.MaxInt, min)
+		n := seqCount(d)
 		if min == 0 && n > maxZeroSized {
 			d.Fail(postcard.CodeLengthOverBound, "harness: too many zero-sized elements")
 		}
-		list := []any{}
+		list := make([]any, 0, d.SeqCap(n, min))
 		for i := 0; i < n && !d.Failed(); i++ {
 			list = append(list, decodeInner(d, s.elem))
 		}
@@ -807,11 +813,11 @@ func decodeInner(d *postcard.Decoder, s *schema) any {
 		return decodeTuple(d, s.items)
 	case "map":
 		min := s.key.minSize() + s.val.minSize()
-		n := d.SeqLen(math.MaxInt, min)
+		n := seqCount(d)
 		if min == 0 && n > maxZeroSized {
 			d.Fail(postcard.CodeLengthOverBound, "harness: too many zero-sized entries")
 		}
-		list := []any{}
+		list := make([]any, 0, d.SeqCap(n, min))
 		for i := 0; i < n && !d.Failed(); i++ {
 			k := decodeInner(d, s.key)
 			v := decodeInner(d, s.val)
@@ -839,6 +845,20 @@ func decodeInner(d *postcard.Decoder, s *schema) any {
 	}
 	d.Fail(postcard.CodeInvalidValue, "harness: unknown schema kind")
 	return nil
+}
+
+// seqCount reads a seq or map count as Rust does on a 64-bit target: any
+// usize, with no bound. A count above math.MaxInt cannot be backed by any
+// input, but Rust still decodes the elements that are there first, so an
+// invalid one reports its own error; it is clamped to math.MaxInt and the
+// element loop ends when the input does (every element but a zero-sized one
+// takes at least one byte, and those are bounded by maxZeroSized).
+func seqCount(d *postcard.Decoder) int {
+	c := d.U64() // usize: the same varint as u64
+	if c > math.MaxInt {
+		return math.MaxInt
+	}
+	return int(c)
 }
 
 func decodeTuple(d *postcard.Decoder, items []*schema) any {

@@ -114,14 +114,15 @@ func (m *SignRequestV1) DecodePostcard(d *postcard.Decoder) {
 	m.KeyRef = d.String(MaxKeyRef)
 	m.Algorithm = SignatureAlgorithm(d.Variant(numSignatureAlgorithms))
 	wire.ReadDigest(d, &m.Subject)
-	n := d.SeqLen(MaxMaterialRefs, wire.CasObjectRefMinSize)
-	if cap(m.MaterialRefs) >= n {
-		m.MaterialRefs = m.MaterialRefs[:n]
-	} else {
-		m.MaterialRefs = make([]wire.CasObjectRef, n)
-	}
+	n := d.Len(MaxMaterialRefs)
+	m.MaterialRefs = postcard.Resize(m.MaterialRefs, d.SeqCap(n, wire.CasObjectRefMinSize))
 	for i := range m.MaterialRefs {
 		m.MaterialRefs[i].DecodePostcard(d)
+	}
+	if len(m.MaterialRefs) < n { // the input cannot hold n: the next element reports the error, as in Rust
+		var next wire.CasObjectRef
+		next.DecodePostcard(d)
+		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 	}
 	m.Policy.decodePostcard(d)
 }

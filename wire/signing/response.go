@@ -85,12 +85,14 @@ func (m *SignResponseV1) DecodePostcard(d *postcard.Decoder) {
 	switch o.Kind {
 	case SignSigned:
 		o.Signature = d.Bytes(MaxSignature)
-		n := d.SeqLen(MaxChain, 1)
-		if n > 0 {
-			o.Chain = make([][]byte, n)
-			for i := range o.Chain {
-				o.Chain[i] = d.Bytes(MaxChainCert)
-			}
+		n := d.Len(MaxChain)
+		o.Chain = postcard.Resize([][]byte(nil), d.SeqCap(n, 1))
+		for i := range o.Chain {
+			o.Chain[i] = d.Bytes(MaxChainCert)
+		}
+		if len(o.Chain) < n { // the input cannot hold n: the next element reports the error, as in Rust
+			_ = d.Bytes(MaxChainCert)
+			d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
 		}
 	case SignRejected:
 		o.Reason = d.String(MaxReason)
