@@ -9,6 +9,7 @@ import (
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
+	"forgeyard.dev/transport/internal/setup/daemonsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
@@ -36,7 +37,10 @@ max_streams = 1000
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := cfg.DaemonLimits()
+	lim, err := daemonsetup.Limits(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if lim.Conn.WithDefaults().MaxStreams != 1000 {
 		t.Fatalf("daemon limits %+v", lim.Conn)
 	}

@@ -265,7 +265,11 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		Features:           wire.Implemented,
 		Identity:           identity,
 	}
-	dcfg.SetLimits(cfg.DaemonLimits()) // [limits], [admission], [data]
+	lim, err := daemonsetup.Limits(cfg) // [limits], [admission], [data]
+	if err != nil {
+		return err
+	}
+	dcfg.SetLimits(lim)
 	if dir := cfg.Data.CASDir; dir != "" {
 		store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: dir})
 		if err != nil {

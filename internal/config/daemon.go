@@ -97,7 +97,7 @@ type Daemon struct {
 	Admission Admission `toml:"admission"`
 	// Limits: per-connection stream limits and message rates. Data,
 	// Admission and Limits convert to the daemon's one daemon.Limits
-	// (DaemonLimits), whose doc lists every limit and its default.
+	// (internal/setup/daemonsetup.Limits converts them), whose doc lists every limit and its default.
 	Limits ConnLimits `toml:"limits"`
 }
 
@@ -320,10 +320,6 @@ func (d *Daemon) Validate() error {
 	}
 	if err := d.Limits.Validate(); err != nil {
 		return err
-	}
-	lim := d.DaemonLimits()
-	if err := lim.Validate(); err != nil {
-		return invalid("limits", "%v", err)
 	}
 	if err := d.Admin.Validate(); err != nil {
 		return err

@@ -5,21 +5,11 @@ import (
 	"fmt"
 
 	"forgeyard.dev/transport/semantics"
-	"forgeyard.dev/transport/semantics/daemon"
 )
-
-// DaemonLimits converts the [limits], [admission] and [data] sections to
-// the daemon's one limits type, daemon.Limits (its doc lists every limit,
-// its default and what enforces it). Zero keys stay zero, so the daemon's
-// defaults apply: this package keeps no copy of them. Give Conn to the
-// backends' Config too (their stream credit derives from it).
-func (d *Daemon) DaemonLimits() daemon.Limits {
-	return daemon.Limits{Conn: d.Limits.SemanticsLimits(), Admission: d.Admission.DaemonAdmission(), Data: d.Data.DaemonData()}
-}
 
 // Data configures the daemon's data plane: where received logs and CAS
 // objects go, and the per-attempt and per-connection limits on them
-// (§127, §134, §268, §277), daemon.Limits.Data (DaemonData). Zero values
+// (§127, §134, §268, §277), daemon.Limits.Data (daemonsetup.Limits converts it). Zero values
 // take the daemon's defaults, shown here.
 //
 //	[data]
@@ -40,12 +30,6 @@ type Data struct {
 	CASMaxPerConn      int     `toml:"cas_max_per_conn"`
 }
 
-// DaemonData converts the limits of [data] (not the directories).
-func (d Data) DaemonData() daemon.DataLimits {
-	return daemon.DataLimits{LogRateBytes: d.LogRateBytes, LogBurstBytes: d.LogBurstBytes,
-		MaxAttemptLogBytes: d.MaxAttemptLogBytes, CASMaxConcurrent: d.CASMaxConcurrent, CASMaxPerConn: d.CASMaxPerConn}
-}
-
 // Validate reports the first out-of-range value, naming its key.
 func (d Data) Validate() error {
 	switch {
@@ -62,7 +46,7 @@ func (d Data) Validate() error {
 }
 
 // Admission configures the daemon's admission control (§220–223),
-// daemon.Limits.Admission (DaemonAdmission). Zero values take the
+// daemon.Limits.Admission (daemonsetup.Limits converts it). Zero values take the
 // daemon's defaults, shown here; the per-IP limit is off unless set.
 //
 //	[admission]
@@ -75,12 +59,6 @@ type Admission struct {
 	RegistrationRate  float64 `toml:"registration_rate"`
 	RegistrationBurst int     `toml:"registration_burst"`
 	MaxConnsPerIP     int     `toml:"max_conns_per_ip"`
-}
-
-// DaemonAdmission converts [admission].
-func (a Admission) DaemonAdmission() daemon.Admission {
-	return daemon.Admission{MaxHandshakes: a.MaxHandshakes, MaxConnsPerIP: a.MaxConnsPerIP,
-		RegistrationRate: semantics.Rate{PerSecond: a.RegistrationRate, Burst: a.RegistrationBurst}}
 }
 
 // Validate reports the first out-of-range value, naming its key.

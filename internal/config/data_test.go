@@ -4,9 +4,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"forgeyard.dev/transport/semantics"
-	"forgeyard.dev/transport/semantics/daemon"
 )
 
 const dataBase = `
@@ -85,41 +82,5 @@ func TestTLSReloadInterval(t *testing.T) {
 	}
 	if _, err := ParseDaemon("d.toml", []byte(with(`"-1s"`))); err == nil || !strings.Contains(err.Error(), "tls.reload_interval") {
 		t.Fatalf("negative reload_interval: %v", err)
-	}
-}
-
-// TestDaemonLimits: [limits], [admission] and [data] convert to the
-// daemon's one daemon.Limits; an empty file gives exactly the daemon's
-// defaults (this package keeps no copy of them).
-func TestDaemonLimits(t *testing.T) {
-	d, err := ParseDaemon("d.toml", []byte(dataBase+`
-[data]
-log_rate_bytes = 1048576
-cas_max_per_conn = 8
-[admission]
-registration_rate = 50
-[limits]
-max_streams = 1000
-certificate_rate_per_min = 2
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := d.DaemonLimits().WithDefaults()
-	if l.Conn.MaxStreams != 1000 || l.Conn.StreamCredit() != 1016 || l.Conn.IdentityRate != (semantics.Rate{PerSecond: 2.0 / 60, Burst: 4 * 2}) {
-		t.Errorf("conn %+v", l.Conn)
-	}
-	if l.Admission.RegistrationRate != (semantics.Rate{PerSecond: 50, Burst: 100}) || l.Admission.MaxHandshakes != daemon.DefaultMaxHandshakes {
-		t.Errorf("admission %+v", l.Admission)
-	}
-	if l.Data.LogRateBytes != 1<<20 || l.Data.CASMaxPerConn != 8 || l.Data.CASMaxConcurrent != daemon.DefaultLimits().Data.CASMaxConcurrent {
-		t.Errorf("data %+v", l.Data)
-	}
-	e, err := ParseDaemon("d.toml", []byte(dataBase))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := e.DaemonLimits().WithDefaults(); got != daemon.DefaultLimits() {
-		t.Errorf("empty sections: %+v, want daemon.DefaultLimits() %+v", got, daemon.DefaultLimits())
 	}
 }
