@@ -231,19 +231,7 @@ func NewWorldWith(t *testing.T, b Backend, pki *trusttest.PKI, auth authority.Au
 	w.D = d
 	l, addr := b.Listen(t, pki.ServerConfig(t, "localhost"))
 	w.Addr = addr
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := d.Serve(context.Background(), l); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = d.Shutdown(ctx)
-		<-served
-	})
+	ServeUntilCleanup(t, d, l)
 	return w
 }
 
@@ -587,3 +575,22 @@ func (rc *RawClient) CloseCode() wire.CloseCode {
 func asConnErr(err error, ce **semantics.ConnError) bool { return errors.As(err, ce) }
 
 func ControlOut(m wire.Message) control.Out { return control.Out{Msg: m} }
+
+// ServeUntilCleanup serves l with d until the test ends, then shuts d down
+// (2 s for the drain) and waits for Serve to return.
+func ServeUntilCleanup(t testing.TB, d *daemon.Daemon, l semantics.BackendListener) {
+	t.Helper()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := d.Serve(context.Background(), l); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = d.Shutdown(ctx)
+		<-served
+	})
+}

@@ -39,19 +39,7 @@ func NewIDWorld(t *testing.T, b Backend, pki *trusttest.PKI, auth authority.Auth
 	srv.ClientAuth = tls.VerifyClientCertIfGiven
 	l, addr := b.Listen(t, srv)
 	w.Addr = addr
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := d.Serve(context.Background(), l); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = d.Shutdown(ctx)
-		<-served
-	})
+	ServeUntilCleanup(t, d, l)
 	return w
 }
 
