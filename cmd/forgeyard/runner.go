@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -64,6 +65,13 @@ func (a *authorityFlags) open(ctx context.Context) (authority.Authority, authori
 		ac = config.AuthorityConfig{SQLite: a.sqlite, PostgresDSNFile: a.dsnFile}
 	default:
 		return nil, nil, errors.New("no authority: give --config, --sqlite or --postgres-dsn-file")
+	}
+	if ac.SQLite != "" {
+		// Operator commands never create an authority: a mistyped path
+		// would otherwise get a new, empty database and a "done".
+		if _, err := os.Stat(ac.SQLite); err != nil {
+			return nil, nil, fmt.Errorf("authority.sqlite %q: %w (the daemon creates it on its first start; check the path)", ac.SQLite, err)
+		}
 	}
 	au, err := daemonsetup.OpenAuthority(ctx, ac)
 	if err != nil {

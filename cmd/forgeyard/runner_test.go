@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -18,6 +19,7 @@ import (
 // SQLite authority and checks the store after each step.
 func TestRunnerTokenLifecycle(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "authority.db")
+	createAuthority(t, db) // as the daemon's first start does
 	code, out, errOut := runCLI(t, "runner", "token", "create", "--sqlite", db, "--name", "build-9", "--label", "linux", "--ttl", "1h")
 	if code != exitOK {
 		t.Fatalf("create: exit %d: %s", code, errOut)
@@ -71,5 +73,37 @@ func TestRunnerTokenLifecycle(t *testing.T) {
 	}
 	if code, _, _ := runCLI(t, "runner", "disable", "--sqlite", db, "--runner", "nope"); code != exitUsage {
 		t.Fatal("bad runner id accepted")
+	}
+}
+
+// createAuthority creates an empty SQLite authority at path, as a daemon's
+// first start does.
+func createAuthority(t *testing.T, path string) {
+	t.Helper()
+	au, err := authority.OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	au.Close()
+}
+
+// TestRunnerCommandsNeverCreateAuthority: a mistyped --sqlite path is a
+// configuration error (exit 2) naming the key, and no database appears
+// there; before, `runner disable --sqlite typo.db` created one, printed
+// "disabled" and exited 0.
+func TestRunnerCommandsNeverCreateAuthority(t *testing.T) {
+	typo := filepath.Join(t.TempDir(), "typo.db")
+	for _, args := range [][]string{
+		{"runner", "disable", "--sqlite", typo, "--runner", wire.NewRunnerId().String(), "--reason", "typo"},
+		{"runner", "token", "create", "--sqlite", typo, "--name", "x"},
+		{"runner", "token", "list", "--sqlite", typo},
+	} {
+		code, out, errOut := runCLI(t, args...)
+		if code != exitUsage || !strings.Contains(errOut, "authority.sqlite") || strings.Contains(out, "disabled") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d naming authority.sqlite", args, code, out, errOut, exitUsage)
+		}
+		if _, err := os.Stat(typo); !os.IsNotExist(err) {
+			t.Fatalf("%v created %s (stat: %v)", args, typo, err)
+		}
 	}
 }
