@@ -39,12 +39,26 @@ func Main(run func(ctx context.Context, args []string, stdout, stderr io.Writer)
 // ok is false when the command must exit with code: ExitOK after --help
 // (printed on stdout), ExitUsage after a bad flag (fs printed why).
 func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
+	// flag prints the usage itself (on the set's output) for --help and for
+	// a bad flag; it is printed here instead, once: --help on stdout, a
+	// usage error on the set's output (stderr) after flag's message.
+	usage := fs.Usage
+	if usage == nil {
+		usage = func() {
+			fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+			fs.PrintDefaults()
+		}
+	}
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = usage
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
-			fs.Usage()
+			usage()
 			return ExitOK, false
 		}
+		usage()
 		return ExitUsage, false
 	}
 	return ExitOK, true

@@ -32,9 +32,9 @@ func TestParseNoArgs(t *testing.T) {
 		stdout, stderr string
 	}{
 		{[]string{"-v", "1"}, ExitOK, true, "", ""},
-		// flag itself prints the usage on the set's output too, as it did
-		// before Parse existed.
-		{[]string{"--help"}, ExitOK, false, "usage of x\n", "usage of x\n"},
+		// --help prints the usage once, on stdout.
+		{[]string{"--help"}, ExitOK, false, "usage of x\n", ""},
+		{[]string{"-h"}, ExitOK, false, "usage of x\n", ""},
 		{[]string{"-nope"}, ExitUsage, false, "", "flag provided but not defined: -nope\nusage of x\n"},
 		{[]string{"extra"}, ExitUsage, false, "", "prog: unexpected argument \"extra\"\n"},
 	} {
