@@ -45,6 +45,9 @@ var (
 	ErrConflict = errors.New("authority: conflicting record")
 )
 
+// ReasonLeaseExpired is the revoke reason Authority.ExpireLease records.
+const ReasonLeaseExpired = "lease expired"
+
 // LeaseState is the lifecycle state of a lease.
 type LeaseState string
 
@@ -280,8 +283,17 @@ type Authority interface {
 	SessionLeases(ctx context.Context, session wire.AgentSessionId, states ...LeaseState) ([]Lease, error)
 	// ExpiredLeases lists live leases whose expiry is before `before`.
 	ExpiredLeases(ctx context.Context, before time.Time, limit int) ([]Lease, error)
-	// RevokeLease revokes a live lease (expired renewals, operator action).
+	// RevokeLease revokes a live lease unconditionally (operator action).
 	RevokeLease(ctx context.Context, id wire.LeaseId, reason string, now time.Time) error
+	// ExpireLease revokes the lease (reason ReasonLeaseExpired) only if it is
+	// still live and its expiry is still before `before` (the sweep's now
+	// minus its grace), judged in one transaction under the lease's row lock,
+	// so a renewal committed after ExpiredLeases listed the lease (by any
+	// daemon sharing the store) wins over the sweep. It reports whether this
+	// call revoked the lease: false if the lease was renewed, is no longer
+	// live, or was already expired by another sweep. An unknown lease is
+	// ErrNotFound.
+	ExpireLease(ctx context.Context, id wire.LeaseId, before time.Time) (expired bool, err error)
 	// Completions counts recorded completions of an attempt (0 or 1); for
 	// tests and audits.
 	Completions(ctx context.Context, attempt wire.JobAttemptId) (int, error)

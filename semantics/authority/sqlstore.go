@@ -783,6 +783,31 @@ func (s *store) RevokeLease(ctx context.Context, id wire.LeaseId, reason string,
 	})
 }
 
+func (s *store) ExpireLease(ctx context.Context, id wire.LeaseId, before time.Time) (bool, error) {
+	var expired bool
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		expired = false
+		// The row lock (PostgreSQL FOR UPDATE; SQLite's BEGIN IMMEDIATE write
+		// lock) orders this against RenewLease and Resync: the expiry read
+		// here is the last committed one, so a renewal that committed after
+		// the sweep's ExpiredLeases is seen and the lease is kept.
+		l, err := s.loadLease(ctx, t, id, true)
+		if err != nil {
+			return err
+		}
+		if !l.State.Live() || !l.ExpiresAt.Before(before) {
+			return nil
+		}
+		if _, err := s.exec(ctx, t, `UPDATE fy_leases SET state = ?, revoke_reason = ? WHERE lease_id = ?`,
+			string(LeaseRevoked), ReasonLeaseExpired, idb(id.ULID)); err != nil {
+			return err
+		}
+		expired = true
+		return nil
+	})
+	return expired, err
+}
+
 func (s *store) Completions(ctx context.Context, attempt wire.JobAttemptId) (int, error) {
 	var n int
 	err := s.tx(ctx, func(t *sql.Tx) error {

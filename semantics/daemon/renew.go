@@ -58,7 +58,10 @@ func (d *Daemon) expireLeases(now time.Time) {
 	for _, l := range ls {
 		seen[l.ID] = true
 		if now.Sub(l.ExpiresAt) > d.timing.RevokeGrace {
-			if err := d.auth.RevokeLease(d.ctx, l.ID, "lease expired", now); err == nil {
+			// The same rule, judged again under the lease's row lock: a
+			// renewal committed since ExpiredLeases (here or on another
+			// daemon) keeps the lease, and only the sweep that expired it acts.
+			if expired, err := d.auth.ExpireLease(d.ctx, l.ID, now.Add(-d.timing.RevokeGrace)); err == nil && expired {
 				d.st.leasesRevoked.Add(1)
 				d.forgetAttemptLog(l.Attempt)
 				if c := d.sessionConn(l.Session); c != nil && c.channel() != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,6 +80,8 @@ func Run(t *testing.T, o Opener) {
 		{"CompletionConcurrentRetries", testCompletionConcurrent},
 		{"Resync", testResync},
 		{"ExpiryAndRevocation", testExpiry},
+		{"ExpireLeaseRechecksUnderLock", testExpireRecheck},
+		{"ExpireLeaseRacesRenewals", testExpireRace},
 		{"DedupRetention", testDedup},
 		{"LeaseRoundTrip", testLeaseRoundTrip},
 		{"SessionLeases", testSessionLeases},
@@ -95,6 +98,14 @@ func Run(t *testing.T, o Opener) {
 			t.Skip("implementation does not share storage between instances")
 		}
 		testShared(t, o)
+	})
+	t.Run("SharedExpireRacesRenewals", func(t *testing.T) {
+		if o.Shared == nil {
+			t.Skip("implementation does not share storage between instances")
+		}
+		// The sweep on one daemon, the renewals on another (HA, §227–230).
+		a := o.Open(t)
+		expireRace(t, a, o.Shared(t))
 	})
 	t.Run("SharedIdentities", func(t *testing.T) {
 		if o.Shared == nil {
@@ -616,5 +627,193 @@ func testShared(t *testing.T, o Opener) {
 	// The first daemon now sees the old transport fenced.
 	if _, err := a.CheckEpoch(f.ctx, f.session, 1); !errors.Is(err, authority.ErrFenced) {
 		t.Fatalf("first daemon's view = %v, want ErrFenced", err)
+	}
+}
+
+// testExpireRecheck: the sweep lists a lease as expired, the agent's renewal
+// commits, then the sweep expires it: ExpireLease re-judges the expiry under
+// the row lock, reports not expired and leaves the renewed lease live.
+func testExpireRecheck(t *testing.T, o Opener) {
+	f := newFixture(t, o.Open(t))
+	l := f.lease(t, 10*time.Second)
+	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
+		t.Fatal(err)
+	}
+	sweepNow := t0.Add(20 * time.Second)
+	exp, err := f.a.ExpiredLeases(f.ctx, sweepNow, 100)
+	if err != nil || len(exp) != 1 || exp[0].ID != l.ID {
+		t.Fatalf("expired = %+v, %v; want %s", exp, err, l.ID)
+	}
+	// A late renewal (the lease still lives in the store) commits between
+	// the sweep's read and its revoke.
+	renewAt := t0.Add(19 * time.Second)
+	res, err := f.a.RenewLease(f.ctx, wire.NewMessageId(), l.ID, l.Attempt, f.ref(), renewAt)
+	if err != nil || !res.Extended || !res.ExpiresAt.Equal(renewAt.Add(l.TTL)) {
+		t.Fatalf("renew = %+v, %v; want extended to %v", res, err, renewAt.Add(l.TTL))
+	}
+	expired, err := f.a.ExpireLease(f.ctx, l.ID, sweepNow)
+	if err != nil || expired {
+		t.Fatalf("ExpireLease after a renewal = %v, %v; want not expired", expired, err)
+	}
+	got, err := f.a.Lease(f.ctx, l.ID)
+	if err != nil || got.State != authority.LeaseAccepted || !got.ExpiresAt.Equal(renewAt.Add(l.TTL)) {
+		t.Fatalf("lease after the sweep = %+v, %v; want accepted until %v", got, err, renewAt.Add(l.TTL))
+	}
+	// Once really expired it is expired exactly once, with the expiry reason;
+	// ExpireLease on a revoked lease reports false and keeps the first reason.
+	later := renewAt.Add(l.TTL).Add(time.Millisecond)
+	if expired, err := f.a.ExpireLease(f.ctx, l.ID, renewAt.Add(l.TTL)); err != nil || expired {
+		t.Fatalf("ExpireLease at exactly the expiry = %v, %v; want not expired (expiry must be before)", expired, err)
+	}
+	if expired, err := f.a.ExpireLease(f.ctx, l.ID, later); err != nil || !expired {
+		t.Fatalf("ExpireLease past the expiry = %v, %v; want expired", expired, err)
+	}
+	if expired, err := f.a.ExpireLease(f.ctx, l.ID, later); err != nil || expired {
+		t.Fatalf("second ExpireLease = %v, %v; want false", expired, err)
+	}
+	got, _ = f.a.Lease(f.ctx, l.ID)
+	if got.State != authority.LeaseRevoked || got.RevokeReason != authority.ReasonLeaseExpired {
+		t.Fatalf("expired lease = %+v; want revoked with %q", got, authority.ReasonLeaseExpired)
+	}
+	if res, err := f.a.RenewLease(f.ctx, wire.NewMessageId(), l.ID, l.Attempt, f.ref(), later); err != nil || !res.Revoked {
+		t.Fatalf("renew after expiry = %+v, %v; want Revoked", res, err)
+	}
+	// An operator revocation stays unconditional: a lease far from expiry is
+	// revoked, and ExpireLease then leaves it alone.
+	op := f.lease(t, time.Hour)
+	if err := f.a.RevokeLease(f.ctx, op.ID, "operator", t0); err != nil {
+		t.Fatal(err)
+	}
+	if expired, err := f.a.ExpireLease(f.ctx, op.ID, t0.Add(2*time.Hour)); err != nil || expired {
+		t.Fatalf("ExpireLease of a revoked lease = %v, %v; want false", expired, err)
+	}
+	if got, _ := f.a.Lease(f.ctx, op.ID); got.State != authority.LeaseRevoked || got.RevokeReason != "operator" {
+		t.Fatalf("operator-revoked lease = %+v", got)
+	}
+	if _, err := f.a.ExpireLease(f.ctx, wire.NewLeaseId(), later); !errors.Is(err, authority.ErrNotFound) {
+		t.Fatalf("ExpireLease of an unknown lease = %v, want ErrNotFound", err)
+	}
+}
+
+func testExpireRace(t *testing.T, o Opener) {
+	a := o.Open(t)
+	expireRace(t, a, a)
+}
+
+// expireRace races renewals (through ra) against expiry sweeps (through sa)
+// of the same lease. Every round a fresh lease expires at e; renewers renew
+// it at e-1ms (so a renewal commits an expiry beyond the sweep's cutoff);
+// sweepers expire it with the cutoff e+1ms (the lease, as first listed, is
+// expired). Whatever the interleaving: the lease is revoked only if no
+// renewal committed before the revocation, i.e. no renewer was told
+// Extended; and a sweep expires it at most once.
+func expireRace(t *testing.T, ra, sa authority.Authority) {
+	f := newFixture(t, ra)
+	const rounds, renewers, sweepers = 200, 3, 2
+	ttl := 10 * time.Second
+	for round := 0; round < rounds; round++ {
+		l := f.lease(t, ttl)
+		cutoff := l.ExpiresAt.Add(time.Millisecond)
+		renewAt := l.ExpiresAt.Add(-time.Millisecond)
+		var (
+			wg             sync.WaitGroup
+			mu             sync.Mutex
+			extended       int
+			revokedRenew   int
+			maxExpiry      time.Time
+			expiredBySweep int
+		)
+		start := make(chan struct{})
+		for i := 0; i < renewers; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				res, err := ra.RenewLease(f.ctx, wire.NewMessageId(), l.ID, l.Attempt, f.ref(), renewAt)
+				if err != nil {
+					t.Errorf("round %d: renew: %v", round, err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case res.Extended:
+					extended++
+					if res.ExpiresAt.After(maxExpiry) {
+						maxExpiry = res.ExpiresAt
+					}
+				case res.Revoked:
+					revokedRenew++
+				default:
+					t.Errorf("round %d: renew = %+v, want Extended or Revoked", round, res)
+				}
+			}()
+		}
+		for i := 0; i < sweepers; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				expired, err := sa.ExpireLease(f.ctx, l.ID, cutoff)
+				if err != nil {
+					t.Errorf("round %d: expire: %v", round, err)
+					return
+				}
+				if expired {
+					mu.Lock()
+					expiredBySweep++
+					mu.Unlock()
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		got, err := sa.Lease(f.ctx, l.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case expiredBySweep > 1:
+			t.Fatalf("round %d: lease expired %d times, want at most once", round, expiredBySweep)
+		case expiredBySweep == 1:
+			// Revoked: then no renewal may have committed before it (a
+			// committed renewal's expiry, renewAt+ttl, is beyond the cutoff).
+			if extended != 0 {
+				t.Fatalf("round %d: lease expired although %d renewals committed an expiry of %v (sweep cutoff %v)", round, extended, maxExpiry, cutoff)
+			}
+			if got.State != authority.LeaseRevoked || got.RevokeReason != authority.ReasonLeaseExpired {
+				t.Fatalf("round %d: expired lease = %+v", round, got)
+			}
+		default:
+			// Kept: a renewal committed first and every renewal extended it.
+			if extended != renewers || revokedRenew != 0 {
+				t.Fatalf("round %d: not expired, but %d of %d renewals extended (%d revoked)", round, extended, renewers, revokedRenew)
+			}
+			if got.State != authority.LeaseOffered || !got.ExpiresAt.Equal(maxExpiry) {
+				t.Fatalf("round %d: kept lease = %+v; want live until %v", round, got, maxExpiry)
+			}
+			// Once past the renewed expiry, concurrent sweeps expire it
+			// exactly once.
+			var n atomic.Int32
+			for i := 0; i < sweepers; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					expired, err := sa.ExpireLease(f.ctx, l.ID, maxExpiry.Add(time.Millisecond))
+					if err != nil {
+						t.Errorf("round %d: expire: %v", round, err)
+					} else if expired {
+						n.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if n.Load() != 1 {
+				t.Fatalf("round %d: %d concurrent sweeps expired the lease, want exactly 1", round, n.Load())
+			}
+		}
 	}
 }
