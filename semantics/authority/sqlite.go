@@ -3,8 +3,11 @@ package authority
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
 
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
@@ -14,7 +17,16 @@ import (
 // daemon restart: reopening the same file sees every lease, session and
 // completion. Writes are serialized through a single connection (SQLite has
 // one writer anyway), in WAL mode with a busy timeout.
+//
+// A new database file is created readable and writable by its owner only
+// (0600): SQLite creates the -wal and -shm files with the database file's
+// mode, so they are 0600 too. An existing file keeps its mode.
 func OpenSQLite(ctx context.Context, path string) (Authority, error) {
+	if path != ":memory:" {
+		if err := createPrivate(path); err != nil {
+			return nil, fmt.Errorf("authority: open sqlite %q: %w", path, err)
+		}
+	}
 	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() +
 		"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)&_txlock=immediate"
 	if path == ":memory:" {
@@ -37,4 +49,18 @@ func OpenSQLite(ctx context.Context, path string) (Authority, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// createPrivate creates path as an empty file with mode 0600 if it does not
+// exist (an empty file is an empty SQLite database). SQLite itself would
+// create it 0644 (less the umask).
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
