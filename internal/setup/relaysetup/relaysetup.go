@@ -136,12 +136,7 @@ func ensureDevRelayCert(pki *trust.DevPKI, certFile, keyFile string) error {
 	if err != nil {
 		return fmt.Errorf("issuing the dev relay certificate: %w", err)
 	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		return err
-	}
-	return os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	// Atomic, key 0600 whatever an older file's mode was (os.WriteFile
+	// keeps an existing file's mode).
+	return trust.WriteCredentialFiles(certFile, keyFile, [][]byte{der}, key)
 }

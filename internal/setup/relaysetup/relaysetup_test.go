@@ -1,0 +1,34 @@
+package relaysetup
+
+import (
+	"crypto/tls"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"forgeyard.dev/transport/internal/config"
+)
+
+// TestDevRelayKeyOwnerOnly: the dev relay's client key is written 0600 and
+// loads as a pair with its certificate, also when a stale key file with a
+// wider mode is in the way (os.WriteFile kept an existing file's mode).
+func TestDevRelayKeyOwnerOnly(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, DevRelayKeyFile), []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var r config.Relay
+	if _, err := DevRelay(dir, &r); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(r.Upstream.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := st.Mode().Perm(); m != 0o600 {
+		t.Errorf("%s mode %o, want 600", r.Upstream.PrivateKey, m)
+	}
+	if _, err := tls.LoadX509KeyPair(r.Upstream.Certificate, r.Upstream.PrivateKey); err != nil {
+		t.Errorf("dev relay pair: %v", err)
+	}
+}
