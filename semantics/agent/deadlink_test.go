@@ -11,17 +11,21 @@ import (
 	"forgeyard.dev/transport/semantics/daemon"
 )
 
-// path is a netsim proxy between the agent and the daemon.
-type path interface {
+// darkable is a path between the agent and the daemon that can silently
+// drop everything: a netsim proxy, or a darkDialer on memory.
+type darkable interface {
 	Addr() string
 	Blackhole(on bool)
+}
+
+// path is a netsim proxy between the agent and the daemon.
+type path interface {
+	darkable
 	SetDown(netsim.Impairment)
 }
 
 // pathBackends are the backends a netsim proxy can sit under: UDP for QUIC
-// and WebTransport, TCP for TLS+yamux. (The memory backend has no path to
-// black-hole; it runs the same heartbeat code, unit-tested with a fake
-// clock in TestLivenessDeadline.)
+// and WebTransport, TCP for TLS+yamux.
 func pathBackends() []enginetest.Backend {
 	return []enginetest.Backend{enginetest.QuicBackend(), enginetest.WebtransportBackend(), enginetest.YamuxBackend()}
 }
@@ -59,7 +63,8 @@ func awaitAcks(t *testing.T, a *agent.Agent, n int64) {
 
 // TestDeadPathDetectedWithinMisses: the path between a registered agent and
 // its daemon silently drops everything (netsim blackhole; no close, no
-// reset). The agent ends the link with ErrHeartbeatTimeout within 3
+// reset; on memory a darkDialer that also hides the daemon's close). The
+// agent ends the link with ErrHeartbeatTimeout within 3
 // heartbeat intervals (the default HeartbeatMisses) of the last ack — far
 // below the transport's idle timeout — plus one interval of tolerance for
 // a loaded machine, counts it, and when the path comes back reconnects
@@ -67,13 +72,20 @@ func awaitAcks(t *testing.T, a *agent.Agent, n int64) {
 func TestDeadPathDetectedWithinMisses(t *testing.T) {
 	const every = 200 * time.Millisecond
 	const limit = agent.DefaultHeartbeatMisses*every + every // tolerance: one interval
-	for _, b := range pathBackends() {
+	for _, b := range append([]enginetest.Backend{enginetest.MemoryBackend()}, pathBackends()...) {
 		t.Run(b.Name, func(t *testing.T) {
 			w := enginetest.NewWorld(t, b, func(c *daemon.Config) { c.Timing.HeartbeatInterval = every })
-			p := newPath(t, b, w.Addr)
+			var p darkable
+			if b.Name != "memory" {
+				p = newPath(t, b, w.Addr)
+			}
 			id := w.NewIdentity()
 			disc := make(chan error, 16)
 			a, _, _ := w.StartAgent(id, enginetest.NewCountingExec(false), func(c *agent.Config) {
+				if p == nil {
+					dd := &darkDialer{inner: c.Endpoints[0].Dialer, addr: w.Addr}
+					c.Endpoints[0].Dialer, p = dd, dd
+				}
 				c.Endpoints[0].Address = p.Addr()
 				c.Hooks.OnDisconnected = func(err error) { disc <- err }
 			})
