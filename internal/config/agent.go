@@ -22,6 +22,7 @@ const (
 // Agent is the forgeyard-agent configuration file.
 //
 //	max_parallel = 2
+//	heartbeat_misses = 3       # optional (default shown)
 //
 //	[control_plane]
 //	endpoints = ["quic://forgeyard.example.internal:7443",
@@ -61,6 +62,11 @@ type Agent struct {
 	// MaxParallel is how many attempts run at once (0: DefaultMaxParallel;
 	// at most 65535).
 	MaxParallel int `toml:"max_parallel"`
+	// HeartbeatMisses: with no heartbeat ack for this many heartbeat
+	// intervals (the daemon's) the agent treats the link as dead and
+	// reconnects (0: 3; -1: off, the transport's idle timeout decides; at
+	// most 1000). See semantics/agent Config.HeartbeatMisses.
+	HeartbeatMisses int `toml:"heartbeat_misses"`
 	// Backoff bounds reconnect delays (exponential with full jitter; the
 	// daemon's max_backoff overrides Max once registered).
 	Backoff Backoff `toml:"backoff"`
@@ -239,6 +245,9 @@ func (a *Agent) Validate() error {
 	}
 	if a.MaxParallel < 1 || a.MaxParallel > 65535 {
 		return invalid("max_parallel", "%d must be 1–65535", a.MaxParallel)
+	}
+	if a.HeartbeatMisses < -1 || a.HeartbeatMisses > 1000 {
+		return invalid("heartbeat_misses", "%d must be 1–1000 (0: the default 3, -1: off)", a.HeartbeatMisses)
 	}
 	if a.Backoff.Base.Duration > a.Backoff.Max.Duration {
 		return invalid("backoff.base", "%v exceeds backoff.max (%v)", a.Backoff.Base.Duration, a.Backoff.Max.Duration)

@@ -125,11 +125,19 @@ type Config struct {
 	// RequestTimeout is the deadline of each request (hello, register,
 	// resync, renew, completion); 0 → DefaultRequestTimeout.
 	RequestTimeout time.Duration
-	Logger         *slog.Logger
-	Now            func() time.Time
-	Version        string // agent version reported to the daemon
-	Limits         semantics.Limits
-	Hooks          Hooks
+	// HeartbeatMisses: the agent treats its link as dead and reconnects
+	// (same session, backoff and fallback as after any cut; OnDisconnected
+	// gets ErrHeartbeatTimeout) when no heartbeat was acknowledged for this
+	// many heartbeat intervals (the daemon's interval), counted from the
+	// last ack of any heartbeat or from the registration, so late acks
+	// inside the window keep the link. 0 → DefaultHeartbeatMisses (3);
+	// negative turns the rule off (the transport's idle timeout decides).
+	HeartbeatMisses int
+	Logger          *slog.Logger
+	Now             func() time.Time
+	Version         string // agent version reported to the daemon
+	Limits          semantics.Limits
+	Hooks           Hooks
 	// SpoolDir is the root of the agent's on-disk state: SpoolDir/<agent
 	// session>/logs holds the attempts' log spools and …/cas the outputs
 	// executors store with Output.PutOutput until they are uploaded. Empty
@@ -175,6 +183,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("agent: Config.Role %v unknown", c.Role)
 	case (c.Role == agentwire.RoleAgent || c.Role == agentwire.RoleInternalWorker) && c.Executor == nil:
 		return errors.New("agent: Config.Executor is required for this role")
+	case c.HeartbeatMisses > 1000:
+		return fmt.Errorf("agent: Config.HeartbeatMisses %d out of range (at most 1000)", c.HeartbeatMisses)
 	case c.MaxParallel < 0 || c.MaxParallel > 0xffff:
 		return fmt.Errorf("agent: Config.MaxParallel %d out of range", c.MaxParallel)
 	case len(c.CertChain) > agentwire.MaxCertChain:

@@ -191,6 +191,7 @@ func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link,
 		h(a.Status())
 	}
 	lctx := l.ctx
+	l.dead = make(chan struct{})
 	var loops sync.WaitGroup
 	loops.Add(1)
 	go func() { defer loops.Done(); a.heartbeatLoop(lctx, l) }()
@@ -218,6 +219,11 @@ func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link,
 			endErr = ctx.Err()
 		case <-l.goaway:
 			endErr = errors.New("agent: daemon sent GoAway")
+		case <-l.dead:
+			// No heartbeat ack for HeartbeatMisses intervals (heartbeat.go):
+			// do not wait for the transport's idle timeout.
+			closeCode, closeReason = wire.CloseIdleTimeout, "no heartbeat ack"
+			endErr = ErrHeartbeatTimeout
 		case p := <-moves:
 			// Register the better transport first; the daemon fences l.
 			if err := a.register(ctx, p); err != nil {

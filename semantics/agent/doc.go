@@ -26,7 +26,7 @@
 //   - fallback.go: the endpoint race by backend class, remembered choices, probing a better backend
 //   - register.go: hello, registration with key proof, resync
 //   - link.go: one registered transport and the dispatch of the daemon's messages (handle)
-//   - heartbeat.go: heartbeats
+//   - heartbeat.go: heartbeats and the liveness rule (no ack for HeartbeatMisses intervals: the link is dead, reconnect)
 //   - lease.go: lease offers and their answers, lease renewal, cancellation
 //   - attempt.go: running an attempt on the Executor and delivering its completion
 //   - executor.go: the Executor interface and the synthetic executor

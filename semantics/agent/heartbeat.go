@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"forgeyard.dev/transport/semantics"
@@ -9,15 +12,107 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
+// DefaultHeartbeatMisses is how many heartbeat intervals without any ack
+// make the agent treat its link as dead (Config.HeartbeatMisses).
+const DefaultHeartbeatMisses = 3
+
+// ErrHeartbeatTimeout ends a link (Hooks.OnDisconnected) on which no
+// heartbeat was acknowledged for Config.HeartbeatMisses intervals: the
+// daemon died or the path went dark. The agent reconnects as after any
+// other cut (same session, backoff, fallback).
+var ErrHeartbeatTimeout = errors.New("agent: no heartbeat ack within the liveness window")
+
+// liveness is the agent's dead-link rule: the link is dead once
+// misses × every passed since the last ack of any heartbeat, or since the
+// link started (its registration was answered) when none was acked yet.
+// A slow daemon whose acks arrive late but within the window keeps the
+// link alive: acks are not matched to the latest heartbeat, any ack of any
+// outstanding heartbeat counts. Times are offsets from the link's start
+// (monotonic).
+type liveness struct {
+	window time.Duration // misses × every; ≤ 0 disables the rule
+	last   atomic.Int64  // offset of the last ack (0: the link's start)
+}
+
+func newLiveness(misses int, every time.Duration) *liveness {
+	return &liveness{window: time.Duration(misses) * every}
+}
+
+// acked records an ack received at offset at (later acks win; an older
+// one arriving late never moves the deadline back).
+func (v *liveness) acked(at time.Duration) {
+	for {
+		old := v.last.Load()
+		if int64(at) <= old || v.last.CompareAndSwap(old, int64(at)) {
+			return
+		}
+	}
+}
+
+// remaining is how long until the link is dead at offset now; ≤ 0 means
+// it is dead.
+func (v *liveness) remaining(now time.Duration) time.Duration {
+	return time.Duration(v.last.Load()) + v.window - now
+}
+
+// heartbeatMisses is Config.HeartbeatMisses with its default (negative:
+// the rule is off).
+func (c *Config) heartbeatMisses() int {
+	switch {
+	case c.HeartbeatMisses == 0:
+		return DefaultHeartbeatMisses
+	case c.HeartbeatMisses < 0:
+		return 0
+	}
+	return c.HeartbeatMisses
+}
+
+// heartbeatLoop sends a heartbeat every interval (the daemon's) and
+// watches the link's liveness: when no heartbeat was acked for
+// heartbeatMisses intervals it closes l.dead and returns (serve ends the
+// link with ErrHeartbeatTimeout).
 func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 	a.mu.Lock()
 	every := a.hbEvery
 	a.mu.Unlock()
+	misses := a.cfg.heartbeatMisses()
+	start := time.Now()
+	lv := newLiveness(misses, every)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var dead *time.Timer
+	var deadC <-chan time.Time // nil when the rule is off
+	if lv.window > 0 {
+		dead = time.NewTimer(lv.window)
+		defer dead.Stop()
+		deadC = dead.C
+	}
+	var calls sync.WaitGroup
+	defer calls.Wait()
+	var outstanding atomic.Int64
+	// Each heartbeat waits for its ack up to the liveness window (one
+	// interval when the rule is off), in its own goroutine: a late ack
+	// still counts, and the next heartbeat is not held back by it.
+	wait := lv.window
+	if wait <= 0 {
+		wait = every
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-deadC:
+			now := time.Since(start)
+			if r := lv.remaining(now); r > 0 {
+				dead.Reset(r) // an ack moved the deadline
+				continue
+			}
+			last := time.Duration(lv.last.Load())
+			a.st.hbTimeouts.Add(1)
+			a.log.Warn("no heartbeat ack: link considered dead, reconnecting",
+				"backend", l.ep.Backend, "endpoint", l.ep.Address, "interval", every.String(), "misses", misses,
+				"since_last_ack", (now - last).String(), "acked_any", last > 0, "outstanding", outstanding.Load())
+			l.deadOnce.Do(func() { close(l.dead) })
 			return
 		case <-t.C:
 		}
@@ -33,17 +128,24 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 		a.mu.Unlock()
 		a.st.hbSent.Add(1)
 		// Heartbeats are never replayed (§235): one send, one wait.
-		sent := time.Now()
-		env, err := l.ch.Call(ctx, control.Out{Msg: hb, Priority: semantics.PriorityLease, UsePriority: true}, every)
-		if err != nil {
-			continue
-		}
-		if _, ok := env.Payload.(*agentwire.HeartbeatAckV1); ok {
-			a.cfg.Metrics.ObserveHeartbeatRTT(time.Since(sent))
-			a.st.hbAcked.Add(1)
-			a.mu.Lock()
-			a.lastAck = a.now()
-			a.mu.Unlock()
-		}
+		calls.Add(1)
+		outstanding.Add(1)
+		go func() {
+			defer calls.Done()
+			defer outstanding.Add(-1)
+			sent := time.Now()
+			env, err := l.ch.Call(ctx, control.Out{Msg: hb, Priority: semantics.PriorityLease, UsePriority: true}, wait)
+			if err != nil {
+				return
+			}
+			if _, ok := env.Payload.(*agentwire.HeartbeatAckV1); ok {
+				lv.acked(time.Since(start))
+				a.cfg.Metrics.ObserveHeartbeatRTT(time.Since(sent))
+				a.st.hbAcked.Add(1)
+				a.mu.Lock()
+				a.lastAck = a.now()
+				a.mu.Unlock()
+			}
+		}()
 	}
 }

@@ -30,6 +30,10 @@ type link struct {
 	goaway    chan struct{}
 	goOnce    sync.Once
 	reconnect time.Duration
+	// dead is closed by the heartbeat loop when no heartbeat was acked
+	// for Config.HeartbeatMisses intervals (heartbeat.go); serve makes it.
+	dead     chan struct{}
+	deadOnce sync.Once
 }
 
 // traceOut sets o's trace context from the span in ctx when the daemon

@@ -15,6 +15,7 @@ type agentStats struct {
 	logFinalizeFailed, outputsUploaded, outputsFailed                 atomic.Int64
 	probes, probesOK, moves                                           atomic.Int64
 	payloadsFetched, payloadsFailed                                   atomic.Int64
+	hbTimeouts                                                        atomic.Int64
 }
 
 // Stats are the agent's counters.
@@ -32,15 +33,19 @@ type Stats struct {
 	Cancels            int64
 	HeartbeatsSent     int64
 	HeartbeatsAcked    int64
-	DialFailures       int64
-	LogFinalizeFailed  int64 // attempts completed without a passed logs-finalized barrier
-	OutputsUploaded    int64 // outputs uploaded (or already held) before completions
-	OutputsFailed      int64 // local outputs that could not be uploaded (left out of completions)
-	PayloadsFetched    int64 // payloads downloaded and verified (Config.FetchPayload)
-	PayloadsFailed     int64 // attempts ended InfraError because their payload could not be fetched
-	Probes             int64 // background probes of a better backend
-	ProbesSucceeded    int64
-	MovesBack          int64 // moves to a better backend after probing
+	// HeartbeatTimeouts counts links ended because no heartbeat was acked
+	// for Config.HeartbeatMisses intervals (reconnect reason
+	// "heartbeat_timeout").
+	HeartbeatTimeouts int64
+	DialFailures      int64
+	LogFinalizeFailed int64 // attempts completed without a passed logs-finalized barrier
+	OutputsUploaded   int64 // outputs uploaded (or already held) before completions
+	OutputsFailed     int64 // local outputs that could not be uploaded (left out of completions)
+	PayloadsFetched   int64 // payloads downloaded and verified (Config.FetchPayload)
+	PayloadsFailed    int64 // attempts ended InfraError because their payload could not be fetched
+	Probes            int64 // background probes of a better backend
+	ProbesSucceeded   int64
+	MovesBack         int64 // moves to a better backend after probing
 	// BackendChanges counts registrations over a different backend than
 	// the previous one, by from/to backend; the first registration counts
 	// from the best configured backend when it is a fallback.
@@ -98,7 +103,7 @@ func (a *Agent) Stats() Stats {
 	out := Stats{Reconnects: s.reconnects.Load(), Registrations: s.registrations.Load(), Resyncs: s.resyncs.Load(),
 		DuplicatesAbsorbed: s.dupOffers.Load(), LeasesAccepted: s.accepted.Load(), LeasesRejected: s.rejected.Load(),
 		AttemptsStarted: s.started.Load(), CompletionsSent: s.complSent.Load(), CompletionsRetried: s.complRetried.Load(),
-		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), DialFailures: s.dialFailures.Load(),
+		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), HeartbeatTimeouts: s.hbTimeouts.Load(), DialFailures: s.dialFailures.Load(),
 		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load(),
 		PayloadsFetched: s.payloadsFetched.Load(), PayloadsFailed: s.payloadsFailed.Load(),
 		Probes: s.probes.Load(), ProbesSucceeded: s.probesOK.Load(), MovesBack: s.moves.Load(),
