@@ -52,6 +52,7 @@ type LimitError struct {
 	Err   error
 }
 
+// Error names the limit (per kind or total), its value, the stream kind being opened and the context error that ended the wait.
 func (e *LimitError) Error() string {
 	which := "per-kind"
 	if e.Total {

@@ -35,6 +35,7 @@ const (
 var streamCodeNames = [...]string{"Cancelled", "Refused", "ProtocolError", "UnknownKind",
 	"FrameTooLarge", "InternalError", "Shutdown", "Forbidden"}
 
+// String returns the code's name, or StreamErrorCode(n) for a code this build does not define.
 func (c StreamErrorCode) String() string {
 	if int(c) < len(streamCodeNames) {
 		return streamCodeNames[c]
@@ -49,6 +50,7 @@ type StreamError struct {
 	Remote bool
 }
 
+// Error says which side reset the stream and with which code.
 func (e *StreamError) Error() string {
 	side := "local"
 	if e.Remote {
@@ -72,6 +74,7 @@ type ConnError struct {
 	Remote bool
 }
 
+// Error says which side closed the connection, its close code and, when given, the reason.
 func (e *ConnError) Error() string {
 	side := "locally"
 	if e.Remote {

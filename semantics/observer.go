@@ -66,6 +66,7 @@ const (
 
 var writeClassNames = [NumWriteClasses]string{"control", "log", "cas"}
 
+// String returns the write class's metric label.
 func (c WriteClass) String() string {
 	if c < NumWriteClasses {
 		return writeClassNames[c]
@@ -99,6 +100,7 @@ const (
 
 var outcomeNames = [NumOutcomes]string{"ok", "error", "rejected", "duplicate"}
 
+// String returns the outcome's metric label; "unknown" for a value out of range.
 func (o Outcome) String() string {
 	if o < NumOutcomes {
 		return outcomeNames[o]

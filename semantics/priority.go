@@ -20,6 +20,7 @@ const (
 
 var priorityNames = [NumPriorities]string{"cancel", "lease", "control", "log", "cas"}
 
+// String returns the priority's name as used in metric labels and logs.
 func (p Priority) String() string {
 	if p < NumPriorities {
 		return priorityNames[p]

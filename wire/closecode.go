@@ -36,6 +36,7 @@ var closeNames = [numCloseCodes]string{
 	"LimitExceeded", "Overloaded", "IdleTimeout",
 }
 
+// String returns the code's name from the close-code table, or CloseCode(n) for a code this build does not define.
 func (c CloseCode) String() string {
 	if c < numCloseCodes {
 		return closeNames[c]

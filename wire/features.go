@@ -33,6 +33,7 @@ var featureNames = map[ProtocolFeature]string{
 	FeatureTraceContextV1:   "TraceContextV1",
 }
 
+// String returns the feature's name, or Feature(n) for a number this build does not know.
 func (f ProtocolFeature) String() string {
 	if s, ok := featureNames[f]; ok {
 		return s
@@ -83,6 +84,7 @@ func (s FeatureSet) List() []ProtocolFeature {
 	return out
 }
 
+// String lists the features by name in ascending order, as {A,B}.
 func (s FeatureSet) String() string {
 	var parts []string
 	for _, f := range s.List() {

@@ -29,6 +29,7 @@ type FrameTooLargeError struct {
 	Limit int
 }
 
+// Error gives the frame's declared size and the limit it exceeds.
 func (e *FrameTooLargeError) Error() string {
 	return fmt.Sprintf("wire: frame of %d bytes exceeds limit %d", e.Size, e.Limit)
 }

@@ -103,6 +103,7 @@ const (
 	numDigestAlgorithms = 2
 )
 
+// String returns "sha256", "blake3" or "unknown".
 func (a DigestAlgorithm) String() string {
 	switch a {
 	case DigestSHA256:
@@ -138,6 +139,7 @@ func (r *CasObjectRef) DecodePostcard(d *postcard.Decoder) {
 	r.Size = d.U64()
 }
 
+// String returns algorithm:digest, e.g. sha256:<hex>.
 func (r CasObjectRef) String() string {
 	return r.Algorithm.String() + ":" + r.Digest.String()
 }

@@ -29,6 +29,7 @@ const (
 
 var familyNames = [NumFamilies]string{"common", "agent", "logs", "cas", "health", "admin", "signing", "device"}
 
+// String returns the family's name (agent, logs, …), or family(n) for an unknown number.
 func (f Family) String() string {
 	if int(f) < len(familyNames) {
 		return familyNames[f]
@@ -50,6 +51,7 @@ func (t MessageTypeId) Family() Family { return Family(t >> 8) }
 // Variant returns the type's variant number within its family.
 func (t MessageTypeId) Variant() uint8 { return uint8(t) }
 
+// String returns the type number as four hex digits, e.g. 0x0101.
 func (t MessageTypeId) String() string { return fmt.Sprintf("0x%04x", uint16(t)) }
 
 // Message is a V1 wire message: one variant of one family's enum.
@@ -143,6 +145,7 @@ type UnknownMessageError struct {
 	Type MessageTypeId
 }
 
+// Error names the unknown message type number.
 func (e *UnknownMessageError) Error() string {
 	return "wire: unknown message type " + e.Type.String()
 }

@@ -29,6 +29,7 @@ var streamKindNames = [NumStreamKinds]string{
 	"control", "heartbeat", "log", "cas-upload", "cas-download", "diagnostic", "device", "signing", "secret",
 }
 
+// String returns the kind's name, or stream-kind(n) for a kind this build does not know.
 func (k StreamKind) String() string {
 	if k < NumStreamKinds {
 		return streamKindNames[k]

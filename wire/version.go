@@ -24,6 +24,7 @@ var Current = ProtocolVersion{Major: 1, Minor: 2}
 // Supported is the protocol range this build supports.
 var Supported = ProtocolRange{Min: ProtocolVersion{1, 0}, Max: Current}
 
+// String returns the version as major.minor, e.g. 1.2.
 func (v ProtocolVersion) String() string {
 	return strconv.Itoa(int(v.Major)) + "." + strconv.Itoa(int(v.Minor))
 }
@@ -51,6 +52,7 @@ type ProtocolRange struct {
 	Max ProtocolVersion
 }
 
+// String returns the range as min–max, e.g. 1.0–1.2.
 func (r ProtocolRange) String() string { return r.Min.String() + "–" + r.Max.String() }
 
 // Contains reports whether v lies in r.
@@ -80,6 +82,7 @@ type NegotiationError struct {
 	Agent  ProtocolRange
 }
 
+// Error names both ranges that have no version in common.
 func (e *NegotiationError) Error() string {
 	return fmt.Sprintf("no common protocol version: server supports %s, agent supports %s", e.Server, e.Agent)
 }

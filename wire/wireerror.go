@@ -44,6 +44,7 @@ var errCodeNames = [numErrCodes]string{"",
 	"Timeout", "LimitExceeded", "RunnerDisabled", "Draining", "Internal",
 }
 
+// String returns the code's name, or ErrorCode(n) for a code this build does not define.
 func (c ProtocolErrorCode) String() string {
 	if c > 0 && c < numErrCodes {
 		return errCodeNames[c]
@@ -70,6 +71,7 @@ const (
 
 var retryNames = [numRetryClasses]string{"Never", "Immediately", "Backoff", "Resync", "Unsupported"}
 
+// String returns the retry class's name, or RetryClass(n) for an undefined value.
 func (r RetryClass) String() string {
 	if r < numRetryClasses {
 		return retryNames[r]
@@ -122,6 +124,7 @@ func (m *WireErrorV1) Validate() error {
 	return nil
 }
 
+// Error makes a peer's WireErrorV1 usable as a Go error: its code, retry class and message.
 func (m *WireErrorV1) Error() string {
 	return "peer error " + m.Code.String() + " (retry " + m.Retry.String() + "): " + m.Message
 }

@@ -75,7 +75,9 @@ func (o Options) withDefaults() Options {
 type Addr struct{ Name string }
 
 // Network returns "memory".
-func (Addr) Network() string  { return "memory" }
+func (Addr) Network() string { return "memory" }
+
+// String returns the name the listener was created with.
 func (a Addr) String() string { return a.Name }
 
 // Conn is one end of an in-process connection. It implements

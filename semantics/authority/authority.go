@@ -157,6 +157,7 @@ const (
 	AckInvalidRejected   AckKind = 3
 )
 
+// String returns the kind's name (Accepted, DuplicateAccepted, …) for logs and metrics.
 func (k AckKind) String() string {
 	switch k {
 	case AckAccepted:
@@ -206,6 +207,7 @@ const (
 	DecisionStale    DecisionKind = 2
 )
 
+// String returns the decision's name (Continue, Cancel, Stale).
 func (k DecisionKind) String() string {
 	switch k {
 	case DecisionContinue:

@@ -51,6 +51,7 @@ type OutcomeError struct {
 	Remote         bool
 }
 
+// Error names the object, which side gave the verdict, the outcome and the verified offset.
 func (e *OutcomeError) Error() string {
 	who := "local"
 	if e.Remote {

@@ -24,6 +24,7 @@ const (
 	AccessWrite Access = 2
 )
 
+// String returns "read" or "write", or Access(n) for any other value.
 func (a Access) String() string {
 	switch a {
 	case AccessRead:

@@ -96,6 +96,7 @@ const (
 
 var rejectNames = [...]string{"", "bad header", "unauthorized", "sequence gap", "bad frame", "bad payload", "quota exceeded", "sink failure"}
 
+// String returns the reason's name, or RejectReason(n) for an undefined value.
 func (r RejectReason) String() string {
 	if int(r) < len(rejectNames) && r != 0 {
 		return rejectNames[r]
@@ -114,6 +115,7 @@ type RejectError struct {
 	Err     error
 }
 
+// Error gives the reset code sent, the reason and, when present, the underlying error.
 func (e *RejectError) Error() string {
 	s := "logs: stream rejected (" + e.Code.String() + "): " + e.Reason.String()
 	if e.Err != nil {

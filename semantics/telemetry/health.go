@@ -77,7 +77,7 @@ type DaemonHealth struct {
 	CheckedAt   time.Time        `json:"checked_at"`
 	Listeners   []ListenerHealth `json:"listeners"`
 	Certificate *CertHealth      `json:"certificate,omitempty"`
-	// Connections counts open transports; ByBackend splits them.
+	// Connections counts open transports; ConnectionsByBackend splits them.
 	Connections          int            `json:"connections"`
 	ConnectionsByBackend map[string]int `json:"connections_by_backend,omitempty"`
 	// Sessions counts registered agent sessions.
@@ -223,20 +223,20 @@ func (h *DaemonHealth) WriteTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", h.Connections, ByBackend(h.ConnectionsByBackend))
+	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", h.Connections, byBackend(h.ConnectionsByBackend))
 	fmt.Fprintf(tw, "SESSIONS\t%d\n", h.Sessions)
 	fmt.Fprintf(tw, "HANDSHAKE FAILURES\t%d\n", h.HandshakeFailures)
 	fmt.Fprintf(tw, "REGISTER FAILURES\t%d\n", h.RegistrationFailures)
 	if c := h.Certificate; c != nil {
 		fmt.Fprintf(tw, "CERTIFICATE\t%s\n", c.Subject)
-		fmt.Fprintf(tw, "  valid\t%s (%s → %s)\n", YesNo(c.Valid), day(c.NotBefore), day(c.NotAfter))
+		fmt.Fprintf(tw, "  valid\t%s (%s → %s)\n", yesNo(c.Valid), day(c.NotBefore), day(c.NotAfter))
 		fmt.Fprintf(tw, "  days to expiry\t%d\n", c.DaysToExpiry)
 	} else {
 		fmt.Fprintf(tw, "CERTIFICATE\tnone\n")
 	}
 	fmt.Fprintf(tw, "\nLISTENER\tBACKEND\tACTIVE\tERROR\n")
 	for _, l := range h.Listeners {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, YesNo(l.Active), Dash(l.Error))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, yesNo(l.Active), dash(l.Error))
 	}
 	return tw.Flush()
 }
@@ -248,10 +248,10 @@ func (h *AgentHealth) WriteTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTED\t%s\n", YesNo(h.Connected))
-	fmt.Fprintf(tw, "ENDPOINT\t%s\n", Dash(h.Endpoint))
-	fmt.Fprintf(tw, "BACKEND\t%s\n", Dash(h.Backend))
-	fmt.Fprintf(tw, "PROTOCOL\t%s\n", Dash(h.Protocol))
+	fmt.Fprintf(tw, "CONNECTED\t%s\n", yesNo(h.Connected))
+	fmt.Fprintf(tw, "ENDPOINT\t%s\n", dash(h.Endpoint))
+	fmt.Fprintf(tw, "BACKEND\t%s\n", dash(h.Backend))
+	fmt.Fprintf(tw, "PROTOCOL\t%s\n", dash(h.Protocol))
 	if h.LastHeartbeatAck.IsZero() {
 		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\tnever\n")
 	} else {
@@ -264,10 +264,9 @@ func (h *AgentHealth) WriteTable(w io.Writer) error {
 	return tw.Flush()
 }
 
-// ByBackend formats per-backend counts for a table cell: " (quic=2,
-// yamux=1)" in backend order, "" for none. The operator tools' tables
-// (forgeyard transport, forgeyard-agent connection status) share it.
-func ByBackend(m map[string]int) string {
+// byBackend formats per-backend counts for a table cell: " (quic=2,
+// yamux=1)" in backend order, "" for none.
+func byBackend(m map[string]int) string {
 	if len(m) == 0 {
 		return ""
 	}
@@ -283,16 +282,16 @@ func ByBackend(m map[string]int) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
-// YesNo formats a boolean table cell.
-func YesNo(b bool) string {
+// yesNo formats a boolean table cell.
+func yesNo(b bool) string {
 	if b {
 		return "yes"
 	}
 	return "no"
 }
 
-// Dash formats a table cell that may be empty: "-" for "".
-func Dash(s string) string {
+// dash formats a table cell that may be empty: "-" for "".
+func dash(s string) string {
 	if s == "" {
 		return "-"
 	}

@@ -71,6 +71,7 @@ const (
 
 var regFailNames = [numRegFail]string{"other", "version", "identity", "revoked", "overloaded", "timeout", "malformed"}
 
+// String returns the reason's metric label; values out of range report as RegFailOther's label.
 func (r RegistrationFailure) String() string {
 	if r < numRegFail {
 		return regFailNames[r]

@@ -46,6 +46,7 @@ type FileError struct {
 	Cause error  // underlying error, or nil
 }
 
+// Error names the configuration field, the path, the kind of failure and its cause.
 func (e *FileError) Error() string {
 	msg := fmt.Sprintf("trust: %s %q: %v", e.Field, e.Path, e.Kind)
 	if e.Cause != nil {

@@ -42,6 +42,7 @@ type RunnerURIError struct {
 	Reason string // what is wrong with it, for an operator
 }
 
+// Error quotes the offending URI SAN and says why it is malformed.
 func (e *RunnerURIError) Error() string {
 	return fmt.Sprintf("trust: malformed runner URI SAN %q: %s", e.URI, e.Reason)
 }

@@ -25,6 +25,7 @@ const (
 
 var outcomeNames = [numCasOutcomes]string{"Verified", "DigestMismatch", "Forbidden", "NotFound", "SizeMismatch", "Aborted"}
 
+// String returns the outcome's name, or CasOutcome(n) for an undefined value.
 func (o CasOutcome) String() string {
 	if o < numCasOutcomes {
 		return outcomeNames[o]

@@ -23,6 +23,7 @@ const (
 	numCasCompressions = 2
 )
 
+// String returns the compression's name (None, Flate), or CasCompression(n) for an undefined value.
 func (c CasCompression) String() string {
 	switch c {
 	case CasCompressionNone:

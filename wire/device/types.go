@@ -92,6 +92,7 @@ const (
 	numDeviceStates = 4
 )
 
+// String returns the state's name (Available, Reserved, …).
 func (s DeviceState) String() string {
 	switch s {
 	case StateAvailable:
@@ -120,6 +121,7 @@ const (
 	numDeviceOutcomes = 5
 )
 
+// String returns the outcome's name (Ok, NotFound, …).
 func (o DeviceOutcome) String() string {
 	switch o {
 	case OutcomeOk:

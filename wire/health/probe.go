@@ -20,6 +20,7 @@ const (
 	numProbeKinds = 4
 )
 
+// String returns the probe kind's name (Connectivity, Disk, …).
 func (k ProbeKind) String() string {
 	switch k {
 	case ProbeConnectivity:

@@ -27,6 +27,7 @@ const (
 	numHealthStatuses = 3
 )
 
+// String returns Healthy, Degraded or Unhealthy.
 func (s HealthStatus) String() string {
 	switch s {
 	case Healthy:

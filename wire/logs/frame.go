@@ -28,6 +28,7 @@ const (
 	numLogStreamKinds = 3
 )
 
+// String returns Stdout, Stderr or System.
 func (k LogStreamKind) String() string {
 	switch k {
 	case LogStdout:
@@ -155,6 +156,7 @@ const (
 	PayloadUnknownEncoding PayloadReason = 5
 )
 
+// String describes the reason in words, as used in PayloadError's message.
 func (r PayloadReason) String() string {
 	switch r {
 	case PayloadOverBound:
@@ -179,6 +181,7 @@ type PayloadError struct {
 	Err      error  // the decompressor's error for PayloadCorrupt, else nil
 }
 
+// Error gives the reason, the declared and produced lengths and, when present, the underlying error.
 func (e *PayloadError) Error() string {
 	s := "logs: frame payload: " + e.Reason.String() + " (declared " +
 		strconv.FormatUint(uint64(e.Declared), 10) + ", produced " + strconv.Itoa(e.Produced) + ")"

@@ -22,6 +22,7 @@ const (
 	numLogEncodings = 2
 )
 
+// String returns the encoding's name (Raw, Flate), or LogEncoding(n) for an undefined value.
 func (e LogEncoding) String() string {
 	switch e {
 	case LogEncodingRaw:

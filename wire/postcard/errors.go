@@ -33,6 +33,7 @@ var codeNames = [...]string{
 	CodeInvalidValue:    "invalid value",
 }
 
+// String returns the code's Go name, or "postcard code n" for an undefined value; RustName gives the Rust crate's name.
 func (c Code) String() string {
 	if int(c) < len(codeNames) && codeNames[c] != "" {
 		return codeNames[c]
@@ -72,6 +73,7 @@ type Error struct {
 	Detail string // optional static detail: the field or the bound, never input bytes
 }
 
+// Error gives the code, the detail when present and the input offset when known.
 func (e *Error) Error() string {
 	s := "postcard: " + e.Code.String()
 	if e.Detail != "" {

@@ -18,6 +18,7 @@ const (
 	numSignatureAlgorithms = 2
 )
 
+// String returns the algorithm's name (Ed25519, EcdsaP256Sha256).
 func (a SignatureAlgorithm) String() string {
 	switch a {
 	case Ed25519:

@@ -19,6 +19,7 @@ const (
 	numSignOutcomes = 2
 )
 
+// String returns Signed or Rejected, or SignOutcomeKind(n) for an undefined value.
 func (k SignOutcomeKind) String() string {
 	switch k {
 	case SignSigned:
