@@ -12,6 +12,7 @@ import (
 	"go/types"
 	"os"
 	"path"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"sort"
@@ -46,26 +47,24 @@ func loadSchemaPkg(t *testing.T, fset *token.FileSet, imp types.Importer, import
 	if importPath == strings.TrimSuffix(modulePath, "/")+"/wire" {
 		dir = "../../wire"
 	}
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") },
-		parser.ParseComments)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pkgs) != 1 {
-		t.Fatalf("%s: %d packages", dir, len(pkgs))
-	}
 	var files []*ast.File
-	var astPkg *ast.Package
-	for _, p := range pkgs {
-		astPkg = p
+	for _, e := range entries { // ReadDir sorts by name
+		n := e.Name()
+		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
 	}
-	names := make([]string, 0, len(astPkg.Files))
-	for n := range astPkg.Files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		files = append(files, astPkg.Files[n])
+	if len(files) == 0 {
+		t.Fatalf("%s: no Go files", dir)
 	}
 	conf := types.Config{Importer: imp}
 	tp, err := conf.Check(importPath, fset, files, nil)
