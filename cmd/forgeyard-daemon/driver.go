@@ -48,6 +48,7 @@ import (
 	"sync"
 	"time"
 
+	"forgeyard.dev/transport/internal/demoscheduler"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -335,7 +336,7 @@ func (m *matrixDriver) handler() http.Handler {
 		}
 		o := daemon.LeaseOffer{Job: wire.NewJobId(), Attempt: wire.NewJobAttemptId()}
 		copy(o.Spec.Digest[:], o.Attempt.ULID[:]) // distinct per attempt
-		o.Payload = syntheticPayload(o.Spec)
+		o.Payload = demoscheduler.SyntheticPayload(o.Spec)
 		m.mu.Lock()
 		at := m.attempt(o.Attempt)
 		at.runner, at.cutOn = runner, req.CutOn

@@ -30,7 +30,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,6 +42,7 @@ import (
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
+	"forgeyard.dev/transport/internal/demoscheduler"
 	"forgeyard.dev/transport/internal/setup/daemonsetup"
 	"forgeyard.dev/transport/internal/setup/otlpsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
@@ -252,7 +252,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	}
 	defer au.Close()
 
-	var demo *demoLeaser
+	var demo *demoscheduler.Scheduler
 	dcfg := daemon.Config{
 		ID: cfg.ID, Authority: au, RunnerCAs: runnerCAs, Protocol: cfg.Protocol(), MinProtocol: cfg.ProtocolMin.ProtocolVersion,
 		Timing: daemon.Timing{
@@ -291,7 +291,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	dcfg.Hooks.OnRegistered = func(s daemon.SessionInfo) {
 		log.Info("agent registered", "runner", s.Runner, "session", s.Session, "epoch", s.Epoch, "backend", s.Backend, "remote", s.Remote, "protocol", s.Protocol, "agent_version", s.AgentVersion)
 		if demo != nil {
-			demo.registered(s)
+			demo.Registered(s)
 		}
 	}
 	dcfg.Hooks.OnDisconnect = func(s daemon.SessionInfo, err error) {
@@ -327,7 +327,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	}
 	if f.demoLeases > 0 {
 		log.Warn("--demo-leases is a development feature: offering synthetic leases to every agent", "per_session", f.demoLeases)
-		demo = newDemoLeaser(d, f.demoLeases, log)
+		demo = demoscheduler.New(d, f.demoLeases, log)
 	}
 
 	// Failed TLS handshakes (rejected client certificates, scanners) never
@@ -391,7 +391,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		tel.draining.Store(true)
 	}
 	if demo != nil {
-		demo.stop()
+		demo.Stop()
 	}
 	for _, l := range ls { // stop accepting first
 		_ = l.Close()
@@ -436,84 +436,6 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// demoLeaser implements --demo-leases: once per new agent session, offer N
-// synthetic leases (random job, spec and payload digests) from a
-// goroutine, since hooks must not block.
-type demoLeaser struct {
-	d      *daemon.Daemon
-	n      int
-	log    *slog.Logger
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	seen   map[wire.AgentSessionId]bool
-}
-
-func newDemoLeaser(d *daemon.Daemon, n int, log *slog.Logger) *demoLeaser {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &demoLeaser{d: d, n: n, log: log, ctx: ctx, cancel: cancel, seen: map[wire.AgentSessionId]bool{}}
-}
-
-// maxDemoSessions bounds the remembered sessions.
-const maxDemoSessions = 4096
-
-func (l *demoLeaser) registered(s daemon.SessionInfo) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.seen[s.Session] || l.ctx.Err() != nil {
-		return // a reconnect of a session that already got its leases
-	}
-	if len(l.seen) >= maxDemoSessions {
-		clear(l.seen)
-	}
-	l.seen[s.Session] = true
-	l.wg.Add(1)
-	go l.offer(s.Runner)
-}
-
-func (l *demoLeaser) offer(runner wire.RunnerId) {
-	defer l.wg.Done()
-	for i := 0; i < l.n; i++ {
-		o := daemon.LeaseOffer{Job: wire.NewJobId()}
-		_, _ = rand.Read(o.Spec.Digest[:])
-		o.Payload = syntheticPayload(o.Spec)
-		var err error
-		// The registration hook runs before the session is active: retry
-		// ErrNotConnected briefly.
-		for try := 0; try < 50; try++ {
-			_, err = l.d.OfferLease(l.ctx, runner, o)
-			if !errors.Is(err, daemon.ErrNotConnected) {
-				break
-			}
-			select {
-			case <-l.ctx.Done():
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		if l.ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			l.log.Warn("demo lease not accepted", "runner", runner, "n", i+1, "err", err)
-			continue
-		}
-		l.log.Info("demo lease accepted", "runner", runner, "n", i+1, "of", l.n)
-	}
-}
-
-func (l *demoLeaser) stop() {
-	l.cancel()
-	l.wg.Wait()
-}
-
-// syntheticPayload names a (non-existent) CAS object for a synthetic job;
-// the synthetic executor never fetches it.
-func syntheticPayload(spec wire.JobSpecId) wire.CasObjectRef {
-	return wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: spec.Digest, Size: 1}
 }
 
 // connLimits maps the [limits] section onto semantics.Limits (zero fields

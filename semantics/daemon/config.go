@@ -182,6 +182,25 @@ type Hooks struct {
 	// OnLogStream: an agent opened an authorized log stream for an
 	// attempt (its header: first sequence number, encoding).
 	OnLogStream func(wlogs.LogStreamHeaderV1)
+	// OnCapabilities: the capabilities a runner reported — at every
+	// accepted registration (right after OnRegistered) and when the agent
+	// sends a CapabilityUpdateV1 snapshot. The value is the decoded,
+	// bounds-checked wire value; the daemon keeps no copy (a scheduler
+	// that matches jobs to runners keeps its own).
+	OnCapabilities func(SessionInfo, agentwire.RunnerCapabilitiesV1)
+	// OnOutputs: an agent declared an attempt's outputs final
+	// (OutputsFinalizedV1, authorized against the attempt's lease), after
+	// the daemon recorded them (FinalizedOutputs). Whether each object is
+	// stored and verified is the content store's answer.
+	OnOutputs func(OutputsEvent)
+}
+
+// OutputsEvent is an attempt's final list of declared outputs.
+type OutputsEvent struct {
+	Runner  wire.RunnerId
+	Lease   wire.LeaseId
+	Attempt wire.JobAttemptId
+	Outputs []wire.CasObjectRef
 }
 
 // SessionInfo describes one transport and the agent session on it.

@@ -414,9 +414,14 @@ func (c *conn) handle(env *wire.Envelope) {
 		c.ordered(func() { c.onNeedObjects(env, m) })
 	case *wcas.OutputsFinalizedV1:
 		c.ordered(func() { c.onOutputsFinalized(env, m) })
-	case *agentwire.CapabilityUpdateV1, *admin.AdminAckV1, *agentwire.CancelAckV1:
-		// Capability snapshots are the scheduler's business; admin acks and
-		// late cancel acks (their Call already timed out) need no answer.
+	case *agentwire.CapabilityUpdateV1:
+		// Capability snapshots are the scheduler's business (Hooks).
+		if h := c.d.cfg.Hooks.OnCapabilities; h != nil && c.registered() {
+			h(c.info(), m.Full)
+		}
+	case *admin.AdminAckV1, *agentwire.CancelAckV1:
+		// Admin acks and late cancel acks (their Call already timed out)
+		// need no answer.
 	case *wire.WireErrorV1:
 		c.logger().Debug("agent reported an error", "code", m.Code, "retry", m.Retry)
 	default:

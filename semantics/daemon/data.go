@@ -357,6 +357,11 @@ func (c *conn) onOutputsFinalized(env *wire.Envelope, m *wcas.OutputsFinalizedV1
 	d := c.d
 	d.recordOutputs(m.Attempt, m.Outputs)
 	d.st.outputsFinalized.Add(1)
+	if h := d.cfg.Hooks.OnOutputs; h != nil {
+		runner, _, _, _ := c.ident()
+		h(OutputsEvent{Runner: runner, Lease: m.Lease, Attempt: m.Attempt,
+			Outputs: append([]wire.CasObjectRef(nil), m.Outputs...)})
+	}
 }
 
 // recordOutputs remembers an attempt's declared outputs (bounded,

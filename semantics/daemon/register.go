@@ -229,6 +229,9 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	if h := d.cfg.Hooks.OnRegistered; h != nil {
 		h(c.info())
 	}
+	if h := d.cfg.Hooks.OnCapabilities; h != nil {
+		h(c.info(), m.Capabilities)
+	}
 	t := d.timing
 	stagger := make([]uint32, len(t.FallbackStagger))
 	for i, s := range t.FallbackStagger {
