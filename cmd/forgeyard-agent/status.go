@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"forgeyard.dev/transport/internal/tablefmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,7 +18,6 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/cli"
-	"forgeyard.dev/transport/internal/doctor"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
 )
@@ -94,20 +94,20 @@ func (r *statusReport) writeTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTED\t%s\n", doctor.YesNo(h.Connected))
-	fmt.Fprintf(tw, "ENDPOINT\t%s\n", doctor.Dash(h.Endpoint))
-	fmt.Fprintf(tw, "BACKEND\t%s\n", doctor.Dash(h.Backend))
+	fmt.Fprintf(tw, "CONNECTED\t%s\n", tablefmt.YesNo(h.Connected))
+	fmt.Fprintf(tw, "ENDPOINT\t%s\n", tablefmt.Dash(h.Endpoint))
+	fmt.Fprintf(tw, "BACKEND\t%s\n", tablefmt.Dash(h.Backend))
 	if r.FallbackReason != "" {
 		fmt.Fprintf(tw, "FALLBACK\t%s\n", r.FallbackReason)
 	}
-	fmt.Fprintf(tw, "PROTOCOL\t%s\n", doctor.Dash(h.Protocol))
+	fmt.Fprintf(tw, "PROTOCOL\t%s\n", tablefmt.Dash(h.Protocol))
 	if h.Connected {
 		feats := "none"
 		if len(r.Features) > 0 {
 			feats = strings.Join(r.Features, ", ")
 		}
 		fmt.Fprintf(tw, "FEATURES\t%s\n", feats)
-		fmt.Fprintf(tw, "TRANSPORT\t%s (epoch %d)\n", doctor.Dash(r.Transport), r.Epoch)
+		fmt.Fprintf(tw, "TRANSPORT\t%s (epoch %d)\n", tablefmt.Dash(r.Transport), r.Epoch)
 	}
 	if h.LastHeartbeatAck.IsZero() {
 		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\tnever\n")

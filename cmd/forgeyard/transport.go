@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"forgeyard.dev/transport/internal/tablefmt"
 	"io"
 	"os"
 	"strings"
@@ -130,14 +131,14 @@ func runTransportStatus(args []string, stdout, stderr io.Writer) int {
 
 func writeStatus(w io.Writer, st *adminapi.Status, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "DAEMON\t%s\n", doctor.Dash(st.Daemon))
+	fmt.Fprintf(tw, "DAEMON\t%s\n", tablefmt.Dash(st.Daemon))
 	fmt.Fprintf(tw, "STATUS\t%s\n", st.Status)
 	for _, p := range st.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
 	fmt.Fprintf(tw, "STARTED\t%s (up %s)\n", st.StartedAt.UTC().Format(time.RFC3339), now.Sub(st.StartedAt).Round(time.Second))
-	fmt.Fprintf(tw, "DRAINING\t%s\n", doctor.YesNo(st.Draining))
-	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", st.Connections, doctor.ByBackend(st.ConnectionsByBackend))
+	fmt.Fprintf(tw, "DRAINING\t%s\n", tablefmt.YesNo(st.Draining))
+	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", st.Connections, tablefmt.ByBackend(st.ConnectionsByBackend))
 	fmt.Fprintf(tw, "SESSIONS\t%d\n", st.Sessions)
 	fmt.Fprintf(tw, "HANDSHAKE FAILURES\t%d\n", st.HandshakeFailures)
 	fmt.Fprintf(tw, "REGISTER FAILURES\t%d\n", st.RegistrationFailures)
@@ -162,7 +163,7 @@ func writeStatus(w io.Writer, st *adminapi.Status, now time.Time) {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "LISTENER\tBACKEND\tSTATE\tERROR\n")
 	for _, l := range st.Listeners {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, l.State, doctor.Dash(l.Error))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, l.State, tablefmt.Dash(l.Error))
 	}
 	tw.Flush()
 }
@@ -211,7 +212,7 @@ func writeSessions(w io.Writer, ss []adminapi.Session, now time.Time) {
 			hb = now.Sub(s.LastHeartbeat).Round(100*time.Millisecond).String() + " ago"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Runner, s.Backend, s.Protocol, s.Remote, state, s.Epoch, hb,
-			now.Sub(s.ConnectedAt).Round(time.Second).String()+" ago", doctor.Dash(s.AgentVersion))
+			now.Sub(s.ConnectedAt).Round(time.Second).String()+" ago", tablefmt.Dash(s.AgentVersion))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d transports\n", len(ss))
@@ -293,7 +294,7 @@ func daemonDoctor(ctx context.Context, c *adminapi.Client, now time.Time) *docto
 			Fix: "start forgeyard-daemon with --admin-listen/--admin-socket and point --admin at it (with --token-file for TCP)"})
 		return r
 	}
-	r.Add(doctor.Finding{Check: "admin", Target: c.Target(), Result: doctor.OK, Detail: "admin endpoint answers (daemon " + doctor.Dash(st.Daemon) + ")"})
+	r.Add(doctor.Finding{Check: "admin", Target: c.Target(), Result: doctor.OK, Detail: "admin endpoint answers (daemon " + tablefmt.Dash(st.Daemon) + ")"})
 	if len(st.Listeners) == 0 {
 		r.Add(doctor.Finding{Check: "listeners", Result: doctor.Fail, Detail: "the daemon has no listener", Fix: "set listen.quic (and listen.yamux for networks that block UDP)"})
 	}
@@ -305,7 +306,7 @@ func daemonDoctor(ctx context.Context, c *adminapi.Client, now time.Time) *docto
 			r.Add(doctor.Finding{Check: "listener", Target: target, Result: doctor.OK, Detail: "accepting connections"})
 			continue
 		}
-		r.Add(doctor.Finding{Check: "listener", Target: target, Result: doctor.Fail, Detail: "not accepting: " + doctor.Dash(l.Error),
+		r.Add(doctor.Finding{Check: "listener", Target: target, Result: doctor.Fail, Detail: "not accepting: " + tablefmt.Dash(l.Error),
 			Fix: "restart the daemon; check the port is free (ss -lunpt) and the address exists on this host"})
 	}
 	if len(backends) > 0 && !backends["yamux"] && !backends["webtransport"] {
@@ -347,7 +348,7 @@ func daemonDoctor(ctx context.Context, c *adminapi.Client, now time.Time) *docto
 		r.Add(doctor.Finding{Check: "agents", Result: doctor.Warn, Detail: "no agent is connected",
 			Fix: "run `forgeyard-agent doctor` on an agent host to see why it cannot connect"})
 	} else {
-		r.Add(doctor.Finding{Check: "agents", Result: doctor.OK, Detail: fmt.Sprintf("%d connections%s, %d sessions", st.Connections, doctor.ByBackend(st.ConnectionsByBackend), st.Sessions)})
+		r.Add(doctor.Finding{Check: "agents", Result: doctor.OK, Detail: fmt.Sprintf("%d connections%s, %d sessions", st.Connections, tablefmt.ByBackend(st.ConnectionsByBackend), st.Sessions)})
 	}
 	if st.HandshakeFailures > 0 {
 		r.Add(doctor.Finding{Check: "handshakes", Result: doctor.Warn,

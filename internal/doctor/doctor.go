@@ -6,8 +6,8 @@ package doctor
 import (
 	"encoding/json"
 	"fmt"
+	"forgeyard.dev/transport/internal/tablefmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 )
@@ -74,7 +74,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "RESULT\tCHECK\tTARGET\tDETAIL\n")
 	for _, f := range r.Findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Result, f.Check, Dash(f.Target), oneLine(f.Detail))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Result, f.Check, tablefmt.Dash(f.Target), oneLine(f.Detail))
 		if f.Fix != "" {
 			fmt.Fprintf(tw, "\t\t\t  fix: %s\n", oneLine(f.Fix))
 		}
@@ -110,38 +110,3 @@ func (r *Report) WriteJSON(w io.Writer) error {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// ByBackend formats per-backend counts for a table cell: " (quic=2,
-// yamux=1)" in backend order, "" for none. The operator tools' tables
-// (forgeyard transport, forgeyard-agent connection status) share it.
-func ByBackend(m map[string]int) string {
-	if len(m) == 0 {
-		return ""
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
-}
-
-// YesNo formats a boolean table cell.
-func YesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
-// Dash formats a table cell that may be empty: "-" for "".
-func Dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}

@@ -4,10 +4,9 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"forgeyard.dev/transport/internal/tablefmt"
 	"io"
 	"net/http"
-	"sort"
-	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -223,20 +222,20 @@ func (h *DaemonHealth) WriteTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", h.Connections, byBackend(h.ConnectionsByBackend))
+	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", h.Connections, tablefmt.ByBackend(h.ConnectionsByBackend))
 	fmt.Fprintf(tw, "SESSIONS\t%d\n", h.Sessions)
 	fmt.Fprintf(tw, "HANDSHAKE FAILURES\t%d\n", h.HandshakeFailures)
 	fmt.Fprintf(tw, "REGISTER FAILURES\t%d\n", h.RegistrationFailures)
 	if c := h.Certificate; c != nil {
 		fmt.Fprintf(tw, "CERTIFICATE\t%s\n", c.Subject)
-		fmt.Fprintf(tw, "  valid\t%s (%s → %s)\n", yesNo(c.Valid), day(c.NotBefore), day(c.NotAfter))
+		fmt.Fprintf(tw, "  valid\t%s (%s → %s)\n", tablefmt.YesNo(c.Valid), day(c.NotBefore), day(c.NotAfter))
 		fmt.Fprintf(tw, "  days to expiry\t%d\n", c.DaysToExpiry)
 	} else {
 		fmt.Fprintf(tw, "CERTIFICATE\tnone\n")
 	}
 	fmt.Fprintf(tw, "\nLISTENER\tBACKEND\tACTIVE\tERROR\n")
 	for _, l := range h.Listeners {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, yesNo(l.Active), dash(l.Error))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, tablefmt.YesNo(l.Active), tablefmt.Dash(l.Error))
 	}
 	return tw.Flush()
 }
@@ -248,10 +247,10 @@ func (h *AgentHealth) WriteTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTED\t%s\n", yesNo(h.Connected))
-	fmt.Fprintf(tw, "ENDPOINT\t%s\n", dash(h.Endpoint))
-	fmt.Fprintf(tw, "BACKEND\t%s\n", dash(h.Backend))
-	fmt.Fprintf(tw, "PROTOCOL\t%s\n", dash(h.Protocol))
+	fmt.Fprintf(tw, "CONNECTED\t%s\n", tablefmt.YesNo(h.Connected))
+	fmt.Fprintf(tw, "ENDPOINT\t%s\n", tablefmt.Dash(h.Endpoint))
+	fmt.Fprintf(tw, "BACKEND\t%s\n", tablefmt.Dash(h.Backend))
+	fmt.Fprintf(tw, "PROTOCOL\t%s\n", tablefmt.Dash(h.Protocol))
 	if h.LastHeartbeatAck.IsZero() {
 		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\tnever\n")
 	} else {
@@ -262,40 +261,6 @@ func (h *AgentHealth) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "DRAINING\tyes\n")
 	}
 	return tw.Flush()
-}
-
-// byBackend formats per-backend counts for a table cell: " (quic=2,
-// yamux=1)" in backend order, "" for none.
-func byBackend(m map[string]int) string {
-	if len(m) == 0 {
-		return ""
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
-}
-
-// yesNo formats a boolean table cell.
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
-// dash formats a table cell that may be empty: "-" for "".
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func day(t time.Time) string { return t.UTC().Format("2006-01-02") }
