@@ -127,13 +127,16 @@ func runConn(t *testing.T, f Factory) {
 		// run, so it holds on a loaded machine (everything slows down
 		// alike) yet fails when control frames queue behind bulk data: the
 		// queueing delay of the 99th-percentile ping, converted to bytes at
-		// the measured bulk rate, must stay below half of one bulk Write
-		// (4 MiB). With priorities working it is one chunk plus the
-		// backend's bounded queue (0.1–1.2 MiB measured, also under -race
-		// with three test binaries on two cores); without them a FIFO
-		// backend puts a whole write frame (up to the Write) ahead of it
-		// (yamux: 12–20 MiB).
-		limit := float64(r.WriteSize) / 2
+		// the measured bulk rate, must stay below one bulk Write (8 MiB).
+		// With priorities working it is one chunk plus the backend's
+		// bounded queue: 0.1–1.2 MiB on a quiet machine; but a CPU stall
+		// inflates the p99 while the rate is an average, so under -race
+		// with two test binaries and a CI run on two cores it reached
+		// 4.0–5.6 MiB (2026-12-01, before and after that session's changes
+		// alike; the old limit of half a Write failed 1 run in ~30 there).
+		// Without priorities a FIFO backend puts a whole write frame (up to
+		// the Write) ahead of it (yamux: 12–20 MiB), still well over this.
+		limit := float64(r.WriteSize)
 		t.Logf("control RTT idle p50 %v p99 %v; under bulk p50 %v p99 %v; bulk %.1f MB/s; queue ahead of p99 ≈ %.0f KiB (limit %.0f KiB)",
 			r.IdleP50, r.IdleP99, r.P50, r.P99, r.BulkMBps, r.QueueBytes/1024, limit/1024)
 		if r.BulkBytes == 0 {
