@@ -2,11 +2,13 @@ package enginetest
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"forgeyard.dev/transport/semantics/agent"
@@ -15,6 +17,7 @@ import (
 	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
 	wlogs "forgeyard.dev/transport/wire/logs"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -136,4 +139,39 @@ next:
 		}
 	}
 	return sum
+}
+
+// HalfwayLog is an executor that writes Lines log lines (Line(i)), closes
+// Half after the first half and waits for Cont (or cancellation: then it
+// returns Cancelled) before writing the rest; Runs counts executions. The
+// cut and move-back tests use it to change the path mid-attempt.
+type HalfwayLog struct {
+	Lines      int
+	Line       func(i int) string
+	Half, Cont chan struct{}
+	Runs       atomic.Int64
+}
+
+// NewHalfwayLog returns a HalfwayLog of lines lines.
+func NewHalfwayLog(lines int, line func(i int) string) *HalfwayLog {
+	return &HalfwayLog{Lines: lines, Line: line, Half: make(chan struct{}), Cont: make(chan struct{})}
+}
+
+// Execute implements agent.Executor.
+func (h *HalfwayLog) Execute(ctx context.Context, _ agent.Job, out agent.Output) agent.Result {
+	h.Runs.Add(1)
+	for i := 0; i < h.Lines; i++ {
+		if i == h.Lines/2 {
+			close(h.Half)
+			select {
+			case <-h.Cont:
+			case <-ctx.Done():
+				return agent.Result{Kind: agentwire.ResultCancelled}
+			}
+		}
+		if err := out.Log(wlogs.LogStdout, []byte(h.Line(i))); err != nil {
+			return agent.Result{Kind: agentwire.ResultInfraError, Message: err.Error()}
+		}
+	}
+	return agent.Result{Kind: agentwire.ResultSucceeded}
 }

@@ -21,7 +21,6 @@ import (
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
-	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
 // fbWorld is one daemon listening on QUIC (reached through a UDP proxy that
@@ -288,25 +287,8 @@ func TestFallbackMoveBackKeepsAttempt(t *testing.T) {
 	id := w.NewIdentity()
 	const lines = 300
 	line := func(i int) string { return fmt.Sprintf("line %04d of the move-back test\n", i) }
-	half, cont := make(chan struct{}), make(chan struct{})
-	var runs atomic.Int64
-	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
-		runs.Add(1)
-		for i := 0; i < lines; i++ {
-			if i == lines/2 {
-				close(half)
-				select {
-				case <-cont:
-				case <-ctx.Done():
-					return agent.Result{Kind: agentwire.ResultCancelled}
-				}
-			}
-			if err := out.Log(wlogs.LogStdout, []byte(line(i))); err != nil {
-				return agent.Result{Kind: agentwire.ResultInfraError, Message: err.Error()}
-			}
-		}
-		return agent.Result{Kind: agentwire.ResultSucceeded}
-	})
+	exec := enginetest.NewHalfwayLog(lines, line)
+	half, cont, runs := exec.Half, exec.Cont, &exec.Runs
 	var connected <-chan struct{}
 	var changes atomic.Int64
 	done := make(chan agent.AttemptDone, 4)

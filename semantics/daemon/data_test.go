@@ -181,24 +181,9 @@ func TestDataLogResumeAfterCut(t *testing.T) {
 	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
 		w, sink, _ := enginetest.DataWorld(t, b)
 		id := w.NewIdentity()
-		half, cont := make(chan struct{}), make(chan struct{})
 		line := func(i int) string { return fmt.Sprintf("line %04d of the cut test %s\n", i, strings.Repeat("x", 40)) }
-		exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
-			for i := 0; i < lines; i++ {
-				if i == lines/2 {
-					close(half)
-					select {
-					case <-cont:
-					case <-ctx.Done():
-						return agent.Result{Kind: agentwire.ResultCancelled}
-					}
-				}
-				if err := out.Log(wlogs.LogStdout, []byte(line(i))); err != nil {
-					return agent.Result{Kind: agentwire.ResultInfraError, Message: err.Error()}
-				}
-			}
-			return agent.Result{Kind: agentwire.ResultSucceeded}
-		})
+		exec := enginetest.NewHalfwayLog(lines, line)
+		half, cont := exec.Half, exec.Cont
 		a, rd, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()))
 		enginetest.AwaitConnected(t, a)
 		w.AwaitActive(id.Runner)
