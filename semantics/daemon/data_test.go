@@ -277,6 +277,13 @@ func TestDataCancelUnderLoad(t *testing.T) {
 		upDone := make(chan struct{}, 64) // any upload's completion releases one loop
 		a, _, _ := w.StartAgent(id, exec, enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) {
 			c.LogSpoolLimit = 4 << 20
+			// This test overloads the machine on purpose and tolerates
+			// heartbeat-ack gaps up to 4 intervals (CPU starvation under
+			// -race, below); the agent's dead-link rule (3 intervals
+			// without an ack by default) must not call that link dead.
+			// The rule has tests of its own (semantics/agent TestDeadPath…,
+			// TestSlowDaemonDoesNotFlap).
+			c.HeartbeatMisses = 6
 			c.Hooks.OnAttemptDone = func(d agent.AttemptDone) {
 				if r, _ := roles.Load(d.Job.Spec); r == uploader {
 					upDone <- struct{}{}
