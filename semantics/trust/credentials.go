@@ -1,6 +1,7 @@
 package trust
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/tls"
 	"crypto/x509"
@@ -224,6 +225,12 @@ func writeCredentialFiles(certFile, keyFile string, chain [][]byte, key crypto.S
 		return err
 	}
 	if err := os.Rename(next, certFile); err != nil {
+		// A concurrent Reload that saw the new key before the new
+		// certificate finishes an "interrupted" write by doing this very
+		// rename (see Reload); then certFile already holds certPEM.
+		if got, rerr := os.ReadFile(certFile); errors.Is(err, os.ErrNotExist) && rerr == nil && bytes.Equal(got, certPEM) {
+			return nil
+		}
 		return fmt.Errorf("trust: write %s: %w", certFile, err)
 	}
 	return nil
