@@ -38,6 +38,11 @@ const (
 	HandshakeProtocol HandshakeFailureReason = "protocol"
 	// HandshakeTimeout: the handshake did not complete in time.
 	HandshakeTimeout HandshakeFailureReason = "timeout"
+	// HandshakeOverloaded: the server refused the connection attempt
+	// before or right after the handshake because it was at a limit (too
+	// many handshakes in progress, its accept queue full, a connection
+	// cap); the peer is expected to retry with backoff.
+	HandshakeOverloaded HandshakeFailureReason = "overloaded"
 	// HandshakeOther: anything else.
 	HandshakeOther HandshakeFailureReason = "other"
 )
@@ -46,7 +51,7 @@ const (
 func HandshakeFailureReasons() []HandshakeFailureReason {
 	return []HandshakeFailureReason{HandshakeNoClientCertificate, HandshakeUnknownAuthority,
 		HandshakeCertificateExpired, HandshakeCertificateNotYetValid, HandshakeBadCertificate,
-		HandshakeProtocol, HandshakeTimeout, HandshakeOther}
+		HandshakeProtocol, HandshakeTimeout, HandshakeOverloaded, HandshakeOther}
 }
 
 // CertificateRelated reports whether r is about the peer's certificate

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -55,6 +56,11 @@ const (
 	minReceiveWindow = 16 << 10
 	// maxStreamCredit bounds MaxIncomingStreams (QUIC allows 2^60).
 	maxStreamCredit = 1 << 20
+	// DefaultMaxHandshakes bounds a Listener's incoming handshakes in
+	// progress (Config.MaxHandshakes): a few seconds of this project's
+	// 2-core server's handshake rate, well above quic-go's accept queue
+	// (32 finished handshakes waiting for Accept).
+	DefaultMaxHandshakes = 512
 )
 
 // Config tunes a Listener or Dialer. The zero value is ready to use: every
@@ -117,6 +123,32 @@ type Config struct {
 	// throughput by half or more; measure before enabling (LAN
 	// deployments whose CPUs are not saturated: RecommendedDelayHintMaxRTT).
 	DelayHintMaxRTT time.Duration
+	// StatelessResetKey, when not nil, makes a Listener answer the packets
+	// of connections it does not know — those of a previous process of
+	// this server, after a crash or a restart — with a QUIC stateless reset
+	// (RFC 9000 §10.3), so their peers notice at their next packet instead
+	// of after MaxIdleTimeout. The key must be secret and stay the same
+	// across restarts of the server (ResetKey derives one from the
+	// server's private key file); it also keys the address-validation
+	// (Retry) tokens. Nil: no stateless resets. Dialers ignore it.
+	StatelessResetKey *[32]byte
+	// MaxHandshakes bounds a Listener's incoming handshakes in progress,
+	// from the client's first packet until the connection is taken by
+	// Accept. A connection attempt beyond it is refused with QUIC's
+	// CONNECTION_REFUSED before any cryptographic work, and reported to
+	// OnHandshakeFailure with reason semantics.HandshakeOverloaded; above
+	// half of it the listener validates client addresses with a Retry
+	// first (one round trip, no state kept), as quic-go recommends under
+	// load. 0: DefaultMaxHandshakes; negative: unbounded. Dialers ignore
+	// it.
+	MaxHandshakes int
+	// Admit, when not nil, is asked about every incoming connection
+	// attempt before its handshake starts (it runs on the packet path:
+	// keep it to a few atomic loads). A non-nil error refuses the attempt
+	// like MaxHandshakes does (CONNECTION_REFUSED, reported as
+	// semantics.HandshakeOverloaded with this error). The daemon uses it
+	// for its connection cap. Dialers ignore it.
+	Admit func(remote net.Addr) error
 	// Logger receives the backend's few log lines (nil: slog.Default()).
 	Logger *slog.Logger
 	// OnHandshakeFailure, when not nil, is called once for every incoming
@@ -207,6 +239,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.MaxHandshakes == 0 {
+		c.MaxHandshakes = DefaultMaxHandshakes
 	}
 	return c
 }

@@ -26,6 +26,8 @@ import (
 //   - *quicgo.IdleTimeoutError → semantics.IdleTimeoutError().
 //   - *quicgo.HandshakeTimeoutError → ConnError{CloseIdleTimeout}.
 //   - a TLS alert (crypto TransportError) → ConnError{CloseAuthenticationFailure}.
+//   - CONNECTION_REFUSED (the server's handshake admission, its accept
+//     queue full) → ConnError{CloseOverloaded}.
 //   - another *quicgo.TransportError → ConnError{CloseProtocolError}
 //     (NO_ERROR → CloseNormal).
 //   - *quicgo.StatelessResetError (the peer lost its state, e.g. restarted)
@@ -86,6 +88,8 @@ func ConnErrorOf(err error) *semantics.ConnError {
 			return &semantics.ConnError{Code: wire.CloseAuthenticationFailure, Reason: te.Error(), Remote: te.Remote}
 		case te.ErrorCode == quicgo.NoError:
 			return &semantics.ConnError{Code: wire.CloseNormal, Reason: te.ErrorMessage, Remote: te.Remote}
+		case te.ErrorCode == quicgo.ConnectionRefused:
+			return &semantics.ConnError{Code: wire.CloseOverloaded, Reason: "connection refused (server at a limit; retry with backoff)", Remote: te.Remote}
 		default:
 			return &semantics.ConnError{Code: wire.CloseProtocolError, Reason: te.Error(), Remote: te.Remote}
 		}

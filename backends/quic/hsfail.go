@@ -1,12 +1,10 @@
 package quic
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
-	"sync/atomic"
 
 	quicgo "github.com/quic-go/quic-go"
 
@@ -24,35 +22,14 @@ import (
 // marked first and not reported; one that ended with a TLS alert (a crypto
 // TransportError, sent or received) or the handshake timeout is.
 
-type handshakeWatchKey struct{}
-
-type handshakeWatch struct {
-	accepted atomic.Bool
-}
-
 // WatchHandshakes makes tr report every incoming connection whose handshake
 // failed to hook as backend (nothing when hook is nil). It sets
 // tr.ConnContext and must be called before tr.Listen. Connections returned
-// by the listener must be passed to HandshakeAccepted. Exported for
-// backends/webtransport, which runs its own Transport.
+// by the listener must be passed to HandshakeAccepted. It is
+// PrepareServerTransport with a Config of hook only (the default
+// handshake cap included).
 func WatchHandshakes(tr *quicgo.Transport, backend string, hook func(semantics.HandshakeFailure)) {
-	if hook == nil {
-		return
-	}
-	tr.ConnContext = func(ctx context.Context, info *quicgo.ClientInfo) (context.Context, error) {
-		w := &handshakeWatch{}
-		ctx = context.WithValue(ctx, handshakeWatchKey{}, w)
-		remote := info.RemoteAddr
-		context.AfterFunc(ctx, func() {
-			if w.accepted.Load() {
-				return
-			}
-			if byPeer, err := handshakeFailure(context.Cause(ctx)); err != nil {
-				hook(semantics.NewHandshakeFailure(backend, remote, err, byPeer))
-			}
-		})
-		return ctx, nil
-	}
+	PrepareServerTransport(tr, backend, Config{OnHandshakeFailure: hook})
 }
 
 // HandshakeAccepted marks qc as established: its end is not a handshake
@@ -60,6 +37,7 @@ func WatchHandshakes(tr *quicgo.Transport, backend string, hook func(semantics.H
 func HandshakeAccepted(qc *quicgo.Conn) {
 	if w, ok := qc.Context().Value(handshakeWatchKey{}).(*handshakeWatch); ok {
 		w.accepted.Store(true)
+		w.done()
 	}
 }
 

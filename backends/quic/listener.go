@@ -41,7 +41,7 @@ func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	WatchHandshakes(ep.tr, "quic", cfg.OnHandshakeFailure)
+	PrepareServerTransport(ep.tr, "quic", cfg)
 	ln, err := ep.tr.Listen(tc, cfg.quicConfig())
 	if err != nil {
 		ep.release()

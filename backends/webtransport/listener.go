@@ -65,7 +65,7 @@ func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
 		return nil, err
 	}
 	tr := &quicgo.Transport{Conn: udp}
-	fyquic.WatchHandshakes(tr, "webtransport", cfg.OnHandshakeFailure)
+	fyquic.PrepareServerTransport(tr, "webtransport", cfg)
 	ln, err := tr.Listen(tc, qconf)
 	if err != nil {
 		_ = tr.Close()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,9 +24,18 @@ import (
 // ErrHeartbeatTimeout within 3 intervals + 1 interval of tolerance — not
 // after the QUIC idle timeout (45 s) — and a daemon restarted on the same
 // port with the same authority gets it back under the same session.
-func TestProcessDaemonKilledAgentNoticesInSeconds(t *testing.T) {
-	const every = 200 * time.Millisecond
-	const limit = agent.DefaultHeartbeatMisses*every + every
+// killHarness is a forgeyard-daemon process with heartbeat interval every
+// and a library agent registered to it over loopback QUIC.
+type killHarness struct {
+	t         *testing.T
+	d         *process
+	a         *agent.Agent
+	start     func(logName string) *process
+	connected chan agent.Status
+	disc      chan error
+}
+
+func newKillHarness(t *testing.T, every time.Duration) *killHarness {
 	dir := t.TempDir()
 	daemonBin, _ := buildCommands(t, filepath.Join(dir, "bin"))
 	pkiDir := filepath.Join(dir, "pki")
@@ -39,15 +49,16 @@ func TestProcessDaemonKilledAgentNoticesInSeconds(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(dir, "daemon.toml")
-	if err := os.WriteFile(conf, []byte("[timing]\nheartbeat_interval = \"200ms\"\nmax_backoff = \"200ms\"\n"), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte("[timing]\nheartbeat_interval = \""+every.String()+"\"\nmax_backoff = \"200ms\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
-	startDaemon := func(name string) *process {
+	h := &killHarness{t: t, connected: make(chan agent.Status, 4), disc: make(chan error, 16)}
+	h.start = func(name string) *process {
 		return startProcess(t, daemonBin, filepath.Join(dir, name), "--config", conf, "--dev-pki", pkiDir,
 			"--sqlite", filepath.Join(dir, "authority.db"), "--listen", addr, "--log-format", "json", "--log-level", "debug")
 	}
-	d := startDaemon("daemon-1.log")
+	h.d = h.start("daemon-1.log")
 
 	e, err := config.ParseEndpoint("quic://" + addr)
 	if err != nil {
@@ -57,51 +68,74 @@ func TestProcessDaemonKilledAgentNoticesInSeconds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	connected := make(chan agent.Status, 4)
-	disc := make(chan error, 16)
-	a, err := agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
+	h.a, err = agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: []agent.Endpoint{{Address: daddr, Dialer: dialer, Backend: "quic"}},
 		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), RequestTimeout: 2 * time.Second,
 		Backoff:  agent.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		Fallback: agent.Fallback{ProbeInterval: -1},
-		Hooks: agent.Hooks{OnConnected: func(s agent.Status) { connected <- s },
-			OnDisconnected: func(err error) { disc <- err }}})
+		Hooks: agent.Hooks{OnConnected: func(s agent.Status) { h.connected <- s },
+			OnDisconnected: func(err error) { h.disc <- err }}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	go func() { ran <- a.Run(ctx) }()
-	defer func() {
+	go func() { ran <- h.a.Run(ctx) }()
+	t.Cleanup(func() {
 		cancel()
-		_ = a.Close()
+		_ = h.a.Close()
 		<-ran
-	}()
-	await := func(what string) agent.Status {
-		t.Helper()
-		select {
-		case s := <-connected:
-			return s
-		case <-time.After(30 * time.Second):
-			t.Fatalf("agent not connected (%s); daemon log:\n%s", what, d.log())
-		}
-		return agent.Status{}
-	}
-	s1 := await("first daemon")
-	// Heartbeats flow before the kill (polled: no event crosses to here).
-	for deadline := time.Now().Add(10 * time.Second); a.Stats().HeartbeatsAcked < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no heartbeat acks; daemon log:\n%s", d.log())
-		}
-	}
+	})
+	return h
+}
 
-	if err := d.cmd.Process.Kill(); err != nil { // SIGKILL
-		t.Fatal(err)
+// await returns the agent's next connection.
+func (h *killHarness) await(what string) agent.Status {
+	h.t.Helper()
+	select {
+	case s := <-h.connected:
+		return s
+	case <-time.After(30 * time.Second):
+		h.t.Fatalf("agent not connected (%s); daemon log:\n%s", what, h.d.log())
 	}
-	killed := time.Now()
+	return agent.Status{}
+}
+
+// acked waits for n heartbeat acks (polled: no event crosses to here).
+func (h *killHarness) acked(n int64) {
+	h.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); h.a.Stats().HeartbeatsAcked < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("no heartbeat acks; daemon log:\n%s", h.d.log())
+		}
+	}
+}
+
+// kill SIGKILLs the daemon and reaps it (its port is free afterwards).
+func (h *killHarness) kill() time.Time {
+	h.t.Helper()
+	if err := h.d.cmd.Process.Kill(); err != nil {
+		h.t.Fatal(err)
+	}
+	return time.Now()
+}
+
+func (h *killHarness) reap() {
+	err := <-h.d.done
+	h.d.done <- err
+}
+
+func TestProcessDaemonKilledAgentNoticesInSeconds(t *testing.T) {
+	const every = 200 * time.Millisecond
+	const limit = agent.DefaultHeartbeatMisses*every + every
+	h := newKillHarness(t, every)
+	s1 := h.await("first daemon")
+	h.acked(2)
+
+	killed := h.kill()
 	var end error
 	select {
-	case end = <-disc:
+	case end = <-h.disc:
 	case <-time.After(quic.DefaultMaxIdleTimeout / 3):
 		t.Fatalf("the agent did not notice the killed daemon within %v", quic.DefaultMaxIdleTimeout/3)
 	}
@@ -113,14 +147,45 @@ func TestProcessDaemonKilledAgentNoticesInSeconds(t *testing.T) {
 	if el > limit {
 		t.Fatalf("noticed after %v, want ≤ %v (3 intervals + 1)", el, limit)
 	}
-	<-d.done // reaped; the port is free
-	d.done <- nil
+	h.reap()
 
-	d = startDaemon("daemon-2.log")
-	s2 := await("restarted daemon")
-	st := a.Stats()
+	h.d = h.start("daemon-2.log")
+	s2 := h.await("restarted daemon")
+	st := h.a.Stats()
 	if st.HeartbeatTimeouts != 1 || st.Reconnects < 1 || s2.Transport == s1.Transport {
 		t.Fatalf("after the restart: %d heartbeat timeouts, %d reconnects, transport %s → %s", st.HeartbeatTimeouts, st.Reconnects, s1.Transport, s2.Transport)
 	}
-	t.Logf("back on the restarted daemon after %v from the kill (session %s)", time.Since(killed).Round(time.Millisecond), a.Session())
+	t.Logf("back on the restarted daemon after %v from the kill (session %s)", time.Since(killed).Round(time.Millisecond), h.a.Session())
+}
+
+// TestProcessDaemonRestartResetsAgents: a daemon SIGKILLed and restarted at
+// once answers the old connection's next packet with a QUIC stateless
+// reset (its key derives from the unchanged TLS key file), so the agent
+// reconnects at its next heartbeat — not after 3 missed intervals, and
+// not after the QUIC idle timeout.
+func TestProcessDaemonRestartResetsAgents(t *testing.T) {
+	const every = 2 * time.Second // dead-link detection alone would take 6 s
+	h := newKillHarness(t, every)
+	h.await("first daemon")
+	h.acked(1)
+
+	killed := h.kill()
+	h.reap()
+	h.d = h.start("daemon-2.log")
+	var end error
+	select {
+	case end = <-h.disc:
+	case <-time.After(quic.DefaultMaxIdleTimeout / 3):
+		t.Fatalf("the agent did not notice the restarted daemon within %v", quic.DefaultMaxIdleTimeout/3)
+	}
+	el := time.Since(killed)
+	if errors.Is(end, agent.ErrHeartbeatTimeout) || !strings.Contains(end.Error(), "stateless reset") {
+		t.Fatalf("link ended with %v after %v, want a stateless reset from the restarted daemon", end, el)
+	}
+	h.await("restarted daemon")
+	st := h.a.Stats()
+	if st.HeartbeatTimeouts != 0 || st.Reconnects < 1 {
+		t.Fatalf("after the restart: %d heartbeat timeouts, %d reconnects", st.HeartbeatTimeouts, st.Reconnects)
+	}
+	t.Logf("restarted daemon reset the agent %v after the kill (heartbeat interval %v), back after %v", el.Round(time.Millisecond), every, time.Since(killed).Round(time.Millisecond))
 }

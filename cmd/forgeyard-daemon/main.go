@@ -337,6 +337,10 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	defer hsf.Close()
 	tel.setHandshakeFailures(hsf)
 	qcfg, ycfg := listenerConfigs(dcfg.Limits, log, hsf.Report)
+	if qcfg.StatelessResetKey, err = serversetup.ResetKey(cfg.Listen.StatelessResetKeyFile, cfg.TLS); err != nil {
+		_ = d.Shutdown(context.Background())
+		return err
+	}
 	ls, err := serversetup.Listen(cfg.Listen, tlsConf, qcfg, ycfg)
 	if err != nil {
 		_ = d.Shutdown(context.Background())

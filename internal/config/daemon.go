@@ -125,6 +125,13 @@ type Listen struct {
 	QUIC         string `toml:"quic"`
 	Yamux        string `toml:"yamux"`
 	WebTransport string `toml:"webtransport"`
+	// StatelessResetKeyFile names a file of at least 32 secret bytes
+	// keying the QUIC and WebTransport listeners' stateless resets, so
+	// agents of a crashed or restarted daemon learn it at their next
+	// packet. Empty: the key is derived from tls.private_key (the same
+	// across restarts while that file is). Set it to share one key among
+	// daemons behind one address.
+	StatelessResetKeyFile string `toml:"stateless_reset_key_file"`
 }
 
 // Empty reports whether no backend is configured.

@@ -118,7 +118,7 @@ const (
 // forgeyard_transport_handshake_failures_total and the reason attribute of
 // a handshake auth.failure: semantics.HandshakeFailureReasons as strings.
 var HandshakeFailureReasons = []string{"no_client_certificate", "unknown_authority", "certificate_expired",
-	"certificate_not_yet_valid", "bad_certificate", "protocol", "timeout", "other"}
+	"certificate_not_yet_valid", "bad_certificate", "protocol", "timeout", "overloaded", "other"}
 
 // AuditReasonOfHandshake maps a handshake failure reason (one of
 // HandshakeFailureReasons) to its AuditReason; anything else is

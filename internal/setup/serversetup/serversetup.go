@@ -15,6 +15,7 @@ package serversetup
 import (
 	"crypto/tls"
 	"fmt"
+	"os"
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/webtransport"
@@ -30,6 +31,31 @@ func ServerTLS(c config.ServerTLS) (*tls.Config, error) {
 	return trust.ServerConfig(trust.ServerFiles{
 		CertFile: c.Certificate, KeyFile: c.PrivateKey, ClientCAFile: c.ClientCA, RequireClientCert: true,
 	})
+}
+
+// ResetKey returns the QUIC stateless reset key of a server's listeners
+// (quic.Config.StatelessResetKey): from keyFile when set (at least 32
+// bytes of secret), else derived from the TLS private key file.
+func ResetKey(keyFile string, t config.ServerTLS) (*[32]byte, error) {
+	if keyFile == "" {
+		k, err := quic.ResetKey(t.PrivateKey)
+		if err != nil {
+			return nil, fmt.Errorf("tls.private_key: deriving the QUIC stateless reset key: %w", err)
+		}
+		return k, nil
+	}
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("listen.stateless_reset_key_file: %w", err)
+	}
+	if len(b) < 32 {
+		return nil, fmt.Errorf("listen.stateless_reset_key_file: %s holds %d bytes, want at least 32 (e.g. head -c 32 /dev/urandom > %s)", keyFile, len(b), keyFile)
+	}
+	k, err := quic.ResetKey(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("listen.stateless_reset_key_file: %w", err)
+	}
+	return k, nil
 }
 
 // Listener is one backend listener.

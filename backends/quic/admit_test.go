@@ -1,0 +1,142 @@
+package quic
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/wire"
+)
+
+// crash makes l's process "die": its socket closes under quic-go, so its
+// connections end without a CONNECTION_CLOSE reaching the peer.
+func crash(l *Listener) { _ = l.ep.udp.Close() }
+
+// A restarted listener with the same StatelessResetKey resets the previous
+// process's connections at their next packet: the client learns in one
+// round trip what it would otherwise learn at its idle timeout (1 minute
+// here, longer than the test waits).
+func TestStatelessResetAfterRestart(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "server.key")
+	if err := os.WriteFile(keyFile, []byte("-----BEGIN PRIVATE KEY-----\nnot really\n-----END PRIVATE KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key, err := ResetKey(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := ResetKey(keyFile)
+	if *again != *key {
+		t.Fatal("ResetKey is not deterministic")
+	}
+	cfg := Config{KeepAlivePeriod: -1, MaxIdleTimeout: time.Minute, StatelessResetKey: key}
+	e := newTenv(t, cfg)
+	addr := e.ln.Addr().String()
+	c, _ := e.dial(t, Config{KeepAlivePeriod: -1, MaxIdleTimeout: time.Minute})
+	crash(e.ln)
+	ln2, err := Listen(addr, e.pki.ServerConfig(t, serverName), cfg)
+	if err != nil {
+		t.Fatalf("restart on %s: %v", addr, err)
+	}
+	defer ln2.Close()
+	start := time.Now()
+	// The client's next packet is answered with a stateless reset.
+	if s, err := c.OpenStream(context.Background()); err == nil {
+		_, _ = s.Write([]byte("hello after the restart"))
+	}
+	select {
+	case <-c.Context().Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the restarted server did not reset the old connection")
+	}
+	cause := context.Cause(c.Context())
+	if ce := ConnErrorOf(cause); ce == nil || ce.Code != wire.CloseShutdown || !ce.Remote || !strings.Contains(ce.Reason, "stateless reset") {
+		t.Fatalf("old connection ended with %v, want the translated stateless reset (remote Shutdown)", cause)
+	}
+	t.Logf("reset %v after the client's first packet to the restarted server", time.Since(start).Round(time.Millisecond))
+}
+
+// Connections waiting for Accept count against MaxHandshakes: beyond it a
+// new attempt is refused before its handshake (CloseOverloaded at the
+// dialer, reason overloaded at the hook), and a slot frees once Accept
+// takes a connection.
+func TestMaxHandshakesRefusesBeforeHandshake(t *testing.T) {
+	var mu sync.Mutex
+	var reports []semantics.HandshakeFailure
+	cfg := testConfig
+	cfg.MaxHandshakes = 2
+	cfg.OnHandshakeFailure = func(f semantics.HandshakeFailure) {
+		mu.Lock()
+		reports = append(reports, f)
+		mu.Unlock()
+	}
+	e := newTenv(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dial := func() (semantics.BackendConn, error) {
+		return Dialer{TLS: e.pki.ClientConfig(t, wire.NewRunnerId(), serverName), Config: testConfig}.Dial(ctx, e.ln.Addr().String())
+	}
+	for i := range 2 { // complete, waiting in the accept queue
+		c, err := dial()
+		if err != nil {
+			t.Fatalf("dial %d within the cap: %v", i, err)
+		}
+		defer c.CloseWithCode(wire.CloseNormal, "")
+	}
+	_, err := dial()
+	var ce *semantics.ConnError
+	if !errors.As(err, &ce) || ce.Code != wire.CloseOverloaded {
+		t.Fatalf("dial beyond MaxHandshakes: %v, want ConnError Overloaded", err)
+	}
+	mu.Lock()
+	// One report per refused Initial: a client that retransmits its
+	// first packet is refused (and counted) again.
+	if len(reports) == 0 {
+		t.Fatal("the refusal was not reported")
+	}
+	for _, f := range reports {
+		if f.Reason != semantics.HandshakeOverloaded || f.Backend != "quic" || !errors.Is(f.Err, errTooManyHandshakes) {
+			t.Fatalf("report %+v, want overloaded: too many handshakes", f)
+		}
+	}
+	mu.Unlock()
+	s, err := e.ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.CloseWithCode(wire.CloseNormal, "")
+	c, err := dial()
+	if err != nil {
+		t.Fatalf("dial after Accept freed a slot: %v", err)
+	}
+	defer c.CloseWithCode(wire.CloseNormal, "")
+}
+
+// Config.Admit refuses an attempt before its handshake, with its error
+// in the report.
+func TestAdmitHookRefuses(t *testing.T) {
+	refusal := errors.New("connection cap reached")
+	got := make(chan semantics.HandshakeFailure, 1)
+	cfg := testConfig
+	cfg.Admit = func(net.Addr) error { return refusal }
+	cfg.OnHandshakeFailure = func(f semantics.HandshakeFailure) { got <- f }
+	e := newTenv(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := Dialer{TLS: e.pki.ClientConfig(t, wire.NewRunnerId(), serverName), Config: testConfig}.Dial(ctx, e.ln.Addr().String())
+	var ce *semantics.ConnError
+	if !errors.As(err, &ce) || ce.Code != wire.CloseOverloaded || !ce.Remote {
+		t.Fatalf("dial refused by Admit: %v, want remote ConnError Overloaded", err)
+	}
+	f := <-got
+	if f.Reason != semantics.HandshakeOverloaded || !errors.Is(f.Err, refusal) {
+		t.Fatalf("report %+v, want overloaded with the Admit error", f)
+	}
+}
