@@ -258,7 +258,10 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		Timing: daemon.Timing{
 			HeartbeatInterval: cfg.Timing.HeartbeatInterval.Duration, RenewInterval: cfg.Timing.RenewInterval.Duration,
 			LeaseTTL: cfg.Timing.LeaseTTL.Duration, RevokeGrace: cfg.Timing.RevokeGrace.Duration, MaxBackoff: cfg.Timing.MaxBackoff.Duration,
+			MaxHeartbeatsPerSecond: cfg.Timing.MaxHeartbeatsPerSecond, MaxHeartbeatInterval: cfg.Timing.MaxHeartbeatInterval.Duration,
+			HeartbeatGrace: cfg.Timing.HeartbeatGrace.Duration,
 		},
+		OpenFiles:          daemonsetup.OpenFiles(),
 		AlternateEndpoints: cfg.Alternates(),
 		LogDir:             cfg.Data.LogDir,
 		Logger:             log,
@@ -337,6 +340,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	defer hsf.Close()
 	tel.setHandshakeFailures(hsf)
 	qcfg, ycfg := listenerConfigs(dcfg.Limits, log, hsf.Report)
+	qcfg.Admit = d.AdmitEarly // the connection cap, before the QUIC handshake
 	if qcfg.StatelessResetKey, err = serversetup.ResetKey(cfg.Listen.StatelessResetKeyFile, cfg.TLS); err != nil {
 		_ = d.Shutdown(context.Background())
 		return err

@@ -165,6 +165,16 @@ type Timing struct {
 	LeaseTTL          Duration `toml:"lease_ttl"`
 	RevokeGrace       Duration `toml:"revoke_grace"`
 	MaxBackoff        Duration `toml:"max_backoff"`
+	// MaxHeartbeatsPerSecond is the daemon-wide heartbeat budget (Nomad's
+	// max_heartbeats_per_second): an agent registering while n sessions
+	// are registered heartbeats every clamp(n / budget,
+	// heartbeat_interval, max_heartbeat_interval). 0: 1000; -1: no budget.
+	MaxHeartbeatsPerSecond float64 `toml:"max_heartbeats_per_second"`
+	// MaxHeartbeatInterval caps the budgeted interval (0: 60s).
+	MaxHeartbeatInterval Duration `toml:"max_heartbeat_interval"`
+	// HeartbeatGrace is added to the 3 missed intervals before a silent
+	// transport is closed (Nomad's heartbeat_grace; 0: none).
+	HeartbeatGrace Duration `toml:"heartbeat_grace"`
 }
 
 // WithDefaults returns t with zero fields set to the defaults.

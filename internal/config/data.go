@@ -54,17 +54,24 @@ func (d Data) Validate() error {
 //	registration_rate = 200       # registrations per second over the daemon
 //	registration_burst = 400      # (0: twice registration_rate)
 //	max_conns_per_ip = 0          # supplement only: runners share NATs
+//	max_connections = 20000       # daemon-wide cap on connected transports (-1: none)
+//	fd_headroom = 256             # file descriptors kept free: refuse connections before EMFILE
 type Admission struct {
 	MaxHandshakes     int     `toml:"max_handshakes"`
 	RegistrationRate  float64 `toml:"registration_rate"`
 	RegistrationBurst int     `toml:"registration_burst"`
 	MaxConnsPerIP     int     `toml:"max_conns_per_ip"`
+	MaxConnections    int     `toml:"max_connections"`
+	FDHeadroom        int     `toml:"fd_headroom"`
 }
 
 // Validate reports the first out-of-range value, naming its key.
 func (a Admission) Validate() error {
-	if a.MaxHandshakes < 0 || a.RegistrationRate < 0 || a.RegistrationBurst < 0 || a.MaxConnsPerIP < 0 {
-		return errors.New("admission: max_handshakes, registration_rate, registration_burst and max_conns_per_ip must be ≥ 0 (0: default / off)")
+	if a.MaxHandshakes < 0 || a.RegistrationRate < 0 || a.RegistrationBurst < 0 || a.MaxConnsPerIP < 0 || a.FDHeadroom < 0 {
+		return errors.New("admission: max_handshakes, registration_rate, registration_burst, max_conns_per_ip and fd_headroom must be ≥ 0 (0: default / off)")
+	}
+	if a.MaxConnections < -1 {
+		return fmt.Errorf("admission.max_connections %d: use a count, 0 for the default or -1 for no cap", a.MaxConnections)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -26,6 +27,7 @@ type hardening struct {
 	regs       *tokenbucket.Bucket
 
 	refusedConns, refusedRegs, limitCloses, audits atomic.Int64
+	refusedEarly                                   atomic.Int64 // AdmitEarly refusals (before a handshake)
 	rateLimited                                    [numRateClasses]atomic.Int64
 	secretsSent, secretsRefused                    atomic.Int64
 }
@@ -39,8 +41,9 @@ func (d *Daemon) initHardening() {
 
 // HardeningStats are the admission, rate-limit and secret counters.
 type HardeningStats struct {
-	RefusedConns         int64 // closed with CloseOverloaded at connect (handshakes, per-IP)
-	RefusedRegistrations int64 // hellos answered Overloaded (registration rate)
+	RefusedConns         int64 // closed with CloseOverloaded at connect (handshakes, per-IP, connection cap)
+	RefusedEarly         int64 // refused by AdmitEarly before their handshake (connection cap)
+	RefusedRegistrations int64 // hellos answered Overloaded (registration rate, connection cap)
 	RateLimited          struct {
 		Control, Heartbeat, Health, Cas, Identity int64
 	}
@@ -57,6 +60,7 @@ func (d *Daemon) HardeningStats() HardeningStats {
 	h := &d.hard
 	var s HardeningStats
 	s.RefusedConns, s.RefusedRegistrations = h.refusedConns.Load(), h.refusedRegs.Load()
+	s.RefusedEarly = h.refusedEarly.Load()
 	s.RateLimited.Control, s.RateLimited.Heartbeat = h.rateLimited[rateControl].Load(), h.rateLimited[rateHeartbeat].Load()
 	s.RateLimited.Health, s.RateLimited.Cas = h.rateLimited[rateHealth].Load(), h.rateLimited[rateCas].Load()
 	s.RateLimited.Identity = h.rateLimited[rateIdentity].Load()
@@ -99,12 +103,43 @@ func ipOf(a net.Addr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// capacityRefusal explains why the daemon is at its connection cap or
+// descriptor headroom, or returns "". conns is the connected count.
+func (d *Daemon) capacityRefusal(conns int) string {
+	a := &d.hard.adm
+	if a.MaxConnections > 0 && conns >= a.MaxConnections {
+		return fmt.Sprintf("overloaded: %d connections (the daemon's cap); retry with backoff", conns)
+	}
+	if of := d.cfg.OpenFiles; of != nil {
+		if open, limit := of(); limit > 0 && limit-open < a.FDHeadroom {
+			return fmt.Sprintf("overloaded: %d of %d file descriptors in use; retry with backoff", open, limit)
+		}
+	}
+	return ""
+}
+
+// AdmitEarly tells whether the daemon would take one more connection
+// (its MaxConnections cap and descriptor headroom, with the handshakes in
+// progress counted). Listeners that can ask before a handshake call it
+// then (backends/quic Config.Admit), so a refused attempt costs no
+// cryptography; the error says why. It is cheap: one lock, two counts.
+func (d *Daemon) AdmitEarly(net.Addr) error {
+	if why := d.capacityRefusal(d.connCount()); why != "" {
+		d.hard.refusedEarly.Add(1)
+		return errors.New(why)
+	}
+	return nil
+}
+
 // admitConn takes a handshake slot and a per-IP slot for bc, or explains
 // the refusal. It costs no I/O: a refused connection is closed before its
 // control stream is read.
 func (d *Daemon) admitConn(bc semantics.BackendConn) (admissionTicket, string) {
 	h := &d.hard
 	ip, hasIP := ipOf(bc.RemoteAddr())
+	if why := d.capacityRefusal(d.connCount()); why != "" {
+		return admissionTicket{}, why
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.handshakes >= h.adm.MaxHandshakes {
@@ -180,6 +215,13 @@ func (d *Daemon) serveAdmitted(ctx context.Context, bc semantics.BackendConn) bo
 // RetryBackoff} with the wait and closes with CloseOverloaded.
 func (c *conn) admitRegistration(env *wire.Envelope) bool {
 	h := &c.d.hard
+	// At the cap this transport is counted already: refuse only beyond it.
+	if why := c.d.capacityRefusal(c.d.connCount() - 1); why != "" {
+		h.refusedRegs.Add(1)
+		c.reply(env, &agentwire.RegistrationRejectedV1{Code: wire.ErrCodeOverloaded, Retry: wire.RetryBackoff, Message: why})
+		c.closeAfter(wire.CloseOverloaded, "connection cap")
+		return false
+	}
 	ok, wait := h.regs.Take(time.Now())
 	if ok {
 		return true

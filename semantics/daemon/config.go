@@ -20,9 +20,26 @@ import (
 // Timing is the daemon's timing policy; the daemon sends it to every agent
 // in RegistrationAcceptedV1. Zero fields take the Default* values.
 type Timing struct {
-	// HeartbeatInterval: how often agents send HeartbeatV1. A transport
-	// without a heartbeat for 3 intervals is closed with CloseIdleTimeout.
+	// HeartbeatInterval: how often agents send HeartbeatV1, at least (the
+	// heartbeat budget may lengthen it, below). A transport without a
+	// heartbeat for 3 of its intervals plus HeartbeatGrace is closed with
+	// CloseIdleTimeout.
 	HeartbeatInterval time.Duration
+	// MaxHeartbeatsPerSecond is the daemon-wide heartbeat budget, as
+	// Nomad's max_heartbeats_per_second: an agent registering while n
+	// sessions are registered (itself included) is given the interval
+	// clamp(n / MaxHeartbeatsPerSecond, HeartbeatInterval,
+	// MaxHeartbeatInterval), so the fleet's heartbeat rate stays within
+	// the budget as it grows (the interval of a session is fixed at its
+	// registration). 0: DefaultMaxHeartbeatsPerSecond; negative: no
+	// budget (always HeartbeatInterval).
+	MaxHeartbeatsPerSecond float64
+	// MaxHeartbeatInterval caps the budgeted interval (0:
+	// DefaultMaxHeartbeatInterval; never below HeartbeatInterval).
+	MaxHeartbeatInterval time.Duration
+	// HeartbeatGrace is added to the 3 missed intervals before the daemon
+	// closes a silent transport (Nomad's heartbeat_grace; 0: none).
+	HeartbeatGrace time.Duration
 	// RenewInterval: how often agents renew each live lease; also the
 	// period of the daemon's expiry/dedup loop and of offer re-sends.
 	RenewInterval time.Duration
@@ -49,15 +66,22 @@ type Timing struct {
 
 // Timing defaults.
 const (
-	DefaultHeartbeatInterval   = 10 * time.Second
-	DefaultRenewInterval       = 10 * time.Second
-	DefaultLeaseTTL            = 60 * time.Second
-	DefaultRevokeGrace         = 15 * time.Second
-	DefaultRegistrationTimeout = 10 * time.Second
-	DefaultRequestTimeout      = 10 * time.Second
-	DefaultMaxBackoff          = 30 * time.Second
-	DefaultDedupRetention      = 24 * time.Hour
+	DefaultHeartbeatInterval = 10 * time.Second
+	// DefaultMaxHeartbeatInterval caps the budgeted heartbeat interval:
+	// an agent of a dead daemon notices within 3 of them.
+	DefaultMaxHeartbeatInterval = 60 * time.Second
+	DefaultRenewInterval        = 10 * time.Second
+	DefaultLeaseTTL             = 60 * time.Second
+	DefaultRevokeGrace          = 15 * time.Second
+	DefaultRegistrationTimeout  = 10 * time.Second
+	DefaultRequestTimeout       = 10 * time.Second
+	DefaultMaxBackoff           = 30 * time.Second
+	DefaultDedupRetention       = 24 * time.Hour
 )
+
+// DefaultMaxHeartbeatsPerSecond is the default heartbeat budget: 10,000
+// agents at the default 10 s interval; beyond that the interval grows.
+const DefaultMaxHeartbeatsPerSecond = 1000.0
 
 // DefaultFallbackStagger is the default happy-eyeballs stagger: QUIC at 0,
 // WebTransport +250 ms, TLS+yamux +500 ms, relays +1 s (ARCHITECTURE.md
@@ -77,6 +101,14 @@ func (t Timing) withDefaults() Timing {
 	def(&t.RegistrationTimeout, DefaultRegistrationTimeout)
 	def(&t.RequestTimeout, DefaultRequestTimeout)
 	def(&t.MaxBackoff, DefaultMaxBackoff)
+	def(&t.MaxHeartbeatInterval, DefaultMaxHeartbeatInterval)
+	t.MaxHeartbeatInterval = max(t.MaxHeartbeatInterval, t.HeartbeatInterval)
+	if t.MaxHeartbeatsPerSecond == 0 {
+		t.MaxHeartbeatsPerSecond = DefaultMaxHeartbeatsPerSecond
+	}
+	if t.HeartbeatGrace < 0 {
+		t.HeartbeatGrace = 0
+	}
 	if t.FallbackStagger == nil {
 		t.FallbackStagger = DefaultFallbackStagger
 	}
@@ -116,8 +148,15 @@ type Config struct {
 	// derives from it).
 	Limits semantics.Limits
 	// Admission is the daemon-wide admission control (§220–223): bounded
-	// handshakes, a registration rate, an optional per-IP limit.
+	// handshakes, a registration rate, an optional per-IP limit, a
+	// connection cap.
 	Admission Admission
+	// OpenFiles, when not nil, reports the process's open file descriptors
+	// and their limit (RLIMIT_NOFILE) for Admission.FDHeadroom. It is asked
+	// at every connect and registration, so it must be cheap (a cached
+	// sample: internal/setup/daemonsetup.OpenFiles). Nil: no descriptor
+	// check.
+	OpenFiles func() (open, limit int)
 	// Logger receives operational and audit records; nil discards.
 	Logger *slog.Logger
 	// Now is the daemon clock; nil means time.Now.
@@ -218,7 +257,10 @@ type SessionInfo struct {
 	State         string
 	Fenced        bool
 	LastHeartbeat time.Time
-	ConnectedAt   time.Time
+	// HeartbeatInterval is the interval the session was given at
+	// registration (Timing's heartbeat budget); 0 before registration.
+	HeartbeatInterval time.Duration
+	ConnectedAt       time.Time
 }
 
 // CompletionEvent is an attempt completion and the authority's answer.

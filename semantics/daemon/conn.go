@@ -61,6 +61,7 @@ type conn struct {
 	dataWaits   int       // data-plane requests being answered (data.go)
 	closedAt    time.Time // wall clock at teardown (data.go's log sweep)
 	lastHB      time.Time
+	hbInterval  time.Duration                                // given at registration (the heartbeat budget); guarded by mu
 	phases      map[wire.JobAttemptId]agentwire.AttemptPhase // last reported, work goroutine only
 	hbTimer     *time.Timer
 	cred        credential  // enroll.go: the certificate registered with
@@ -133,6 +134,10 @@ func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
 		return nil, ErrShutdown
 	}
 	d.conns[c.transport] = c
+	if d.byBackend == nil {
+		d.byBackend = map[string]int{}
+	}
+	d.byBackend[bc.Backend()]++
 	d.mu.Unlock()
 	return c, nil
 }
@@ -189,7 +194,7 @@ func (c *conn) info() SessionInfo {
 	defer c.mu.Unlock()
 	return SessionInfo{Runner: c.runner, Session: c.session, Transport: c.transport, Epoch: c.epoch, Role: c.role,
 		Backend: c.bc.Backend(), Remote: c.bc.RemoteAddr().String(), Protocol: c.negotiated, Features: c.features, AgentVersion: c.agentVersion,
-		State: c.state.String(), Fenced: c.fenced, LastHeartbeat: c.lastHB, ConnectedAt: c.connectedAt}
+		State: c.state.String(), Fenced: c.fenced, LastHeartbeat: c.lastHB, HeartbeatInterval: c.hbInterval, ConnectedAt: c.connectedAt}
 }
 
 func (c *conn) logger() *slog.Logger {
@@ -257,7 +262,14 @@ func (c *conn) teardown() {
 	}
 	c.mu.Unlock()
 	d.mu.Lock()
-	delete(d.conns, c.transport)
+	if _, ok := d.conns[c.transport]; ok {
+		delete(d.conns, c.transport)
+		if b := c.bc.Backend(); d.byBackend[b] <= 1 {
+			delete(d.byBackend, b)
+		} else {
+			d.byBackend[b]--
+		}
+	}
 	if d.bySession[c.session] == c {
 		delete(d.bySession, c.session)
 	}

@@ -62,6 +62,7 @@ type Daemon struct {
 	mu        sync.Mutex
 	conns     map[wire.TransportSessionId]*conn
 	bySession map[wire.AgentSessionId]*conn
+	byBackend map[string]int // len(conns) by Backend(), for Counts
 	drained   map[wire.RunnerId]string
 	offers    map[wire.LeaseId]*offer
 	probing   map[wire.LeaseId]time.Time
@@ -223,6 +224,43 @@ func (d *Daemon) Serve(ctx context.Context, l semantics.BackendListener) error {
 // Admission) is closed at once with CloseOverloaded.
 func (d *Daemon) ServeConn(ctx context.Context, bc semantics.BackendConn) {
 	d.serveAdmitted(ctx, bc)
+}
+
+// Counts are the daemon's connection counts, kept up to date as
+// transports come and go: reading them costs the same at any fleet size,
+// unlike Sessions, which copies every transport's state.
+type Counts struct {
+	// Connections counts connected transports (registered or not);
+	// ByBackend splits them by backend name.
+	Connections int
+	ByBackend   map[string]int
+	// Sessions counts agent sessions with a registered current transport.
+	Sessions int
+}
+
+// Counts returns the connection counts (a fresh ByBackend map).
+func (d *Daemon) Counts() Counts {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := Counts{Connections: len(d.conns), Sessions: len(d.bySession), ByBackend: make(map[string]int, len(d.byBackend))}
+	for b, n := range d.byBackend {
+		c.ByBackend[b] = n
+	}
+	return c
+}
+
+// connCount is Counts().Connections without the map.
+func (d *Daemon) connCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.conns)
+}
+
+// registeredSessions is Counts().Sessions without the map.
+func (d *Daemon) registeredSessions() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.bySession)
 }
 
 // Sessions lists the transports connected to this daemon.

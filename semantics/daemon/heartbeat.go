@@ -7,15 +7,38 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
+// heartbeatInterval is the interval a registration is given while n
+// sessions are registered (itself included): the heartbeat budget (Timing
+// MaxHeartbeatsPerSecond) spread over them, within
+// [HeartbeatInterval, MaxHeartbeatInterval].
+func (t Timing) heartbeatInterval(n int) time.Duration {
+	iv := t.HeartbeatInterval
+	if t.MaxHeartbeatsPerSecond > 0 {
+		need := time.Duration(float64(n) / t.MaxHeartbeatsPerSecond * float64(time.Second))
+		iv = min(max(iv, need), t.MaxHeartbeatInterval)
+	}
+	return iv
+}
+
+// livenessLimit is how long c may be silent: 3 of its heartbeat intervals
+// plus the grace. c.mu is held.
+func (c *conn) livenessLimit() time.Duration {
+	iv := c.hbInterval
+	if iv <= 0 {
+		iv = c.d.timing.HeartbeatInterval
+	}
+	return 3*iv + c.d.timing.HeartbeatGrace
+}
+
 func (c *conn) resetLiveness() {
 	d := c.d
-	limit := 3 * d.timing.HeartbeatInterval
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	limit, iv := c.livenessLimit(), c.hbInterval
 	c.lastHB = d.now()
 	if c.hbTimer == nil {
 		c.hbTimer = time.AfterFunc(limit, func() {
-			c.logger().Info("no heartbeat for 3 intervals; closing", "limit", limit)
+			c.logger().Info("no heartbeat for 3 intervals; closing", "limit", limit, "interval", iv)
 			c.closeNow(wire.CloseIdleTimeout, "no heartbeat for 3 intervals")
 		})
 		return

@@ -102,10 +102,32 @@ type Admission struct {
 	// supplement only, §223: many runners may share a NAT). 0 means no
 	// limit. A connection beyond it is closed with CloseOverloaded.
 	MaxConnsPerIP int
+	// MaxConnections caps the transports connected to this daemon at once,
+	// registered or not. A connection attempt beyond it is refused: before
+	// its QUIC handshake where the listener asks AdmitEarly, else with
+	// CloseOverloaded at connect, and a hello with
+	// RegistrationRejectedV1{Overloaded, RetryBackoff}. 0:
+	// DefaultMaxConnections; negative: no cap.
+	MaxConnections int
+	// FDHeadroom is the file descriptors kept free for everything but new
+	// connections (log and CAS files, authority connections, the admin
+	// endpoint) when Config.OpenFiles is set: while fewer are left, new
+	// connections and registrations are refused as over MaxConnections,
+	// before accept(2) starts failing with EMFILE (0: DefaultFDHeadroom).
+	FDHeadroom int
 }
 
 // Admission defaults.
-const DefaultMaxHandshakes = 1024
+const (
+	DefaultMaxHandshakes = 1024
+	// DefaultMaxConnections is the default daemon-wide connection cap:
+	// above the 10,000 agents one 2-core daemon is measured with
+	// (docs/perf.md, the scale table), below where its memory would run
+	// out.
+	DefaultMaxConnections = 20000
+	// DefaultFDHeadroom is the default descriptor headroom.
+	DefaultFDHeadroom = 256
+)
 
 // DefaultRegistrationRate is the default daemon-wide registration rate.
 var DefaultRegistrationRate = semantics.Rate{PerSecond: 200, Burst: 400}
@@ -113,6 +135,12 @@ var DefaultRegistrationRate = semantics.Rate{PerSecond: 200, Burst: 400}
 func (a Admission) withDefaults() Admission {
 	if a.MaxHandshakes <= 0 {
 		a.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if a.MaxConnections == 0 {
+		a.MaxConnections = DefaultMaxConnections
+	}
+	if a.FDHeadroom <= 0 {
+		a.FDHeadroom = DefaultFDHeadroom
 	}
 	if a.RegistrationRate.PerSecond <= 0 {
 		a.RegistrationRate.PerSecond = DefaultRegistrationRate.PerSecond
@@ -125,7 +153,7 @@ func (a Admission) withDefaults() Admission {
 
 func (a Admission) validate() error {
 	r := a.RegistrationRate
-	if a.MaxHandshakes < 0 || a.MaxConnsPerIP < 0 || r.PerSecond < 0 || r.Burst < 0 || math.IsNaN(r.PerSecond) {
+	if a.MaxHandshakes < 0 || a.MaxConnsPerIP < 0 || a.FDHeadroom < 0 || r.PerSecond < 0 || r.Burst < 0 || math.IsNaN(r.PerSecond) {
 		return fmt.Errorf("daemon: Admission %+v: no field may be negative (0: default / off)", a)
 	}
 	return nil

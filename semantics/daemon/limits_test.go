@@ -19,7 +19,8 @@ func TestDefaultLimits(t *testing.T) {
 	if d.Conn.MaxStreams != 256 || d.Conn.StreamCredit() != 272 {
 		t.Errorf("MaxStreams %d, credit %d, want 256 and 272", d.Conn.MaxStreams, d.Conn.StreamCredit())
 	}
-	if a := (daemon.Admission{MaxHandshakes: 1024, RegistrationRate: semantics.Rate{PerSecond: 200, Burst: 400}}); d.Admission != a {
+	if a := (daemon.Admission{MaxHandshakes: 1024, RegistrationRate: semantics.Rate{PerSecond: 200, Burst: 400},
+		MaxConnections: 20000, FDHeadroom: 256}); d.Admission != a {
 		t.Errorf("Admission %+v, want %+v", d.Admission, a)
 	}
 	if d.Data.MaxAttemptLogBytes != logs.DefaultMaxAttemptBytes || d.Data.MaxLogAttempts != logs.DefaultMaxAttempts ||

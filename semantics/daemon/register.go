@@ -225,6 +225,11 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		c.setState(session.Registered)
 	}
 	c.handshakeDone()
+	t := d.timing
+	hb := t.heartbeatInterval(d.registeredSessions())
+	c.mu.Lock()
+	c.hbInterval = hb
+	c.mu.Unlock()
 	c.resetLiveness()
 	if h := d.cfg.Hooks.OnRegistered; h != nil {
 		h(c.info())
@@ -232,13 +237,12 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	if h := d.cfg.Hooks.OnCapabilities; h != nil {
 		h(c.info(), m.Capabilities)
 	}
-	t := d.timing
 	stagger := make([]uint32, len(t.FallbackStagger))
 	for i, s := range t.FallbackStagger {
 		stagger[i] = uint32(s.Milliseconds())
 	}
 	c.reply(env, &agentwire.RegistrationAcceptedV1{Session: m.Session, Epoch: grant.Epoch, TransportSession: c.transport,
-		HeartbeatIntervalMs: ms32(t.HeartbeatInterval), LeaseRenewIntervalMs: ms32(t.RenewInterval), MaxBackoffMs: ms32(t.MaxBackoff),
+		HeartbeatIntervalMs: ms32(hb), LeaseRenewIntervalMs: ms32(t.RenewInterval), MaxBackoffMs: ms32(t.MaxBackoff),
 		AlternateEndpoints: d.cfg.AlternateEndpoints, FallbackStaggerMs: stagger, ServerTimeMs: uint64(d.now().UnixMilli())})
 	if authority.IdentitiesOf(d.auth) != nil {
 		serial := trust.SerialString(leaf)

@@ -76,6 +76,7 @@ const (
 	ReasonHandshakeProtocol                  // TLS handshake: not TLS 1.3, no common ALPN, closed early
 	ReasonHandshakeTimeout                   // TLS handshake: did not complete in time
 	ReasonEnrollmentRefused                  // enrollment token unknown, used, expired or revoked, or enrollment disabled
+	ReasonOverloaded                         // refused at a limit (handshakes in progress, accept queue, connection cap)
 	numAuditReasons
 )
 
@@ -84,7 +85,7 @@ var auditReasonNames = [numAuditReasons]string{"unspecified",
 	"version_below_minimum", "feature_downgrade", "newer_registration", "fenced_traffic",
 	"lease_expired", "lease_superseded", "decode_failed", "validation_failed", "signature_invalid",
 	"no_client_certificate", "unknown_authority", "certificate_expired", "certificate_not_yet_valid",
-	"protocol", "timeout", "enrollment_refused"}
+	"protocol", "timeout", "enrollment_refused", "overloaded"}
 
 // String returns the stable reason name, or "unspecified".
 func (r AuditReason) String() string {
@@ -139,6 +140,8 @@ func AuditReasonOfHandshake(reason string) AuditReason {
 		return ReasonHandshakeProtocol
 	case "timeout":
 		return ReasonHandshakeTimeout
+	case "overloaded":
+		return ReasonOverloaded
 	}
 	return ReasonUnspecified
 }

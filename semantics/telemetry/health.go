@@ -93,6 +93,23 @@ type DaemonHealth struct {
 	// RegistrationFailures counts hellos and registrations refused after a
 	// successful handshake (version, identity, revoked, overloaded, ...).
 	RegistrationFailures int64 `json:"registration_failures"`
+	// Refusals counts connection attempts refused at a limit since start,
+	// by stage.
+	Refusals Refusals `json:"refusals"`
+}
+
+// Refusals are the daemon's refusals at its limits, by stage: Handshake
+// before or right after a QUIC handshake (handshakes in progress, the
+// accept queue, the connection cap: reason overloaded of
+// forgeyard_transport_handshake_failures_total), Early the connection cap
+// among those, Connect at connect (handshake slots, per-IP, connection
+// cap), Registration hellos answered Overloaded (registration rate,
+// connection cap).
+type Refusals struct {
+	Handshake    int64 `json:"handshake"`
+	Early        int64 `json:"early"`
+	Connect      int64 `json:"connect"`
+	Registration int64 `json:"registration"`
 }
 
 // Evaluate sets Status and Problems from the facts: down without an active

@@ -32,5 +32,6 @@ func data(d config.Data) daemon.DataLimits {
 // admission converts [admission].
 func admission(a config.Admission) daemon.Admission {
 	return daemon.Admission{MaxHandshakes: a.MaxHandshakes, MaxConnsPerIP: a.MaxConnsPerIP,
-		RegistrationRate: semantics.Rate{PerSecond: a.RegistrationRate, Burst: a.RegistrationBurst}}
+		RegistrationRate: semantics.Rate{PerSecond: a.RegistrationRate, Burst: a.RegistrationBurst},
+		MaxConnections: a.MaxConnections, FDHeadroom: a.FDHeadroom}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"sync/atomic"
+	"time"
+
+	xrate "golang.org/x/time/rate"
 
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/telemetry"
@@ -25,6 +28,10 @@ type HandshakeFailures struct {
 	audit *telemetry.AuditLimiter
 	log   *slog.Logger
 	count atomic.Int64
+
+	overloaded atomic.Int64
+	warnEvery  xrate.Sometimes // the refusal warning, at most once per interval
+	warned     atomic.Int64    // overloaded at the last warning
 }
 
 // NewHandshakeFailures reports to log (its audit records and debug lines;
@@ -36,13 +43,23 @@ func NewHandshakeFailures(log *slog.Logger, m *telemetry.Metrics, rate float64, 
 	if log == nil {
 		log = slog.Default()
 	}
-	return &HandshakeFailures{m: m, log: log, audit: telemetry.NewAuditLimiter(telemetry.NewAudit(log), log, rate, burst)}
+	return &HandshakeFailures{m: m, log: log, audit: telemetry.NewAuditLimiter(telemetry.NewAudit(log), log, rate, burst),
+		warnEvery: xrate.Sometimes{Interval: overloadWarnEvery}}
 }
 
 // Report is the OnHandshakeFailure hook. It never blocks on anything but
 // the logger, and writes at most the audit limit.
 func (h *HandshakeFailures) Report(f semantics.HandshakeFailure) {
 	h.m.HandshakeFailed(f.Backend, string(f.Reason))
+	if f.Reason == semantics.HandshakeOverloaded {
+		n := h.overloaded.Add(1)
+		h.warnEvery.Do(func() {
+			since := n - h.warned.Swap(n)
+			h.log.Warn("refusing connections at a limit; agents retry with backoff", "backend", f.Backend,
+				"cause", f.Err, "refused_since_last_warning", since, "refused_total", n)
+		})
+		return
+	}
 	if !f.Reason.CertificateRelated() {
 		if h.log.Enabled(context.Background(), slog.LevelDebug) {
 			h.log.Debug("tls handshake failed", "backend", f.Backend, "remote", f.Remote,
@@ -57,6 +74,15 @@ func (h *HandshakeFailures) Report(f semantics.HandshakeFailure) {
 		telemetry.CertSubject(f.Certificate), telemetry.CertIssuer(f.Certificate), telemetry.CertSerial(f.Certificate),
 		telemetry.ErrorText(f.Err))
 }
+
+// overloadWarnEvery is the least interval between two refusal warnings.
+const overloadWarnEvery = 10 * time.Second
+
+// Overloaded returns the connection attempts refused at a limit since
+// start (reason overloaded: handshakes in progress, the accept queue, the
+// connection cap); a refused attempt whose first packet the client
+// retransmits counts again.
+func (h *HandshakeFailures) Overloaded() int64 { return h.overloaded.Load() }
 
 // Count returns the handshakes that failed over a certificate since start
 // (the audited reasons; the metric has every reason).
