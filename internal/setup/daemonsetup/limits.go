@@ -33,5 +33,5 @@ func data(d config.Data) daemon.DataLimits {
 func admission(a config.Admission) daemon.Admission {
 	return daemon.Admission{MaxHandshakes: a.MaxHandshakes, MaxConnsPerIP: a.MaxConnsPerIP,
 		RegistrationRate: semantics.Rate{PerSecond: a.RegistrationRate, Burst: a.RegistrationBurst},
-		MaxConnections: a.MaxConnections, FDHeadroom: a.FDHeadroom}
+		MaxConnections:   a.MaxConnections, FDHeadroom: a.FDHeadroom}
 }
