@@ -260,6 +260,7 @@ func (c *conn) teardown() {
 	if c.expiryTimer != nil {
 		c.expiryTimer.Stop()
 	}
+	runner := c.runner
 	c.mu.Unlock()
 	d.mu.Lock()
 	if _, ok := d.conns[c.transport]; ok {
@@ -268,6 +269,11 @@ func (c *conn) teardown() {
 			delete(d.byBackend, b)
 		} else {
 			d.byBackend[b]--
+		}
+	}
+	if rs := d.byRunner[runner]; rs != nil {
+		if delete(rs, c); len(rs) == 0 {
+			delete(d.byRunner, runner)
 		}
 	}
 	if d.bySession[c.session] == c {

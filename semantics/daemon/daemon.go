@@ -63,6 +63,10 @@ type Daemon struct {
 	conns     map[wire.TransportSessionId]*conn
 	bySession map[wire.AgentSessionId]*conn
 	byBackend map[string]int // len(conns) by Backend(), for Counts
+	// byRunner indexes the registered transports (of conns) by runner, so
+	// registration, fencing and lease offers cost the same at any fleet
+	// size instead of a walk over every connection.
+	byRunner map[wire.RunnerId]map[*conn]struct{}
 	drained   map[wire.RunnerId]string
 	offers    map[wire.LeaseId]*offer
 	probing   map[wire.LeaseId]time.Time
@@ -137,7 +141,7 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	cfg.AlternateEndpoints = append([]string(nil), cfg.AlternateEndpoints...)
 	d := &Daemon{cfg: cfg, timing: cfg.Timing.withDefaults(), auth: cfg.Authority, log: cfg.Logger, now: cfg.Now,
-		conns: map[wire.TransportSessionId]*conn{}, bySession: map[wire.AgentSessionId]*conn{},
+		conns: map[wire.TransportSessionId]*conn{}, bySession: map[wire.AgentSessionId]*conn{}, byRunner: map[wire.RunnerId]map[*conn]struct{}{},
 		drained: map[wire.RunnerId]string{}, offers: map[wire.LeaseId]*offer{}, probing: map[wire.LeaseId]time.Time{},
 		hbSeq: map[wint]uint64{}}
 	if d.log == nil {
@@ -283,8 +287,8 @@ func (d *Daemon) runnerConn(runner wire.RunnerId) *conn {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var best *conn
-	for _, c := range d.bySession {
-		if r, _, _, _ := c.ident(); r == runner && !c.isFenced() {
+	for c := range d.byRunner[runner] {
+		if _, s, _, _ := c.ident(); d.bySession[s] == c && !c.isFenced() {
 			if best == nil || c.connectedAt.After(best.connectedAt) {
 				best = c
 			}

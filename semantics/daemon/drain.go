@@ -47,11 +47,9 @@ func (d *Daemon) sendRunner(runner wire.RunnerId, m wire.Message) error {
 func (d *Daemon) runnerConns(runner wire.RunnerId) []*conn {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var out []*conn
-	for _, c := range d.conns {
-		if r, _, _, _ := c.ident(); r == runner {
-			out = append(out, c)
-		}
+	out := make([]*conn, 0, len(d.byRunner[runner]))
+	for c := range d.byRunner[runner] {
+		out = append(out, c)
 	}
 	return out
 }

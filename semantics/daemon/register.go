@@ -204,10 +204,16 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	// transports of superseded sessions of the same runner (§15, §61).
 	d.mu.Lock()
 	var fence []*conn
-	for _, o := range d.conns {
-		if r, _, _, _ := o.ident(); o != c && r == m.Runner && o.registered() {
+	for o := range d.byRunner[m.Runner] {
+		if o != c && o.registered() {
 			fence = append(fence, o)
 		}
+	}
+	if _, live := d.conns[c.transport]; live { // not torn down meanwhile
+		if d.byRunner[m.Runner] == nil {
+			d.byRunner[m.Runner] = map[*conn]struct{}{}
+		}
+		d.byRunner[m.Runner][c] = struct{}{}
 	}
 	d.bySession[m.Session] = c
 	d.mu.Unlock()
