@@ -237,9 +237,14 @@ func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHoo
 	}
 
 	// The agent-facing listeners: listen.yamux, listen.webtransport (a
-	// relay serves no QUIC).
+	// relay serves no QUIC). WebTransport sessions of a restarted relay
+	// are reset at their next packet (the key derives from tls.private_key).
+	resetKey, err := serversetup.ResetKey("", cfg.TLS)
+	if err != nil {
+		return err
+	}
 	ls, err := serversetup.Listen(config.Listen{Yamux: cfg.Listen.Yamux, WebTransport: cfg.Listen.WebTransport},
-		serverTLS, quic.Config{Logger: log}, yamux.Config{Logger: log})
+		serverTLS, quic.Config{Logger: log, StatelessResetKey: resetKey}, yamux.Config{Logger: log})
 	if err != nil {
 		return err
 	}
