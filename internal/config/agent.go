@@ -27,7 +27,8 @@ const (
 //	[control_plane]
 //	endpoints = ["quic://forgeyard.example.internal:7443",
 //	             "yamux://forgeyard.example.internal:7444",
-//	             "webtransport://forgeyard.example.internal:443"]
+//	             "webtransport://forgeyard.example.internal:443",
+//	             "relay+yamux://relay.example.internal:443"]   # raced last
 //	server_name = "forgeyard.example.internal"
 //
 //	[control_plane.credential]
