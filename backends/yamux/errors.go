@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	hyamux "github.com/hashicorp/yamux"
 
@@ -150,7 +151,10 @@ func (sc *sockConn) classify() *semantics.ConnError {
 func (sc *sockConn) noteReadErr(err error) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		sc.idleFired.Store(true)
+		return
 	}
+	idle := max(time.Now().UnixNano()-sc.lastActive.Load(), 1)
+	sc.lostIdle.CompareAndSwap(0, idle)
 }
 
 func (sc *sockConn) noteWriteErr(err error) {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -73,13 +74,34 @@ type Status struct {
 	FallbackReason string
 	// Network is the network identity the choice is remembered under.
 	Network string
+	// LastDialError is the last failed dial of any endpoint, "backend
+	// address: error" (the error starts with what failed: the proxy, tcp,
+	// tls, …), kept after a later success so a flapping path is visible;
+	// LastDialErrorAt is when it happened. Empty before the first failure.
+	LastDialError   string
+	LastDialErrorAt time.Time
+	// NextRetry is when the agent dials again while it is not connected
+	// (zero when connected or before the first wait).
+	NextRetry time.Time
+}
+
+// noteDialError records a failed dial for Status.LastDialError.
+func (a *Agent) noteDialError(ep Endpoint, err error) {
+	a.mu.Lock()
+	a.lastDialErr = fmt.Sprintf("%s %s: %v", ep.Backend, ep.Address, err)
+	a.lastDialAt = a.now()
+	a.mu.Unlock()
 }
 
 // Status returns the current status.
 func (a *Agent) Status() Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Status{Epoch: a.epoch, LastHeartbeatAck: a.lastAck, Draining: a.draining, Network: a.network}
+	s := Status{Epoch: a.epoch, LastHeartbeatAck: a.lastAck, Draining: a.draining, Network: a.network,
+		LastDialError: a.lastDialErr, LastDialErrorAt: a.lastDialAt}
+	if l := a.link; l == nil {
+		s.NextRetry = a.retryAt
+	}
 	if l := a.link; l != nil {
 		s.Connected, s.Endpoint, s.Backend, s.Protocol, s.Transport = true, l.ep.Address, l.bc.Backend(), l.protocol, l.transport
 		s.Features = l.features
