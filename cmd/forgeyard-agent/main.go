@@ -318,7 +318,10 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 	if err != nil {
 		return nil, fmt.Errorf("control_plane.proxy: %w", err)
 	}
-	eps, err := agentsetup.Endpoints(cfg.Endpoints(), agentsetup.EndpointOptions{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px})
+	// One keepalive for every TCP endpoint: the proxy or NAT that cuts
+	// idle tunnels is on all their paths.
+	ka := agentsetup.NewKeepAlive(cfg.ControlPlane.KeepAliveInterval.Duration, !cfg.ControlPlane.DisableKeepAliveAdapt, log)
+	eps, err := agentsetup.Endpoints(cfg.Endpoints(), agentsetup.EndpointOptions{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px, KeepAlive: ka})
 	if err != nil {
 		return nil, err
 	}
@@ -331,12 +334,13 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 		Protocol:        protocol,
 		MaxParallel:     cfg.MaxParallel,
 		HeartbeatMisses: cfg.HeartbeatMisses,
-		Backoff:         agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration},
-		Logger:          log,
-		Version:         Version,
-		Hooks:           hooks,
-		Metrics:         m,
-		Tracing:         tr,
+		Backoff: agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration,
+			AuthAfter: cfg.Backoff.AuthAfter, AuthMax: cfg.Backoff.AuthMax.Duration},
+		Logger:  log,
+		Version: Version,
+		Hooks:   hooks,
+		Metrics: m,
+		Tracing: tr,
 		// The daemon's trace continues here and back (§211).
 		Features: agentFeatures,
 	})

@@ -70,6 +70,13 @@ type statusReport struct {
 	// FallbackReason says why the agent uses this backend, when the agent
 	// exposes it.
 	FallbackReason string `json:"fallback_reason,omitempty"`
+	// LastDialError is the agent's last failed dial ("backend address:
+	// error", the error starting with the hop that failed: proxy, tcp,
+	// tls, yamux) and when; kept after a later success. NextRetry is when
+	// a disconnected agent dials again.
+	LastDialError   string    `json:"last_dial_error,omitempty"`
+	LastDialErrorAt time.Time `json:"last_dial_error_at,omitzero"`
+	NextRetry       time.Time `json:"next_retry,omitzero"`
 }
 
 // reportOf is agentHealth plus the connection details of st.
@@ -81,6 +88,12 @@ func reportOf(st agent.Status, connectedAt, now time.Time) statusReport {
 		}
 		r.Transport, r.Epoch = st.Transport.String(), st.Epoch
 		r.FallbackReason = fallbackReason(st)
+	} else if !st.NextRetry.IsZero() {
+		r.NextRetry = st.NextRetry.UTC()
+	}
+	r.LastDialError = st.LastDialError
+	if !st.LastDialErrorAt.IsZero() {
+		r.LastDialErrorAt = st.LastDialErrorAt.UTC()
 	}
 	return r
 }
@@ -117,6 +130,12 @@ func (r *statusReport) writeTable(w io.Writer) error {
 	fmt.Fprintf(tw, "RUNNING ATTEMPTS\t%d\n", h.Running)
 	if h.Draining {
 		fmt.Fprintf(tw, "DRAINING\tyes\n")
+	}
+	if r.LastDialError != "" {
+		fmt.Fprintf(tw, "LAST DIAL ERROR\t%s (%s)\n", r.LastDialError, r.LastDialErrorAt.UTC().Format(time.RFC3339))
+	}
+	if !h.Connected && !r.NextRetry.IsZero() {
+		fmt.Fprintf(tw, "NEXT RETRY\t%s\n", r.NextRetry.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
 }
@@ -290,7 +309,8 @@ func runConnectionStatus(args []string, stdout, stderr io.Writer, now time.Time)
 
 Prints the connection health the running agent writes to its --status-file
 (connected, endpoint, backend and why it was chosen when the agent says,
-protocol and features, transport, last heartbeat ack). Exit status 0
+protocol and features, transport, last heartbeat ack, the last failed dial
+and, while disconnected, the next retry). Exit status 0
 when ok or degraded, 1 when down (not connected, agent not running, file
 missing), 2 on a usage error.
 
