@@ -97,7 +97,9 @@ func TestDoctorQUICUnavailableRelayDown(t *testing.T) {
 // the right scheme, port, key and action (the classification without a
 // network; the tests above and TestDoctorThroughProxy cover it live).
 func TestDoctorFixLines(t *testing.T) {
-	cfg := func(eps ...string) *config.Agent { return &config.Agent{ControlPlane: config.ControlPlane{Endpoints: eps}} }
+	cfg := func(eps ...string) *config.Agent {
+		return &config.Agent{ControlPlane: config.ControlPlane{Endpoints: eps}}
+	}
 	one := func(d *agentDoctor) doctor.Finding {
 		t.Helper()
 		if len(d.r.Findings) == 0 {
