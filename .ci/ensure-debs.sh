@@ -12,6 +12,7 @@ has ip || need+=(iproute2)           # internal/netns, internal/e2e: namespaces 
 has nft || need+=(nftables)          # internal/e2e: blocked-UDP rules inside namespaces
 has tinyproxy || need+=(tinyproxy)   # internal/e2e: the HTTP CONNECT proxy scenario
 has squid || need+=(squid)           # internal/e2e: a stock enterprise proxy (basic auth, CONNECT to 443 only)
+has openssl || need+=(openssl)       # internal/netns: squid's htpasswd entries (openssl passwd -1)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
