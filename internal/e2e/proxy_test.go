@@ -100,6 +100,10 @@ func TestSquidBasicAuthRegistersThroughRelay443(t *testing.T) {
 	if c.Endpoint != fmt.Sprintf("%s:%d", hubIP, portRelay443) {
 		t.Fatalf("registered through %s, not the relay on 443", c.Endpoint)
 	}
+	// squid logs a tunnel when it ends.
+	if err := ar.Stop(10 * time.Second); err != nil {
+		t.Fatalf("agent exit: %v", err)
+	}
 	line, err := sq.WaitAccess(w.ctx, func(l string) bool {
 		return strings.Contains(l, "TCP_TUNNEL/200") && strings.Contains(l, fmt.Sprintf("CONNECT %s:443 %s ", hubIP, squidUser))
 	})
