@@ -172,7 +172,7 @@ func (d *agentDoctor) judgeUDP() {
 	for _, i := range d.udpDown {
 		f := d.r.Findings[i]
 		f.Result = doctor.Warn
-		f.Detail = "QUIC unavailable here (" + f.Detail + "), and the agent is healthy over " + d.healthy
+		f.Detail = "QUIC unavailable here, and the agent is healthy over " + d.healthy + ": " + f.Detail
 		f.Fix = "nothing to do where UDP is blocked by design; to use QUIC (lower latency), " + f.Fix
 		d.r.Replace(i, f)
 	}
@@ -323,7 +323,7 @@ func (d *agentDoctor) checkEndpoint(ctx context.Context, e config.Endpoint) {
 	if udp {
 		d.add("udp", target, doctor.OK, fmt.Sprintf("QUIC handshake completed in %s", time.Since(start).Round(time.Millisecond)), "")
 	}
-	d.add("tls-trust", target, doctor.OK, fmt.Sprintf("daemon certificate verifies against %s for server name %q", d.cfg.ControlPlane.Credential.CA, tc.ServerName), "")
+	d.add("tls-trust", target, doctor.OK, fmt.Sprintf("%s certificate verifies against %s for server name %q", strings.TrimPrefix(server(e), "the "), d.cfg.ControlPlane.Credential.CA, tc.ServerName), "")
 	if !d.checkProtocol(ctx, e, bc) {
 		return
 	}

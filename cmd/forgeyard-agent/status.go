@@ -77,6 +77,15 @@ type statusReport struct {
 	LastDialError   string    `json:"last_dial_error,omitempty"`
 	LastDialErrorAt time.Time `json:"last_dial_error_at,omitzero"`
 	NextRetry       time.Time `json:"next_retry,omitzero"`
+	// DialErrors is each failing endpoint's last error, newest first.
+	DialErrors []dialError `json:"dial_errors,omitempty"`
+}
+
+// dialError is one endpoint's last failed dial in the status file.
+type dialError struct {
+	Endpoint string    `json:"endpoint"` // "backend host:port"
+	Error    string    `json:"error"`
+	At       time.Time `json:"at"`
 }
 
 // reportOf is agentHealth plus the connection details of st.
@@ -94,6 +103,9 @@ func reportOf(st agent.Status, connectedAt, now time.Time) statusReport {
 	r.LastDialError = st.LastDialError
 	if !st.LastDialErrorAt.IsZero() {
 		r.LastDialErrorAt = st.LastDialErrorAt.UTC()
+	}
+	for _, d := range st.DialErrors {
+		r.DialErrors = append(r.DialErrors, dialError{Endpoint: d.Backend + " " + d.Endpoint, Error: d.Err, At: d.At.UTC()})
 	}
 	return r
 }
@@ -131,7 +143,14 @@ func (r *statusReport) writeTable(w io.Writer) error {
 	if h.Draining {
 		fmt.Fprintf(tw, "DRAINING\tyes\n")
 	}
-	if r.LastDialError != "" {
+	switch {
+	case len(r.DialErrors) > 0:
+		// One line per failing endpoint, newest first: the proxy's 407 of
+		// the relay is not hidden behind the QUIC timeout that followed.
+		for _, d := range r.DialErrors {
+			fmt.Fprintf(tw, "LAST DIAL ERROR\t%s: %s (%s)\n", d.Endpoint, d.Error, d.At.UTC().Format(time.RFC3339))
+		}
+	case r.LastDialError != "":
 		fmt.Fprintf(tw, "LAST DIAL ERROR\t%s (%s)\n", r.LastDialError, r.LastDialErrorAt.UTC().Format(time.RFC3339))
 	}
 	if !h.Connected && !r.NextRetry.IsZero() {

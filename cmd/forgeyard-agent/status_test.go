@@ -337,6 +337,17 @@ func TestStatusShowsLastDialError(t *testing.T) {
 	failedAt := now.Add(-4 * time.Second)
 	st := agent.Status{LastDialError: "relay+yamux relay.example:443: proxy authentication required by proxy.corp:3128: the credentials in the proxy URL were refused",
 		LastDialErrorAt: failedAt, NextRetry: now.Add(40 * time.Second)}
+	quicAt := now.Add(-2 * time.Second)
+	withList := st
+	withList.LastDialError, withList.LastDialErrorAt = "quic d.example:7443: timeout", quicAt
+	withList.DialErrors = []agent.DialError{{Backend: "quic", Endpoint: "d.example:7443", Err: "timeout", At: quicAt},
+		{Backend: "relay+yamux", Endpoint: "relay.example:443", Err: "proxy authentication required by proxy.corp:3128: the credentials in the proxy URL were refused", At: failedAt}}
+	var tbl bytes.Buffer
+	wl := reportOf(withList, time.Time{}, now)
+	_ = wl.writeTable(&tbl)
+	if n := strings.Count(tbl.String(), "LAST DIAL ERROR"); n != 2 || !strings.Contains(tbl.String(), "relay+yamux relay.example:443: proxy authentication required by proxy.corp:3128") {
+		t.Fatalf("per-endpoint errors: %d lines\n%s", n, tbl.String())
+	}
 	r := reportOf(st, time.Time{}, now)
 	path := filepath.Join(t.TempDir(), "status.json")
 	if err := writeStatusFile(path, r); err != nil {

@@ -59,9 +59,10 @@ type Agent struct {
 	preferUntil  time.Time
 	lastAck      time.Time
 	hbSeq        uint64
-	lastDialErr  string    // Status.LastDialError
-	lastDialAt   time.Time // Status.LastDialErrorAt
-	retryAt      time.Time // Status.NextRetry
+	lastDialErr  string      // Status.LastDialError
+	lastDialAt   time.Time   // Status.LastDialErrorAt
+	retryAt      time.Time   // Status.NextRetry
+	dialErrs     []DialError // Status.DialErrors, newest first
 
 	// Data plane (data.go), for roles that run attempts.
 	spool string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -140,7 +141,8 @@ func TestAuthFailuresBackOffToLongCeiling(t *testing.T) {
 			t.Fatalf("%d failed logins in the first hour, want at most 10 (one per 30 s would be 120)", n)
 		}
 		st := a.Status()
-		if st.LastDialError == "" || st.LastDialErrorAt.IsZero() {
+		if st.LastDialError == "" || st.LastDialErrorAt.IsZero() || len(st.DialErrors) != 1 || st.DialErrors[0].Endpoint != "relay.example:443" ||
+			!strings.Contains(st.LastDialError, "relay+yamux relay.example:443: proxy: proxy authentication required") {
 			t.Fatalf("status without the last dial error: %+v", st)
 		}
 		t.Logf("waits: %v; %d dials in the first hour", g, n)

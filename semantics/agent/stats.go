@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -80,17 +81,45 @@ type Status struct {
 	// LastDialErrorAt is when it happened. Empty before the first failure.
 	LastDialError   string
 	LastDialErrorAt time.Time
+	// DialErrors is the last failed dial of each endpoint that failed
+	// since the agent started, newest first (a QUIC timeout does not hide
+	// the proxy's 407 of the relay endpoint).
+	DialErrors []DialError
 	// NextRetry is when the agent dials again while it is not connected
 	// (zero when connected or before the first wait).
 	NextRetry time.Time
 }
 
-// noteDialError records a failed dial for Status.LastDialError.
+// DialError is one endpoint's last failed dial (Status.DialErrors).
+type DialError struct {
+	Backend, Endpoint string
+	Err               string
+	At                time.Time
+}
+
+// maxDialErrors bounds Status.DialErrors (one per endpoint; endpoints are
+// at most a few, GoAway alternates included).
+const maxDialErrors = 32
+
+// noteDialError records a failed dial for Status.LastDialError and
+// DialErrors.
 func (a *Agent) noteDialError(ep Endpoint, err error) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
+	at := a.now()
 	a.lastDialErr = fmt.Sprintf("%s %s: %v", ep.Backend, ep.Address, err)
-	a.lastDialAt = a.now()
-	a.mu.Unlock()
+	a.lastDialAt = at
+	d := DialError{Backend: ep.Backend, Endpoint: ep.Address, Err: err.Error(), At: at}
+	for i, o := range a.dialErrs {
+		if o.Endpoint == d.Endpoint && o.Backend == d.Backend {
+			a.dialErrs = append(a.dialErrs[:i], a.dialErrs[i+1:]...)
+			break
+		}
+	}
+	a.dialErrs = append([]DialError{d}, a.dialErrs...)
+	if len(a.dialErrs) > maxDialErrors {
+		a.dialErrs = a.dialErrs[:maxDialErrors]
+	}
 }
 
 // Status returns the current status.
@@ -98,7 +127,7 @@ func (a *Agent) Status() Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := Status{Epoch: a.epoch, LastHeartbeatAck: a.lastAck, Draining: a.draining, Network: a.network,
-		LastDialError: a.lastDialErr, LastDialErrorAt: a.lastDialAt}
+		LastDialError: a.lastDialErr, LastDialErrorAt: a.lastDialAt, DialErrors: slices.Clone(a.dialErrs)}
 	if l := a.link; l == nil {
 		s.NextRetry = a.retryAt
 	}
