@@ -239,6 +239,7 @@ type ConnectError struct {
 	Err   error
 }
 
+// Error names the proxy and what failed.
 func (e *ConnectError) Error() string { return fmt.Sprintf("proxy %s: %v", e.Proxy, e.Err) }
 
 // Unwrap returns the underlying error (context errors, net errors).
