@@ -97,11 +97,19 @@ func (k *KeepAlive) observeLoss(idle time.Duration) {
 }
 
 // observeEnd records a connection that ended any other way (a close record,
-// the idle timeout, a local close): the run of idle losses is broken.
-func (k *KeepAlive) observeEnd() {
+// the idle timeout, a local close) after lived: one that outlived the
+// losses recorded so far by more than the interval was not cut when idle,
+// so the run of idle losses is broken. A shorter one (a losing race
+// candidate, a probe) says nothing about the path's idle timeout.
+func (k *KeepAlive) observeEnd(lived time.Duration) {
 	k.mu.Lock()
-	k.losses = nil
-	k.mu.Unlock()
+	defer k.mu.Unlock()
+	if len(k.losses) == 0 {
+		return
+	}
+	if lived > slices.Max(k.losses)+k.interval {
+		k.losses = nil
+	}
 }
 
 // decide applies the rule to k.losses (k.mu held): AdaptAfter losses whose
@@ -140,11 +148,12 @@ func (k keepAliveDialer) Dial(ctx context.Context, addr string) (semantics.Backe
 		return nil, err
 	}
 	if yc, ok := c.(*yamux.Conn); ok {
+		start := time.Now()
 		context.AfterFunc(yc.Context(), func() {
 			if idle, lost := yc.IdleAtLoss(); lost {
 				k.ka.observeLoss(idle)
 			} else {
-				k.ka.observeEnd()
+				k.ka.observeEnd(time.Since(start))
 			}
 		})
 	}

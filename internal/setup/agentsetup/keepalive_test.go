@@ -36,7 +36,7 @@ func (s *syncBuffer) String() string {
 
 // TestKeepAliveAdapts: the rule on its own. Three losses at about the
 // same idle time below the interval halve it to below that time, logged
-// once; irregular losses, a run broken by another kind of end, losses
+// once; irregular losses, a run broken by a long-lived connection, losses
 // at or above the (new) interval, and adaptation turned off change
 // nothing.
 func TestKeepAliveAdapts(t *testing.T) {
@@ -78,13 +78,23 @@ func TestKeepAliveAdapts(t *testing.T) {
 	if irregular.Interval() != 10*s {
 		t.Fatalf("irregular losses adapted to %v", irregular.Interval())
 	}
+	// A connection that outlived the cuts by more than the interval breaks
+	// the run; a short one (a losing race candidate, a probe) does not.
 	broken := NewKeepAlive(0, true, nil)
 	broken.observeLoss(5 * s)
 	broken.observeLoss(5 * s)
-	broken.observeEnd()
+	broken.observeEnd(time.Minute)
 	broken.observeLoss(5 * s)
 	if broken.Interval() != 10*s {
 		t.Fatalf("a broken run adapted to %v", broken.Interval())
+	}
+	short := NewKeepAlive(0, true, nil)
+	short.observeLoss(5 * s)
+	short.observeLoss(5 * s)
+	short.observeEnd(200 * time.Millisecond)
+	short.observeLoss(5 * s)
+	if short.Interval() != 2500*time.Millisecond {
+		t.Fatalf("a short-lived connection broke the run: %v", short.Interval())
 	}
 	off := NewKeepAlive(8*s, false, nil)
 	for range 5 {
