@@ -140,13 +140,21 @@ func TestSquidWrongPasswordBacksOff(t *testing.T) {
 	if slow.str("level") != "ERROR" || time.Duration(retry) < 30*time.Second || time.Duration(retry) > time.Minute {
 		t.Fatalf("backoff line %s: level %s, retry_in %v; want ERROR and 30s–60s", slow, slow.str("level"), time.Duration(retry))
 	}
-	denied := 0
-	for _, l := range sq.AccessLog() {
-		if strings.Contains(l, "TCP_DENIED/407") {
-			denied++
+	// squid logs a transaction after answering it: wait for the 4th 407
+	// to reach the log (the next login is at least 30 s away).
+	count407 := func() int {
+		n := 0
+		for _, l := range sq.AccessLog() {
+			if strings.Contains(l, "TCP_DENIED/407") {
+				n++
+			}
 		}
+		return n
 	}
-	if denied != 4 {
+	if _, err := sq.WaitAccess(w.ctx, func(string) bool { return count407() >= 4 }); err != nil {
+		t.Fatal(err)
+	}
+	if denied := count407(); denied != 4 {
 		t.Fatalf("squid refused %d logins before the long backoff, want 4 (3 rounds on the ordinary schedule, then the first long wait):\n%s", denied, strings.Join(sq.AccessLog(), "\n"))
 	}
 	next := ar.waitStatusField("next_retry", func(v any) bool {
@@ -158,7 +166,7 @@ func TestSquidWrongPasswordBacksOff(t *testing.T) {
 	if !strings.Contains(last, "the credentials in the proxy URL were refused") {
 		t.Fatalf("status last_dial_error %q", last)
 	}
-	t.Logf("wrong password: %d refused logins, then retry in %v (status next_retry %v)", denied, time.Duration(retry).Round(time.Second), next)
+	t.Logf("wrong password: %d refused logins, then retry in %v (status next_retry %v)", count407(), time.Duration(retry).Round(time.Second), next)
 }
 
 // TestSquidRefusesConnectToNon443: a relay on another port is refused by
