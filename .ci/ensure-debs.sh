@@ -11,6 +11,8 @@ has promtool || need+=(prometheus)   # promtool checks /metrics output
 has ip || need+=(iproute2)           # internal/netns, internal/e2e: namespaces and veth links
 has nft || need+=(nftables)          # internal/e2e: blocked-UDP rules inside namespaces
 has tinyproxy || need+=(tinyproxy)   # internal/e2e: the HTTP CONNECT proxy scenario
+has squid || need+=(squid)           # internal/e2e: a stock enterprise proxy (basic auth, CONNECT to 443 only)
+has openssl || need+=(openssl)       # internal/netns: squid's htpasswd entries (openssl passwd -1)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
@@ -24,3 +26,4 @@ $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 $SUDO service postgresql stop >/dev/null 2>&1 || true
 $SUDO service prometheus stop >/dev/null 2>&1 || true
 $SUDO service tinyproxy stop >/dev/null 2>&1 || true
+$SUDO service squid stop >/dev/null 2>&1 || true

@@ -132,11 +132,20 @@ type sockConn struct {
 	idle, wto    time.Duration
 	idleFired    atomic.Bool
 	writeStalled atomic.Bool
+	// lastActive is when bytes last moved either way (UnixNano); lostIdle,
+	// set by the first read that failed other than by the idle deadline
+	// (EOF, reset: the peer or a box on the path dropped the connection),
+	// is how long the socket had been silent then (ns, 0: not lost).
+	lastActive atomic.Int64
+	lostIdle   atomic.Int64
 }
 
 func (sc *sockConn) Read(p []byte) (int, error) {
 	_ = sc.Conn.SetReadDeadline(time.Now().Add(sc.idle))
 	n, err := sc.Conn.Read(p)
+	if n > 0 {
+		sc.lastActive.Store(time.Now().UnixNano())
+	}
 	if err != nil {
 		sc.noteReadErr(err)
 	}
@@ -146,6 +155,9 @@ func (sc *sockConn) Read(p []byte) (int, error) {
 func (sc *sockConn) Write(p []byte) (int, error) {
 	_ = sc.Conn.SetWriteDeadline(time.Now().Add(sc.wto))
 	n, err := sc.Conn.Write(p)
+	if n > 0 {
+		sc.lastActive.Store(time.Now().UnixNano())
+	}
 	if err != nil {
 		sc.noteWriteErr(err)
 	}
@@ -157,6 +169,7 @@ func (sc *sockConn) Write(p []byte) (int, error) {
 // ctx). On error the TLS connection is closed.
 func newConn(ctx context.Context, tc net.Conn, state tls.ConnectionState, raw syscall.RawConn, cfg Config, client bool) (*Conn, error) {
 	sc := &sockConn{Conn: tc, idle: cfg.IdleTimeout, wto: cfg.WriteTimeout}
+	sc.lastActive.Store(time.Now().UnixNano())
 	ycfg := cfg.yamuxConfig()
 	var sess *hyamux.Session
 	var err error
@@ -797,6 +810,24 @@ func (c *Conn) connError() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closeErr
+}
+
+// IdleAtLoss reports, for a connection that ended as "connection lost"
+// (the socket hit EOF or a reset with no close record: the peer vanished,
+// or a proxy or NAT on the path dropped the connection), how long no byte
+// had moved either way when it was lost, and true; (0, false) while the
+// connection is open or when it ended any other way. A proxy that cuts idle
+// tunnels shows as losses at the same idle time again and again, shorter
+// than Config.KeepAliveInterval: the dialing side can ping more often.
+func (c *Conn) IdleAtLoss() (time.Duration, bool) {
+	c.mu.Lock()
+	lost := c.closeErr == errConnLost // set before Context is cancelled
+	c.mu.Unlock()
+	idle := time.Duration(c.sc.lostIdle.Load())
+	if !lost || idle <= 0 {
+		return 0, false
+	}
+	return idle, true
 }
 
 // Context is cancelled when the connection closes; context.Cause returns

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	hyamux "github.com/hashicorp/yamux"
 
+	"forgeyard.dev/transport/backends/yamux/proxy"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/wire"
 )
@@ -19,8 +21,12 @@ import (
 // closed gracefully with Close.
 var ErrWriteAfterClose = errors.New("yamux: write on closed stream")
 
-// ErrHandshake wraps every failure to establish a connection (TCP, TLS,
-// ALPN, control-stream setup); errors.Is(err, ErrHandshake) reports it.
+// ErrHandshake wraps every failure to establish a connection (proxy, TCP,
+// TLS, ALPN, HTTP Upgrade, control-stream setup); errors.Is(err,
+// ErrHandshake) reports it. The error's message does not repeat it: it
+// starts with what actually failed, "proxy host:port: …" (the HTTP CONNECT
+// proxy, backends/yamux/proxy), "tcp: …", "tls: …" or "yamux: …", so an
+// operator reads at once which hop to look at.
 var ErrHandshake = errors.New("yamux: handshake failed")
 
 // Connection-failure classifications (documented in doc.go).
@@ -40,8 +46,37 @@ func (e *deadlineError) Timeout() bool   { return true }
 func (e *deadlineError) Temporary() bool { return true }
 func (e *deadlineError) Unwrap() []error { return []error{os.ErrDeadlineExceeded, e.orig} }
 
+// handshakeErr is a failed handshake step; it matches ErrHandshake and
+// unwraps to the step's error.
+type handshakeErr struct {
+	step string // "tcp", "tls", "alpn", "http upgrade", "server acceptance", "ready", "yamux", "control stream"
+	err  error
+}
+
+func (e *handshakeErr) Error() string {
+	switch e.step {
+	case "tcp":
+		if proxy.Failed(e.err) {
+			return e.err.Error() // "proxy host:port: …", "proxy host:port refused CONNECT …"
+		}
+		return "tcp: " + e.err.Error()
+	case "tls":
+		return "tls: handshake: " + e.err.Error()
+	case "server acceptance":
+		// The server verifies the client certificate after the client's
+		// side of the TLS 1.3 handshake completed: a rejection arrives
+		// here as the server's alert.
+		return "tls: server acceptance of the client certificate: " + e.err.Error()
+	}
+	return "yamux: " + e.step + ": " + e.err.Error()
+}
+
+func (e *handshakeErr) Unwrap() error { return e.err }
+
+func (e *handshakeErr) Is(target error) bool { return target == ErrHandshake }
+
 func handshakeError(step string, err error) error {
-	return fmt.Errorf("%w: %s: %w", ErrHandshake, step, err)
+	return &handshakeErr{step: step, err: err}
 }
 
 // streamError translates an error returned by yamux Stream.Read (read=true)
@@ -116,7 +151,10 @@ func (sc *sockConn) classify() *semantics.ConnError {
 func (sc *sockConn) noteReadErr(err error) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		sc.idleFired.Store(true)
+		return
 	}
+	idle := max(time.Now().UnixNano()-sc.lastActive.Load(), 1)
+	sc.lostIdle.CompareAndSwap(0, idle)
 }
 
 func (sc *sockConn) noteWriteErr(err error) {

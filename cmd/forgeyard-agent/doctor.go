@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -61,6 +62,12 @@ running agent on this machine is not disturbed). Checks, in order:
                or the daemon's rejection
   clock        the daemon's clock (from HelloAck) is within --max-skew
   mtu          what can be said about the path MTU
+
+A QUIC or WebTransport endpoint without a UDP path (dropped, unreachable) is
+WARN, not FAIL, when a TCP or relay endpoint passed every check: the agent
+is healthy over it (networks without UDP by design). Proxy failures say what
+the proxy answered (407 and the schemes it offers, 403, 502/503) and what to
+change.
 
 Exit status 0 when nothing FAILed, 1 otherwise, 2 on a usage error.
 
@@ -133,6 +140,11 @@ type agentDoctor struct {
 	// px is the agent's proxy for TCP endpoints (agentsetup.ProxyFor;
 	// nil: direct).
 	px *proxy.Dialer
+	// udpDown indexes the findings where a UDP endpoint got no UDP path
+	// (dropped, unreachable); healthy is the first TCP or relay endpoint
+	// whose every check passed. With both, the UDP findings become WARN.
+	udpDown []int
+	healthy string
 }
 
 func (d *agentDoctor) add(check, target string, res doctor.Result, detail, fix string) {
@@ -145,6 +157,63 @@ func (d *agentDoctor) run(ctx context.Context) {
 	for _, e := range d.cfg.Endpoints() {
 		d.checkEndpoint(ctx, e)
 	}
+	d.judgeUDP()
+}
+
+// judgeUDP: an agent on a network without UDP (by design, or a firewall)
+// that is healthy over a TCP endpoint or a relay is not broken, so
+// monitoring built on `doctor` must not alarm forever. Its QUIC and
+// WebTransport endpoints' "no UDP path" findings become WARN, saying so;
+// any other failure (certificates, protocol, a refused relay) stays FAIL.
+func (d *agentDoctor) judgeUDP() {
+	if d.healthy == "" {
+		return
+	}
+	for _, i := range d.udpDown {
+		f := d.r.Findings[i]
+		f.Result = doctor.Warn
+		f.Detail = "QUIC unavailable here, and the agent is healthy over " + d.healthy + ": " + f.Detail
+		f.Fix = "nothing to do where UDP is blocked by design; to use QUIC (lower latency), " + f.Fix
+		d.r.Replace(i, f)
+	}
+}
+
+// addUDPDown adds a FAIL for a UDP endpoint without a UDP path and
+// remembers it for judgeUDP.
+func (d *agentDoctor) addUDPDown(target, detail, fix string) {
+	d.udpDown = append(d.udpDown, len(d.r.Findings))
+	d.add("udp", target, doctor.Fail, detail, fix)
+}
+
+// server names what serves endpoint e: "the daemon" or "forgeyard-relay".
+func server(e config.Endpoint) string {
+	if e.Relay {
+		return "forgeyard-relay"
+	}
+	return "the daemon"
+}
+
+// listenKey is the listen key of the server of e that serves its backend.
+func listenKey(e config.Endpoint) string {
+	switch e.Backend {
+	case config.BackendYamux:
+		return "listen.yamux"
+	case config.BackendWebTransport:
+		return "listen.webtransport"
+	}
+	return "listen.quic"
+}
+
+// fallbacks lists the configured TCP and relay endpoints (what the agent
+// uses when UDP fails).
+func (d *agentDoctor) fallbacks() []string {
+	var out []string
+	for _, e := range d.cfg.Endpoints() {
+		if e.Backend == config.BackendYamux {
+			out = append(out, e.String())
+		}
+	}
+	return out
 }
 
 // checkCertificate checks the agent's own certificate file without the
@@ -254,9 +323,12 @@ func (d *agentDoctor) checkEndpoint(ctx context.Context, e config.Endpoint) {
 	if udp {
 		d.add("udp", target, doctor.OK, fmt.Sprintf("QUIC handshake completed in %s", time.Since(start).Round(time.Millisecond)), "")
 	}
-	d.add("tls-trust", target, doctor.OK, fmt.Sprintf("daemon certificate verifies against %s for server name %q", d.cfg.ControlPlane.Credential.CA, tc.ServerName), "")
+	d.add("tls-trust", target, doctor.OK, fmt.Sprintf("%s certificate verifies against %s for server name %q", strings.TrimPrefix(server(e), "the "), d.cfg.ControlPlane.Credential.CA, tc.ServerName), "")
 	if !d.checkProtocol(ctx, e, bc) {
 		return
+	}
+	if !udp && d.healthy == "" {
+		d.healthy = target
 	}
 	if udp {
 		d.add("mtu", target, doctor.OK, "QUIC handshake packets (at least 1200 bytes) pass; the path MTU quic-go discovers is not exposed, so trouble with larger packets is not detectable here", "")
@@ -312,8 +384,7 @@ func (d *agentDoctor) checkTCP(ctx context.Context, e config.Endpoint, proxy *ur
 	if proxy != nil {
 		c, err := d.px.DialContext(tctx, "tcp", e.HostPort)
 		if err != nil {
-			d.add("tcp", target, doctor.Fail, fmt.Sprintf("through proxy %s: %v", proxy.Host, err),
-				"check HTTPS_PROXY/NO_PROXY and that the proxy allows CONNECT to port "+port(e.HostPort))
+			d.add("tcp", target, doctor.Fail, fmt.Sprintf("through proxy %s: %v", proxy.Host, err), d.proxyFix(e, proxy, err))
 			return false
 		}
 		c.Close()
@@ -327,12 +398,15 @@ func (d *agentDoctor) checkTCP(ctx context.Context, e config.Endpoint, proxy *ur
 		switch {
 		case errors.Is(err, syscall.ECONNREFUSED):
 			d.add("tcp", target, doctor.Fail, "TCP to "+e.HostPort+" refused: nothing listens there",
-				"check that the daemon (or relay) serves listen.yamux on port "+port(e.HostPort))
+				fmt.Sprintf("check that %s runs on %s and serves %s on port %s", server(e), e.Host(), listenKey(e), port(e.HostPort)))
 		case errors.As(err, &ne) && ne.Timeout():
 			d.add("tcp", target, doctor.Fail, "TCP to "+e.HostPort+" is blocked or dropped (no answer within "+d.timeout.String()+")",
-				"allow TCP "+port(e.HostPort)+" to the daemon, or set HTTPS_PROXY if this network requires a proxy")
+				fmt.Sprintf("allow TCP %s from this machine to %s, or set control_plane.proxy (or HTTPS_PROXY) if this network allows only a proxy; a stock proxy allows CONNECT to 443 only: use relay+yamux://<relay>:443", port(e.HostPort), e.Host()))
+		case isUnreachable(err):
+			d.add("tcp", target, doctor.Fail, "TCP to "+e.HostPort+": "+err.Error()+": this machine has no route there",
+				fmt.Sprintf("check this machine's routes to %s (ip route get %s; a VPN?), or set control_plane.proxy (or HTTPS_PROXY) if this network allows only a proxy", e.Host(), e.Host()))
 		default:
-			d.add("tcp", target, doctor.Fail, "TCP to "+e.HostPort+": "+err.Error(), "check routing and firewalls to the daemon")
+			d.add("tcp", target, doctor.Fail, "TCP to "+e.HostPort+": "+err.Error(), fmt.Sprintf("check routing and firewalls between this machine and %s", e.HostPort))
 		}
 		return false
 	}
@@ -360,26 +434,79 @@ func (d *agentDoctor) dialFailed(e config.Endpoint, serverName string, udp bool,
 		d.clientCertRefused(target, alert)
 		return
 	}
-	if udp && isTimeout(err) {
+	if udp {
 		h, p := e.Host(), port(e.HostPort)
-		d.add("udp", target, doctor.Fail, fmt.Sprintf("UDP to %s:%s is blocked or dropped; add a relay endpoint (yamux://relay:7444) or allow UDP %s", h, p, p),
-			d.udpFix(p))
+		switch {
+		case isTimeout(err):
+			d.addUDPDown(target, fmt.Sprintf("UDP to %s:%s is blocked or dropped (no answer within %s)", h, p, d.timeout), d.udpFix(e))
+			return
+		case isUnreachable(err):
+			d.addUDPDown(target, fmt.Sprintf("UDP to %s:%s: %v: this machine has no UDP path there", h, p, unreachableReason(err)),
+				fmt.Sprintf("check this machine's routes and local firewall for UDP to %s (ip route get %s); %s", h, h, d.udpFix(e)))
+			return
+		case errors.Is(err, syscall.ECONNREFUSED):
+			d.add("udp", target, doctor.Fail, fmt.Sprintf("nothing answers on UDP %s at %s (port unreachable)", p, h),
+				fmt.Sprintf("check that %s runs on %s and serves %s on UDP port %s", server(e), h, listenKey(e), p))
+			return
+		}
+		d.add("udp", target, doctor.Fail, err.Error(),
+			fmt.Sprintf("check that %s runs on %s and serves %s on UDP port %s", server(e), h, listenKey(e), p))
 		return
 	}
-	check := "tls"
-	if udp {
-		check = "udp"
-	}
-	d.add(check, target, doctor.Fail, err.Error(), "check that the daemon runs and serves "+e.Backend+" on "+e.HostPort)
+	d.add("tls", target, doctor.Fail, err.Error(), d.tcpDialFix(e, err))
 }
 
-func (d *agentDoctor) udpFix(p string) string {
-	for _, e := range d.cfg.Endpoints() {
-		if e.Backend == config.BackendYamux {
-			return "the agent falls back to " + e.String() + " meanwhile; allow UDP " + p + " in the firewalls between agent and daemon to use QUIC"
-		}
+// tcpDialFix is the fix line for a TLS+yamux dial that failed after TCP
+// (or the proxy's CONNECT) succeeded.
+func (d *agentDoctor) tcpDialFix(e config.Endpoint, err error) string {
+	if px := d.proxy(e); px != nil && proxy.Failed(err) {
+		return d.proxyFix(e, px, err)
 	}
-	return "allow UDP " + p + " between agent and daemon, or add a TCP endpoint: control_plane.endpoints += \"yamux://<daemon or relay>:7444\""
+	if strings.Contains(err.Error(), "yamux: alpn") || strings.Contains(err.Error(), "yamux: http upgrade") {
+		if e.Upgrade {
+			return fmt.Sprintf("%s at %s did not answer the HTTP/1.1 Upgrade: check that it is a forgeyard listener (%s) and that no middlebox answers in its place", server(e), e.HostPort, listenKey(e))
+		}
+		return fmt.Sprintf("%s at %s did not negotiate ALPN forgeyard/1: a TLS-intercepting middlebox is on the path, or it is not a forgeyard listener; try %s",
+			server(e), e.HostPort, strings.Replace(e.String(), e.Scheme()+"://", e.Scheme()+"+upgrade://", 1))
+	}
+	return fmt.Sprintf("check that %s runs on %s and serves %s on port %s", server(e), e.Host(), listenKey(e), port(e.HostPort))
+}
+
+// proxyFix is the fix line for a failure of the proxy step towards e.
+func (d *agentDoctor) proxyFix(e config.Endpoint, px *url.URL, err error) string {
+	p := port(e.HostPort)
+	var ae *proxy.AuthRequiredError
+	var se *proxy.StatusError
+	var ce *proxy.ConnectError
+	switch {
+	case errors.As(err, &ae) && !ae.BasicOffered():
+		return fmt.Sprintf("proxy %s offers only %s: have it accept Basic for this agent, or exempt %s from the proxy (control_plane.no_proxy or NO_PROXY) if it is reachable directly", px.Host, strings.Join(ae.Schemes, "/"), e.Host())
+	case errors.As(err, &ae) && ae.HadCredentials:
+		return fmt.Sprintf("correct the user and password in control_plane.proxy (or HTTPS_PROXY): http://user:pass@%s; the agent retries a refused login only slowly (backoff.auth_after, backoff.auth_max) so the account is not locked", px.Host)
+	case errors.As(err, &ae):
+		return fmt.Sprintf("set the proxy credentials: control_plane.proxy = \"http://user:pass@%s\" (or HTTPS_PROXY)", px.Host)
+	case errors.As(err, &se) && se.Unreachable():
+		return fmt.Sprintf("the proxy reached nothing at %s: check that %s runs there and serves %s on port %s", e.HostPort, server(e), listenKey(e), p)
+	case errors.As(err, &se) && se.Code == http.StatusForbidden:
+		if p == "443" {
+			return fmt.Sprintf("proxy %s refuses CONNECT to %s: have it allowed, or exempt it (control_plane.no_proxy or NO_PROXY)", px.Host, e.HostPort)
+		}
+		return fmt.Sprintf("proxy %s refuses CONNECT to port %s (stock proxies allow 443 only, squid SSL_ports): run the relay on 443 (its default listen.yamux) and use relay+yamux://%s:443, or have port %s allowed", px.Host, p, e.Host(), p)
+	case errors.As(err, &se):
+		return fmt.Sprintf("proxy %s answered %s to CONNECT %s: read the proxy's log for this request", px.Host, se.Status, e.HostPort)
+	case errors.As(err, &ce):
+		return fmt.Sprintf("the proxy %s itself is not reachable: check control_plane.proxy (or HTTPS_PROXY) and that the proxy runs", px.Host)
+	}
+	return fmt.Sprintf("check control_plane.proxy (or HTTPS_PROXY/NO_PROXY) and that proxy %s allows CONNECT to port %s", px.Host, p)
+}
+
+// udpFix is the fix line for a UDP endpoint e without a UDP path.
+func (d *agentDoctor) udpFix(e config.Endpoint) string {
+	h, p := e.Host(), port(e.HostPort)
+	if fb := d.fallbacks(); len(fb) > 0 {
+		return fmt.Sprintf("allow UDP %s from this machine to %s; meanwhile the agent uses %s", p, h, strings.Join(fb, ", "))
+	}
+	return fmt.Sprintf("allow UDP %s from this machine to %s, or add a TCP endpoint: a forgeyard-relay on TCP 443 (control_plane.endpoints += \"relay+yamux://<relay>:443\") or the daemon's TLS+yamux listener (\"yamux://<daemon>:7444\")", p, h)
 }
 
 func (d *agentDoctor) clientCertRefused(target, alert string) {
@@ -514,6 +641,25 @@ func remoteAlert(err error) string {
 func isAuthFailure(err error) bool {
 	var ce *semantics.ConnError
 	return errors.As(err, &ce) && ce.Code == wire.CloseAuthenticationFailure
+}
+
+// unreachableErrnos say this machine has no path: no route, network or
+// host unreachable, or a local firewall refusing the send (EPERM/EACCES on
+// sendmsg).
+var unreachableErrnos = []syscall.Errno{syscall.ENETUNREACH, syscall.EHOSTUNREACH, syscall.ENETDOWN, syscall.EPERM, syscall.EACCES}
+
+func isUnreachable(err error) bool { return unreachableReason(err) != "" }
+
+// unreachableReason is the errno text of an unreachable-path error, or ""
+// (quic-go does not always wrap the socket error, so the text is checked
+// too).
+func unreachableReason(err error) string {
+	for _, e := range unreachableErrnos {
+		if errors.Is(err, e) || strings.Contains(err.Error(), e.Error()) {
+			return e.Error()
+		}
+	}
+	return ""
 }
 
 func isTimeout(err error) bool {

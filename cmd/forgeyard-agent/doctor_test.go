@@ -124,11 +124,13 @@ func TestDoctorUDPBlocked(t *testing.T) {
 	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+p.Addr(), "--server-name", "localhost",
 		"--timeout", "500ms", "--json")
 	_, m := findings(t, out)
-	want := "UDP to 127.0.0.1:" + port + " is blocked or dropped; add a relay endpoint (yamux://relay:7444) or allow UDP " + port
+	// Issue 18: the detail says what was seen; the fix names the relay
+	// scheme and port that pass a stock proxy, not "yamux://relay:7444".
+	want := "UDP to 127.0.0.1:" + port + " is blocked or dropped (no answer within 500ms)"
 	if code != exitFail || m["udp"].Result != doctor.Fail || m["udp"].Detail != want {
 		t.Fatalf("exit %d, udp %+v; want FAIL %q", code, m["udp"], want)
 	}
-	if !strings.Contains(m["udp"].Fix, "allow UDP "+port) {
+	if !strings.Contains(m["udp"].Fix, "allow UDP "+port) || !strings.Contains(m["udp"].Fix, `"relay+yamux://<relay>:443"`) || strings.Contains(m["udp"].Fix, "yamux://relay:7444") {
 		t.Errorf("fix %q", m["udp"].Fix)
 	}
 	if _, ok := m["protocol"]; ok {

@@ -115,7 +115,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("forgeyard-agent", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
-	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable, raced in order by class (QUIC at 0, WebTransport +250ms, TLS+yamux +500ms, relays +1s): quic://host:7443, webtransport://host:443, yamux://host:7444, yamux+upgrade://host:443, relay+yamux://relay:7444 (key: control_plane.endpoints; replaces the file's list)")
+	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable, raced in order by class (QUIC at 0, WebTransport +250ms, TLS+yamux +500ms, relays +1s): quic://host:7443, webtransport://host:443, yamux://host:7444, yamux+upgrade://host:443, relay+yamux://relay:443 (key: control_plane.endpoints; replaces the file's list)")
 	fs.StringVar(&f.proxy, "proxy", "", "HTTP CONNECT proxy `URL` http://[user:pass@]host:port for the TCP endpoints (yamux, yamux+upgrade, relays), or \"none\" (key: control_plane.proxy; default: HTTPS_PROXY/NO_PROXY from the environment)")
 	fs.StringVar(&f.noProxy, "no-proxy", "", "`hosts` reached without --proxy, NO_PROXY syntax (key: control_plane.no_proxy)")
 	fs.StringVar(&f.serverName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name; default: the endpoint host)")
@@ -318,7 +318,10 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 	if err != nil {
 		return nil, fmt.Errorf("control_plane.proxy: %w", err)
 	}
-	eps, err := agentsetup.Endpoints(cfg.Endpoints(), agentsetup.EndpointOptions{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px})
+	// One keepalive for every TCP endpoint: the proxy or NAT that cuts
+	// idle tunnels is on all their paths.
+	ka := agentsetup.NewKeepAlive(cfg.ControlPlane.KeepAliveInterval.Duration, !cfg.ControlPlane.DisableKeepAliveAdapt, log)
+	eps, err := agentsetup.Endpoints(cfg.Endpoints(), agentsetup.EndpointOptions{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px, KeepAlive: ka})
 	if err != nil {
 		return nil, err
 	}
@@ -331,12 +334,13 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 		Protocol:        protocol,
 		MaxParallel:     cfg.MaxParallel,
 		HeartbeatMisses: cfg.HeartbeatMisses,
-		Backoff:         agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration},
-		Logger:          log,
-		Version:         Version,
-		Hooks:           hooks,
-		Metrics:         m,
-		Tracing:         tr,
+		Backoff: agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration,
+			AuthAfter: cfg.Backoff.AuthAfter, AuthMax: cfg.Backoff.AuthMax.Duration},
+		Logger:  log,
+		Version: Version,
+		Hooks:   hooks,
+		Metrics: m,
+		Tracing: tr,
 		// The daemon's trace continues here and back (§211).
 		Features: agentFeatures,
 	})

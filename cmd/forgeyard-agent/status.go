@@ -70,6 +70,22 @@ type statusReport struct {
 	// FallbackReason says why the agent uses this backend, when the agent
 	// exposes it.
 	FallbackReason string `json:"fallback_reason,omitempty"`
+	// LastDialError is the agent's last failed dial ("backend address:
+	// error", the error starting with the hop that failed: proxy, tcp,
+	// tls, yamux) and when; kept after a later success. NextRetry is when
+	// a disconnected agent dials again.
+	LastDialError   string    `json:"last_dial_error,omitempty"`
+	LastDialErrorAt time.Time `json:"last_dial_error_at,omitzero"`
+	NextRetry       time.Time `json:"next_retry,omitzero"`
+	// DialErrors is each failing endpoint's last error, newest first.
+	DialErrors []dialError `json:"dial_errors,omitempty"`
+}
+
+// dialError is one endpoint's last failed dial in the status file.
+type dialError struct {
+	Endpoint string    `json:"endpoint"` // "backend host:port"
+	Error    string    `json:"error"`
+	At       time.Time `json:"at"`
 }
 
 // reportOf is agentHealth plus the connection details of st.
@@ -81,6 +97,15 @@ func reportOf(st agent.Status, connectedAt, now time.Time) statusReport {
 		}
 		r.Transport, r.Epoch = st.Transport.String(), st.Epoch
 		r.FallbackReason = fallbackReason(st)
+	} else if !st.NextRetry.IsZero() {
+		r.NextRetry = st.NextRetry.UTC()
+	}
+	r.LastDialError = st.LastDialError
+	if !st.LastDialErrorAt.IsZero() {
+		r.LastDialErrorAt = st.LastDialErrorAt.UTC()
+	}
+	for _, d := range st.DialErrors {
+		r.DialErrors = append(r.DialErrors, dialError{Endpoint: d.Backend + " " + d.Endpoint, Error: d.Err, At: d.At.UTC()})
 	}
 	return r
 }
@@ -117,6 +142,19 @@ func (r *statusReport) writeTable(w io.Writer) error {
 	fmt.Fprintf(tw, "RUNNING ATTEMPTS\t%d\n", h.Running)
 	if h.Draining {
 		fmt.Fprintf(tw, "DRAINING\tyes\n")
+	}
+	switch {
+	case len(r.DialErrors) > 0:
+		// One line per failing endpoint, newest first: the proxy's 407 of
+		// the relay is not hidden behind the QUIC timeout that followed.
+		for _, d := range r.DialErrors {
+			fmt.Fprintf(tw, "LAST DIAL ERROR\t%s: %s (%s)\n", d.Endpoint, d.Error, d.At.UTC().Format(time.RFC3339))
+		}
+	case r.LastDialError != "":
+		fmt.Fprintf(tw, "LAST DIAL ERROR\t%s (%s)\n", r.LastDialError, r.LastDialErrorAt.UTC().Format(time.RFC3339))
+	}
+	if !h.Connected && !r.NextRetry.IsZero() {
+		fmt.Fprintf(tw, "NEXT RETRY\t%s\n", r.NextRetry.UTC().Format(time.RFC3339))
 	}
 	return tw.Flush()
 }
@@ -290,7 +328,8 @@ func runConnectionStatus(args []string, stdout, stderr io.Writer, now time.Time)
 
 Prints the connection health the running agent writes to its --status-file
 (connected, endpoint, backend and why it was chosen when the agent says,
-protocol and features, transport, last heartbeat ack). Exit status 0
+protocol and features, transport, last heartbeat ack, the last failed dial
+and, while disconnected, the next retry). Exit status 0
 when ok or degraded, 1 when down (not connected, agent not running, file
 missing), 2 on a usage error.
 

@@ -327,3 +327,48 @@ func atoi(s string) int {
 	}
 	return n
 }
+
+// TestStatusShowsLastDialError: `connection status` of a disconnected
+// agent shows its last failed dial (the error naming the hop) and the next
+// retry, in the table and as JSON; a connected agent keeps showing the
+// last failure but no retry.
+func TestStatusShowsLastDialError(t *testing.T) {
+	now := time.Now()
+	failedAt := now.Add(-4 * time.Second)
+	st := agent.Status{LastDialError: "relay+yamux relay.example:443: proxy authentication required by proxy.corp:3128: the credentials in the proxy URL were refused",
+		LastDialErrorAt: failedAt, NextRetry: now.Add(40 * time.Second)}
+	quicAt := now.Add(-2 * time.Second)
+	withList := st
+	withList.LastDialError, withList.LastDialErrorAt = "quic d.example:7443: timeout", quicAt
+	withList.DialErrors = []agent.DialError{{Backend: "quic", Endpoint: "d.example:7443", Err: "timeout", At: quicAt},
+		{Backend: "relay+yamux", Endpoint: "relay.example:443", Err: "proxy authentication required by proxy.corp:3128: the credentials in the proxy URL were refused", At: failedAt}}
+	var tbl bytes.Buffer
+	wl := reportOf(withList, time.Time{}, now)
+	_ = wl.writeTable(&tbl)
+	if n := strings.Count(tbl.String(), "LAST DIAL ERROR"); n != 2 || !strings.Contains(tbl.String(), "relay+yamux relay.example:443: proxy authentication required by proxy.corp:3128") {
+		t.Fatalf("per-endpoint errors: %d lines\n%s", n, tbl.String())
+	}
+	r := reportOf(st, time.Time{}, now)
+	path := filepath.Join(t.TempDir(), "status.json")
+	if err := writeStatusFile(path, r); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := connectionStatus(t, "--status-file", path)
+	if code != exitFail || !regexp.MustCompile(`(?m)^LAST DIAL ERROR\s+relay\+yamux relay.example:443: proxy authentication required by proxy.corp:3128: .* \(`+regexp.QuoteMeta(failedAt.UTC().Format(time.RFC3339))+`\)$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^NEXT RETRY\s+\S+$`).MatchString(out) {
+		t.Fatalf("disconnected: exit %d\n%s", code, out)
+	}
+	code, out, _ = connectionStatus(t, "--json", "--status-file", path)
+	var got statusReport
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != exitFail {
+		t.Fatalf("--json: %d %v\n%s", code, err, out)
+	}
+	if got.LastDialError != st.LastDialError || !got.LastDialErrorAt.Equal(failedAt) || got.NextRetry.IsZero() {
+		t.Fatalf("--json: %+v", got)
+	}
+	st.Connected, st.Backend, st.Endpoint = true, "relay+yamux", "relay.example:443"
+	r = reportOf(st, now, now)
+	if r.LastDialError == "" || !r.NextRetry.IsZero() {
+		t.Fatalf("connected: %+v", r)
+	}
+}

@@ -6,7 +6,7 @@
 // identity: agents still prove their key to the daemon end to end.
 //
 //	forgeyard-relay --config /etc/forgeyard/relay.toml
-//	forgeyard-relay --dev-pki ./.dev-pki --listen-yamux 127.0.0.1:7444 --upstream 127.0.0.1:7443
+//	forgeyard-relay --dev-pki ./.dev-pki --listen-yamux 127.0.0.1:443 --upstream 127.0.0.1:7443
 //
 // Flags override the configuration file (see --help and
 // docs/operations.md, "Running forgeyard-relay").
@@ -92,7 +92,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("forgeyard-relay", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
-	fs.StringVar(&f.listenYamux, "listen-yamux", "", "agent-facing TLS+yamux listen `host:port` (key: listen.yamux; default "+config.DefaultRelayListenYamux+" when no listener is configured)")
+	fs.StringVar(&f.listenYamux, "listen-yamux", "", "agent-facing TLS+yamux listen `host:port`, raw and HTTP/1.1 Upgrade form on one port (key: listen.yamux; default "+config.DefaultRelayListenYamux+" when no listener is configured)")
 	fs.StringVar(&f.listenWT, "listen-webtransport", "", "agent-facing WebTransport listen `host:port`, UDP (key: listen.webtransport)")
 	fs.StringVar(&f.cert, "cert", "", "agent-facing server certificate PEM `file` (key: tls.certificate)")
 	fs.StringVar(&f.key, "key", "", "agent-facing server private key PEM `file` (key: tls.private_key)")
@@ -128,7 +128,8 @@ Flags:
 		fmt.Fprintf(out, `
 Examples:
   forgeyard-relay --config /etc/forgeyard/relay.toml
-  forgeyard-relay --dev-pki ./.dev-pki --listen-yamux 127.0.0.1:7444 --upstream 127.0.0.1:7443 --admin-listen 127.0.0.1:9465
+  forgeyard-relay --dev-pki ./.dev-pki --listen-yamux 127.0.0.1:443 --upstream 127.0.0.1:7443 --admin-listen 127.0.0.1:9465
+  (agents: --endpoint relay+yamux://relay.example:443, which passes proxies that allow CONNECT to 443 only)
 `)
 	}
 	return fs

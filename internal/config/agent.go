@@ -15,6 +15,14 @@ const (
 	DefaultMaxParallel = 1
 	DefaultBackoffBase = 500 * time.Millisecond
 	DefaultBackoffMax  = 60 * time.Second
+	// DefaultAuthBackoffAfter and DefaultAuthBackoffMax equal
+	// semantics/agent's (config imports no semantics package).
+	DefaultAuthBackoffAfter = 3
+	DefaultAuthBackoffMax   = time.Hour
+	// DefaultKeepAliveInterval equals yamux.DefaultKeepAliveInterval.
+	DefaultKeepAliveInterval = 10 * time.Second
+	minKeepAliveInterval     = time.Second
+	maxKeepAliveInterval     = 5 * time.Minute
 	// MaxEndpoints bounds control_plane.endpoints.
 	MaxEndpoints = 16
 )
@@ -27,7 +35,8 @@ const (
 //	[control_plane]
 //	endpoints = ["quic://forgeyard.example.internal:7443",
 //	             "yamux://forgeyard.example.internal:7444",
-//	             "webtransport://forgeyard.example.internal:443"]
+//	             "webtransport://forgeyard.example.internal:443",
+//	             "relay+yamux://relay.example.internal:443"]   # raced last
 //	server_name = "forgeyard.example.internal"
 //
 //	[control_plane.credential]
@@ -42,6 +51,12 @@ const (
 //	[backoff]
 //	base = "500ms"
 //	max = "60s"
+//	auth_after = 3             # a proxy's 407 this many rounds in a row …
+//	auth_max = "1h"            # … then 30–60s doubling up to this
+//
+//	[control_plane] keys for TCP endpoints (yamux, yamux+upgrade, relay+…):
+//	keepalive_interval = "10s" # ping interval; shortened automatically
+//	disable_keepalive_adapt = false  # when the network cuts idle tunnels
 //
 //	[log]
 //	level = "info"
@@ -128,6 +143,18 @@ type ControlPlane struct {
 	// NoProxy lists targets reached directly when Proxy names a proxy
 	// (NO_PROXY syntax: hosts, .domains, IPs, CIDRs, "*").
 	NoProxy string `toml:"no_proxy"`
+	// KeepAliveInterval is how often the agent pings over its TCP
+	// endpoints' connections (TLS+yamux, direct, through the proxy, or to
+	// a relay) so that a proxy or NAT that drops idle tunnels does not cut
+	// them (0: DefaultKeepAliveInterval, 10s; 1s–5m). UDP endpoints (QUIC,
+	// WebTransport) keep their own.
+	KeepAliveInterval Duration `toml:"keepalive_interval"`
+	// DisableKeepAliveAdapt keeps KeepAliveInterval fixed. By default an
+	// agent whose connection is cut AdaptAfter (3) times in a row at about
+	// the same idle time below the interval halves its keepalive to below
+	// that time (at least 1s) and logs it once
+	// (internal/setup/agentsetup/keepalive.go).
+	DisableKeepAliveAdapt bool `toml:"disable_keepalive_adapt"`
 }
 
 // Credential names the agent's certificate (bound to its RunnerId), its
@@ -151,10 +178,17 @@ type Capabilities struct {
 }
 
 // Backoff is the reconnect backoff. Zero fields: DefaultBackoffBase,
-// DefaultBackoffMax.
+// DefaultBackoffMax, DefaultAuthBackoffAfter, DefaultAuthBackoffMax.
 type Backoff struct {
 	Base Duration `toml:"base"`
 	Max  Duration `toml:"max"`
+	// AuthAfter and AuthMax slow the agent down after repeated
+	// authentication failures on the path (a proxy's 407): after AuthAfter
+	// consecutive connect rounds with one, the waits double from 30–60s up
+	// to AuthMax (30–60 min by default), so a wrong proxy password does not
+	// lock the directory account (semantics/agent Backoff).
+	AuthAfter int      `toml:"auth_after"`
+	AuthMax   Duration `toml:"auth_max"`
 }
 
 // LoadAgent reads, parses, defaults and validates an agent configuration
@@ -211,6 +245,15 @@ func (a *Agent) ApplyDefaults() {
 	if a.Backoff.Max.Duration == 0 {
 		a.Backoff.Max.Duration = DefaultBackoffMax
 	}
+	if a.Backoff.AuthAfter == 0 {
+		a.Backoff.AuthAfter = DefaultAuthBackoffAfter
+	}
+	if a.Backoff.AuthMax.Duration == 0 {
+		a.Backoff.AuthMax.Duration = DefaultAuthBackoffMax
+	}
+	if a.ControlPlane.KeepAliveInterval.Duration == 0 {
+		a.ControlPlane.KeepAliveInterval.Duration = DefaultKeepAliveInterval
+	}
 }
 
 // Validate checks a after ApplyDefaults and returns the first problem as an
@@ -251,6 +294,15 @@ func (a *Agent) Validate() error {
 	}
 	if a.Backoff.Base.Duration > a.Backoff.Max.Duration {
 		return invalid("backoff.base", "%v exceeds backoff.max (%v)", a.Backoff.Base.Duration, a.Backoff.Max.Duration)
+	}
+	if n := a.Backoff.AuthAfter; n < 1 || n > 100 {
+		return invalid("backoff.auth_after", "%d must be 1–100 (0: the default %d)", n, DefaultAuthBackoffAfter)
+	}
+	if d := a.Backoff.AuthMax.Duration; d < time.Minute || d > 24*time.Hour {
+		return invalid("backoff.auth_max", "%v must be 1m–24h (0: the default %v)", d, DefaultAuthBackoffMax)
+	}
+	if d := cp.KeepAliveInterval.Duration; d < minKeepAliveInterval || d > maxKeepAliveInterval {
+		return invalid("control_plane.keepalive_interval", "%v must be %v–%v (0: the default %v)", d, minKeepAliveInterval, maxKeepAliveInterval, DefaultKeepAliveInterval)
 	}
 	if p := cp.Proxy; p != ProxyFromEnvironment && p != ProxyNone {
 		if err := checkProxyURL(p); err != nil {

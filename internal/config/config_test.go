@@ -136,6 +136,7 @@ func TestLoadAgentExample(t *testing.T) {
 		{Backend: BackendQUIC, HostPort: "forgeyard.example.internal:7443"},
 		{Backend: BackendYamux, HostPort: "forgeyard.example.internal:7444"},
 		{Backend: BackendWebTransport, HostPort: "forgeyard.example.internal:443"},
+		{Backend: BackendYamux, HostPort: "relay.example.internal:443", Relay: true},
 	}
 	if len(eps) != len(want) {
 		t.Fatalf("endpoints = %v", eps)

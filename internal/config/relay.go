@@ -9,7 +9,13 @@ import (
 // relay.Default* (package relay imports backends, so config cannot import
 // it; a test keeps them equal).
 const (
-	DefaultRelayListenYamux       = "0.0.0.0:7444"
+	// DefaultRelayListenYamux is TCP 443: a stock corporate proxy allows
+	// CONNECT to port 443 only, and the one listener serves both forms of
+	// TLS+yamux (raw, ALPN forgeyard/1, and the HTTP/1.1 Upgrade form,
+	// ALPN http/1.1), so relay+yamux://host:443 and
+	// relay+yamux+upgrade://host:443 both reach it. Binding 443 needs root
+	// or CAP_NET_BIND_SERVICE.
+	DefaultRelayListenYamux       = "0.0.0.0:443"
 	DefaultRelayDialTimeout       = 3 * time.Second
 	DefaultRelayMaxConnections    = 10000
 	DefaultRelayMaxStreamsPerConn = 256
@@ -27,8 +33,8 @@ const (
 // Relay is the forgeyard-relay configuration file.
 //
 //	[listen]                          # agent-facing; at least one
-//	yamux = "0.0.0.0:7444"            # TLS+yamux over TCP
-//	webtransport = "0.0.0.0:443"      # WebTransport over HTTP/3 (UDP 443)
+//	yamux = "0.0.0.0:443"             # TLS+yamux over TCP, raw and HTTP Upgrade form
+//	webtransport = "0.0.0.0:443"      # WebTransport over HTTP/3 (UDP 443; no clash with TCP 443)
 //
 //	[tls]                             # agent-facing server credential (mTLS)
 //	certificate = "/etc/forgeyard/relay-server.pem"

@@ -82,6 +82,10 @@ func TestRelayDefaults(t *testing.T) {
 	if r.Listen.Yamux != DefaultRelayListenYamux || r.ShutdownTimeout.Duration != DefaultRelayShutdownTimeout {
 		t.Fatalf("defaults %+v", r)
 	}
+	// Issue 18: a stock corporate proxy allows CONNECT to 443 only.
+	if r.Listen.Yamux != "0.0.0.0:443" {
+		t.Fatalf("default listen.yamux %q, want 0.0.0.0:443", r.Listen.Yamux)
+	}
 }
 
 // TestRelayDocsExample parses the TOML example of docs/operations.md

@@ -55,6 +55,19 @@ func (r *Report) Add(f Finding) {
 	}
 }
 
+// Replace sets the i-th finding to f and recomputes Result (a later check
+// may change what an earlier finding means, e.g. a blocked UDP path that
+// the agent's healthy TCP relay makes a warning).
+func (r *Report) Replace(i int, f Finding) {
+	r.Findings[i] = f
+	r.Result = OK
+	for _, g := range r.Findings {
+		if rank(g.Result) > rank(r.Result) {
+			r.Result = g.Result
+		}
+	}
+}
+
 func rank(r Result) int {
 	switch r {
 	case Fail:

@@ -3,11 +3,13 @@
 // separate processes inside Linux network
 // namespaces built with internal/netns, and check how an agent finds its
 // way to the daemon on networks that block UDP or allow only an HTTP
-// CONNECT proxy. The package has no non-test code.
+// CONNECT proxy: tinyproxy, and squid configured like a stock enterprise
+// proxy (Basic auth, CONNECT to 443 only) in front of a relay on TCP 443
+// (proxy_test.go). The package has no non-test code.
 //
 // TestMain builds the binaries once (without -race) into a temporary
-// directory. The tests need root, iproute2, nftables and tinyproxy (`make
-// deps`); without them they fail with an actionable message. Under -short
+// directory. The tests need root, iproute2, nftables, tinyproxy, squid and
+// openssl (`make deps`); without them they fail with an actionable message. Under -short
 // they skip (with the reason logged) and nothing is built.
 //
 // Every scenario asserts on facts the processes publish: the agent's

@@ -3,8 +3,9 @@
 // Package netns is a test harness for end-to-end tests in Linux network
 // namespaces: it creates namespaces joined by veth pairs with addresses and
 // routes, applies nftables rulesets inside them, runs processes inside them
-// (`ip netns exec`), starts Debian's tinyproxy in one, and opens sockets in
-// one from the test process (DialContext, HTTPClient).
+// (`ip netns exec`), starts Debian's tinyproxy or squid (a stock enterprise
+// proxy: Basic auth, CONNECT to 443 only) in one, and opens sockets in one
+// from the test process (DialContext, HTTPClient).
 //
 // Every namespace is named Prefix + "<pid>-<random>-<role>", so parallel
 // tests and parallel test binaries never collide, and New registers a
@@ -17,8 +18,8 @@
 // 10.X.Y.0/30 given to those links are reachable from those namespaces
 // alone, never from the host's namespace or beyond it.
 //
-// The tests need root, ip (iproute2) and nft (nftables), and tinyproxy for
-// the proxy scenarios; `make test` installs them (.ci/ensure-debs.sh).
+// The tests need root, ip (iproute2) and nft (nftables), and tinyproxy,
+// squid and openssl for the proxy scenarios; `make test` installs them (.ci/ensure-debs.sh).
 // Require fails a test with an actionable message when one is missing and
 // skips it, with the reason logged, only under -short.
 package netns
@@ -70,7 +71,7 @@ func Check(programs ...string) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("netns: missing %s; run `make deps` (.ci/ensure-debs.sh installs iproute2, nftables and tinyproxy) as root", strings.Join(missing, ", "))
+		return fmt.Errorf("netns: missing %s; run `make deps` (.ci/ensure-debs.sh installs iproute2, nftables, tinyproxy, squid and openssl) as root", strings.Join(missing, ", "))
 	}
 	return nil
 }

@@ -29,13 +29,21 @@ func (tp *Tinyproxy) URL() string { return "http://" + tp.Addr.String() }
 // 10 s).
 func (n *NS) StartTinyproxy(listen netip.AddrPort, allow netip.Prefix, connectPorts ...uint16) *Tinyproxy {
 	n.t.Helper()
+	return n.StartTinyproxyTimeout(listen, allow, 60*time.Second, connectPorts...)
+}
+
+// StartTinyproxyTimeout is StartTinyproxy with tinyproxy's Timeout (whole
+// seconds): a tunnel without traffic either way for that long is closed,
+// as proxies and NATs that cut idle connections do.
+func (n *NS) StartTinyproxyTimeout(listen netip.AddrPort, allow netip.Prefix, idle time.Duration, connectPorts ...uint16) *Tinyproxy {
+	n.t.Helper()
 	bin, err := lookPath("tinyproxy")
 	if err != nil {
 		n.t.Fatalf("netns: tinyproxy not installed: run `make deps` (.ci/ensure-debs.sh) as root")
 	}
 	var conf strings.Builder
-	fmt.Fprintf(&conf, "User nobody\nGroup nogroup\nPort %d\nListen %s\nTimeout 60\nMaxClients 64\nLogLevel Connect\nAllow %s\nDisableViaHeader Yes\n",
-		listen.Port(), listen.Addr(), allow.Masked())
+	fmt.Fprintf(&conf, "User nobody\nGroup nogroup\nPort %d\nListen %s\nTimeout %d\nMaxClients 64\nLogLevel Connect\nAllow %s\nDisableViaHeader Yes\n",
+		listen.Port(), listen.Addr(), max(1, int(idle/time.Second)), allow.Masked())
 	for _, p := range connectPorts {
 		fmt.Fprintf(&conf, "ConnectPort %d\n", p)
 	}

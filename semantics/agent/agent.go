@@ -59,6 +59,10 @@ type Agent struct {
 	preferUntil  time.Time
 	lastAck      time.Time
 	hbSeq        uint64
+	lastDialErr  string      // Status.LastDialError
+	lastDialAt   time.Time   // Status.LastDialErrorAt
+	retryAt      time.Time   // Status.NextRetry
+	dialErrs     []DialError // Status.DialErrors, newest first
 
 	// Data plane (data.go), for roles that run attempts.
 	spool string
@@ -88,6 +92,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Backoff.Max <= 0 {
 		cfg.Backoff.Max = DefaultBackoffMax
+	}
+	if cfg.Backoff.AuthAfter == 0 {
+		cfg.Backoff.AuthAfter = DefaultAuthBackoffAfter
+	}
+	if cfg.Backoff.AuthMax == 0 {
+		cfg.Backoff.AuthMax = DefaultAuthBackoffMax
 	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout

@@ -29,17 +29,44 @@ type Endpoint struct {
 // Backoff is the reconnect policy: exponential with FULL jitter (§104,
 // §219): the n-th wait is uniform in [0, min(Max, Base·2ⁿ)]. The daemon's
 // max_backoff (RegistrationAcceptedV1) replaces Max once known.
+//
+// Authentication failures on the path are different: a proxy that
+// answers 407 to wrong credentials refuses every retry the same way, and
+// each retry is a failed login at the directory behind it (enough of them
+// lock the account). A connect round in which an endpoint failed with such
+// an error (one with an AuthFailure() bool method that returns true, e.g.
+// backends/yamux/proxy's *AuthRequiredError) and none registered counts as
+// an authentication round; after AuthAfter consecutive ones the k-th
+// further wait is uniform in [d/2, d] with d = min(AuthMax,
+// DefaultAuthBackoffBase·2^(k-1)) — 30–60 s, 1–2 min, … up to 30–60 min
+// with the defaults: at most 10 logins in the first hour and one or two an
+// hour after, instead of one per Max (120 an hour). A round without one, or a registration,
+// ends the run. AuthSchedule lists the ceilings.
 type Backoff struct {
 	Base time.Duration // 0 → DefaultBackoffBase
 	Max  time.Duration // 0 → DefaultBackoffMax
+	// AuthAfter is how many consecutive authentication rounds are retried
+	// on the ordinary schedule (a typo fixed in the file is picked up at
+	// once); 0 → DefaultAuthBackoffAfter (3).
+	AuthAfter int
+	// AuthMax is the ceiling of the authentication backoff; 0 →
+	// DefaultAuthBackoffMax (1 h); negative turns it off (authentication
+	// failures back off like any other failure).
+	AuthMax time.Duration
 }
 
 // Defaults.
 const (
-	DefaultBackoffBase    = 200 * time.Millisecond
-	DefaultBackoffMax     = 30 * time.Second
-	DefaultRequestTimeout = 10 * time.Second
-	DefaultMaxParallel    = 1
+	DefaultBackoffBase = 200 * time.Millisecond
+	DefaultBackoffMax  = 30 * time.Second
+	// DefaultAuthBackoffAfter, DefaultAuthBackoffBase and
+	// DefaultAuthBackoffMax shape the backoff after repeated
+	// authentication failures on the path (Backoff).
+	DefaultAuthBackoffAfter = 3
+	DefaultAuthBackoffBase  = time.Minute
+	DefaultAuthBackoffMax   = time.Hour
+	DefaultRequestTimeout   = 10 * time.Second
+	DefaultMaxParallel      = 1
 	// answerRetention bounds the remembered offer answers (duplicate offers
 	// are answered from it): per answer a lease id in a ring and a map slot
 	// (lease id and OfferEvent), ~100 B; ~400 KiB when full.
@@ -183,6 +210,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("agent: Config.Role %v unknown", c.Role)
 	case (c.Role == agentwire.RoleAgent || c.Role == agentwire.RoleInternalWorker) && c.Executor == nil:
 		return errors.New("agent: Config.Executor is required for this role")
+	case c.Backoff.AuthAfter < 0 || c.Backoff.AuthAfter > 1000:
+		return fmt.Errorf("agent: Config.Backoff.AuthAfter %d out of range (0–1000)", c.Backoff.AuthAfter)
 	case c.HeartbeatMisses > 1000:
 		return fmt.Errorf("agent: Config.HeartbeatMisses %d out of range (at most 1000)", c.HeartbeatMisses)
 	case c.MaxParallel < 0 || c.MaxParallel > 0xffff:

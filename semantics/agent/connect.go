@@ -28,7 +28,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	stop := context.AfterFunc(a.ctx, cancel)
 	defer stop()
-	failures := 0
+	failures, authRounds := 0, 0
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -39,7 +39,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.network = network
 		a.mu.Unlock()
 		var perm error
-		permCount, registered := 0, false
+		permCount, registered, authRound := 0, false, false
 		var wait time.Duration
 		remaining := eps
 		for len(remaining) > 0 && !registered {
@@ -48,6 +48,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			for _, err := range failed {
 				if ctx.Err() != nil {
 					return nil
+				}
+				if IsAuthFailure(err) {
+					authRound = true
 				}
 				if isPermanent(err) {
 					permCount++
@@ -72,7 +75,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			l := w.l
 			err := a.register(ctx, l)
 			if err == nil {
-				registered, failures = true, 0
+				registered, failures, authRounds = true, 0, 0
 				a.noteRegistered(l.ep, reason, eps)
 				for l != nil {
 					next, _ := a.serve(ctx, l, eps)
@@ -96,15 +99,31 @@ func (a *Agent) Run(ctx context.Context) error {
 				continue
 			}
 			a.st.dialFailures.Add(1)
-			a.log.Debug("endpoint failed", "endpoint", w.l.ep.Address, "err", err)
+			a.log.Warn("endpoint failed", "endpoint", w.l.ep.Address, "backend", w.l.ep.Backend, "err", err)
+			a.noteDialError(w.l.ep, err)
 		}
 		if !registered && permCount == len(eps) && perm != nil {
 			return perm
 		}
+		switch {
+		case registered || !authRound:
+			authRounds = 0
+		default:
+			authRounds++
+		}
 		if wait == 0 {
-			wait = a.backoff(failures)
+			if d, ok := a.authBackoff(authRounds); ok {
+				wait = d
+				a.log.Error("authentication on the path keeps failing: backing off so the account is not locked; fix the credentials (the error names the proxy and the scheme it asks for)",
+					"consecutive_rounds", authRounds, "retry_in", wait.Round(time.Second), "err", a.Status().LastDialError)
+			} else {
+				wait = a.backoff(failures)
+			}
 			failures++
 		}
+		a.mu.Lock()
+		a.retryAt = a.now().Add(wait)
+		a.mu.Unlock()
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -123,6 +142,58 @@ func isPermanent(err error) bool {
 
 func (a *Agent) moveReason(l *link) string {
 	return fmt.Sprintf("moved back to %s %s after %d consecutive successful probes", l.ep.Backend, l.ep.Address, a.fb.ProbeSuccesses)
+}
+
+// IsAuthFailure reports whether a dial error means credentials on the
+// path were refused: err (or an error it wraps) has an AuthFailure() bool
+// method that returns true, as backends/yamux/proxy's *AuthRequiredError
+// (a 407) does. Such errors slow the reconnect down (Backoff.AuthMax).
+func IsAuthFailure(err error) bool {
+	af, ok := errors.AsType[interface {
+		error
+		AuthFailure() bool
+	}](err)
+	return ok && af.AuthFailure()
+}
+
+// authBackoff returns the wait after the k-th consecutive authentication
+// round, and false while k ≤ AuthAfter (the ordinary schedule applies) or
+// when the authentication backoff is off.
+func (a *Agent) authBackoff(k int) (time.Duration, bool) {
+	b := a.cfg.Backoff
+	if b.AuthMax < 0 || k <= b.AuthAfter {
+		return 0, false
+	}
+	d := authCeiling(k-b.AuthAfter, b.AuthMax)
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1)), true
+}
+
+// authCeiling is the k-th (from 1) authentication-backoff ceiling:
+// min(ceiling, DefaultAuthBackoffBase·2^(k-1)).
+func authCeiling(k int, ceiling time.Duration) time.Duration {
+	d := min(DefaultAuthBackoffBase, ceiling)
+	for i := 1; i < k && d < ceiling; i++ {
+		d *= 2
+	}
+	return min(d, ceiling)
+}
+
+// AuthSchedule returns the first n ceilings of the authentication backoff
+// of b (zero fields: the defaults), for documentation and status: the
+// waits after AuthAfter consecutive authentication rounds, each drawn
+// uniformly from [ceiling/2, ceiling]. Nil when the backoff is off.
+func AuthSchedule(b Backoff, n int) []time.Duration {
+	if b.AuthMax < 0 {
+		return nil
+	}
+	if b.AuthMax == 0 {
+		b.AuthMax = DefaultAuthBackoffMax
+	}
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = authCeiling(i+1, b.AuthMax)
+	}
+	return out
 }
 
 // backoff returns a full-jitter wait for the n-th consecutive failure.

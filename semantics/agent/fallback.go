@@ -339,10 +339,11 @@ func (a *Agent) race(ctx context.Context, eps []Endpoint, p plan) (*raceResult, 
 			if r.err != nil {
 				failed[r.i] = r.err
 				if ctx.Err() == nil {
-					// Info, at once: the operator needs e.g. a proxy's 407
+					// Warn, at once: the operator needs e.g. a proxy's 407
 					// without waiting for the slower candidates.
-					a.log.Info("endpoint failed", "endpoint", eps[r.i].Address, "backend", eps[r.i].Backend,
+					a.log.Warn("endpoint failed", "endpoint", eps[r.i].Address, "backend", eps[r.i].Backend,
 						"after", r.at.Round(time.Millisecond), "err", r.err)
+					a.noteDialError(eps[r.i], r.err)
 				}
 				arm(schedule())
 				continue

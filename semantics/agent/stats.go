@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -73,13 +75,62 @@ type Status struct {
 	FallbackReason string
 	// Network is the network identity the choice is remembered under.
 	Network string
+	// LastDialError is the last failed dial of any endpoint, "backend
+	// address: error" (the error starts with what failed: the proxy, tcp,
+	// tls, …), kept after a later success so a flapping path is visible;
+	// LastDialErrorAt is when it happened. Empty before the first failure.
+	LastDialError   string
+	LastDialErrorAt time.Time
+	// DialErrors is the last failed dial of each endpoint that failed
+	// since the agent started, newest first (a QUIC timeout does not hide
+	// the proxy's 407 of the relay endpoint).
+	DialErrors []DialError
+	// NextRetry is when the agent dials again while it is not connected
+	// (zero when connected or before the first wait).
+	NextRetry time.Time
+}
+
+// DialError is one endpoint's last failed dial (Status.DialErrors).
+type DialError struct {
+	Backend, Endpoint string
+	Err               string
+	At                time.Time
+}
+
+// maxDialErrors bounds Status.DialErrors (one per endpoint; endpoints are
+// at most a few, GoAway alternates included).
+const maxDialErrors = 32
+
+// noteDialError records a failed dial for Status.LastDialError and
+// DialErrors.
+func (a *Agent) noteDialError(ep Endpoint, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at := a.now()
+	a.lastDialErr = fmt.Sprintf("%s %s: %v", ep.Backend, ep.Address, err)
+	a.lastDialAt = at
+	d := DialError{Backend: ep.Backend, Endpoint: ep.Address, Err: err.Error(), At: at}
+	for i, o := range a.dialErrs {
+		if o.Endpoint == d.Endpoint && o.Backend == d.Backend {
+			a.dialErrs = append(a.dialErrs[:i], a.dialErrs[i+1:]...)
+			break
+		}
+	}
+	a.dialErrs = append([]DialError{d}, a.dialErrs...)
+	if len(a.dialErrs) > maxDialErrors {
+		a.dialErrs = a.dialErrs[:maxDialErrors]
+	}
 }
 
 // Status returns the current status.
 func (a *Agent) Status() Status {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := Status{Epoch: a.epoch, LastHeartbeatAck: a.lastAck, Draining: a.draining, Network: a.network}
+	s := Status{Epoch: a.epoch, LastHeartbeatAck: a.lastAck, Draining: a.draining, Network: a.network,
+		LastDialError: a.lastDialErr, LastDialErrorAt: a.lastDialAt, DialErrors: slices.Clone(a.dialErrs)}
+	if l := a.link; l == nil {
+		s.NextRetry = a.retryAt
+	}
 	if l := a.link; l != nil {
 		s.Connected, s.Endpoint, s.Backend, s.Protocol, s.Transport = true, l.ep.Address, l.bc.Backend(), l.protocol, l.transport
 		s.Features = l.features

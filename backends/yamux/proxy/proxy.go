@@ -14,8 +14,11 @@
 //
 // A CONNECT exchange is bounded: the whole handshake by the context and
 // Dialer.Timeout, the response header by MaxResponseHeader bytes. A 407
-// answer is an *AuthRequiredError whose message says how to fix it; any
-// other non-2xx is a *StatusError. Bytes the proxy (or the target behind
+// answer is an *AuthRequiredError whose message says how to fix it (and,
+// when the proxy offers only Digest, NTLM or Negotiate, that those are not
+// supported); any other non-2xx is a *StatusError (502/503/504: "could not
+// reach" the target); failing to talk to the proxy at all is a
+// *ConnectError. Failed tells the three from the target's own failures. Bytes the proxy (or the target behind
 // it) sent right after its 200 are kept: the returned connection reads them
 // first.
 package proxy
@@ -138,15 +141,65 @@ func redact(s string) string {
 type AuthRequiredError struct {
 	Proxy          string // host:port of the proxy
 	HadCredentials bool   // the request carried Proxy-Authorization
-	Challenge      string // the Proxy-Authenticate header, if any
+	Challenge      string // the (first) Proxy-Authenticate header, if any
+	// Schemes are the authentication schemes the proxy offered, one per
+	// Proxy-Authenticate header and in its order ("Basic", "Digest",
+	// "NTLM", "Negotiate", …); empty when it named none.
+	Schemes []string
 }
+
+// BasicOffered reports whether the proxy accepts Basic authentication,
+// the only scheme this package speaks: true when it offered Basic, or no
+// scheme at all (the header is missing; trying Basic is all one can do).
+func (e *AuthRequiredError) BasicOffered() bool {
+	if len(e.Schemes) == 0 {
+		return true
+	}
+	for _, s := range e.Schemes {
+		if strings.EqualFold(s, "Basic") {
+			return true
+		}
+	}
+	return false
+}
+
+// AuthFailure reports that the proxy refused the request for its
+// credentials: retrying with the same configuration fails the same way,
+// and every retry with a wrong password is a failed login at the
+// directory behind the proxy (an account lockout). The agent backs off to
+// a long ceiling on such errors (semantics/agent Backoff.AuthMax).
+func (e *AuthRequiredError) AuthFailure() bool { return true }
 
 // Error says what to do.
 func (e *AuthRequiredError) Error() string {
-	if e.HadCredentials {
-		return fmt.Sprintf("proxy authentication required by %s: the credentials in the proxy URL were refused (check user and password in http://user:pass@host:port)", e.Proxy)
+	switch {
+	case !e.BasicOffered():
+		return fmt.Sprintf("proxy %s requires %s authentication, which is not supported; use Basic or a proxy exception (no_proxy / NO_PROXY)", e.Proxy, strings.Join(e.Schemes, "/"))
+	case e.HadCredentials:
+		asks := ""
+		if e.Challenge != "" {
+			asks = fmt.Sprintf("; it asks for %s", e.Challenge)
+		}
+		return fmt.Sprintf("proxy authentication required by %s: the credentials in the proxy URL were refused (check user and password in http://user:pass@host:port%s)", e.Proxy, asks)
 	}
 	return fmt.Sprintf("proxy authentication required by %s: set credentials in the proxy URL (http://user:pass@host:port)", e.Proxy)
+}
+
+// authSchemes returns the scheme token of every Proxy-Authenticate header
+// (RFC 9110 §11.6.2: a header may list several challenges separated by
+// commas, but the parameters also contain commas; proxies send one
+// challenge per header line in practice, which is what this reads).
+func authSchemes(h http.Header) []string {
+	var out []string
+	for _, v := range h.Values("Proxy-Authenticate") {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			continue
+		}
+		scheme, _, _ := strings.Cut(v, " ")
+		out = append(out, strings.TrimSuffix(scheme, ","))
+	}
+	return out
 }
 
 // StatusError is any other non-2xx answer to CONNECT.
@@ -157,10 +210,40 @@ type StatusError struct {
 	Status string // the status line's text, e.g. "403 Forbidden"
 }
 
+// Unreachable reports an answer that means the proxy tried the target and
+// could not reach it (502 Bad Gateway, 503 Service Unavailable, 504
+// Gateway Timeout): the target is down or unreachable from the proxy, not
+// refused by its policy.
+func (e *StatusError) Unreachable() bool {
+	switch e.Code {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
 // Error names the proxy, the target and the status.
 func (e *StatusError) Error() string {
+	if e.Unreachable() {
+		return fmt.Sprintf("proxy %s could not reach %s: %s (the endpoint is down or unreachable from the proxy)", e.Proxy, e.Target, e.Status)
+	}
 	return fmt.Sprintf("proxy %s refused CONNECT to %s: %s", e.Proxy, e.Target, e.Status)
 }
+
+// ConnectError is a failure to open the tunnel that is not the proxy's
+// answer: the TCP connection to the proxy, writing the CONNECT request or
+// reading the response (a timeout, a closed connection, an oversized
+// header). Its message starts with "proxy host:port:".
+type ConnectError struct {
+	Proxy string // host:port of the proxy
+	Err   error
+}
+
+// Error names the proxy and what failed.
+func (e *ConnectError) Error() string { return fmt.Sprintf("proxy %s: %v", e.Proxy, e.Err) }
+
+// Unwrap returns the underlying error (context errors, net errors).
+func (e *ConnectError) Unwrap() error { return e.Err }
 
 // DialContext connects to addr ("host:port") over network "tcp", "tcp4" or
 // "tcp6", through the proxy Proxy names for addr, or directly.
@@ -193,7 +276,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 	defer cancel()
 	nc, err := forward(hctx, "tcp", pu.Host)
 	if err != nil {
-		return nil, fmt.Errorf("proxy %s: %w", pu.Host, err)
+		return nil, &ConnectError{Proxy: pu.Host, Err: err}
 	}
 	c, err := connect(hctx, nc, pu, addr)
 	if err != nil {
@@ -223,28 +306,28 @@ func connect(ctx context.Context, nc net.Conn, pu *url.URL, target string) (net.
 	}
 	b.WriteString("User-Agent: forgeyard-agent\r\n\r\n")
 	if _, err := io.WriteString(nc, b.String()); err != nil {
-		return nil, fmt.Errorf("proxy %s: CONNECT %s: %w", pu.Host, target, ctxErr(ctx, err))
+		return nil, &ConnectError{Proxy: pu.Host, Err: fmt.Errorf("CONNECT %s: %w", target, ctxErr(ctx, err))}
 	}
 	lr := &io.LimitedReader{R: nc, N: MaxResponseHeader}
 	br := bufio.NewReaderSize(lr, 4096)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
 		if lr.N <= 0 {
-			return nil, fmt.Errorf("proxy %s: CONNECT response header exceeds %d bytes", pu.Host, MaxResponseHeader)
+			return nil, &ConnectError{Proxy: pu.Host, Err: fmt.Errorf("CONNECT response header exceeds %d bytes", MaxResponseHeader)}
 		}
-		return nil, fmt.Errorf("proxy %s: CONNECT %s: reading the response: %w", pu.Host, target, ctxErr(ctx, err))
+		return nil, &ConnectError{Proxy: pu.Host, Err: fmt.Errorf("CONNECT %s: reading the response: %w", target, ctxErr(ctx, err))}
 	}
 	switch {
 	case resp.StatusCode == http.StatusProxyAuthRequired:
-		return nil, &AuthRequiredError{Proxy: pu.Host, HadCredentials: auth, Challenge: resp.Header.Get("Proxy-Authenticate")}
+		return nil, &AuthRequiredError{Proxy: pu.Host, HadCredentials: auth, Challenge: resp.Header.Get("Proxy-Authenticate"), Schemes: authSchemes(resp.Header)}
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		return nil, &StatusError{Proxy: pu.Host, Target: target, Code: resp.StatusCode, Status: resp.Status}
 	}
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return nil, &ConnectError{Proxy: pu.Host, Err: ctx.Err()}
 	}
 	if !stop() {
-		return nil, ctxErr(ctx, context.Canceled)
+		return nil, &ConnectError{Proxy: pu.Host, Err: ctxErr(ctx, context.Canceled)}
 	}
 	_ = nc.SetDeadline(time.Time{})
 	// The header was read through a limit; what the reader buffered beyond
@@ -290,4 +373,13 @@ func IsProxyError(err error) bool {
 	var ae *AuthRequiredError
 	var se *StatusError
 	return errors.As(err, &ae) || errors.As(err, &se)
+}
+
+// Failed reports whether err is a failure of the proxy step of a dial:
+// the proxy's answer (IsProxyError) or a *ConnectError (the proxy could not
+// be reached or did not answer). A dial through a proxy that fails later
+// (TLS with the target, …) is not a proxy failure.
+func Failed(err error) bool {
+	var ce *ConnectError
+	return IsProxyError(err) || errors.As(err, &ce)
 }

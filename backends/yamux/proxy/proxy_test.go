@@ -26,10 +26,11 @@ type testProxy struct {
 	ln       net.Listener
 	user     string // "user:pass" required when set
 	names    map[string]string
-	extra    string // written right after the 200
-	status   string // answer instead of 200 when set
-	hang     bool   // never answer
-	big      bool   // answer with an oversized header
+	extra    string   // written right after the 200
+	status   string   // answer instead of 200 when set
+	offer    []string // Proxy-Authenticate headers of the 407 (default: Basic realm="test")
+	hang     bool     // never answer
+	big      bool     // answer with an oversized header
 	connects atomic.Int64
 	lastReq  atomic.Value // *http.Request
 	wg       sync.WaitGroup
@@ -81,7 +82,15 @@ func (p *testProxy) serve(c net.Conn) {
 	if p.user != "" {
 		want := "Basic " + base64.StdEncoding.EncodeToString([]byte(p.user))
 		if req.Header.Get("Proxy-Authorization") != want {
-			fmt.Fprint(c, "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"test\"\r\nContent-Length: 0\r\n\r\n")
+			offer := p.offer
+			if offer == nil {
+				offer = []string{`Basic realm="test"`}
+			}
+			var h strings.Builder
+			for _, o := range offer {
+				fmt.Fprintf(&h, "Proxy-Authenticate: %s\r\n", o)
+			}
+			fmt.Fprintf(c, "HTTP/1.1 407 Proxy Authentication Required\r\n%sContent-Length: 0\r\n\r\n", h.String())
 			return
 		}
 	}
@@ -210,6 +219,86 @@ func TestAuth(t *testing.T) {
 	defer c.Close()
 	if got := roundTrip(t, c, "authed"); got != "authed" {
 		t.Fatalf("echo = %q", got)
+	}
+}
+
+// TestAuthSchemes: a proxy that offers only schemes this package does not
+// speak gets a message saying so (not "credentials were refused"), with or
+// without credentials; one that offers Basic among others is a plain
+// credentials problem, and the refusal names what the proxy asked for.
+func TestAuthSchemes(t *testing.T) {
+	echo := echoServer(t)
+	for _, c := range []struct {
+		offer   []string
+		creds   string
+		schemes []string
+		want    string
+	}{
+		{[]string{"NTLM", "Negotiate"}, "", []string{"NTLM", "Negotiate"},
+			"requires NTLM/Negotiate authentication, which is not supported; use Basic or a proxy exception (no_proxy / NO_PROXY)"},
+		{[]string{`Digest realm="corp", nonce="abc", qop="auth"`}, "agent:s3cret@", []string{"Digest"},
+			"requires Digest authentication, which is not supported; use Basic or a proxy exception"},
+		{[]string{"Negotiate", `Basic realm="corp proxy"`}, "agent:wrong@", []string{"Negotiate", "Basic"},
+			`the credentials in the proxy URL were refused (check user and password in http://user:pass@host:port; it asks for Negotiate)`},
+		{[]string{`Basic realm="corp proxy"`}, "agent:wrong@", []string{"Basic"},
+			`were refused (check user and password in http://user:pass@host:port; it asks for Basic realm="corp proxy")`},
+	} {
+		p := startProxy(t, &testProxy{user: "agent:right", offer: c.offer})
+		d, _ := Fixed("http://"+c.creds+p.addr(), "")
+		_, err := d.DialContext(context.Background(), "tcp", echo)
+		var ae *AuthRequiredError
+		if !errors.As(err, &ae) || !Failed(err) || !ae.AuthFailure() {
+			t.Fatalf("%v: err = %v", c.offer, err)
+		}
+		if fmt.Sprint(ae.Schemes) != fmt.Sprint(c.schemes) {
+			t.Errorf("%v: schemes %q, want %q", c.offer, ae.Schemes, c.schemes)
+		}
+		if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p.addr()) {
+			t.Errorf("%v: message\n got %q\nwant it to name the proxy and contain %q", c.offer, err, c.want)
+		}
+		if strings.Contains(err.Error(), "wrong") {
+			t.Errorf("error leaks the password: %v", err)
+		}
+	}
+}
+
+// TestUnreachableAndConnectError: 502/503/504 mean the proxy could not
+// reach the target (not a refusal); a proxy that cannot be reached is a
+// *ConnectError naming it; both are proxy failures (Failed).
+func TestUnreachableAndConnectError(t *testing.T) {
+	for _, st := range []string{"502 Bad Gateway", "503 Service Unavailable", "504 Gateway Timeout"} {
+		p := startProxy(t, &testProxy{status: st})
+		d, _ := Fixed(p.addr(), "")
+		_, err := d.DialContext(context.Background(), "tcp", "relay.example:443")
+		var se *StatusError
+		if !errors.As(err, &se) || !se.Unreachable() || !Failed(err) {
+			t.Fatalf("%s: err = %v", st, err)
+		}
+		if want := "proxy " + p.addr() + " could not reach relay.example:443: " + st; !strings.HasPrefix(err.Error(), want) {
+			t.Fatalf("%s: message %q, want prefix %q", st, err, want)
+		}
+	}
+	// A real 502 from the test proxy: nothing listens at the target.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	p := startProxy(t, &testProxy{})
+	d, _ := Fixed(p.addr(), "")
+	if _, err := d.DialContext(context.Background(), "tcp", dead); err == nil || !strings.Contains(err.Error(), "could not reach "+dead) {
+		t.Fatalf("dead target: err = %v", err)
+	}
+	// The proxy itself is down.
+	d, _ = Fixed(dead, "")
+	_, err = d.DialContext(context.Background(), "tcp", "relay.example:443")
+	var ce *ConnectError
+	if !errors.As(err, &ce) || ce.Proxy != dead || !Failed(err) || IsProxyError(err) || !strings.HasPrefix(err.Error(), "proxy "+dead+": ") {
+		t.Fatalf("proxy down: err = %v", err)
+	}
+	if Failed(errors.New("tls: bad certificate")) {
+		t.Fatal("a non-proxy error counts as a proxy failure")
 	}
 }
 

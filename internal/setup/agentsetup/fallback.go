@@ -43,6 +43,10 @@ type EndpointOptions struct {
 	// Proxy dials the TCP endpoints' connections; nil means direct. See
 	// ProxyFor.
 	Proxy *proxy.Dialer
+	// KeepAlive, when set, gives the TCP endpoints' connections its ping
+	// interval (overriding Yamux.KeepAliveInterval) and adapts it to a
+	// network that cuts idle connections (keepalive.go).
+	KeepAlive *KeepAlive
 }
 
 // ProxyFor returns the proxy dialer for a control_plane.proxy setting:
@@ -91,9 +95,14 @@ func Endpoint(e config.Endpoint, o EndpointOptions) (agent.Endpoint, error) {
 	if err != nil {
 		return agent.Endpoint{}, err
 	}
-	if yd, ok := d.(yamux.Dialer); ok && o.Proxy != nil {
-		yd.DialContext = o.Proxy.DialContext
+	if yd, ok := d.(yamux.Dialer); ok {
+		if o.Proxy != nil {
+			yd.DialContext = o.Proxy.DialContext
+		}
 		d = yd
+		if o.KeepAlive != nil {
+			d = keepAliveDialer{d: yd, ka: o.KeepAlive}
+		}
 	}
 	return agent.Endpoint{Address: addr, Dialer: d, Backend: BackendName(e), Class: Class(e)}, nil
 }
