@@ -236,7 +236,7 @@ func TestParseEndpoint(t *testing.T) {
 		"quic://h/":                             "quic://h:7443",
 		"yamux+upgrade://h":                     "yamux+upgrade://h:443",
 		"YAMUX+UPGRADE://h:8443":                "yamux+upgrade://h:8443",
-		"relay://r":                             "relay+yamux://r:7444",
+		"relay://r":                             "relay+yamux://r:443",
 		"relay+yamux://r:1":                     "relay+yamux://r:1",
 		"relay+yamux+upgrade://r":               "relay+yamux+upgrade://r:443",
 		"relay+webtransport://r":                "relay+webtransport://r:443",

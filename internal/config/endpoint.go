@@ -20,6 +20,9 @@ const (
 	DefaultQUICPort         = 7443
 	DefaultYamuxPort        = 7444
 	DefaultWebTransportPort = 443
+	// DefaultRelayPort is forgeyard-relay's TLS+yamux port: 443, the one
+	// port a stock corporate proxy lets CONNECT through.
+	DefaultRelayPort = 443
 )
 
 // WebTransportPath is the only path a webtransport endpoint may name.
@@ -93,6 +96,8 @@ func defaultPort(s scheme) int {
 	switch {
 	case s.backend == BackendYamux && s.upgrade:
 		return 443
+	case s.backend == BackendYamux && s.relay:
+		return DefaultRelayPort
 	case s.backend == BackendYamux:
 		return DefaultYamuxPort
 	case s.backend == BackendWebTransport:
@@ -112,7 +117,7 @@ func defaultPort(s scheme) int {
 // with "relay+" for a forgeyard-relay ("relay://" alone means
 // "relay+yamux://"), and a bare "host:port", which means QUIC. Schemes and
 // hosts are case-insensitive; a missing port takes the backend's default
-// (7443, 7444, 443; 443 for the Upgrade form). A path other than the
+// (7443, 7444, 443; 443 for the Upgrade form and for a relay). A path other than the
 // WebTransport agent path, a query, a fragment or user information is an
 // error.
 func ParseEndpoint(s string) (Endpoint, error) {

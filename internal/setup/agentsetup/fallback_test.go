@@ -64,7 +64,7 @@ func TestEndpointsFromURIs(t *testing.T) {
 		{webtransport.URL("d.example:443"), "webtransport", agent.ClassWebTransport, false, false},
 		{"d.example:7444", "yamux", agent.ClassTCP, true, false},
 		{"d.example:443", "yamux+upgrade", agent.ClassTCP, true, true},
-		{"r.example:7444", "relay+yamux", agent.ClassRelay, true, false},
+		{"r.example:443", "relay+yamux", agent.ClassRelay, true, false},
 		{webtransport.URL("r.example:8443"), "relay+webtransport", agent.ClassRelay, false, false},
 	}
 	for i, w := range want {
