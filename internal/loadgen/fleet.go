@@ -155,7 +155,7 @@ func NewFleet(o FleetOptions) (*Fleet, error) {
 		r := o.PKI.Runners[i]
 		cfg := agent.Config{Runner: r.ID, Signer: r.Cert.PrivateKey.(crypto.Signer), CertChain: r.Cert.Certificate,
 			Endpoints: []agent.Endpoint{{Address: addr, Dialer: &countingDialer{inner: d, f: f, m: m}, Backend: o.Backend}},
-			Executor: &countingExec{inner: exec, f: f}, MaxParallel: 4, RequestTimeout: o.RequestTimeout,
+			Executor:  &countingExec{inner: exec, f: f}, MaxParallel: 4, RequestTimeout: o.RequestTimeout,
 			Features: wire.Implemented, Logger: slog.New(&failureHandler{f: f, m: m}), Metrics: f.metrics,
 			SpoolDir: filepath.Join(o.SpoolDir, fmt.Sprintf("a%d", i)), Version: "forgeyard-loadgen",
 			Hooks: agent.Hooks{
@@ -325,8 +325,8 @@ type failureHandler struct {
 }
 
 func (h *failureHandler) Enabled(_ context.Context, l slog.Level) bool { return true }
-func (h *failureHandler) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h *failureHandler) WithGroup(string) slog.Handler             { return h }
+func (h *failureHandler) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *failureHandler) WithGroup(string) slog.Handler                { return h }
 
 func (h *failureHandler) Handle(_ context.Context, r slog.Record) error {
 	if r.Message != "endpoint failed" {

@@ -112,7 +112,7 @@ func (l *Leases) offer(ctx context.Context, runner string) {
 // LeaseStats are the dispatcher's counts.
 type LeaseStats struct {
 	Offered, Accepted, Rejected, Failed, Skipped int64
-	AcceptP50, AcceptP99, AcceptMax             time.Duration
+	AcceptP50, AcceptP99, AcceptMax              time.Duration
 }
 
 // Stats returns the counts and the offer→accept percentiles.
