@@ -497,12 +497,13 @@ type Outcome struct {
 	Duplicated int // attempts executed twice, or recorded (Accepted) twice
 }
 
-// Outcomes counts the attempts' executions and completion acks.
-func (f *Fleet) Outcomes() (Outcome, map[wire.JobAttemptId]bool) {
+// Outcomes counts the attempts' executions and completion acks; done
+// holds the attempts (ULID strings) whose completion was recorded.
+func (f *Fleet) Outcomes() (Outcome, map[string]bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var o Outcome
-	done := map[wire.JobAttemptId]bool{}
+	done := map[string]bool{}
 	seen := map[wire.JobAttemptId]bool{}
 	for a, n := range f.runs {
 		seen[a] = true
@@ -520,7 +521,7 @@ func (f *Fleet) Outcomes() (Outcome, map[wire.JobAttemptId]bool) {
 			o.Duplicated++
 		case k[agentwire.AckAccepted] == 1 || k[agentwire.AckDuplicateAccepted] > 0:
 			o.Accepted++
-			done[a] = true
+			done[a.String()] = true
 		case k[agentwire.AckStaleRejected]+k[agentwire.AckInvalidRejected] > 0:
 			o.Stale++
 		}
