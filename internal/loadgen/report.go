@@ -49,15 +49,17 @@ type Summary struct {
 
 // RoundResult is one wait for every agent to register.
 type RoundResult struct {
-	Complete             bool          `json:"complete"`
-	Pending              int64         `json:"pending"`
-	Took                 time.Duration `json:"took_ns"`
-	PeakPerSecond        int64         `json:"peak_registrations_per_s"`
-	AttemptsPerAgent     AttemptStats  `json:"attempts_per_agent"`
-	AttemptsPerAgentMean float64       `json:"attempts_per_agent_mean,omitempty"` // restarts: attempts during the round / N
-	HeartbeatP99         time.Duration `json:"heartbeat_p99_ns,omitempty"`        // of registered agents during the cold start
-	HealthzP50           time.Duration `json:"healthz_p50_ns,omitempty"`
-	HealthzP99           time.Duration `json:"healthz_p99_ns,omitempty"`
+	Complete             bool             `json:"complete"`
+	Pending              int64            `json:"pending"`
+	Took                 time.Duration    `json:"took_ns"`
+	PeakPerSecond        int64            `json:"peak_registrations_per_s"`
+	AttemptsPerAgent     AttemptStats     `json:"attempts_per_agent"`
+	Failed               int64            `json:"failed_attempts"`                   // during the round
+	FailedByReason       map[string]int64 `json:"failed_by_reason,omitempty"`        // cold start only
+	AttemptsPerAgentMean float64          `json:"attempts_per_agent_mean,omitempty"` // restarts: attempts during the round / N
+	HeartbeatP99         time.Duration    `json:"heartbeat_p99_ns,omitempty"`        // of registered agents during the cold start
+	HealthzP50           time.Duration    `json:"healthz_p50_ns,omitempty"`
+	HealthzP99           time.Duration    `json:"healthz_p99_ns,omitempty"`
 }
 
 // AttemptStats are connection attempts per agent.
@@ -186,7 +188,8 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("all registered (cold)", roundCell(s.Cold))
 	row("attempts per agent", fmt.Sprintf("mean %.2f, p50 %d, max %d", s.Cold.AttemptsPerAgent.Mean, s.Cold.AttemptsPerAgent.P50, s.Cold.AttemptsPerAgent.Max))
 	row("peak registrations/s", fmt.Sprint(s.Cold.PeakPerSecond))
-	row("failed attempts", fmt.Sprintf("%d of %d%s", s.FailedTotal, s.AttemptsTotal, reasons(s.Failed)))
+	row("failed attempts (cold start)", fmt.Sprintf("%d%s", s.Cold.Failed, reasons(s.Cold.FailedByReason)))
+	row("failed attempts (whole run)", fmt.Sprintf("%d of %d%s", s.FailedTotal, s.AttemptsTotal, reasons(s.Failed)))
 	row("heartbeat p99 during herd", ms(s.Cold.HeartbeatP99))
 	row("heartbeat p50 / p99 steady", ms(s.Steady.HeartbeatP50)+" / "+ms(s.Steady.HeartbeatP99)+fmt.Sprintf(" (%d acked)", s.Steady.Heartbeats))
 	row("/healthz p50 / p99 herd", ms(s.Cold.HealthzP50)+" / "+ms(s.Cold.HealthzP99))
@@ -211,7 +214,7 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	c := s.Completions
 	row("completions", fmt.Sprintf("%d recorded, %d duplicated, %d lost (%d duplicate acks absorbed, %d stale)", c.Accepted, c.Duplicated, c.Lost, c.DupAcks, c.Stale))
 	for _, r := range s.Restarts {
-		row(r.Kind, roundCell(r.Round)+fmt.Sprintf("; %d noticed, p50 %s, max %s; %.2f attempts per agent", r.Noticed, ms(r.NoticeP50), ms(r.NoticeMax), r.Round.AttemptsPerAgentMean))
+		row(r.Kind, roundCell(r.Round)+fmt.Sprintf("; %d noticed, p50 %s, max %s; %.2f attempts per agent, %d failed; peak %d/s", r.Noticed, ms(r.NoticeP50), ms(r.NoticeMax), r.Round.AttemptsPerAgentMean, r.Round.Failed, r.Round.PeakPerSecond))
 	}
 	verdict := "ok"
 	if !s.OK() {

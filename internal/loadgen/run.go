@@ -127,6 +127,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	storm := f.HeartbeatHistogram().Sub(hb0)
 	s.Cold.HeartbeatP99 = storm.Quantile(0.99)
 	s.Cold.AttemptsPerAgent = attemptStats(f.Attempts())
+	s.Cold.Failed, s.Cold.FailedByReason = f.failed.Load(), f.Reasons()
 
 	// Steady window.
 	if ctx.Err() == nil && o.Steady > 0 {
@@ -160,7 +161,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		if ctx.Err() != nil {
 			return nil
 		}
-		before := f.attempts.Load()
+		before, failedBefore := f.attempts.Load(), f.failed.Load()
 		r := f.BeginRound(kind)
 		if err := stop(); err != nil {
 			s.Violations = append(s.Violations, fmt.Sprintf("%s: stopping the daemon: %v", kind, err))
@@ -173,6 +174,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		rr.Noticed = len(notice)
 		rr.NoticeP50, rr.NoticeMax = Percentile(notice, 50), Percentile(notice, 100)
 		rr.Round.AttemptsPerAgentMean = float64(f.attempts.Load()-before) / float64(o.N)
+		rr.Round.Failed = f.failed.Load() - failedBefore
 		s.Restarts = append(s.Restarts, rr)
 		return nil
 	}
@@ -231,7 +233,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		if o.DaemonBin != "" {
 			_ = d.Close() // the raw server gets the cores to itself too
 		}
-		raw, err := RawBaseline(ctx, rb, p, o.N, max(o.SourceAddrs, 1), max(time.Until(deadlineOf(ctx)), time.Second))
+		raw, err := RawBaseline(ctx, rb, p, o.N, max(o.SourceAddrs, 1), min(max(time.Until(deadlineOf(ctx)), time.Second), 3*time.Minute))
 		if err != nil {
 			s.Violations = append(s.Violations, "raw baseline: "+err.Error())
 		} else {

@@ -32,7 +32,8 @@ const ALPN = "forgeyard/1"
 // product's default heartbeat interval).
 const KeepAlive = 10 * time.Second
 
-// Server accepts raw connections and holds them.
+// Server accepts raw connections and holds them; it echoes the one byte
+// each connection's stream carries.
 type Server struct {
 	ln    *quic.Listener
 	held  atomic.Int64
@@ -86,7 +87,10 @@ func (s *Server) Serve(ctx context.Context) error {
 				return
 			}
 			var b [1]byte
-			if _, err := st.Read(b[:]); err == nil {
+			if _, err := st.Read(b[:]); err != nil {
+				return
+			}
+			if _, err := st.Write(b[:]); err == nil { // the echo tells the client it is held
 				s.held.Add(1)
 			}
 		}()
@@ -104,7 +108,8 @@ type Client struct {
 // DialN dials n connections to addr, parallel at a time, from the
 // loopback addresses 127.0.0.1 … 127.0.0.<sources> (one shared socket
 // each); conf(i) is connection i's TLS configuration. It returns when
-// every connection has written its byte, or on the first error.
+// every connection's byte was echoed by the server, or on the first
+// error.
 func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func(i int) *tls.Config) (*Client, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
@@ -133,7 +138,15 @@ func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := c.dialOne(ctx, c.trs[i%len(c.trs)], ua, conf(i), qc); err != nil {
+			var err error
+			// A handshake the server's accept queue refused fails the
+			// echo, not the dial: try again (up to 5 times).
+			for try := 0; try < 5; try++ {
+				if err = c.dialOne(ctx, c.trs[i%len(c.trs)], ua, conf(i), qc); err == nil || ctx.Err() != nil {
+					break
+				}
+			}
+			if err != nil {
 				e := fmt.Errorf("rawbench: connection %d: %w", i, err)
 				first.CompareAndSwap(nil, &e)
 			}
@@ -156,17 +169,32 @@ func (c *Client) dialOne(ctx context.Context, tr *quic.Transport, ua *net.UDPAdd
 	if err != nil {
 		return err
 	}
+	err = echo(ctx, conn)
+	if err != nil {
+		_ = conn.CloseWithError(0, "")
+		return err
+	}
 	c.mu.Lock()
 	c.conns = append(c.conns, conn)
 	c.mu.Unlock()
+	return nil
+}
+
+// echo writes one byte on a new stream and reads the server's echo.
+func echo(ctx context.Context, conn *quic.Conn) error {
 	st, err := conn.OpenStreamSync(ctx)
 	if err != nil {
 		return err
 	}
+	if d, ok := ctx.Deadline(); ok {
+		_ = st.SetDeadline(d)
+	}
 	if _, err := st.Write([]byte{1}); err != nil {
 		return err
 	}
-	return nil
+	var b [1]byte
+	_, err = st.Read(b[:])
+	return err
 }
 
 // Len is the number of connections held.

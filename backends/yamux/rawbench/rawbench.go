@@ -91,7 +91,10 @@ func (s *Server) Serve(ctx context.Context) error {
 				return
 			}
 			var b [1]byte
-			if _, err := st.Read(b[:]); err == nil {
+			if _, err := st.Read(b[:]); err != nil {
+				return
+			}
+			if _, err := st.Write(b[:]); err == nil { // the echo tells the client it is held
 				s.held.Add(1)
 			}
 		}()
@@ -107,7 +110,7 @@ type Client struct {
 // DialN dials n sessions to addr, parallel at a time, from the loopback
 // addresses 127.0.0.1 … 127.0.0.<sources>; conf(i) is session i's TLS
 // configuration. It returns when every session's stream has written its
-// byte, or on the first error.
+// byte was echoed by the server, or on the first error.
 func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func(i int) *tls.Config) (*Client, error) {
 	sources = min(max(sources, 1), 254)
 	c := &Client{}
@@ -153,15 +156,24 @@ func (c *Client) dialOne(ctx context.Context, addr string, src *net.TCPAddr, con
 		_ = nc.Close()
 		return err
 	}
+	st, err := se.OpenStream()
+	if err == nil {
+		if d, ok := ctx.Deadline(); ok {
+			_ = st.SetDeadline(d)
+		}
+		if _, err = st.Write([]byte{1}); err == nil {
+			var b [1]byte
+			_, err = st.Read(b[:]) // the server's echo: it holds the session
+		}
+	}
+	if err != nil {
+		_ = se.Close()
+		return err
+	}
 	c.mu.Lock()
 	c.sess = append(c.sess, se)
 	c.mu.Unlock()
-	st, err := se.OpenStream()
-	if err != nil {
-		return err
-	}
-	_, err = st.Write([]byte{1})
-	return err
+	return nil
 }
 
 // Len is the number of sessions held.
