@@ -75,6 +75,7 @@ type Fleet struct {
 	rounds   []*Round
 	runs     map[wire.JobAttemptId]int
 	acks     map[wire.JobAttemptId]*[4]int
+	cancels  map[wire.JobAttemptId]agentwire.CancellationReason
 	rounding atomic.Pointer[Round]
 }
 
@@ -143,7 +144,7 @@ func NewFleet(o FleetOptions) (*Fleet, error) {
 		return nil, errors.New("loadgen: FleetOptions.SpoolDir is required")
 	}
 	f := &Fleet{o: o, metrics: telemetry.NewMetrics(), regs: make([]atomic.Int64, maxSeconds), reasons: map[string]int64{},
-		runs: map[wire.JobAttemptId]int{}, acks: map[wire.JobAttemptId]*[4]int{}}
+		runs: map[wire.JobAttemptId]int{}, acks: map[wire.JobAttemptId]*[4]int{}, cancels: map[wire.JobAttemptId]agentwire.CancellationReason{}}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	exec := agent.NewSyntheticExecutor(1, o.Exec)
 	for i := range n {
@@ -162,6 +163,7 @@ func NewFleet(o FleetOptions) (*Fleet, error) {
 				OnConnected:    func(agent.Status) { f.onConnected(m) },
 				OnDisconnected: func(error) { f.onDisconnected(m) },
 				OnAttemptDone:  f.onAttemptDone,
+				OnCancel:       f.onCancel,
 			}}
 		a, err := agent.New(cfg)
 		if err != nil {
@@ -287,6 +289,12 @@ func (f *Fleet) onAttemptDone(d agent.AttemptDone) {
 	if int(d.Ack) < len(a) {
 		a[d.Ack]++
 	}
+}
+
+func (f *Fleet) onCancel(a wire.JobAttemptId, r agentwire.CancellationReason) {
+	f.mu.Lock()
+	f.cancels[a] = r
+	f.mu.Unlock()
 }
 
 // countingDialer counts connection attempts per agent.
@@ -528,6 +536,27 @@ func (f *Fleet) Outcomes() (Outcome, map[string]bool) {
 	}
 	o.Attempts = len(seen)
 	return o, done
+}
+
+// describeAttempt says what the fleet saw of attempt a (a ULID string):
+// executions and completion acks by kind.
+func (f *Fleet) describeAttempt(a string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, n := range f.runs {
+		if id.String() == a {
+			k := f.acks[id]
+			if k == nil {
+				k = &[4]int{}
+			}
+			c := ""
+			if r, ok := f.cancels[id]; ok {
+				c = fmt.Sprintf(", cancelled by the daemon: %v", r)
+			}
+			return fmt.Sprintf("(ran %d, acks accepted=%d duplicate=%d stale=%d invalid=%d%s)", n, k[0], k[1], k[2], k[3], c)
+		}
+	}
+	return "(never ran here)"
 }
 
 // Reasons returns failed attempts by reason.

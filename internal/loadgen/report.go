@@ -42,6 +42,9 @@ type Summary struct {
 	Drops             int64            `json:"drops"` // registered agents disconnected while no restart was under way
 	Leases            LeaseStats       `json:"leases"`
 	Completions       CompletionStats  `json:"completions"`
+	// LostAttempts names up to 10 lost attempts with what the fleet saw of
+	// them (runs, acks), to look up in the daemon's log.
+	LostAttempts []string `json:"lost_attempts,omitempty"`
 
 	TimedOut   bool     `json:"timed_out"`
 	Violations []string `json:"violations,omitempty"`
@@ -213,6 +216,9 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("offer→accept p50 / p99 / max", ms(s.Leases.AcceptP50)+" / "+ms(s.Leases.AcceptP99)+" / "+ms(s.Leases.AcceptMax))
 	c := s.Completions
 	row("completions", fmt.Sprintf("%d recorded, %d duplicated, %d lost (%d duplicate acks absorbed, %d stale)", c.Accepted, c.Duplicated, c.Lost, c.DupAcks, c.Stale))
+	for _, a := range s.LostAttempts {
+		row("lost attempt", a)
+	}
 	for _, r := range s.Restarts {
 		row(r.Kind, roundCell(r.Round)+fmt.Sprintf("; %d noticed, p50 %s, max %s; %.2f attempts per agent, %d failed; peak %d/s", r.Noticed, ms(r.NoticeP50), ms(r.NoticeMax), r.Round.AttemptsPerAgentMean, r.Round.Failed, r.Round.PeakPerSecond))
 	}

@@ -209,6 +209,11 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		}
 		s.Completions = CompletionStats{Accepted: out.Accepted, Duplicated: out.Duplicated, Lost: lost, DupAcks: out.DupAcks, Stale: out.Stale}
 		if lost == 0 || time.Now().After(drainDeadline) || ctx.Err() != nil {
+			for a := range accepted {
+				if !done[a] && len(s.LostAttempts) < 10 {
+					s.LostAttempts = append(s.LostAttempts, a+" "+f.describeAttempt(a))
+				}
+			}
 			break
 		}
 		<-tick.C
