@@ -72,6 +72,7 @@ type Fleet struct {
 
 	mu       sync.Mutex
 	reasons  map[string]int64
+	warnings map[string]int64
 	rounds   []*Round
 	runs     map[wire.JobAttemptId]int
 	acks     map[wire.JobAttemptId]*[4]int
@@ -143,7 +144,7 @@ func NewFleet(o FleetOptions) (*Fleet, error) {
 	if o.SpoolDir == "" {
 		return nil, errors.New("loadgen: FleetOptions.SpoolDir is required")
 	}
-	f := &Fleet{o: o, metrics: telemetry.NewMetrics(), regs: make([]atomic.Int64, maxSeconds), reasons: map[string]int64{},
+	f := &Fleet{o: o, metrics: telemetry.NewMetrics(), regs: make([]atomic.Int64, maxSeconds), reasons: map[string]int64{}, warnings: map[string]int64{},
 		runs: map[wire.JobAttemptId]int{}, acks: map[wire.JobAttemptId]*[4]int{}, cancels: map[wire.JobAttemptId]agentwire.CancellationReason{}}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	exec := agent.NewSyntheticExecutor(1, o.Exec)
@@ -324,9 +325,10 @@ func (e *countingExec) Execute(ctx context.Context, job agent.Job, out agent.Out
 	return e.inner.Execute(ctx, job, out)
 }
 
-// failureHandler is each agent's slog handler: it keeps only the agent's
+// failureHandler is each agent's slog handler: it counts the agent's
 // "endpoint failed" records (a failed dial, hello or registration: the
-// agent logs each one) and counts them by reason.
+// agent logs each one) by reason, and its warnings by message; it writes
+// nothing.
 type failureHandler struct {
 	f *Fleet
 	m *member
@@ -338,6 +340,11 @@ func (h *failureHandler) WithGroup(string) slog.Handler                { return 
 
 func (h *failureHandler) Handle(_ context.Context, r slog.Record) error {
 	if r.Message != "endpoint failed" {
+		if r.Level >= slog.LevelWarn {
+			h.f.mu.Lock()
+			h.f.warnings[r.Message]++
+			h.f.mu.Unlock()
+		}
 		return nil
 	}
 	var err error
@@ -451,6 +458,7 @@ func (f *Fleet) AgentStats() agent.Stats {
 		s.CompletionsRetried += a.CompletionsRetried
 		s.DuplicatesAbsorbed += a.DuplicatesAbsorbed
 		s.OutputsUploaded += a.OutputsUploaded
+		s.LogFinalizeFailed += a.LogFinalizeFailed
 		s.OutputsFailed += a.OutputsFailed
 		for i := range a.CompletionAcks {
 			s.CompletionAcks[i] += a.CompletionAcks[i]
@@ -557,6 +565,17 @@ func (f *Fleet) describeAttempt(a string) string {
 		}
 	}
 	return "(never ran here)"
+}
+
+// Warnings returns the agents' warnings by message.
+func (f *Fleet) Warnings() map[string]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int64, len(f.warnings))
+	for k, v := range f.warnings {
+		out[k] = v
+	}
+	return out
 }
 
 // Reasons returns failed attempts by reason.

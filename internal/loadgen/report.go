@@ -37,11 +37,15 @@ type Summary struct {
 	AttemptsTotal     int64            `json:"connection_attempts"`
 	FailedTotal       int64            `json:"failed_attempts"`
 	Failed            map[string]int64 `json:"failed_by_reason"`
+	AgentWarnings     map[string]int64 `json:"agent_warnings,omitempty"` // the agents' warning log lines, by message
 	Reconnects        int64            `json:"reconnects"`
 	HeartbeatTimeouts int64            `json:"heartbeat_timeouts"`
 	Drops             int64            `json:"drops"` // registered agents disconnected while no restart was under way
 	Leases            LeaseStats       `json:"leases"`
 	Completions       CompletionStats  `json:"completions"`
+	LogFinalizeFailed int64            `json:"log_finalize_failed"` // attempts completed without a passed logs-finalized barrier
+	OutputsUploaded   int64            `json:"outputs_uploaded"`
+	OutputsFailed     int64            `json:"outputs_failed"`
 	// LostAttempts names up to 10 lost attempts with what the fleet saw of
 	// them (runs, acks), to look up in the daemon's log.
 	LostAttempts []string `json:"lost_attempts,omitempty"`
@@ -74,11 +78,14 @@ type AttemptStats struct {
 
 // SteadyResult is the measuring window after the cold start.
 type SteadyResult struct {
-	Heartbeats   int64         `json:"heartbeats"`
-	HeartbeatP50 time.Duration `json:"heartbeat_p50_ns"`
-	HeartbeatP99 time.Duration `json:"heartbeat_p99_ns"`
-	HealthzP50   time.Duration `json:"healthz_p50_ns"`
-	HealthzP99   time.Duration `json:"healthz_p99_ns"`
+	Heartbeats int64 `json:"heartbeats"`
+	// ObservedInterval is window × N / heartbeats acked: the interval the
+	// daemon set, as measured.
+	ObservedInterval time.Duration `json:"heartbeat_interval_observed_ns"`
+	HeartbeatP50     time.Duration `json:"heartbeat_p50_ns"`
+	HeartbeatP99     time.Duration `json:"heartbeat_p99_ns"`
+	HealthzP50       time.Duration `json:"healthz_p50_ns"`
+	HealthzP99       time.Duration `json:"healthz_p99_ns"`
 }
 
 // RestartResult is a daemon restart and the fleet's return.
@@ -194,7 +201,7 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("failed attempts (cold start)", fmt.Sprintf("%d%s", s.Cold.Failed, reasons(s.Cold.FailedByReason)))
 	row("failed attempts (whole run)", fmt.Sprintf("%d of %d%s", s.FailedTotal, s.AttemptsTotal, reasons(s.Failed)))
 	row("heartbeat p99 during herd", ms(s.Cold.HeartbeatP99))
-	row("heartbeat p50 / p99 steady", ms(s.Steady.HeartbeatP50)+" / "+ms(s.Steady.HeartbeatP99)+fmt.Sprintf(" (%d acked)", s.Steady.Heartbeats))
+	row("heartbeat p50 / p99 steady", ms(s.Steady.HeartbeatP50)+" / "+ms(s.Steady.HeartbeatP99)+fmt.Sprintf(" (%d acked: one per agent every %s)", s.Steady.Heartbeats, ms(s.Steady.ObservedInterval)))
 	row("/healthz p50 / p99 herd", ms(s.Cold.HealthzP50)+" / "+ms(s.Cold.HealthzP99))
 	row("/healthz p50 / p99 steady", ms(s.Steady.HealthzP50)+" / "+ms(s.Steady.HealthzP99))
 	row("registered agents dropped", fmt.Sprintf("%d (heartbeat timeouts %d, reconnects %d)", s.Drops, s.HeartbeatTimeouts, s.Reconnects))
@@ -216,6 +223,10 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("offer→accept p50 / p99 / max", ms(s.Leases.AcceptP50)+" / "+ms(s.Leases.AcceptP99)+" / "+ms(s.Leases.AcceptMax))
 	c := s.Completions
 	row("completions", fmt.Sprintf("%d recorded, %d duplicated, %d lost (%d duplicate acks absorbed, %d stale)", c.Accepted, c.Duplicated, c.Lost, c.DupAcks, c.Stale))
+	row("logs and outputs", fmt.Sprintf("%d outputs uploaded, %d failed; %d attempts without a logs-finalized barrier", s.OutputsUploaded, s.OutputsFailed, s.LogFinalizeFailed))
+	if len(s.AgentWarnings) > 0 {
+		row("agent warnings", strings.TrimPrefix(reasons(s.AgentWarnings), " "))
+	}
 	for _, a := range s.LostAttempts {
 		row("lost attempt", a)
 	}

@@ -140,6 +140,10 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		}
 		steady := f.HeartbeatHistogram().Sub(hb1)
 		s.Steady.HeartbeatP50, s.Steady.HeartbeatP99, s.Steady.Heartbeats = steady.Quantile(0.5), steady.Quantile(0.99), int64(steady.Count)
+		if steady.Count > 0 {
+			// The interval the daemon set, as the fleet lives it.
+			s.Steady.ObservedInterval = time.Duration(float64(o.Steady) * float64(o.N) / float64(steady.Count))
+		}
 		if cpu2 := procCPU(d); cpu1 >= 0 && cpu2 >= 0 {
 			s.Daemon.CPUSecondsSteady = cpu2 - cpu1
 			s.Daemon.CPUPercentPer1000 = (cpu2 - cpu1) / o.Steady.Seconds() * 100 / (float64(o.N) / 1000)
@@ -195,7 +199,14 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	stopLeases()
 	<-leasesDone
 	accepted := leases.Accepted()
-	drainDeadline := time.Now().Add(30 * time.Second)
+	// An agent may take 4 request timeouts for the logs-finalized barrier
+	// and as long for its uploads before it sends a completion
+	// (agent.finishData): lost means not recorded within that budget.
+	reqTimeout := o.RequestTimeout
+	if reqTimeout <= 0 {
+		reqTimeout = agent.DefaultRequestTimeout
+	}
+	drainDeadline := time.Now().Add(8*reqTimeout + 10*time.Second)
 	tick := time.NewTicker(50 * time.Millisecond)
 	var out Outcome
 	var done map[string]bool
@@ -222,7 +233,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	s.Leases = leases.Stats()
 	st := f.AgentStats()
 	s.Reconnects, s.HeartbeatTimeouts, s.Drops = st.Reconnects, st.HeartbeatTimeouts, f.Drops()
+	s.LogFinalizeFailed, s.OutputsUploaded, s.OutputsFailed = st.LogFinalizeFailed, st.OutputsUploaded, st.OutputsFailed
 	s.Failed = f.Reasons()
+	s.AgentWarnings = f.Warnings()
 	s.FailedTotal = f.failed.Load()
 	s.AttemptsTotal = f.attempts.Load()
 	if err := f.Close(30 * time.Second); err != nil {
