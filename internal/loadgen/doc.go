@@ -10,6 +10,8 @@
 // (the daemon process: start, discovery from its JSON log, /proc, /metrics,
 // /healthz), fleet.go (the agents, their dialers and counters, progress),
 // leases.go (offers at a steady rate through the daemon's matrix driver),
-// raw.go (the raw baseline), report.go (summary, table, JSON), ladder.go
-// (the `make scale` ladder).
+// run.go (one scenario: cold start, steady window, restarts, drain, raw
+// baseline), raw.go (the raw baseline server and its measurement),
+// stats.go (histogram quantiles, percentiles), report.go (summary, table,
+// JSON), ladder.go (the `make scale` ladder and its markdown table).
 package loadgen
