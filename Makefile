@@ -51,7 +51,9 @@ matrix: deps
 # The fleet-scale ladder (docs/perf.md, "Fleet scale"): forgeyard-loadgen runs
 # N real agents against a forgeyard-daemon process it starts, step by step,
 # each bounded by SCALE_STEP_TIMEOUT (a step that runs out still gets its
-# row), and writes the table to $(OUT)/scale.md. SCALE_LADDER overrides the
+# row), and writes the table to $(OUT)/scale.md; each step keeps its work
+# directory (daemon.log, the cached runner certificates) under
+# $(OUT)/scale-work. SCALE_LADDER overrides the
 # steps (backend:N[:kill+graceful+ramp=D], comma-separated), e.g.
 # `make scale SCALE_LADDER=quic:200,yamux:200:kill`.
 SCALE_LADDER ?=
@@ -62,7 +64,7 @@ SCALE_LEASE_RATE ?= 20
 scale: deps
 	@mkdir -p bin $(OUT)
 	$(GO) build -o bin/ ./cmd/forgeyard-daemon ./cmd/forgeyard-loadgen
-	SCALE_LADDER="$(SCALE_LADDER)" ./bin/forgeyard-loadgen ladder --out $(OUT)/scale.md --daemon-cmd ./bin/forgeyard-daemon \
+	SCALE_LADDER="$(SCALE_LADDER)" ./bin/forgeyard-loadgen ladder --out $(OUT)/scale.md --dir $(OUT)/scale-work --daemon-cmd ./bin/forgeyard-daemon \
 		--timeout $(SCALE_STEP_TIMEOUT) --steady $(SCALE_STEADY) --heartbeat $(SCALE_HEARTBEAT) --lease-rate $(SCALE_LEASE_RATE)
 
 test: deps vet layering
