@@ -13,7 +13,7 @@ FUZZTIME ?= 30s
 BENCHCOUNT ?= 6
 OUT := out
 
-.PHONY: all demo demo-vectors matrix test test-short lint api-check api-report fmt vet layering staticcheck bench bench-codec bench-backends fuzz deps tools clean help
+.PHONY: all demo demo-vectors matrix scale test test-short lint api-check api-report fmt vet layering staticcheck bench bench-codec bench-backends fuzz deps tools clean help
 
 all: test
 
@@ -22,6 +22,7 @@ help:
 	@echo "make demo-vectors  decode and print every golden vector with the protocol inspector"
 	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included; the quick compatibility matrix)"
 	@echo "make matrix    full cross-version compatibility matrix: builds tagged releases, runs every cell; rewrites matrix/results.json and docs/compatibility.md"
+	@echo "make scale     the fleet-scale ladder (forgeyard-loadgen): real agents against one daemon process; writes $(OUT)/scale.md (SCALE_LADDER=quic:200 for a short run)"
 	@echo "make lint      gofmt check, go vet, staticcheck, layering check, API check against the last release, go mod tidy -diff"
 	@echo "make api-report  rewrite docs/api-changes.md after an exported API change (docs/api.md)"
 	@echo "make bench     codec and backend benchmarks; tables for docs/perf.md (BENCHCOUNT=$(BENCHCOUNT))"
@@ -46,6 +47,25 @@ demo-vectors: deps
 # built from their git tags and cached under $$XDG_CACHE_HOME/forgeyard-matrix.
 matrix: deps
 	$(GO) run ./cmd/forgeyard-matrix
+
+# The fleet-scale ladder (docs/perf.md, "Fleet scale"): forgeyard-loadgen runs
+# N real agents against a forgeyard-daemon process it starts, step by step,
+# each bounded by SCALE_STEP_TIMEOUT (a step that runs out still gets its
+# row), and writes the table to $(OUT)/scale.md; each step keeps its work
+# directory (daemon.log, the cached runner certificates) under
+# $(OUT)/scale-work. SCALE_LADDER overrides the
+# steps (backend:N[:kill+graceful+ramp=D], comma-separated), e.g.
+# `make scale SCALE_LADDER=quic:200,yamux:200:kill`.
+SCALE_LADDER ?=
+SCALE_STEP_TIMEOUT ?= 4m
+SCALE_STEADY ?= 30s
+SCALE_HEARTBEAT ?= 10s
+SCALE_LEASE_RATE ?= 20
+scale: deps
+	@mkdir -p bin $(OUT)
+	$(GO) build -o bin/ ./cmd/forgeyard-daemon ./cmd/forgeyard-loadgen
+	SCALE_LADDER="$(SCALE_LADDER)" ./bin/forgeyard-loadgen ladder --out $(OUT)/scale.md --dir $(OUT)/scale-work --daemon-cmd ./bin/forgeyard-daemon \
+		--timeout $(SCALE_STEP_TIMEOUT) --steady $(SCALE_STEADY) --heartbeat $(SCALE_HEARTBEAT) --lease-rate $(SCALE_LEASE_RATE)
 
 test: deps vet layering
 	$(GO) test -race -shuffle=on -timeout 10m ./...

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"forgeyard.dev/transport/internal/adminapi"
 	"forgeyard.dev/transport/internal/cli"
@@ -73,6 +74,10 @@ type listenerState struct {
 
 func newDaemonTelemetry() *daemonTelemetry {
 	t := &daemonTelemetry{m: telemetry.NewMetrics(), registered: map[wire.TransportSessionId]string{}}
+	// The Go runtime's and the process's figures (go_memstats_*,
+	// process_*), as the relay exports them: the scale harness reads the
+	// daemon's heap from them (forgeyard-loadgen, docs/perf.md).
+	t.m.Registry().MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return t
 }
 

@@ -144,6 +144,25 @@ func TestAdminAccess(t *testing.T) {
 	}
 }
 
+// TestMetricsGoRuntime: /metrics carries the Go runtime's and the
+// process's figures beside the forgeyard_ series (the scale harness reads
+// the daemon's heap from go_memstats_heap_alloc_bytes).
+func TestMetricsGoRuntime(t *testing.T) {
+	tel := newDaemonTelemetry()
+	tel.attach(nil, []serversetup.Listener{{Backend: "quic", BackendListener: fakeListener{"127.0.0.1:7443"}}}, nil)
+	srv := httptest.NewServer(tel.handler(adminAccess{}))
+	defer srv.Close()
+	code, _, body := httpGet(t, srv.URL+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics %d", code)
+	}
+	for _, name := range []string{"go_memstats_heap_alloc_bytes ", "go_goroutines ", "process_resident_memory_bytes ", "forgeyard_transport_connections_active"} {
+		if !strings.Contains(body, "\n"+name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}
+
 // TestAdminSocket: mode 0600, a stale socket is replaced, a live one or a
 // regular file at the path is refused, the file is removed at stop.
 func TestAdminSocket(t *testing.T) {

@@ -1,0 +1,170 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// StandardLadder is `make scale`'s default: QUIC at 1,000, 3,000 and
+// 10,000 agents, yamux and WebTransport at 3,000, each a cold start with
+// every agent at once; the 3,000 QUIC step also SIGKILLs and gracefully
+// restarts the daemon.
+const StandardLadder = "quic:1000,quic:3000:kill+graceful,quic:10000,yamux:3000,webtransport:3000"
+
+// Step is one rung of the ladder: backend:N[:options], options joined by
+// "+": kill (SIGKILL restart), graceful (SIGTERM restart), ramp=DURATION.
+type Step struct {
+	Backend  string
+	N        int
+	Kill     bool
+	Graceful bool
+	Ramp     time.Duration
+}
+
+func (s Step) String() string {
+	out := fmt.Sprintf("%s:%d", s.Backend, s.N)
+	var opts []string
+	if s.Kill {
+		opts = append(opts, "kill")
+	}
+	if s.Graceful {
+		opts = append(opts, "graceful")
+	}
+	if s.Ramp > 0 {
+		opts = append(opts, "ramp="+s.Ramp.String())
+	}
+	if len(opts) > 0 {
+		out += ":" + strings.Join(opts, "+")
+	}
+	return out
+}
+
+// ParseLadder parses a comma-separated list of steps.
+func ParseLadder(spec string) ([]Step, error) {
+	var out []Step
+	for _, item := range strings.Split(spec, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		parts := strings.SplitN(item, ":", 3)
+		if len(parts) < 2 {
+			return nil, fmt.Errorf("ladder step %q: want backend:N[:options]", item)
+		}
+		st := Step{Backend: parts[0]}
+		switch st.Backend {
+		case "quic", "yamux", "webtransport":
+		default:
+			return nil, fmt.Errorf("ladder step %q: unknown backend %q", item, st.Backend)
+		}
+		n, err := strconv.Atoi(parts[1])
+		if err != nil || n < 1 || n > MaxRunners {
+			return nil, fmt.Errorf("ladder step %q: N must be 1–%d", item, MaxRunners)
+		}
+		st.N = n
+		if len(parts) == 3 {
+			for _, o := range strings.Split(parts[2], "+") {
+				switch {
+				case o == "kill":
+					st.Kill = true
+				case o == "graceful":
+					st.Graceful = true
+				case strings.HasPrefix(o, "ramp="):
+					if st.Ramp, err = time.ParseDuration(strings.TrimPrefix(o, "ramp=")); err != nil || st.Ramp < 0 {
+						return nil, fmt.Errorf("ladder step %q: bad ramp", item)
+					}
+				default:
+					return nil, fmt.Errorf("ladder step %q: unknown option %q (kill, graceful, ramp=D)", item, o)
+				}
+			}
+		}
+		out = append(out, st)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty ladder")
+	}
+	return out, nil
+}
+
+// LadderResult is one step's outcome.
+type LadderResult struct {
+	Step    Step
+	Summary *Summary // nil when the step could not start
+	Err     error
+}
+
+// RunLadder runs the steps one after the other, each with base's settings
+// and its own Timeout, in a directory of its own under base.Dir; a failed
+// or timed-out step is recorded and the ladder goes on.
+func RunLadder(ctx context.Context, steps []Step, base Options, log io.Writer) []LadderResult {
+	var out []LadderResult
+	for i, st := range steps {
+		o := base
+		o.Backend, o.N, o.Ramp, o.KillRestart, o.GracefulRestart = st.Backend, st.N, st.Ramp, st.Kill, st.Graceful
+		o.Dir = fmt.Sprintf("%s/step%d-%s-%d", base.Dir, i+1, st.Backend, st.N)
+		if log != nil {
+			fmt.Fprintf(log, "== step %d/%d: %s (timeout %v)\n", i+1, len(steps), st, o.Timeout)
+		}
+		s, err := Run(ctx, o)
+		out = append(out, LadderResult{Step: st, Summary: s, Err: err})
+		if log != nil && s != nil {
+			_ = s.WriteTable(log)
+		}
+		if log != nil && err != nil {
+			fmt.Fprintf(log, "step %s: %v\n", st, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return out
+}
+
+// WriteLadderMarkdown writes the scale table (docs/perf.md's format).
+func WriteLadderMarkdown(w io.Writer, results []LadderResult, header string) error {
+	var b strings.Builder
+	b.WriteString(header)
+	b.WriteString("\n| step | all registered | attempts/agent (mean, max) | failed attempts (cold) | peak reg/s | heartbeat p50 / p99 steady | heartbeat p99 herd | /healthz p99 herd / steady | daemon RSS per agent | raw per conn | ratio | daemon heap per agent | CPU per 1,000 agents | offer→accept p99 | completions recorded / dup / lost | kill-restart: noticed max, all back | graceful: all back | result |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		s := r.Summary
+		if s == nil {
+			fmt.Fprintf(&b, "| %s | %s |%s\n", r.Step, "did not start: "+strings.ReplaceAll(fmt.Sprint(r.Err), "|", "/"), strings.Repeat(" |", 16))
+			continue
+		}
+		raw, ratio := "-", "-"
+		if s.Raw != nil {
+			raw = kib(s.Raw.RSSPerConn)
+			if s.RSSRatio > 0 {
+				ratio = fmt.Sprintf("%.2f×", s.RSSRatio)
+			}
+		}
+		kill, grace := "-", "-"
+		for _, rr := range s.Restarts {
+			cell := roundCell(rr.Round)
+			if rr.Kind == "kill-restart" {
+				kill = ms(rr.NoticeMax) + ", " + cell
+			} else {
+				grace = cell
+			}
+		}
+		verdict := "ok"
+		if !s.OK() {
+			verdict = "FAILED: " + strings.Join(s.Violations, "; ")
+		}
+		if r.Err != nil {
+			verdict = "FAILED: " + r.Err.Error()
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.2f, %d | %d%s | %d | %s / %s | %s | %s / %s | %s | %s | %s | %s | %.1f%% | %s | %d / %d / %d | %s | %s | %s |\n",
+			r.Step, roundCell(s.Cold), s.Cold.AttemptsPerAgent.Mean, s.Cold.AttemptsPerAgent.Max, s.Cold.Failed, reasons(s.Cold.FailedByReason), s.Cold.PeakPerSecond,
+			ms(s.Steady.HeartbeatP50), ms(s.Steady.HeartbeatP99), ms(s.Cold.HeartbeatP99), ms(s.Cold.HealthzP99), ms(s.Steady.HealthzP99),
+			kib(s.Daemon.RSSPerAgent), raw, ratio, kib(s.Daemon.HeapPerAgent), s.Daemon.CPUPercentPer1000, ms(s.Leases.AcceptP99),
+			s.Completions.Accepted, s.Completions.Duplicated, s.Completions.Lost, kill, grace, strings.ReplaceAll(verdict, "|", "/"))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,239 @@
+package loadgen
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	quicraw "forgeyard.dev/transport/backends/quic/rawbench"
+	yamuxraw "forgeyard.dev/transport/backends/yamux/rawbench"
+	"forgeyard.dev/transport/semantics/trust"
+)
+
+// The raw baseline server is this same executable started with these
+// variables (MaybeRawServer): the backend ("quic" or "yamux") and the dev
+// PKI directory.
+const (
+	rawServerEnv = "FORGEYARD_LOADGEN_RAW_SERVER"
+	rawPKIEnv    = "FORGEYARD_LOADGEN_RAW_PKI"
+)
+
+// MaybeRawServer runs the raw baseline server and exits when this process
+// was started as one (RawBaseline starts it); otherwise it returns at once.
+// Call it first in main (and in TestMain of tests that measure the raw
+// baseline).
+func MaybeRawServer() {
+	backend := os.Getenv(rawServerEnv)
+	if backend == "" {
+		return
+	}
+	if err := rawServer(backend, os.Getenv(rawPKIEnv), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "raw server:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func rawServer(backend, pkiDir string, out io.Writer) error {
+	dev, err := trust.LoadDevPKI(pkiDir)
+	if err != nil {
+		return err
+	}
+	cert, err := tls.LoadX509KeyPair(dev.Server.CertFile, dev.Server.KeyFile)
+	if err != nil {
+		return err
+	}
+	caPEM, err := os.ReadFile(dev.CA.CertFile)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	conf := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	// The parent closes stdin (or dies): stop.
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop() }()
+	type server interface {
+		Serve(context.Context) error
+		Held() int64
+	}
+	var s server
+	var addr string
+	switch backend {
+	case "quic":
+		q, err := quicraw.Listen("127.0.0.1:0", conf)
+		if err != nil {
+			return err
+		}
+		s, addr = q, q.Addr().String()
+	case "yamux":
+		y, err := yamuxraw.Listen("127.0.0.1:0", conf)
+		if err != nil {
+			return err
+		}
+		s, addr = y, y.Addr().String()
+	default:
+		return fmt.Errorf("no raw baseline for backend %q", backend)
+	}
+	fmt.Fprintf(out, "listening %s\n", addr)
+	go func() {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			fmt.Fprintf(out, "held %d heap %d\n", s.Held(), ms.HeapAlloc)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s.Serve(ctx)
+}
+
+// RawResult is the raw baseline: the server process's memory before and
+// with N idle connections.
+type RawResult struct {
+	Backend     string        `json:"backend"`
+	N           int           `json:"n"`
+	RSSBefore   int64         `json:"rss_before_bytes"`
+	RSSAfter    int64         `json:"rss_after_bytes"`
+	HeapBefore  int64         `json:"heap_before_bytes"`
+	HeapAfter   int64         `json:"heap_after_bytes"`
+	RSSPerConn  float64       `json:"rss_per_conn_bytes"`
+	HeapPerConn float64       `json:"heap_per_conn_bytes"`
+	Took        time.Duration `json:"took_ns"`
+}
+
+// RawBaseline starts the raw server of backend ("quic" or "yamux") as a
+// child process, holds n raw mTLS connections to it (runner certificates
+// of p) and measures its RSS and Go heap by the same method as the
+// daemon's.
+func RawBaseline(ctx context.Context, backend string, p *PKI, n, sources int, timeout time.Duration) (*RawResult, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), rawServerEnv+"="+backend, rawPKIEnv+"="+p.Dev.Dir)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { _ = stdin.Close(); _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	var mu sync.Mutex
+	var held, heap int64
+	addrc := make(chan string, 1)
+	update := make(chan struct{}, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) == 2 && f[0] == "listening":
+				addrc <- f[1]
+			case len(f) == 4 && f[0] == "held":
+				h, _ := strconv.ParseInt(f[1], 10, 64)
+				hp, _ := strconv.ParseInt(f[3], 10, 64)
+				mu.Lock()
+				held, heap = h, hp
+				mu.Unlock()
+				select {
+				case update <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("loadgen: raw %s server did not start: %w", backend, ctx.Err())
+	}
+	// The first report after listening is the idle server.
+	select {
+	case <-update:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	before, err := ReadProc(cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	res := &RawResult{Backend: backend, N: n, RSSBefore: before.RSS, HeapBefore: heap}
+	mu.Unlock()
+	start := time.Now()
+	var closeClient func()
+	switch backend {
+	case "quic":
+		c, err := quicraw.DialN(ctx, addr, n, 64, sources, p.ClientTLS)
+		if err != nil {
+			return nil, err
+		}
+		closeClient = c.Close
+	case "yamux":
+		c, err := yamuxraw.DialN(ctx, addr, n, 64, sources, p.ClientTLS)
+		if err != nil {
+			return nil, err
+		}
+		closeClient = c.Close
+	}
+	defer closeClient()
+	for {
+		mu.Lock()
+		h := held
+		mu.Unlock()
+		if h >= int64(n) {
+			break
+		}
+		select {
+		case <-update:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("loadgen: raw %s server holds %d of %d connections: %w", backend, h, n, ctx.Err())
+		}
+	}
+	res.Took = time.Since(start)
+	// One more report: the heap figure after the last connection.
+	select {
+	case <-update:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	after, err := ReadProc(cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	res.RSSAfter, res.HeapAfter = after.RSS, heap
+	mu.Unlock()
+	res.RSSPerConn = float64(res.RSSAfter-res.RSSBefore) / float64(n)
+	res.HeapPerConn = float64(res.HeapAfter-res.HeapBefore) / float64(n)
+	return res, nil
+}

@@ -1,0 +1,370 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"forgeyard.dev/transport/semantics/agent"
+)
+
+// Options are one load-generation run.
+type Options struct {
+	Backend string // "quic", "yamux" or "webtransport"
+	N       int
+	// Ramp spreads the starts over this long (0: all at once).
+	Ramp time.Duration
+	// Heartbeat is the interval written into the daemon's configuration
+	// (the daemon sets it for its agents); 0 keeps the daemon's default.
+	Heartbeat time.Duration
+	// Steady is the measuring window once every agent registered (memory,
+	// CPU, heartbeat RTT, leases).
+	Steady time.Duration
+	// LeaseRate is offers per second across the fleet (0: none).
+	LeaseRate float64
+	// KillRestart: SIGKILL the daemon after the steady window and start it
+	// again at once; GracefulRestart: SIGTERM (GoAway), then start it
+	// again. Both need a daemon started by the loadgen.
+	KillRestart, GracefulRestart bool
+	// Raw measures the raw baseline of Backend with N connections after
+	// the fleet stopped (quic and yamux; webtransport is compared with
+	// raw quic).
+	Raw bool
+	// Timeout bounds the whole run; on expiry the run stops where it is
+	// and the summary says so (TimedOut).
+	Timeout time.Duration
+	// Dir is the work directory (dev PKI, runner cache, authority, logs).
+	Dir string
+	// DaemonBin starts the daemon (forgeyard-daemon) when set; otherwise
+	// Attach describes a running one.
+	DaemonBin  string
+	DaemonArgs []string
+	Attach     *Daemon
+	// SourceAddrs spreads TCP agents over 127.0.0.1 … 127.0.0.<n>.
+	SourceAddrs int
+	Exec        agent.SyntheticOptions
+	// RequestTimeout is each agent's request deadline (0: the agent's
+	// default, 10 s).
+	RequestTimeout time.Duration
+	// Progress gets one line a second (nil: none).
+	Progress io.Writer
+	// ShutdownTimeout is the daemon's --shutdown-timeout (0: 10 s).
+	ShutdownTimeout time.Duration
+}
+
+// Run runs one scenario and returns its summary. An error means the run
+// could not start (or the daemon could not be restarted); a run that
+// started always yields a summary, whose Violations say what failed.
+func Run(ctx context.Context, o Options) (*Summary, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = 15 * time.Minute
+	}
+	if (o.KillRestart || o.GracefulRestart) && o.DaemonBin == "" {
+		return nil, errors.New("loadgen: --kill-restart and --graceful-restart need the loadgen to start the daemon (--spawn-daemon)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	s := &Summary{Backend: o.Backend, N: o.N, Ramp: o.Ramp, SteadyFor: o.Steady, LeaseRate: o.LeaseRate, Started: time.Now().UTC(),
+		HeartbeatInterval: o.Heartbeat, Failed: map[string]int64{}}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	p, err := PreparePKI(filepath.Join(o.Dir, "pki"), o.N)
+	if err != nil {
+		return nil, err
+	}
+	s.CertsGenerated, s.CertsTook = p.Generated, p.Took
+
+	d := o.Attach
+	if o.DaemonBin != "" {
+		addrs := map[string]string{o.Backend: "127.0.0.1:0"}
+		if _, err := WriteDaemonConfig(o.Dir, p, o.Heartbeat, addrs); err != nil {
+			return nil, err
+		}
+		// A fresh authority per run: the fleet's runners are new to it.
+		for _, f := range []string{"authority.db", "authority.db-wal", "authority.db-shm"} {
+			_ = os.Remove(filepath.Join(o.Dir, f))
+		}
+		if d, err = StartDaemon(ctx, DaemonOptions{Bin: o.DaemonBin, Dir: o.Dir, Backends: []string{o.Backend}, Args: o.DaemonArgs,
+			ShutdownTimeout: o.ShutdownTimeout}); err != nil {
+			return nil, err
+		}
+		defer func() { _ = d.Close() }()
+	}
+	if d == nil || d.Addr(o.Backend) == "" {
+		return nil, fmt.Errorf("loadgen: no daemon address for %s", o.Backend)
+	}
+	base, _ := d.Proc()
+	s.Daemon.RSSIdle = base.RSS
+	s.Daemon.HeapIdle = heapOf(ctx, d)
+
+	f, err := NewFleet(FleetOptions{Backend: o.Backend, Addr: d.Addr(o.Backend), PKI: p, Ramp: o.Ramp, SourceAddrs: o.SourceAddrs,
+		SpoolDir: filepath.Join(o.Dir, "spool"), Exec: o.Exec, RequestTimeout: o.RequestTimeout, Progress: o.Progress})
+	if err != nil {
+		return nil, err
+	}
+	hz := newHealthPoller(d)
+	hzCtx, stopHz := context.WithCancel(ctx)
+	go hz.run(hzCtx)
+	defer stopHz()
+
+	hb0 := f.HeartbeatHistogram()
+	cold := f.Start()
+	leaseCtx, stopLeases := context.WithCancel(ctx)
+	leases := NewLeases(d, f, LeaseOptions{Rate: o.LeaseRate})
+	leasesDone := make(chan struct{})
+	go func() { defer close(leasesDone); leases.Run(leaseCtx) }()
+	defer func() { stopLeases(); <-leasesDone }()
+
+	// Cold start.
+	s.Cold = s.waitRound(ctx, f, cold)
+	hz.setPhase("steady")
+	storm := f.HeartbeatHistogram().Sub(hb0)
+	s.Cold.HeartbeatP99 = storm.Quantile(0.99)
+	s.Cold.AttemptsPerAgent = attemptStats(f.Attempts())
+	s.Cold.Failed, s.Cold.FailedByReason = f.failed.Load(), f.Reasons()
+
+	// Steady window.
+	if ctx.Err() == nil && o.Steady > 0 {
+		hb1, cpu1 := f.HeartbeatHistogram(), procCPU(d)
+		t := time.NewTimer(o.Steady)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		steady := f.HeartbeatHistogram().Sub(hb1)
+		s.Steady.HeartbeatP50, s.Steady.HeartbeatP99, s.Steady.Heartbeats = steady.Quantile(0.5), steady.Quantile(0.99), int64(steady.Count)
+		if steady.Count > 0 {
+			// The interval the daemon set, as the fleet lives it.
+			s.Steady.ObservedInterval = time.Duration(float64(o.Steady) * float64(o.N) / float64(steady.Count))
+		}
+		if cpu2 := procCPU(d); cpu1 >= 0 && cpu2 >= 0 {
+			s.Daemon.CPUSecondsSteady = cpu2 - cpu1
+			s.Daemon.CPUPercentPer1000 = (cpu2 - cpu1) / o.Steady.Seconds() * 100 / (float64(o.N) / 1000)
+		}
+	}
+	if ps, err := d.Proc(); err == nil {
+		s.Daemon.RSS, s.Daemon.HWM, s.Daemon.CPUSeconds, s.Daemon.FDs, s.Daemon.Threads = ps.RSS, ps.HWM, ps.CPUSeconds, ps.FDs, ps.Threads
+		s.Daemon.RSSPerAgent = float64(ps.RSS-base.RSS) / float64(o.N)
+	}
+	if h := heapOf(ctx, d); h > 0 {
+		s.Daemon.Heap = h
+		s.Daemon.HeapPerAgent = float64(h-s.Daemon.HeapIdle) / float64(o.N)
+	}
+	s.Steady.HealthzP50, s.Steady.HealthzP99 = hz.percentiles("steady")
+	s.Cold.HealthzP50, s.Cold.HealthzP99 = hz.percentiles("herd")
+
+	// Restarts.
+	restart := func(kind string, stop func() error) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		before, failedBefore := f.attempts.Load(), f.failed.Load()
+		r := f.BeginRound(kind)
+		if err := stop(); err != nil {
+			s.Violations = append(s.Violations, fmt.Sprintf("%s: stopping the daemon: %v", kind, err))
+		}
+		if err := d.Restart(ctx); err != nil {
+			return fmt.Errorf("loadgen: %s: %w", kind, err)
+		}
+		rr := RestartResult{Kind: kind, Round: s.waitRound(ctx, f, r)}
+		notice := r.Notice()
+		rr.Noticed = len(notice)
+		rr.NoticeP50, rr.NoticeMax = Percentile(notice, 50), Percentile(notice, 100)
+		rr.Round.AttemptsPerAgentMean = float64(f.attempts.Load()-before) / float64(o.N)
+		rr.Round.Failed = f.failed.Load() - failedBefore
+		s.Restarts = append(s.Restarts, rr)
+		return nil
+	}
+	if o.KillRestart {
+		if err := restart("kill-restart", d.Kill); err != nil {
+			_ = f.Close(30 * time.Second)
+			return s, err
+		}
+	}
+	if o.GracefulRestart {
+		if err := restart("graceful-restart", func() error { return d.Terminate(o.ShutdownTimeout + 10*time.Second) }); err != nil {
+			_ = f.Close(30 * time.Second)
+			return s, err
+		}
+	}
+
+	// Drain: no new offers; every accepted lease must complete.
+	stopLeases()
+	<-leasesDone
+	accepted := leases.Accepted()
+	// An agent may take 4 request timeouts for the logs-finalized barrier
+	// and as long for its uploads before it sends a completion
+	// (agent.finishData): lost means not recorded within that budget.
+	reqTimeout := o.RequestTimeout
+	if reqTimeout <= 0 {
+		reqTimeout = agent.DefaultRequestTimeout
+	}
+	drainDeadline := time.Now().Add(8*reqTimeout + 10*time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	var out Outcome
+	var done map[string]bool
+	for {
+		out, done = f.Outcomes()
+		lost := 0
+		for a := range accepted {
+			if !done[a] {
+				lost++
+			}
+		}
+		s.Completions = CompletionStats{Accepted: out.Accepted, Duplicated: out.Duplicated, Lost: lost, DupAcks: out.DupAcks, Stale: out.Stale}
+		if lost == 0 || time.Now().After(drainDeadline) || ctx.Err() != nil {
+			for a := range accepted {
+				if !done[a] && len(s.LostAttempts) < 10 {
+					s.LostAttempts = append(s.LostAttempts, a+" "+f.describeAttempt(a))
+				}
+			}
+			break
+		}
+		<-tick.C
+	}
+	tick.Stop()
+	s.Leases = leases.Stats()
+	st := f.AgentStats()
+	s.Reconnects, s.HeartbeatTimeouts, s.Drops = st.Reconnects, st.HeartbeatTimeouts, f.Drops()
+	s.LogFinalizeFailed, s.OutputsUploaded, s.OutputsFailed = st.LogFinalizeFailed, st.OutputsUploaded, st.OutputsFailed
+	s.Failed = f.Reasons()
+	s.AgentWarnings = f.Warnings()
+	s.FailedTotal = f.failed.Load()
+	s.AttemptsTotal = f.attempts.Load()
+	if err := f.Close(30 * time.Second); err != nil {
+		s.Violations = append(s.Violations, err.Error())
+	}
+	s.TimedOut = ctx.Err() != nil
+
+	if o.Raw && !s.TimedOut {
+		rb := o.Backend
+		if rb == "webtransport" {
+			rb = "quic"
+		}
+		if o.DaemonBin != "" {
+			_ = d.Close() // the raw server gets the cores to itself too
+		}
+		raw, err := RawBaseline(ctx, rb, p, o.N, max(o.SourceAddrs, 1), min(max(time.Until(deadlineOf(ctx)), time.Second), 3*time.Minute))
+		if err != nil {
+			s.Violations = append(s.Violations, "raw baseline: "+err.Error())
+		} else {
+			s.Raw = raw
+			if raw.RSSPerConn > 0 {
+				s.RSSRatio = s.Daemon.RSSPerAgent / raw.RSSPerConn
+			}
+			if raw.HeapPerConn > 0 && s.Daemon.HeapPerAgent > 0 {
+				s.HeapRatio = s.Daemon.HeapPerAgent / raw.HeapPerConn
+			}
+		}
+	}
+	s.check()
+	s.Took = time.Since(s.Started)
+	return s, nil
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	if t, ok := ctx.Deadline(); ok {
+		return t
+	}
+	return time.Now().Add(time.Minute)
+}
+
+// waitRound waits for r (or ctx) and describes it.
+func (s *Summary) waitRound(ctx context.Context, f *Fleet, r *Round) RoundResult {
+	select {
+	case <-r.Done():
+	case <-ctx.Done():
+	}
+	end := time.Now()
+	rr := RoundResult{Complete: r.Pending() == 0, Pending: r.Pending(), Took: r.Took()}
+	if !rr.Complete {
+		rr.Took = end.Sub(r.Start)
+	}
+	rr.PeakPerSecond = f.PeakRegistrations(r.Start, end)
+	return rr
+}
+
+func attemptStats(a []int64) AttemptStats {
+	var st AttemptStats
+	if len(a) == 0 {
+		return st
+	}
+	var sum int64
+	for _, v := range a {
+		sum += v
+	}
+	st.Mean = float64(sum) / float64(len(a))
+	st.P50, st.Max = a[len(a)/2], a[len(a)-1]
+	return st
+}
+
+func procCPU(d *Daemon) float64 {
+	ps, err := d.Proc()
+	if err != nil {
+		return -1
+	}
+	return ps.CPUSeconds
+}
+
+// heapOf reads go_memstats_heap_alloc_bytes from the daemon's /metrics (0
+// when it does not export the Go collector).
+func heapOf(ctx context.Context, d *Daemon) int64 {
+	m, err := d.Metrics(ctx, "go_memstats_heap_alloc_bytes")
+	if err != nil {
+		return 0
+	}
+	return int64(m["go_memstats_heap_alloc_bytes"])
+}
+
+// healthPoller times GET /healthz every 500 ms, by phase ("herd" until the
+// cold start completed, then "steady").
+type healthPoller struct {
+	d     *Daemon
+	mu    sync.Mutex
+	phase string
+	lat   map[string][]time.Duration
+}
+
+func newHealthPoller(d *Daemon) *healthPoller {
+	return &healthPoller{d: d, phase: "herd", lat: map[string][]time.Duration{}}
+}
+
+func (h *healthPoller) setPhase(p string) {
+	h.mu.Lock()
+	h.phase = p
+	h.mu.Unlock()
+}
+
+func (h *healthPoller) run(ctx context.Context) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		took, _, err := h.d.Healthz(rctx)
+		cancel()
+		if err == nil {
+			h.mu.Lock()
+			h.lat[h.phase] = append(h.lat[h.phase], took)
+			h.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (h *healthPoller) percentiles(phase string) (time.Duration, time.Duration) {
+	h.mu.Lock()
+	l := sortDurations(h.lat[phase])
+	h.mu.Unlock()
+	return Percentile(l, 50), Percentile(l, 99)
+}
