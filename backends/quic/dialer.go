@@ -20,6 +20,45 @@ type Dialer struct {
 	TLS *tls.Config
 	// Config is validated and copied on every dial.
 	Config Config
+	// LocalAddr, when not empty, is the local "host:port" the dial's own
+	// UDP socket binds to (port 0 picks one), e.g. to spread many clients
+	// over loopback addresses. Ignored with Transport.
+	LocalAddr string
+	// Transport, when not nil, dials from its shared UDP socket instead of
+	// a fresh socket per connection (one socket serving many connections,
+	// as a load generator or a proxy wants).
+	Transport *Transport
+}
+
+// Transport is one client UDP socket shared by the connections dialled
+// through it (Dialer.Transport). The socket closes once Close was called
+// and every connection dialled through it has ended.
+type Transport struct{ ep *endpoint }
+
+// NewTransport opens a shared client socket on local ("host:port"; port 0
+// picks one).
+func NewTransport(local string) (*Transport, error) {
+	ep, err := newEndpoint("udp", local)
+	if err != nil {
+		return nil, fmt.Errorf("quic: transport %s: %w", local, err)
+	}
+	return &Transport{ep: ep}, nil
+}
+
+// LocalAddr is the socket's address.
+func (t *Transport) LocalAddr() net.Addr { return t.ep.udp.LocalAddr() }
+
+// Close drops the owner's reference: no new dials; the socket closes with
+// the last connection. Calling it more than once is a no-op.
+func (t *Transport) Close() error {
+	t.ep.mu.Lock()
+	owned := !t.ep.ownerGone
+	t.ep.ownerGone = true
+	t.ep.mu.Unlock()
+	if owned {
+		t.ep.release()
+	}
+	return nil
 }
 
 // Dial connects to addr ("host:port") from a fresh UDP socket, which closes
@@ -44,13 +83,23 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 	if err != nil {
 		return nil, fmt.Errorf("quic: dial %s: %w", addr, err)
 	}
-	local := "0.0.0.0:0"
-	if ua.IP.To4() == nil && ua.IP != nil {
-		local = "[::]:0"
-	}
-	ep, err := newEndpoint("udp", local)
-	if err != nil {
-		return nil, fmt.Errorf("quic: dial %s: %w", addr, err)
+	var ep *endpoint
+	if d.Transport != nil {
+		ep = d.Transport.ep
+		if !ep.acquireShared() {
+			return nil, fmt.Errorf("quic: dial %s: the shared Transport is closed", addr)
+		}
+	} else {
+		local := d.LocalAddr
+		if local == "" {
+			local = "0.0.0.0:0"
+			if ua.IP.To4() == nil && ua.IP != nil {
+				local = "[::]:0"
+			}
+		}
+		if ep, err = newEndpoint("udp", local); err != nil {
+			return nil, fmt.Errorf("quic: dial %s: %w", addr, err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
@@ -64,8 +113,8 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 		ep.release()
 		return nil, err
 	}
-	// The connection holds the endpoint's only reference: the socket closes
-	// with it.
+	// The connection holds a reference to the endpoint (its only one
+	// without a shared Transport): the socket closes with the last.
 	c := newConn(qc, ep.release, cfg.DelayHintMaxRTT)
 	c.credit = cfg.streamCredit()
 	return c, nil

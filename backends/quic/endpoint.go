@@ -18,9 +18,10 @@ type endpoint struct {
 	udp *net.UDPConn
 	tr  *quicgo.Transport
 
-	mu     sync.Mutex
-	users  int  // live connections plus the owner; guarded by mu
-	closed bool // guarded by mu
+	mu        sync.Mutex
+	users     int  // live connections plus the owner; guarded by mu
+	closed    bool // guarded by mu
+	ownerGone bool // a shared Transport's Close was called; guarded by mu
 }
 
 // newEndpoint opens a UDP socket on addr ("host:port"; port 0 picks one).
@@ -42,6 +43,18 @@ func (e *endpoint) acquire() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
+		return false
+	}
+	e.users++
+	return true
+}
+
+// acquireShared is acquire for a dial through a shared Transport: false
+// also once the Transport's owner closed it.
+func (e *endpoint) acquireShared() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || e.ownerGone {
 		return false
 	}
 	e.users++

@@ -37,10 +37,12 @@ type FleetOptions struct {
 	// Ramp spreads the agents' starts evenly over this duration; 0 starts
 	// them all at once (the herd).
 	Ramp time.Duration
-	// SourceAddrs spreads the TCP (yamux) agents over 127.0.0.1 …
-	// 127.0.0.<SourceAddrs> (0: 1, at most 254). QUIC and WebTransport
-	// dial from a fresh 0.0.0.0:0 socket per agent: backends/quic has no
-	// local-address or shared-transport option yet (see docs/perf.md).
+	// SourceAddrs spreads the agents over 127.0.0.1 …
+	// 127.0.0.<SourceAddrs> (0: 1, at most 254): TCP (yamux) agents bind
+	// their address, QUIC agents share one UDP socket (a backends/quic
+	// Transport) per address. WebTransport agents dial from a fresh
+	// 0.0.0.0:0 socket each (backends/webtransport has no shared-socket
+	// option).
 	SourceAddrs int
 	// SpoolDir holds the agents' spools (removed by Close).
 	SpoolDir string
@@ -55,13 +57,14 @@ type FleetOptions struct {
 
 // Fleet is N library agents in this process.
 type Fleet struct {
-	o       FleetOptions
-	metrics *telemetry.Metrics
-	members []*member
-	start   time.Time
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	o          FleetOptions
+	metrics    *telemetry.Metrics
+	members    []*member
+	transports []*quic.Transport // QUIC: one shared socket per source address
+	start      time.Time
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 
 	connected atomic.Int64 // members registered right now
 	attempts  atomic.Int64 // dials
@@ -147,6 +150,16 @@ func NewFleet(o FleetOptions) (*Fleet, error) {
 	f := &Fleet{o: o, metrics: telemetry.NewMetrics(), regs: make([]atomic.Int64, maxSeconds), reasons: map[string]int64{}, warnings: map[string]int64{},
 		runs: map[wire.JobAttemptId]int{}, acks: map[wire.JobAttemptId]*[4]int{}, cancels: map[wire.JobAttemptId]agentwire.CancellationReason{}}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
+	if o.Backend == "quic" {
+		for a := range o.SourceAddrs {
+			tr, err := quic.NewTransport(fmt.Sprintf("127.0.0.%d:0", 1+a))
+			if err != nil {
+				f.closeTransports()
+				return nil, err
+			}
+			f.transports = append(f.transports, tr)
+		}
+	}
 	exec := agent.NewSyntheticExecutor(1, o.Exec)
 	for i := range n {
 		m := &member{i: i, done: make(chan struct{})}
@@ -180,7 +193,7 @@ func (f *Fleet) dialer(i int) (semantics.BackendDialer, string, error) {
 	tc := f.o.PKI.ClientTLS(i)
 	switch f.o.Backend {
 	case "quic":
-		return quic.Dialer{TLS: tc}, f.o.Addr, nil
+		return quic.Dialer{TLS: tc, Transport: f.transports[i%len(f.transports)]}, f.o.Addr, nil
 	case "webtransport":
 		return webtransport.Dialer{TLS: tc}, webtransport.URL(f.o.Addr), nil
 	case "yamux":
@@ -615,8 +628,17 @@ func (f *Fleet) Attempts() []int64 {
 func (f *Fleet) Drops() int64 { return f.drops.Load() }
 
 // Close stops every agent (their Run returns) and waits up to timeout.
+// closeTransports drops the fleet's reference to the shared QUIC sockets
+// (each closes with its last connection).
+func (f *Fleet) closeTransports() {
+	for _, tr := range f.transports {
+		_ = tr.Close()
+	}
+}
+
 func (f *Fleet) Close(timeout time.Duration) error {
 	f.cancel()
+	defer f.closeTransports()
 	var wg sync.WaitGroup
 	for _, m := range f.members {
 		wg.Add(1)

@@ -45,7 +45,8 @@ type Options struct {
 	DaemonBin  string
 	DaemonArgs []string
 	Attach     *Daemon
-	// SourceAddrs spreads TCP agents over 127.0.0.1 … 127.0.0.<n>.
+	// SourceAddrs spreads agents over 127.0.0.1 … 127.0.0.<n> (TCP agents
+	// bind the address, QUIC agents share one socket per address).
 	SourceAddrs int
 	Exec        agent.SyntheticOptions
 	// RequestTimeout is each agent's request deadline (0: the agent's
