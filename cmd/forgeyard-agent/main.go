@@ -43,6 +43,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -215,10 +216,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
-	tracing, err := otlpsetup.Tracing(ctx, cfg.Telemetry, "forgeyard-agent")
+	tracing, export, err := otlpsetup.TracingEnv(ctx, cfg.Telemetry, "forgeyard-agent", os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
+	}
+	if export.Endpoint != "" {
+		log.Info("trace export", "endpoint", export.Endpoint, "protocol", export.Protocol, "from", export.Source, "sampler", export.Sampler)
 	}
 	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
 	a, err := newAgent(cfg, f.seed, f.synth, protocol, log, tel.hooks(), tel.m, tracing)

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -308,9 +309,12 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if drv != nil {
 		dcfg.Hooks = drv.hooks(dcfg.Hooks)
 	}
-	tracing, err := otlpsetup.Tracing(ctx, cfg.Telemetry, "forgeyard-daemon")
+	tracing, export, err := otlpsetup.TracingEnv(ctx, cfg.Telemetry, "forgeyard-daemon", os.Getenv)
 	if err != nil {
 		return err
+	}
+	if export.Endpoint != "" {
+		log.Info("trace export", "endpoint", export.Endpoint, "protocol", export.Protocol, "from", export.Source, "sampler", export.Sampler)
 	}
 	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
 	// The engine feeds the metrics and starts the spans; the trace context
