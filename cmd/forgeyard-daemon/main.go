@@ -124,7 +124,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; needs --admin-token-file (key: admin.allow_remote)")
 	fs.StringVar(&f.protocol, "protocol", "", "protocol `range` MIN-MAX this daemon accepts, e.g. 1.0-1.0 (keys: protocol_min, protocol_max; default: all this build supports)")
 	fs.BoolVar(&f.matrixDriver, "matrix-driver", false, "TESTING ONLY: serve the compatibility-matrix driver under /v1/matrix/ on --admin-listen (offer, cancel, cut, read back; logs kept in memory)")
-	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces as OTLP/HTTP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default off)")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces over OTLP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
 	fs.Usage = func() {
 		out := fs.Output()
