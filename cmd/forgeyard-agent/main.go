@@ -37,6 +37,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -216,6 +217,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
+	// The runner certificate is renewed in place: read at every scrape.
+	tel.m.WatchCertificate("client", telemetry.CertificateFile(cfg.ControlPlane.Credential.Certificate))
+	if ca := telemetry.CertificateFile(cfg.ControlPlane.Credential.CA)(); ca != nil { // read at start only
+		tel.m.WatchCertificate("ca", func() *x509.Certificate { return ca })
+	}
 	tracing, export, err := otlpsetup.TracingEnv(ctx, cfg.Telemetry, "forgeyard-agent", os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)

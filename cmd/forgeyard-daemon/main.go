@@ -50,6 +50,7 @@ import (
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/telemetry/authmetrics"
 	"forgeyard.dev/transport/wire"
 )
 
@@ -320,6 +321,11 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	// The engine feeds the metrics and starts the spans; the trace context
 	// travels to agents that offer it too (§211).
 	dcfg.Metrics, dcfg.Tracing = tel.m, tracing
+	// Every authority call's latency and error (the store is the daemon's
+	// one shared dependency).
+	dcfg.Authority = authmetrics.Instrument(tel.m, au)
+	watchFileOnce(tel.m, "client_ca", cfg.TLS.ClientCA) // read at start only, like the pool
+	watchFileOnce(tel.m, "issuer", cfg.Enrollment.IssuerCertificate)
 	dcfg.Features = dcfg.Features.With(wire.FeatureTraceContextV1)
 	d, err := daemon.New(dcfg)
 	if err != nil {
