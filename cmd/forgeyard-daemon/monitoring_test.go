@@ -206,14 +206,14 @@ func TestMonitoringAgainstRealScrapes(t *testing.T) {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
 	d := startProcess(t, daemonBin, filepath.Join(dir, "daemon.log"), "--dev-pki", pkiDir, "--sqlite", filepath.Join(dir, "authority.db"),
-		"--listen", addr, "--demo-leases", "1", "--admin-listen", "127.0.0.1:0", "--log-format", "json", "--shutdown-timeout", "5s")
+		"--listen", addr, "--demo-leases", "1", "--admin-listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug", "--shutdown-timeout", "5s")
 	d.await(t, "the daemon's admin endpoint", func() bool { return d.logValue("admin endpoint listening", "addr") != "" })
 	r := startProcess(t, relayBin, filepath.Join(dir, "relay.log"), "--dev-pki", pkiDir, "--listen-yamux", "127.0.0.1:0",
-		"--upstream", "quic://"+addr, "--admin-listen", "127.0.0.1:0", "--log-format", "json")
+		"--upstream", "quic://"+addr, "--admin-listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
 	r.await(t, "the relay's listener", func() bool { return r.logValue("listening", "addr") != "" && r.logValue("admin endpoint listening", "addr") != "" })
 	a := startProcess(t, agentBin, filepath.Join(dir, "agent.log"), "--dev-pki", pkiDir, "--dev-agent", "1",
 		"--endpoint", "relay+yamux://"+r.logValue("listening", "addr"), "--server-name", "localhost", "--metrics-listen", "127.0.0.1:0",
-		"--log-format", "json")
+		"--log-format", "json", "--log-level", "debug")
 	d.await(t, "the demo attempt completed", func() bool { return d.count("attempt completed") >= 1 })
 	a.await(t, "the agent's metrics endpoint", func() bool { return a.logValue("metrics endpoint listening", "addr") != "" })
 
@@ -308,6 +308,55 @@ func TestMonitoringAgainstRealScrapes(t *testing.T) {
 	a.stop(t)
 	r.stop(t)
 	d.stop(t)
+	for _, p := range []*process{d, r, a} {
+		checkJSONLogNames(t, p)
+	}
+	if v := d.logValue("agent registered", "protocol"); !regexp.MustCompile(`^\d+\.\d+$`).MatchString(v) {
+		t.Errorf("agent registered: protocol = %q, want a version name such as \"1.2\"", v)
+	}
+	if v := d.logValue("attempt completed", "ack"); v != "Accepted" {
+		t.Errorf("attempt completed: ack = %q, want the name Accepted", v)
+	}
+}
+
+// enumKeys are log attributes that carry an enum, a code or a version.
+var enumKeys = []string{"protocol", "code", "ack", "role", "state", "family", "kind", "class", "decision", "outcome",
+	"close_code", "backend", "version", "features", "phase", "result", "retry", "priority", "event", "reason"}
+
+// checkJSONLogNames: in a process's JSON log (real output), enums and
+// versions are names — no attribute is a JSON object or an array of
+// anything but strings (a struct such as {"Major":1,"Minor":2}, a digest
+// as bytes) and the enum attributes are strings.
+func checkJSONLogNames(t *testing.T, p *process) {
+	t.Helper()
+	lines := 0
+	for _, line := range strings.Split(p.log(), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var rec map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("%s: not a JSON record: %q", filepath.Base(p.cmd.Path), line)
+			continue
+		}
+		lines++
+		for k, raw := range rec {
+			v := bytes.TrimSpace(raw)
+			var names []string
+			if len(v) > 0 && v[0] == '[' && json.Unmarshal(v, &names) == nil {
+				continue // a list of names (endpoints, features)
+			}
+			if len(v) > 0 && (v[0] == '{' || v[0] == '[') {
+				t.Errorf("%s: %s = %s is a JSON %s, want a name: %s", filepath.Base(p.cmd.Path), k, v, map[byte]string{'{': "object", '[': "array"}[v[0]], line)
+			}
+			if slices.Contains(enumKeys, k) && len(v) > 0 && v[0] != '"' {
+				t.Errorf("%s: %s = %s is not a string (an enum logged as its number?): %s", filepath.Base(p.cmd.Path), k, v, line)
+			}
+		}
+	}
+	if lines < 3 {
+		t.Errorf("%s: only %d JSON log records", filepath.Base(p.cmd.Path), lines)
+	}
 }
 
 // TestMetricRefsExtraction proves the reference check is not vacuous.

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -79,6 +80,10 @@ func (r RegistrationFailure) String() string {
 	}
 	return regFailNames[RegFailOther]
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r RegistrationFailure) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
 // RegistrationFailureOf maps a RegistrationRejectedV1 code to its reason.
 func RegistrationFailureOf(code wire.ProtocolErrorCode) RegistrationFailure {
