@@ -210,7 +210,9 @@ func TestMonitoringAgainstRealScrapes(t *testing.T) {
 	d.await(t, "the daemon's admin endpoint", func() bool { return d.logValue("admin endpoint listening", "addr") != "" })
 	r := startProcess(t, relayBin, filepath.Join(dir, "relay.log"), "--dev-pki", pkiDir, "--listen-yamux", "127.0.0.1:0",
 		"--upstream", "quic://"+addr, "--admin-listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
-	r.await(t, "the relay's listener", func() bool { return r.logValue("listening", "addr") != "" && r.logValue("admin endpoint listening", "addr") != "" })
+	r.await(t, "the relay's listener", func() bool {
+		return r.logValue("listening", "addr") != "" && r.logValue("admin endpoint listening", "addr") != ""
+	})
 	a := startProcess(t, agentBin, filepath.Join(dir, "agent.log"), "--dev-pki", pkiDir, "--dev-agent", "1",
 		"--endpoint", "relay+yamux://"+r.logValue("listening", "addr"), "--server-name", "localhost", "--metrics-listen", "127.0.0.1:0",
 		"--log-format", "json", "--log-level", "debug")
