@@ -88,9 +88,6 @@ func newAuthorityMetrics(reg *prometheus.Registry) *authorityMetrics {
 	return am
 }
 
-// Metrics holds the authority metrics of one registry.
-type Metrics struct{ am *authorityMetrics }
-
 // registered remembers the Metrics of each registry, so Instrument can be
 // called more than once (each wrapper shares the series).
 var (
