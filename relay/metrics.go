@@ -34,6 +34,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forgeyard_relay_bytes_total",
 			Help: "Stream bytes copied through the relay, by agent-side backend and direction (to_daemon, to_agent)."}, []string{"backend", "direction"}),
 	}
+	// The refusal series exist at zero from the start (alerts and
+	// dashboards can rate() them before the first refusal).
+	for _, b := range []string{"yamux", "webtransport"} {
+		for _, what := range []string{"connection", "stream"} {
+			m.refused.WithLabelValues(b, what)
+		}
+	}
 	if reg == nil {
 		return m, nil
 	}

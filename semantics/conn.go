@@ -34,7 +34,7 @@ type Config struct {
 	// by stream kind (forgeyard_transport_streams_active,
 	// forgeyard_transport_bytes_{in,out}_total: frame bodies and raw bytes
 	// read, everything written) and its scheduler's queued bytes
-	// (forgeyard_transport_{control,log,cas}_queue_depth), e.g. a
+	// (forgeyard_transport_{control,log,cas}_queue_bytes), e.g. a
 	// *telemetry.Metrics. Nil, or an interface holding a nil pointer,
 	// disables them: no hook is called.
 	Metrics Observer

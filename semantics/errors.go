@@ -2,6 +2,7 @@ package semantics
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -42,6 +43,10 @@ func (c StreamErrorCode) String() string {
 	}
 	return "StreamErrorCode(" + strconv.FormatUint(uint64(c), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (c StreamErrorCode) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // StreamError reports a stream reset by either side. Compare with errors.As;
 // Remote says which side reset it.

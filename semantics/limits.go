@@ -2,6 +2,7 @@ package semantics
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"forgeyard.dev/transport/wire"
@@ -113,6 +114,10 @@ func (r Rate) String() string {
 	}
 	return fmt.Sprintf("%g/s burst %d", r.PerSecond, r.Burst)
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r Rate) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
 // Default limits.
 const (

@@ -1,6 +1,7 @@
 package semantics
 
 import (
+	"log/slog"
 	"reflect"
 
 	"forgeyard.dev/transport/wire"
@@ -74,6 +75,10 @@ func (c WriteClass) String() string {
 	return "class?"
 }
 
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (c WriteClass) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
 // ClassOf returns the write class of priority p.
 func ClassOf(p Priority) WriteClass {
 	switch p {
@@ -107,6 +112,10 @@ func (o Outcome) String() string {
 	}
 	return "unknown"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (o Outcome) LogValue() slog.Value { return slog.StringValue(o.String()) }
 
 // IsNilObserver reports whether o is nil or an interface holding a nil
 // pointer (or other nil reference), which callers treat as no observer.

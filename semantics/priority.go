@@ -1,6 +1,9 @@
 package semantics
 
-import "forgeyard.dev/transport/wire"
+import (
+	"forgeyard.dev/transport/wire"
+	"log/slog"
+)
 
 // Priority orders writes on one connection (§45–49): lower values go first.
 // quic-go and yamux have no usable stream priorities, so the semantics layer
@@ -27,6 +30,10 @@ func (p Priority) String() string {
 	}
 	return "priority?"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (p Priority) LogValue() slog.Value { return slog.StringValue(p.String()) }
 
 // IsBulk reports whether p is a bulk class (paced, yields to control).
 func (p Priority) IsBulk() bool { return p >= PriorityLog }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire/postcard"
@@ -43,6 +44,10 @@ func (c CloseCode) String() string {
 	}
 	return "CloseCode(" + strconv.FormatUint(uint64(c), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (c CloseCode) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // Known reports whether c is a code this build defines.
 func (c CloseCode) Known() bool { return c < numCloseCodes }

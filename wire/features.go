@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"log/slog"
 	"strconv"
 	"strings"
 
@@ -40,6 +41,10 @@ func (f ProtocolFeature) String() string {
 	}
 	return "Feature(" + strconv.Itoa(int(f)) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (f ProtocolFeature) LogValue() slog.Value { return slog.StringValue(f.String()) }
 
 // FeatureSet is a set of features numbered 0..63. Unknown numbers above 63
 // are dropped on decode (they cannot be features this build knows).
@@ -92,6 +97,10 @@ func (s FeatureSet) String() string {
 	}
 	return "{" + strings.Join(parts, ",") + "}"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (s FeatureSet) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // AppendPostcard appends s as seq<u16> in ascending order.
 func (s FeatureSet) AppendPostcard(b []byte) []byte {

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/hex"
+	"log/slog"
 
 	"github.com/oklog/ulid/v2"
 
@@ -114,6 +115,14 @@ func (a DigestAlgorithm) String() string {
 	return "unknown"
 }
 
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (a DigestAlgorithm) LogValue() slog.Value { return slog.StringValue(a.String()) }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (g Digest) LogValue() slog.Value { return slog.StringValue(g.String()) }
+
 // CasObjectRef names a CAS object: its digest algorithm, digest and size in
 // bytes.
 type CasObjectRef struct {
@@ -143,3 +152,7 @@ func (r *CasObjectRef) DecodePostcard(d *postcard.Decoder) {
 func (r CasObjectRef) String() string {
 	return r.Algorithm.String() + ":" + r.Digest.String()
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r CasObjectRef) LogValue() slog.Value { return slog.StringValue(r.String()) }

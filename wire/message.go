@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"log/slog"
 	"sort"
 	"strconv"
 
@@ -37,6 +38,10 @@ func (f Family) String() string {
 	return "family(" + strconv.Itoa(int(f)) + ")"
 }
 
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (f Family) LogValue() slog.Value { return slog.StringValue(f.String()) }
+
 // MessageTypeId is a message's stable type number (§159): family<<8 | variant.
 type MessageTypeId uint16
 
@@ -66,6 +71,10 @@ type Message interface {
 	DecodePostcard(d *postcard.Decoder)
 	Validate() error
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (t MessageTypeId) LogValue() slog.Value { return slog.StringValue(t.String()) }
 
 // MessageInfo describes one registered message type.
 type MessageInfo struct {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire/postcard"
@@ -36,6 +37,10 @@ func (k StreamKind) String() string {
 	}
 	return "stream-kind(" + strconv.Itoa(int(k)) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (k StreamKind) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 // Valid reports whether k is a kind this build knows.
 func (k StreamKind) Valid() bool { return k < NumStreamKinds }

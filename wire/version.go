@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 
@@ -28,6 +29,10 @@ var Supported = ProtocolRange{Min: ProtocolVersion{1, 0}, Max: Current}
 func (v ProtocolVersion) String() string {
 	return strconv.Itoa(int(v.Major)) + "." + strconv.Itoa(int(v.Minor))
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (v ProtocolVersion) LogValue() slog.Value { return slog.StringValue(v.String()) }
 
 // Less reports whether v orders before w.
 func (v ProtocolVersion) Less(w ProtocolVersion) bool {
@@ -59,6 +64,10 @@ func (r ProtocolRange) String() string { return r.Min.String() + "–" + r.Max.S
 func (r ProtocolRange) Contains(v ProtocolVersion) bool {
 	return !v.Less(r.Min) && !r.Max.Less(v)
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r ProtocolRange) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
 // Valid reports whether Min <= Max.
 func (r ProtocolRange) Valid() bool { return !r.Max.Less(r.Min) }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire/postcard"
@@ -52,6 +53,10 @@ func (c ProtocolErrorCode) String() string {
 	return "ErrorCode(" + strconv.Itoa(int(c)) + ")"
 }
 
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (c ProtocolErrorCode) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
 // Known reports whether c is a code this build defines.
 func (c ProtocolErrorCode) Known() bool { return c > 0 && c < numErrCodes }
 
@@ -78,6 +83,10 @@ func (r RetryClass) String() string {
 	}
 	return "RetryClass(" + strconv.Itoa(int(r)) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r RetryClass) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
 // MaxErrorMessage bounds WireErrorV1.Message in bytes.
 const MaxErrorMessage = 512

@@ -37,12 +37,14 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -130,7 +132,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
 	fs.StringVar(&f.statusFile, "status-file", "", "rewrite `file` atomically with the connection health as JSON, read by `forgeyard-agent connection status` (e.g. "+DefaultStatusFile+")")
 	fs.DurationVar(&f.statusEvery, "status-interval", DefaultStatusInterval, "how often --status-file is rewritten (also on every connect and disconnect)")
-	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces as OTLP/HTTP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default off)")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces over OTLP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics and /healthz on loopback `host:port` (a missing host means 127.0.0.1)")
 	fs.DurationVar(&f.synth.MinDuration, "synthetic-duration", 0, "DEVELOPMENT ONLY: each synthetic attempt runs for `d` (default 1–10ms, derived from the JobSpecId)")
 	fs.IntVar(&f.synth.LogLines, "synthetic-log-lines", 0, "DEVELOPMENT ONLY: log lines each synthetic attempt writes (default 4; -1 none)")
@@ -215,10 +217,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
-	tracing, err := otlpsetup.Tracing(ctx, cfg.Telemetry, "forgeyard-agent")
+	// The runner certificate is renewed in place: read at every scrape.
+	tel.m.WatchCertificate("client", telemetry.CertificateFile(cfg.ControlPlane.Credential.Certificate))
+	if ca := telemetry.CertificateFile(cfg.ControlPlane.Credential.CA)(); ca != nil { // read at start only
+		tel.m.WatchCertificate("ca", func() *x509.Certificate { return ca })
+	}
+	tracing, export, err := otlpsetup.TracingEnv(ctx, cfg.Telemetry, "forgeyard-agent", os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
 		return exitUsage
+	}
+	if export.Endpoint != "" {
+		log.Info("trace export", "endpoint", export.Endpoint, "protocol", export.Protocol, "from", export.Source, "sampler", export.Sampler)
 	}
 	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
 	a, err := newAgent(cfg, f.seed, f.synth, protocol, log, tel.hooks(), tel.m, tracing)

@@ -210,6 +210,7 @@ func newAgentTelemetry(statusFile string, interval time.Duration, metrics bool, 
 	t := &agentTelemetry{statusFile: statusFile, interval: interval, log: log, kick: make(chan struct{}, 1)}
 	if metrics {
 		t.m = telemetry.NewMetrics()
+		t.m.RegisterRuntimeCollectors()
 	}
 	return t
 }

@@ -75,9 +75,8 @@ type listenerState struct {
 func newDaemonTelemetry() *daemonTelemetry {
 	t := &daemonTelemetry{m: telemetry.NewMetrics(), registered: map[wire.TransportSessionId]string{}}
 	// The Go runtime's and the process's figures (go_memstats_*,
-	// process_*), as the relay exports them: the scale harness reads the
-	// daemon's heap from them (forgeyard-loadgen, docs/perf.md).
-	t.m.Registry().MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// process_*): the scale harness reads the daemon's heap from them.
+	t.m.RegisterRuntimeCollectors()
 	return t
 }
 
@@ -137,6 +136,7 @@ func (t *daemonTelemetry) attach(d *daemon.Daemon, ls []serversetup.Listener, ce
 		t.listeners = append(t.listeners, st)
 	}
 	t.cert = cert
+	t.m.WatchCertificate("server", cert)
 	t.m.Registry().MustRegister(&statsCollector{t: t})
 }
 
@@ -610,4 +610,16 @@ func (t *daemonTelemetry) startAdminEndpoints(cfg config.Admin, tcpAddr string, 
 		log.Info("admin socket listening", "path", cfg.Socket, "paths", paths, "auth", "file mode 0600")
 	}
 	return stop, nil
+}
+
+// watchFileOnce exports the expiry of the first-expiring certificate of the
+// PEM file at path as read now ("" or unreadable: nothing), for files the
+// daemon reads at start only.
+func watchFileOnce(m *telemetry.Metrics, role, path string) {
+	if path == "" {
+		return
+	}
+	if c := telemetry.CertificateFile(path)(); c != nil {
+		m.WatchCertificate(role, func() *x509.Certificate { return c })
+	}
 }

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -49,6 +50,7 @@ import (
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/telemetry/authmetrics"
 	"forgeyard.dev/transport/wire"
 )
 
@@ -123,7 +125,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; needs --admin-token-file (key: admin.allow_remote)")
 	fs.StringVar(&f.protocol, "protocol", "", "protocol `range` MIN-MAX this daemon accepts, e.g. 1.0-1.0 (keys: protocol_min, protocol_max; default: all this build supports)")
 	fs.BoolVar(&f.matrixDriver, "matrix-driver", false, "TESTING ONLY: serve the compatibility-matrix driver under /v1/matrix/ on --admin-listen (offer, cancel, cut, read back; logs kept in memory)")
-	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces as OTLP/HTTP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default off)")
+	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces over OTLP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
 	fs.Usage = func() {
 		out := fs.Output()
@@ -311,14 +313,22 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if drv != nil {
 		dcfg.Hooks = drv.hooks(dcfg.Hooks)
 	}
-	tracing, err := otlpsetup.Tracing(ctx, cfg.Telemetry, "forgeyard-daemon")
+	tracing, export, err := otlpsetup.TracingEnv(ctx, cfg.Telemetry, "forgeyard-daemon", os.Getenv)
 	if err != nil {
 		return err
+	}
+	if export.Endpoint != "" {
+		log.Info("trace export", "endpoint", export.Endpoint, "protocol", export.Protocol, "from", export.Source, "sampler", export.Sampler)
 	}
 	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
 	// The engine feeds the metrics and starts the spans; the trace context
 	// travels to agents that offer it too (§211).
 	dcfg.Metrics, dcfg.Tracing = tel.m, tracing
+	// Every authority call's latency and error (the store is the daemon's
+	// one shared dependency).
+	dcfg.Authority = authmetrics.Instrument(tel.m, au)
+	watchFileOnce(tel.m, "client_ca", cfg.TLS.ClientCA) // read at start only, like the pool
+	watchFileOnce(tel.m, "issuer", cfg.Enrollment.IssuerCertificate)
 	dcfg.Features = dcfg.Features.With(wire.FeatureTraceContextV1)
 	d, err := daemon.New(dcfg)
 	if err != nil {

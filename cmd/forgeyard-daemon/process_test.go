@@ -258,14 +258,14 @@ func TestProcessesOneTraceAndMetrics(t *testing.T) {
 	dm := getText(t, "http://"+adminAddr+"/metrics")
 	am := getText(t, "http://"+a.logValue("metrics endpoint listening", "addr")+"/metrics")
 	for _, c := range []struct{ text, series string }{
-		{dm, `forgeyard_transport_bytes_in_total{kind="control"}`},
-		{dm, `forgeyard_transport_bytes_out_total{kind="control"}`},
+		{dm, `forgeyard_transport_received_bytes_total{kind="control"}`},
+		{dm, `forgeyard_transport_sent_bytes_total{kind="control"}`},
 		{dm, `forgeyard_transport_streams_active{kind="control"}`},
 		{dm, `forgeyard_transport_messages_total{family="agent",outcome="ok"}`},
 		{dm, `forgeyard_transport_connections_active{backend="quic"}`},
 		{dm, `forgeyard_lease_offer_to_ack_seconds_count`},
 		{dm, `forgeyard_completion_ack_seconds_count`},
-		{am, `forgeyard_transport_bytes_out_total{kind="control"}`},
+		{am, `forgeyard_transport_sent_bytes_total{kind="control"}`},
 		{am, `forgeyard_transport_messages_total{family="agent",outcome="ok"}`},
 		{am, `forgeyard_transport_connections_active{backend="quic"}`},
 		{am, `forgeyard_log_bytes_total{side="agent"}`},

@@ -25,6 +25,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -48,6 +49,7 @@ import (
 	"forgeyard.dev/transport/internal/setup/relaysetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/relay"
+	"forgeyard.dev/transport/semantics/telemetry"
 )
 
 const (
@@ -216,7 +218,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Relay, error) {
 }
 
 func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHooks) error {
-	serverTLS, _, stopReload, err := serversetup.ReloadingServerTLS(cfg.TLS, log)
+	serverTLS, reloader, stopReload, err := serversetup.ReloadingServerTLS(cfg.TLS, log)
 	if err != nil {
 		return err
 	}
@@ -227,6 +229,14 @@ func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHoo
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	certs := telemetry.NewCertificateCollector() // forgeyard_certificate_expiry_timestamp_seconds
+	reg.MustRegister(certs)
+	certs.Watch("server", reloader.Leaf)
+	for _, f := range []struct{ role, path string }{{"client_ca", cfg.TLS.ClientCA}, {"upstream_client", cfg.Upstream.Certificate}, {"upstream_ca", cfg.Upstream.CA}} {
+		if c := telemetry.CertificateFile(f.path)(); f.path != "" && c != nil { // read at start only, as the relay does
+			certs.Watch(f.role, func() *x509.Certificate { return c })
+		}
+	}
 	r, err := relay.New(relay.Config{
 		Upstreams: cfg.UpstreamAddrs(), UpstreamTLS: upTLS, UpstreamQUIC: quic.Config{Logger: log},
 		DialTimeout: cfg.Upstream.DialTimeout.Duration, MaxConns: cfg.Limits.MaxConnections,

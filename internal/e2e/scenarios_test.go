@@ -194,10 +194,10 @@ func TestRelayKilledMidAttemptResumes(t *testing.T) {
 	}
 }
 
-// The daemon logs a completion's answer as its number.
+// The daemon logs a completion's answer by name (its LogValue).
 var (
-	ackAccepted  = strconv.Itoa(int(agentwire.AckAccepted))
-	ackDuplicate = strconv.Itoa(int(agentwire.AckDuplicateAccepted))
+	ackAccepted  = agentwire.AckAccepted.String()
+	ackDuplicate = agentwire.AckDuplicateAccepted.String()
 )
 
 // TestUDPRestoredMovesBackToQUIC is scenario (e): UDP is blocked, the

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -69,6 +70,10 @@ func (c Class) String() string {
 	}
 	return fmt.Sprintf("class(%d)", uint8(c))
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (c Class) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 func (e Endpoint) class() Class {
 	if e.Class != ClassAuto && e.Class < numClasses {

@@ -19,6 +19,7 @@ package authority
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"forgeyard.dev/transport/wire"
@@ -172,6 +173,10 @@ func (k AckKind) String() string {
 	return "AckKind?"
 }
 
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (k AckKind) LogValue() slog.Value { return slog.StringValue(k.String()) }
+
 // RenewResult is the answer to a lease renewal (§70–71).
 type RenewResult struct {
 	Extended     bool
@@ -219,6 +224,10 @@ func (k DecisionKind) String() string {
 	}
 	return "DecisionKind?"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (k DecisionKind) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 // RunnerStatus is what the authority knows of a runner.
 type RunnerStatus struct {

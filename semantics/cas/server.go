@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,10 @@ func (a Access) String() string {
 	}
 	return fmt.Sprintf("Access(%d)", uint8(a))
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (a Access) LogValue() slog.Value { return slog.StringValue(a.String()) }
 
 // Authorizer decides whether a lease may read or write an object (§93,
 // §193). It is called for every request, before the store is consulted,

@@ -157,10 +157,10 @@ func TestMetricsFedByEngines(t *testing.T) {
 		labels []string
 	}
 	checks := []check{
-		{d, "daemon", "forgeyard_transport_bytes_in_total", []string{"kind", "control"}},
-		{d, "daemon", "forgeyard_transport_bytes_out_total", []string{"kind", "control"}},
-		{d, "daemon", "forgeyard_transport_bytes_in_total", []string{"kind", "log"}},
-		{d, "daemon", "forgeyard_transport_bytes_in_total", []string{"kind", "cas-upload"}},
+		{d, "daemon", "forgeyard_transport_received_bytes_total", []string{"kind", "control"}},
+		{d, "daemon", "forgeyard_transport_sent_bytes_total", []string{"kind", "control"}},
+		{d, "daemon", "forgeyard_transport_received_bytes_total", []string{"kind", "log"}},
+		{d, "daemon", "forgeyard_transport_received_bytes_total", []string{"kind", "cas-upload"}},
 		{d, "daemon", "forgeyard_transport_streams_active", []string{"kind", "control"}},
 		{d, "daemon", "forgeyard_transport_messages_total", []string{"family", "agent", "outcome", "ok"}},
 		{d, "daemon", "forgeyard_lease_offer_to_ack_seconds", nil},
@@ -170,9 +170,9 @@ func TestMetricsFedByEngines(t *testing.T) {
 		{d, "daemon", "forgeyard_log_frames_total", []string{"side", "daemon"}},
 		{d, "daemon", "forgeyard_cas_bytes_total", []string{"direction", "upload"}},
 		{d, "daemon", "forgeyard_cas_objects_total", []string{"direction", "upload"}},
-		{a, "agent", "forgeyard_transport_bytes_out_total", []string{"kind", "control"}},
-		{a, "agent", "forgeyard_transport_bytes_out_total", []string{"kind", "log"}},
-		{a, "agent", "forgeyard_transport_bytes_out_total", []string{"kind", "cas-upload"}},
+		{a, "agent", "forgeyard_transport_sent_bytes_total", []string{"kind", "control"}},
+		{a, "agent", "forgeyard_transport_sent_bytes_total", []string{"kind", "log"}},
+		{a, "agent", "forgeyard_transport_sent_bytes_total", []string{"kind", "cas-upload"}},
 		{a, "agent", "forgeyard_transport_streams_active", []string{"kind", "control"}},
 		{a, "agent", "forgeyard_transport_messages_total", []string{"family", "agent", "outcome", "ok"}},
 		{a, "agent", "forgeyard_heartbeat_rtt_seconds", nil},
@@ -187,8 +187,8 @@ func TestMetricsFedByEngines(t *testing.T) {
 		}
 	}
 	for _, fams := range []map[string]*dto.MetricFamily{d, a} {
-		for _, g := range []string{"forgeyard_transport_control_queue_depth", "forgeyard_transport_log_queue_depth",
-			"forgeyard_transport_cas_queue_depth", "forgeyard_log_spool_bytes"} {
+		for _, g := range []string{"forgeyard_transport_control_queue_bytes", "forgeyard_transport_log_queue_bytes",
+			"forgeyard_transport_cas_queue_bytes", "forgeyard_log_spool_bytes"} {
 			if v := enginetest.FamilyValue(fams, g); v < 0 {
 				t.Errorf("%s = %v (missing or negative)", g, v)
 			}

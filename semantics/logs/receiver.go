@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -103,6 +104,10 @@ func (r RejectReason) String() string {
 	}
 	return "RejectReason(" + strconv.Itoa(int(r)) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r RejectReason) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
 // RejectError is returned by Serve when it reset a stream. Code is the
 // reset code sent to the agent; NextSeq, for RejectGap, the sequence the

@@ -10,6 +10,7 @@
 package session
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
@@ -42,6 +43,10 @@ func (s State) String() string {
 	return "State(" + strconv.Itoa(int(s)) + ")"
 }
 
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (s State) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
 // Class groups message types for the role table.
 type Class uint8
 
@@ -66,6 +71,10 @@ func (c Class) String() string {
 	}
 	return "Class(" + strconv.Itoa(int(c)) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (c Class) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 var sessionTypes = map[wire.MessageTypeId]bool{
 	agentwire.MsgTransportHello: true, agentwire.MsgHelloAck: true,

@@ -39,6 +39,10 @@ func (e AuditEvent) String() string {
 	return LabelUnknown
 }
 
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (e AuditEvent) LogValue() slog.Value { return slog.StringValue(e.String()) }
+
 // AuditEvents lists every event.
 func AuditEvents() []AuditEvent {
 	out := make([]AuditEvent, 0, numAuditEvents-1)
@@ -94,6 +98,10 @@ func (r AuditReason) String() string {
 	}
 	return auditReasonNames[ReasonUnspecified]
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r AuditReason) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
 // Audit attribute keys: the only keys an audit record carries besides
 // "event" (§212: no payloads, keys or tokens).

@@ -1,15 +1,19 @@
 package telemetry_test
 
 import (
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
+	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/semantics/telemetry/authmetrics"
 )
 
 // TestOperationsDocListsEveryMetric: the first table of the "## Metrics"
@@ -50,6 +54,10 @@ func TestOperationsDocListsEveryMetric(t *testing.T) {
 
 	m := telemetry.NewMetrics()
 	m.Fallback("quic", "yamux") // vectors without pre-created series show up once used
+	// The daemon's families, registered when it wraps its authority and
+	// watches its certificates.
+	authmetrics.Instrument(m, stubAuthority{})
+	m.WatchCertificate("server", func() *x509.Certificate { return &x509.Certificate{NotAfter: time.Now()} })
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -94,3 +102,6 @@ func labelNames(f *dto.MetricFamily) string {
 	slices.Sort(names)
 	return strings.Join(names, ", ")
 }
+
+// stubAuthority is an authority.Authority whose methods are never called.
+type stubAuthority struct{ authority.Authority }

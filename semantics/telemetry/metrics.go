@@ -1,7 +1,9 @@
 package telemetry
 
 import (
+	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +81,10 @@ func (r RegistrationFailure) String() string {
 	return regFailNames[RegFailOther]
 }
 
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r RegistrationFailure) LogValue() slog.Value { return slog.StringValue(r.String()) }
+
 // RegistrationFailureOf maps a RegistrationRejectedV1 code to its reason.
 func RegistrationFailureOf(code wire.ProtocolErrorCode) RegistrationFailure {
 	switch code {
@@ -105,9 +111,9 @@ type Queue = semantics.WriteClass
 
 // Queues (§207).
 const (
-	QueueControl = semantics.ClassControl // forgeyard_transport_control_queue_depth
-	QueueLog     = semantics.ClassLog     // forgeyard_transport_log_queue_depth
-	QueueCas     = semantics.ClassCAS     // forgeyard_transport_cas_queue_depth
+	QueueControl = semantics.ClassControl // forgeyard_transport_control_queue_bytes
+	QueueLog     = semantics.ClassLog     // forgeyard_transport_log_queue_bytes
+	QueueCas     = semantics.ClassCAS     // forgeyard_transport_cas_queue_bytes
 	numQueues    = semantics.NumWriteClasses
 )
 
@@ -152,6 +158,9 @@ type Metrics struct {
 	casBytes, casObjects, casResm *prometheus.CounterVec
 	casVerifyFail                 *prometheus.CounterVec
 
+	certOnce sync.Once
+	certs    *CertificateCollector // WatchCertificate's, registered on first use
+
 	// Pre-resolved children for the closed label sets (no map lookup or
 	// label hashing on the hot path).
 	bIn, bOut [wire.NumStreamKinds + 1]prometheus.Counter
@@ -193,12 +202,12 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(m.handshake)
 	m.regFailures = counterVec("transport_registration_failures_total", "Rejected or failed registrations, by reason.", "reason")
 	m.hsFailures = counterVec("transport_handshake_failures_total", "Incoming connections whose TLS handshake failed (client certificate rejected or missing, peer's alert, not TLS, timeout), by backend and reason.", "backend", "reason")
-	m.bytesIn = counterVec("transport_bytes_in_total", "Bytes received on streams, by stream kind.", "kind")
-	m.bytesOut = counterVec("transport_bytes_out_total", "Bytes sent on streams, by stream kind.", "kind")
+	m.bytesIn = counterVec("transport_received_bytes_total", "Bytes received on streams, by stream kind.", "kind")
+	m.bytesOut = counterVec("transport_sent_bytes_total", "Bytes sent on streams, by stream kind.", "kind")
 	m.streams = gaugeVec("transport_streams_active", "Streams currently open, by stream kind.", "kind")
-	m.queues[QueueControl] = gauge("transport_control_queue_depth", "Bytes of cancel, lease and control writes queued in the connections' write schedulers, not yet handed to the backend.")
-	m.queues[QueueLog] = gauge("transport_log_queue_depth", "Bytes of log-stream writes queued in the connections' write schedulers (waiting behind higher priorities).")
-	m.queues[QueueCas] = gauge("transport_cas_queue_depth", "Bytes of CAS-stream writes queued in the connections' write schedulers (waiting behind higher priorities).")
+	m.queues[QueueControl] = gauge("transport_control_queue_bytes", "Bytes of cancel, lease and control writes queued in the connections' write schedulers, not yet handed to the backend.")
+	m.queues[QueueLog] = gauge("transport_log_queue_bytes", "Bytes of log-stream writes queued in the connections' write schedulers (waiting behind higher priorities).")
+	m.queues[QueueCas] = gauge("transport_cas_queue_bytes", "Bytes of CAS-stream writes queued in the connections' write schedulers (waiting behind higher priorities).")
 	m.protoErrors = counterVec("transport_protocol_errors_total", "Protocol errors sent or received, by ProtocolErrorCode.", "code")
 	m.fenced = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "transport_session_fenced_total",
 		Help: "Transports fenced by a newer registration of their agent session."})

@@ -27,12 +27,12 @@ var wantMetrics = map[string]dto.MetricType{
 	"forgeyard_transport_handshake_duration_seconds":  dto.MetricType_HISTOGRAM,
 	"forgeyard_transport_registration_failures_total": dto.MetricType_COUNTER,
 	"forgeyard_transport_handshake_failures_total":    dto.MetricType_COUNTER,
-	"forgeyard_transport_bytes_in_total":              dto.MetricType_COUNTER,
-	"forgeyard_transport_bytes_out_total":             dto.MetricType_COUNTER,
+	"forgeyard_transport_received_bytes_total":        dto.MetricType_COUNTER,
+	"forgeyard_transport_sent_bytes_total":            dto.MetricType_COUNTER,
 	"forgeyard_transport_streams_active":              dto.MetricType_GAUGE,
-	"forgeyard_transport_control_queue_depth":         dto.MetricType_GAUGE,
-	"forgeyard_transport_log_queue_depth":             dto.MetricType_GAUGE,
-	"forgeyard_transport_cas_queue_depth":             dto.MetricType_GAUGE,
+	"forgeyard_transport_control_queue_bytes":         dto.MetricType_GAUGE,
+	"forgeyard_transport_log_queue_bytes":             dto.MetricType_GAUGE,
+	"forgeyard_transport_cas_queue_bytes":             dto.MetricType_GAUGE,
 	"forgeyard_transport_protocol_errors_total":       dto.MetricType_COUNTER,
 	"forgeyard_transport_session_fenced_total":        dto.MetricType_COUNTER,
 	"forgeyard_transport_messages_total":              dto.MetricType_COUNTER,
@@ -266,14 +266,14 @@ func TestMetricsValues(t *testing.T) {
 		{"forgeyard_transport_registration_failures_total", map[string]string{"reason": "version"}, 1},
 		{"forgeyard_transport_registration_failures_total", map[string]string{"reason": "revoked"}, 1},
 		{"forgeyard_transport_registration_failures_total", map[string]string{"reason": "other"}, 1},
-		{"forgeyard_transport_bytes_in_total", map[string]string{"kind": "control"}, 100},
-		{"forgeyard_transport_bytes_in_total", map[string]string{"kind": "log"}, 4096},
-		{"forgeyard_transport_bytes_out_total", map[string]string{"kind": "cas-upload"}, 1 << 20},
-		{"forgeyard_transport_bytes_out_total", map[string]string{"kind": "unknown"}, 7},
+		{"forgeyard_transport_received_bytes_total", map[string]string{"kind": "control"}, 100},
+		{"forgeyard_transport_received_bytes_total", map[string]string{"kind": "log"}, 4096},
+		{"forgeyard_transport_sent_bytes_total", map[string]string{"kind": "cas-upload"}, 1 << 20},
+		{"forgeyard_transport_sent_bytes_total", map[string]string{"kind": "unknown"}, 7},
 		{"forgeyard_transport_streams_active", map[string]string{"kind": "log"}, 1},
-		{"forgeyard_transport_control_queue_depth", nil, 2},
-		{"forgeyard_transport_log_queue_depth", nil, 12},
-		{"forgeyard_transport_cas_queue_depth", nil, 2},
+		{"forgeyard_transport_control_queue_bytes", nil, 2},
+		{"forgeyard_transport_log_queue_bytes", nil, 12},
+		{"forgeyard_transport_cas_queue_bytes", nil, 2},
 		{"forgeyard_transport_protocol_errors_total", map[string]string{"code": "Malformed"}, 1},
 		{"forgeyard_transport_protocol_errors_total", map[string]string{"code": "unknown"}, 1},
 		{"forgeyard_transport_session_fenced_total", nil, 1},
@@ -360,7 +360,7 @@ func TestMetricsConcurrent(t *testing.T) {
 	if got := value(t, fams, "forgeyard_transport_connections_active", map[string]string{"backend": "quic"}); got != 0 {
 		t.Errorf("connections_active %v, want 0", got)
 	}
-	if got := value(t, fams, "forgeyard_transport_bytes_out_total", map[string]string{"kind": "control"}); got != 10*workers*iters {
+	if got := value(t, fams, "forgeyard_transport_sent_bytes_total", map[string]string{"kind": "control"}); got != 10*workers*iters {
 		t.Errorf("bytes_out %v, want %d", got, 10*workers*iters)
 	}
 	if got := value(t, fams, "forgeyard_heartbeat_rtt_seconds", nil); got != workers*iters {

@@ -82,16 +82,16 @@ func TestMetricsObserveConn(t *testing.T) {
 			want   float64
 		}{
 			{"forgeyard_transport_streams_active", map[string]string{"kind": "log"}, 0},
-			{"forgeyard_transport_bytes_in_total", map[string]string{"kind": "log"}, float64(len(body))},
-			{"forgeyard_transport_log_queue_depth", nil, 0},
-			{"forgeyard_transport_control_queue_depth", nil, 0},
+			{"forgeyard_transport_received_bytes_total", map[string]string{"kind": "log"}, float64(len(body))},
+			{"forgeyard_transport_log_queue_bytes", nil, 0},
+			{"forgeyard_transport_control_queue_bytes", nil, 0},
 		} {
 			if got := value(t, fams, c.name, c.labels); got != c.want {
 				t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 			}
 		}
-		if got := value(t, fams, "forgeyard_transport_bytes_out_total", map[string]string{"kind": "log"}); got < float64(len(body)) {
-			t.Errorf("bytes_out_total{kind=log} = %v, want ≥ %d", got, len(body))
+		if got := value(t, fams, "forgeyard_transport_sent_bytes_total", map[string]string{"kind": "log"}); got < float64(len(body)) {
+			t.Errorf("sent_bytes_total{kind=log} = %v, want ≥ %d", got, len(body))
 		}
 	}
 }

@@ -51,6 +51,9 @@ type TracingConfig struct {
 	// Sampler; nil means ParentBased(AlwaysSample): a trace the peer
 	// sampled is sampled here too.
 	Sampler sdktrace.Sampler
+	// Resource, when set, replaces the resource built from ServiceName
+	// (the command layer adds service.version and OTEL_RESOURCE_ATTRIBUTES).
+	Resource *resource.Resource
 	// Synchronous exports each span as it ends (tests, debugging) instead
 	// of batching.
 	Synchronous bool
@@ -77,6 +80,10 @@ func NewTracing(cfg TracingConfig) *Tracing {
 	if sampler == nil {
 		sampler = sdktrace.ParentBased(sdktrace.AlwaysSample())
 	}
+	res := cfg.Resource
+	if res == nil {
+		res = serviceResource(name)
+	}
 	proc := sdktrace.NewBatchSpanProcessor(cfg.Exporter)
 	if cfg.Synchronous {
 		proc = sdktrace.NewSimpleSpanProcessor(cfg.Exporter)
@@ -84,7 +91,7 @@ func NewTracing(cfg TracingConfig) *Tracing {
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithSpanProcessor(proc),
 		sdktrace.WithSampler(sampler),
-		sdktrace.WithResource(serviceResource(name)),
+		sdktrace.WithResource(res),
 	)
 	return &Tracing{tracer: tp.Tracer(instrumentName), sdk: tp}
 }

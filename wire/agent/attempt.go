@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
@@ -176,6 +177,10 @@ func (k ExecutionResultKind) String() string {
 	}
 	return "ExecutionResultKind(" + strconv.FormatUint(uint64(k), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (k ExecutionResultKind) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 // ExecutionResultV1 is an attempt's outcome (§75), a Postcard enum with data:
 //

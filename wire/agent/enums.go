@@ -1,6 +1,9 @@
 package agent
 
-import "strconv"
+import (
+	"log/slog"
+	"strconv"
+)
 
 // Unit-only enums of the agent family. Each is a Postcard enum: a u32 varint
 // discriminant. The values are explicit and stable (§54): never renumber,
@@ -39,6 +42,10 @@ func (r PeerRole) String() string {
 	}
 	return "PeerRole(" + strconv.FormatUint(uint64(r), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r PeerRole) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
 // Valid reports whether p is a phase this build defines.
 func (p AttemptPhase) Valid() bool { return p < numPhases }
@@ -84,6 +91,10 @@ func (r LeaseRejectReason) String() string {
 	return "LeaseRejectReason(" + strconv.FormatUint(uint64(r), 10) + ")"
 }
 
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r LeaseRejectReason) LogValue() slog.Value { return slog.StringValue(r.String()) }
+
 // CancellationReason says why an attempt is cancelled (§72).
 type CancellationReason uint32
 
@@ -125,6 +136,10 @@ func (r CancellationReason) String() string {
 	return "CancellationReason(" + strconv.FormatUint(uint64(r), 10) + ")"
 }
 
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r CancellationReason) LogValue() slog.Value { return slog.StringValue(r.String()) }
+
 // CompletionAckKind is the daemon's verdict on an AttemptCompletionV1 (§76).
 type CompletionAckKind uint32
 
@@ -156,3 +171,7 @@ func (k CompletionAckKind) String() string {
 	}
 	return "CompletionAckKind(" + strconv.FormatUint(uint64(k), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (k CompletionAckKind) LogValue() slog.Value { return slog.StringValue(k.String()) }

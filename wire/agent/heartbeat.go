@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
@@ -35,6 +36,10 @@ func (p AttemptPhase) String() string {
 	}
 	return "AttemptPhase(" + strconv.FormatUint(uint64(p), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (p AttemptPhase) LogValue() slog.Value { return slog.StringValue(p.String()) }
 
 // ActiveAttemptV1 is one attempt reported in a heartbeat:
 //

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
@@ -250,6 +251,10 @@ func (k RenewOutcomeKind) String() string {
 	}
 	return "RenewOutcomeKind(" + strconv.FormatUint(uint64(k), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (k RenewOutcomeKind) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 // RenewOutcomeV1 is the daemon's answer to a renewal (§71), a Postcard enum
 // with data:

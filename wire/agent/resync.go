@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
@@ -192,6 +193,10 @@ func (k ResyncDecisionKind) String() string {
 	}
 	return "ResyncDecisionKind(" + strconv.FormatUint(uint64(k), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (k ResyncDecisionKind) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 // ResyncDecisionV1 is the daemon's decision on one resynced attempt, a
 // Postcard enum with data:

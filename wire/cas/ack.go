@@ -1,6 +1,7 @@
 package cas
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
@@ -32,6 +33,10 @@ func (o CasOutcome) String() string {
 	}
 	return "CasOutcome(" + strconv.FormatUint(uint64(o), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (o CasOutcome) LogValue() slog.Value { return slog.StringValue(o.String()) }
 
 // CasObjectAckV1 reports the outcome of one object transfer. VerifiedOffset
 // is the length of the verified prefix the receiver keeps, from which a later

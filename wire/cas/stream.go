@@ -1,6 +1,7 @@
 package cas
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
@@ -33,6 +34,10 @@ func (c CasCompression) String() string {
 	}
 	return "CasCompression(" + strconv.FormatUint(uint64(c), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (c CasCompression) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // rangeWithin reports whether [offset, offset+length) lies within size bytes,
 // without overflow.

@@ -18,6 +18,7 @@ package device
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
@@ -107,6 +108,10 @@ func (s DeviceState) String() string {
 	return "DeviceState(" + strconv.FormatUint(uint64(s), 10) + ")"
 }
 
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (s DeviceState) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
 // DeviceOutcome is the result of one device operation. Postcard enum.
 type DeviceOutcome uint32
 
@@ -137,6 +142,10 @@ func (o DeviceOutcome) String() string {
 	}
 	return "DeviceOutcome(" + strconv.FormatUint(uint64(o), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (o DeviceOutcome) LogValue() slog.Value { return slog.StringValue(o.String()) }
 
 // errInvalid reports a Validate failure. It matches postcard.ErrInvalidValue
 // under errors.Is.

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
@@ -34,6 +35,10 @@ func (k ProbeKind) String() string {
 	}
 	return "ProbeKind(" + strconv.FormatUint(uint64(k), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (k ProbeKind) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 // Valid reports whether k is a probe kind this build knows.
 func (k ProbeKind) Valid() bool { return k < numProbeKinds }

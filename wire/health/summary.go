@@ -1,6 +1,7 @@
 package health
 
 import (
+	"log/slog"
 	"strconv"
 	"unicode/utf8"
 
@@ -39,6 +40,10 @@ func (s HealthStatus) String() string {
 	}
 	return "HealthStatus(" + strconv.FormatUint(uint64(s), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (s HealthStatus) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // HealthCheckV1 is the result of one named check.
 //

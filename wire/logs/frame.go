@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"io"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -40,6 +41,10 @@ func (k LogStreamKind) String() string {
 	}
 	return "LogStreamKind(" + strconv.FormatUint(uint64(k), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (k LogStreamKind) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 // LogFrameV1 is one chunk of an attempt's log (§84). Frames of one stream
 // carry consecutive sequence numbers (§85).
@@ -172,6 +177,10 @@ func (r PayloadReason) String() string {
 	}
 	return "PayloadReason(" + strconv.Itoa(int(r)) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (r PayloadReason) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
 // PayloadError is returned by LogFrameV1.Payload.
 type PayloadError struct {

@@ -1,6 +1,7 @@
 package logs
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
@@ -32,6 +33,10 @@ func (e LogEncoding) String() string {
 	}
 	return "LogEncoding(" + strconv.FormatUint(uint64(e), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (e LogEncoding) LogValue() slog.Value { return slog.StringValue(e.String()) }
 
 // LogStreamHeaderV1 is the first message of an attempt's log stream (§83). It
 // names the attempt and lease the stream belongs to, the sequence number of

@@ -1,6 +1,9 @@
 package postcard
 
-import "strconv"
+import (
+	"log/slog"
+	"strconv"
+)
 
 // Code classifies a decoding failure. The values are stable; each maps onto
 // the postcard crate's error variant of the same meaning (see RustName).
@@ -40,6 +43,10 @@ func (c Code) String() string {
 	}
 	return "postcard code " + strconv.Itoa(int(c))
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (c Code) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // RustName returns the Debug name of the postcard crate's error variant that
 // corresponds to c, for comparison with vectors produced by the Rust crate.

@@ -1,6 +1,7 @@
 package signing
 
 import (
+	"log/slog"
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
@@ -28,6 +29,10 @@ func (a SignatureAlgorithm) String() string {
 	}
 	return "SignatureAlgorithm(" + strconv.FormatUint(uint64(a), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (a SignatureAlgorithm) LogValue() slog.Value { return slog.StringValue(a.String()) }
 
 // PolicyProofV1 is the evidence that a signing policy authorizes the request
 // (§99): the policy's id and an attestation issued for this request by the

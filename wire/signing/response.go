@@ -1,6 +1,7 @@
 package signing
 
 import (
+	"log/slog"
 	"strconv"
 	"unicode/utf8"
 
@@ -29,6 +30,10 @@ func (k SignOutcomeKind) String() string {
 	}
 	return "SignOutcomeKind(" + strconv.FormatUint(uint64(k), 10) + ")"
 }
+
+// LogValue renders the value by its String form in logs (JSON handlers
+// included, which would otherwise print the number or the struct).
+func (k SignOutcomeKind) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 // SignOutcomeV1 is the worker's verdict, a Postcard enum with data:
 //
