@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"forgeyard.dev/transport/internal/adminapi"
+	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/serversetup"
@@ -73,6 +74,7 @@ type listenerState struct {
 
 func newDaemonTelemetry() *daemonTelemetry {
 	t := &daemonTelemetry{m: telemetry.NewMetrics(), registered: map[wire.TransportSessionId]string{}}
+	buildinfo.MustRegister(t.m.Registry()) // forgeyard_build_info
 	return t
 }
 
@@ -308,6 +310,7 @@ const authorityProbeTimeout = 2 * time.Second
 func (t *daemonTelemetry) status(ctx context.Context) adminapi.Status {
 	h := t.health()
 	st := adminapi.Status{Status: h.Status, Problems: h.Problems, CheckedAt: h.CheckedAt, Daemon: t.info.id,
+		Version: buildinfo.Get().Version, Host: hostname(),
 		StartedAt: t.info.startedAt.UTC(), Draining: t.draining.Load(), Certificate: h.Certificate,
 		Connections: h.Connections, ConnectionsByBackend: h.ConnectionsByBackend, Sessions: h.Sessions,
 		HandshakeFailures: h.HandshakeFailures, RegistrationFailures: h.RegistrationFailures, Listeners: make([]adminapi.Listener, 0, len(h.Listeners))}
@@ -605,4 +608,10 @@ func (t *daemonTelemetry) startAdminEndpoints(cfg config.Admin, tcpAddr string, 
 		log.Info("admin socket listening", "path", cfg.Socket, "paths", paths, "auth", "file mode 0600")
 	}
 	return stop, nil
+}
+
+// hostname is the host's name for /status, "" when the system has none.
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
 }

@@ -43,6 +43,7 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/relaysetup"
@@ -134,8 +135,20 @@ Examples:
 	return fs
 }
 
+// newRoot is the command tree: the relay itself (the root's flags) and
+// the standard subcommands, for dispatch, completions and the man page.
+func newRoot() *cli.Command {
+	r := &cli.Command{Name: "forgeyard-relay", Summary: "relay agents that cannot use QUIC to the daemons", Synopsis: "[--config FILE] [flags]",
+		Flags: func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) }}
+	cli.StandardCommands(r)
+	return r
+}
+
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	if code, ok := cli.Subcommand(newRoot(), args, stdout, stderr); ok {
+		return code
+	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
 	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-relay"); !ok {
@@ -226,6 +239,7 @@ func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHoo
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buildinfo.MustRegister(reg) // forgeyard_build_info
 	r, err := relay.New(relay.Config{
 		Upstreams: cfg.UpstreamAddrs(), UpstreamTLS: upTLS, UpstreamQUIC: quic.Config{Logger: log},
 		DialTimeout: cfg.Upstream.DialTimeout.Duration, MaxConns: cfg.Limits.MaxConnections,
