@@ -336,7 +336,7 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 	// rewriting the files.
 	creds, err := trust.LoadCredentials(cfg.ControlPlane.Credential.Certificate, cfg.ControlPlane.Credential.PrivateKey)
 	if err != nil {
-		return nil, err
+		return nil, config.WithTrustKeys(err, config.AgentCredentialKeys)
 	}
 	// The expiry warning (§22) is logged at start and then periodically by
 	// watchCertExpiry (expiry.go).

@@ -113,7 +113,7 @@ func Identity(e config.Enrollment, tlsConf *tls.Config) (daemon.IdentityConfig, 
 	}
 	is, err := trust.LoadIssuer(e.IssuerCertificate, e.IssuerPrivateKey, e.CertificateValidity.Duration)
 	if err != nil {
-		return ic, fmt.Errorf("enrollment: %w", err)
+		return ic, config.WithTrustKeys(err, config.EnrollmentKeys)
 	}
 	ic.Issuer = is
 	tlsConf.ClientAuth = tls.VerifyClientCertIfGiven
