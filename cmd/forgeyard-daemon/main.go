@@ -178,7 +178,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	log := cfg.Log.NewLogger(stderr)
 	if err := serve(ctx, cfg, &f, log, th); err != nil {
 		log.Error("daemon failed", "err", err)
-		return exitFail
+		return cli.ExitCodeOf(err) // 2 for a configured file that is missing or refused
 	}
 	return exitOK
 }

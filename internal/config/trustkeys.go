@@ -71,3 +71,29 @@ func (e *keyedFileError) Error() string {
 // its kind and its cause.
 func (e *keyedFileError) Unwrap() error { return e.fe }
 
+
+// Invalid marks err as a configuration error found while acting on a
+// configuration that validated (a configured file that is missing or
+// unreadable): commands exit with status 2 for it (cli.ExitCodeOf). The
+// message is err's.
+func Invalid(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &invalidError{err}
+}
+
+type invalidError struct{ err error }
+
+func (e *invalidError) Error() string { return e.err.Error() }
+func (e *invalidError) Unwrap() error { return e.err }
+
+// IsInvalid reports whether err is a configuration error: a *Error, an
+// error marked by Invalid, or a credential file trust refused
+// (*trust.FileError).
+func IsInvalid(err error) bool {
+	var ce *Error
+	var ie *invalidError
+	var fe *trust.FileError
+	return errors.As(err, &ce) || errors.As(err, &ie) || errors.As(err, &fe)
+}
