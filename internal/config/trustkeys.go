@@ -71,7 +71,6 @@ func (e *keyedFileError) Error() string {
 // its kind and its cause.
 func (e *keyedFileError) Unwrap() error { return e.fe }
 
-
 // Invalid marks err as a configuration error found while acting on a
 // configuration that validated (a configured file that is missing or
 // unreadable): commands exit with status 2 for it (cli.ExitCodeOf). The
