@@ -11,6 +11,10 @@ has promtool || need+=(prometheus)   # promtool checks /metrics output
 has ip || need+=(iproute2)           # internal/netns, internal/e2e: namespaces and veth links
 has nft || need+=(nftables)          # internal/e2e: blocked-UDP rules inside namespaces
 has tinyproxy || need+=(tinyproxy)   # internal/e2e: the HTTP CONNECT proxy scenario
+has systemd-analyze || need+=(systemd) # internal/release: systemd-analyze verify/security of packaging/systemd
+has zsh || need+=(zsh)               # internal/cli: zsh -n on the generated completion
+has fish || need+=(fish)             # internal/cli: fish --no-execute on the generated completion
+has groff || need+=(groff-base)      # internal/cli: groff -ww on the generated man page
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
