@@ -148,6 +148,8 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 		fmt.Fprintf(out, `Usage: forgeyard-agent [--config FILE] [flags]
        forgeyard-agent connection status [--json] [--status-file FILE]
        forgeyard-agent doctor [--config FILE] [flags] [--json]
+       forgeyard-agent enroll --token TOKEN --endpoint URI --cert FILE --key FILE [flags]
+       forgeyard-agent --version | version [--json] | completion bash|zsh|fish | man
 
 Runs a Forgeyard Transport agent with the synthetic executor. Settings come
 from the TOML file given with --config; each flag below overrides one key of

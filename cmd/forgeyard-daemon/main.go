@@ -128,6 +128,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, `Usage: forgeyard-daemon [--config FILE] [flags]
+       forgeyard-daemon --version | version [--json] | completion bash|zsh|fish | man
 
 Runs the Forgeyard Transport daemon. Settings come from the TOML file given
 with --config; each flag below overrides one key of it. Secrets (keys, DSNs)

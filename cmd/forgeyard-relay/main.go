@@ -116,6 +116,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, `Usage: forgeyard-relay [--config FILE] [flags]
+       forgeyard-relay --version | version [--json] | completion bash|zsh|fish | man
 
 Relays agents that cannot use QUIC (UDP blocked, or only UDP 443 open) to
 daemons over QUIC. Agents connect over TLS+yamux or WebTransport; each gets

@@ -211,3 +211,17 @@ func TestMan(t *testing.T) {
 		}
 	}
 }
+
+// TestExitCodesDocumented: docs/operations.md's exit-status table is
+// cli.ExitCodes.
+func TestExitCodesDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ExitCodes {
+		if row := "| " + strconv.Itoa(e.Code) + " | " + e.Meaning + " |"; !strings.Contains(string(b), row) {
+			t.Errorf("docs/operations.md lacks the row %q", row)
+		}
+	}
+}
