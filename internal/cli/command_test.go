@@ -172,6 +172,15 @@ func TestCompletionShellsParse(t *testing.T) {
 		if out, err := exec.Command(bin, append(c.args, file)...).CombinedOutput(); err != nil {
 			t.Errorf("%s rejects its completion script: %v\n%s\n%s", c.shell, err, out, b.String())
 		}
+		if c.shell == "fish" {
+			// fish completes as it would at a prompt.
+			for line, want := range map[string]string{"prog runner t": "token", "prog runner token list --": "--help\n--json\n--sqlite"} {
+				out, err := exec.Command(bin, "--no-config", "-c", "source "+file+"; complete -C '"+line+"'").CombinedOutput()
+				if err != nil || strings.TrimSpace(string(out)) != want {
+					t.Errorf("fish completes %q as %q (%v); want %q", line, out, err, want)
+				}
+			}
+		}
 	}
 }
 

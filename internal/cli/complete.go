@@ -112,11 +112,11 @@ function _%[1]s_complete
     set -l cmdpath
     for w in $tokens[2..-1]
         string match -q -- '-*' $w; and continue
-        if contains -- $w (string split ' ' (_%[1]s_words "$cmdpath"))
+        if contains -- $w (string split -- ' ' (_%[1]s_words "$cmdpath"))
             set cmdpath $cmdpath $w
         end
     end
-    string split ' ' (_%[1]s_words "$cmdpath")
+    string split -- ' ' (_%[1]s_words "$cmdpath")
 end
 complete -c %[2]s -f -a '(_%[1]s_complete)'
 `, fn, root.Name)
