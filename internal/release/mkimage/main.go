@@ -68,7 +68,7 @@ var Roles = map[string]Role{
 	"forgeyard-agent": {Description: "Forgeyard Transport build agent",
 		Cmd: []string{"--config", "/etc/forgeyard/agent.toml"}, Ports: []string{"9465/tcp"}},
 	"forgeyard-relay": {Description: "Forgeyard Transport relay: TLS+yamux and WebTransport agents to daemons over QUIC",
-		Cmd: []string{"--config", "/etc/forgeyard/relay.toml"}, Ports: []string{"443/tcp", "443/udp", "9466/tcp"}},
+		Cmd: []string{"--config", "/etc/forgeyard/relay.toml"}, Ports: []string{"443/tcp", "443/udp", "9465/tcp"}},
 }
 
 // Options say what to build.
