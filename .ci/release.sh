@@ -10,6 +10,7 @@
 #
 #   VERSION=v1.2.0 make release      # default: git describe --tags --always --dirty
 #   RELEASE_ARCHES="amd64" make release
+#   SOURCE_URL=https://… make release    # label org.opencontainers.image.source of the images
 #
 # goreleaser would do the same; it is not used because its module graph is
 # far larger than this project's and a plain script is easier to audit.
@@ -75,7 +76,7 @@ for img in $IMAGES; do
   done
   ca=/etc/ssl/certs/ca-certificates.crt
   [ -f "$ca" ] || ca=""
-  "$GO" run ./internal/release/mkimage --name "$img" "${bins[@]}" --version "$VERSION" --revision "$COMMIT" \
+  "$GO" run ./internal/release/mkimage --name "$img" "${bins[@]}" --version "$VERSION" --revision "$COMMIT" --source "${SOURCE_URL:-}" \
     --ca-certificates "$ca" --out "$OUT/${img}_${VERSION}_oci.tar"
 done
 

@@ -79,21 +79,25 @@ type Options struct {
 	Revision string            // org.opencontainers.image.revision
 	Created  time.Time         // image and file times (SOURCE_DATE_EPOCH)
 	CACerts  string            // CA bundle to ship ("" none)
+	Source   string            // org.opencontainers.image.source, "" none
 }
 
-// Labels are the OCI annotations of the image config.
+// Labels are the OCI annotations of the image config. The project states
+// no licence and no public URL, so the image claims none; source is set
+// only when given (--source).
 func Labels(o Options) map[string]string {
-	return map[string]string{
+	l := map[string]string{
 		"org.opencontainers.image.title":       o.Name,
 		"org.opencontainers.image.description": Roles[o.Name].Description,
 		"org.opencontainers.image.version":     o.Version,
 		"org.opencontainers.image.revision":    o.Revision,
 		"org.opencontainers.image.created":     o.Created.UTC().Format(time.RFC3339),
-		"org.opencontainers.image.source":      "https://forgeyard.dev/transport",
-		"org.opencontainers.image.url":         "https://forgeyard.dev/transport",
 		"org.opencontainers.image.vendor":      "Forgeyard",
-		"org.opencontainers.image.licenses":    "Apache-2.0",
 	}
+	if o.Source != "" {
+		l["org.opencontainers.image.source"] = o.Source
+	}
+	return l
 }
 
 // tarEntry is one file of a layer.
@@ -313,6 +317,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Var(binFlag(o.Binaries), "binary", "`PLATFORM=FILE`, repeatable: the static binary for linux/amd64, linux/arm64, ...")
 	fs.StringVar(&o.Version, "version", "devel", "image `version` (label and index ref name)")
 	fs.StringVar(&o.Revision, "revision", "", "VCS `commit` (label)")
+	fs.StringVar(&o.Source, "source", "", "`URL` of the source repository (label org.opencontainers.image.source; default none)")
 	fs.StringVar(&o.CACerts, "ca-certificates", "/etc/ssl/certs/ca-certificates.crt", "CA bundle `file` to ship in the image (\"\": none)")
 	epoch := fs.Int64("source-date-epoch", 0, "image and file times, seconds since 1970 (default $SOURCE_DATE_EPOCH, else 0)")
 	out := fs.String("out", "", "OCI layout tarball `file` to write")

@@ -93,7 +93,7 @@ func TestImage(t *testing.T) {
 	out := filepath.Join(dir, "daemon_oci.tar")
 	var stdout, stderr bytes.Buffer
 	args := []string{"--name", "forgeyard-daemon", "--binary", "linux/amd64=" + bins["linux/amd64"], "--binary", "linux/arm64=" + bins["linux/arm64"],
-		"--version", "v1.4.0", "--revision", "0123abcd", "--ca-certificates", ca, "--source-date-epoch", strconv.FormatInt(created.Unix(), 10), "--out", out}
+		"--version", "v1.4.0", "--revision", "0123abcd", "--source", "https://git.example/forgeyard", "--ca-certificates", ca, "--source-date-epoch", strconv.FormatInt(created.Unix(), 10), "--out", out}
 	if code := run(args, &stdout, &stderr); code != 0 {
 		t.Fatalf("mkimage: exit %d: %s", code, stderr.String())
 	}
@@ -140,7 +140,7 @@ func TestImage(t *testing.T) {
 		}
 		for k, v := range map[string]string{"org.opencontainers.image.title": "forgeyard-daemon", "org.opencontainers.image.version": "v1.4.0",
 			"org.opencontainers.image.revision": "0123abcd", "org.opencontainers.image.created": "2026-12-01T00:00:00Z",
-			"org.opencontainers.image.licenses": "Apache-2.0"} {
+			"org.opencontainers.image.source": "https://git.example/forgeyard"} {
 			if c.Labels[k] != v {
 				t.Errorf("%s: label %s = %q, want %q", d.Platform, k, c.Labels[k], v)
 			}
@@ -231,7 +231,7 @@ func TestDockerfiles(t *testing.T) {
 				t.Errorf("%s lacks EXPOSE %s", file, p)
 			}
 		}
-		for k := range Labels(Options{Name: name}) {
+		for k := range Labels(Options{Name: name, Source: "x"}) {
 			if !strings.Contains(df, k+"=") {
 				t.Errorf("%s lacks the label %s", file, k)
 			}
