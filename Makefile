@@ -9,11 +9,12 @@ export PATH := $(GOBIN):$(PATH)
 STATICCHECK_VERSION := v0.7.0
 BENCHSTAT_VERSION   := v0.0.0-20260908200009-22c9c6c9d4da
 APIDIFF_VERSION     := v0.0.0-20261113113407-e3970619a1a4
+ACTIONLINT_VERSION  := v1.7.12
 FUZZTIME ?= 30s
 BENCHCOUNT ?= 6
 OUT := out
 
-.PHONY: all demo demo-vectors matrix scale test test-short lint api-check api-report fmt vet layering staticcheck bench bench-codec bench-backends fuzz deps tools clean help
+.PHONY: all demo demo-vectors matrix release scale test test-short lint api-check api-report fmt vet layering staticcheck bench bench-codec bench-backends fuzz deps tools clean help
 
 all: test
 
@@ -23,7 +24,8 @@ help:
 	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included; the quick compatibility matrix)"
 	@echo "make matrix    full cross-version compatibility matrix: builds tagged releases, runs every cell; rewrites matrix/results.json and docs/compatibility.md"
 	@echo "make scale     the fleet-scale ladder (forgeyard-loadgen): real agents against one daemon process; writes $(OUT)/scale.md (SCALE_LADDER=quic:200 for a short run)"
-	@echo "make lint      gofmt check, go vet, staticcheck, layering check, API check against the last release, go mod tidy -diff"
+	@echo "make release   static linux/amd64+arm64 archives (binaries, man pages, completions, systemd units), OCI images of daemon/agent/relay, SHA256SUMS in out/release (VERSION=...)"
+	@echo "make lint      gofmt check, go vet, staticcheck, actionlint, layering check, API check against the last release, go mod tidy -diff"
 	@echo "make api-report  rewrite docs/api-changes.md after an exported API change (docs/api.md)"
 	@echo "make bench     codec and backend benchmarks; tables for docs/perf.md (BENCHCOUNT=$(BENCHCOUNT))"
 	@echo "make fuzz      every fuzz target for FUZZTIME each (default $(FUZZTIME)); FUZZ=regexp, FUZZJOBS=n targets at once (default: cores), FUZZPARALLEL=n, FUZZKEEP=n (see .ci/fuzz.sh)"
@@ -36,6 +38,7 @@ tools:
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@test -x $(GOBIN)/benchstat || $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 	@test -x $(GOBIN)/apidiff || $(GO) install golang.org/x/exp/cmd/apidiff@$(APIDIFF_VERSION)
+	@test -x $(GOBIN)/actionlint || $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 
 demo: deps
 	$(GO) run ./cmd/forgeyard-demo
@@ -67,6 +70,11 @@ scale: deps
 	SCALE_LADDER="$(SCALE_LADDER)" ./bin/forgeyard-loadgen ladder --out $(OUT)/scale.md --dir $(OUT)/scale-work --daemon-cmd ./bin/forgeyard-daemon \
 		--timeout $(SCALE_STEP_TIMEOUT) --steady $(SCALE_STEADY) --heartbeat $(SCALE_HEARTBEAT) --lease-rate $(SCALE_LEASE_RATE)
 
+# Release archives and OCI image tarballs in out/release (.ci/release.sh,
+# docs/operations.md "Releases and packages").
+release:
+	./.ci/release.sh
+
 test: deps vet layering
 	$(GO) test -race -shuffle=on -timeout 10m ./...
 
@@ -86,6 +94,7 @@ lint: deps tools vet layering api-check
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "not gofmt-formatted:"; echo "$$unformatted"; exit 1; fi
 	staticcheck ./...
+	actionlint .github/workflows/*.yml
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 
 # The exported API of docs/api.md's stable packages against the last release of

@@ -13,6 +13,10 @@ has nft || need+=(nftables)          # internal/e2e: blocked-UDP rules inside na
 has tinyproxy || need+=(tinyproxy)   # internal/e2e: the HTTP CONNECT proxy scenario
 has squid || need+=(squid)           # internal/e2e: a stock enterprise proxy (basic auth, CONNECT to 443 only)
 has openssl || need+=(openssl)       # internal/netns: squid's htpasswd entries (openssl passwd -1)
+has systemd-analyze || need+=(systemd) # internal/release: systemd-analyze verify/security of packaging/systemd
+has zsh || need+=(zsh)               # internal/cli: zsh -n on the generated completion
+has fish || need+=(fish)             # internal/cli: fish --no-execute on the generated completion
+has groff || need+=(groff-base)      # internal/cli: groff -ww on the generated man page
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

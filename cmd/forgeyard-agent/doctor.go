@@ -74,18 +74,24 @@ Exit status 0 when nothing FAILed, 1 otherwise, 2 on a usage error.
 Flags:
 `
 
-// runDoctor is `forgeyard-agent doctor`.
-func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var f flags
-	fs := newFlagSet(&f, stderr)
+// doctorFlagSet is doctor's flags: the agent's and its own.
+func doctorFlagSet(f *flags, out io.Writer) (fs *flag.FlagSet, asJSON *bool, timeout, maxSkew *time.Duration) {
+	fs = newFlagSet(f, out)
 	fs.Init("forgeyard-agent doctor", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print the findings as JSON")
-	timeout := fs.Duration("timeout", DefaultDoctorTimeout, "how long each network check of an endpoint may take")
-	maxSkew := fs.Duration("max-skew", DefaultMaxClockSkew, "warn when the daemon's clock differs from this machine's by more")
+	asJSON = fs.Bool("json", false, "print the findings as JSON")
+	timeout = fs.Duration("timeout", DefaultDoctorTimeout, "how long each network check of an endpoint may take")
+	maxSkew = fs.Duration("max-skew", DefaultMaxClockSkew, "warn when the daemon's clock differs from this machine's by more")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), doctorHelp)
 		fs.PrintDefaults()
 	}
+	return fs, asJSON, timeout, maxSkew
+}
+
+// runDoctor is `forgeyard-agent doctor`.
+func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var f flags
+	fs, asJSON, timeout, maxSkew := doctorFlagSet(&f, stderr)
 	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-agent doctor"); !ok {
 		return code
 	}

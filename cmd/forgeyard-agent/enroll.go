@@ -33,24 +33,39 @@ Flags:
 `
 
 // runEnroll is `forgeyard-agent enroll`.
-func runEnroll(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// enrollOpts are enroll's flag values.
+type enrollOpts struct {
+	token, endpoint, ca, serverName, certOut, keyOut string
+	force                                            bool
+	timeout                                          time.Duration
+}
+
+// enrollFlagSet is enroll's flag set, writing into o.
+func enrollFlagSet(o *enrollOpts, out io.Writer) *flag.FlagSet {
 	fl := flag.NewFlagSet("forgeyard-agent enroll", flag.ContinueOnError)
-	fl.SetOutput(stderr)
-	token := fl.String("token", "", "one-time enrollment `token` (fyet_...)")
-	endpoint := fl.String("endpoint", "", "daemon endpoint `URI` (quic://host:7443, yamux://host:7444, webtransport://host:443)")
-	ca := fl.String("ca", "", "CA PEM `file` that signs the daemon certificate (default: system roots)")
-	serverName := fl.String("server-name", "", "`name` checked against the daemon certificate (default: the endpoint host)")
-	certOut := fl.String("cert", "", "where to write the issued certificate (PEM `file`)")
-	keyOut := fl.String("key", "", "where to write the new private key (PEM `file`, mode 0600)")
-	force := fl.Bool("force", false, "replace existing --cert/--key files")
-	timeout := fl.Duration("timeout", 30*time.Second, "give up after this long")
+	fl.SetOutput(out)
+	fl.StringVar(&o.token, "token", "", "one-time enrollment `token` (fyet_...)")
+	fl.StringVar(&o.endpoint, "endpoint", "", "daemon endpoint `URI` (quic://host:7443, yamux://host:7444, webtransport://host:443)")
+	fl.StringVar(&o.ca, "ca", "", "CA PEM `file` that signs the daemon certificate (default: system roots)")
+	fl.StringVar(&o.serverName, "server-name", "", "`name` checked against the daemon certificate (default: the endpoint host)")
+	fl.StringVar(&o.certOut, "cert", "", "where to write the issued certificate (PEM `file`)")
+	fl.StringVar(&o.keyOut, "key", "", "where to write the new private key (PEM `file`, mode 0600)")
+	fl.BoolVar(&o.force, "force", false, "replace existing --cert/--key files")
+	fl.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up after this long")
 	fl.Usage = func() {
 		fmt.Fprint(fl.Output(), enrollHelp)
 		fl.PrintDefaults()
 	}
-	if code, ok := cli.Parse(fl, args, stdout); !ok {
+	return fl
+}
+
+func runEnroll(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o enrollOpts
+	fl := enrollFlagSet(&o, stderr)
+	if code, ok := cli.ParseNoArgs(fl, args, stdout, stderr, "forgeyard-agent enroll"); !ok {
 		return code
 	}
+	token, endpoint, ca, serverName, certOut, keyOut, force, timeout := &o.token, &o.endpoint, &o.ca, &o.serverName, &o.certOut, &o.keyOut, &o.force, &o.timeout
 	usage := func(msg string) int {
 		fmt.Fprintf(stderr, "forgeyard-agent enroll: %s\n", msg)
 		return exitUsage

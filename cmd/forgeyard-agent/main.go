@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
@@ -64,8 +65,12 @@ import (
 // its hello (doctor offers the same, so it shows what the agent gets).
 var agentFeatures = wire.Implemented
 
-// Version is reported to the daemon in TransportHelloV1.
-const Version = "forgeyard-agent/0.2.0"
+// prog is the program name in messages.
+const prog = "forgeyard-agent"
+
+// Version is reported to the daemon in TransportHelloV1 and at
+// enrollment: forgeyard-agent/<module version> (internal/buildinfo).
+var Version = buildinfo.Get().UserAgent(prog)
 
 const (
 	exitOK    = cli.ExitOK
@@ -145,6 +150,8 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 		fmt.Fprintf(out, `Usage: forgeyard-agent [--config FILE] [flags]
        forgeyard-agent connection status [--json] [--status-file FILE]
        forgeyard-agent doctor [--config FILE] [flags] [--json]
+       forgeyard-agent enroll --token TOKEN --endpoint URI --cert FILE --key FILE [flags]
+       forgeyard-agent --version | version [--json] | completion bash|zsh|fish | man
 
 Runs a Forgeyard Transport agent with the synthetic executor. Settings come
 from the TOML file given with --config; each flag below overrides one key of
@@ -164,20 +171,41 @@ Examples:
 	return fs
 }
 
+// newRoot is the command tree: the agent itself (the root's flags) and its
+// subcommands, for dispatch, completions and the man page.
+func newRoot(ctx context.Context) *cli.Command {
+	r := &cli.Command{Name: prog, Summary: "run a Forgeyard Transport build agent", Synopsis: "[--config FILE] [flags]",
+		Flags: func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) },
+		Sub: []*cli.Command{
+			{Name: "doctor", Summary: "check the configuration, endpoints, certificates and protocol, and say what to fix",
+				Synopsis: "[--config FILE] [flags] [--json]",
+				Run:      func(args []string, stdout, stderr io.Writer) int { return runDoctor(ctx, args, stdout, stderr) },
+				Flags:    func() *flag.FlagSet { fs, _, _, _ := doctorFlagSet(new(flags), io.Discard); return fs }},
+			{Name: "enroll", Summary: "exchange a one-time enrollment token for a runner certificate",
+				Synopsis: "--token TOKEN --endpoint URI --cert FILE --key FILE [flags]",
+				Run:      func(args []string, stdout, stderr io.Writer) int { return runEnroll(ctx, args, stdout, stderr) },
+				Flags:    func() *flag.FlagSet { return enrollFlagSet(new(enrollOpts), io.Discard) }},
+			{Name: "connection", Summary: "the running agent's connection", Sub: []*cli.Command{
+				{Name: "status", Summary: "print the connection health the running agent writes to its --status-file",
+					Synopsis: "[--json] [--status-file FILE]",
+					Run: func(args []string, stdout, stderr io.Writer) int {
+						return runConnectionStatus(args, stdout, stderr, time.Now())
+					},
+					Flags: func() *flag.FlagSet { fs, _, _, _ := connectionStatusFlagSet(io.Discard); return fs }},
+			}},
+		}}
+	cli.StandardCommands(r)
+	return r
+}
+
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
-	if len(args) > 0 && args[0] == "doctor" {
-		return runDoctor(ctx, args[1:], stdout, stderr)
+	if len(args) > 0 && args[0] == "connection" && (len(args) < 2 || args[1] != "status") {
+		fmt.Fprintln(stderr, "forgeyard-agent: usage: forgeyard-agent connection status [--json] [--status-file FILE]")
+		return exitUsage
 	}
-	if len(args) > 0 && args[0] == "enroll" {
-		return runEnroll(ctx, args[1:], stdout, stderr) // enroll.go
-	}
-	if len(args) > 0 && args[0] == "connection" {
-		if len(args) < 2 || args[1] != "status" {
-			fmt.Fprintln(stderr, "forgeyard-agent: usage: forgeyard-agent connection status [--json] [--status-file FILE]")
-			return exitUsage
-		}
-		return runConnectionStatus(args[2:], stdout, stderr, time.Now())
+	if code, ok := cli.Subcommand(newRoot(ctx), args, stdout, stderr); ok {
+		return code
 	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
@@ -320,7 +348,7 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 	// rewriting the files.
 	creds, err := trust.LoadCredentials(cfg.ControlPlane.Credential.Certificate, cfg.ControlPlane.Credential.PrivateKey)
 	if err != nil {
-		return nil, err
+		return nil, config.WithTrustKeys(err, config.AgentCredentialKeys)
 	}
 	// The expiry warning (§22) is logged at start and then periodically by
 	// watchCertExpiry (expiry.go).

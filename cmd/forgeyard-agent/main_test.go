@@ -49,7 +49,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--dev-pki", filepath.Join(dir, "pki")}, "control_plane.endpoints: required"},
 		{[]string{"--config", cfg}, "agent.toml: control_plane.endpoints[0]"},
 		{[]string{"--endpoint", "quic://h", "--cert", "a.pem", "--key", "k.pem"}, "control_plane.credential.ca: required"},
-		{[]string{"--endpoint", "quic://h", "--cert", "a.pem", "--key", "k.pem", "--ca", "ca.pem"}, "CertFile"},
+		{[]string{"--endpoint", "quic://h", "--cert", "a.pem", "--key", "k.pem", "--ca", "ca.pem"}, `control_plane.credential.certificate "a.pem"`},
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--endpoint", "quic://h", "--protocol", "2.0-1.0"}, "--protocol: protocol range"},
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--endpoint", "quic://h", "--synthetic-output-size", "-2"}, "--synthetic-output-size must be"},
 	} {

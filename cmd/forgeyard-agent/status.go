@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
@@ -211,6 +212,7 @@ func newAgentTelemetry(statusFile string, interval time.Duration, metrics bool, 
 	if metrics {
 		t.m = telemetry.NewMetrics()
 		t.m.RegisterRuntimeCollectors()
+		buildinfo.MustRegister(t.m.Registry()) // forgeyard_build_info
 	}
 	return t
 }
@@ -319,11 +321,20 @@ func (t *agentTelemetry) handler() http.Handler {
 // status file a running agent writes and prints it. Exit 0 when ok or
 // degraded, 1 when down or unreadable, 2 on a usage error.
 func runConnectionStatus(args []string, stdout, stderr io.Writer, now time.Time) int {
-	fs := flag.NewFlagSet("forgeyard-agent connection status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("status-file", DefaultStatusFile, "status `file` the agent writes (its --status-file)")
-	asJSON := fs.Bool("json", false, "print the report as JSON (telemetry.AgentHealth plus features, transport, epoch, fallback_reason) instead of a table")
-	staleFile := fs.Duration("stale-after", 30*time.Second, "report down when the file was last written longer ago than this (the agent is not running)")
+	fs, path, asJSON, staleFile := connectionStatusFlagSet(stderr)
+	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-agent connection status"); !ok {
+		return code
+	}
+	return printConnectionStatus(path, asJSON, staleFile, stdout, stderr, now)
+}
+
+// connectionStatusFlagSet is connection status' flags.
+func connectionStatusFlagSet(out io.Writer) (fs *flag.FlagSet, path *string, asJSON *bool, staleFile *time.Duration) {
+	fs = flag.NewFlagSet("forgeyard-agent connection status", flag.ContinueOnError)
+	fs.SetOutput(out)
+	path = fs.String("status-file", DefaultStatusFile, "status `file` the agent writes (its --status-file)")
+	asJSON = fs.Bool("json", false, "print the report as JSON (telemetry.AgentHealth plus features, transport, epoch, fallback_reason) instead of a table")
+	staleFile = fs.Duration("stale-after", 30*time.Second, "report down when the file was last written longer ago than this (the agent is not running)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: forgeyard-agent connection status [--json] [--status-file FILE]
 
@@ -338,9 +349,10 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-agent connection status"); !ok {
-		return code
-	}
+	return fs, path, asJSON, staleFile
+}
+
+func printConnectionStatus(path *string, asJSON *bool, staleFile *time.Duration, stdout, stderr io.Writer, now time.Time) int {
 	h, err := readStatusFile(*path, now, *staleFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent connection status: %v\n", err)

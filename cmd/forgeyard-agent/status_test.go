@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/daemonsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
@@ -165,6 +166,9 @@ func TestStatusFileAndMetrics(t *testing.T) {
 		if !strings.Contains(text, line+"\n") {
 			t.Errorf("/metrics lacks %q", line)
 		}
+	}
+	if bi := buildinfo.Get(); !strings.Contains(text, `forgeyard_build_info{commit="`+bi.ShortCommit()+`",goversion="`+bi.GoVersion+`",protocol_max="`+bi.Protocol.Max.String()+`",protocol_min="`+bi.Protocol.Min.String()+`",version="`+bi.Version+`"} 1`) {
+		t.Errorf("/metrics lacks forgeyard_build_info of this build")
 	}
 	// Counted by the engine's control channel: at least the hello ack, the
 	// registration accepted and the resync response.

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"forgeyard.dev/transport/internal/adminapi"
+	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/serversetup"
@@ -76,6 +77,7 @@ func newDaemonTelemetry() *daemonTelemetry {
 	// The Go runtime's and the process's figures (go_memstats_*,
 	// process_*): the scale harness reads the daemon's heap from them.
 	t.m.RegisterRuntimeCollectors()
+	buildinfo.MustRegister(t.m.Registry()) // forgeyard_build_info
 	return t
 }
 
@@ -312,6 +314,7 @@ const authorityProbeTimeout = 2 * time.Second
 func (t *daemonTelemetry) status(ctx context.Context) adminapi.Status {
 	h := t.health()
 	st := adminapi.Status{Status: h.Status, Problems: h.Problems, CheckedAt: h.CheckedAt, Daemon: t.info.id,
+		Version: buildinfo.Get().Version, Host: hostname(),
 		StartedAt: t.info.startedAt.UTC(), Draining: t.draining.Load(), Certificate: h.Certificate,
 		Connections: h.Connections, ConnectionsByBackend: h.ConnectionsByBackend, Sessions: h.Sessions,
 		HandshakeFailures: h.HandshakeFailures, RegistrationFailures: h.RegistrationFailures, Listeners: make([]adminapi.Listener, 0, len(h.Listeners))}
@@ -621,4 +624,10 @@ func watchFileOnce(m *telemetry.Metrics, role, path string) {
 	if c := telemetry.CertificateFile(path)(); c != nil {
 		m.WatchCertificate(role, func() *x509.Certificate { return c })
 	}
+}
+
+// hostname is the host's name for /status, "" when the system has none.
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
 }

@@ -21,6 +21,7 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/adminapi"
+	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
@@ -130,6 +131,9 @@ func TestAdminEndpoint(t *testing.T) {
 	}
 	if v := metricValue(t, text, `forgeyard_transport_connections_active{backend="quic"}`); v != 0 {
 		t.Errorf("connections_active before agent = %v", v)
+	}
+	if bi := buildinfo.Get(); !strings.Contains(text, `forgeyard_build_info{commit="`+bi.ShortCommit()+`",goversion="`+bi.GoVersion+`",protocol_max="`+bi.Protocol.Max.String()+`",protocol_min="`+bi.Protocol.Min.String()+`",version="`+bi.Version+`"} 1`) {
+		t.Errorf("/metrics lacks forgeyard_build_info of this build")
 	}
 
 	var cp config.ControlPlane

@@ -130,6 +130,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, `Usage: forgeyard-daemon [--config FILE] [flags]
+       forgeyard-daemon --version | version [--json] | completion bash|zsh|fish | man
 
 Runs the Forgeyard Transport daemon. Settings come from the TOML file given
 with --config; each flag below overrides one key of it. Secrets (keys, DSNs)
@@ -149,8 +150,20 @@ Examples:
 	return fs
 }
 
+// newRoot is the command tree: the daemon itself (the root's flags) and
+// the standard subcommands, for dispatch, completions and the man page.
+func newRoot() *cli.Command {
+	r := &cli.Command{Name: "forgeyard-daemon", Summary: "run the Forgeyard Transport daemon", Synopsis: "[--config FILE] [flags]",
+		Flags: func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) }}
+	cli.StandardCommands(r)
+	return r
+}
+
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	if code, ok := cli.Subcommand(newRoot(), args, stdout, stderr); ok {
+		return code
+	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
 	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-daemon"); !ok {
@@ -168,7 +181,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	log := cfg.Log.NewLogger(stderr)
 	if err := serve(ctx, cfg, &f, log, th); err != nil {
 		log.Error("daemon failed", "err", err)
-		return exitFail
+		return cli.ExitCodeOf(err) // 2 for a configured file that is missing or refused
 	}
 	return exitOK
 }

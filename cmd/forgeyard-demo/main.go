@@ -34,6 +34,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"forgeyard.dev/transport/internal/cli"
 )
 
 func main() {
@@ -43,6 +45,10 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := &cli.Command{Name: "forgeyard-demo", Sub: []*cli.Command{cli.VersionCommand("forgeyard-demo")}}
+	if code, ok := cli.Subcommand(root, args, stdout, stderr); ok {
+		return code
+	}
 	p := defaultParams()
 	fs := flag.NewFlagSet("forgeyard-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -50,11 +56,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&p.Agents, "agents", p.Agents, "number of agents (2–16): quic (cut), relay+yamux, webtransport, yamux, then quic")
 	fs.IntVar(&p.Leases, "leases", p.Leases, "number of leases to dispatch (at least 2×agents+1, at most 1000)")
 	verbose := fs.Bool("v", false, "log daemon and agent events to stderr")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if code, ok := cli.Parse(fs, args, stdout); !ok {
+		return code
 	}
 	if p.Agents < 2 || p.Agents > 16 || p.Leases < 2*p.Agents+1 || p.Leases > 1000 || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "forgeyard-demo: -agents must be 2–16, -leases 2×agents+1 to 1000, and no arguments")

@@ -17,7 +17,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,6 +26,7 @@ import (
 	"strings"
 	"syscall"
 
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/matrix"
 )
 
@@ -37,6 +37,10 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmdRoot := &cli.Command{Name: "forgeyard-matrix", Sub: []*cli.Command{cli.VersionCommand("forgeyard-matrix")}}
+	if code, ok := cli.Subcommand(cmdRoot, args, stdout, stderr); ok {
+		return code
+	}
 	fs := flag.NewFlagSet("forgeyard-matrix", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	root := fs.String("root", ".", "repository `dir` (its git tags are the releases)")
@@ -48,15 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	backends := fs.String("backends", "", "comma-separated backends (default: all in the manifest)")
 	relay := fs.String("relay", "", "forgeyard-relay `binary` for relay cells (default: built from the current tree)")
 	scenarios := fs.String("scenarios", "", "comma-separated scenarios (default: all: "+strings.Join(matrix.Scenarios, ",")+")")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "forgeyard-matrix: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-matrix"); !ok {
+		return code
 	}
 	m, err := matrix.LoadManifest(under(*root, *manifest))
 	if err != nil {

@@ -45,6 +45,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/postcard"
 	"forgeyard.dev/transport/wire/registry"
@@ -57,6 +58,7 @@ const usageText = `usage:
   forgeyard-protocol-inspect [--json] [--stream] (--hex HEX | --file FILE | -)
   forgeyard-protocol-inspect registry [--json]
   forgeyard-protocol-inspect vectors [--json] [DIR]
+  forgeyard-protocol-inspect version [--json] | --version
 
 Decodes Forgeyard wire frames (varint(len) ‖ envelope) and prints them.
   --hex HEX    frames as hex; whitespace and a leading 0x are ignored
@@ -103,6 +105,10 @@ func (a *app) run(args []string) (code int) {
 	}()
 	var err error
 	switch {
+	case len(args) > 0 && (args[0] == "version" || cli.IsVersionFlag(args[0])):
+		root := &cli.Command{Name: prog, Sub: []*cli.Command{cli.VersionCommand(prog)}}
+		code, _ := cli.Subcommand(root, args, a.stdout, a.stderr)
+		return code
 	case len(args) > 0 && args[0] == "registry":
 		err = a.registryCmd(args[1:])
 	case len(args) > 0 && args[0] == "vectors":

@@ -44,6 +44,7 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/relaysetup"
@@ -117,6 +118,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.Usage = func() {
 		out := fs.Output()
 		fmt.Fprintf(out, `Usage: forgeyard-relay [--config FILE] [flags]
+       forgeyard-relay --version | version [--json] | completion bash|zsh|fish | man
 
 Relays agents that cannot use QUIC (UDP blocked, or only UDP 443 open) to
 daemons over QUIC. Agents connect over TLS+yamux or WebTransport; each gets
@@ -137,8 +139,20 @@ Examples:
 	return fs
 }
 
+// newRoot is the command tree: the relay itself (the root's flags) and
+// the standard subcommands, for dispatch, completions and the man page.
+func newRoot() *cli.Command {
+	r := &cli.Command{Name: "forgeyard-relay", Summary: "relay agents that cannot use QUIC to the daemons", Synopsis: "[--config FILE] [flags]",
+		Flags: func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) }}
+	cli.StandardCommands(r)
+	return r
+}
+
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
+	if code, ok := cli.Subcommand(newRoot(), args, stdout, stderr); ok {
+		return code
+	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
 	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-relay"); !ok {
@@ -152,7 +166,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	log := cfg.Log.NewLogger(stderr)
 	if err := serve(ctx, cfg, log, th); err != nil {
 		log.Error("relay failed", "err", err)
-		return exitFail
+		return cli.ExitCodeOf(err) // 2 for a configured file that is missing or refused
 	}
 	return exitOK
 }
@@ -237,6 +251,7 @@ func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHoo
 			certs.Watch(f.role, func() *x509.Certificate { return c })
 		}
 	}
+	buildinfo.MustRegister(reg) // forgeyard_build_info
 	r, err := relay.New(relay.Config{
 		Upstreams: cfg.UpstreamAddrs(), UpstreamTLS: upTLS, UpstreamQUIC: quic.Config{Logger: log},
 		DialTimeout: cfg.Upstream.DialTimeout.Duration, MaxConns: cfg.Limits.MaxConnections,

@@ -17,6 +17,7 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/internal/setup/daemonsetup"
@@ -250,6 +251,9 @@ func TestRunRelaysAgent(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	if bi := buildinfo.Get(); !strings.Contains(body, `forgeyard_build_info{commit="`+bi.ShortCommit()+`",goversion="`+bi.GoVersion+`",protocol_max="`+bi.Protocol.Max.String()+`",protocol_min="`+bi.Protocol.Min.String()+`",version="`+bi.Version+`"} 1`) {
+		t.Errorf("/metrics lacks forgeyard_build_info of this build")
 	}
 	var h struct {
 		Status    string

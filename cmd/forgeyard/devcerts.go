@@ -54,26 +54,38 @@ func (s *stringList) Set(v string) error {
 	return nil
 }
 
-func runDevCerts(args []string, stdout, stderr io.Writer) int {
+// devCertsOpts are dev-certs' flag values.
+type devCertsOpts struct {
+	dir                 string
+	count               int
+	agents, serverNames stringList
+	force, asJSON       bool
+}
+
+// devCertsFlags is dev-certs' flag set, writing into o.
+func devCertsFlags(o *devCertsOpts) *flag.FlagSet {
 	fs := flag.NewFlagSet("forgeyard dev-certs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		dir         = fs.String("dir", defaultDevPKIDir, "directory for the PKI files (created with mode 0700)")
-		count       = fs.Int("agents", 0, "number of agent certificates, named 1..N (default 1 when no --agent is given)")
-		agents      stringList
-		serverNames stringList
-		force       = fs.Bool("force", false, "regenerate the CA, server and every agent, replacing existing files")
-		asJSON      = fs.Bool("json", false, "print the result as JSON instead of a table")
-	)
-	fs.Var(&agents, "agent", "agent `NAME` (repeatable; letters, digits, '.', '_', '-')")
-	fs.Var(&serverNames, "server-name", "extra DNS name or IP `NAME` for the server certificate (repeatable)")
+	fs.StringVar(&o.dir, "dir", defaultDevPKIDir, "directory for the PKI files (created with mode 0700)")
+	fs.IntVar(&o.count, "agents", 0, "number of agent certificates, named 1..N (default 1 when no --agent is given)")
+	fs.BoolVar(&o.force, "force", false, "regenerate the CA, server and every agent, replacing existing files")
+	fs.BoolVar(&o.asJSON, "json", false, "print the result as JSON instead of a table")
+	fs.Var(&o.agents, "agent", "agent `NAME` (repeatable; letters, digits, '.', '_', '-')")
+	fs.Var(&o.serverNames, "server-name", "extra DNS name or IP `NAME` for the server certificate (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), devCertsHelp)
 		fs.PrintDefaults()
 	}
+	return fs
+}
+
+func runDevCerts(args []string, stdout, stderr io.Writer) int {
+	var o devCertsOpts
+	fs := devCertsFlags(&o)
+	fs.SetOutput(stderr)
 	if code, ok := cli.Parse(fs, args, stdout); !ok {
 		return code // flag already printed the error and usage
 	}
+	dir, count, agents, serverNames, force, asJSON := &o.dir, &o.count, o.agents, o.serverNames, &o.force, &o.asJSON
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "forgeyard dev-certs: "+format+"\n", a...)
 		fmt.Fprintln(stderr, "Run 'forgeyard dev-certs --help' for usage.")

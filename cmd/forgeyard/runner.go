@@ -25,15 +25,27 @@ import (
 // identity lifecycle (§20, §224–225), acting directly on the authority the
 // daemons share, so every daemon sees the change (revocations within their
 // revocation poll, default 2 s).
-var runnerCommands = []command{
-	{name: "token", summary: "create, list or revoke one-time enrollment tokens", run: runRunnerToken},
-	{name: "disable", summary: "disable (revoke) a runner: its sessions close on every daemon, reconnects are refused", run: runRunnerDisable},
-	{name: "enable", summary: "re-enable a disabled runner", run: runRunnerEnable},
-	{name: "cert", summary: "list or revoke a runner's certificates (cert list|revoke)", run: runRunnerCert},
-}
-
-func runRunner(args []string, stdout, stderr io.Writer) int {
-	return dispatch("forgeyard runner", runnerCommands, args, stdout, stderr)
+func runnerCommands() []*cli.Command {
+	return []*cli.Command{
+		{Name: "token", Summary: "create, list or revoke one-time enrollment tokens", Sub: []*cli.Command{
+			{Name: "create", Summary: "create a one-time enrollment token (printed once; only its hash is stored)", Run: runTokenCreate,
+				Flags: func() *flag.FlagSet { return tokenCreateFlags(new(tokenCreateOpts)) }},
+			{Name: "list", Summary: "list enrollment tokens (never the secrets)", Run: runTokenList,
+				Flags: func() *flag.FlagSet { return listFlags("forgeyard runner token list", new(listOpts), false) }},
+			{Name: "revoke", Summary: "revoke an unused token by its id", Run: runTokenRevoke,
+				Flags: func() *flag.FlagSet { return tokenRevokeFlags(new(tokenRevokeOpts)) }},
+		}},
+		{Name: "disable", Summary: "disable (revoke) a runner: its sessions close on every daemon, reconnects are refused", Run: runRunnerDisable,
+			Flags: func() *flag.FlagSet { return setRunnerFlags("forgeyard runner disable", new(setRunnerOpts)) }},
+		{Name: "enable", Summary: "re-enable a disabled runner", Run: runRunnerEnable,
+			Flags: func() *flag.FlagSet { return setRunnerFlags("forgeyard runner enable", new(setRunnerOpts)) }},
+		{Name: "cert", Summary: "list or revoke a runner's certificates", Sub: []*cli.Command{
+			{Name: "list", Summary: "list a runner's issued certificates", Run: runCertList,
+				Flags: func() *flag.FlagSet { return listFlags("forgeyard runner cert list", new(listOpts), true) }},
+			{Name: "revoke", Summary: "revoke a certificate by serial: sessions using it close on every daemon", Run: runCertRevoke,
+				Flags: func() *flag.FlagSet { return certRevokeFlags(new(certRevokeOpts)) }},
+		}},
+	}
 }
 
 // authorityFlags selects the authority: a daemon configuration file, or
@@ -48,7 +60,26 @@ func (a *authorityFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.dsnFile, "postgres-dsn-file", "", "`file` holding the PostgreSQL DSN (instead of --config)")
 }
 
-func (a *authorityFlags) open(ctx context.Context) (authority.Authority, authority.Identities, error) {
+// open opens the selected authority, which must exist: a missing file,
+// mistyped path or conflicting flags are configuration errors (ExitUsage),
+// an authority that exists but cannot be opened (PostgreSQL down, a
+// corrupt database) a runtime failure (ExitFail). code is the exit status
+// to return with err.
+func (a *authorityFlags) open(ctx context.Context) (au authority.Authority, ids authority.Identities, code int, err error) {
+	au, ids, err = a.openAuthority(ctx)
+	var oe *openError
+	if errors.As(err, &oe) {
+		return nil, nil, exitFail, oe.err
+	}
+	return au, ids, exitUsage, err
+}
+
+// openError is a failure to open an authority that exists.
+type openError struct{ err error }
+
+func (e *openError) Error() string { return e.err.Error() }
+
+func (a *authorityFlags) openAuthority(ctx context.Context) (authority.Authority, authority.Identities, error) {
 	var ac config.AuthorityConfig
 	switch {
 	case a.configFile != "" && (a.sqlite != "" || a.dsnFile != ""):
@@ -73,9 +104,14 @@ func (a *authorityFlags) open(ctx context.Context) (authority.Authority, authori
 			return nil, nil, fmt.Errorf("authority.sqlite %q: %w (the daemon creates it on its first start; check the path)", ac.SQLite, err)
 		}
 	}
+	if ac.SQLite == "" && ac.PostgresDSNFile != "" {
+		if _, err := os.Stat(ac.PostgresDSNFile); err != nil {
+			return nil, nil, fmt.Errorf("authority.postgres_dsn_file %q: %w", ac.PostgresDSNFile, err)
+		}
+	}
 	au, err := daemonsetup.OpenAuthority(ctx, ac)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, &openError{err}
 	}
 	ids := authority.IdentitiesOf(au)
 	if ids == nil {
@@ -85,54 +121,67 @@ func (a *authorityFlags) open(ctx context.Context) (authority.Authority, authori
 	return au, ids, nil
 }
 
-// parseFlags parses args; it returns -1 to continue, or an exit code.
-func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) int {
-	if code, ok := cli.Parse(fs, args, stdout); !ok {
+// parseFlags parses args (flags only); it returns -1 to continue, or an
+// exit code.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) int {
+	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, fs.Name()); !ok {
 		return code
 	}
 	return -1
 }
 
-func runRunnerToken(args []string, stdout, stderr io.Writer) int {
-	cmds := []command{
-		{name: "create", summary: "create a one-time enrollment token (printed once; only its hash is stored)", run: runTokenCreate},
-		{name: "list", summary: "list enrollment tokens (never the secrets)", run: runTokenList},
-		{name: "revoke", summary: "revoke an unused token by its id", run: runTokenRevoke},
+// openAuthority opens af's authority for prog; on failure it prints why
+// and returns the exit code (au nil).
+func openAuthority(prog string, af *authorityFlags, stderr io.Writer) (authority.Authority, authority.Identities, int) {
+	au, ids, code, err := af.open(context.Background())
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		return nil, nil, code
 	}
-	return dispatch("forgeyard runner token", cmds, args, stdout, stderr)
+	return au, ids, exitOK
+}
+
+type tokenCreateOpts struct {
+	af     authorityFlags
+	name   string
+	ttl    time.Duration
+	labels stringList
+}
+
+func tokenCreateFlags(o *tokenCreateOpts) *flag.FlagSet {
+	fs := flag.NewFlagSet("forgeyard runner token create", flag.ContinueOnError)
+	o.af.register(fs)
+	fs.StringVar(&o.name, "name", "", "intended runner `name` (the certificate's common name)")
+	fs.DurationVar(&o.ttl, "ttl", trust.DefaultTokenTTL, "how long the token stays usable")
+	fs.Var(&o.labels, "label", "intended runner `label`, repeatable")
+	return fs
 }
 
 func runTokenCreate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("forgeyard runner token create", flag.ContinueOnError)
+	var o tokenCreateOpts
+	fs := tokenCreateFlags(&o)
 	fs.SetOutput(stderr)
-	var af authorityFlags
-	af.register(fs)
-	name := fs.String("name", "", "intended runner `name` (the certificate's common name)")
-	ttl := fs.Duration("ttl", trust.DefaultTokenTTL, "how long the token stays usable")
-	var labels stringList
-	fs.Var(&labels, "label", "intended runner `label`, repeatable")
-	if c := parseFlags(fs, args, stdout); c >= 0 {
+	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
 		return c
 	}
-	if *ttl <= 0 || *ttl > 30*24*time.Hour {
+	if o.ttl <= 0 || o.ttl > 30*24*time.Hour {
 		fmt.Fprintln(stderr, "forgeyard runner token create: --ttl must be between 1s and 720h")
 		return exitUsage
 	}
-	ctx := context.Background()
-	au, ids, err := af.open(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner token create: %v\n", err)
-		return exitUsage
+	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
+	if au == nil {
+		return code
 	}
 	defer au.Close()
+	ctx := context.Background()
 	tok, err := trust.NewEnrollmentToken()
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner token create: %v\n", err)
 		return exitFail
 	}
 	now := time.Now().UTC()
-	rec := authority.EnrollmentToken{Hash: trust.HashEnrollmentToken(tok), ID: trust.EnrollmentTokenID(tok), Name: *name,
-		Labels: labels, CreatedAt: now, ExpiresAt: now.Add(*ttl)}
+	rec := authority.EnrollmentToken{Hash: trust.HashEnrollmentToken(tok), ID: trust.EnrollmentTokenID(tok), Name: o.name,
+		Labels: o.labels, CreatedAt: now, ExpiresAt: now.Add(o.ttl)}
 	if err := ids.CreateEnrollmentToken(ctx, rec); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner token create: %v\n", err)
 		return exitFail
@@ -142,70 +191,120 @@ func runTokenCreate(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// listOpts are the flags of the listings: the authority, --json and,
+// for cert list, --runner.
+type listOpts struct {
+	af     authorityFlags
+	asJSON bool
+	runner string
+}
+
+func listFlags(name string, o *listOpts, withRunner bool) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	o.af.register(fs)
+	fs.BoolVar(&o.asJSON, "json", false, "print JSON instead of a table")
+	if withRunner {
+		fs.StringVar(&o.runner, "runner", "", "RunnerId (ULID)")
+	}
+	return fs
+}
+
+// tokenJSON is one row of `runner token list --json`.
+type tokenJSON struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Labels    []string  `json:"labels"`
+	State     string    `json:"state"` // unused, used, revoked, expired
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	UsedAt    time.Time `json:"used_at,omitzero"`
+	Runner    string    `json:"runner,omitempty"`
+}
+
 func runTokenList(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("forgeyard runner token list", flag.ContinueOnError)
+	var o listOpts
+	fs := listFlags("forgeyard runner token list", &o, false)
 	fs.SetOutput(stderr)
-	var af authorityFlags
-	af.register(fs)
-	if c := parseFlags(fs, args, stdout); c >= 0 {
+	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
 		return c
 	}
-	ctx := context.Background()
-	au, ids, err := af.open(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner token list: %v\n", err)
-		return exitUsage
+	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
+	if au == nil {
+		return code
 	}
 	defer au.Close()
-	toks, err := ids.EnrollmentTokens(ctx, 1000)
+	toks, err := ids.EnrollmentTokens(context.Background(), 1000)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner token list: %v\n", err)
 		return exitFail
 	}
 	now := time.Now()
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tEXPIRES\tRUNNER")
+	rows := make([]tokenJSON, 0, len(toks))
 	for _, t := range toks {
-		state, runner := "unused", "-"
+		r := tokenJSON{ID: t.ID, Name: t.Name, Labels: t.Labels, State: "unused", CreatedAt: t.CreatedAt.UTC(), ExpiresAt: t.ExpiresAt.UTC()}
+		if r.Labels == nil {
+			r.Labels = []string{}
+		}
 		switch {
 		case !t.UsedAt.IsZero():
-			state, runner = "used "+t.UsedAt.Format(time.RFC3339), t.Runner.String()
+			r.State, r.UsedAt, r.Runner = "used", t.UsedAt.UTC(), t.Runner.String()
 		case t.Revoked:
-			state = "revoked"
+			r.State = "revoked"
 		case !t.ExpiresAt.After(now):
-			state = "expired"
+			r.State = "expired"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, state, t.ExpiresAt.Format(time.RFC3339), runner)
+		rows = append(rows, r)
+	}
+	if o.asJSON {
+		printJSON(stdout, rows)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tEXPIRES\tRUNNER")
+	for _, r := range rows {
+		state, runner := r.State, "-"
+		if r.State == "used" {
+			state, runner = "used "+r.UsedAt.Format(time.RFC3339), r.Runner
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, state, r.ExpiresAt.Format(time.RFC3339), runner)
 	}
 	tw.Flush()
 	return exitOK
 }
 
-func runTokenRevoke(args []string, stdout, stderr io.Writer) int {
+type tokenRevokeOpts struct {
+	af authorityFlags
+	id string
+}
+
+func tokenRevokeFlags(o *tokenRevokeOpts) *flag.FlagSet {
 	fs := flag.NewFlagSet("forgeyard runner token revoke", flag.ContinueOnError)
+	o.af.register(fs)
+	fs.StringVar(&o.id, "id", "", "token `id` (from token create or token list)")
+	return fs
+}
+
+func runTokenRevoke(args []string, stdout, stderr io.Writer) int {
+	var o tokenRevokeOpts
+	fs := tokenRevokeFlags(&o)
 	fs.SetOutput(stderr)
-	var af authorityFlags
-	af.register(fs)
-	id := fs.String("id", "", "token `id` (from token create or token list)")
-	if c := parseFlags(fs, args, stdout); c >= 0 {
+	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
 		return c
 	}
-	if *id == "" {
+	if o.id == "" {
 		fmt.Fprintln(stderr, "forgeyard runner token revoke: --id is required")
 		return exitUsage
 	}
-	ctx := context.Background()
-	au, ids, err := af.open(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner token revoke: %v\n", err)
-		return exitUsage
+	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
+	if au == nil {
+		return code
 	}
 	defer au.Close()
-	if err := ids.RevokeEnrollmentToken(ctx, *id, time.Now()); err != nil {
+	if err := ids.RevokeEnrollmentToken(context.Background(), o.id, time.Now()); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner token revoke: %v\n", err)
 		return exitFail
 	}
-	fmt.Fprintf(stdout, "token %s revoked\n", *id)
+	fmt.Fprintf(stdout, "token %s revoked\n", o.id)
 	return exitOK
 }
 
@@ -226,33 +325,41 @@ func runRunnerEnable(args []string, stdout, stderr io.Writer) int {
 	return setRunner("enable", true, args, stdout, stderr)
 }
 
+type setRunnerOpts struct {
+	af             authorityFlags
+	runner, reason string
+}
+
+func setRunnerFlags(prog string, o *setRunnerOpts) *flag.FlagSet {
+	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
+	o.af.register(fs)
+	fs.StringVar(&o.runner, "runner", "", "RunnerId (ULID)")
+	fs.StringVar(&o.reason, "reason", "", "reason, recorded and shown to the runner's operator")
+	return fs
+}
+
 func setRunner(verb string, enabled bool, args []string, stdout, stderr io.Writer) int {
 	prog := "forgeyard runner " + verb
-	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
+	var o setRunnerOpts
+	fs := setRunnerFlags(prog, &o)
 	fs.SetOutput(stderr)
-	var af authorityFlags
-	af.register(fs)
-	runnerFlag := fs.String("runner", "", "RunnerId (ULID)")
-	reason := fs.String("reason", "", "reason, recorded and shown to the runner's operator")
-	if c := parseFlags(fs, args, stdout); c >= 0 {
+	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
 		return c
 	}
-	runner, err := parseRunner(*runnerFlag)
+	runner, err := parseRunner(o.runner)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
 		return exitUsage
 	}
-	if !enabled && *reason == "" {
-		*reason = "disabled by an operator"
+	if !enabled && o.reason == "" {
+		o.reason = "disabled by an operator"
 	}
-	ctx := context.Background()
-	au, _, err := af.open(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
-		return exitUsage
+	au, _, code := openAuthority(prog, &o.af, stderr)
+	if au == nil {
+		return code
 	}
 	defer au.Close()
-	if err := au.SetRunnerEnabled(ctx, runner, enabled, *reason, time.Now()); err != nil {
+	if err := au.SetRunnerEnabled(context.Background(), runner, enabled, o.reason, time.Now()); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
 		return exitFail
 	}
@@ -264,39 +371,44 @@ func setRunner(verb string, enabled bool, args []string, stdout, stderr io.Write
 	return exitOK
 }
 
-func runRunnerCert(args []string, stdout, stderr io.Writer) int {
-	cmds := []command{
-		{name: "list", summary: "list a runner's issued certificates", run: runCertList},
-		{name: "revoke", summary: "revoke a certificate by serial: sessions using it close on every daemon", run: runCertRevoke},
-	}
-	return dispatch("forgeyard runner cert", cmds, args, stdout, stderr)
+// certJSON is one row of `runner cert list --json`.
+type certJSON struct {
+	Serial   string    `json:"serial"`
+	IssuedAt time.Time `json:"issued_at"`
+	NotAfter time.Time `json:"not_after"`
+	Revoked  bool      `json:"revoked"`
+	Reason   string    `json:"reason,omitempty"`
 }
 
 func runCertList(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("forgeyard runner cert list", flag.ContinueOnError)
+	var o listOpts
+	fs := listFlags("forgeyard runner cert list", &o, true)
 	fs.SetOutput(stderr)
-	var af authorityFlags
-	af.register(fs)
-	runnerFlag := fs.String("runner", "", "RunnerId (ULID)")
-	if c := parseFlags(fs, args, stdout); c >= 0 {
+	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
 		return c
 	}
-	runner, err := parseRunner(*runnerFlag)
+	runner, err := parseRunner(o.runner)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner cert list: %v\n", err)
 		return exitUsage
 	}
-	ctx := context.Background()
-	au, ids, err := af.open(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner cert list: %v\n", err)
-		return exitUsage
+	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
+	if au == nil {
+		return code
 	}
 	defer au.Close()
-	certs, err := ids.Certificates(ctx, runner)
+	certs, err := ids.Certificates(context.Background(), runner)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner cert list: %v\n", err)
 		return exitFail
+	}
+	if o.asJSON {
+		rows := make([]certJSON, 0, len(certs))
+		for _, c := range certs {
+			rows = append(rows, certJSON{Serial: c.Serial, IssuedAt: c.IssuedAt.UTC(), NotAfter: c.NotAfter.UTC(), Revoked: c.Revoked, Reason: c.Reason})
+		}
+		printJSON(stdout, rows)
+		return exitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERIAL\tISSUED\tNOT AFTER\tSTATE")
@@ -311,31 +423,39 @@ func runCertList(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func runCertRevoke(args []string, stdout, stderr io.Writer) int {
+type certRevokeOpts struct {
+	af             authorityFlags
+	serial, reason string
+}
+
+func certRevokeFlags(o *certRevokeOpts) *flag.FlagSet {
 	fs := flag.NewFlagSet("forgeyard runner cert revoke", flag.ContinueOnError)
+	o.af.register(fs)
+	fs.StringVar(&o.serial, "serial", "", "certificate serial (hex, from cert list)")
+	fs.StringVar(&o.reason, "reason", "revoked by an operator", "reason, recorded")
+	return fs
+}
+
+func runCertRevoke(args []string, stdout, stderr io.Writer) int {
+	var o certRevokeOpts
+	fs := certRevokeFlags(&o)
 	fs.SetOutput(stderr)
-	var af authorityFlags
-	af.register(fs)
-	serial := fs.String("serial", "", "certificate serial (hex, from cert list)")
-	reason := fs.String("reason", "revoked by an operator", "reason, recorded")
-	if c := parseFlags(fs, args, stdout); c >= 0 {
+	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
 		return c
 	}
-	if *serial == "" {
+	if o.serial == "" {
 		fmt.Fprintln(stderr, "forgeyard runner cert revoke: --serial is required")
 		return exitUsage
 	}
-	ctx := context.Background()
-	au, ids, err := af.open(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner cert revoke: %v\n", err)
-		return exitUsage
+	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
+	if au == nil {
+		return code
 	}
 	defer au.Close()
-	if err := ids.RevokeCertificate(ctx, *serial, *reason, time.Now()); err != nil {
+	if err := ids.RevokeCertificate(context.Background(), o.serial, o.reason, time.Now()); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner cert revoke: %v\n", err)
 		return exitFail
 	}
-	fmt.Fprintf(stdout, "certificate %s revoked: sessions using it close on every daemon within the revocation poll; reconnects with it are refused\n", *serial)
+	fmt.Fprintf(stdout, "certificate %s revoked: sessions using it close on every daemon within the revocation poll; reconnects with it are refused\n", o.serial)
 	return exitOK
 }

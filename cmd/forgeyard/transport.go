@@ -27,15 +27,17 @@ const DefaultAdmin = "http://127.0.0.1:9464"
 const AdminEnv = "FORGEYARD_ADMIN"
 
 // transportCommands are the `forgeyard transport` subcommands.
-var transportCommands = []command{
-	{name: "status", summary: "daemon transport status: listeners, certificate, connections, authority", run: runTransportStatus},
-	{name: "sessions", summary: "connected agents: runner, backend, protocol, last heartbeat", run: runTransportSessions},
-	{name: "protocols", summary: "protocol versions and features: supported, configured, in use", run: runTransportProtocols},
-	{name: "doctor", summary: "check the daemon side and say what to fix", run: runTransportDoctor},
-}
-
-func runTransport(args []string, stdout, stderr io.Writer) int {
-	return dispatch("forgeyard transport", transportCommands, args, stdout, stderr)
+func transportCommands() []*cli.Command {
+	leaf := func(name, summary, help string, run func([]string, io.Writer, io.Writer) int) *cli.Command {
+		return &cli.Command{Name: name, Summary: summary, Run: run, Synopsis: "[--admin URL] [--token-file FILE] [--json]",
+			Flags: func() *flag.FlagSet { return newAdminFlagSet(name, help, new(adminFlags), io.Discard) }}
+	}
+	return []*cli.Command{
+		leaf("status", "daemon transport status: listeners, certificate, connections, authority", statusHelp, runTransportStatus),
+		leaf("sessions", "connected agents: runner, backend, protocol, last heartbeat", sessionsHelp, runTransportSessions),
+		leaf("protocols", "protocol versions and features: supported, configured, in use", protocolsHelp, runTransportProtocols),
+		leaf("doctor", "check the daemon side and say what to fix", doctorHelp, runTransportDoctor),
+	}
 }
 
 // adminFlags are the flags every transport subcommand takes.
@@ -129,9 +131,24 @@ func runTransportStatus(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// daemonName is how status shows the daemon: its id, else its host (and
+// how to name it), else that it is unnamed.
+func daemonName(st *adminapi.Status) string {
+	switch {
+	case st.Daemon != "":
+		return st.Daemon
+	case st.Host != "":
+		return st.Host + " (no id configured: set key id)"
+	}
+	return "unnamed (no id configured: set key id)"
+}
+
 func writeStatus(w io.Writer, st *adminapi.Status, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "DAEMON\t%s\n", tablefmt.Dash(st.Daemon))
+	fmt.Fprintf(tw, "DAEMON\t%s\n", daemonName(st))
+	if st.Version != "" {
+		fmt.Fprintf(tw, "VERSION\t%s\n", st.Version)
+	}
 	fmt.Fprintf(tw, "STATUS\t%s\n", st.Status)
 	for _, p := range st.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)

@@ -49,8 +49,12 @@ type Status struct {
 	Status    telemetry.HealthStatus `json:"status"`
 	Problems  []string               `json:"problems,omitempty"`
 	CheckedAt time.Time              `json:"checked_at"`
-	// Daemon is the daemon's id (config key id).
-	Daemon    string    `json:"daemon"`
+	// Daemon is the daemon's id (config key id), "" when none is set.
+	Daemon string `json:"daemon"`
+	// Host is the daemon's host name; Version its build's module version
+	// (internal/buildinfo).
+	Host      string    `json:"host,omitempty"`
+	Version   string    `json:"version,omitempty"`
 	StartedAt time.Time `json:"started_at"`
 	// Draining: the daemon is shutting down and sending GoAway to agents.
 	Draining    bool                  `json:"draining"`

@@ -109,3 +109,17 @@ func LoadConfig[C any, P interface {
 	}
 	return cfg, nil
 }
+
+// ExitCodeOf is the exit status of a command that failed with err:
+// ExitUsage for a configuration error (config.IsInvalid: an invalid key, a
+// configured file that is missing or unusable, a credential trust
+// refused), ExitFail for anything else, ExitOK for nil.
+func ExitCodeOf(err error) int {
+	switch {
+	case err == nil:
+		return ExitOK
+	case config.IsInvalid(err):
+		return ExitUsage
+	}
+	return ExitFail
+}

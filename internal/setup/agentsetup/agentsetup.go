@@ -47,7 +47,7 @@ func LoadCredential(cp config.ControlPlane) (*Credential, error) {
 	c := cp.Credential
 	client, err := trust.ClientConfig(trust.ClientFiles{CertFile: c.Certificate, KeyFile: c.PrivateKey, CAFile: c.CA, ServerName: cp.ServerName})
 	if err != nil {
-		return nil, err
+		return nil, config.WithTrustKeys(err, config.AgentCredentialKeys)
 	}
 	if len(client.Certificates) != 1 {
 		return nil, errors.New("control_plane.credential: no client certificate loaded")

@@ -56,9 +56,9 @@ func TestDevCredentialsAndTLS(t *testing.T) {
 	if err := cred.Leaf.CheckSignature(x509.ECDSAWithSHA256, []byte("x"), sig); err != nil {
 		t.Errorf("signature does not verify with the leaf: %v", err)
 	}
-	// Wrong file: names the field.
+	// Wrong file: names the configuration key (not the Go field).
 	cp.Credential.PrivateKey = stls.PrivateKey
-	if _, err := LoadCredential(cp); err == nil || !strings.Contains(err.Error(), "KeyFile") {
+	if _, err := LoadCredential(cp); err == nil || !strings.Contains(err.Error(), "control_plane.credential.private_key") || strings.Contains(err.Error(), "KeyFile") {
 		t.Errorf("mismatched key: %v", err)
 	}
 }

@@ -30,11 +30,11 @@ const maxDSNFile = 64 << 10
 func RunnerCAs(path string) (*x509.CertPool, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("tls.client_ca: %w", err)
+		return nil, config.Invalid(fmt.Errorf("tls.client_ca: %w", err))
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("tls.client_ca %q: no PEM certificate", path)
+		return nil, config.Invalid(fmt.Errorf("tls.client_ca %q: no PEM certificate", path))
 	}
 	return pool, nil
 }
@@ -50,7 +50,7 @@ func OpenAuthority(ctx context.Context, a config.AuthorityConfig) (authority.Aut
 	}
 	dsn, err := readSmallFile(a.PostgresDSNFile, maxDSNFile)
 	if err != nil {
-		return nil, fmt.Errorf("authority.postgres_dsn_file: %w", err)
+		return nil, config.Invalid(fmt.Errorf("authority.postgres_dsn_file: %w", err))
 	}
 	au, err := authority.OpenPostgres(ctx, strings.TrimSpace(dsn))
 	if err != nil {
@@ -113,7 +113,7 @@ func Identity(e config.Enrollment, tlsConf *tls.Config) (daemon.IdentityConfig, 
 	}
 	is, err := trust.LoadIssuer(e.IssuerCertificate, e.IssuerPrivateKey, e.CertificateValidity.Duration)
 	if err != nil {
-		return ic, fmt.Errorf("enrollment: %w", err)
+		return ic, config.WithTrustKeys(err, config.EnrollmentKeys)
 	}
 	ic.Issuer = is
 	tlsConf.ClientAuth = tls.VerifyClientCertIfGiven

@@ -38,7 +38,7 @@ const (
 func RelayUpstreamTLS(u config.RelayUpstream) (*tls.Config, error) {
 	tc, err := trust.ClientConfig(trust.ClientFiles{CertFile: u.Certificate, KeyFile: u.PrivateKey, CAFile: u.CA, ServerName: u.ServerName})
 	if err != nil {
-		return nil, fmt.Errorf("upstream: %w", err)
+		return nil, config.WithTrustKeys(err, config.RelayUpstreamKeys)
 	}
 	if len(tc.Certificates) == 1 {
 		leaf := tc.Certificates[0].Leaf

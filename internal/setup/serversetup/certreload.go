@@ -85,7 +85,7 @@ func NewCertReloader(certFile, keyFile string, log *slog.Logger) (*CertReloader,
 	r.stamp = [2]fileStamp{stampOf(certFile), stampOf(keyFile)}
 	creds, err := trust.LoadServerCredentials(certFile, keyFile)
 	if err != nil {
-		return nil, err
+		return nil, config.WithTrustKeys(err, config.ServerTLSKeys)
 	}
 	r.creds = creds
 	return r, nil

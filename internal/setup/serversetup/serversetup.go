@@ -28,9 +28,10 @@ import (
 // ServerTLS builds the daemon's mTLS server configuration (client
 // certificates required and verified against tls.client_ca).
 func ServerTLS(c config.ServerTLS) (*tls.Config, error) {
-	return trust.ServerConfig(trust.ServerFiles{
+	tc, err := trust.ServerConfig(trust.ServerFiles{
 		CertFile: c.Certificate, KeyFile: c.PrivateKey, ClientCAFile: c.ClientCA, RequireClientCert: true,
 	})
+	return tc, config.WithTrustKeys(err, config.ServerTLSKeys)
 }
 
 // ResetKey returns the QUIC stateless reset key of a server's listeners
