@@ -91,6 +91,9 @@ type Daemon struct {
 	idst  identityStats // enroll.go
 	// hard: admission control, rate-limit counters (admission.go).
 	hard hardening
+	// peers: what signing workers and device agents registered with, and
+	// the device reservations (peers.go, sign.go, device.go).
+	peers peerTable
 }
 
 type wint = wire.AgentSessionId
