@@ -111,13 +111,17 @@ func (c *conn) call(ctx context.Context, m wire.Message) (*wire.Envelope, error)
 	}
 	timeout := c.d.timing.RequestTimeout
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = max(time.Until(dl), time.Millisecond)
+		// ctx decides: the channel's own timer only backs it up.
+		timeout = max(time.Until(dl), 0) + time.Second
 	}
 	o := control.Out{Msg: m}
 	if c.traced() {
 		o.Trace, o.HasTrace = telemetry.Inject(ctx)
 	}
 	env, err := ch.Call(ctx, o, timeout)
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	var we *wire.WireErrorV1
 	if errors.As(err, &we) {
 		return nil, we
