@@ -86,7 +86,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 // daemon routes each request to the worker advertising the key; the
 // signatures verify with the keys' public keys.
 func TestSignEndToEnd(t *testing.T) {
-	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
 		sw := newSignWorld(t, b)
 		for _, ref := range []string{"release-ed25519", "attest-p256"} {
 			req := sw.request(ref)
@@ -115,7 +115,7 @@ func TestSignEndToEnd(t *testing.T) {
 // TestSignRefusals: requests the worker's policy does not allow come back
 // as SignRefusedError with the stable code, and nothing is signed.
 func TestSignRefusals(t *testing.T) {
-	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
 		sw := newSignWorld(t, b)
 		_, stranger, _ := ed25519.GenerateKey(rand.Reader)
 		cases := []struct {
@@ -176,7 +176,7 @@ func TestSignRefusals(t *testing.T) {
 // TestSignDeadline: Sign waits for the worker's answer until ctx's
 // deadline, and no longer.
 func TestSignDeadline(t *testing.T) {
-	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
 		w := enginetest.NewWorld(t, b)
 		id := w.NewIdentity()
 		release := make(chan struct{})
@@ -212,7 +212,7 @@ func TestSignDeadline(t *testing.T) {
 // worker answers every execution message and the device family with
 // RoleForbidden, and signs nothing; the daemon offers it no lease.
 func TestSigningWorkerRefusesExecutionMessages(t *testing.T) {
-	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
+	enginetest.DataBackends(t, func(t *testing.T, b enginetest.Backend) {
 		sw := newSignWorld(t, b)
 		samples := map[wire.MessageTypeId]wire.Message{}
 		for _, m := range registry.Samples() {
