@@ -383,7 +383,7 @@ func openLog(ctx context.Context, conn *semantics.Conn, proto wire.ProtocolVersi
 		return nil, err
 	}
 	w := &logWriter{s: s, now: now, proto: proto}
-	hdr := &wlogs.LogStreamHeaderV1{Attempt: wire.JobAttemptId{ULID: lease.ULID}, Lease: lease, FirstSeq: 1, Encoding: wlogs.LogEncodingRaw}
+	hdr := &wlogs.LogStreamHeaderV1{Attempt: wire.JobAttemptId(lease), Lease: lease, FirstSeq: 1, Encoding: wlogs.LogEncodingRaw}
 	if err := s.WriteEnvelope(&wire.Envelope{Protocol: proto, MessageID: wire.NewMessageId(), SentAtMs: uint64(now().UnixMilli()), Payload: hdr}); err != nil {
 		s.CancelWrite(semantics.StreamCancelled)
 		return nil, err
