@@ -118,10 +118,20 @@ type runKey struct {
 }
 
 type deviceRun struct {
-	log      io.Writer
-	attached bool
-	bytes    int64
+	attached bool          // under reservations.mu
+	bytes    int64         // under reservations.mu
 	done     chan struct{} // closed when the log stream ended
+	logMu    sync.Mutex
+	log      io.Writer // nil once RunDeviceTest returned: late frames are dropped
+}
+
+// write passes p to the run's Log while RunDeviceTest waits for it.
+func (r *deviceRun) write(p []byte) {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	if r.log != nil {
+		_, _ = r.log.Write(p)
+	}
 }
 
 func (r *reservations) init() {
@@ -289,6 +299,9 @@ func (d *Daemon) RunDeviceTest(ctx context.Context, res DeviceReservation, t Dev
 		p.mu.Lock()
 		delete(p.runs, rk)
 		p.mu.Unlock()
+		run.logMu.Lock()
+		run.log = nil // the host's writer is not written after we return
+		run.logMu.Unlock()
 	}()
 	env, err := c.call(ctx, m)
 	if err != nil {
@@ -414,9 +427,7 @@ func (c *conn) serveDeviceLog(rs *semantics.RecvStream) {
 			rs.CancelRead(semantics.StreamProtocolError)
 			return
 		}
-		if run.log != nil {
-			_, _ = run.log.Write(f.Bytes)
-		}
+		run.write(f.Bytes)
 		p.mu.Lock()
 		run.bytes += int64(len(f.Bytes))
 		p.mu.Unlock()

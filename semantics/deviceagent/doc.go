@@ -19,7 +19,9 @@
 // stream (§43) whose LogStreamHeaderV1 names the reservation's lease (its
 // attempt is the lease's ULID: a device run has no job attempt of its own),
 // raw LogFrameV1 frames, closed before the RunTestResultV1 is sent. Runs
-// answered Ok, Failed or Timeout always stream a log, possibly empty.
+// answered Ok, Failed or Timeout always stream a log, possibly empty (the
+// daemon waits for it); when the log stream cannot be opened the suite is
+// not run and the answer is NotFound.
 //
 // SimDriver is a simulated driver for tests and the demo: devices appear
 // and disappear (Add, Remove), an installed artifact is a text file of
