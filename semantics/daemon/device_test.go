@@ -66,7 +66,7 @@ func newDeviceWorld(t *testing.T, b enginetest.Backend) *deviceWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _, _ := w.StartAgent(dw.id, nil, func(c *agent.Config) { *c = da.AgentConfig(*c) })
+	a, _, _ := w.StartAgent(dw.id, nil, tolerantPeer, func(c *agent.Config) { *c = da.AgentConfig(*c) })
 	enginetest.AwaitConnected(t, a)
 	return dw
 }
