@@ -188,6 +188,7 @@ type report struct {
 	DaemonWT                  string // WebTransport listener ("" when no agent uses it)
 	Relay                     string // the relay's TLS+yamux listener ("" without a relay agent)
 	RelayStats                relay.Stats
+	Roles                     rolesReport // the signing worker and the device agent (roles.go)
 	Agents                    []agentReport
 	Stats                     daemon.Stats
 	Attempts                  int            // accepted attempts
@@ -758,6 +759,14 @@ func runDemo(parent context.Context, p params) (*report, error) {
 			agents[0].name, bigOutputSize>>20, float64(cut)/(1<<20), cs.ResumedUploads, float64(cs.ResumedPrefixBytes)/(1<<20))
 	}
 
+	// 6b. The other peer roles (§191): a signing worker and a device agent
+	// (roles.go).
+	rr, err := runRoles(ctx, p, pki, d, rep.DaemonQUIC, fstore, payload, log)
+	rep.Roles = rr
+	if err != nil {
+		return rep, fmt.Errorf("signing worker / device agent: %w", err)
+	}
+
 	// 7. Collect, stop, check the authority and the data plane.
 	rep.Stats = d.Stats()
 	if rl != nil {
@@ -837,6 +846,8 @@ func runDemo(parent context.Context, p params) (*report, error) {
 		rep.Failure = rep.Data.Failure
 	case len(wrongPath) > 0:
 		rep.Failure = strings.Join(wrongPath, "; ")
+	case rep.Roles.Failure != "":
+		rep.Failure = rep.Roles.Failure
 	default:
 		rep.Pass = true
 	}

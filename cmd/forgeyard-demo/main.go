@@ -17,9 +17,17 @@
 //     completions and before the ack can reach it: the agent reconnects
 //     under the same agent session, resyncs, retries the completion with
 //     the same MessageId and gets DuplicateAccepted;
-//  6. prints a summary (each agent's backend, path and the transport the
+//  6. shows the two other peer roles (§191, roles.go): a signing worker
+//     signs a digest over the payload with a 0600 file key once its policy
+//     proof verifies (and refuses one the policy authority did not attest),
+//     and a device agent with a simulated phone is discovered, reserved,
+//     installs an artifact from the daemon's CAS, runs a test suite whose
+//     log streams in live, and is reset (the old reservation is then
+//     refused);
+//  7. prints a summary (each agent's backend, path and the transport the
 //     daemon saw) and checks the authority: the exit status is 0 only if
-//     every accepted attempt completed exactly once.
+//     every accepted attempt completed exactly once (and the signature and
+//     the device run checked out).
 //
 // Flags (all optional): -agents, -leases, -dir, -v (daemon and agent logs
 // to stderr).

@@ -31,7 +31,9 @@ func TestDemoSmall(t *testing.T) {
 	s := out.String()
 	for _, want := range []string{"Authority check: 8/8 accepted attempts completed exactly once — PASS", "DuplicateAccepted 1", "(cut)", "quic", "relay+yamux", "→ relay 127.0.0.1:", "(the relay)", "Relay yamux://",
 		"offer → accept", "completion → ack", "cancel delivery", "ended Cancelled",
-		"live log of attempt", "[step 3]", "received cancellation", "Payload (CAS download)", "Cut upload", "stored and verified: true"} {
+		"live log of attempt", "[step 3]", "received cancellation", "Payload (CAS download)", "Cut upload", "stored and verified: true",
+		"device log | PASS checkout", "signature verified: true; unattested request refused: bad-attestation",
+		"suite smoke 3 passed, 0 failed, 5 log lines streamed; stale reservation refused: true"} {
 		if !strings.Contains(s, want) && !(want == "DuplicateAccepted 1" && strings.Contains(s, "DuplicateAccepted ")) {
 			t.Errorf("summary lacks %q:\n%s", want, s)
 		}

@@ -107,6 +107,14 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(tw, "Cut upload\t%d MiB output cut at %.1f MiB; resumed %d time(s) from the verified prefix, %.1f MiB not re-sent; stored and verified: %v\n",
 			bigOutputSize>>20, float64(dr.CutAt)/(1<<20), dr.Resumed, float64(dr.ResumedPrefix)/(1<<20), dr.BigStored)
 	}
+	if rr := r.Roles; rr.SignedBy != "" {
+		fmt.Fprintf(tw, "Signing worker	key %s signed a digest over the payload; signature verified: %v; unattested request refused: %s\n",
+			rr.SignKey, rr.SignatureVerified, rr.RefusedCode)
+	}
+	if rr := r.Roles; rr.DeviceRunner != "" {
+		fmt.Fprintf(tw, "Device agent	artifact installed from CAS; suite smoke %d passed, %d failed, %d log lines streamed; stale reservation refused: %v\n",
+			rr.DevicePassed, rr.DeviceFailed, rr.DeviceLogLines, rr.StaleRefused)
+	}
 	tw.Flush()
 
 	fmt.Fprintf(w, "\n%-22s %4s %11s %11s\n", "LATENCY (daemon side)", "N", "P50", "P99")

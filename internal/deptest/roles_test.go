@@ -19,6 +19,10 @@ var roleForbidden = map[string][]string{
 		mod + "/semantics/daemon", mod + "/semantics/authority"},
 	"cmd/forgeyard-relay": {"modernc.org/sqlite/", "github.com/jackc/pgx/",
 		mod + "/semantics/daemon", mod + "/semantics/agent", mod + "/semantics/authority"},
+	// The signing worker is an agent endpoint with keys: no database, no
+	// daemon, no authority, no device agent.
+	"cmd/forgeyard-signer": {"modernc.org/sqlite/", "github.com/jackc/pgx/",
+		mod + "/semantics/daemon", mod + "/semantics/authority", mod + "/semantics/deviceagent"},
 }
 
 func forbidden(pkg string, rules []string) bool {
@@ -63,8 +67,10 @@ func chains(graph map[string][]string, root string, rules []string) []string {
 }
 
 // TestRoleDeps checks that forgeyard-agent links neither a database driver
-// nor the daemon or the authority, and forgeyard-relay neither a database
-// driver, nor the authority, nor either engine.
+// nor the daemon or the authority, forgeyard-relay neither a database
+// driver, nor the authority, nor either engine, and forgeyard-signer
+// neither a database driver, nor the daemon, the authority or the device
+// agent.
 func TestRoleDeps(t *testing.T) {
 	for _, cmdDir := range slices.Sorted(maps.Keys(roleForbidden)) {
 		rules := roleForbidden[cmdDir]

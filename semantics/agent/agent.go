@@ -72,6 +72,8 @@ type Agent struct {
 
 	// Secrets delivered for leased attempts (secret.go).
 	sec secretStore
+	// svcSem bounds the Service requests in progress (service.go).
+	svcSem chan struct{}
 
 	st agentStats
 }
@@ -111,7 +113,8 @@ func New(cfg Config) (*Agent, error) {
 		ansRing: make([]wire.LeaseId, 0, answerRetention),
 		fb:      cfg.Fallback.withDefaults(), memory: map[string]remembered{}, changes: map[BackendChange]int64{},
 		hbEvery: 10 * time.Second, renewEvery: 10 * time.Second, maxBackoff: cfg.Backoff.Max,
-		execs: cfg.Role == agentwire.RoleAgent || cfg.Role == agentwire.RoleInternalWorker}
+		execs:  cfg.Role == agentwire.RoleAgent || cfg.Role == agentwire.RoleInternalWorker,
+		svcSem: make(chan struct{}, MaxServiceRequests)}
 	a.classStagger = slices.Clone(a.fb.ClassStagger)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)

@@ -137,8 +137,12 @@ type Config struct {
 	// and MaxParallel.
 	Capabilities agentwire.RunnerCapabilitiesV1
 	Executor     Executor // required for RoleAgent
-	MaxParallel  int      // concurrent attempts; 0 → 1
-	Backoff      Backoff
+	// Service serves the requests of a role that runs no attempts
+	// (RoleSigningWorker, RoleDeviceAgent; service.go); required for
+	// those roles' requests to be answered, refused for the others.
+	Service     Service
+	MaxParallel int // concurrent attempts; 0 → 1
+	Backoff     Backoff
 	// FallbackStagger staggers endpoints of the same Class (a failover
 	// list, e.g. two daemons over QUIC): the i-th fallback within a class
 	// starts FallbackStagger[i-1] (the last entry repeats) after the
@@ -212,6 +216,8 @@ func (c *Config) check() error {
 		return errors.New("agent: Config.Executor is required for this role")
 	case c.Backoff.AuthAfter < 0 || c.Backoff.AuthAfter > 1000:
 		return fmt.Errorf("agent: Config.Backoff.AuthAfter %d out of range (0–1000)", c.Backoff.AuthAfter)
+	case (c.Role == agentwire.RoleAgent || c.Role == agentwire.RoleInternalWorker) && c.Service != nil:
+		return errors.New("agent: Config.Service is for roles that run no attempts (signing worker, device agent)")
 	case c.HeartbeatMisses > 1000:
 		return fmt.Errorf("agent: Config.HeartbeatMisses %d out of range (at most 1000)", c.HeartbeatMisses)
 	case c.MaxParallel < 0 || c.MaxParallel > 0xffff:

@@ -32,5 +32,6 @@
 //   - executor.go: the Executor interface and the synthetic executor
 //   - data.go: the data plane (log spool, payload fetch, outputs); secret.go: secrets
 //   - enroll.go: certificate enrollment and renewal
+//   - service.go: the Service of a role that runs no attempts (signing worker, device agent) and its family filter
 //   - config.go, stats.go: configuration, counters and status
 package agent

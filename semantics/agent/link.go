@@ -83,6 +83,9 @@ func (a *Agent) currentLink() (*link, <-chan struct{}) {
 // handle dispatches a message from the daemon. It runs on the link's read
 // goroutine: never Call here.
 func (a *Agent) handle(l *link, env *wire.Envelope) {
+	if a.handleRole(l, env) { // service.go: roles that run no attempts
+		return
+	}
 	if a.handleData(l, env.Payload) {
 		return
 	}

@@ -18,8 +18,10 @@ import (
 	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wcas "forgeyard.dev/transport/wire/cas"
+	"forgeyard.dev/transport/wire/device"
 	wlogs "forgeyard.dev/transport/wire/logs"
 	"forgeyard.dev/transport/wire/registry"
+	"forgeyard.dev/transport/wire/signing"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -440,6 +442,10 @@ func (c *conn) handle(env *wire.Envelope) {
 	case *admin.AdminAckV1, *agentwire.CancelAckV1:
 		// Admin acks and late cancel acks (their Call already timed out)
 		// need no answer.
+	case *signing.SignResponseV1, *device.DiscoverResultV1, *device.ReserveResultV1, *device.InstallResultV1,
+		*device.RunTestResultV1, *device.ResetResultV1:
+		// Late answers of a signing worker or device agent (sign.go,
+		// device.go): their Call already returned; nothing to answer.
 	case *wire.WireErrorV1:
 		c.logger().Debug("agent reported an error", "code", m.Code, "retry", m.Retry)
 	default:

@@ -20,14 +20,17 @@ import (
 	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wcas "forgeyard.dev/transport/wire/cas"
+	"forgeyard.dev/transport/wire/device"
 	wlogs "forgeyard.dev/transport/wire/logs"
+	"forgeyard.dev/transport/wire/signing"
 )
 
 // SentTypes is every message type the daemon can send to an agent. It is
 // the static list the "daemon cannot send an arbitrary command" test walks
 // (§98): session and lease messages, typed admin commands, errors, and
 // the data plane's acknowledgements (log acks and resume requests, the
-// logs-finalized ack, MissingObjects).
+// logs-finalized ack, MissingObjects); to a signing worker only sign
+// requests, to a device agent only the typed device operations.
 var SentTypes = []wire.MessageTypeId{
 	agentwire.MsgHelloAck, agentwire.MsgRegistrationAccepted, agentwire.MsgRegistrationRejected,
 	agentwire.MsgLeaseOffer, agentwire.MsgLeaseRenewAck, agentwire.MsgCancelAttempt,
@@ -37,6 +40,9 @@ var SentTypes = []wire.MessageTypeId{
 	wlogs.MsgLogAck, wlogs.MsgLogResumeRequest, wlogs.MsgLogsFinalizedAck,
 	wcas.MsgMissingObjects,
 	wire.MsgError,
+	// Only to a signing worker (sign.go) and a device agent (device.go).
+	signing.MsgSignRequest,
+	device.MsgDiscover, device.MsgReserve, device.MsgInstall, device.MsgRunTest, device.MsgReset,
 }
 
 const (
@@ -96,6 +102,9 @@ type Daemon struct {
 	idst  identityStats // enroll.go
 	// hard: admission control, rate-limit counters (admission.go).
 	hard hardening
+	// peers: what signing workers and device agents registered with, and
+	// the device reservations (peers.go, sign.go, device.go).
+	peers peerTable
 }
 
 type wint = wire.AgentSessionId

@@ -183,6 +183,9 @@ func (d *Daemon) authorizeCAS(ctx context.Context, lease wire.LeaseId, obj wire.
 	if c == nil {
 		return cas.ErrForbidden
 	}
+	if c.deviceDataAllowed() {
+		return d.authorizeDeviceCAS(c, lease, obj, access) // device.go: an install's artifact
+	}
 	l, err := c.leaseOf(ctx, lease)
 	switch {
 	case errors.Is(err, ErrDataForbidden):
@@ -221,7 +224,9 @@ func (c *conn) serveStreams(ctx context.Context, sess *cas.Session) {
 			return
 		}
 		k := s.Kind()
-		if sess != nil && (k == wire.StreamCasUpload || k == wire.StreamCasDownload) && c.dataAllowed() && c.admitCasStream() {
+		casOK := (k == wire.StreamCasUpload || k == wire.StreamCasDownload) && c.dataAllowed() ||
+			k == wire.StreamCasDownload && c.deviceDataAllowed() // device.go: an install's artifact
+		if sess != nil && casOK && c.admitCasStream() {
 			go func() {
 				// Streams carry no trace context: a cas.stream span is a root.
 				sctx, sp := c.d.cfg.Tracing.Start(ctx, telemetry.SpanCasStream, telemetry.AttrBackend(c.bc.Backend()))
@@ -242,6 +247,10 @@ func (c *conn) serveUniStreams(ctx context.Context) {
 		rs, err := c.sc.AcceptUniStream(context.Background())
 		if err != nil {
 			return
+		}
+		if rs.Kind() == wire.StreamLog && c.deviceDataAllowed() {
+			go c.serveDeviceLog(rs) // device.go: a test run's log
+			continue
 		}
 		if r != nil && rs.Kind() == wire.StreamLog && c.dataAllowed() {
 			go func() {

@@ -33,6 +33,7 @@
 //   - drain.go: drain, resume and disable a runner; Shutdown with GoAway
 //   - data.go: the data plane (logs, CAS); secret.go: secret delivery
 //   - enroll.go: certificate enrollment, renewal and revocation
+//   - sign.go: Sign, a signature from a signing worker (§99); device.go: the device operations and their fenced reservations (§100); peers.go: the registration labels of those peers
 //   - admission.go, ratelimit.go: admission control and per-connection rates
 //   - config.go, stats.go, result.go, recent.go: configuration, counters, helpers
 package daemon

@@ -8,6 +8,7 @@ import (
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/session"
 	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
 	wcas "forgeyard.dev/transport/wire/cas"
 	wlogs "forgeyard.dev/transport/wire/logs"
 	"forgeyard.dev/transport/wire/registry"
@@ -42,6 +43,12 @@ func TestDaemonCannotSendArbitraryCommand(t *testing.T) {
 			case wlogs.MsgLogAck, wlogs.MsgLogResumeRequest, wlogs.MsgLogsFinalizedAck, wcas.MsgMissingObjects:
 			default:
 				t.Errorf("%s: daemon sends data-plane message", mi.Name)
+			}
+		case wire.FamilySigning, wire.FamilyDevice:
+			// Typed requests to the roles that serve them, never to an
+			// execution agent: a digest to sign, a device operation.
+			if session.Allowed(agentwire.RoleAgent, typ) {
+				t.Errorf("%s: an execution agent may be sent it", mi.Name)
 			}
 		default:
 			t.Errorf("%s: daemon sends family %s", mi.Name, typ.Family())

@@ -240,6 +240,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	if h := d.cfg.Hooks.OnRegistered; h != nil {
 		h(c.info())
 	}
+	d.peers.note(c, m.Capabilities) // peers.go: how signing workers advertise their keys
 	if h := d.cfg.Hooks.OnCapabilities; h != nil {
 		h(c.info(), m.Capabilities)
 	}

@@ -16,6 +16,8 @@ import (
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	"forgeyard.dev/transport/wire/device"
+	"forgeyard.dev/transport/wire/signing"
 )
 
 // State is the daemon-side state of one transport's control session.
@@ -186,6 +188,20 @@ var directions = map[wire.MessageTypeId]Direction{
 	admin.MsgRunHealthProbe:           FromDaemon,
 	admin.MsgAdminAck:                 FromAgent,
 	wire.MsgError:                     Both,
+	// Signing worker (§99) and device agent (§100): the daemon asks, the
+	// worker answers.
+	signing.MsgSignRequest:   FromDaemon,
+	signing.MsgSignResponse:  FromAgent,
+	device.MsgDiscover:       FromDaemon,
+	device.MsgDiscoverResult: FromAgent,
+	device.MsgReserve:        FromDaemon,
+	device.MsgReserveResult:  FromAgent,
+	device.MsgInstall:        FromDaemon,
+	device.MsgInstallResult:  FromAgent,
+	device.MsgRunTest:        FromDaemon,
+	device.MsgRunTestResult:  FromAgent,
+	device.MsgReset:          FromDaemon,
+	device.MsgResetResult:    FromAgent,
 }
 
 // DirectionOf returns who may send t on the control stream; types this
