@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"forgeyard.dev/transport/semantics"
@@ -68,6 +69,10 @@ type conn struct {
 	closeOnce   sync.Once
 	closeErr    error
 
+	// sendRole is the peer's role once the hello named it, roleUnknown
+	// before: every envelope written to the peer passes sendCheck (send.go).
+	sendRole atomic.Int64
+
 	rl  connRates       // per-connection message rates (ratelimit.go)
 	adm admissionTicket // admission slots held (admission.go), under d.hard.mu
 
@@ -119,11 +124,13 @@ func (c *conn) stopWork() {
 }
 
 func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
-	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Limits, Logger: d.log, Metrics: d.cfg.Metrics})
+	c := &conn{d: d, bc: bc, transport: wire.NewTransportSessionId(), connectedAt: d.now(), done: make(chan struct{})}
+	c.sendRole.Store(roleUnknown)
+	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Limits, Logger: d.log, Metrics: d.cfg.Metrics, SendCheck: c.sendCheck})
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{d: d, bc: bc, sc: sc, transport: wire.NewTransportSessionId(), connectedAt: d.now(), done: make(chan struct{})}
+	c.sc = sc
 	if _, err := rand.Read(c.challenge[:]); err != nil {
 		return nil, err
 	}

@@ -17,27 +17,17 @@ import (
 	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
-	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
-	wcas "forgeyard.dev/transport/wire/cas"
-	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
-// SentTypes is every message type the daemon can send to an agent. It is
-// the static list the "daemon cannot send an arbitrary command" test walks
-// (§98): session and lease messages, typed admin commands, errors, and
-// the data plane's acknowledgements (log acks and resume requests, the
-// logs-finalized ack, MissingObjects).
-var SentTypes = []wire.MessageTypeId{
-	agentwire.MsgHelloAck, agentwire.MsgRegistrationAccepted, agentwire.MsgRegistrationRejected,
-	agentwire.MsgLeaseOffer, agentwire.MsgLeaseRenewAck, agentwire.MsgCancelAttempt,
-	agentwire.MsgCompletionAck, agentwire.MsgHeartbeatAck, agentwire.MsgResyncResponse,
-	agentwire.MsgGoAway, agentwire.MsgSessionFenced, agentwire.MsgLeaseProbe,
-	admin.MsgDrain, admin.MsgResume,
-	wlogs.MsgLogAck, wlogs.MsgLogResumeRequest, wlogs.MsgLogsFinalizedAck,
-	wcas.MsgMissingObjects,
-	wire.MsgError,
-}
+// SentTypes is every message type the daemon can send to a peer of any
+// role, derived from the session package's direction and role tables
+// (session.DaemonSendable) — the same tables the send path checks every
+// outgoing envelope against (send.go), so it cannot drift from what is
+// sent: session and lease messages, typed admin commands, health probe
+// requests, the signing and device requests, errors, and the data plane's
+// acknowledgements and download headers.
+var SentTypes = sentTypes()
 
 const (
 	maxViolations  = 3    // state/role violations before CloseProtocolError

@@ -44,6 +44,7 @@ func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 	}
 	c.mu.Lock()
 	c.role, c.negotiated = m.Role, v
+	c.sendRole.Store(int64(m.Role))
 	if m.HasAgentSession {
 		c.helloSession = m.AgentSession
 	}
