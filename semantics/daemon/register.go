@@ -138,11 +138,11 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	}
 	leaf, err := c.identity(m)
 	if err != nil {
-		msg := "authentication failed: " + err.Error()
+		msg := authRefusal(err) // the peer gets a fixed text; the log and audit get err
 		if errors.Is(err, trust.ErrCertExpired) {
 			d.idst.expiredRejected.Add(1)
-			msg = trust.MsgCredentialExpired + ": " + err.Error()
 		}
+		c.logger().Info("registration certificate refused", "err", err)
 		reason := telemetry.ReasonBadCertificate
 		if errors.Is(err, trust.ErrCertExpired) {
 			reason = telemetry.ReasonCertificateExpired
