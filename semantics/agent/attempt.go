@@ -21,11 +21,14 @@ type attempt struct {
 	cancel   context.CancelFunc
 	phase    agentwire.AttemptPhase
 	finished bool
-	discard  bool
-	io       *attemptIO
-	compl    *agentwire.AttemptCompletionV1
-	complID  wire.MessageId
-	result   Result
+	// stopped: a cancel already stopped it (lease.go stopAttempt); later
+	// copies of the cancel (§174) are not counted again. Under Agent.mu.
+	stopped bool
+	discard bool
+	io      *attemptIO
+	compl   *agentwire.AttemptCompletionV1
+	complID wire.MessageId
+	result  Result
 	// secretsDone: Execute returned; its secrets were zeroed and later
 	// deliveries are refused (secret.go). Under Agent.mu.
 	secretsDone bool

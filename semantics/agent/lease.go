@@ -177,7 +177,8 @@ func (a *Agent) stopAttempt(id wire.JobAttemptId, reason agentwire.CancellationR
 	if discard {
 		at.discard = true
 	}
-	fresh := !at.finished
+	fresh := !at.finished && !at.stopped // a duplicate cancel (§174) is not a new one
+	at.stopped = true
 	a.mu.Unlock()
 	at.cancel()
 	if fresh {
