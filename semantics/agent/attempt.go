@@ -25,6 +25,9 @@ type attempt struct {
 	// copies of the cancel (§174) are not counted again. Under Agent.mu.
 	stopped bool
 	discard bool
+	// expiry stops the attempt when its lease runs out unrenewed
+	// (clock.go leaseUntil). Under Agent.mu.
+	expiry  *time.Timer
 	io      *attemptIO
 	compl   *agentwire.AttemptCompletionV1
 	complID wire.MessageId
@@ -109,6 +112,9 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 	res.Outputs = outs
 	a.mu.Lock()
 	at.finished = true
+	if at.expiry != nil {
+		at.expiry.Stop()
+	}
 	if at.discard {
 		delete(a.attempts, at.job.Attempt)
 		a.mu.Unlock()

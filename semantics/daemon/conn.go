@@ -19,6 +19,7 @@ import (
 	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wcas "forgeyard.dev/transport/wire/cas"
+	"forgeyard.dev/transport/wire/health"
 	wlogs "forgeyard.dev/transport/wire/logs"
 	"forgeyard.dev/transport/wire/registry"
 	"go.opentelemetry.io/otel/attribute"
@@ -270,6 +271,7 @@ func (c *conn) teardown() {
 	}
 	d.mu.Unlock()
 	c.releaseAdmission()
+	c.noteGone() // inventory.go
 	close(c.done)
 	if h := d.cfg.Hooks.OnDisconnect; h != nil {
 		h(c.info(), c.closeErr)
@@ -421,11 +423,10 @@ func (c *conn) handle(env *wire.Envelope) {
 		c.ordered(func() { c.onNeedObjects(env, m) })
 	case *wcas.OutputsFinalizedV1:
 		c.ordered(func() { c.onOutputsFinalized(env, m) })
-	case *agentwire.CapabilityUpdateV1:
-		// Capability snapshots are the scheduler's business (Hooks).
-		if h := c.d.cfg.Hooks.OnCapabilities; h != nil && c.registered() {
-			h(c.info(), m.Full)
-		}
+	case *agentwire.CapabilityUpdateV1, *health.HealthSummaryV1, *health.ProbeRequestV1:
+		// Capability snapshots and health reports: recorded in the
+		// inventory and passed to Hooks.OnCapabilities (inventory.go).
+		c.onInventoryMessage(env, m)
 	case *admin.AdminAckV1, *agentwire.CancelAckV1:
 		// Admin acks and late cancel acks (their Call already timed out)
 		// need no answer.

@@ -79,6 +79,7 @@ type Daemon struct {
 	st    stats
 	audit *telemetry.Audit
 	idst  identityStats // enroll.go
+	inv   invState      // inventory.go: capabilities and health of this daemon's transports
 	// hard: admission control, rate-limit counters (admission.go).
 	hard hardening
 }

@@ -112,10 +112,11 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 	if role != agentwire.RoleAgent && role != agentwire.RoleInternalWorker {
 		return authority.Lease{}, ErrRoleForbidden
 	}
-	d.mu.Lock()
-	_, drained := d.drained[runner]
-	d.mu.Unlock()
-	if drained {
+	// Drained on this daemon or, through the authority's inventory, on
+	// any daemon sharing it (inventory.go).
+	if drained, err := d.isDrained(ctx, runner); err != nil {
+		return authority.Lease{}, err
+	} else if drained {
 		return authority.Lease{}, ErrDraining
 	}
 	ttl := o.TTL

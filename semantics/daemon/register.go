@@ -233,6 +233,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	if h := d.cfg.Hooks.OnCapabilities; h != nil {
 		h(c.info(), m.Capabilities)
 	}
+	c.noteRegistered(m.Capabilities, m.CapabilityDigest) // inventory.go
 	t := d.timing
 	stagger := make([]uint32, len(t.FallbackStagger))
 	for i, s := range t.FallbackStagger {
@@ -241,6 +242,9 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	c.reply(env, &agentwire.RegistrationAcceptedV1{Session: m.Session, Epoch: grant.Epoch, TransportSession: c.transport,
 		HeartbeatIntervalMs: ms32(t.HeartbeatInterval), LeaseRenewIntervalMs: ms32(t.RenewInterval), MaxBackoffMs: ms32(t.MaxBackoff),
 		AlternateEndpoints: d.cfg.AlternateEndpoints, FallbackStaggerMs: stagger, ServerTimeMs: uint64(d.now().UnixMilli())})
+	if c.getState() == session.Active { // no resync follows (servertime.go)
+		c.sendServerTime()
+	}
 	if authority.IdentitiesOf(d.auth) != nil {
 		serial := trust.SerialString(leaf)
 		c.ordered(func() { c.retireSuperseded(m.Runner, serial) })
