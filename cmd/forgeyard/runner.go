@@ -30,6 +30,13 @@ var runnerCommands = []command{
 	{name: "disable", summary: "disable (revoke) a runner: its sessions close on every daemon, reconnects are refused", run: runRunnerDisable},
 	{name: "enable", summary: "re-enable a disabled runner", run: runRunnerEnable},
 	{name: "cert", summary: "list or revoke a runner's certificates (cert list|revoke)", run: runRunnerCert},
+	// Over the daemon's admin endpoint (runner_admin.go):
+	{name: "list", summary: "the runner inventory: capabilities, connection, last heartbeat, health, drain (--json)", run: runRunnerList},
+	{name: "show", summary: "one runner of the inventory (--json)", run: runRunnerShow},
+	{name: "drain", summary: "drain a runner on every daemon: no new leases (audited)", run: runRunnerDrain},
+	{name: "resume", summary: "end a runner's drain (audited)", run: runRunnerResume},
+	{name: "refresh-capabilities", summary: "ask a runner's agent for its current capabilities (audited)", run: runRunnerRefresh},
+	{name: "probe", summary: "run a built-in health probe on a runner: connectivity, disk, clock, full (audited)", run: runRunnerProbe},
 }
 
 func runRunner(args []string, stdout, stderr io.Writer) int {
