@@ -65,10 +65,11 @@ type RunnerInfo struct {
 
 // liveInv is what this daemon holds of one of its transports.
 type liveInv struct {
-	caps    authority.Capabilities
-	capsAt  time.Time
-	health  authority.Health
-	hbSaved time.Time // last heartbeat written to the inventory
+	caps       authority.Capabilities
+	capsAt     time.Time
+	health     authority.Health
+	hbSaved    time.Time // last heartbeat written to the inventory
+	refreshing bool      // a digest-mismatch refresh is in flight (checkDigest)
 }
 
 // invState is the daemon's part of the inventory (under its own mutex).
@@ -161,6 +162,48 @@ func (c *conn) noteHeartbeat(at time.Time) {
 		defer cancel()
 		_ = inv.TouchHeartbeat(ctx, runner, sess, at)
 	})
+}
+
+// checkDigest compares the capability digest a heartbeat carries with the
+// snapshot this daemon holds (§236, capability recovery by digest
+// comparison): on a mismatch — an update that never arrived — it asks the
+// agent for its snapshot (RefreshCapabilitiesV1), one request at a time.
+// Read goroutine; the request runs on its own goroutine.
+func (c *conn) checkDigest(digest wire.CapabilityDigest) {
+	d := c.d
+	d.inv.mu.Lock()
+	l := d.inv.live[c.transport]
+	stale := l != nil && !digest.IsZero() && !l.capsAt.IsZero() && l.caps.Digest != digest.Digest && !l.refreshing
+	if stale {
+		l.refreshing = true
+	}
+	d.inv.mu.Unlock()
+	if !stale {
+		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer func() {
+			d.inv.mu.Lock()
+			l.refreshing = false
+			d.inv.mu.Unlock()
+		}()
+		ch := c.channel()
+		if ch == nil {
+			return
+		}
+		ctx, cancel := c.authCtx()
+		defer cancel()
+		env, err := ch.Call(ctx, control.Out{Msg: &admin.RefreshCapabilitiesV1{}}, d.timing.RequestTimeout)
+		if err != nil {
+			return
+		}
+		if up, ok := env.Payload.(*agentwire.CapabilityUpdateV1); ok {
+			d.st.capRecovered.Add(1)
+			c.applyCapabilities(up)
+		}
+	}()
 }
 
 // noteGone records the end of a registered transport and forgets its

@@ -15,6 +15,7 @@ import (
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	"forgeyard.dev/transport/wire/health"
 )
@@ -276,6 +277,60 @@ func TestDrainSharedAcrossDaemons(t *testing.T) {
 		l, err := wb.D.OfferLease(ctx, id.Runner, enginetest.Offer(51))
 		if err != nil || l.State != authority.LeaseAccepted {
 			t.Fatalf("offer after resume: %+v, %v", l, err)
+		}
+	})
+}
+
+// TestCapabilityRecoveryByDigest (§236): a heartbeat whose capability
+// digest differs from the snapshot the daemon holds (an update that never
+// arrived) makes the daemon ask for the agent's snapshot, once, and record
+// it.
+func TestCapabilityRecoveryByDigest(t *testing.T) {
+	enginetest.AllBackends(t, func(t *testing.T, b enginetest.Backend) {
+		w := enginetest.NewWorld(t, b, slowHeartbeat)
+		id := w.NewIdentity()
+		rc := w.DialRaw(id)
+		rc.Join(wire.NewAgentSessionId()) // registers with digest {9}
+		w.AwaitActive(id.Runner)
+		awaitRunner(t, w.D, id.Runner, "the registration snapshot", func(ri daemon.RunnerInfo) bool { return ri.Capabilities.OS == "linux" })
+		newer := wire.CapabilityDigest{Digest: wire.Digest{7}}
+		for seq := uint64(1); seq <= 3; seq++ { // three heartbeats, one refresh
+			if _, err := rc.Ch.SendMsg(&agentwire.HeartbeatV1{Runner: id.Runner, Session: rc.Sess, Seq: seq, CapabilityDigest: newer}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, env := enginetest.Next[*admin.RefreshCapabilitiesV1](t, rc)
+		if err := rc.Ch.Reply(env, &agentwire.CapabilityUpdateV1{Digest: newer,
+			Full: agentwire.RunnerCapabilitiesV1{OS: "linux", Arch: "arm64", Labels: []string{"recovered"}, MaxParallel: 3}}); err != nil {
+			t.Fatal(err)
+		}
+		awaitRunner(t, w.D, id.Runner, "the recovered snapshot", func(ri daemon.RunnerInfo) bool {
+			return slices.Equal(ri.Capabilities.Labels, []string{"recovered"}) && ri.Capabilities.Digest == newer.Digest
+		})
+		if n := w.D.Stats().CapabilitiesRecovered; n != 1 {
+			t.Errorf("CapabilitiesRecovered %d, want 1", n)
+		}
+		// The matching digest now: no further request. checkDigest decides
+		// before the heartbeat is acknowledged, so a refresh it started
+		// would be on its way before the marker sent after the ack.
+		if _, err := rc.Ch.SendMsg(&agentwire.HeartbeatV1{Runner: id.Runner, Session: rc.Sess, Seq: 4, CapabilityDigest: newer}); err != nil {
+			t.Fatal(err)
+		}
+		marker := false
+		for {
+			m, _ := enginetest.Next[wire.Message](t, rc)
+			if _, ok := m.(*admin.RefreshCapabilitiesV1); ok {
+				t.Fatal("a second refresh was requested")
+			}
+			if ack, ok := m.(*agentwire.HeartbeatAckV1); ok && ack.Seq == 4 && !marker {
+				marker = true
+				if err := daemon.SendToRunner(w.D, id.Runner, &admin.ResumeV1{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, ok := m.(*admin.ResumeV1); ok {
+				break
+			}
 		}
 	})
 }
