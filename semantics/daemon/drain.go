@@ -19,9 +19,6 @@ import (
 // is connected to this daemon (the drain is still recorded).
 func (d *Daemon) DrainRunner(ctx context.Context, runner wire.RunnerId, reason string) error {
 	reason = wire.TruncateUTF8(reason, admin.MaxText)
-	d.mu.Lock()
-	d.drained[runner] = reason
-	d.mu.Unlock()
 	err := d.storeDrain(ctx, runner, true, reason)
 	if err == nil {
 		err = d.sendRunner(runner, &admin.DrainV1{Reason: reason})
@@ -33,9 +30,6 @@ func (d *Daemon) DrainRunner(ctx context.Context, runner wire.RunnerId, reason s
 // ResumeRunner ends a drain (here and in the authority inventory) and
 // sends admin ResumeV1; audited like DrainRunner.
 func (d *Daemon) ResumeRunner(ctx context.Context, runner wire.RunnerId) error {
-	d.mu.Lock()
-	delete(d.drained, runner)
-	d.mu.Unlock()
 	err := d.storeDrain(ctx, runner, false, "")
 	if err == nil {
 		err = d.sendRunner(runner, &admin.ResumeV1{})
@@ -44,13 +38,21 @@ func (d *Daemon) ResumeRunner(ctx context.Context, runner wire.RunnerId) error {
 	return err
 }
 
-// storeDrain records the drain state in the authority's inventory, if any.
+// storeDrain records the drain state: in the authority's inventory, the
+// one source of truth for every daemon sharing it, or, without one, in
+// this daemon's memory.
 func (d *Daemon) storeDrain(ctx context.Context, runner wire.RunnerId, drained bool, reason string) error {
-	inv := d.inventory()
-	if inv == nil {
-		return nil
+	if inv := d.inventory(); inv != nil {
+		return inv.SetDrain(ctx, runner, drained, reason, d.now())
 	}
-	return inv.SetDrain(ctx, runner, drained, reason, d.now())
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if drained {
+		d.drained[runner] = reason
+	} else {
+		delete(d.drained, runner)
+	}
+	return nil
 }
 
 func (d *Daemon) sendRunner(runner wire.RunnerId, m wire.Message) error {
@@ -59,6 +61,11 @@ func (d *Daemon) sendRunner(runner wire.RunnerId, m wire.Message) error {
 		if ch := c.channel(); ch != nil && c.registered() {
 			if _, err := ch.SendMsg(m); err == nil {
 				n++
+				if _, drain := m.(*admin.DrainV1); drain {
+					c.markDrainSent(true)
+				} else if _, resume := m.(*admin.ResumeV1); resume {
+					c.markDrainSent(false)
+				}
 			}
 		}
 	}

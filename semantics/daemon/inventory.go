@@ -70,6 +70,10 @@ type liveInv struct {
 	health     authority.Health
 	hbSaved    time.Time // last heartbeat written to the inventory
 	refreshing bool      // a digest-mismatch refresh is in flight (checkDigest)
+	// toldDrained: this daemon's last drain message on the transport was
+	// DrainV1 (markDrainSent); a resume set on another daemon is then sent
+	// before the next offer (ensureResumed).
+	toldDrained bool
 }
 
 // invState is the daemon's part of the inventory (under its own mutex).
@@ -417,21 +421,22 @@ func (d *Daemon) allConns() []*conn {
 	return out
 }
 
-// isDrained reports whether runner is drained: on this daemon, or (with an
-// inventory) by any daemon sharing the authority.
+// isDrained reports whether runner is drained: per the authority's
+// inventory (set by any daemon sharing it), or without one per this
+// daemon's memory (storeDrain).
 func (d *Daemon) isDrained(ctx context.Context, runner wire.RunnerId) (bool, error) {
-	d.mu.Lock()
-	_, drained := d.drained[runner]
-	d.mu.Unlock()
-	if drained {
-		return true, nil
-	}
-	inv := d.inventory()
-	if inv == nil {
-		return false, nil
-	}
-	st, err := inv.DrainState(ctx, runner)
+	st, err := d.drainState(ctx, runner)
 	return st.Drained, err
+}
+
+func (d *Daemon) drainState(ctx context.Context, runner wire.RunnerId) (authority.Drain, error) {
+	if inv := d.inventory(); inv != nil {
+		return inv.DrainState(ctx, runner)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	reason, drained := d.drained[runner]
+	return authority.Drain{Drained: drained, Reason: reason}, nil
 }
 
 // resendDrain tells a freshly resynced agent that its runner is drained
@@ -442,23 +447,40 @@ func (c *conn) resendDrain() {
 	runner, _, _, _ := c.ident()
 	ctx, cancel := c.authCtx()
 	defer cancel()
-	var reason string
-	d.mu.Lock()
-	r, drained := d.drained[runner]
-	d.mu.Unlock()
-	if drained {
-		reason = r
-	} else if inv := d.inventory(); inv != nil {
-		st, err := inv.DrainState(ctx, runner)
-		if err != nil || !st.Drained {
-			return
-		}
-		reason = st.Reason
-	} else {
+	st, err := d.drainState(ctx, runner)
+	if err != nil || !st.Drained {
 		return
 	}
 	if ch := c.channel(); ch != nil {
-		_, _ = ch.SendMsg(&admin.DrainV1{Reason: wire.TruncateUTF8(reason, admin.MaxText)})
+		if _, err := ch.SendMsg(&admin.DrainV1{Reason: wire.TruncateUTF8(st.Reason, admin.MaxText)}); err == nil {
+			c.markDrainSent(true)
+		}
+	}
+}
+
+// markDrainSent records that DrainV1 (drained) or ResumeV1 was sent on c.
+func (c *conn) markDrainSent(drained bool) {
+	c.d.inv.mu.Lock()
+	c.d.inv.get(c.transport).toldDrained = drained
+	c.d.inv.mu.Unlock()
+}
+
+// ensureResumed sends ResumeV1 before an offer to an agent this daemon
+// told it was drained when the drain has since ended — resumed on another
+// daemon sharing the authority — so the agent does not refuse the offer
+// as draining. The control stream keeps the two in order.
+func (c *conn) ensureResumed() {
+	c.d.inv.mu.Lock()
+	l := c.d.inv.live[c.transport]
+	told := l != nil && l.toldDrained
+	c.d.inv.mu.Unlock()
+	if !told {
+		return
+	}
+	if ch := c.channel(); ch != nil {
+		if _, err := ch.SendMsg(&admin.ResumeV1{}); err == nil {
+			c.markDrainSent(false)
+		}
 	}
 }
 

@@ -278,6 +278,24 @@ func TestDrainSharedAcrossDaemons(t *testing.T) {
 		if err != nil || l.State != authority.LeaseAccepted {
 			t.Fatalf("offer after resume: %+v, %v", l, err)
 		}
+		// Drained through B (the agent is told), resumed through A (it is
+		// not): B's next offer is preceded by a resume, and accepted.
+		if err := wb.D.DrainRunner(ctx, id.Runner, "again"); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); !a.Status().Draining && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if _, err := wa.D.OfferLease(ctx, id.Runner, enginetest.Offer(52)); !errors.Is(err, daemon.ErrNotConnected) {
+			t.Fatalf("offer through A: %v", err)
+		}
+		if err := wa.D.ResumeRunner(ctx, id.Runner); !errors.Is(err, daemon.ErrNotConnected) {
+			t.Fatalf("resume on A: %v", err)
+		}
+		l, err = wb.D.OfferLease(ctx, id.Runner, enginetest.Offer(53))
+		if err != nil || l.State != authority.LeaseAccepted {
+			t.Fatalf("offer on B after a resume on A: %+v, %v (agent draining %v)", l, err, a.Status().Draining)
+		}
 	})
 }
 

@@ -119,6 +119,7 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 	} else if drained {
 		return authority.Lease{}, ErrDraining
 	}
+	c.ensureResumed() // a drain this daemon announced ended elsewhere (inventory.go)
 	ttl := o.TTL
 	if ttl <= 0 {
 		ttl = d.timing.LeaseTTL
