@@ -44,7 +44,13 @@ type Config struct {
 	// is returned, wrapped in *SendRefusedError, by WriteEnvelope. The
 	// daemon uses it to allow only the message types its role table
 	// registers as daemon-sendable for the peer's role (§98, §191–192).
-	SendCheck func(wire.MessageTypeId) error
+	SendCheck SendChecker
+}
+
+// SendChecker decides, before each envelope is written, whether its type
+// may be sent (Config.SendCheck).
+type SendChecker interface {
+	CheckSend(wire.MessageTypeId) error
 }
 
 // SendRefusedError is returned by WriteEnvelope when Config.SendCheck
@@ -134,7 +140,7 @@ type Conn struct {
 	sched *scheduler
 	ctx   context.Context
 	m     Observer // nil: no observer
-	check func(wire.MessageTypeId) error
+	check SendChecker
 
 	bidiOnce, uniOnce sync.Once // start the accept loops
 	acceptBidi        acceptQueue[*Stream]
@@ -184,7 +190,9 @@ func NewConn(bc BackendConn, cfg Config) (*Conn, error) {
 		log:   log,
 		sched: newScheduler(hinter, threshold, maxWait),
 		ctx:   bc.Context(),
-		check: cfg.SendCheck,
+	}
+	if !IsNilObserver(cfg.SendCheck) { // a nil pointer in the interface checks nothing
+		c.check = cfg.SendCheck
 	}
 	if !IsNilObserver(cfg.Metrics) {
 		c.m = cfg.Metrics

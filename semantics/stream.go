@@ -217,7 +217,7 @@ func (s *SendStream) WriteEnvelope(e *wire.Envelope) error {
 		if e.Payload != nil {
 			t = e.Payload.MessageType()
 		}
-		if err := chk(t); err != nil {
+		if err := chk.CheckSend(t); err != nil {
 			return &SendRefusedError{Type: t, Err: err}
 		}
 	}

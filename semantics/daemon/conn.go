@@ -71,7 +71,7 @@ type conn struct {
 	closeErr    error
 
 	// sendRole is the peer's role once the hello named it, roleUnknown
-	// before: every envelope written to the peer passes sendCheck (send.go).
+	// before: every envelope written to the peer passes CheckSend (send.go).
 	sendRole atomic.Int64
 
 	rl  connRates       // per-connection message rates (ratelimit.go)
@@ -127,7 +127,7 @@ func (c *conn) stopWork() {
 func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
 	c := &conn{d: d, bc: bc, transport: wire.NewTransportSessionId(), connectedAt: d.now(), done: make(chan struct{})}
 	c.sendRole.Store(roleUnknown)
-	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Limits, Logger: d.log, Metrics: d.cfg.Metrics, SendCheck: c.sendCheck})
+	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Limits, Logger: d.log, Metrics: d.cfg.Metrics, SendCheck: c})
 	if err != nil {
 		return nil, err
 	}

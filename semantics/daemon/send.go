@@ -9,7 +9,7 @@ import (
 // roleUnknown is conn.sendRole before the peer's hello.
 const roleUnknown = -1
 
-// sendCheck is the one check every envelope the daemon writes to a peer
+// CheckSend (semantics.SendChecker) is the one check every envelope the daemon writes to a peer
 // passes (semantics.Config.SendCheck: the control stream, data-plane
 // answers, secrets): the type must be registered as daemon-sendable for the
 // peer's role in the session package's direction and role tables
@@ -17,7 +17,7 @@ const roleUnknown = -1
 // session.DaemonMaySendBeforeHello). "No remote shell" (§98) is thus
 // enforced where messages leave, not only by a test: a type the tables do
 // not register fails here and nothing is written.
-func (c *conn) sendCheck(t wire.MessageTypeId) error {
+func (c *conn) CheckSend(t wire.MessageTypeId) error {
 	r := c.sendRole.Load()
 	if r == roleUnknown {
 		if session.DaemonMaySendBeforeHello(t) {
