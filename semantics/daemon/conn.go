@@ -85,6 +85,10 @@ type conn struct {
 	// workDone is closed when the work goroutine has returned.
 	work     chan func()
 	workDone chan struct{}
+	// invQ carries the inventory's authority writes in order
+	// (inventory.go inventoryLater); read goroutine, created on first use.
+	invQ    chan func()
+	invDone chan struct{}
 }
 
 // workQueue bounds the messages queued for the work goroutine; when it is

@@ -128,7 +128,7 @@ func (c *conn) noteRegistered(caps agentwire.RunnerCapabilitiesV1, digest wire.C
 		return
 	}
 	info := c.info()
-	c.ordered(func() {
+	c.inventoryLater(func() {
 		ctx, cancel := c.authCtx()
 		defer cancel()
 		if err := inv.PutCapabilities(ctx, info.Runner, ac, now); err != nil {
@@ -161,7 +161,7 @@ func (c *conn) noteHeartbeat(at time.Time) {
 		return
 	}
 	runner, sess, _, _ := c.ident()
-	c.ordered(func() {
+	c.inventoryLater(func() {
 		ctx, cancel := c.authCtx()
 		defer cancel()
 		_ = inv.TouchHeartbeat(ctx, runner, sess, at)
@@ -210,22 +210,48 @@ func (c *conn) checkDigest(digest wire.CapabilityDigest) {
 	}()
 }
 
-// noteGone records the end of a registered transport and forgets its
-// live state.
+// inventoryLater runs f on the connection's inventory goroutine, after
+// every inventory write queued before it: the inventory's authority writes
+// stay in order without queueing ahead of lease answers and completions on
+// the work goroutine. Read goroutine only (it creates the queue).
+func (c *conn) inventoryLater(f func()) {
+	if c.invQ == nil {
+		c.invQ, c.invDone = make(chan func(), invQueue), make(chan struct{})
+		go func() {
+			defer close(c.invDone)
+			for f := range c.invQ {
+				f()
+			}
+		}()
+	}
+	c.invQ <- f
+}
+
+// invQueue bounds the inventory writes queued per connection; when full
+// the read goroutine waits (as with the work queue).
+const invQueue = 16
+
+// noteGone records the end of a registered transport after its queued
+// inventory writes, and forgets its live state. Teardown, on the read
+// goroutine.
 func (c *conn) noteGone() {
 	d := c.d
 	d.inv.mu.Lock()
 	_, had := d.inv.live[c.transport]
 	delete(d.inv.live, c.transport)
 	d.inv.mu.Unlock()
-	inv := d.inventory()
-	if !had || inv == nil {
-		return
+	if inv := d.inventory(); had && inv != nil {
+		info := c.info()
+		c.inventoryLater(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), d.timing.RequestTimeout)
+			defer cancel()
+			_ = inv.PutPresence(ctx, authority.Presence{Runner: info.Runner, Session: info.Session, Daemon: d.cfg.ID, LastHeartbeat: info.LastHeartbeat})
+		})
 	}
-	info := c.info()
-	ctx, cancel := context.WithTimeout(context.Background(), d.timing.RequestTimeout)
-	defer cancel()
-	_ = inv.PutPresence(ctx, authority.Presence{Runner: info.Runner, Session: info.Session, Daemon: d.cfg.ID, LastHeartbeat: info.LastHeartbeat})
+	if c.invQ != nil {
+		close(c.invQ)
+		<-c.invDone
+	}
 }
 
 // applyCapabilities records a capability snapshot (CapabilityUpdateV1 or
@@ -278,13 +304,13 @@ func (c *conn) onInventoryMessage(env *wire.Envelope, m wire.Message) bool {
 		if !c.registered() {
 			return true
 		}
-		c.ordered(func() { c.applyCapabilities(m) })
+		c.inventoryLater(func() { c.applyCapabilities(m) })
 	case *health.HealthSummaryV1:
 		if !c.registered() {
 			return true
 		}
 		h := healthOf(m, "", c.d.now())
-		c.ordered(func() { c.applyHealth(h) })
+		c.inventoryLater(func() { c.applyHealth(h) })
 	case *health.ProbeRequestV1:
 		// The agent asks how the daemon is (e.g. its doctor's clock probe):
 		// answered at once with the daemon's own view, never a program.
