@@ -67,9 +67,13 @@ func (a *Agent) daemonNow() time.Time {
 }
 
 // leaseUntil sets the attempt's lease expiry, expiresAtMs on the daemon's
-// clock (Unix ms): if no renewal moves it, the attempt is stopped
-// (CancelLeaseRevoked) Config.LeaseGrace after it — the daemon has revoked
-// the lease by then or is about to, and the work would be refused.
+// clock (Unix ms). If no renewal moves it, Config.LeaseGrace after it: with
+// no registered link the attempt is stopped (CancelLeaseRevoked) — the
+// agent cannot learn otherwise, the daemon has revoked the lease or is
+// about to, and the work would be refused; with a link the agent renews at
+// once and the daemon's answer decides (Revoked and Unknown stop it), so a
+// renewal merely delayed on a loaded machine never stops an attempt the
+// daemon still holds.
 func (a *Agent) leaseUntil(at *attempt, expiresAtMs uint64) {
 	if expiresAtMs == 0 {
 		return
@@ -87,6 +91,16 @@ func (a *Agent) leaseUntil(at *attempt, expiresAtMs uint64) {
 	at.expiry.Reset(max(wait, 0))
 }
 
+// leaseUntilLater re-arms the expiry timer for another grace period (the
+// renewal leaseExpired started, or a later one, resets it).
+func (a *Agent) leaseUntilLater(at *attempt) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if at.expiry != nil && !at.finished && !at.stopped {
+		at.expiry.Reset(a.cfg.LeaseGrace)
+	}
+}
+
 // leaseExpired stops an attempt whose lease ran out without a renewal.
 func (a *Agent) leaseExpired(at *attempt) {
 	a.mu.Lock()
@@ -95,8 +109,17 @@ func (a *Agent) leaseExpired(at *attempt) {
 	if done {
 		return
 	}
+	if a.ctx.Err() != nil {
+		return // closing: the attempts are being cancelled anyway
+	}
+	if l, _ := a.currentLink(); l != nil {
+		a.leaseUntilLater(at)
+		a.wg.Add(1)
+		go func() { defer a.wg.Done(); a.renew(a.ctx, l, at) }()
+		return
+	}
 	a.st.leaseExpired.Add(1)
-	a.log.Warn("lease expired on the daemon's clock without a renewal; stopping the attempt",
+	a.log.Warn("lease expired on the daemon's clock without a renewal and no link to renew it; stopping the attempt",
 		"lease", at.job.Lease.String(), "attempt", at.job.Attempt.String())
 	a.stopAttempt(at.job.Attempt, agentwire.CancelLeaseRevoked, false)
 }

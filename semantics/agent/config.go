@@ -136,8 +136,9 @@ type Config struct {
 	// negative turns the rule off (the transport's idle timeout decides).
 	HeartbeatMisses int
 	// LeaseGrace: an attempt whose lease passed its expiry on the daemon's
-	// clock by this much without a renewal is stopped (clock.go); 0 →
-	// DefaultLeaseGrace (1 s).
+	// clock by this much without a renewal is stopped when the agent has no
+	// link to the daemon, and renewed at once when it has one (clock.go);
+	// 0 → DefaultLeaseGrace (1 s).
 	LeaseGrace time.Duration
 	// HealthChecks, when set, adds the host's own checks to every health
 	// probe the daemon asks for (health.go); they must return quickly
