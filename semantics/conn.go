@@ -38,7 +38,35 @@ type Config struct {
 	// *telemetry.Metrics. Nil, or an interface holding a nil pointer,
 	// disables them: no hook is called.
 	Metrics Observer
+	// SendCheck, when set, is asked before every envelope this side writes
+	// on any stream of the connection (control, data-plane answers,
+	// secrets): a non-nil error refuses the write (nothing is written) and
+	// is returned, wrapped in *SendRefusedError, by WriteEnvelope. The
+	// daemon uses it to allow only the message types its role table
+	// registers as daemon-sendable for the peer's role (§98, §191–192).
+	SendCheck SendChecker
 }
+
+// SendChecker decides, before each envelope is written, whether its type
+// may be sent (Config.SendCheck).
+type SendChecker interface {
+	CheckSend(wire.MessageTypeId) error
+}
+
+// SendRefusedError is returned by WriteEnvelope when Config.SendCheck
+// refused the message type. Nothing was written.
+type SendRefusedError struct {
+	Type wire.MessageTypeId
+	Err  error
+}
+
+// Error names the refused type and the check's reason.
+func (e *SendRefusedError) Error() string {
+	return "semantics: sending message type " + e.Type.String() + " refused: " + e.Err.Error()
+}
+
+// Unwrap returns the check's error.
+func (e *SendRefusedError) Unwrap() error { return e.Err }
 
 var discardLogger = slog.New(slog.DiscardHandler)
 
@@ -112,6 +140,7 @@ type Conn struct {
 	sched *scheduler
 	ctx   context.Context
 	m     Observer // nil: no observer
+	check SendChecker
 
 	bidiOnce, uniOnce sync.Once // start the accept loops
 	acceptBidi        acceptQueue[*Stream]
@@ -161,6 +190,9 @@ func NewConn(bc BackendConn, cfg Config) (*Conn, error) {
 		log:   log,
 		sched: newScheduler(hinter, threshold, maxWait),
 		ctx:   bc.Context(),
+	}
+	if !IsNilObserver(cfg.SendCheck) { // a nil pointer in the interface checks nothing
+		c.check = cfg.SendCheck
 	}
 	if !IsNilObserver(cfg.Metrics) {
 		c.m = cfg.Metrics

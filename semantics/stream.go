@@ -208,8 +208,19 @@ func (s *SendStream) WriteFrame(appendBody func([]byte) []byte) error {
 	return err
 }
 
-// WriteEnvelope writes e as one frame; see WriteFrame.
+// WriteEnvelope writes e as one frame; see WriteFrame. When the Conn has a
+// Config.SendCheck, the payload's type passes it first: a refusal is a
+// *SendRefusedError and nothing is written.
 func (s *SendStream) WriteEnvelope(e *wire.Envelope) error {
+	if chk := s.c.check; chk != nil {
+		t := wire.MessageTypeId(0)
+		if e.Payload != nil {
+			t = e.Payload.MessageType()
+		}
+		if err := chk.CheckSend(t); err != nil {
+			return &SendRefusedError{Type: t, Err: err}
+		}
+	}
 	return s.WriteFrame(e.AppendPostcard)
 }
 

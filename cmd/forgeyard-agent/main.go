@@ -88,6 +88,10 @@ func main() {
 type testHooks struct {
 	ready   func(a *agent.Agent)
 	metrics func(addr string) // --metrics-listen is serving on addr
+	// sighup: the SIGHUP handler is installed; reloaded: a SIGHUP reload
+	// finished (reload.go).
+	sighup   func()
+	reloaded func(changed bool, err error)
 }
 
 // listFlag is a repeatable string flag.
@@ -288,6 +292,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 			th.metrics(adm.Addr())
 		}
 	}
+	var sighup func()
+	var reloaded func(bool, error)
+	if th != nil {
+		sighup, reloaded = th.sighup, th.reloaded
+	}
+	reloadDone := make(chan struct{})
+	go func() {
+		defer close(reloadDone)
+		reloadOnSIGHUP(telCtx, fs, &f, cfg.MaxParallel, a, log, sighup, reloaded) // reload.go
+	}()
+	defer func() { stopTel(); <-reloadDone }()
 	log.Info("agent starting", "session", a.Session(), "endpoints", cfg.ControlPlane.Endpoints, "max_parallel", cfg.MaxParallel)
 	if th != nil && th.ready != nil {
 		th.ready(a)

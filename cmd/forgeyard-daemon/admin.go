@@ -467,8 +467,10 @@ func (t *daemonTelemetry) handler(access adminAccess) http.Handler {
 	guard(adminapi.PathSessions, get(func(*http.Request) any { return t.sessions() }))
 	guard(adminapi.PathStatus, get(func(r *http.Request) any { return t.status(r.Context()) }))
 	guard(adminapi.PathProtocols, get(func(*http.Request) any { return t.protocols() }))
+	guard(adminapi.PathRunners, t.runnersHandler())     // runners.go
+	guard(adminapi.PathRunners+"/", t.runnersHandler()) // a runner, its commands
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such admin path; try /healthz, /metrics, /status, /sessions or /protocols")
+		writeError(w, http.StatusNotFound, "no such admin path; try /healthz, /metrics, /status, /sessions, /protocols or /runners")
 	})
 	return mux
 }
@@ -562,7 +564,7 @@ func (t *daemonTelemetry) startAdminEndpoints(cfg config.Admin, tcpAddr string, 
 			s.Stop(2 * time.Second)
 		}
 	}
-	paths := "/healthz /metrics /status /sessions /protocols"
+	paths := "/healthz /metrics /status /sessions /protocols /runners"
 	if tcpAddr != "" {
 		access := adminAccess{publicMetrics: cfg.PublicMetrics}
 		if cfg.TokenFile != "" {

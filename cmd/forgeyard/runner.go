@@ -45,6 +45,19 @@ func runnerCommands() []*cli.Command {
 			{Name: "revoke", Summary: "revoke a certificate by serial: sessions using it close on every daemon", Run: runCertRevoke,
 				Flags: func() *flag.FlagSet { return certRevokeFlags(new(certRevokeOpts)) }},
 		}},
+		// Over the daemon's admin endpoint (runner_admin.go):
+		{Name: "list", Summary: "the runner inventory: capabilities, connection, last heartbeat, health, drain (--json)", Run: runRunnerList,
+			Flags: adminCommandFlags("list", runnerListHelp, nil)},
+		{Name: "show", Summary: "one runner of the inventory (--json)", Run: runRunnerShow,
+			Flags: adminCommandFlags("show", runnerShowHelp, nil)},
+		{Name: "drain", Summary: "drain a runner on every daemon: no new leases (audited)", Run: runRunnerDrain,
+			Flags: adminCommandFlags("drain", runnerDrainHelp, drainFlags(new(string)))},
+		{Name: "resume", Summary: "end a runner's drain (audited)", Run: runRunnerResume,
+			Flags: adminCommandFlags("resume", runnerResumeHelp, nil)},
+		{Name: "refresh-capabilities", Summary: "ask a runner's agent for its current capabilities (audited)", Run: runRunnerRefresh,
+			Flags: adminCommandFlags("refresh-capabilities", runnerRefreshHelp, nil)},
+		{Name: "probe", Summary: "run a built-in health probe on a runner: connectivity, disk, clock, full (audited)", Run: runRunnerProbe,
+			Flags: adminCommandFlags("probe", runnerProbeHelp, probeFlags(new(string)))},
 	}
 }
 

@@ -73,17 +73,25 @@ func parseAdmin(name, help string, args []string, stdout, stderr io.Writer) (*ad
 	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard transport "+name); !ok {
 		return nil, nil, code
 	}
+	c, code := adminClient("forgeyard transport "+name, &f, stderr)
+	return c, &f, code
+}
+
+// adminClient checks f (parsed) and returns its client, or nil and an exit
+// code; prog names the command in messages.
+func adminClient(prog string, f *adminFlags, stderr io.Writer) (*adminapi.Client, int) {
+	name := prog
 	if f.timeout <= 0 || f.timeout > 10*time.Minute {
-		fmt.Fprintf(stderr, "forgeyard transport %s: --timeout must be between 0 and 10m\n", name)
-		return nil, nil, exitUsage
+		fmt.Fprintf(stderr, "%s: --timeout must be between 0 and 10m\n", name)
+		return nil, exitUsage
 	}
 	token, src := "", ""
 	switch {
 	case f.tokenFile != "":
 		t, err := adminapi.ReadTokenFile(f.tokenFile)
 		if err != nil {
-			fmt.Fprintf(stderr, "forgeyard transport %s: --token-file: %v\n", name, err)
-			return nil, nil, exitUsage
+			fmt.Fprintf(stderr, "%s: --token-file: %v\n", name, err)
+			return nil, exitUsage
 		}
 		token, src = t, "the token in "+f.tokenFile
 	case os.Getenv(adminapi.TokenEnv) != "":
@@ -91,10 +99,10 @@ func parseAdmin(name, help string, args []string, stdout, stderr io.Writer) (*ad
 	}
 	c, err := adminapi.NewClient(f.admin, token, src, f.timeout)
 	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard transport %s: %v\n", name, err)
-		return nil, nil, exitUsage
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return nil, exitUsage
 	}
-	return c, &f, -1
+	return c, -1
 }
 
 func printJSON(w io.Writer, v any) {

@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -111,9 +112,30 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 // 503 with a body when the daemon is down; that is decoded too (ok=false
 // then). Other failures are errors an operator can act on.
 func (c *Client) Get(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	return c.do(ctx, http.MethodGet, path, nil, v)
+}
+
+// Post sends body as JSON to path and decodes the JSON answer into v, with
+// Get's error handling.
+func (c *Client) Post(ctx context.Context, path string, body, v any) error {
+	b, err := json.Marshal(body)
 	if err != nil {
 		return err
+	}
+	return c.do(ctx, http.MethodPost, path, b, v)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, reqBody []byte, v any) error {
+	var rd io.Reader
+	if reqBody != nil {
+		rd = bytes.NewReader(reqBody)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	if reqBody != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -139,6 +161,8 @@ func (c *Client) Get(ctx context.Context, path string, v any) error {
 			return fmt.Errorf("401: admin endpoint %s requires a token: pass --token-file FILE (the daemon's admin.token_file) or set %s", c.target, TokenEnv)
 		}
 		return fmt.Errorf("401: %s does not match the daemon's admin.token_file", c.tokenSrc)
+	case resp.StatusCode == http.StatusNotFound && !strings.HasPrefix(errorText(body), "no such admin path") && errorText(body) != "":
+		return fmt.Errorf("404: %s", errorText(body)) // e.g. an unknown runner
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("404: admin endpoint %s has no %s: is it a forgeyard-daemon admin endpoint of this version?", c.target, path)
 	default:
@@ -152,6 +176,15 @@ func (c *Client) Get(ctx context.Context, path string, v any) error {
 		return fmt.Errorf("admin endpoint %s: %s is not the expected JSON: %v", c.target, path, err)
 	}
 	return nil
+}
+
+// errorText is the error of a JSON error body, "" if it is none.
+func errorText(body []byte) string {
+	var eb ErrorBody
+	if json.Unmarshal(body, &eb) != nil {
+		return ""
+	}
+	return eb.Error
 }
 
 // dialError turns a transport error into an actionable message.

@@ -113,6 +113,15 @@ func Backends(t *testing.T, f func(t *testing.T, b Backend)) {
 	}
 }
 
+// AllBackends runs f on memory and on every real backend, WebTransport
+// included.
+func AllBackends(t *testing.T, f func(t *testing.T, b Backend)) {
+	for _, mk := range []func() Backend{MemoryBackend, QuicBackend, YamuxBackend, WebtransportBackend} {
+		b := mk()
+		t.Run(b.Name, func(t *testing.T) { f(t, b) })
+	}
+}
+
 // RecDialer records every connection it dials so a test can cut them.
 type RecDialer struct {
 	Inner semantics.BackendDialer

@@ -25,9 +25,11 @@ type Agent struct {
 	session wire.AgentSessionId
 	log     *slog.Logger
 	now     func() time.Time
-	caps    agentwire.RunnerCapabilitiesV1
+	caps    agentwire.RunnerCapabilitiesV1 // under mu after New (SetCapabilities, inventory.go)
 	digest  wire.CapabilityDigest
 	execs   bool // the role runs attempts
+	started time.Time
+	clk     clockState // the daemon's clock (clock.go)
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -104,6 +106,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
+	if cfg.LeaseGrace == 0 {
+		cfg.LeaseGrace = DefaultLeaseGrace
+	}
 	if cfg.Version == "" {
 		cfg.Version = "forgeyard-agent"
 	}
@@ -123,6 +128,7 @@ func New(cfg Config) (*Agent, error) {
 	if a.now == nil {
 		a.now = time.Now
 	}
+	a.started = time.Now()
 	a.caps = cfg.Capabilities
 	if a.caps.OS == "" {
 		a.caps.OS = runtime.GOOS

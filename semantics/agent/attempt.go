@@ -21,11 +21,17 @@ type attempt struct {
 	cancel   context.CancelFunc
 	phase    agentwire.AttemptPhase
 	finished bool
-	discard  bool
-	io       *attemptIO
-	compl    *agentwire.AttemptCompletionV1
-	complID  wire.MessageId
-	result   Result
+	// stopped: a cancel already stopped it (lease.go stopAttempt); later
+	// copies of the cancel (§174) are not counted again. Under Agent.mu.
+	stopped bool
+	discard bool
+	// expiry stops the attempt when its lease runs out unrenewed
+	// (clock.go leaseUntil). Under Agent.mu.
+	expiry  *time.Timer
+	io      *attemptIO
+	compl   *agentwire.AttemptCompletionV1
+	complID wire.MessageId
+	result  Result
 	// secretsDone: Execute returned; its secrets were zeroed and later
 	// deliveries are refused (secret.go). Under Agent.mu.
 	secretsDone bool
@@ -106,6 +112,9 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 	res.Outputs = outs
 	a.mu.Lock()
 	at.finished = true
+	if at.expiry != nil {
+		at.expiry.Stop()
+	}
 	if at.discard {
 		delete(a.attempts, at.job.Attempt)
 		a.mu.Unlock()

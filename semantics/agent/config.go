@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto"
 	"crypto/x509"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	"forgeyard.dev/transport/wire/health"
 )
 
 // Endpoint is one daemon address and the backend dialer that reaches it.
@@ -164,11 +166,23 @@ type Config struct {
 	// inside the window keep the link. 0 → DefaultHeartbeatMisses (3);
 	// negative turns the rule off (the transport's idle timeout decides).
 	HeartbeatMisses int
-	Logger          *slog.Logger
-	Now             func() time.Time
-	Version         string // agent version reported to the daemon
-	Limits          semantics.Limits
-	Hooks           Hooks
+	// LeaseGrace: an attempt whose lease passed its expiry on the daemon's
+	// clock by this much without a renewal is stopped when the agent has no
+	// link to the daemon, and renewed at once when it has one (clock.go);
+	// 0 → DefaultLeaseGrace (1 s).
+	LeaseGrace time.Duration
+	// HealthChecks, when set, adds the host's own checks to every health
+	// probe the daemon asks for (health.go); they must return quickly
+	// and carry no secrets.
+	HealthChecks func(ctx context.Context, probe health.ProbeKind) []health.HealthCheckV1
+	Logger       *slog.Logger
+	// Now is the agent's wall clock (tests inject a skewed one); nil means
+	// time.Now. Daemon deadlines are judged on it plus the daemon's clock
+	// offset (clock.go).
+	Now     func() time.Time
+	Version string // agent version reported to the daemon
+	Limits  semantics.Limits
+	Hooks   Hooks
 	// SpoolDir is the root of the agent's on-disk state: SpoolDir/<agent
 	// session>/logs holds the attempts' log spools and …/cas the outputs
 	// executors store with Output.PutOutput until they are uploaded. Empty

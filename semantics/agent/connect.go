@@ -257,6 +257,7 @@ func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link,
 	closeCode, closeReason := wire.CloseNormal, "agent leaving"
 	defer func() { l.close(closeCode, closeReason) }()
 	a.setLink(l)
+	a.syncCapabilities(l) // a change made while l was registering (inventory.go)
 	a.attachAll(l)
 	if h := a.cfg.Hooks.OnConnected; h != nil {
 		h(a.Status())
@@ -266,6 +267,8 @@ func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link,
 	var loops sync.WaitGroup
 	loops.Add(1)
 	go func() { defer loops.Done(); a.heartbeatLoop(lctx, l) }()
+	loops.Add(1)
+	go func() { defer loops.Done(); a.reportHealth(lctx, l) }() // health.go
 	if a.execs {
 		loops.Add(1)
 		go func() { defer loops.Done(); a.renewLoop(lctx, l) }()

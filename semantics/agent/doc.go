@@ -31,6 +31,9 @@
 //   - attempt.go: running an attempt on the Executor and delivering its completion
 //   - executor.go: the Executor interface and the synthetic executor
 //   - data.go: the data plane (log spool, payload fetch, outputs); secret.go: secrets
+//   - clock.go: the daemon's clock offset, lease expiry judged on it
+//   - inventory.go: capabilities (SetCapabilities, CapabilityUpdateV1, refresh)
+//   - health.go: health summaries and the built-in probes
 //   - enroll.go: certificate enrollment and renewal
 //   - service.go: the Service of a role that runs no attempts (signing worker, device agent) and its family filter
 //   - config.go, stats.go: configuration, counters and status

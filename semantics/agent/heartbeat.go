@@ -118,7 +118,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 		}
 		a.mu.Lock()
 		a.hbSeq++
-		hb := &agentwire.HeartbeatV1{Runner: a.cfg.Runner, Session: a.session, Seq: a.hbSeq, CapabilityDigest: a.digest}
+		hb := &agentwire.HeartbeatV1{Runner: a.cfg.Runner, Session: a.session, Seq: a.hbSeq, CapabilityDigest: a.digest} // a.digest: under a.mu
 		for id, at := range a.attempts {
 			if !at.finished && len(hb.ActiveAttempts) < agentwire.MaxActiveAttempts {
 				hb.ActiveAttempts = append(hb.ActiveAttempts, agentwire.ActiveAttemptV1{Attempt: id, Lease: at.job.Lease, Phase: at.phase})
@@ -138,7 +138,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 			if err != nil {
 				return
 			}
-			if _, ok := env.Payload.(*agentwire.HeartbeatAckV1); ok {
+			if ack, ok := env.Payload.(*agentwire.HeartbeatAckV1); ok {
+				a.observeServerTime(ack.ServerTimeMs, a.now().Add(-time.Since(sent)), a.now())
 				lv.acked(time.Since(start))
 				a.cfg.Metrics.ObserveHeartbeatRTT(time.Since(sent))
 				a.st.hbAcked.Add(1)

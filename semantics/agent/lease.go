@@ -51,7 +51,7 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 		ev.Reason = agentwire.RejectDuplicateAttempt
 	case running >= a.cfg.MaxParallel:
 		ev.Reason = agentwire.RejectAtCapacity
-	case int64(m.ExpiresAtMs) < a.now().UnixMilli():
+	case int64(m.ExpiresAtMs) < a.daemonNow().UnixMilli(): // the daemon's clock (clock.go)
 		ev.Reason = agentwire.RejectExpired
 	default:
 		ev.Accepted = true
@@ -76,6 +76,7 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 		h(ev)
 	}
 	if at != nil {
+		a.leaseUntil(at, m.ExpiresAtMs)
 		a.st.started.Add(1)
 		if h := a.cfg.Hooks.OnAttemptStarted; h != nil {
 			h(at.job)
@@ -157,6 +158,8 @@ func (a *Agent) renew(ctx context.Context, l *link, at *attempt) {
 		return
 	}
 	switch ack.Outcome.Kind {
+	case agentwire.RenewExtended:
+		a.leaseUntil(at, ack.Outcome.ExpiresAtMs)
 	case agentwire.RenewRevoked:
 		a.stopAttempt(at.job.Attempt, ack.Outcome.Reason, false)
 	case agentwire.RenewUnknown:
@@ -177,7 +180,8 @@ func (a *Agent) stopAttempt(id wire.JobAttemptId, reason agentwire.CancellationR
 	if discard {
 		at.discard = true
 	}
-	fresh := !at.finished
+	fresh := !at.finished && !at.stopped // a duplicate cancel (§174) is not a new one
+	at.stopped = true
 	a.mu.Unlock()
 	at.cancel()
 	if fresh {

@@ -11,6 +11,7 @@ import (
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	"forgeyard.dev/transport/wire/health"
 )
 
 type link struct {
@@ -34,6 +35,9 @@ type link struct {
 	// for Config.HeartbeatMisses intervals (heartbeat.go); serve makes it.
 	dead     chan struct{}
 	deadOnce sync.Once
+	// capDigest is the capability digest the daemon behind this link last
+	// got (registration or CapabilityUpdateV1); under Agent.mu.
+	capDigest wire.CapabilityDigest
 }
 
 // traceOut sets o's trace context from the span in ctx when the daemon
@@ -123,14 +127,20 @@ func (a *Agent) handle(l *link, env *wire.Envelope) {
 		a.draining = false
 		a.mu.Unlock()
 		_ = l.ch.Reply(env, &admin.AdminAckV1{Acked: admin.MsgResume, Accepted: true})
-	case *admin.RefreshCapabilitiesV1, *admin.RunHealthProbeV1:
-		_ = l.ch.Reply(env, &admin.AdminAckV1{Acked: m.MessageType(), Accepted: false, Message: "not supported by this agent"})
+	case *admin.RefreshCapabilitiesV1:
+		a.answerRefresh(l, env) // inventory.go
+	case *admin.RunHealthProbeV1:
+		a.answerProbe(l, env, m.Probe) // health.go
+	case *health.ProbeRequestV1:
+		a.answerProbe(l, env, m.Probe)
 	case *agentwire.SecretMaterialV1:
 		// Secrets travel only on a secret stream (secret.go): refused here.
 		m.Zero()
 		l.ch.SetOutcome(telemetry.OutcomeRejected)
 		_ = l.ch.ReplyError(env.MessageID, wire.ErrCodeInvalidState, wire.RetryNever, "secret material is accepted only on a secret stream")
-	case *agentwire.ServerTimeV1, *wire.WireErrorV1:
+	case *agentwire.ServerTimeV1:
+		a.observeServerTime(m.ServerTimeMs, time.Time{}, a.now()) // clock.go
+	case *wire.WireErrorV1:
 		// Diagnostics only; uncorrelated errors are logged.
 		a.log.Debug("daemon message", "type", m.MessageType().String())
 	default:

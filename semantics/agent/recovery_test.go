@@ -14,6 +14,7 @@ import (
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	"forgeyard.dev/transport/wire/health"
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
@@ -113,8 +114,8 @@ func (f *fakeConn) recv() *wire.Envelope {
 		select {
 		case e := <-f.in:
 			switch m := e.Payload.(type) {
-			case *agentwire.HeartbeatV1, *agentwire.PhaseChangeV1:
-				continue
+			case *agentwire.HeartbeatV1, *agentwire.PhaseChangeV1, *health.HealthSummaryV1:
+				continue // unsolicited reports a real daemon absorbs
 			case *wlogs.LogsFinalizedV1:
 				// This fake keeps no logs: pass the barrier at once.
 				_ = f.ch.Reply(e, &wlogs.LogsFinalizedAckV1{Attempt: m.Attempt, LastSeq: m.LastSeq})

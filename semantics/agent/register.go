@@ -42,6 +42,7 @@ func (a *Agent) handshake(ctx, runCtx context.Context, ep Endpoint, bc semantics
 	// transport.handshake: hello → HelloAck (the trace context is not
 	// negotiated yet, so nothing is propagated).
 	_, hsp := a.cfg.Tracing.Start(ctx, telemetry.SpanHandshake, telemetry.AttrBackend(ep.Backend))
+	helloSent := time.Now()
 	env, err := l.ch.Call(ctx, control.Out{Msg: &agentwire.TransportHelloV1{Role: a.cfg.Role, Versions: a.cfg.Protocol,
 		Features: a.cfg.Features, HasAgentSession: true, AgentSession: a.session, AgentVersion: a.cfg.Version}}, rto)
 	telemetry.End(hsp, err)
@@ -53,6 +54,7 @@ func (a *Agent) handshake(ctx, runCtx context.Context, ep Endpoint, bc semantics
 	switch m := env.Payload.(type) {
 	case *agentwire.HelloAckV1:
 		ack = m
+		a.observeServerTime(m.ServerTimeMs, a.now().Add(-time.Since(helloSent)), a.now())
 	case *agentwire.RegistrationRejectedV1:
 		if m.Code == wire.ErrCodeUnsupportedVersion {
 			l.close(wire.CloseVersionMismatch, m.Message)
@@ -89,12 +91,17 @@ func (a *Agent) register(ctx context.Context, l *link) (err error) {
 	a.mu.Lock()
 	prevEpoch := a.epoch
 	a.mu.Unlock()
+	caps, digest := a.capabilities()
+	a.mu.Lock()
+	l.capDigest = digest
+	a.mu.Unlock()
 	reg := &agentwire.RegisterAgentV1{Runner: a.cfg.Runner, Session: a.session, AgentVersion: a.cfg.Version,
-		Capabilities: a.caps, CapabilityDigest: a.digest, KeyProof: proof, CertChain: chain}
+		Capabilities: caps, CapabilityDigest: digest, KeyProof: proof, CertChain: chain}
 	if prevEpoch > 0 {
 		reg.HasResumeEpoch, reg.ResumeEpoch = true, prevEpoch
 	}
 	rctx, rsp := a.cfg.Tracing.Start(ctx, telemetry.SpanRegister, telemetry.AttrRunner(a.cfg.Runner), telemetry.AttrBackend(ep.Backend))
+	regSent := time.Now()
 	env, err := l.ch.Call(ctx, l.traceOut(rctx, control.Out{Msg: reg}), rto)
 	if err == nil {
 		if rj, ok := env.Payload.(*agentwire.RegistrationRejectedV1); ok {
@@ -112,6 +119,7 @@ func (a *Agent) register(ctx context.Context, l *link) (err error) {
 	switch m := env.Payload.(type) {
 	case *agentwire.RegistrationAcceptedV1:
 		acc = m
+		a.observeServerTime(m.ServerTimeMs, a.now().Add(-time.Since(regSent)), a.now())
 	case *agentwire.RegistrationRejectedV1:
 		re := &RejectedError{Code: m.Code, Retry: m.Retry, Message: m.Message, Endpoint: ep.Address}
 		a.log.Error("registration rejected", "endpoint", ep.Address, "err", re)
@@ -162,7 +170,7 @@ func (a *Agent) resync(ctx context.Context, l *link) error {
 	sctx, sp := a.cfg.Tracing.Start(ctx, telemetry.SpanResync, telemetry.AttrRunner(a.cfg.Runner))
 	defer sp.End()
 	env, err := l.ch.Call(ctx, l.traceOut(sctx, control.Out{Msg: &agentwire.AgentResyncV1{Session: a.session, Epoch: l.epoch,
-		ActiveAttempts: claims, CapabilityDigest: a.digest}}), a.cfg.RequestTimeout)
+		ActiveAttempts: claims, CapabilityDigest: a.capabilityDigest()}}), a.cfg.RequestTimeout)
 	if err != nil {
 		return err
 	}
@@ -177,6 +185,13 @@ func (a *Agent) resync(ctx context.Context, l *link) error {
 			a.stopAttempt(r.Attempt, agentwire.CancelLeaseRevoked, true)
 		case agentwire.DecisionCancel:
 			a.stopAttempt(r.Attempt, r.Decision.Reason, false)
+		case agentwire.DecisionContinue:
+			a.mu.Lock()
+			at := a.attempts[r.Attempt]
+			a.mu.Unlock()
+			if at != nil {
+				a.leaseUntil(at, r.Decision.ExpiresAtMs)
+			}
 		}
 	}
 	return nil

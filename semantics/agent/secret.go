@@ -146,7 +146,7 @@ func (a *Agent) dropSecrets(at *attempt) {
 // putSecret stores m (taking ownership of m.Bytes) when this agent runs
 // m.Lease's attempt and m has not expired; it reports whether it did.
 func (a *Agent) putSecret(m *agentwire.SecretMaterialV1) bool {
-	now := a.now()
+	now := a.daemonNow() // the expiry is on the daemon's clock (clock.go)
 	if int64(m.ExpiresAtMs) <= now.UnixMilli() {
 		return false
 	}

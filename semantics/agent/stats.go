@@ -18,6 +18,7 @@ type agentStats struct {
 	probes, probesOK, moves                                           atomic.Int64
 	payloadsFetched, payloadsFailed                                   atomic.Int64
 	hbTimeouts                                                        atomic.Int64
+	leaseExpired, capUpdates, healthProbes                            atomic.Int64 // clock.go, inventory.go
 }
 
 // Stats are the agent's counters.
@@ -39,6 +40,14 @@ type Stats struct {
 	// for Config.HeartbeatMisses intervals (reconnect reason
 	// "heartbeat_timeout").
 	HeartbeatTimeouts int64
+	// LeasesExpired counts attempts stopped because their lease expired on
+	// the daemon's clock (plus Config.LeaseGrace) without a renewal.
+	LeasesExpired int64
+	// CapabilityUpdates counts CapabilityUpdateV1 snapshots sent (after
+	// SetCapabilities, and in answer to RefreshCapabilitiesV1).
+	CapabilityUpdates int64
+	// HealthProbes counts health probes run for the daemon.
+	HealthProbes      int64
 	DialFailures      int64
 	LogFinalizeFailed int64 // attempts completed without a passed logs-finalized barrier
 	OutputsUploaded   int64 // outputs uploaded (or already held) before completions
@@ -155,6 +164,7 @@ func (a *Agent) Stats() Stats {
 		DuplicatesAbsorbed: s.dupOffers.Load(), LeasesAccepted: s.accepted.Load(), LeasesRejected: s.rejected.Load(),
 		AttemptsStarted: s.started.Load(), CompletionsSent: s.complSent.Load(), CompletionsRetried: s.complRetried.Load(),
 		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), HeartbeatTimeouts: s.hbTimeouts.Load(), DialFailures: s.dialFailures.Load(),
+		LeasesExpired: s.leaseExpired.Load(), CapabilityUpdates: s.capUpdates.Load(), HealthProbes: s.healthProbes.Load(),
 		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load(),
 		PayloadsFetched: s.payloadsFetched.Load(), PayloadsFailed: s.payloadsFailed.Load(),
 		Probes: s.probes.Load(), ProbesSucceeded: s.probesOK.Load(), MovesBack: s.moves.Load(),

@@ -114,7 +114,7 @@ type execer interface {
 // holds a lock) and returns the store over db.
 func newStore(ctx context.Context, db *sql.DB, ex execer, d dialect) (*store, error) {
 	s := &store{db: db, d: d}
-	for _, stmt := range append(s.schema(), s.identitySchema()...) {
+	for _, stmt := range append(append(s.schema(), s.identitySchema()...), s.inventorySchema()...) {
 		if _, err := ex.ExecContext(ctx, stmt); err != nil {
 			return nil, fmt.Errorf("authority(%s): create schema: %w", d.name, err)
 		}

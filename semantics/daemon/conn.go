@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"forgeyard.dev/transport/semantics"
@@ -19,6 +20,7 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wcas "forgeyard.dev/transport/wire/cas"
 	"forgeyard.dev/transport/wire/device"
+	"forgeyard.dev/transport/wire/health"
 	wlogs "forgeyard.dev/transport/wire/logs"
 	"forgeyard.dev/transport/wire/registry"
 	"forgeyard.dev/transport/wire/signing"
@@ -71,6 +73,10 @@ type conn struct {
 	closeOnce   sync.Once
 	closeErr    error
 
+	// sendRole is the peer's role once the hello named it, roleUnknown
+	// before: every envelope written to the peer passes CheckSend (send.go).
+	sendRole atomic.Int64
+
 	rl  connRates       // per-connection message rates (ratelimit.go)
 	adm admissionTicket // admission slots held (admission.go), under d.hard.mu
 
@@ -82,6 +88,10 @@ type conn struct {
 	// workDone is closed when the work goroutine has returned.
 	work     chan func()
 	workDone chan struct{}
+	// invQ carries the inventory's authority writes in order
+	// (inventory.go inventoryLater); read goroutine, created on first use.
+	invQ    chan func()
+	invDone chan struct{}
 }
 
 // workQueue bounds the messages queued for the work goroutine; when it is
@@ -122,11 +132,13 @@ func (c *conn) stopWork() {
 }
 
 func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
-	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Limits, Logger: d.log, Metrics: d.cfg.Metrics})
+	c := &conn{d: d, bc: bc, transport: wire.NewTransportSessionId(), connectedAt: d.now(), done: make(chan struct{})}
+	c.sendRole.Store(roleUnknown)
+	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Limits, Logger: d.log, Metrics: d.cfg.Metrics, SendCheck: c})
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{d: d, bc: bc, sc: sc, transport: wire.NewTransportSessionId(), connectedAt: d.now(), done: make(chan struct{})}
+	c.sc = sc
 	if _, err := rand.Read(c.challenge[:]); err != nil {
 		return nil, err
 	}
@@ -283,6 +295,7 @@ func (c *conn) teardown() {
 	}
 	d.mu.Unlock()
 	c.releaseAdmission()
+	c.noteGone() // inventory.go
 	close(c.done)
 	if h := d.cfg.Hooks.OnDisconnect; h != nil {
 		h(c.info(), c.closeErr)
@@ -434,11 +447,10 @@ func (c *conn) handle(env *wire.Envelope) {
 		c.ordered(func() { c.onNeedObjects(env, m) })
 	case *wcas.OutputsFinalizedV1:
 		c.ordered(func() { c.onOutputsFinalized(env, m) })
-	case *agentwire.CapabilityUpdateV1:
-		// Capability snapshots are the scheduler's business (Hooks).
-		if h := c.d.cfg.Hooks.OnCapabilities; h != nil && c.registered() {
-			h(c.info(), m.Full)
-		}
+	case *agentwire.CapabilityUpdateV1, *health.HealthSummaryV1, *health.ProbeRequestV1:
+		// Capability snapshots and health reports: recorded in the
+		// inventory and passed to Hooks.OnCapabilities (inventory.go).
+		c.onInventoryMessage(env, m)
 	case *admin.AdminAckV1, *agentwire.CancelAckV1:
 		// Admin acks and late cancel acks (their Call already timed out)
 		// need no answer.

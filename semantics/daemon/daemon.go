@@ -17,33 +17,17 @@ import (
 	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
-	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
-	wcas "forgeyard.dev/transport/wire/cas"
-	"forgeyard.dev/transport/wire/device"
-	wlogs "forgeyard.dev/transport/wire/logs"
-	"forgeyard.dev/transport/wire/signing"
 )
 
-// SentTypes is every message type the daemon can send to an agent. It is
-// the static list the "daemon cannot send an arbitrary command" test walks
-// (§98): session and lease messages, typed admin commands, errors, and
-// the data plane's acknowledgements (log acks and resume requests, the
-// logs-finalized ack, MissingObjects); to a signing worker only sign
-// requests, to a device agent only the typed device operations.
-var SentTypes = []wire.MessageTypeId{
-	agentwire.MsgHelloAck, agentwire.MsgRegistrationAccepted, agentwire.MsgRegistrationRejected,
-	agentwire.MsgLeaseOffer, agentwire.MsgLeaseRenewAck, agentwire.MsgCancelAttempt,
-	agentwire.MsgCompletionAck, agentwire.MsgHeartbeatAck, agentwire.MsgResyncResponse,
-	agentwire.MsgGoAway, agentwire.MsgSessionFenced, agentwire.MsgLeaseProbe,
-	admin.MsgDrain, admin.MsgResume,
-	wlogs.MsgLogAck, wlogs.MsgLogResumeRequest, wlogs.MsgLogsFinalizedAck,
-	wcas.MsgMissingObjects,
-	wire.MsgError,
-	// Only to a signing worker (sign.go) and a device agent (device.go).
-	signing.MsgSignRequest,
-	device.MsgDiscover, device.MsgReserve, device.MsgInstall, device.MsgRunTest, device.MsgReset,
-}
+// SentTypes is every message type the daemon can send to a peer of any
+// role, derived from the session package's direction and role tables
+// (session.DaemonSendable) — the same tables the send path checks every
+// outgoing envelope against (send.go), so it cannot drift from what is
+// sent: session and lease messages, typed admin commands, health probe
+// requests, the signing and device requests, errors, and the data plane's
+// acknowledgements and download headers.
+var SentTypes = sentTypes()
 
 const (
 	maxViolations  = 3    // state/role violations before CloseProtocolError
@@ -72,7 +56,7 @@ type Daemon struct {
 	// byRunner indexes the registered transports (of conns) by runner, so
 	// registration, fencing and lease offers cost the same at any fleet
 	// size instead of a walk over every connection.
-	byRunner map[wire.RunnerId]map[*conn]struct{}
+	byRunner  map[wire.RunnerId]map[*conn]struct{}
 	drained   map[wire.RunnerId]string
 	offers    map[wire.LeaseId]*offer
 	probing   map[wire.LeaseId]time.Time
@@ -100,6 +84,7 @@ type Daemon struct {
 	st    stats
 	audit *telemetry.Audit
 	idst  identityStats // enroll.go
+	inv   invState      // inventory.go: capabilities and health of this daemon's transports
 	// hard: admission control, rate-limit counters (admission.go).
 	hard hardening
 	// peers: what signing workers and device agents registered with, and

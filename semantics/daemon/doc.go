@@ -17,8 +17,11 @@
 //
 // The daemon never
 // sends anything that runs an arbitrary command: only the typed admin
-// messages of wire/admin and leases naming a JobSpec (§98); SentTypes lists
-// every type it can send.
+// messages of wire/admin and leases naming a JobSpec (§98). Every envelope
+// it writes passes one check (send.go): its type must be registered as
+// daemon-sendable for the peer's role in the session package's direction
+// and role tables; SentTypes is derived from them. Error replies carry the
+// stable code and a fixed text, never an internal error's (safetext.go).
 //
 // Files, by feature:
 //
@@ -31,6 +34,11 @@
 //   - renew.go: lease renewal, expiry with grace and probes
 //   - cancel.go, complete.go: cancellation; phases and completions
 //   - drain.go: drain, resume and disable a runner; Shutdown with GoAway
+//   - inventory.go: the runner inventory (capabilities, presence, health,
+//     drain state; in the authority's Inventory when it has one), Runners,
+//     Runner, RefreshCapabilities, ProbeRunner, admin-command audit
+//   - send.go: the send-path check; safetext.go: the peer's error texts;
+//     servertime.go: ServerTimeV1
 //   - data.go: the data plane (logs, CAS); secret.go: secret delivery
 //   - enroll.go: certificate enrollment, renewal and revocation
 //   - sign.go: Sign, a signature from a signing worker (§99); device.go: the device operations and their fenced reservations (§100); peers.go: the registration labels of those peers

@@ -12,21 +12,47 @@ import (
 )
 
 // DrainRunner stops offering leases to runner and sends admin DrainV1 to
-// its transports (§97). It returns ErrNotConnected if none is connected
-// (the drain is still recorded on this daemon).
+// its transports (§97). With an authority inventory the drain is stored
+// there, so every daemon sharing the authority refuses offers to the
+// runner and re-sends the drain when it reconnects to them; it is audited
+// (runner.admin_command, reason drain). It returns ErrNotConnected if none
+// is connected to this daemon (the drain is still recorded).
 func (d *Daemon) DrainRunner(ctx context.Context, runner wire.RunnerId, reason string) error {
-	d.mu.Lock()
-	d.drained[runner] = reason
-	d.mu.Unlock()
-	return d.sendRunner(runner, &admin.DrainV1{Reason: wire.TruncateUTF8(reason, admin.MaxText)})
+	reason = wire.TruncateUTF8(reason, admin.MaxText)
+	err := d.storeDrain(ctx, runner, true, reason)
+	if err == nil {
+		err = d.sendRunner(runner, &admin.DrainV1{Reason: reason})
+	}
+	d.adminAudit(ctx, runner, telemetry.ReasonAdminDrain, err)
+	return err
 }
 
-// ResumeRunner ends a drain and sends admin ResumeV1.
+// ResumeRunner ends a drain (here and in the authority inventory) and
+// sends admin ResumeV1; audited like DrainRunner.
 func (d *Daemon) ResumeRunner(ctx context.Context, runner wire.RunnerId) error {
+	err := d.storeDrain(ctx, runner, false, "")
+	if err == nil {
+		err = d.sendRunner(runner, &admin.ResumeV1{})
+	}
+	d.adminAudit(ctx, runner, telemetry.ReasonAdminResume, err)
+	return err
+}
+
+// storeDrain records the drain state: in the authority's inventory, the
+// one source of truth for every daemon sharing it, or, without one, in
+// this daemon's memory.
+func (d *Daemon) storeDrain(ctx context.Context, runner wire.RunnerId, drained bool, reason string) error {
+	if inv := d.inventory(); inv != nil {
+		return inv.SetDrain(ctx, runner, drained, reason, d.now())
+	}
 	d.mu.Lock()
-	delete(d.drained, runner)
-	d.mu.Unlock()
-	return d.sendRunner(runner, &admin.ResumeV1{})
+	defer d.mu.Unlock()
+	if drained {
+		d.drained[runner] = reason
+	} else {
+		delete(d.drained, runner)
+	}
+	return nil
 }
 
 func (d *Daemon) sendRunner(runner wire.RunnerId, m wire.Message) error {
@@ -35,6 +61,11 @@ func (d *Daemon) sendRunner(runner wire.RunnerId, m wire.Message) error {
 		if ch := c.channel(); ch != nil && c.registered() {
 			if _, err := ch.SendMsg(m); err == nil {
 				n++
+				if _, drain := m.(*admin.DrainV1); drain {
+					c.markDrainSent(true)
+				} else if _, resume := m.(*admin.ResumeV1); resume {
+					c.markDrainSent(false)
+				}
 			}
 		}
 	}

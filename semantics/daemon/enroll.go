@@ -150,13 +150,13 @@ func (c *conn) enroll(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
 		return
 	}
 	if err := trust.CheckEnrollmentToken(m.Token); err != nil {
-		fail(wire.ErrCodeForbidden, wire.RetryNever, err.Error())
+		fail(wire.ErrCodeForbidden, wire.RetryNever, trust.ErrBadEnrollmentToken.Error())
 		return
 	}
 	tokenID := trust.EnrollmentTokenID(m.Token)
 	csr, err := trust.ParseCSR(m.CSR)
 	if err != nil {
-		fail(wire.ErrCodeInvalidValue, wire.RetryNever, err.Error(), "token_id", tokenID)
+		fail(wire.ErrCodeInvalidValue, wire.RetryNever, csrRefusal(err), "token_id", tokenID, "err", err)
 		return
 	}
 	runner := wire.NewRunnerId()
@@ -204,7 +204,8 @@ func (c *conn) renew(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
 	csr, err := trust.ParseCSR(m.CSR)
 	if err != nil {
 		c.emitAudit(telemetry.EventAuthFailure, wire.ErrCodeInvalidValue, telemetry.ReasonValidationFailed, telemetry.ErrorText(err))
-		c.replyErr(env, wire.ErrCodeInvalidValue, wire.RetryNever, err.Error())
+		c.logger().Info("certificate renewal request refused", "err", err)
+		c.replyErr(env, wire.ErrCodeInvalidValue, wire.RetryNever, csrRefusal(err))
 		return
 	}
 	ctx, cancel := c.authCtx()

@@ -70,6 +70,8 @@ func (c *conn) onHeartbeat(env *wire.Envelope, m *agentwire.HeartbeatV1) {
 	d.hbSeq[c.session] = m.Seq
 	d.mu.Unlock()
 	c.resetLiveness()
+	c.noteHeartbeat(d.now()) // inventory.go
+	c.checkDigest(m.CapabilityDigest)
 	c.reply(env, &agentwire.HeartbeatAckV1{Seq: m.Seq, ServerTimeMs: uint64(d.now().UnixMilli())})
 	// Heartbeats re-assert phases whose PhaseChangeV1 was lost; the set of
 	// remembered attempts is the heartbeat's (≤ MaxActiveAttempts). In

@@ -112,12 +112,14 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 	if role != agentwire.RoleAgent && role != agentwire.RoleInternalWorker {
 		return authority.Lease{}, ErrRoleForbidden
 	}
-	d.mu.Lock()
-	_, drained := d.drained[runner]
-	d.mu.Unlock()
-	if drained {
+	// Drained on this daemon or, through the authority's inventory, on
+	// any daemon sharing it (inventory.go).
+	if drained, err := d.isDrained(ctx, runner); err != nil {
+		return authority.Lease{}, err
+	} else if drained {
 		return authority.Lease{}, ErrDraining
 	}
+	c.ensureResumed() // a drain this daemon announced ended elsewhere (inventory.go)
 	ttl := o.TTL
 	if ttl <= 0 {
 		ttl = d.timing.LeaseTTL

@@ -10,17 +10,22 @@ import (
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wcas "forgeyard.dev/transport/wire/cas"
+	"forgeyard.dev/transport/wire/health"
 	wlogs "forgeyard.dev/transport/wire/logs"
 	"forgeyard.dev/transport/wire/registry"
+	"forgeyard.dev/transport/wire/signing"
 )
 
 // shellLike matches field names that could carry something to run.
 var shellLike = regexp.MustCompile(`(?i)command|cmd|shell|script|exec|argv|args|env|program|binary|entrypoint`)
 
 // TestDaemonCannotSendArbitraryCommand (§98): every message type the daemon
-// can send is a session/lease/admin/common type the agent expects from a
-// daemon, and no field anywhere in it (recursively) is shaped like a
-// command, script or environment.
+// can send — for each peer role, the types the session tables register as
+// daemon-sendable, which is what the send path enforces (send.go) — is a
+// typed session/lease/admin/health/common type (or, for the signing worker
+// and the device agent alone, their own typed request families) the peer
+// expects from a daemon, and no field anywhere in it (recursively) is
+// shaped like a command, script or environment.
 func TestDaemonCannotSendArbitraryCommand(t *testing.T) {
 	samples := map[wire.MessageTypeId]wire.Message{}
 	for _, m := range registry.Samples() {
@@ -29,38 +34,59 @@ func TestDaemonCannotSendArbitraryCommand(t *testing.T) {
 	if len(daemon.SentTypes) < 10 {
 		t.Fatalf("SentTypes lists only %d types", len(daemon.SentTypes))
 	}
-	for _, typ := range daemon.SentTypes {
-		mi, ok := registry.Default.Lookup(typ)
-		if !ok {
-			t.Fatalf("%s not registered", typ)
-		}
-		switch typ.Family() {
-		case wire.FamilyAgent, wire.FamilyAdmin, wire.FamilyCommon:
-		case wire.FamilyLogs, wire.FamilyCas:
-			// Only the data plane's acknowledgements and answers: they
-			// carry sequence numbers and object references, nothing to run.
-			switch typ {
-			case wlogs.MsgLogAck, wlogs.MsgLogResumeRequest, wlogs.MsgLogsFinalizedAck, wcas.MsgMissingObjects:
+	union := map[wire.MessageTypeId]bool{}
+	for _, role := range []agentwire.PeerRole{agentwire.RoleAgent, agentwire.RoleDeviceAgent, agentwire.RoleSigningWorker, agentwire.RoleInternalWorker} {
+		for _, typ := range session.DaemonSendable(role) {
+			union[typ] = true
+			mi, ok := registry.Default.Lookup(typ)
+			if !ok {
+				t.Fatalf("%s not registered", typ)
+			}
+			switch typ.Family() {
+			case wire.FamilyAgent, wire.FamilyAdmin, wire.FamilyCommon:
+			case wire.FamilyHealth:
+				if typ != health.MsgProbeRequest && typ != health.MsgProbeResponse {
+					t.Errorf("%s: daemon sends health message other than a probe request or result", mi.Name)
+				}
+			case wire.FamilySigning:
+				if role != agentwire.RoleSigningWorker || typ != signing.MsgSignRequest {
+					t.Errorf("%s: daemon sends signing message to %s", mi.Name, role)
+				}
+			case wire.FamilyDevice:
+				if role != agentwire.RoleDeviceAgent {
+					t.Errorf("%s: daemon sends device message to %s", mi.Name, role)
+				}
+			case wire.FamilyLogs, wire.FamilyCas:
+				// Only the data plane's acknowledgements, answers and
+				// download headers: they carry sequence numbers, offsets and
+				// object references, nothing to run.
+				switch typ {
+				case wlogs.MsgLogAck, wlogs.MsgLogResumeRequest, wlogs.MsgLogsFinalizedAck, wcas.MsgMissingObjects,
+					wcas.MsgCasObjectAck, wcas.MsgCasObjectStreamHeader, wcas.MsgCasRangeResumeRequest:
+				default:
+					t.Errorf("%s: daemon sends data-plane message", mi.Name)
+				}
 			default:
-				t.Errorf("%s: daemon sends data-plane message", mi.Name)
+				t.Errorf("%s: daemon sends family %s", mi.Name, typ.Family())
 			}
-		case wire.FamilySigning, wire.FamilyDevice:
-			// Typed requests to the roles that serve them, never to an
-			// execution agent: a digest to sign, a device operation.
-			if session.Allowed(agentwire.RoleAgent, typ) {
-				t.Errorf("%s: an execution agent may be sent it", mi.Name)
+			if session.DirectionOf(typ)&session.FromDaemon == 0 {
+				t.Errorf("%s is not a daemon → agent message", mi.Name)
 			}
-		default:
-			t.Errorf("%s: daemon sends family %s", mi.Name, typ.Family())
+			m := samples[typ]
+			if m == nil {
+				m = mi.New()
+			}
+			walkFields(t, mi.Name, reflect.TypeOf(m), map[reflect.Type]bool{})
 		}
-		if session.DirectionOf(typ)&session.FromDaemon == 0 {
-			t.Errorf("%s is not a daemon → agent message", mi.Name)
+	}
+	for _, typ := range daemon.SentTypes {
+		if !union[typ] {
+			t.Errorf("SentTypes names %s, which no role may be sent", typ)
 		}
-		m := samples[typ]
-		if m == nil {
-			m = mi.New()
-		}
-		walkFields(t, mi.Name, reflect.TypeOf(m), map[reflect.Type]bool{})
+		delete(union, typ)
+	}
+	for typ := range union {
+		t.Errorf("SentTypes misses %s", typ)
 	}
 }
 

@@ -44,6 +44,7 @@ func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 	}
 	c.mu.Lock()
 	c.role, c.negotiated = m.Role, v
+	c.sendRole.Store(int64(m.Role))
 	if m.HasAgentSession {
 		c.helloSession = m.AgentSession
 	}
@@ -137,11 +138,11 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	}
 	leaf, err := c.identity(m)
 	if err != nil {
-		msg := "authentication failed: " + err.Error()
+		msg := authRefusal(err) // the peer gets a fixed text; the log and audit get err
 		if errors.Is(err, trust.ErrCertExpired) {
 			d.idst.expiredRejected.Add(1)
-			msg = trust.MsgCredentialExpired + ": " + err.Error()
 		}
+		c.logger().Info("registration certificate refused", "err", err)
 		reason := telemetry.ReasonBadCertificate
 		if errors.Is(err, trust.ErrCertExpired) {
 			reason = telemetry.ReasonCertificateExpired
@@ -244,6 +245,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	if h := d.cfg.Hooks.OnCapabilities; h != nil {
 		h(c.info(), m.Capabilities)
 	}
+	c.noteRegistered(m.Capabilities, m.CapabilityDigest) // inventory.go
 	stagger := make([]uint32, len(t.FallbackStagger))
 	for i, s := range t.FallbackStagger {
 		stagger[i] = uint32(s.Milliseconds())
@@ -251,6 +253,9 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	c.reply(env, &agentwire.RegistrationAcceptedV1{Session: m.Session, Epoch: grant.Epoch, TransportSession: c.transport,
 		HeartbeatIntervalMs: ms32(hb), LeaseRenewIntervalMs: ms32(t.RenewInterval), MaxBackoffMs: ms32(t.MaxBackoff),
 		AlternateEndpoints: d.cfg.AlternateEndpoints, FallbackStaggerMs: stagger, ServerTimeMs: uint64(d.now().UnixMilli())})
+	if c.getState() == session.Active { // no resync follows (servertime.go)
+		c.sendServerTime()
+	}
 	if authority.IdentitiesOf(d.auth) != nil {
 		serial := trust.SerialString(leaf)
 		c.ordered(func() { c.retireSuperseded(m.Runner, serial) })

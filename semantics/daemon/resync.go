@@ -55,6 +55,8 @@ func (c *conn) onResync(env *wire.Envelope, m *agentwire.AgentResyncV1) {
 	d.st.resyncs.Add(1)
 	c.setState(session.Active)
 	c.reply(env, resp)
+	c.sendServerTime()       // servertime.go
+	c.ordered(c.resendDrain) // a drain set elsewhere or before the reconnect (inventory.go)
 	d.kickOffers(c.session)
 	d.adoptOffers(c)
 }

@@ -41,6 +41,10 @@ type Stats struct {
 	CancelDelivery         []time.Duration // CancelAttempt → CancelAckV1
 	LogsFinalized          int64           // LogsFinalizedV1 barriers acknowledged
 	OutputsFinalized       int64           // OutputsFinalizedV1 recorded
+	SendRefused            int64           // envelopes refused at send: type not daemon-sendable to the peer's role (send.go)
+	// CapabilitiesRecovered counts snapshots fetched because a heartbeat's
+	// capability digest differed from the one held (§236).
+	CapabilitiesRecovered int64
 }
 
 type latencies struct {
@@ -79,6 +83,8 @@ type stats struct {
 	dedupPruned, adopted, settledElsewhere                atomic.Int64
 	offerLat, complLat, cancelLat                         latencies
 	logsFinalized, outputsFinalized                       atomic.Int64
+	sendRefused                                           atomic.Int64 // send.go
+	capRecovered                                          atomic.Int64 // inventory.go checkDigest
 }
 
 // Stats returns a snapshot of the counters.
@@ -94,6 +100,7 @@ func (d *Daemon) Stats() Stats {
 		ProtocolErrors: s.protoErrs.Load(), HeartbeatsDropped: s.hbDropped.Load(), DedupPruned: s.dedupPruned.Load(),
 		OfferToAccept: s.offerLat.snapshot(), CompletionToAck: s.complLat.snapshot(), CancelDelivery: s.cancelLat.snapshot(),
 		LogsFinalized: s.logsFinalized.Load(), OutputsFinalized: s.outputsFinalized.Load(),
+		SendRefused: s.sendRefused.Load(), CapabilitiesRecovered: s.capRecovered.Load(),
 	}
 	for i := range s.completions {
 		out.Completions[i] = s.completions[i].Load()

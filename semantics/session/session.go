@@ -16,7 +16,10 @@ import (
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/admin"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	wcas "forgeyard.dev/transport/wire/cas"
 	"forgeyard.dev/transport/wire/device"
+	"forgeyard.dev/transport/wire/health"
+	wlogs "forgeyard.dev/transport/wire/logs"
 	"forgeyard.dev/transport/wire/signing"
 )
 
@@ -188,8 +191,31 @@ var directions = map[wire.MessageTypeId]Direction{
 	admin.MsgRunHealthProbe:           FromDaemon,
 	admin.MsgAdminAck:                 FromAgent,
 	wire.MsgError:                     Both,
-	// Signing worker (§99) and device agent (§100): the daemon asks, the
-	// worker answers.
+
+	// The data plane (log and CAS streams, and their control-stream
+	// barriers).
+	wlogs.MsgLogStreamHeader:      FromAgent,
+	wlogs.MsgLogFrame:             FromAgent,
+	wlogs.MsgLogResumeRequest:     FromDaemon,
+	wlogs.MsgLogAck:               FromDaemon,
+	wlogs.MsgLogsFinalized:        FromAgent,
+	wlogs.MsgLogsFinalizedAck:     FromDaemon,
+	wcas.MsgNeedObjects:           FromAgent,
+	wcas.MsgMissingObjects:        FromDaemon,
+	wcas.MsgCasObjectStreamHeader: Both, // uploads (agent) and downloads (daemon)
+	wcas.MsgCasRangeResumeRequest: Both, // the receiver of an upload or download asks to resume
+	wcas.MsgCasFetchRequest:       FromAgent,
+	wcas.MsgCasObjectAck:          FromDaemon,
+	wcas.MsgOutputsFinalized:      FromAgent,
+
+	// Health (§96): the agent reports its summary; either end may ask the
+	// other to run a probe, answered with the probe's result.
+	health.MsgHealthSummary: FromAgent,
+	health.MsgProbeRequest:  Both,
+	health.MsgProbeResponse: Both,
+
+	// Signing (§99) and device (§100): the daemon requests, the worker or
+	// device agent answers.
 	signing.MsgSignRequest:   FromDaemon,
 	signing.MsgSignResponse:  FromAgent,
 	device.MsgDiscover:       FromDaemon,
@@ -204,8 +230,8 @@ var directions = map[wire.MessageTypeId]Direction{
 	device.MsgResetResult:    FromAgent,
 }
 
-// DirectionOf returns who may send t on the control stream; types this
-// table does not name (other families) are Both.
+// DirectionOf returns who may send t; types the direction table does not
+// name are Both.
 func DirectionOf(t wire.MessageTypeId) Direction {
 	if d, ok := directions[t]; ok {
 		return d

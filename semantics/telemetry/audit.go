@@ -24,12 +24,13 @@ const (
 	EventStaleLeaseReplay                        // "lease.stale_replay": a stale or superseded lease was replayed
 	EventMalformedSecurity                       // "message.malformed_security": a security-sensitive message failed to decode or validate
 	EventRunnerRevoked                           // "runner.revoked": a revoked or disabled runner was refused
+	EventAdminCommand                            // "runner.admin_command": an operator's admin command on a runner (drain, resume, refresh capabilities, probe)
 	numAuditEvents
 )
 
 var auditEventNames = [numAuditEvents]string{"",
 	"auth.failure", "session.fenced", "transport.cloned_identity", "protocol.downgrade_rejected",
-	"lease.stale_replay", "message.malformed_security", "runner.revoked"}
+	"lease.stale_replay", "message.malformed_security", "runner.revoked", "runner.admin_command"}
 
 // String returns the stable event name, or "unknown".
 func (e AuditEvent) String() string {
@@ -81,6 +82,10 @@ const (
 	ReasonHandshakeTimeout                   // TLS handshake: did not complete in time
 	ReasonEnrollmentRefused                  // enrollment token unknown, used, expired or revoked, or enrollment disabled
 	ReasonOverloaded                         // refused at a limit (handshakes in progress, accept queue, connection cap)
+	ReasonAdminDrain                         // admin command: drain
+	ReasonAdminResume                        // admin command: resume
+	ReasonAdminRefresh                       // admin command: refresh capabilities
+	ReasonAdminProbe                         // admin command: run a health probe
 	numAuditReasons
 )
 
@@ -89,7 +94,7 @@ var auditReasonNames = [numAuditReasons]string{"unspecified",
 	"version_below_minimum", "feature_downgrade", "newer_registration", "fenced_traffic",
 	"lease_expired", "lease_superseded", "decode_failed", "validation_failed", "signature_invalid",
 	"no_client_certificate", "unknown_authority", "certificate_expired", "certificate_not_yet_valid",
-	"protocol", "timeout", "enrollment_refused", "overloaded"}
+	"protocol", "timeout", "enrollment_refused", "overloaded", "drain", "resume", "refresh_capabilities", "health_probe"}
 
 // String returns the stable reason name, or "unspecified".
 func (r AuditReason) String() string {
