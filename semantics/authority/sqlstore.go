@@ -53,71 +53,12 @@ func (s *store) rebind(query string) string {
 	return r
 }
 
-func (s *store) schema() []string {
-	b := s.d.blob
-	return []string{
-		`CREATE TABLE IF NOT EXISTS fy_runners (
-			runner_id ` + b + ` PRIMARY KEY,
-			enabled BOOLEAN NOT NULL,
-			reason TEXT NOT NULL,
-			changed_ms BIGINT NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS fy_sessions (
-			session_id ` + b + ` PRIMARY KEY,
-			runner_id ` + b + ` NOT NULL,
-			epoch BIGINT NOT NULL,
-			transport_id ` + b + ` NOT NULL,
-			daemon TEXT NOT NULL,
-			remote TEXT NOT NULL,
-			since_ms BIGINT NOT NULL,
-			ended BOOLEAN NOT NULL)`,
-		`CREATE INDEX IF NOT EXISTS fy_sessions_runner ON fy_sessions (runner_id)`,
-		`CREATE TABLE IF NOT EXISTS fy_leases (
-			lease_id ` + b + ` PRIMARY KEY,
-			attempt_id ` + b + ` NOT NULL,
-			job_id ` + b + ` NOT NULL,
-			runner_id ` + b + ` NOT NULL,
-			session_id ` + b + ` NOT NULL,
-			spec_id ` + b + ` NOT NULL,
-			payload ` + b + ` NOT NULL,
-			ttl_ms BIGINT NOT NULL,
-			expires_ms BIGINT NOT NULL,
-			state TEXT NOT NULL,
-			cancelled BOOLEAN NOT NULL,
-			cancel_reason BIGINT NOT NULL,
-			revoke_reason TEXT NOT NULL,
-			created_ms BIGINT NOT NULL)`,
-		`CREATE INDEX IF NOT EXISTS fy_leases_attempt ON fy_leases (attempt_id)`,
-		`CREATE INDEX IF NOT EXISTS fy_leases_session ON fy_leases (session_id)`,
-		`CREATE INDEX IF NOT EXISTS fy_leases_expiry ON fy_leases (state, expires_ms)`,
-		`CREATE TABLE IF NOT EXISTS fy_completions (
-			attempt_id ` + b + ` PRIMARY KEY,
-			message_id ` + b + ` NOT NULL,
-			lease_id ` + b + ` NOT NULL,
-			session_id ` + b + ` NOT NULL,
-			result ` + b + ` NOT NULL,
-			outputs ` + b + ` NOT NULL,
-			recorded_ms BIGINT NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS fy_dedup (
-			message_id ` + b + ` PRIMARY KEY,
-			op TEXT NOT NULL,
-			answer ` + b + ` NOT NULL,
-			created_ms BIGINT NOT NULL)`,
-		`CREATE INDEX IF NOT EXISTS fy_dedup_created ON fy_dedup (created_ms)`,
-	}
-}
-
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// newStore creates the schema through ex (the pool, or one connection that
-// holds a lock) and returns the store over db.
-func newStore(ctx context.Context, db *sql.DB, ex execer, d dialect) (*store, error) {
+// newStore brings the schema up to date through ex (the pool, or one
+// connection that holds a lock; see migrate) and returns the store over db.
+func newStore(ctx context.Context, db *sql.DB, ex beginner, d dialect) (*store, error) {
 	s := &store{db: db, d: d}
-	for _, stmt := range append(s.schema(), s.identitySchema()...) {
-		if _, err := ex.ExecContext(ctx, stmt); err != nil {
-			return nil, fmt.Errorf("authority(%s): create schema: %w", d.name, err)
-		}
+	if err := s.migrate(ctx, ex); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
