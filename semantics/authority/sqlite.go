@@ -18,6 +18,12 @@ import (
 // completion. Writes are serialized through a single connection (SQLite has
 // one writer anyway), in WAL mode with a busy timeout.
 //
+// Durability: synchronous=FULL, so every commit fsyncs the WAL before it
+// returns. With NORMAL (SQLite's usual WAL setting) a power loss or kernel
+// crash can roll back the last transactions, including completions the
+// daemon already acknowledged to an agent; the protocol's exactly-once
+// promise needs an acknowledged completion to stay.
+//
 // A new database file is created readable and writable by its owner only
 // (0600): SQLite creates the -wal and -shm files with the database file's
 // mode, so they are 0600 too. An existing file keeps its mode.
@@ -28,7 +34,7 @@ func OpenSQLite(ctx context.Context, path string) (Authority, error) {
 		}
 	}
 	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() +
-		"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(ON)&_txlock=immediate"
+		"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(ON)&_txlock=immediate"
 	if path == ":memory:" {
 		dsn = "file::memory:?_txlock=immediate"
 	}
