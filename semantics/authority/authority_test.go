@@ -16,6 +16,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	pgtest.StopShared()
+	authority.StopBenchServers()
 	os.Exit(code)
 }
 

@@ -28,6 +28,17 @@ import (
 // (0600): SQLite creates the -wal and -shm files with the database file's
 // mode, so they are 0600 too. An existing file keeps its mode.
 func OpenSQLite(ctx context.Context, path string) (Authority, error) {
+	s, err := openSQLite(ctx, path, 1)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// openSQLite opens the store with the given number of group-commit workers
+// (0: every operation in its own transaction, for the benchmark's
+// comparison).
+func openSQLite(ctx context.Context, path string, workers int) (*store, error) {
 	if path != ":memory:" {
 		if err := createPrivate(path); err != nil {
 			return nil, fmt.Errorf("authority: open sqlite %q: %w", path, err)
@@ -49,7 +60,7 @@ func OpenSQLite(ctx context.Context, path string) (Authority, error) {
 		db.Close()
 		return nil, fmt.Errorf("authority: open sqlite %q: %w", path, err)
 	}
-	s, err := newStore(ctx, db, db, sqliteDialect)
+	s, err := newStore(ctx, db, db, sqliteDialect, workers)
 	if err != nil {
 		db.Close()
 		return nil, err

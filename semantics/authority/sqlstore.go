@@ -20,17 +20,21 @@ type dialect struct {
 	dollar    bool   // placeholders $1, $2 … instead of ?
 	forUpdate string // row-lock suffix for SELECTs inside a transaction
 	blob      string // binary column type
+	// cteWrites: several writes can go in one statement (data-modifying
+	// WITH), saving round trips to a server.
+	cteWrites bool
 }
 
 var (
 	sqliteDialect   = dialect{name: "sqlite", blob: "BLOB"}
-	postgresDialect = dialect{name: "postgres", dollar: true, forUpdate: " FOR UPDATE", blob: "BYTEA"}
+	postgresDialect = dialect{name: "postgres", dollar: true, forUpdate: " FOR UPDATE", blob: "BYTEA", cteWrites: true}
 )
 
 // store is the Authority over database/sql shared by both dialects.
 type store struct {
 	db *sql.DB
 	d  dialect
+	b  *batcher // group commit of the lease operations (batcher.go)
 }
 
 func (s *store) rebind(query string) string {
@@ -55,15 +59,23 @@ func (s *store) rebind(query string) string {
 
 // newStore brings the schema up to date through ex (the pool, or one
 // connection that holds a lock; see migrate) and returns the store over db.
-func newStore(ctx context.Context, db *sql.DB, ex beginner, d dialect) (*store, error) {
+func newStore(ctx context.Context, db *sql.DB, ex beginner, d dialect, workers int) (*store, error) {
 	s := &store{db: db, d: d}
 	if err := s.migrate(ctx, ex); err != nil {
 		return nil, err
 	}
+	if workers > 0 {
+		s.b = newBatcher(s, workers)
+	}
 	return s, nil
 }
 
-func (s *store) Close() error { return s.db.Close() }
+func (s *store) Close() error {
+	if s.b != nil {
+		s.b.close()
+	}
+	return s.db.Close()
+}
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
@@ -109,6 +121,7 @@ func retryable(err error) bool {
 }
 
 func (s *store) exec(ctx context.Context, t *sql.Tx, q string, args ...any) (sql.Result, error) {
+	traceWrite(ctx)
 	return t.ExecContext(ctx, s.rebind(q), args...)
 }
 
@@ -202,7 +215,7 @@ func (s *store) runnerEnabled(ctx context.Context, t *sql.Tx, runner wire.Runner
 
 func (s *store) RegisterSession(ctx context.Context, r Registration) (SessionGrant, error) {
 	var g SessionGrant
-	err := s.tx(ctx, func(t *sql.Tx) error {
+	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		g = SessionGrant{}
 		enabled, err := s.runnerEnabled(ctx, t, r.Runner)
 		if err != nil {
@@ -348,7 +361,7 @@ func (s *store) CreateLease(ctx context.Context, l Lease) error {
 		l.State = LeaseOffered
 	}
 	payload := l.Payload.AppendPostcard(nil)
-	return s.tx(ctx, func(t *sql.Tx) error {
+	return s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		cur, err := s.loadLease(ctx, t, l.ID, true)
 		if err == nil {
 			if cur.Attempt != l.Attempt || cur.Session != l.Session || cur.Runner != l.Runner || cur.Spec != l.Spec || cur.Job != l.Job {
@@ -397,7 +410,7 @@ func (s *store) boundLease(ctx context.Context, t *sql.Tx, id wire.LeaseId, atte
 
 func (s *store) AcceptLease(ctx context.Context, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef, now time.Time) (Lease, error) {
 	var l Lease
-	err := s.tx(ctx, func(t *sql.Tx) error {
+	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		var err error
 		l, err = s.boundLease(ctx, t, id, attempt, ref)
 		if err != nil {
@@ -418,7 +431,7 @@ func (s *store) AcceptLease(ctx context.Context, id wire.LeaseId, attempt wire.J
 }
 
 func (s *store) RejectLease(ctx context.Context, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef, now time.Time) error {
-	return s.tx(ctx, func(t *sql.Tx) error {
+	return s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		l, err := s.boundLease(ctx, t, id, attempt, ref)
 		if err != nil {
 			return err
@@ -489,7 +502,7 @@ func decodeRenew(b []byte) (RenewResult, error) {
 
 func (s *store) RenewLease(ctx context.Context, msg wire.MessageId, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef, now time.Time) (RenewResult, error) {
 	var res RenewResult
-	err := s.tx(ctx, func(t *sql.Tx) error {
+	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		res = RenewResult{}
 		if ans, ok, err := s.dedupGet(ctx, t, msg, "renew"); err != nil {
 			return err
@@ -514,10 +527,17 @@ func (s *store) RenewLease(ctx context.Context, msg wire.MessageId, id wire.Leas
 			if exp.Before(l.ExpiresAt) {
 				exp = l.ExpiresAt
 			}
+			res.Extended, res.ExpiresAt = true, fromMs(ms(exp))
+			if s.d.cteWrites {
+				// The extension and its dedup record in one statement.
+				_, err := s.exec(ctx, t, `WITH l AS (UPDATE fy_leases SET expires_ms = ? WHERE lease_id = ?)
+					INSERT INTO fy_dedup (message_id, op, answer, created_ms) VALUES (?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`,
+					ms(exp), idb(id.ULID), idb(msg.ULID), "renew", encodeRenew(res), ms(now))
+				return err
+			}
 			if _, err := s.exec(ctx, t, `UPDATE fy_leases SET expires_ms = ? WHERE lease_id = ?`, ms(exp), idb(id.ULID)); err != nil {
 				return err
 			}
-			res.Extended, res.ExpiresAt = true, fromMs(ms(exp))
 		}
 		return s.dedupPut(ctx, t, msg, "renew", encodeRenew(res), now)
 	})
@@ -548,7 +568,7 @@ func (s *store) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, re
 
 func (s *store) CompleteAttempt(ctx context.Context, c Completion) (AckKind, error) {
 	var ack AckKind
-	err := s.tx(ctx, func(t *sql.Tx) error {
+	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		if _, err := s.checkRef(ctx, t, c.Session); err != nil {
 			if errors.Is(err, ErrStaleSession) {
 				ack = AckStaleRejected
@@ -594,6 +614,17 @@ func (s *store) CompleteAttempt(ctx context.Context, c Completion) (AckKind, err
 		if result == nil {
 			result = []byte{}
 		}
+		if s.d.cteWrites {
+			// The three writes below in one statement: one round trip.
+			_, err := s.exec(ctx, t, `WITH c AS (INSERT INTO fy_completions (attempt_id, message_id, lease_id, session_id, result, outputs, recorded_ms)
+				VALUES (?, ?, ?, ?, ?, ?, ?)), l AS (UPDATE fy_leases SET state = ? WHERE lease_id = ?)
+				INSERT INTO fy_dedup (message_id, op, answer, created_ms) VALUES (?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`,
+				idb(c.Attempt.ULID), idb(c.MessageID.ULID), idb(c.Lease.ULID), idb(c.Session.Session.ULID), result, outputs, ms(c.Now),
+				string(LeaseCompleted), idb(c.Lease.ULID),
+				idb(c.MessageID.ULID), "complete", []byte{byte(AckAccepted)}, ms(c.Now))
+			ack = AckAccepted
+			return err
+		}
 		if _, err := s.exec(ctx, t, `INSERT INTO fy_completions (attempt_id, message_id, lease_id, session_id, result, outputs, recorded_ms)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`, idb(c.Attempt.ULID), idb(c.MessageID.ULID), idb(c.Lease.ULID), idb(c.Session.Session.ULID),
 			result, outputs, ms(c.Now)); err != nil {
@@ -610,7 +641,7 @@ func (s *store) CompleteAttempt(ctx context.Context, c Completion) (AckKind, err
 
 func (s *store) Resync(ctx context.Context, ref SessionRef, claims []AttemptClaim, now time.Time) ([]Decision, error) {
 	var out []Decision
-	err := s.tx(ctx, func(t *sql.Tx) error {
+	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		out = out[:0]
 		if _, err := s.checkRef(ctx, t, ref); err != nil {
 			return err
