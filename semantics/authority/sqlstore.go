@@ -53,6 +53,11 @@ func (s *store) rebind(query string) string {
 		}
 		r = b.String()
 	}
+	if s.d.forUpdate != "" {
+		r = strings.ReplaceAll(r, " /*FOR UPDATE OF l*/", s.d.forUpdate+" OF l")
+	} else {
+		r = strings.ReplaceAll(r, " /*FOR UPDATE OF l*/", "")
+	}
 	r = strings.ReplaceAll(r, " /*FOR UPDATE*/", s.d.forUpdate)
 	return r
 }
@@ -389,13 +394,48 @@ func (s *store) Lease(ctx context.Context, id wire.LeaseId) (Lease, error) {
 	return l, err
 }
 
+var leaseColsL = "l." + strings.ReplaceAll(leaseCols, ", ", ", l.")
+
+// refLease is checkRef(ref) followed by loadLease(id, lock) in one query
+// (one round trip): the lease row locked, the session read as checkRef reads
+// it (without a lock, at the statement's start, as checkRef did before the
+// lease lock was taken). Errors are checkRef's first, then ErrNotFound for a
+// missing lease.
+func (s *store) refLease(ctx context.Context, t *sql.Tx, ref SessionRef, id wire.LeaseId) (Lease, error) {
+	var epoch sql.NullInt64
+	var ended sql.NullBool
+	l, err := scanLease(extraScanner{s.row(ctx, t, `SELECT `+leaseColsL+`, s.epoch, s.ended FROM fy_leases l
+		LEFT JOIN fy_sessions s ON s.session_id = ? WHERE l.lease_id = ? /*FOR UPDATE OF l*/`,
+		idb(ref.Session.ULID), idb(id.ULID)), []any{&epoch, &ended}})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		// No such lease: the session's verdict comes first, as before.
+		if _, err := s.checkRef(ctx, t, ref); err != nil {
+			return Lease{}, err
+		}
+		return Lease{}, ErrNotFound
+	case err != nil:
+		return Lease{}, err
+	case !epoch.Valid || ended.Bool:
+		return Lease{}, ErrStaleSession
+	case ref.Epoch != 0 && ref.Epoch != uint64(epoch.Int64):
+		return Lease{}, ErrFenced
+	}
+	return l, nil
+}
+
+// extraScanner scans the columns after scanLease's into extra.
+type extraScanner struct {
+	sc    scanner
+	extra []any
+}
+
+func (e extraScanner) Scan(dest ...any) error { return e.sc.Scan(append(dest, e.extra...)...) }
+
 // boundLease loads a lease for an agent operation and checks that it belongs
 // to the caller's session and attempt.
 func (s *store) boundLease(ctx context.Context, t *sql.Tx, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef) (Lease, error) {
-	if _, err := s.checkRef(ctx, t, ref); err != nil {
-		return Lease{}, err
-	}
-	l, err := s.loadLease(ctx, t, id, true)
+	l, err := s.refLease(ctx, t, ref, id)
 	if errors.Is(err, ErrNotFound) {
 		return l, ErrStaleLease
 	}
@@ -569,22 +609,49 @@ func (s *store) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, re
 func (s *store) CompleteAttempt(ctx context.Context, c Completion) (AckKind, error) {
 	var ack AckKind
 	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
-		if _, err := s.checkRef(ctx, t, c.Session); err != nil {
-			if errors.Is(err, ErrStaleSession) {
-				ack = AckStaleRejected
-				return nil
-			}
-			return err // ErrFenced and storage errors
-		}
-		// Lock the lease row first so concurrent retries of one completion
-		// serialize here and the second sees the first one's record.
-		l, err := s.loadLease(ctx, t, c.Lease, true)
-		if errors.Is(err, ErrNotFound) {
+		// The session check, and the lease row locked first so concurrent
+		// retries of one completion serialize here and the second sees the
+		// first one's record.
+		l, err := s.refLease(ctx, t, c.Session, c.Lease)
+		if errors.Is(err, ErrStaleSession) || errors.Is(err, ErrNotFound) {
 			ack = AckStaleRejected
 			return nil
 		}
 		if err != nil {
-			return err
+			return err // ErrFenced and storage errors
+		}
+		var outputs []byte
+		outputs = postcard.AppendLen(outputs, len(c.Outputs))
+		for i := range c.Outputs {
+			outputs = c.Outputs[i].AppendPostcard(outputs)
+		}
+		result := c.Result
+		if result == nil {
+			result = []byte{}
+		}
+		if s.d.cteWrites && l.Attempt == c.Attempt && l.Session == c.Session.Session && l.State.Live() {
+			// PostgreSQL, the common case in one round trip: record the
+			// completion unless the attempt has one, and only then complete
+			// the lease and write the dedup record. If the attempt already
+			// has a completion nothing is written and the checks below
+			// answer from it, as for any other database.
+			var inserted int
+			traceWrite(ctx)
+			if err := s.row(ctx, t, `WITH c AS (INSERT INTO fy_completions (attempt_id, message_id, lease_id, session_id, result, outputs, recorded_ms)
+					VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (attempt_id) DO NOTHING RETURNING 1),
+				l AS (UPDATE fy_leases SET state = ? WHERE lease_id = ? AND EXISTS (SELECT 1 FROM c)),
+				d AS (INSERT INTO fy_dedup (message_id, op, answer, created_ms) SELECT ?::bytea, ?::text, ?::bytea, ?::bigint
+					WHERE EXISTS (SELECT 1 FROM c) ON CONFLICT (message_id) DO NOTHING)
+				SELECT COUNT(*) FROM c`,
+				idb(c.Attempt.ULID), idb(c.MessageID.ULID), idb(c.Lease.ULID), idb(c.Session.Session.ULID), result, outputs, ms(c.Now),
+				string(LeaseCompleted), idb(c.Lease.ULID),
+				idb(c.MessageID.ULID), "complete", []byte{byte(AckAccepted)}, ms(c.Now)).Scan(&inserted); err != nil {
+				return err
+			}
+			if inserted == 1 {
+				ack = AckAccepted
+				return nil
+			}
 		}
 		// An attempt completes once: a retry of the same message is a
 		// duplicate, anything else is stale (§76–77).
@@ -604,26 +671,6 @@ func (s *store) CompleteAttempt(ctx context.Context, c Completion) (AckKind, err
 		if l.Attempt != c.Attempt || l.Session != c.Session.Session || !l.State.Live() {
 			ack = AckStaleRejected
 			return nil
-		}
-		var outputs []byte
-		outputs = postcard.AppendLen(outputs, len(c.Outputs))
-		for i := range c.Outputs {
-			outputs = c.Outputs[i].AppendPostcard(outputs)
-		}
-		result := c.Result
-		if result == nil {
-			result = []byte{}
-		}
-		if s.d.cteWrites {
-			// The three writes below in one statement: one round trip.
-			_, err := s.exec(ctx, t, `WITH c AS (INSERT INTO fy_completions (attempt_id, message_id, lease_id, session_id, result, outputs, recorded_ms)
-				VALUES (?, ?, ?, ?, ?, ?, ?)), l AS (UPDATE fy_leases SET state = ? WHERE lease_id = ?)
-				INSERT INTO fy_dedup (message_id, op, answer, created_ms) VALUES (?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`,
-				idb(c.Attempt.ULID), idb(c.MessageID.ULID), idb(c.Lease.ULID), idb(c.Session.Session.ULID), result, outputs, ms(c.Now),
-				string(LeaseCompleted), idb(c.Lease.ULID),
-				idb(c.MessageID.ULID), "complete", []byte{byte(AckAccepted)}, ms(c.Now))
-			ack = AckAccepted
-			return err
 		}
 		if _, err := s.exec(ctx, t, `INSERT INTO fy_completions (attempt_id, message_id, lease_id, session_id, result, outputs, recorded_ms)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`, idb(c.Attempt.ULID), idb(c.MessageID.ULID), idb(c.Lease.ULID), idb(c.Session.Session.ULID),
