@@ -229,6 +229,21 @@ type RunnerStatus struct {
 	Sessions int // live agent sessions
 }
 
+// SweepElector is implemented by the SQL stores. Several daemons sharing one
+// PostgreSQL database elect one of them to sweep expired leases, so two
+// daemons do not both list and expire the same leases: the daemon whose
+// handle holds the database's sweep lock (a session-level advisory lock on
+// one connection) is the leader until that connection ends (the daemon
+// stops or dies, or the connection breaks), and then the next daemon to ask
+// takes over. The embedded SQLite store has one daemon: it always leads.
+// ExpireLease stays safe without the election (it re-judges under the row
+// lock); the election avoids the duplicated work and the race.
+type SweepElector interface {
+	// SweepLeader reports whether this handle is the sweep leader,
+	// acquiring the lock if it is free.
+	SweepLeader(ctx context.Context) (bool, error)
+}
+
 // Authority is the daemon's view of durable transport state.
 type Authority interface {
 	// RunnerStatus returns the runner's status; an unknown runner is enabled.

@@ -3,11 +3,13 @@ package authority
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"forgeyard.dev/transport/wire"
@@ -35,6 +37,9 @@ type store struct {
 	db *sql.DB
 	d  dialect
 	b  *batcher // group commit of the lease operations (batcher.go)
+
+	leaderMu sync.Mutex
+	leader   *sql.Conn // PostgreSQL: the connection holding the sweep lock
 }
 
 func (s *store) rebind(query string) string {
@@ -79,6 +84,13 @@ func (s *store) Close() error {
 	if s.b != nil {
 		s.b.close()
 	}
+	s.leaderMu.Lock()
+	if s.leader != nil {
+		_, _ = s.leader.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, sweepLockKey)
+		_ = s.leader.Close()
+		s.leader = nil
+	}
+	s.leaderMu.Unlock()
 	return s.db.Close()
 }
 
@@ -848,4 +860,55 @@ func (s *store) PruneDedup(ctx context.Context, before time.Time) (int, error) {
 	return int(n), err
 }
 
-var _ Authority = (*store)(nil)
+// sweepLockKey is the PostgreSQL advisory lock of the sweep leader (advisory
+// locks are per database, so each authority database has its own leader).
+const sweepLockKey = 74657266
+
+// SweepLeader implements SweepElector.
+func (s *store) SweepLeader(ctx context.Context) (bool, error) {
+	if !s.d.dollar {
+		return true, nil // SQLite: one daemon per database file
+	}
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	if s.leader != nil {
+		// Still holding it while the connection lives.
+		var held bool
+		err := s.leader.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
+			AND pid = pg_backend_pid() AND objid = $1 AND granted)`, sweepLockKey).Scan(&held)
+		if err == nil && held {
+			return true, nil
+		}
+		// Lost (the server ended the session) or unknown: drop the physical
+		// connection, never hand it back to the pool, where it could keep
+		// the lock with nobody sweeping; then try to lead on a new one.
+		discard(s.leader)
+		s.leader = nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	var got bool
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, sweepLockKey).Scan(&got); err != nil {
+		discard(conn) // the lock may have been taken
+		return false, err
+	}
+	if !got {
+		_ = conn.Close()
+		return false, nil
+	}
+	s.leader = conn
+	return true, nil
+}
+
+// discard closes c's physical connection instead of returning it to the pool.
+func discard(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	_ = c.Close()
+}
+
+var (
+	_ Authority    = (*store)(nil)
+	_ SweepElector = (*store)(nil)
+)
