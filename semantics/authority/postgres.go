@@ -55,5 +55,6 @@ func openPostgres(ctx context.Context, dsn string, workers int) (*store, error) 
 		db.Close()
 		return nil, err
 	}
+	s.dsn = dsn
 	return s, nil
 }

@@ -38,6 +38,11 @@ type store struct {
 	d  dialect
 	b  *batcher // group commit of the lease operations (batcher.go)
 
+	dsn       string        // PostgreSQL: for the LISTEN connections (watch.go)
+	origin    string        // this handle's id in event payloads
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+
 	leaderMu sync.Mutex
 	leader   *sql.Conn // PostgreSQL: the connection holding the sweep lock
 }
@@ -70,7 +75,7 @@ func (s *store) rebind(query string) string {
 // newStore brings the schema up to date through ex (the pool, or one
 // connection that holds a lock; see migrate) and returns the store over db.
 func newStore(ctx context.Context, db *sql.DB, ex beginner, d dialect, workers int) (*store, error) {
-	s := &store{db: db, d: d}
+	s := &store{db: db, d: d, origin: newOrigin(), done: make(chan struct{})}
 	if err := s.migrate(ctx, ex); err != nil {
 		return nil, err
 	}
@@ -81,6 +86,7 @@ func newStore(ctx context.Context, db *sql.DB, ex beginner, d dialect, workers i
 }
 
 func (s *store) Close() error {
+	s.closeOnce.Do(func() { close(s.done) })
 	if s.b != nil {
 		s.b.close()
 	}
@@ -612,8 +618,10 @@ func (s *store) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, re
 			return nil // repeated cancel is safe (§73)
 		}
 		l.Cancelled, l.CancelReason = true, reason
-		_, err = s.exec(ctx, t, `UPDATE fy_leases SET cancelled = ?, cancel_reason = ? WHERE lease_id = ?`, true, int64(reason), idb(l.ID.ULID))
-		return err
+		if _, err = s.exec(ctx, t, `UPDATE fy_leases SET cancelled = ?, cancel_reason = ? WHERE lease_id = ?`, true, int64(reason), idb(l.ID.ULID)); err != nil {
+			return err
+		}
+		return s.notify(ctx, t, Event{Kind: EventCancel, Lease: l.ID, Attempt: l.Attempt, Session: l.Session, Reason: reason})
 	})
 	return l, err
 }
@@ -809,8 +817,10 @@ func (s *store) RevokeLease(ctx context.Context, id wire.LeaseId, reason string,
 		if !l.State.Live() {
 			return nil
 		}
-		_, err = s.exec(ctx, t, `UPDATE fy_leases SET state = ?, revoke_reason = ? WHERE lease_id = ?`, string(LeaseRevoked), reason, idb(id.ULID))
-		return err
+		if _, err = s.exec(ctx, t, `UPDATE fy_leases SET state = ?, revoke_reason = ? WHERE lease_id = ?`, string(LeaseRevoked), reason, idb(id.ULID)); err != nil {
+			return err
+		}
+		return s.notify(ctx, t, Event{Kind: EventRevoke, Lease: l.ID, Attempt: l.Attempt, Session: l.Session})
 	})
 }
 
@@ -834,7 +844,7 @@ func (s *store) ExpireLease(ctx context.Context, id wire.LeaseId, before time.Ti
 			return err
 		}
 		expired = true
-		return nil
+		return s.notify(ctx, t, Event{Kind: EventRevoke, Lease: l.ID, Attempt: l.Attempt, Session: l.Session})
 	})
 	return expired, err
 }
