@@ -69,12 +69,13 @@ type batcher struct {
 	s       *store
 	queue   chan *batchOp
 	quit    chan struct{}
+	stopped chan struct{} // closed once the workers ended and the queue was drained
 	wg      sync.WaitGroup
 	closing sync.Once
 }
 
 func newBatcher(s *store, workers int) *batcher {
-	b := &batcher{s: s, queue: make(chan *batchOp, queueLen), quit: make(chan struct{})}
+	b := &batcher{s: s, queue: make(chan *batchOp, queueLen), quit: make(chan struct{}), stopped: make(chan struct{})}
 	for i := 0; i < workers; i++ {
 		b.wg.Add(1)
 		go b.run()
@@ -88,6 +89,7 @@ func (b *batcher) close() {
 	b.closing.Do(func() {
 		close(b.quit)
 		b.wg.Wait()
+		defer close(b.stopped)
 		for {
 			select {
 			case op := <-b.queue:
@@ -117,6 +119,12 @@ func (b *batcher) do(ctx context.Context, fn func(ctx context.Context, t *sql.Tx
 	select {
 	case err := <-op.done:
 		return err
+	case <-b.stopped:
+		// Queued in the instant close drained the queue: nobody will run it.
+		if op.state.CompareAndSwap(opQueued, opAbandoned) {
+			return errClosed
+		}
+		return <-op.done
 	case <-ctx.Done():
 		if op.state.CompareAndSwap(opQueued, opAbandoned) {
 			return ctx.Err() // the worker will skip it

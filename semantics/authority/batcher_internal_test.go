@@ -228,3 +228,20 @@ func TestBatchHonoursCancel(t *testing.T) {
 		t.Fatalf("rows = %v, want only 2 (the cancelled operation must not run)", got)
 	}
 }
+
+// TestBatchAfterClose: once the store is closed, a batched operation fails
+// with errClosed instead of waiting for a worker that is gone.
+func TestBatchAfterClose(t *testing.T) {
+	s, err := openSQLite(context.Background(), filepath.Join(t.TempDir(), "authority.db"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if err := s.batch(context.Background(), func(context.Context, *sql.Tx) error { return nil }); !errors.Is(err, errClosed) {
+			t.Fatalf("batch after Close: %v, want errClosed", err)
+		}
+	}
+}
