@@ -14,7 +14,7 @@ FUZZTIME ?= 30s
 BENCHCOUNT ?= 6
 OUT := out
 
-.PHONY: all demo demo-vectors matrix release scale test test-short lint api-check api-report fmt vet layering staticcheck bench bench-codec bench-backends fuzz deps tools clean help
+.PHONY: all demo demo-vectors matrix release scale test test-short lint api-check api-report fmt vet layering staticcheck bench bench-codec bench-backends bench-authority fuzz deps tools clean help
 
 all: test
 
@@ -28,6 +28,7 @@ help:
 	@echo "make lint      gofmt check, go vet, staticcheck, actionlint, layering check, API check against the last release, go mod tidy -diff"
 	@echo "make api-report  rewrite docs/api-changes.md after an exported API change (docs/api.md)"
 	@echo "make bench     codec and backend benchmarks; tables for docs/perf.md (BENCHCOUNT=$(BENCHCOUNT))"
+	@echo "make bench-authority  authority completions/renewals per second with group commit beside a single-row-transaction baseline (docs/perf.md)"
 	@echo "make fuzz      every fuzz target for FUZZTIME each (default $(FUZZTIME)); FUZZ=regexp, FUZZJOBS=n targets at once (default: cores), FUZZPARALLEL=n, FUZZKEEP=n (see .ci/fuzz.sh)"
 
 deps:
@@ -107,7 +108,7 @@ api-check: tools
 api-report: tools
 	./.ci/apidiff.sh report
 
-bench: bench-codec bench-backends
+bench: bench-codec bench-backends bench-authority
 
 bench-codec: deps tools
 	@mkdir -p $(OUT)/bench
@@ -118,6 +119,15 @@ bench-backends: deps tools
 	@mkdir -p $(OUT)/bench
 	$(GO) test ./backends/... -run '^$$' -bench . -benchmem -count 3 -timeout 60m | tee $(OUT)/bench/backends.txt
 	benchstat $(OUT)/bench/backends.txt
+
+# Authority throughput with group commit beside a same-run baseline of
+# single-row transactions, on durable stores (SQLite synchronous=FULL,
+# PostgreSQL with fsync on); then 10,000 agents renewing every 10 s.
+bench-authority: deps tools
+	@mkdir -p $(OUT)/bench
+	$(GO) test ./semantics/authority/ -run '^$$' -bench 'GroupCommit' -benchtime 5000x -count $(BENCHCOUNT) -timeout 60m | tee $(OUT)/bench/authority.txt
+	$(GO) test ./semantics/authority/ -run '^$$' -bench 'RenewFleet' -benchtime 1x -count 3 -timeout 60m | tee -a $(OUT)/bench/authority.txt
+	benchstat $(OUT)/bench/authority.txt
 
 fuzz: deps
 	FUZZTIME=$(FUZZTIME) FUZZ="$(FUZZ)" FUZZPARALLEL="$(FUZZPARALLEL)" FUZZKEEP="$(FUZZKEEP)" FUZZMINIMIZETIME="$(FUZZMINIMIZETIME)" FUZZJOBS="$(FUZZJOBS)" FUZZLOGDIR="$(FUZZLOGDIR)" ./.ci/fuzz.sh

@@ -11,12 +11,12 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
+	"forgeyard.dev/transport/internal/atomicfile"
 	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/semantics/agent"
@@ -168,27 +168,7 @@ func writeStatusFile(path string, h statusReport) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(append(body, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.WriteFile(path, append(body, '\n'), 0o644)
 }
 
 // agentTelemetry is the running agent's observability: the status file and

@@ -1,6 +1,7 @@
 // Package pgtest starts a throwaway PostgreSQL server for tests: Debian's
 // package binaries, a fresh data directory under the system temp dir, a free
-// loopback port, trust authentication, fsync off. Each test gets its own
+// loopback port, trust authentication, fsync off (StartWith(Options{Durable:
+// true}) for PostgreSQL's default durability). Each test gets its own
 // database. When FORGEYARD_PG_DSN is set, that server is used instead.
 //
 // `make test` installs the postgresql package if it is missing
@@ -81,8 +82,24 @@ func findBin() (string, error) {
 	return filepath.Dir(matches[len(matches)-1]), nil
 }
 
-// Start starts a new server (or connects to FORGEYARD_PG_DSN).
-func Start() (*Server, error) {
+// Options configure StartWith.
+type Options struct {
+	// Durable runs the server with PostgreSQL's (and Debian's packaged)
+	// default durability: fsync, synchronous_commit and full_page_writes on,
+	// so every commit waits for its WAL flush. Without it the server runs
+	// with fsync off, which suits functional tests but hides the cost of a
+	// commit; benchmarks of commit throughput use Durable. The data
+	// directory is under the system temp dir, which must be a real disk
+	// (not tmpfs) for the figures to mean anything.
+	Durable bool
+}
+
+// Start starts a new server (or connects to FORGEYARD_PG_DSN) with fsync off.
+func Start() (*Server, error) { return StartWith(Options{}) }
+
+// StartWith starts a new server configured by o (or connects to
+// FORGEYARD_PG_DSN, whose configuration is the operator's).
+func StartWith(o Options) (*Server, error) {
 	if dsn := os.Getenv("FORGEYARD_PG_DSN"); dsn != "" {
 		s := &Server{admin: dsn}
 		return s, s.ping()
@@ -118,7 +135,12 @@ func Start() (*Server, error) {
 		if err != nil {
 			break
 		}
-		opts := "-p " + strconv.Itoa(s.port) + " -h 127.0.0.1 -k " + s.dir + " -F -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+		opts := "-p " + strconv.Itoa(s.port) + " -h 127.0.0.1 -k " + s.dir + " -c max_connections=200"
+		if o.Durable {
+			opts += " -c fsync=on -c synchronous_commit=on -c full_page_writes=on"
+		} else {
+			opts += " -F -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+		}
 		var out []byte
 		out, err = s.run("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(s.dir, "server.log"), "-w", "-t", "60", "start")
 		if err == nil {

@@ -238,6 +238,56 @@ type RunnerStatus struct {
 	Sessions int // live agent sessions
 }
 
+// SweepElector is implemented by the SQL stores. Several daemons sharing one
+// PostgreSQL database elect one of them to sweep expired leases, so two
+// daemons do not both list and expire the same leases: the daemon whose
+// handle holds the database's sweep lock (a session-level advisory lock on
+// one connection) is the leader until that connection ends (the daemon
+// stops or dies, or the connection breaks), and then the next daemon to ask
+// takes over. The embedded SQLite store has one daemon: it always leads.
+// ExpireLease stays safe without the election (it re-judges under the row
+// lock); the election avoids the duplicated work and the race.
+type SweepElector interface {
+	// SweepLeader reports whether this handle is the sweep leader,
+	// acquiring the lock if it is free.
+	SweepLeader(ctx context.Context) (bool, error)
+}
+
+// EventKind names what an Event reports.
+type EventKind uint8
+
+// Event kinds.
+const (
+	// EventCancel: CancelAttempt recorded a cancel (Reason is the wire
+	// CancellationReason).
+	EventCancel EventKind = 1
+	// EventRevoke: RevokeLease or ExpireLease took a live lease's authority.
+	EventRevoke EventKind = 2
+)
+
+// Event is a change another daemon made that the daemon holding the
+// lease's session must deliver to its agent at once.
+type Event struct {
+	Kind    EventKind
+	Lease   wire.LeaseId
+	Attempt wire.JobAttemptId
+	Session wire.AgentSessionId
+	Reason  uint32 // for EventCancel
+}
+
+// Watcher is implemented by the SQL stores. On PostgreSQL, Watch delivers
+// the cancels and revocations committed through OTHER handles of the same
+// database (other daemons), by LISTEN/NOTIFY: each is sent in the
+// transaction that records it, so it arrives only once committed, within
+// milliseconds. Delivery is best effort: events committed while the
+// listening connection is down (it reconnects) or while the channel is full
+// are not repeated; the agent then learns at its next renewal, as without
+// events. The channel closes when ctx ends. The embedded SQLite store has a
+// single daemon and returns a nil channel.
+type Watcher interface {
+	Watch(ctx context.Context) (<-chan Event, error)
+}
+
 // Authority is the daemon's view of durable transport state.
 type Authority interface {
 	// RunnerStatus returns the runner's status; an unknown runner is enabled.

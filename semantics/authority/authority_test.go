@@ -14,8 +14,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(crashEnv) != "" {
+		crashChild() // a crash-durability child process (crash_test.go); it is killed
+		os.Exit(3)
+	}
 	code := m.Run()
 	pgtest.StopShared()
+	authority.StopBenchServers()
 	os.Exit(code)
 }
 

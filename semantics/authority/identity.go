@@ -112,8 +112,45 @@ type Identities interface {
 }
 
 // IdentitiesOf returns a's Identities, or nil if the implementation has
-// none (a test double, say).
+// none (a test double, say). Like every XOf lookup it looks through
+// decorators (Unwrapper).
 func IdentitiesOf(a Authority) Identities {
-	id, _ := a.(Identities)
+	id, _ := optional[Identities](a)
 	return id
+}
+
+// Unwrapper is implemented by an Authority that decorates another (a
+// metrics decorator, say): the optional interfaces (IdentitiesOf,
+// InventoryOf, WatcherOf, SweepElectorOf) are looked up on the decorator
+// first and then on what Unwrap returns.
+type Unwrapper interface {
+	Unwrap() Authority
+}
+
+// optional finds T on a or, through Unwrapper, on what it decorates.
+func optional[T any](a Authority) (T, bool) {
+	for a != nil {
+		if t, ok := a.(T); ok {
+			return t, true
+		}
+		u, ok := a.(Unwrapper)
+		if !ok {
+			break
+		}
+		a = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
+// WatcherOf returns a's Watcher, or nil (SQLite, a test double).
+func WatcherOf(a Authority) Watcher {
+	w, _ := optional[Watcher](a)
+	return w
+}
+
+// SweepElectorOf returns a's SweepElector, or nil.
+func SweepElectorOf(a Authority) SweepElector {
+	e, _ := optional[SweepElector](a)
+	return e
 }

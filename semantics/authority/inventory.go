@@ -124,15 +124,22 @@ type Inventory interface {
 // InventoryOf returns a's runner inventory, or nil if a has none (an
 // Authority implemented outside this package).
 func InventoryOf(a Authority) Inventory {
-	inv, _ := a.(Inventory)
+	inv, _ := optional[Inventory](a)
 	return inv
 }
 
 var _ Inventory = (*store)(nil)
 
+// The inventory tables are schema step 2 (migrate.go).
+func init() {
+	addMigration(2, "runner inventory: capabilities, presence, health, drain", func(d dialect) []string {
+		return (&store{d: d}).inventorySchema()
+	})
+}
+
 // InventorySchema is the DDL of the inventory tables, one statement per
 // entry, for dialect "sqlite" or "postgres". Every statement is idempotent
-// (IF NOT EXISTS); the store creates them with the rest of its schema.
+// (IF NOT EXISTS); the store applies them as its schema step 2.
 func InventorySchema(dialect string) []string {
 	d := sqliteDialect
 	if dialect == postgresDialect.name {

@@ -12,10 +12,10 @@ import (
 	"forgeyard.dev/transport/wire"
 )
 
-// identitySchema is the identity tables, created with the rest of the
-// schema (schema()).
-func (s *store) identitySchema() []string {
-	b := s.d.blob
+// identitySchema is the identity tables, part of schema migration 1
+// (migrate.go).
+func identitySchema(d dialect) []string {
+	b := d.blob
 	return []string{
 		`CREATE TABLE IF NOT EXISTS fy_enroll_tokens (
 			token_hash ` + b + ` PRIMARY KEY,

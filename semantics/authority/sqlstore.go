@@ -3,11 +3,13 @@ package authority
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"forgeyard.dev/transport/wire"
@@ -20,17 +22,29 @@ type dialect struct {
 	dollar    bool   // placeholders $1, $2 … instead of ?
 	forUpdate string // row-lock suffix for SELECTs inside a transaction
 	blob      string // binary column type
+	// cteWrites: several writes can go in one statement (data-modifying
+	// WITH), saving round trips to a server.
+	cteWrites bool
 }
 
 var (
 	sqliteDialect   = dialect{name: "sqlite", blob: "BLOB"}
-	postgresDialect = dialect{name: "postgres", dollar: true, forUpdate: " FOR UPDATE", blob: "BYTEA"}
+	postgresDialect = dialect{name: "postgres", dollar: true, forUpdate: " FOR UPDATE", blob: "BYTEA", cteWrites: true}
 )
 
 // store is the Authority over database/sql shared by both dialects.
 type store struct {
 	db *sql.DB
 	d  dialect
+	b  *batcher // group commit of the lease operations (batcher.go)
+
+	dsn       string        // PostgreSQL: for the LISTEN connections (watch.go)
+	origin    string        // this handle's id in event payloads
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+
+	leaderMu sync.Mutex
+	leader   *sql.Conn // PostgreSQL: the connection holding the sweep lock
 }
 
 func (s *store) rebind(query string) string {
@@ -49,80 +63,42 @@ func (s *store) rebind(query string) string {
 		}
 		r = b.String()
 	}
+	if s.d.forUpdate != "" {
+		r = strings.ReplaceAll(r, " /*FOR UPDATE OF l*/", s.d.forUpdate+" OF l")
+	} else {
+		r = strings.ReplaceAll(r, " /*FOR UPDATE OF l*/", "")
+	}
 	r = strings.ReplaceAll(r, " /*FOR UPDATE*/", s.d.forUpdate)
 	return r
 }
 
-func (s *store) schema() []string {
-	b := s.d.blob
-	return []string{
-		`CREATE TABLE IF NOT EXISTS fy_runners (
-			runner_id ` + b + ` PRIMARY KEY,
-			enabled BOOLEAN NOT NULL,
-			reason TEXT NOT NULL,
-			changed_ms BIGINT NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS fy_sessions (
-			session_id ` + b + ` PRIMARY KEY,
-			runner_id ` + b + ` NOT NULL,
-			epoch BIGINT NOT NULL,
-			transport_id ` + b + ` NOT NULL,
-			daemon TEXT NOT NULL,
-			remote TEXT NOT NULL,
-			since_ms BIGINT NOT NULL,
-			ended BOOLEAN NOT NULL)`,
-		`CREATE INDEX IF NOT EXISTS fy_sessions_runner ON fy_sessions (runner_id)`,
-		`CREATE TABLE IF NOT EXISTS fy_leases (
-			lease_id ` + b + ` PRIMARY KEY,
-			attempt_id ` + b + ` NOT NULL,
-			job_id ` + b + ` NOT NULL,
-			runner_id ` + b + ` NOT NULL,
-			session_id ` + b + ` NOT NULL,
-			spec_id ` + b + ` NOT NULL,
-			payload ` + b + ` NOT NULL,
-			ttl_ms BIGINT NOT NULL,
-			expires_ms BIGINT NOT NULL,
-			state TEXT NOT NULL,
-			cancelled BOOLEAN NOT NULL,
-			cancel_reason BIGINT NOT NULL,
-			revoke_reason TEXT NOT NULL,
-			created_ms BIGINT NOT NULL)`,
-		`CREATE INDEX IF NOT EXISTS fy_leases_attempt ON fy_leases (attempt_id)`,
-		`CREATE INDEX IF NOT EXISTS fy_leases_session ON fy_leases (session_id)`,
-		`CREATE INDEX IF NOT EXISTS fy_leases_expiry ON fy_leases (state, expires_ms)`,
-		`CREATE TABLE IF NOT EXISTS fy_completions (
-			attempt_id ` + b + ` PRIMARY KEY,
-			message_id ` + b + ` NOT NULL,
-			lease_id ` + b + ` NOT NULL,
-			session_id ` + b + ` NOT NULL,
-			result ` + b + ` NOT NULL,
-			outputs ` + b + ` NOT NULL,
-			recorded_ms BIGINT NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS fy_dedup (
-			message_id ` + b + ` PRIMARY KEY,
-			op TEXT NOT NULL,
-			answer ` + b + ` NOT NULL,
-			created_ms BIGINT NOT NULL)`,
-		`CREATE INDEX IF NOT EXISTS fy_dedup_created ON fy_dedup (created_ms)`,
+// newStore brings the schema up to date through ex (the pool, or one
+// connection that holds a lock; see migrate) and returns the store over db.
+func newStore(ctx context.Context, db *sql.DB, ex beginner, d dialect, workers int) (*store, error) {
+	s := &store{db: db, d: d, origin: newOrigin(), done: make(chan struct{})}
+	if err := s.migrate(ctx, ex); err != nil {
+		return nil, err
 	}
-}
-
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-// newStore creates the schema through ex (the pool, or one connection that
-// holds a lock) and returns the store over db.
-func newStore(ctx context.Context, db *sql.DB, ex execer, d dialect) (*store, error) {
-	s := &store{db: db, d: d}
-	for _, stmt := range append(append(s.schema(), s.identitySchema()...), s.inventorySchema()...) {
-		if _, err := ex.ExecContext(ctx, stmt); err != nil {
-			return nil, fmt.Errorf("authority(%s): create schema: %w", d.name, err)
-		}
+	if workers > 0 {
+		s.b = newBatcher(s, workers)
 	}
 	return s, nil
 }
 
-func (s *store) Close() error { return s.db.Close() }
+func (s *store) Close() error {
+	s.closeOnce.Do(func() { close(s.done) })
+	if s.b != nil {
+		s.b.close()
+	}
+	s.leaderMu.Lock()
+	if s.leader != nil {
+		_, _ = s.leader.ExecContext(context.Background(), `SELECT pg_advisory_unlock($1)`, sweepLockKey)
+		_ = s.leader.Close()
+		s.leader = nil
+	}
+	s.leaderMu.Unlock()
+	return s.db.Close()
+}
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
@@ -168,6 +144,7 @@ func retryable(err error) bool {
 }
 
 func (s *store) exec(ctx context.Context, t *sql.Tx, q string, args ...any) (sql.Result, error) {
+	traceWrite(ctx)
 	return t.ExecContext(ctx, s.rebind(q), args...)
 }
 
@@ -261,7 +238,7 @@ func (s *store) runnerEnabled(ctx context.Context, t *sql.Tx, runner wire.Runner
 
 func (s *store) RegisterSession(ctx context.Context, r Registration) (SessionGrant, error) {
 	var g SessionGrant
-	err := s.tx(ctx, func(t *sql.Tx) error {
+	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		g = SessionGrant{}
 		enabled, err := s.runnerEnabled(ctx, t, r.Runner)
 		if err != nil {
@@ -407,7 +384,7 @@ func (s *store) CreateLease(ctx context.Context, l Lease) error {
 		l.State = LeaseOffered
 	}
 	payload := l.Payload.AppendPostcard(nil)
-	return s.tx(ctx, func(t *sql.Tx) error {
+	return s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		cur, err := s.loadLease(ctx, t, l.ID, true)
 		if err == nil {
 			if cur.Attempt != l.Attempt || cur.Session != l.Session || cur.Runner != l.Runner || cur.Spec != l.Spec || cur.Job != l.Job {
@@ -435,13 +412,48 @@ func (s *store) Lease(ctx context.Context, id wire.LeaseId) (Lease, error) {
 	return l, err
 }
 
+var leaseColsL = "l." + strings.ReplaceAll(leaseCols, ", ", ", l.")
+
+// refLease is checkRef(ref) followed by loadLease(id, lock) in one query
+// (one round trip): the lease row locked, the session read as checkRef reads
+// it (without a lock, at the statement's start, as checkRef did before the
+// lease lock was taken). Errors are checkRef's first, then ErrNotFound for a
+// missing lease.
+func (s *store) refLease(ctx context.Context, t *sql.Tx, ref SessionRef, id wire.LeaseId) (Lease, error) {
+	var epoch sql.NullInt64
+	var ended sql.NullBool
+	l, err := scanLease(extraScanner{s.row(ctx, t, `SELECT `+leaseColsL+`, s.epoch, s.ended FROM fy_leases l
+		LEFT JOIN fy_sessions s ON s.session_id = ? WHERE l.lease_id = ? /*FOR UPDATE OF l*/`,
+		idb(ref.Session.ULID), idb(id.ULID)), []any{&epoch, &ended}})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		// No such lease: the session's verdict comes first, as before.
+		if _, err := s.checkRef(ctx, t, ref); err != nil {
+			return Lease{}, err
+		}
+		return Lease{}, ErrNotFound
+	case err != nil:
+		return Lease{}, err
+	case !epoch.Valid || ended.Bool:
+		return Lease{}, ErrStaleSession
+	case ref.Epoch != 0 && ref.Epoch != uint64(epoch.Int64):
+		return Lease{}, ErrFenced
+	}
+	return l, nil
+}
+
+// extraScanner scans the columns after scanLease's into extra.
+type extraScanner struct {
+	sc    scanner
+	extra []any
+}
+
+func (e extraScanner) Scan(dest ...any) error { return e.sc.Scan(append(dest, e.extra...)...) }
+
 // boundLease loads a lease for an agent operation and checks that it belongs
 // to the caller's session and attempt.
 func (s *store) boundLease(ctx context.Context, t *sql.Tx, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef) (Lease, error) {
-	if _, err := s.checkRef(ctx, t, ref); err != nil {
-		return Lease{}, err
-	}
-	l, err := s.loadLease(ctx, t, id, true)
+	l, err := s.refLease(ctx, t, ref, id)
 	if errors.Is(err, ErrNotFound) {
 		return l, ErrStaleLease
 	}
@@ -456,7 +468,7 @@ func (s *store) boundLease(ctx context.Context, t *sql.Tx, id wire.LeaseId, atte
 
 func (s *store) AcceptLease(ctx context.Context, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef, now time.Time) (Lease, error) {
 	var l Lease
-	err := s.tx(ctx, func(t *sql.Tx) error {
+	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		var err error
 		l, err = s.boundLease(ctx, t, id, attempt, ref)
 		if err != nil {
@@ -477,7 +489,7 @@ func (s *store) AcceptLease(ctx context.Context, id wire.LeaseId, attempt wire.J
 }
 
 func (s *store) RejectLease(ctx context.Context, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef, now time.Time) error {
-	return s.tx(ctx, func(t *sql.Tx) error {
+	return s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		l, err := s.boundLease(ctx, t, id, attempt, ref)
 		if err != nil {
 			return err
@@ -548,7 +560,7 @@ func decodeRenew(b []byte) (RenewResult, error) {
 
 func (s *store) RenewLease(ctx context.Context, msg wire.MessageId, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef, now time.Time) (RenewResult, error) {
 	var res RenewResult
-	err := s.tx(ctx, func(t *sql.Tx) error {
+	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		res = RenewResult{}
 		if ans, ok, err := s.dedupGet(ctx, t, msg, "renew"); err != nil {
 			return err
@@ -573,10 +585,17 @@ func (s *store) RenewLease(ctx context.Context, msg wire.MessageId, id wire.Leas
 			if exp.Before(l.ExpiresAt) {
 				exp = l.ExpiresAt
 			}
+			res.Extended, res.ExpiresAt = true, fromMs(ms(exp))
+			if s.d.cteWrites {
+				// The extension and its dedup record in one statement.
+				_, err := s.exec(ctx, t, `WITH l AS (UPDATE fy_leases SET expires_ms = ? WHERE lease_id = ?)
+					INSERT INTO fy_dedup (message_id, op, answer, created_ms) VALUES (?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING`,
+					ms(exp), idb(id.ULID), idb(msg.ULID), "renew", encodeRenew(res), ms(now))
+				return err
+			}
 			if _, err := s.exec(ctx, t, `UPDATE fy_leases SET expires_ms = ? WHERE lease_id = ?`, ms(exp), idb(id.ULID)); err != nil {
 				return err
 			}
-			res.Extended, res.ExpiresAt = true, fromMs(ms(exp))
 		}
 		return s.dedupPut(ctx, t, msg, "renew", encodeRenew(res), now)
 	})
@@ -599,31 +618,60 @@ func (s *store) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, re
 			return nil // repeated cancel is safe (§73)
 		}
 		l.Cancelled, l.CancelReason = true, reason
-		_, err = s.exec(ctx, t, `UPDATE fy_leases SET cancelled = ?, cancel_reason = ? WHERE lease_id = ?`, true, int64(reason), idb(l.ID.ULID))
-		return err
+		if _, err = s.exec(ctx, t, `UPDATE fy_leases SET cancelled = ?, cancel_reason = ? WHERE lease_id = ?`, true, int64(reason), idb(l.ID.ULID)); err != nil {
+			return err
+		}
+		return s.notify(ctx, t, Event{Kind: EventCancel, Lease: l.ID, Attempt: l.Attempt, Session: l.Session, Reason: reason})
 	})
 	return l, err
 }
 
 func (s *store) CompleteAttempt(ctx context.Context, c Completion) (AckKind, error) {
 	var ack AckKind
-	err := s.tx(ctx, func(t *sql.Tx) error {
-		if _, err := s.checkRef(ctx, t, c.Session); err != nil {
-			if errors.Is(err, ErrStaleSession) {
-				ack = AckStaleRejected
-				return nil
-			}
-			return err // ErrFenced and storage errors
-		}
-		// Lock the lease row first so concurrent retries of one completion
-		// serialize here and the second sees the first one's record.
-		l, err := s.loadLease(ctx, t, c.Lease, true)
-		if errors.Is(err, ErrNotFound) {
+	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
+		// The session check, and the lease row locked first so concurrent
+		// retries of one completion serialize here and the second sees the
+		// first one's record.
+		l, err := s.refLease(ctx, t, c.Session, c.Lease)
+		if errors.Is(err, ErrStaleSession) || errors.Is(err, ErrNotFound) {
 			ack = AckStaleRejected
 			return nil
 		}
 		if err != nil {
-			return err
+			return err // ErrFenced and storage errors
+		}
+		var outputs []byte
+		outputs = postcard.AppendLen(outputs, len(c.Outputs))
+		for i := range c.Outputs {
+			outputs = c.Outputs[i].AppendPostcard(outputs)
+		}
+		result := c.Result
+		if result == nil {
+			result = []byte{}
+		}
+		if s.d.cteWrites && l.Attempt == c.Attempt && l.Session == c.Session.Session && l.State.Live() {
+			// PostgreSQL, the common case in one round trip: record the
+			// completion unless the attempt has one, and only then complete
+			// the lease and write the dedup record. If the attempt already
+			// has a completion nothing is written and the checks below
+			// answer from it, as for any other database.
+			var inserted int
+			traceWrite(ctx)
+			if err := s.row(ctx, t, `WITH c AS (INSERT INTO fy_completions (attempt_id, message_id, lease_id, session_id, result, outputs, recorded_ms)
+					VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (attempt_id) DO NOTHING RETURNING 1),
+				l AS (UPDATE fy_leases SET state = ? WHERE lease_id = ? AND EXISTS (SELECT 1 FROM c)),
+				d AS (INSERT INTO fy_dedup (message_id, op, answer, created_ms) SELECT ?::bytea, ?::text, ?::bytea, ?::bigint
+					WHERE EXISTS (SELECT 1 FROM c) ON CONFLICT (message_id) DO NOTHING)
+				SELECT COUNT(*) FROM c`,
+				idb(c.Attempt.ULID), idb(c.MessageID.ULID), idb(c.Lease.ULID), idb(c.Session.Session.ULID), result, outputs, ms(c.Now),
+				string(LeaseCompleted), idb(c.Lease.ULID),
+				idb(c.MessageID.ULID), "complete", []byte{byte(AckAccepted)}, ms(c.Now)).Scan(&inserted); err != nil {
+				return err
+			}
+			if inserted == 1 {
+				ack = AckAccepted
+				return nil
+			}
 		}
 		// An attempt completes once: a retry of the same message is a
 		// duplicate, anything else is stale (§76–77).
@@ -644,15 +692,6 @@ func (s *store) CompleteAttempt(ctx context.Context, c Completion) (AckKind, err
 			ack = AckStaleRejected
 			return nil
 		}
-		var outputs []byte
-		outputs = postcard.AppendLen(outputs, len(c.Outputs))
-		for i := range c.Outputs {
-			outputs = c.Outputs[i].AppendPostcard(outputs)
-		}
-		result := c.Result
-		if result == nil {
-			result = []byte{}
-		}
 		if _, err := s.exec(ctx, t, `INSERT INTO fy_completions (attempt_id, message_id, lease_id, session_id, result, outputs, recorded_ms)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`, idb(c.Attempt.ULID), idb(c.MessageID.ULID), idb(c.Lease.ULID), idb(c.Session.Session.ULID),
 			result, outputs, ms(c.Now)); err != nil {
@@ -669,7 +708,7 @@ func (s *store) CompleteAttempt(ctx context.Context, c Completion) (AckKind, err
 
 func (s *store) Resync(ctx context.Context, ref SessionRef, claims []AttemptClaim, now time.Time) ([]Decision, error) {
 	var out []Decision
-	err := s.tx(ctx, func(t *sql.Tx) error {
+	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		out = out[:0]
 		if _, err := s.checkRef(ctx, t, ref); err != nil {
 			return err
@@ -778,8 +817,10 @@ func (s *store) RevokeLease(ctx context.Context, id wire.LeaseId, reason string,
 		if !l.State.Live() {
 			return nil
 		}
-		_, err = s.exec(ctx, t, `UPDATE fy_leases SET state = ?, revoke_reason = ? WHERE lease_id = ?`, string(LeaseRevoked), reason, idb(id.ULID))
-		return err
+		if _, err = s.exec(ctx, t, `UPDATE fy_leases SET state = ?, revoke_reason = ? WHERE lease_id = ?`, string(LeaseRevoked), reason, idb(id.ULID)); err != nil {
+			return err
+		}
+		return s.notify(ctx, t, Event{Kind: EventRevoke, Lease: l.ID, Attempt: l.Attempt, Session: l.Session})
 	})
 }
 
@@ -803,7 +844,7 @@ func (s *store) ExpireLease(ctx context.Context, id wire.LeaseId, before time.Ti
 			return err
 		}
 		expired = true
-		return nil
+		return s.notify(ctx, t, Event{Kind: EventRevoke, Lease: l.ID, Attempt: l.Attempt, Session: l.Session})
 	})
 	return expired, err
 }
@@ -829,4 +870,55 @@ func (s *store) PruneDedup(ctx context.Context, before time.Time) (int, error) {
 	return int(n), err
 }
 
-var _ Authority = (*store)(nil)
+// sweepLockKey is the PostgreSQL advisory lock of the sweep leader (advisory
+// locks are per database, so each authority database has its own leader).
+const sweepLockKey = 74657266
+
+// SweepLeader implements SweepElector.
+func (s *store) SweepLeader(ctx context.Context) (bool, error) {
+	if !s.d.dollar {
+		return true, nil // SQLite: one daemon per database file
+	}
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	if s.leader != nil {
+		// Still holding it while the connection lives.
+		var held bool
+		err := s.leader.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
+			AND pid = pg_backend_pid() AND objid = $1 AND granted)`, sweepLockKey).Scan(&held)
+		if err == nil && held {
+			return true, nil
+		}
+		// Lost (the server ended the session) or unknown: drop the physical
+		// connection, never hand it back to the pool, where it could keep
+		// the lock with nobody sweeping; then try to lead on a new one.
+		discard(s.leader)
+		s.leader = nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	var got bool
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, sweepLockKey).Scan(&got); err != nil {
+		discard(conn) // the lock may have been taken
+		return false, err
+	}
+	if !got {
+		_ = conn.Close()
+		return false, nil
+	}
+	s.leader = conn
+	return true, nil
+}
+
+// discard closes c's physical connection instead of returning it to the pool.
+func discard(c *sql.Conn) {
+	_ = c.Raw(func(any) error { return driver.ErrBadConn })
+	_ = c.Close()
+}
+
+var (
+	_ Authority    = (*store)(nil)
+	_ SweepElector = (*store)(nil)
+)

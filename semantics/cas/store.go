@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"forgeyard.dev/transport/internal/atomicfile"
 	"forgeyard.dev/transport/wire"
 )
 
@@ -362,7 +363,9 @@ func (p *fsPartial) Commit() error {
 	if err == nil {
 		dst := p.s.objPath(p.ref)
 		if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
-			err = os.Rename(p.path, dst)
+			// The object's name is durable once Commit returns: the
+			// directories are fsynced after the rename.
+			err = atomicfile.Rename(p.path, dst)
 		}
 	}
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
@@ -66,5 +67,26 @@ func (d *Daemon) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, r
 			return ErrShutdown
 		case <-time.After(min(d.timing.RequestTimeout, 50*time.Millisecond)):
 		}
+	}
+}
+
+// watchLoop delivers the cancels and revocations other daemons recorded
+// (authority.Watcher) to the agent of the session, if it is connected here:
+// the agent stops within milliseconds instead of at its next renewal. A
+// repeated cancel is harmless (§73); an agent that is not connected learns
+// it at resync or renewal as before.
+func (d *Daemon) watchLoop(ch <-chan authority.Event) {
+	defer d.wg.Done()
+	for ev := range ch {
+		c := d.sessionConn(ev.Session)
+		if c == nil || c.channel() == nil || !c.active() {
+			continue
+		}
+		reason := agentwire.CancelLeaseRevoked
+		if ev.Kind == authority.EventCancel {
+			reason = agentwire.CancellationReason(ev.Reason)
+		}
+		_, _ = c.channel().Send(control.Out{Msg: &agentwire.CancelAttemptV1{Attempt: ev.Attempt, Lease: ev.Lease, Reason: reason},
+			Priority: semantics.PriorityCancel, UsePriority: true})
 	}
 }

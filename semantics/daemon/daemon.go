@@ -157,6 +157,16 @@ func New(cfg Config) (*Daemon, error) {
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.wg.Add(1)
 	go d.maintenance()
+	if w := authority.WatcherOf(d.auth); w != nil {
+		// Cancels and revocations made by other daemons sharing the
+		// authority, delivered to this daemon's agents at once (cancel.go).
+		if ch, err := w.Watch(d.ctx); err == nil && ch != nil {
+			d.wg.Add(1)
+			go d.watchLoop(ch)
+		} else if err != nil {
+			d.log.Warn("authority events unavailable; cancels from other daemons reach agents at their next renewal", "err", err)
+		}
+	}
 	if p := cfg.Identity.RevocationPoll; p >= 0 {
 		if p == 0 {
 			p = DefaultRevocationPoll

@@ -49,15 +49,34 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 // than RevokeGrace is revoked; within the grace, if this daemon holds the
 // session's transport, the agent is probed (LeaseProbeV1) and a renewal in
 // the window saves the lease.
+//
+// The expiry is judged against `now`, the daemon's clock (§146), and the
+// ExpiresAt the renewing daemon wrote from its own clock: daemons sharing
+// PostgreSQL need synchronized clocks (NTP), as for every TTL; the skew
+// between them adds to or takes from the grace. (SQLite has one daemon, so
+// its clock is the database's clock.)
 func (d *Daemon) expireLeases(now time.Time) {
 	ls, err := d.auth.ExpiredLeases(d.ctx, now, 256)
 	if err != nil {
 		return
 	}
+	// Daemons sharing an authority elect one sweeper (SweepElector): it
+	// expires every lease past its grace. The others expire only the
+	// leases of sessions they hold, so the agent hears the cancel at once;
+	// they leave the rest to the leader instead of racing it for them.
+	lead := true
+	if el := authority.SweepElectorOf(d.auth); el != nil {
+		if lead, err = el.SweepLeader(d.ctx); err != nil {
+			lead = false
+		}
+	}
 	seen := map[wire.LeaseId]bool{}
 	for _, l := range ls {
 		seen[l.ID] = true
 		if now.Sub(l.ExpiresAt) > d.timing.RevokeGrace {
+			if !lead && d.sessionConn(l.Session) == nil {
+				continue
+			}
 			// The same rule, judged again under the lease's row lock: a
 			// renewal committed since ExpiredLeases (here or on another
 			// daemon) keeps the lease, and only the sweep that expired it acts.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"forgeyard.dev/transport/internal/atomicfile"
 	"forgeyard.dev/transport/wire"
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
@@ -335,6 +336,10 @@ func (s *FileSink) Sync(a wire.JobAttemptId) error {
 }
 
 func writeFileAtomic(path string, b []byte, fsync bool) error {
+	if fsync {
+		// File and directory fsynced around the rename (internal/atomicfile).
+		return atomicfile.WriteFile(path, b, 0o640)
+	}
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
 	if err != nil {

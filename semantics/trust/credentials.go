@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -84,6 +85,7 @@ func (c *Credentials) Reload() error {
 		next := c.certFile + ".next"
 		if cert2, err2 := loadKeyPair("CertFile", next, "KeyFile", c.keyFile, c.usage, time.Now()); err2 == nil {
 			if rerr := os.Rename(next, c.certFile); rerr == nil {
+				_ = syncDir(filepath.Dir(c.certFile))
 				cert, err = cert2, nil
 			}
 		}
@@ -232,6 +234,9 @@ func writeCredentialFiles(certFile, keyFile string, chain [][]byte, key crypto.S
 			return nil
 		}
 		return fmt.Errorf("trust: write %s: %w", certFile, err)
+	}
+	if err := syncDir(filepath.Dir(certFile)); err != nil {
+		return fmt.Errorf("trust: write %s: sync directory: %w", certFile, err)
 	}
 	return nil
 }

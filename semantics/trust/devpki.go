@@ -641,7 +641,11 @@ func (g *devGen) write(name string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
-// writeAtomic replaces path with data through a temporary file and rename.
+// writeAtomic replaces path with data through a temporary file and rename,
+// crash-safely: the file is fsynced before the rename and the directory
+// after it, so a crash leaves the old or the new file, never an empty one,
+// and a write reported done stays done. (What internal/atomicfile does with
+// google/renameio; trust imports only the standard library, TestImports.)
 func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -651,6 +655,9 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	_, err = f.Write(data)
 	if err == nil {
 		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -662,7 +669,23 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("trust: write %s: %w", path, err)
 	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("trust: write %s: sync directory: %w", path, err)
+	}
 	return nil
+}
+
+// syncDir fsyncs a directory, making the renames in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func (g *devGen) writeManifest() error {

@@ -133,3 +133,25 @@ func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ma
 	t.Fatalf("no %s%v", name, want)
 	return 0
 }
+
+// TestInstrumentKeepsOptionalInterfaces: the daemon finds the inventory and
+// the sweep elector of the authority it runs on through the decorator (a
+// lookup that stopped at the decorator would silently fall back to this
+// daemon's own memory for drains and to sweeping on every daemon).
+func TestInstrumentKeepsOptionalInterfaces(t *testing.T) {
+	au, err := authority.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "a.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer au.Close()
+	wrapped := authmetrics.Instrument(telemetry.NewMetrics(), au)
+	if authority.InventoryOf(au) == nil || authority.InventoryOf(wrapped) == nil {
+		t.Fatal("InventoryOf does not see through the metrics decorator")
+	}
+	if authority.SweepElectorOf(au) == nil || authority.SweepElectorOf(wrapped) == nil {
+		t.Fatal("SweepElectorOf does not see through the metrics decorator")
+	}
+	if authority.IdentitiesOf(wrapped) == nil {
+		t.Fatal("IdentitiesOf lost through the decorator")
+	}
+}

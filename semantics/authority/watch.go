@@ -1,0 +1,130 @@
+package authority
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"forgeyard.dev/transport/wire"
+)
+
+// The PostgreSQL notification channel of the authority's events (Watcher).
+// The payload is "origin kind lease attempt session reason"; origin is the
+// random id of the store handle that committed the change, so a handle does
+// not report its own changes back to its daemon, which delivered them
+// itself.
+const eventChannel = "fy_events"
+
+// notify sends ev when t commits (PostgreSQL NOTIFY is transactional); a
+// no-op on SQLite.
+func (s *store) notify(ctx context.Context, t *sql.Tx, ev Event) error {
+	if s.dsn == "" {
+		return nil
+	}
+	payload := fmt.Sprintf("%s %d %x %x %x %d", s.origin, ev.Kind, ev.Lease.ULID[:], ev.Attempt.ULID[:], ev.Session.ULID[:], ev.Reason)
+	_, err := t.ExecContext(ctx, `SELECT pg_notify($1, $2)`, eventChannel, payload)
+	return err
+}
+
+func parseEvent(p string) (origin string, ev Event, ok bool) {
+	f := strings.Fields(p)
+	if len(f) != 6 {
+		return "", ev, false
+	}
+	kind, err1 := strconv.ParseUint(f[1], 10, 8)
+	reason, err2 := strconv.ParseUint(f[5], 10, 32)
+	if err1 != nil || err2 != nil {
+		return "", ev, false
+	}
+	ev.Kind, ev.Reason = EventKind(kind), uint32(reason)
+	for i, dst := range [][]byte{ev.Lease.ULID[:], ev.Attempt.ULID[:], ev.Session.ULID[:]} {
+		b, err := hex.DecodeString(f[i+2])
+		if err != nil || len(b) != 16 {
+			return "", ev, false
+		}
+		copy(dst, b)
+	}
+	return f[0], ev, true
+}
+
+func (s *store) listen(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.Connect(ctx, s.dsn)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+eventChannel); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
+// Watch implements Watcher: one LISTEN connection per call, reconnected
+// with backoff (100 ms to 2 s) when it fails, closed when ctx ends or the
+// store is closed.
+func (s *store) Watch(ctx context.Context) (<-chan Event, error) {
+	if s.dsn == "" {
+		return nil, nil
+	}
+	conn, err := s.listen(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("authority: listen for events: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	ch := make(chan Event, 1024)
+	go func() {
+		defer close(ch)
+		defer cancel()
+		backoff := 100 * time.Millisecond
+		for {
+			if conn == nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				if conn, err = s.listen(ctx); err != nil {
+					conn = nil
+					backoff = min(2*backoff, 2*time.Second)
+					continue
+				}
+				backoff = 100 * time.Millisecond
+			}
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				_ = conn.Close(context.Background())
+				conn = nil
+				if ctx.Err() != nil {
+					return
+				}
+				continue
+			}
+			origin, ev, ok := parseEvent(n.Payload)
+			if !ok || origin == s.origin {
+				continue
+			}
+			select {
+			case ch <- ev:
+			default: // full: the agent learns at its next renewal
+			}
+		}
+	}()
+	return ch, nil
+}
+
+var _ Watcher = (*store)(nil)
+
+func newOrigin() string { id := wire.NewMessageId(); return hex.EncodeToString(id.ULID[:]) }

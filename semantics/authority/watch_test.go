@@ -1,0 +1,99 @@
+package authority_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/wire"
+)
+
+// TestWatchCrossDaemon: a cancel and a revocation committed through one
+// handle (daemon A) reach a watcher on another handle of the same
+// PostgreSQL database (daemon B) within a second, and not A's own watcher.
+func TestWatchCrossDaemon(t *testing.T) {
+	dsn := pgtest.Shared(t).NewDatabase(t)
+	open := func() authority.Authority {
+		a, err := authority.OpenPostgres(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		return a
+	}
+	a, b := open(), open()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evB, err := b.(authority.Watcher).Watch(ctx)
+	if err != nil || evB == nil {
+		t.Fatalf("Watch on b: %v, %v", evB, err)
+	}
+	evA, err := a.(authority.Watcher).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	runner, session := wire.NewRunnerId(), wire.NewAgentSessionId()
+	if _, err := b.RegisterSession(ctx, authority.Registration{Runner: runner, Session: session, Transport: wire.NewTransportSessionId(), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	mk := func() authority.Lease {
+		l := authority.Lease{ID: wire.NewLeaseId(), Attempt: wire.NewJobAttemptId(), Job: wire.NewJobId(), Runner: runner, Session: session,
+			TTL: time.Minute, ExpiresAt: now.Add(time.Minute), CreatedAt: now}
+		if err := b.CreateLease(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	l1, l2 := mk(), mk()
+	await := func(start time.Time, want authority.Event) {
+		t.Helper()
+		select {
+		case got := <-evB:
+			if got != want {
+				t.Fatalf("event %+v, want %+v", got, want)
+			}
+			t.Logf("kind %d: %v from the call on a to the event on b", got.Kind, time.Since(start))
+		case <-time.After(time.Second):
+			t.Fatalf("no event within 1 s (want %+v)", want)
+		}
+	}
+	start := time.Now()
+	if _, err := a.CancelAttempt(ctx, l1.Attempt, 3, now); err != nil {
+		t.Fatal(err)
+	}
+	await(start, authority.Event{Kind: authority.EventCancel, Lease: l1.ID, Attempt: l1.Attempt, Session: session, Reason: 3})
+	start = time.Now()
+	if err := a.RevokeLease(ctx, l2.ID, "operator", now); err != nil {
+		t.Fatal(err)
+	}
+	await(start, authority.Event{Kind: authority.EventRevoke, Lease: l2.ID, Attempt: l2.Attempt, Session: session})
+	// a's own changes are not reported to a: b's next change is the first
+	// thing a sees.
+	l3 := mk()
+	if _, err := b.CancelAttempt(ctx, l3.Attempt, 1, now); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-evA:
+		if got.Lease != l3.ID {
+			t.Fatalf("a saw %+v, want only b's cancel of %s", got, l3.ID)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("a saw no event from b within 1 s")
+	}
+	cancel()
+	for range evB { // closes when ctx ends
+	}
+}
+
+func TestWatchSQLiteNil(t *testing.T) {
+	a := openSQLite(t, filepath.Join(t.TempDir(), "authority.db"))
+	ch, err := a.(authority.Watcher).Watch(context.Background())
+	if ch != nil || err != nil {
+		t.Fatalf("SQLite Watch = %v, %v; want nil, nil", ch, err)
+	}
+}
