@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -389,4 +390,71 @@ func (p *fsPartial) Close() error {
 	err := p.f.Close()
 	_ = p.end()
 	return err
+}
+
+// ObjectInfo describes one complete stored object, for retention.
+type ObjectInfo struct {
+	Ref wire.CasObjectRef
+	// Stored is when the object was committed (its last modification).
+	Stored time.Time
+}
+
+// Collector is implemented by the stores whose objects retention may
+// delete (FSStore and BucketStore).
+type Collector interface {
+	// Objects calls fn for every complete object; an error from fn ends
+	// the walk and is returned.
+	Objects(fn func(ObjectInfo) error) error
+	// Delete removes a complete object (ErrBusy while a transfer of it is
+	// in progress here); deleting a missing object succeeds.
+	Delete(ref wire.CasObjectRef) error
+	// PrunePartials removes abandoned partial objects older than olderThan.
+	PrunePartials(olderThan time.Duration) (int, error)
+}
+
+var (
+	_ Collector = (*FSStore)(nil)
+	_ Collector = (*BucketStore)(nil)
+)
+
+// Objects implements Collector: it walks Dir/objects/sha256.
+func (s *FSStore) Objects(fn func(ObjectInfo) error) error {
+	root := filepath.Join(s.objDir, "sha256")
+	return filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if e.IsDir() {
+			return nil
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return nil // removed meanwhile
+		}
+		ref, ok := parseHexSize(e.Name(), strconv.FormatInt(fi.Size(), 10))
+		if !ok {
+			return nil
+		}
+		return fn(ObjectInfo{Ref: ref, Stored: fi.ModTime()})
+	})
+}
+
+// Delete implements Collector.
+func (s *FSStore) Delete(ref wire.CasObjectRef) error {
+	s.mu.Lock()
+	_, held := s.busy[ref]
+	s.mu.Unlock()
+	if held {
+		return ErrBusy
+	}
+	if ok, err := s.complete(ref); err != nil || !ok {
+		return err // missing, or a file of another size: not this object
+	}
+	if err := os.Remove(s.objPath(ref)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
