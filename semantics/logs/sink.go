@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"forgeyard.dev/transport/wire"
@@ -444,4 +445,51 @@ func (s *FileSink) ReadDurable(a wire.JobAttemptId, fn func(rec Record) error) e
 			return err
 		}
 	}
+}
+
+// Logs implements Collector: one AttemptLog per "<attempt>.log" file (its
+// index counted in Bytes).
+func (s *FileSink) Logs(fn func(AttemptLog) error) error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".log")
+		if !ok || e.IsDir() {
+			continue
+		}
+		var a wire.JobAttemptId
+		if a.UnmarshalText([]byte(name)) != nil {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		al := AttemptLog{Attempt: a, Bytes: fi.Size(), Modified: fi.ModTime()}
+		if ii, err := os.Stat(filepath.Join(s.dir, name+".idx")); err == nil {
+			al.Bytes += ii.Size()
+			if ii.ModTime().After(al.Modified) {
+				al.Modified = ii.ModTime()
+			}
+		}
+		if err := fn(al); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteLog implements Collector: it forgets the attempt and removes its
+// files.
+func (s *FileSink) DeleteLog(a wire.JobAttemptId) error {
+	_ = s.Forget(a)
+	data, idx := s.paths(a)
+	for _, p := range []string{idx, data} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"forgeyard.dev/transport/internal/s3test"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/cas/castest"
+	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/semantics/logs/logstest"
 	"forgeyard.dev/transport/semantics/objstore"
 	"forgeyard.dev/transport/semantics/objstore/objstoretest"
 	"forgeyard.dev/transport/semantics/objstore/s3store"
@@ -43,5 +45,24 @@ func TestS3CASConformance(t *testing.T) {
 			}
 			return s
 		}
+	})
+}
+
+// TestS3LogConformance runs the log sink suite on a BucketSink over S3.
+func TestS3LogConformance(t *testing.T) {
+	srv := s3test.Shared(t)
+	logstest.Run(t, func(t *testing.T) (func() logstest.Sink, bool) {
+		cfg := srv.NewBucket(t)
+		return func() logstest.Sink {
+			b, err := s3store.Open(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := logs.NewBucketSink(logs.BucketSinkConfig{Bucket: b, Prefix: "logs/"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}, true
 	})
 }
