@@ -26,7 +26,7 @@ const DefaultChunkSize = 4 << 20
 // that share their objects (HA on S3, docs/protocols/internal/cas-transfer.md
 // "Shared stores"). Layout under Prefix:
 //
-//	chunks/<alg>-<hex>-<size>/<offset, 20 digits>   the received bytes, in chunks of ChunkSize
+//	chunks/<alg>-<hex>-<size>/<offset, 20 digits>-<length>   the received bytes, in chunks of ChunkSize
 //	objects/<alg>/<hh>/<hex>-<size>                  the manifest: the object is complete
 //
 // A partial object's stored prefix is the contiguous run of chunks from
@@ -105,8 +105,11 @@ func (s *BucketStore) chunkDir(ref wire.CasObjectRef) string {
 	return fmt.Sprintf("%schunks/%s-%s-%d/", s.prefix, algName(ref.Algorithm), ref.Digest, ref.Size)
 }
 
-func (s *BucketStore) chunkKey(ref wire.CasObjectRef, off uint64) string {
-	return fmt.Sprintf("%s%020d", s.chunkDir(ref), off)
+// chunkKey names a chunk by offset and length: a late writer (a daemon the
+// agent already left) flushing a chunk at the same offset with another
+// length never replaces the chunk a manifest names.
+func (s *BucketStore) chunkKey(ref wire.CasObjectRef, off, n uint64) string {
+	return fmt.Sprintf("%s%020d-%d", s.chunkDir(ref), off, n)
 }
 
 func (s *BucketStore) manifestKey(ref wire.CasObjectRef) string {
@@ -132,17 +135,25 @@ func (s *BucketStore) prefixOf(ctx context.Context, ref wire.CasObjectRef) ([]pi
 	dir := s.chunkDir(ref)
 	var chunks []piece
 	err := s.b.List(ctx, dir, func(in objstore.Info) error {
-		off, err := strconv.ParseUint(strings.TrimPrefix(in.Key, dir), 10, 64)
-		if err != nil || in.Size <= 0 {
+		o, n, ok := strings.Cut(strings.TrimPrefix(in.Key, dir), "-")
+		off, err1 := strconv.ParseUint(o, 10, 64)
+		size, err2 := strconv.ParseUint(n, 10, 64)
+		if !ok || err1 != nil || err2 != nil || size == 0 || in.Size != int64(size) {
 			return nil // not a chunk of ours
 		}
-		chunks = append(chunks, piece{Off: off, Size: uint64(in.Size)})
+		chunks = append(chunks, piece{Off: off, Size: size})
 		return nil
 	})
 	if err != nil {
 		return nil, 0, err
 	}
-	sort.Slice(chunks, func(i, j int) bool { return chunks[i].Off < chunks[j].Off })
+	// By offset, the longest first at one offset.
+	sort.Slice(chunks, func(i, j int) bool {
+		if chunks[i].Off != chunks[j].Off {
+			return chunks[i].Off < chunks[j].Off
+		}
+		return chunks[i].Size > chunks[j].Size
+	})
 	var out []piece
 	var cur uint64
 	for _, c := range chunks {
@@ -267,7 +278,7 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 		if pc == nil {
 			return 0, fmt.Errorf("cas: object %s: no chunk holds offset %d", r.ref, r.pos)
 		}
-		rc, err := r.s.b.Get(context.Background(), r.s.chunkKey(r.ref, pc.Off), int64(r.pos-pc.Off), int64(pc.Off+pc.Size-r.pos))
+		rc, err := r.s.b.Get(context.Background(), r.s.chunkKey(r.ref, pc.Off, pc.Size), int64(r.pos-pc.Off), int64(pc.Off+pc.Size-r.pos))
 		if err != nil {
 			return 0, err
 		}
@@ -525,7 +536,7 @@ func (p *bucketPartial) ReadAt(b []byte, off int64) (int, error) {
 		}
 		want := min(uint64(len(b)-n), pc.Off+pc.Size-pos)
 		ctx, cancel := p.s.ctx()
-		r, err := p.s.b.Get(ctx, p.s.chunkKey(p.ref, pc.Off), int64(pos-pc.Off), int64(want))
+		r, err := p.s.b.Get(ctx, p.s.chunkKey(p.ref, pc.Off, pc.Size), int64(pos-pc.Off), int64(want))
 		if err != nil {
 			cancel()
 			return n, err
@@ -568,7 +579,7 @@ func (p *bucketPartial) flush() error {
 	}
 	ctx, cancel := p.s.ctx()
 	defer cancel()
-	if err := p.s.b.Put(ctx, p.s.chunkKey(p.ref, p.stored), bytes.NewReader(p.buf), int64(len(p.buf))); err != nil {
+	if err := p.s.b.Put(ctx, p.s.chunkKey(p.ref, p.stored, uint64(len(p.buf))), bytes.NewReader(p.buf), int64(len(p.buf))); err != nil {
 		// The buffer is kept: the caller sees the error and ends the
 		// transfer; what is stored stays the verified prefix.
 		return err

@@ -186,6 +186,41 @@ func Run(t *testing.T, newStore Factory) {
 			t.Fatal("the first store reads other content")
 		}
 	})
+	t.Run("LateWriterAfterResume", func(t *testing.T) {
+		// The old holder (a daemon the agent left) ends its transfer after
+		// another store resumed and committed the object: the object stays
+		// intact.
+		open := newStore(t)
+		a, b := open(), open()
+		data := Data(30_000, 9)
+		ref := Ref(data)
+		p, err := a.Create(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Append(data[:10_000]); err != nil {
+			t.Fatal(err)
+		}
+		q, err := b.Create(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.Len() > 10_000 {
+			t.Fatalf("resumed Len %d beyond what was sent", q.Len())
+		}
+		if err := q.Append(data[q.Len():]); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		_ = p.Close() // the late flush
+		for _, s := range []Store{a, b, open()} {
+			if !bytes.Equal(read(t, s, ref, 0), data) {
+				t.Fatal("object damaged by the late writer")
+			}
+		}
+	})
 	t.Run("Abort", func(t *testing.T) {
 		s := newStore(t)()
 		data := Data(9000, 4)
