@@ -136,7 +136,9 @@ func TestSharedDataPlaneAgentMoves(t *testing.T) {
 	t.Cleanup(func() { close(d2.store.release) })
 
 	const lines = 300
-	line := func(i int) string { return fmt.Sprintf("line %04d of the moving agent %s\n", i, strings.Repeat("y", 60)) }
+	line := func(i int) string {
+		return fmt.Sprintf("line %04d of the moving agent %s\n", i, strings.Repeat("y", 60))
+	}
 	half, cont := make(chan struct{}), make(chan struct{})
 	var runs atomic.Int64
 	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
