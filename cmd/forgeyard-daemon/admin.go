@@ -267,6 +267,9 @@ func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 		}
 		h.Sessions = len(sessions)
 		h.RegistrationFailures = d.Stats().Rejections
+		for _, f := range d.DataFaults() {
+			h.DataStores = append(h.DataStores, telemetry.DataStoreHealth{Store: f.Store, Cause: f.Cause, Since: f.Since, Error: f.Error})
+		}
 	}
 	if hsf != nil {
 		h.HandshakeFailures = hsf.Count()

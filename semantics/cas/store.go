@@ -1,6 +1,7 @@
 package cas
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -457,4 +458,39 @@ func (s *FSStore) Delete(ref wire.CasObjectRef) error {
 		return err
 	}
 	return nil
+}
+
+// probeSize is the write a Probe tests: one filesystem block or more.
+const probeSize = 4096
+
+// Probe tests that the store can write and sync a small file (a daemon
+// probes a store that failed, to notice its recovery).
+func (s *FSStore) Probe() error { return probeDir(s.tmpDir) }
+
+func probeDir(dir string) error {
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	defer os.Remove(name)
+	_, err = f.Write(make([]byte, probeSize))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Probe tests that the bucket takes a small object.
+func (s *BucketStore) Probe() error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	key := s.prefix + "probe/" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := s.b.Put(ctx, key, bytes.NewReader(make([]byte, probeSize)), probeSize); err != nil {
+		return err
+	}
+	return s.b.Delete(ctx, key)
 }

@@ -367,3 +367,14 @@ func (s *BucketSink) DeleteLog(a wire.JobAttemptId) error {
 	}
 	return nil
 }
+
+// Probe tests that the bucket takes a small object.
+func (s *BucketSink) Probe() error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	key := s.prefix + "probe/" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := s.b.Put(ctx, key, bytes.NewReader(make([]byte, probeSize)), probeSize); err != nil {
+		return err
+	}
+	return s.b.Delete(ctx, key)
+}

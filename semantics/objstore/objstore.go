@@ -60,6 +60,11 @@ var ErrNotExist = fmt.Errorf("objstore: %w", fs.ErrNotExist)
 // operator-visible condition (docs/operations.md "Disk full").
 var ErrNoSpace = errors.New("objstore: no space left in the object store")
 
+// ErrUnavailable: the object store failed a request for another reason
+// (unreachable, server error). Bucket implementations over a network wrap
+// their errors with it.
+var ErrUnavailable = errors.New("objstore: object store unavailable")
+
 // IsNoSpace reports whether err is a lack of space: ErrNoSpace, ENOSPC or
 // EDQUOT anywhere in its chain.
 func IsNoSpace(err error) bool {

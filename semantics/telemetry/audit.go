@@ -24,12 +24,13 @@ const (
 	EventStaleLeaseReplay                        // "lease.stale_replay": a stale or superseded lease was replayed
 	EventMalformedSecurity                       // "message.malformed_security": a security-sensitive message failed to decode or validate
 	EventRunnerRevoked                           // "runner.revoked": a revoked or disabled runner was refused
+	EventDataStoreFailed                         // "data.store_failed": the log or CAS store started failing writes (disk full, I/O error)
 	numAuditEvents
 )
 
 var auditEventNames = [numAuditEvents]string{"",
 	"auth.failure", "session.fenced", "transport.cloned_identity", "protocol.downgrade_rejected",
-	"lease.stale_replay", "message.malformed_security", "runner.revoked"}
+	"lease.stale_replay", "message.malformed_security", "runner.revoked", "data.store_failed"}
 
 // String returns the stable event name, or "unknown".
 func (e AuditEvent) String() string {
@@ -76,6 +77,8 @@ const (
 	ReasonHandshakeProtocol                  // TLS handshake: not TLS 1.3, no common ALPN, closed early
 	ReasonHandshakeTimeout                   // TLS handshake: did not complete in time
 	ReasonEnrollmentRefused                  // enrollment token unknown, used, expired or revoked, or enrollment disabled
+	ReasonNoSpace                            // data store: no space left (ENOSPC, quota, the object store's "storage full")
+	ReasonIOError                            // data store: another I/O or object store error
 	numAuditReasons
 )
 
@@ -84,7 +87,7 @@ var auditReasonNames = [numAuditReasons]string{"unspecified",
 	"version_below_minimum", "feature_downgrade", "newer_registration", "fenced_traffic",
 	"lease_expired", "lease_superseded", "decode_failed", "validation_failed", "signature_invalid",
 	"no_client_certificate", "unknown_authority", "certificate_expired", "certificate_not_yet_valid",
-	"protocol", "timeout", "enrollment_refused"}
+	"protocol", "timeout", "enrollment_refused", "no_space", "io_error"}
 
 // String returns the stable reason name, or "unspecified".
 func (r AuditReason) String() string {

@@ -157,7 +157,7 @@ func translate(key string, err error) error {
 	if r.StatusCode == http.StatusInsufficientStorage {
 		return fmt.Errorf("%w: %s: %w", objstore.ErrNoSpace, key, err)
 	}
-	return fmt.Errorf("s3store: %s: %w", key, err)
+	return fmt.Errorf("%w: s3store: %s: %w", objstore.ErrUnavailable, key, err)
 }
 
 // Put implements objstore.Bucket.
