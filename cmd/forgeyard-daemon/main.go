@@ -270,6 +270,9 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		return err
 	}
 	dcfg.SetLimits(lim)
+	r := cfg.Data.Retention // [data.retention]
+	dcfg.Retention = daemon.Retention{MaxAge: r.MaxAge.Duration, MaxBytes: r.MaxBytes, Interval: r.Interval.Duration,
+		PartialMaxAge: r.PartialMaxAge.Duration}
 	if cfg.Data.Store == config.StoreS3 {
 		// The shared data plane: logs and objects in the bucket every HA
 		// daemon sees (docs/operations.md "HA deployment").

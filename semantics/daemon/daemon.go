@@ -161,6 +161,10 @@ func New(cfg Config) (*Daemon, error) {
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.wg.Add(1)
 	go d.maintenance()
+	if d.cfg.Retention.enabled() {
+		d.wg.Add(1)
+		go d.runRetention()
+	}
 	if p := cfg.Identity.RevocationPoll; p >= 0 {
 		if p == 0 {
 			p = DefaultRevocationPoll
