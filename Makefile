@@ -30,6 +30,7 @@ help:
 deps:
 	./.ci/ensure-debs.sh
 	$(GO) mod download
+	./.ci/ensure-versitygw.sh
 
 tools:
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
