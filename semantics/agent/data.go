@@ -329,9 +329,32 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 		io.w.Close()
 		_ = os.RemoveAll(filepath.Join(a.spool, "logs", job.Attempt.String()))
 	} else if io != nil && io.w != nil {
-		err := a.onLink(time.Now().Add(budget), func(error) bool { return false }, func(ctx context.Context, l *link) error {
-			return io.w.Finalize(ctx, func(m *wlogs.LogsFinalizedV1) error { _, err := l.ch.SendMsg(m); return err })
-		})
+		finalize := func() error {
+			return a.onLink(time.Now().Add(budget), func(error) bool { return false }, func(ctx context.Context, l *link) error {
+				return io.w.Finalize(ctx, func(m *wlogs.LogsFinalizedV1) error { _, err := l.ch.SendMsg(m); return err })
+			})
+		}
+		err := finalize()
+		// The daemon's log store failed meanwhile (StorageUnavailable): keep
+		// the log spooled (the writer resends from the durable point) and
+		// try again, for at most storageRetryFor (issue 15 item 4).
+		for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && a.storageFaultSince(budget+time.Second) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
+			a.mu.Lock()
+			discard := at.discard
+			a.mu.Unlock()
+			if discard || a.ctx.Err() != nil {
+				break
+			}
+			a.st.logStorageRetries.Add(1)
+			a.log.Warn("daemon's log store unavailable; log kept, retrying the logs-finalized barrier", "attempt", job.Attempt.String(), "in", wait)
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-a.ctx.Done():
+			}
+			t.Stop()
+			err = finalize()
+		}
 		if err != nil {
 			a.st.logFinalizeFailed.Add(1)
 			a.log.Warn("logs-finalized barrier failed", "attempt", job.Attempt.String(), "err", err)
@@ -406,4 +429,11 @@ const storageRetryFor = 10 * time.Minute
 func storageUnavailable(err error) bool {
 	var we *wire.WireErrorV1
 	return errors.As(err, &we) && we.Code == wire.ErrCodeStorageUnavailable
+}
+
+// storageFaultSince reports whether a daemon answered StorageUnavailable
+// within the last d.
+func (a *Agent) storageFaultSince(d time.Duration) bool {
+	t := a.storageFault.Load()
+	return t != 0 && time.Since(time.Unix(0, t)) <= d
 }

@@ -128,7 +128,12 @@ func (a *Agent) handle(l *link, env *wire.Envelope) {
 		l.ch.SetOutcome(telemetry.OutcomeRejected)
 		_ = l.ch.ReplyError(env.MessageID, wire.ErrCodeInvalidState, wire.RetryNever, "secret material is accepted only on a secret stream")
 	case *agentwire.ServerTimeV1, *wire.WireErrorV1:
-		// Diagnostics only; uncorrelated errors are logged.
+		// Diagnostics only; uncorrelated errors are logged. A failing data
+		// store on the daemon is remembered: the logs-finalized barrier is
+		// then retried with the log kept spooled (finishData).
+		if we, ok := m.(*wire.WireErrorV1); ok && we.Code == wire.ErrCodeStorageUnavailable {
+			a.storageFault.Store(time.Now().UnixNano())
+		}
 		a.log.Debug("daemon message", "type", m.MessageType().String())
 	default:
 		l.ch.SetOutcome(telemetry.OutcomeRejected)

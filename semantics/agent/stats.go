@@ -13,7 +13,7 @@ type agentStats struct {
 	acks                                                              [4]atomic.Int64
 	dialFailures                                                      atomic.Int64
 	logFinalizeFailed, outputsUploaded, outputsFailed                 atomic.Int64
-	outputsStorageRetries                                             atomic.Int64
+	outputsStorageRetries, logStorageRetries                          atomic.Int64
 	probes, probesOK, moves                                           atomic.Int64
 	payloadsFetched, payloadsFailed                                   atomic.Int64
 	hbTimeouts                                                        atomic.Int64
@@ -45,11 +45,14 @@ type Stats struct {
 	// OutputsStorageRetries counts upload retries because the daemon's
 	// content store was unavailable (WireErrorV1 StorageUnavailable).
 	OutputsStorageRetries int64
-	PayloadsFetched       int64 // payloads downloaded and verified (Config.FetchPayload)
-	PayloadsFailed        int64 // attempts ended InfraError because their payload could not be fetched
-	Probes                int64 // background probes of a better backend
-	ProbesSucceeded       int64
-	MovesBack             int64 // moves to a better backend after probing
+	// LogStorageRetries counts logs-finalized barriers retried because the
+	// daemon's log store was unavailable.
+	LogStorageRetries int64
+	PayloadsFetched   int64 // payloads downloaded and verified (Config.FetchPayload)
+	PayloadsFailed    int64 // attempts ended InfraError because their payload could not be fetched
+	Probes            int64 // background probes of a better backend
+	ProbesSucceeded   int64
+	MovesBack         int64 // moves to a better backend after probing
 	// BackendChanges counts registrations over a different backend than
 	// the previous one, by from/to backend; the first registration counts
 	// from the best configured backend when it is a fallback.
@@ -109,8 +112,8 @@ func (a *Agent) Stats() Stats {
 		AttemptsStarted: s.started.Load(), CompletionsSent: s.complSent.Load(), CompletionsRetried: s.complRetried.Load(),
 		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), HeartbeatTimeouts: s.hbTimeouts.Load(), DialFailures: s.dialFailures.Load(),
 		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load(),
-		OutputsStorageRetries: s.outputsStorageRetries.Load(),
-		PayloadsFetched:       s.payloadsFetched.Load(), PayloadsFailed: s.payloadsFailed.Load(),
+		OutputsStorageRetries: s.outputsStorageRetries.Load(), LogStorageRetries: s.logStorageRetries.Load(),
+		PayloadsFetched: s.payloadsFetched.Load(), PayloadsFailed: s.payloadsFailed.Load(),
 		Probes: s.probes.Load(), ProbesSucceeded: s.probesOK.Load(), MovesBack: s.moves.Load(),
 		BackendChanges: map[BackendChange]int64{}}
 	a.mu.Lock()

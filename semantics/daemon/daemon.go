@@ -78,7 +78,7 @@ type Daemon struct {
 	ownSink    *logs.FileSink
 	logSink    logs.LogSink // the configured (or own) sink, unwrapped
 	dataHealth *dataHealth
-	finalSeq   *recent[wire.JobAttemptId, uint64] // LastSeq of each acknowledged LogsFinalizedV1
+	finalSeq   *recent[wire.JobAttemptId, uint64] // LastSeq of each LogsFinalizedV1 received
 	casSrv     *cas.Server
 	logConns   map[wire.JobAttemptId]*conn // under mu: the connection serving an attempt's log
 	// outputs (under mu): the OutputsFinalizedV1 outputs of the last

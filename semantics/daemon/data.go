@@ -283,6 +283,11 @@ func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 		c.reply(env, &wlogs.LogsFinalizedAckV1{Attempt: m.Attempt, LastSeq: m.LastSeq})
 		return
 	}
+	// The agent declared its log final: a completion is not acknowledged
+	// while a failing log store keeps it from being durable.
+	c.d.mu.Lock()
+	c.d.finalSeq.put(m.Attempt, m.LastSeq)
+	c.d.mu.Unlock()
 	// The frames arrive on the log stream: wait off the read goroutine,
 	// bounded by the lease TTL and the connection.
 	if !c.acquireWait() {
@@ -333,9 +338,6 @@ func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 			}
 			return
 		}
-		d.mu.Lock()
-		d.finalSeq.put(m.Attempt, m.LastSeq)
-		d.mu.Unlock()
 		c.d.st.logsFinalized.Add(1)
 		_ = c.ch.Reply(env, &ack)
 	}()

@@ -21,6 +21,7 @@ import (
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
@@ -131,7 +132,16 @@ func TestDiskFullNothingAcceptedUnstored(t *testing.T) {
 		return fmt.Sprintf("line %03d of the disk-full test %s\n", i, strings.Repeat("z", 50))
 	}
 	goOutput := make(chan struct{})
+	second := enginetest.Offer(42)
 	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
+		if job.Spec == second.Spec { // phase 3: log only, then complete at once
+			for i := 0; i < lines; i++ {
+				if err := out.Log(wlogs.LogStdout, []byte(line(i))); err != nil {
+					return agent.Result{Kind: agentwire.ResultInfraError, Message: err.Error()}
+				}
+			}
+			return agent.Result{Kind: agentwire.ResultSucceeded}
+		}
 		for i := 0; i < lines; i++ {
 			if err := out.Log(wlogs.LogStdout, []byte(line(i))); err != nil {
 				return agent.Result{Kind: agentwire.ResultInfraError, Message: err.Error()}
@@ -172,10 +182,10 @@ func TestDiskFullNothingAcceptedUnstored(t *testing.T) {
 	for i := 0; i < lines; i++ {
 		want.WriteString(line(i))
 	}
-	readLog := func() string {
+	readLogOf := func(att wire.JobAttemptId) string {
 		var got strings.Builder
 		var last uint64
-		if err := sink.ReadDurable(l.Attempt, func(r logs.Record) error {
+		if err := sink.ReadDurable(att, func(r logs.Record) error {
 			if r.Seq != last+1 {
 				return fmt.Errorf("seq %d after %d", r.Seq, last)
 			}
@@ -187,6 +197,7 @@ func TestDiskFullNothingAcceptedUnstored(t *testing.T) {
 		}
 		return got.String()
 	}
+	readLog := func() string { return readLogOf(l.Attempt) }
 	deadline := time.Now().Add(30 * time.Second)
 	for readLog() != want.String() {
 		if time.Now().After(deadline) {
@@ -250,5 +261,36 @@ func TestDiskFullNothingAcceptedUnstored(t *testing.T) {
 	}
 	if fs := w.D.DataFaults(); len(fs) != 0 {
 		t.Errorf("faults after recovery: %+v", fs)
+	}
+
+	// Phase 3: the volume is full at the logs-finalized barrier and stays
+	// full longer than the agent's barrier budget: the agent keeps its log
+	// spooled and retries the barrier; nothing completes until the log is
+	// durable.
+	fill(t, filler)
+	l2, err := w.D.OfferLease(context.Background(), id.Runner, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitFault(t, w.D, daemon.StoreLogs)
+	deadline = time.Now().Add(60 * time.Second)
+	for a.Stats().LogStorageRetries < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not retry its logs-finalized barrier: %+v", a.Stats())
+		}
+		time.Sleep(5 * time.Millisecond) // a counter of the agent's retries; poll it
+	}
+	if n, _ := w.Auth.Completions(context.Background(), l2.Attempt); n != 0 {
+		t.Fatal("completed while the log store was full")
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	w.AwaitCompletion(l2.Attempt, agentwire.AckAccepted)
+	if got := readLogOf(l2.Attempt); got != want.String() {
+		t.Fatalf("the second attempt's log holds %d of %d bytes", len(got), want.Len())
+	}
+	if st := a.Stats(); st.LogFinalizeFailed != 0 {
+		t.Fatalf("agent gave up on its log: %+v", st)
 	}
 }
