@@ -23,7 +23,7 @@ help:
 	@echo "make demo-vectors  decode and print every golden vector with the protocol inspector"
 	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included; the quick compatibility matrix)"
 	@echo "make matrix    full cross-version compatibility matrix: builds tagged releases, runs every cell; rewrites matrix/results.json and docs/compatibility.md"
-	@echo "make scale     the fleet-scale ladder (forgeyard-loadgen): real agents against one daemon process; writes $(OUT)/scale.md (SCALE_LADDER=quic:200 for a short run)"
+	@echo "make scale     the fleet-scale ladder (forgeyard-loadgen): real agents against one daemon process; writes $(OUT)/scale.md (SCALE_LADDER=quic:200 for a short run; work dirs under $(OUT)/_scale-work, which go ./... ignores)"
 	@echo "make release   static linux/amd64+arm64 archives (binaries, man pages, completions, systemd units), OCI images of daemon/agent/relay, SHA256SUMS in out/release (VERSION=...)"
 	@echo "make lint      gofmt check, go vet, staticcheck, actionlint, layering check, API check against the last release, go mod tidy -diff"
 	@echo "make api-report  rewrite docs/api-changes.md after an exported API change (docs/api.md)"
@@ -34,6 +34,7 @@ help:
 deps:
 	./.ci/ensure-debs.sh
 	$(GO) mod download
+	./.ci/ensure-versitygw.sh
 
 tools:
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -57,7 +58,7 @@ matrix: deps
 # each bounded by SCALE_STEP_TIMEOUT (a step that runs out still gets its
 # row), and writes the table to $(OUT)/scale.md; each step keeps its work
 # directory (daemon.log, the cached runner certificates) under
-# $(OUT)/scale-work. SCALE_LADDER overrides the
+# $(OUT)/_scale-work. SCALE_LADDER overrides the
 # steps (backend:N[:kill+graceful+ramp=D], comma-separated), e.g.
 # `make scale SCALE_LADDER=quic:200,yamux:200:kill`.
 SCALE_LADDER ?=
@@ -68,7 +69,7 @@ SCALE_LEASE_RATE ?= 20
 scale: deps
 	@mkdir -p bin $(OUT)
 	$(GO) build -o bin/ ./cmd/forgeyard-daemon ./cmd/forgeyard-loadgen
-	SCALE_LADDER="$(SCALE_LADDER)" ./bin/forgeyard-loadgen ladder --out $(OUT)/scale.md --dir $(OUT)/scale-work --daemon-cmd ./bin/forgeyard-daemon \
+	SCALE_LADDER="$(SCALE_LADDER)" ./bin/forgeyard-loadgen ladder --out $(OUT)/scale.md --dir $(OUT)/_scale-work --daemon-cmd ./bin/forgeyard-daemon \
 		--timeout $(SCALE_STEP_TIMEOUT) --steady $(SCALE_STEADY) --heartbeat $(SCALE_HEARTBEAT) --lease-rate $(SCALE_LEASE_RATE)
 
 # Release archives and OCI image tarballs in out/release (.ci/release.sh,

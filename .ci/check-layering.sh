@@ -2,7 +2,8 @@
 # Enforces the layering rule of ARCHITECTURE.md on the import graph:
 #   wire ← semantics ← backends/relay ← cmd
 #   only backends/quic and backends/webtransport import quic-go;
-#   only backends/yamux imports yamux.
+#   only backends/yamux imports yamux;
+#   only semantics/objstore/s3store imports the S3 SDK (minio-go).
 # Prints every offending import and exits 1 if there is any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ go list -f '{{.ImportPath}} P {{join .Imports " "}} T {{join .TestImports " "}} 
     if (imp == "P" || imp == "T") { mode=imp; continue }
     if (imp ~ /quic-go\/quic-go|quic-go\/webtransport-go/ && pkg !~ "^" m "/backends/(quic|webtransport)(/|$)") print pkg " imports " imp
     if (imp ~ /hashicorp\/yamux/ && pkg !~ "^" m "/backends/yamux(/|$)") print pkg " imports " imp
+    if (imp ~ /minio\/minio-go/ && pkg !~ "^" m "/semantics/objstore/s3store(/|$)") print pkg " imports " imp
     if (pkg ~ "^" m "/wire(/|$)" && imp ~ "^" m "/(semantics|backends|relay|cmd|matrix)(/|$)") print pkg " imports " imp
     if (mode == "P" && pkg ~ "^" m "/semantics(/|$)" && imp ~ "^" m "/(backends|relay|cmd|matrix)(/|$)") print pkg " imports " imp
   } }' | sort -u > /tmp/layering.$$ || true

@@ -291,7 +291,7 @@ func TestStableNumbers(t *testing.T) {
 	errCodes := []string{"", "Malformed", "UnknownMessage", "UnsupportedVersion", "NotRegistered", "InvalidState",
 		"RoleForbidden", "RateLimited", "Overloaded", "FrameTooLarge", "StaleLease", "StaleSession",
 		"SessionFenced", "NotFound", "Forbidden", "InvalidValue", "Timeout", "LimitExceeded",
-		"RunnerDisabled", "Draining", "Internal"}
+		"RunnerDisabled", "Draining", "Internal", "StorageUnavailable"}
 	for n, name := range errCodes {
 		c := wire.ProtocolErrorCode(n)
 		if n == 0 {
@@ -304,8 +304,8 @@ func TestStableNumbers(t *testing.T) {
 			t.Errorf("ProtocolErrorCode %d = %q, want %q", n, c.String(), name)
 		}
 	}
-	if wire.ErrCodeMalformed != 1 || wire.ErrCodeFrameTooLarge != 9 || wire.ErrCodeInternal != 20 ||
-		wire.ProtocolErrorCode(21).Known() || wire.ProtocolErrorCode(21).String() != "ErrorCode(21)" {
+	if wire.ErrCodeMalformed != 1 || wire.ErrCodeFrameTooLarge != 9 || wire.ErrCodeInternal != 20 || wire.ErrCodeStorageUnavailable != 21 ||
+		wire.ProtocolErrorCode(22).Known() || wire.ProtocolErrorCode(22).String() != "ErrorCode(22)" {
 		t.Error("ProtocolErrorCode numbering")
 	}
 	retry := []string{"Never", "Immediately", "Backoff", "Resync", "Unsupported"}

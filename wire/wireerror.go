@@ -34,8 +34,9 @@ const (
 	ErrCodeRunnerDisabled     ProtocolErrorCode = 18 // runner disabled or revoked
 	ErrCodeDraining           ProtocolErrorCode = 19 // daemon draining: no new work
 	ErrCodeInternal           ProtocolErrorCode = 20 // failure on the sender's side; no details
+	ErrCodeStorageUnavailable ProtocolErrorCode = 21 // the daemon's log or CAS store is full or failing; retry with backoff
 
-	numErrCodes = 21
+	numErrCodes = 22
 )
 
 var errCodeNames = [numErrCodes]string{"",
@@ -43,6 +44,7 @@ var errCodeNames = [numErrCodes]string{"",
 	"RoleForbidden", "RateLimited", "Overloaded", "FrameTooLarge", "StaleLease",
 	"StaleSession", "SessionFenced", "NotFound", "Forbidden", "InvalidValue",
 	"Timeout", "LimitExceeded", "RunnerDisabled", "Draining", "Internal",
+	"StorageUnavailable",
 }
 
 // String returns the code's name, or ErrorCode(n) for a code this build does not define.

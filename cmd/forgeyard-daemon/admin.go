@@ -272,6 +272,9 @@ func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 		hs := d.HardeningStats()
 		h.Refusals.Connect, h.Refusals.Registration = hs.RefusedConns, hs.RefusedRegistrations
 		h.Refusals.Early = hs.RefusedEarly
+		for _, f := range d.DataFaults() {
+			h.DataStores = append(h.DataStores, telemetry.DataStoreHealth{Store: f.Store, Cause: f.Cause, Since: f.Since, Error: f.Error})
+		}
 	}
 	if hsf != nil {
 		h.HandshakeFailures = hsf.Count()

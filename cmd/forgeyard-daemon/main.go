@@ -288,7 +288,19 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		return err
 	}
 	dcfg.SetLimits(lim)
-	if dir := cfg.Data.CASDir; dir != "" {
+	r := cfg.Data.Retention // [data.retention]
+	dcfg.Retention = daemon.Retention{MaxAge: r.MaxAge.Duration, MaxBytes: r.MaxBytes, Interval: r.Interval.Duration,
+		PartialMaxAge: r.PartialMaxAge.Duration}
+	if cfg.Data.Store == config.StoreS3 {
+		// The shared data plane: logs and objects in the bucket every HA
+		// daemon sees (docs/operations.md "HA deployment").
+		ds, err := daemonsetup.OpenData(ctx, cfg.Data)
+		if err != nil {
+			return err
+		}
+		dcfg.LogSink, dcfg.ContentStore = ds.Sink, ds.Store
+		log.Info("data plane on S3", "endpoint", cfg.Data.S3.Endpoint, "bucket", cfg.Data.S3.Bucket, "prefix", cfg.Data.S3.Prefix)
+	} else if dir := cfg.Data.CASDir; dir != "" {
 		store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: dir})
 		if err != nil {
 			return fmt.Errorf("data.cas_dir: %w", err)

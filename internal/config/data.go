@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"forgeyard.dev/transport/semantics"
 )
@@ -20,18 +21,103 @@ import (
 //	max_attempt_log_bytes = 1073741824     # per attempt (0: 1 GiB; -1: none)
 //	cas_max_concurrent = 64                # transfers over the daemon (0: 64)
 //	cas_max_per_conn = 16                  # transfers per connection (0: 16)
+//	store = "local"                        # "local" (log_dir, cas_dir) or "s3" ([data.s3], shared by HA daemons)
+//
+//	[data.s3]                              # with store = "s3": logs under <prefix>logs/, objects under <prefix>cas/
+//	endpoint = "s3.example.net:9000"       # host:port, no scheme
+//	bucket = "forgeyard"                   # must exist
+//	region = "us-east-1"
+//	prefix = "prod/"                       # optional
+//	access_key_id = "AKIA..."
+//	secret_access_key_file = "/etc/forgeyard/s3-secret"   # the secret itself is never in the TOML
+//	insecure = false                       # plain HTTP (loopback/testing only)
+//	ca_file = ""                           # PEM CAs for the server's certificate (default: system pool)
+//	path_style = true                      # endpoint/bucket addressing (most self-hosted servers)
+//	timeout = "30s"                        # per request
+//
+//	[data.retention]                       # off unless max_age or max_bytes is set
+//	max_age = "720h"                       # delete logs and objects older than this
+//	max_bytes = 107374182400               # then the oldest until logs + objects fit
+//	interval = "10m"                       # how often the collector runs (0: 10m)
+//	partial_max_age = "24h"                # abandoned partial uploads (0: 24h; keep it > lease TTL)
 type Data struct {
-	LogDir             string  `toml:"log_dir"`
-	CASDir             string  `toml:"cas_dir"`
-	LogRateBytes       float64 `toml:"log_rate_bytes"`
-	LogBurstBytes      int64   `toml:"log_burst_bytes"`
-	MaxAttemptLogBytes int64   `toml:"max_attempt_log_bytes"`
-	CASMaxConcurrent   int     `toml:"cas_max_concurrent"`
-	CASMaxPerConn      int     `toml:"cas_max_per_conn"`
+	LogDir             string    `toml:"log_dir"`
+	CASDir             string    `toml:"cas_dir"`
+	Store              string    `toml:"store"`
+	S3                 S3        `toml:"s3"`
+	Retention          Retention `toml:"retention"`
+	LogRateBytes       float64   `toml:"log_rate_bytes"`
+	LogBurstBytes      int64     `toml:"log_burst_bytes"`
+	MaxAttemptLogBytes int64     `toml:"max_attempt_log_bytes"`
+	CASMaxConcurrent   int       `toml:"cas_max_concurrent"`
+	CASMaxPerConn      int       `toml:"cas_max_per_conn"`
 }
+
+// S3 is [data.s3], the shared object store.
+type S3 struct {
+	Endpoint            string   `toml:"endpoint"`
+	Bucket              string   `toml:"bucket"`
+	Region              string   `toml:"region"`
+	Prefix              string   `toml:"prefix"`
+	AccessKeyID         string   `toml:"access_key_id"`
+	SecretAccessKeyFile string   `toml:"secret_access_key_file"`
+	Insecure            bool     `toml:"insecure"`
+	CAFile              string   `toml:"ca_file"`
+	PathStyle           bool     `toml:"path_style"`
+	Timeout             Duration `toml:"timeout"`
+}
+
+// Retention is [data.retention], the garbage collection of logs and CAS
+// objects (semantics/daemon Retention).
+type Retention struct {
+	MaxAge        Duration `toml:"max_age"`
+	MaxBytes      int64    `toml:"max_bytes"`
+	Interval      Duration `toml:"interval"`
+	PartialMaxAge Duration `toml:"partial_max_age"`
+}
+
+// Stores: the values of data.store.
+const (
+	StoreLocal = "local"
+	StoreS3    = "s3"
+)
 
 // Validate reports the first out-of-range value, naming its key.
 func (d Data) Validate() error {
+	switch d.Store {
+	case "", StoreLocal:
+	case StoreS3:
+		s := d.S3
+		switch {
+		case s.Endpoint == "":
+			return errors.New("data.s3.endpoint is required with data.store = \"s3\"")
+		case strings.Contains(s.Endpoint, "://"):
+			return fmt.Errorf("data.s3.endpoint %q: give host:port without a scheme (data.s3.insecure selects plain HTTP)", s.Endpoint)
+		case s.Bucket == "":
+			return errors.New("data.s3.bucket is required with data.store = \"s3\"")
+		case s.AccessKeyID == "":
+			return errors.New("data.s3.access_key_id is required with data.store = \"s3\"")
+		case s.SecretAccessKeyFile == "":
+			return errors.New("data.s3.secret_access_key_file is required with data.store = \"s3\" (the secret is read from that file)")
+		case s.Timeout.Duration < 0:
+			return errors.New("data.s3.timeout must be ≥ 0")
+		case d.LogDir != "" || d.CASDir != "":
+			return errors.New("data.log_dir and data.cas_dir are for data.store = \"local\"; with \"s3\" logs and objects go to [data.s3]")
+		}
+	default:
+		return fmt.Errorf("data.store %q: use \"local\" or \"s3\"", d.Store)
+	}
+	r := d.Retention
+	switch {
+	case r.MaxAge.Duration < 0:
+		return errors.New("data.retention.max_age must be ≥ 0 (0: no age limit)")
+	case r.MaxBytes < 0:
+		return errors.New("data.retention.max_bytes must be ≥ 0 (0: no size limit)")
+	case r.Interval.Duration < 0:
+		return errors.New("data.retention.interval must be ≥ 0 (0: 10m)")
+	case r.PartialMaxAge.Duration < 0:
+		return errors.New("data.retention.partial_max_age must be ≥ 0 (0: 24h)")
+	}
 	switch {
 	case d.LogRateBytes < 0:
 		return errors.New("data.log_rate_bytes must be ≥ 0 (0: unlimited)")

@@ -84,3 +84,58 @@ func TestTLSReloadInterval(t *testing.T) {
 		t.Fatalf("negative reload_interval: %v", err)
 	}
 }
+
+// TestDataS3AndRetention: store = "s3" with [data.s3] and [data.retention]
+// parse, and every missing or invalid value is refused naming its key.
+func TestDataS3AndRetention(t *testing.T) {
+	const s3 = `
+[data]
+store = "s3"
+[data.s3]
+endpoint = "127.0.0.1:9000"
+bucket = "fy"
+region = "us-east-1"
+prefix = "prod/"
+access_key_id = "id"
+secret_access_key_file = "/etc/fy/s3-secret"
+insecure = true
+path_style = true
+timeout = "5s"
+[data.retention]
+max_age = "720h"
+max_bytes = 1000000
+interval = "1m"
+partial_max_age = "2h"
+`
+	d, err := ParseDaemon("d.toml", []byte(dataBase+s3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := S3{Endpoint: "127.0.0.1:9000", Bucket: "fy", Region: "us-east-1", Prefix: "prod/", AccessKeyID: "id",
+		SecretAccessKeyFile: "/etc/fy/s3-secret", Insecure: true, PathStyle: true, Timeout: Duration{5 * time.Second}}
+	if d.Data.Store != StoreS3 || d.Data.S3 != want {
+		t.Errorf("data.s3 = %+v, want %+v", d.Data.S3, want)
+	}
+	if r := (Retention{MaxAge: Duration{720 * time.Hour}, MaxBytes: 1e6, Interval: Duration{time.Minute}, PartialMaxAge: Duration{2 * time.Hour}}); d.Data.Retention != r {
+		t.Errorf("data.retention = %+v, want %+v", d.Data.Retention, r)
+	}
+	for _, c := range []struct{ old, new, key string }{
+		{`store = "s3"`, `store = "nfs"`, "data.store"},
+		{`endpoint = "127.0.0.1:9000"`, `endpoint = "http://127.0.0.1:9000"`, "data.s3.endpoint"},
+		{`endpoint = "127.0.0.1:9000"`, ``, "data.s3.endpoint"},
+		{`bucket = "fy"`, ``, "data.s3.bucket"},
+		{`access_key_id = "id"`, ``, "data.s3.access_key_id"},
+		{`secret_access_key_file = "/etc/fy/s3-secret"`, `secret_access_key = "x"`, "secret_access_key"},
+		{`secret_access_key_file = "/etc/fy/s3-secret"`, ``, "data.s3.secret_access_key_file"},
+		{`store = "s3"`, "store = \"s3\"\nlog_dir = \"/x\"", "data.log_dir"},
+		{`max_age = "720h"`, `max_age = "-1h"`, "data.retention.max_age"},
+		{`max_bytes = 1000000`, `max_bytes = -1`, "data.retention.max_bytes"},
+		{`interval = "1m"`, `interval = "-1m"`, "data.retention.interval"},
+		{`partial_max_age = "2h"`, `partial_max_age = "-2h"`, "data.retention.partial_max_age"},
+	} {
+		_, err := ParseDaemon("d.toml", []byte(dataBase+strings.Replace(s3, c.old, c.new, 1)))
+		if err == nil || !strings.Contains(err.Error(), c.key) {
+			t.Errorf("%q → %q: error %v, want one naming %s", c.old, c.new, err, c.key)
+		}
+	}
+}

@@ -186,7 +186,7 @@ func encode(t *testing.T, m map[string]any) []byte {
 }
 
 var (
-	tableLine     = regexp.MustCompile(`^\[([a-z_.]+)\]`)
+	tableLine     = regexp.MustCompile(`^\[([a-z0-9_.]+)\]`)
 	commentedKey  = regexp.MustCompile(`^#\s?([a-z_]+) = `)
 	activeKeyLine = regexp.MustCompile(`^([a-z_]+) = `)
 )

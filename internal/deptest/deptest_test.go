@@ -35,6 +35,8 @@ func violations(pkg string, imports []string, test bool) []string {
 			out = append(out, pkg+" imports "+imp)
 		case strings.HasPrefix(imp, "github.com/hashicorp/yamux") && !under(pkg, "backends/yamux"):
 			out = append(out, pkg+" imports "+imp)
+		case strings.HasPrefix(imp, "github.com/minio/minio-go") && !under(pkg, "semantics/objstore/s3store"):
+			out = append(out, pkg+" imports "+imp)
 		case under(pkg, "wire") && under(imp, "semantics", "backends", "relay", "cmd", "matrix"):
 			out = append(out, pkg+" imports "+imp)
 		case !test && under(pkg, "semantics") && under(imp, "backends", "relay", "cmd", "matrix"):
@@ -85,6 +87,8 @@ func TestRuleCatchesViolations(t *testing.T) {
 		{mod + "/semantics", mod + "/backends/memory", false, true},
 		{mod + "/semantics", mod + "/backends/memory", true, false},
 		{mod + "/semantics/control", "github.com/quic-go/quic-go", true, true},
+		{mod + "/semantics/cas", "github.com/minio/minio-go/v7", false, true},
+		{mod + "/semantics/objstore/s3store", "github.com/minio/minio-go/v7", false, false},
 		{mod + "/backends/yamux", "github.com/quic-go/quic-go", false, true},
 		{mod + "/backends/quic", "github.com/quic-go/quic-go", false, false},
 		{mod + "/backends/webtransport", "github.com/quic-go/webtransport-go", false, false},
@@ -125,6 +129,7 @@ func forbiddenDep(pkg string) string {
 		{"github.com/mattn/go-sqlite3", "SQL driver"},
 		{"github.com/jackc/pgx", "SQL driver"},
 		{"github.com/lib/pq", "SQL driver"},
+		{"github.com/minio/minio-go", "object store SDK"},
 	}
 	for _, p := range prefixes {
 		base := strings.TrimSuffix(p.prefix, "/")

@@ -15,9 +15,9 @@ import (
 // ending in "/" forbids every package under that path; any other names one
 // package exactly.
 var roleForbidden = map[string][]string{
-	"cmd/forgeyard-agent": {"modernc.org/sqlite/", "github.com/jackc/pgx/",
+	"cmd/forgeyard-agent": {"modernc.org/sqlite/", "github.com/jackc/pgx/", "github.com/minio/minio-go/v7/",
 		mod + "/semantics/daemon", mod + "/semantics/authority"},
-	"cmd/forgeyard-relay": {"modernc.org/sqlite/", "github.com/jackc/pgx/",
+	"cmd/forgeyard-relay": {"modernc.org/sqlite/", "github.com/jackc/pgx/", "github.com/minio/minio-go/v7/",
 		mod + "/semantics/daemon", mod + "/semantics/agent", mod + "/semantics/authority"},
 	// The signing worker is an agent endpoint with keys: no database, no
 	// daemon, no authority, no device agent.

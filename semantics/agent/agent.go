@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"forgeyard.dev/transport/semantics/cas"
@@ -21,15 +22,19 @@ var ErrClosed = errors.New("agent: closed")
 
 // Agent is one agent session. Methods are safe for concurrent use.
 type Agent struct {
-	cfg     Config
-	session wire.AgentSessionId
-	log     *slog.Logger
-	now     func() time.Time
-	caps    agentwire.RunnerCapabilitiesV1 // under mu after New (SetCapabilities, inventory.go)
-	digest  wire.CapabilityDigest
-	execs   bool // the role runs attempts
-	started time.Time
-	clk     clockState // the daemon's clock (clock.go)
+	// storageFault is when (UnixNano) a daemon last answered
+	// WireErrorV1{StorageUnavailable} to an uncorrelated message (the
+	// logs-finalized barrier): finishData then retries the barrier.
+	storageFault atomic.Int64
+	cfg          Config
+	session      wire.AgentSessionId
+	log          *slog.Logger
+	now          func() time.Time
+	caps         agentwire.RunnerCapabilitiesV1 // under mu after New (SetCapabilities, inventory.go)
+	digest       wire.CapabilityDigest
+	execs        bool // the role runs attempts
+	started      time.Time
+	clk          clockState // the daemon's clock (clock.go)
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc

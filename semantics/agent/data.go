@@ -253,7 +253,7 @@ func (x linkExchange) NeedObjects(ctx context.Context, m *wcas.NeedObjectsV1) (*
 	case *wcas.MissingObjectsV1:
 		return p, nil
 	case *wire.WireErrorV1:
-		return nil, fmt.Errorf("agent: NeedObjects refused: %s: %s", p.Code, p.Message)
+		return nil, fmt.Errorf("agent: NeedObjects refused: %w", p)
 	}
 	return nil, errors.New("agent: unexpected answer to NeedObjectsV1")
 }
@@ -329,9 +329,32 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 		io.w.Close()
 		_ = os.RemoveAll(filepath.Join(a.spool, "logs", job.Attempt.String()))
 	} else if io != nil && io.w != nil {
-		err := a.onLink(time.Now().Add(budget), func(error) bool { return false }, func(ctx context.Context, l *link) error {
-			return io.w.Finalize(ctx, func(m *wlogs.LogsFinalizedV1) error { _, err := l.ch.SendMsg(m); return err })
-		})
+		finalize := func() error {
+			return a.onLink(time.Now().Add(budget), func(error) bool { return false }, func(ctx context.Context, l *link) error {
+				return io.w.Finalize(ctx, func(m *wlogs.LogsFinalizedV1) error { _, err := l.ch.SendMsg(m); return err })
+			})
+		}
+		err := finalize()
+		// The daemon's log store failed meanwhile (StorageUnavailable): keep
+		// the log spooled (the writer resends from the durable point) and
+		// try again, for at most storageRetryFor (issue 15 item 4).
+		for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && a.storageFaultSince(budget+time.Second) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
+			a.mu.Lock()
+			discard := at.discard
+			a.mu.Unlock()
+			if discard || a.ctx.Err() != nil {
+				break
+			}
+			a.st.logStorageRetries.Add(1)
+			a.log.Warn("daemon's log store unavailable; log kept, retrying the logs-finalized barrier", "attempt", job.Attempt.String(), "in", wait)
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-a.ctx.Done():
+			}
+			t.Stop()
+			err = finalize()
+		}
 		if err != nil {
 			a.st.logFinalizeFailed.Add(1)
 			a.log.Warn("logs-finalized barrier failed", "attempt", job.Attempt.String(), "err", err)
@@ -355,12 +378,35 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 	for _, r := range local {
 		total += r.Size
 	}
-	err := a.onLink(time.Now().Add(budget+time.Duration(total>>18)*time.Second), func(err error) bool {
-		var oe *cas.OutcomeError
-		return errors.As(err, &oe) && oe.Outcome == wcas.CasForbidden
-	}, func(ctx context.Context, l *link) error {
-		return a.up.UploadAll(ctx, l.sc, linkExchange{l: l, timeout: a.cfg.RequestTimeout}, job.Lease, local)
-	})
+	upload := func() error {
+		return a.onLink(time.Now().Add(budget+time.Duration(total>>18)*time.Second), func(err error) bool {
+			var oe *cas.OutcomeError
+			return errors.As(err, &oe) && oe.Outcome == wcas.CasForbidden
+		}, func(ctx context.Context, l *link) error {
+			return a.up.UploadAll(ctx, l.sc, linkExchange{l: l, timeout: a.cfg.RequestTimeout}, job.Lease, local)
+		})
+	}
+	err := upload()
+	// The daemon's content store is full or failing: keep the outputs in
+	// the local store and retry with backoff (issue 15 item 4), for at
+	// most storageRetryFor, while the attempt is ours.
+	for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && storageUnavailable(err) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
+		a.mu.Lock()
+		discard := at.discard
+		a.mu.Unlock()
+		if discard || a.ctx.Err() != nil {
+			break
+		}
+		a.st.outputsStorageRetries.Add(1)
+		a.log.Warn("daemon's content store unavailable; outputs kept, retrying", "attempt", job.Attempt.String(), "in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-a.ctx.Done():
+		}
+		t.Stop()
+		err = upload()
+	}
 	if err != nil {
 		a.st.outputsFailed.Add(int64(len(local)))
 		a.log.Warn("output upload failed; outputs not claimed", "attempt", job.Attempt.String(), "err", err)
@@ -372,4 +418,22 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 		_, _ = l.ch.SendMsg(&wcas.OutputsFinalizedV1{Attempt: job.Attempt, Lease: job.Lease, Outputs: outs})
 	}
 	return outs
+}
+
+// storageRetryFor bounds how long an agent keeps retrying the upload of an
+// attempt's outputs while the daemon answers StorageUnavailable.
+const storageRetryFor = 10 * time.Minute
+
+// storageUnavailable reports whether err carries a daemon's
+// WireErrorV1{StorageUnavailable}.
+func storageUnavailable(err error) bool {
+	var we *wire.WireErrorV1
+	return errors.As(err, &we) && we.Code == wire.ErrCodeStorageUnavailable
+}
+
+// storageFaultSince reports whether a daemon answered StorageUnavailable
+// within the last d.
+func (a *Agent) storageFaultSince(d time.Duration) bool {
+	t := a.storageFault.Load()
+	return t != 0 && time.Since(time.Unix(0, t)) <= d
 }

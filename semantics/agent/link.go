@@ -141,7 +141,12 @@ func (a *Agent) handle(l *link, env *wire.Envelope) {
 	case *agentwire.ServerTimeV1:
 		a.observeServerTime(m.ServerTimeMs, time.Time{}, a.now()) // clock.go
 	case *wire.WireErrorV1:
-		// Diagnostics only; uncorrelated errors are logged.
+		// Diagnostics only; uncorrelated errors are logged. A failing data
+		// store on the daemon is remembered: the logs-finalized barrier is
+		// then retried with the log kept spooled (finishData).
+		if m.Code == wire.ErrCodeStorageUnavailable {
+			a.storageFault.Store(time.Now().UnixNano())
+		}
 		a.log.Debug("daemon message", "type", m.MessageType().String())
 	default:
 		l.ch.SetOutcome(telemetry.OutcomeRejected)

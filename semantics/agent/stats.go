@@ -15,6 +15,7 @@ type agentStats struct {
 	acks                                                              [4]atomic.Int64
 	dialFailures                                                      atomic.Int64
 	logFinalizeFailed, outputsUploaded, outputsFailed                 atomic.Int64
+	outputsStorageRetries, logStorageRetries                          atomic.Int64
 	probes, probesOK, moves                                           atomic.Int64
 	payloadsFetched, payloadsFailed                                   atomic.Int64
 	hbTimeouts                                                        atomic.Int64
@@ -52,6 +53,12 @@ type Stats struct {
 	LogFinalizeFailed int64 // attempts completed without a passed logs-finalized barrier
 	OutputsUploaded   int64 // outputs uploaded (or already held) before completions
 	OutputsFailed     int64 // local outputs that could not be uploaded (left out of completions)
+	// OutputsStorageRetries counts upload retries because the daemon's
+	// content store was unavailable (WireErrorV1 StorageUnavailable).
+	OutputsStorageRetries int64
+	// LogStorageRetries counts logs-finalized barriers retried because the
+	// daemon's log store was unavailable.
+	LogStorageRetries int64
 	PayloadsFetched   int64 // payloads downloaded and verified (Config.FetchPayload)
 	PayloadsFailed    int64 // attempts ended InfraError because their payload could not be fetched
 	Probes            int64 // background probes of a better backend
@@ -166,6 +173,7 @@ func (a *Agent) Stats() Stats {
 		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), HeartbeatTimeouts: s.hbTimeouts.Load(), DialFailures: s.dialFailures.Load(),
 		LeasesExpired: s.leaseExpired.Load(), CapabilityUpdates: s.capUpdates.Load(), HealthProbes: s.healthProbes.Load(),
 		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load(),
+		OutputsStorageRetries: s.outputsStorageRetries.Load(), LogStorageRetries: s.logStorageRetries.Load(),
 		PayloadsFetched: s.payloadsFetched.Load(), PayloadsFailed: s.payloadsFailed.Load(),
 		Probes: s.probes.Load(), ProbesSucceeded: s.probesOK.Load(), MovesBack: s.moves.Load(),
 		BackendChanges: map[BackendChange]int64{}}

@@ -1,6 +1,7 @@
 package cas
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -392,4 +394,106 @@ func (p *fsPartial) Close() error {
 	err := p.f.Close()
 	_ = p.end()
 	return err
+}
+
+// ObjectInfo describes one complete stored object, for retention.
+type ObjectInfo struct {
+	Ref wire.CasObjectRef
+	// Stored is when the object was committed (its last modification).
+	Stored time.Time
+}
+
+// Collector is implemented by the stores whose objects retention may
+// delete (FSStore and BucketStore).
+type Collector interface {
+	// Objects calls fn for every complete object; an error from fn ends
+	// the walk and is returned.
+	Objects(fn func(ObjectInfo) error) error
+	// Delete removes a complete object (ErrBusy while a transfer of it is
+	// in progress here); deleting a missing object succeeds.
+	Delete(ref wire.CasObjectRef) error
+	// PrunePartials removes abandoned partial objects older than olderThan.
+	PrunePartials(olderThan time.Duration) (int, error)
+}
+
+var (
+	_ Collector = (*FSStore)(nil)
+	_ Collector = (*BucketStore)(nil)
+)
+
+// Objects implements Collector: it walks Dir/objects/sha256.
+func (s *FSStore) Objects(fn func(ObjectInfo) error) error {
+	root := filepath.Join(s.objDir, "sha256")
+	return filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if e.IsDir() {
+			return nil
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return nil // removed meanwhile
+		}
+		ref, ok := parseHexSize(e.Name(), strconv.FormatInt(fi.Size(), 10))
+		if !ok {
+			return nil
+		}
+		return fn(ObjectInfo{Ref: ref, Stored: fi.ModTime()})
+	})
+}
+
+// Delete implements Collector.
+func (s *FSStore) Delete(ref wire.CasObjectRef) error {
+	s.mu.Lock()
+	_, held := s.busy[ref]
+	s.mu.Unlock()
+	if held {
+		return ErrBusy
+	}
+	if ok, err := s.complete(ref); err != nil || !ok {
+		return err // missing, or a file of another size: not this object
+	}
+	if err := os.Remove(s.objPath(ref)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// probeSize is the write a Probe tests: one filesystem block or more.
+const probeSize = 4096
+
+// Probe tests that the store can write and sync a small file (a daemon
+// probes a store that failed, to notice its recovery).
+func (s *FSStore) Probe() error { return probeDir(s.tmpDir) }
+
+func probeDir(dir string) error {
+	f, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	defer os.Remove(name)
+	_, err = f.Write(make([]byte, probeSize))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Probe tests that the bucket takes a small object.
+func (s *BucketStore) Probe() error {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	key := s.prefix + "probe/" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := s.b.Put(ctx, key, bytes.NewReader(make([]byte, probeSize)), probeSize); err != nil {
+		return err
+	}
+	return s.b.Delete(ctx, key)
 }

@@ -18,6 +18,13 @@ func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1
 	_, sp := c.span(env, telemetry.SpanComplete, telemetry.AttrLease(m.Lease), telemetry.AttrAttempt(m.Attempt))
 	defer sp.End()
 	start := time.Now()
+	if f, ok := d.completionBlocked(m); ok {
+		// Never acknowledge a completion whose finalized log or declared
+		// outputs are not durably stored (issue 15 item 4): the agent
+		// keeps them and retries.
+		c.replyErr(env, wire.ErrCodeStorageUnavailable, wire.RetryBackoff, f.Text())
+		return telemetry.OutcomeError
+	}
 	result := m.Result
 	actx, acancel := c.authCtx()
 	defer acancel()
@@ -66,4 +73,28 @@ func (c *conn) phaseEvent(attempt wire.JobAttemptId, lease wire.LeaseId, p agent
 	if h := c.d.cfg.Hooks.OnPhase; h != nil {
 		h(PhaseEvent{Runner: c.runner, Attempt: attempt, Lease: lease, Phase: p})
 	}
+}
+
+// completionBlocked reports the data fault that keeps m from being
+// accepted: the log store fails and the attempt's finalized log is not all
+// durable, or the content store fails and a declared output is not stored.
+func (d *Daemon) completionBlocked(m *agentwire.AttemptCompletionV1) (DataFault, bool) {
+	if d.logSink != nil {
+		d.mu.Lock()
+		last, ok := d.finalSeq.get(m.Attempt)
+		d.mu.Unlock()
+		if f, bad := d.dataFault(StoreLogs); bad && ok && d.logSink.Durable(m.Attempt) < last {
+			return f, true
+		}
+	}
+	if d.cfg.ContentStore != nil && len(m.Outputs) > 0 {
+		if f, bad := d.dataFault(StoreCAS); bad {
+			for _, o := range m.Outputs {
+				if st, err := d.cfg.ContentStore.Stat(o); err != nil || !st.Complete {
+					return f, true
+				}
+			}
+		}
+	}
+	return DataFault{}, false
 }

@@ -177,6 +177,11 @@ type Config struct {
 	// the ones they fetch (payloads) (§87–93). Nil means CAS streams are
 	// refused and NeedObjectsV1 is answered with an error.
 	ContentStore cas.ContentStore
+	// Retention garbage-collects the logs of LogSink/LogDir and the objects
+	// of ContentStore when they implement logs.Collector / cas.Collector
+	// (FileSink, FSStore, BucketSink, BucketStore); the zero value keeps
+	// everything.
+	Retention Retention
 	// Identity configures enrollment, certificate renewal and the
 	// revocation check (enroll.go).
 	Identity IdentityConfig

@@ -69,10 +69,13 @@ type Daemon struct {
 	offerFilter atomic.Pointer[func(wire.LeaseId) bool]
 
 	// Data plane (data.go): nil receiver/server when not configured.
-	logRecv  *logs.Receiver
-	ownSink  *logs.FileSink
-	casSrv   *cas.Server
-	logConns map[wire.JobAttemptId]*conn // under mu: the connection serving an attempt's log
+	logRecv    *logs.Receiver
+	ownSink    *logs.FileSink
+	logSink    logs.LogSink // the configured (or own) sink, unwrapped
+	dataHealth *dataHealth
+	finalSeq   *recent[wire.JobAttemptId, uint64] // LastSeq of each LogsFinalizedV1 received
+	casSrv     *cas.Server
+	logConns   map[wire.JobAttemptId]*conn // under mu: the connection serving an attempt's log
 	// outputs (under mu): the OutputsFinalizedV1 outputs of the last
 	// maxRecordedOutputs attempts that declared them (FinalizedOutputs).
 	outputs *recent[wire.JobAttemptId, []wire.CasObjectRef]
@@ -166,6 +169,10 @@ func New(cfg Config) (*Daemon, error) {
 		} else if err != nil {
 			d.log.Warn("authority events unavailable; cancels from other daemons reach agents at their next renewal", "err", err)
 		}
+	}
+	if d.cfg.Retention.enabled() {
+		d.wg.Add(1)
+		go d.runRetention()
 	}
 	if p := cfg.Identity.RevocationPoll; p >= 0 {
 		if p == 0 {
@@ -324,6 +331,7 @@ func (d *Daemon) maintenance() {
 		now := d.now()
 		d.expireLeases(now)
 		d.sweepLogs(time.Now())
+		d.probeData()
 		if now.Sub(lastPrune) >= min(d.cfg.DedupRetention, time.Hour) {
 			lastPrune = now
 			if n, err := d.auth.PruneDedup(d.ctx, now.Add(-d.cfg.DedupRetention)); err == nil {

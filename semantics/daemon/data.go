@@ -63,9 +63,11 @@ func (d *Daemon) setupData() error {
 		}
 		sink, d.ownSink = fs, fs
 	}
+	d.dataHealth = newDataHealth()
+	d.logSink = sink
 	if sink != nil {
 		lim := d.cfg.Data.withDefaults()
-		r, err := logs.NewReceiver(logs.ReceiverConfig{Sink: sink, AuthorizeContext: d.authorizeLog,
+		r, err := logs.NewReceiver(logs.ReceiverConfig{Sink: watchedSink{sink, d}, AuthorizeContext: d.authorizeLog,
 			Ack:       func(m wlogs.LogAckV1) { d.sendToAttempt(m.Attempt, &m) },
 			Resume:    func(m wlogs.LogResumeRequestV1) { d.sendToAttempt(m.Attempt, &m) },
 			RateBytes: lim.LogRateBytes, BurstBytes: lim.LogBurstBytes,
@@ -82,7 +84,7 @@ func (d *Daemon) setupData() error {
 	}
 	if d.cfg.ContentStore != nil {
 		lim := d.cfg.Data.withDefaults()
-		s, err := cas.NewServer(cas.ServerConfig{Store: d.cfg.ContentStore, Authorizer: cas.AuthorizerFunc(d.authorizeCAS),
+		s, err := cas.NewServer(cas.ServerConfig{Store: watchedStore{d.cfg.ContentStore, d}, Authorizer: cas.AuthorizerFunc(d.authorizeCAS),
 			MaxConcurrent: lim.CASMaxConcurrent, MaxPerConn: lim.CASMaxPerConn, Bandwidth: lim.CASBandwidth, Metrics: d.cfg.Metrics})
 		if err != nil {
 			return fmt.Errorf("daemon: CAS server: %w", err)
@@ -92,6 +94,7 @@ func (d *Daemon) setupData() error {
 	d.logConns = map[wire.JobAttemptId]*conn{}
 	d.outputs = newRecent[wire.JobAttemptId, []wire.CasObjectRef](maxRecordedOutputs)
 	d.ended = newRecent[wire.JobAttemptId, struct{}](maxEndedAttempts)
+	d.finalSeq = newRecent[wire.JobAttemptId, uint64](maxEndedAttempts)
 	return nil
 }
 
@@ -289,6 +292,11 @@ func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 		c.reply(env, &wlogs.LogsFinalizedAckV1{Attempt: m.Attempt, LastSeq: m.LastSeq})
 		return
 	}
+	// The agent declared its log final: a completion is not acknowledged
+	// while a failing log store keeps it from being durable.
+	c.d.mu.Lock()
+	c.d.finalSeq.put(m.Attempt, m.LastSeq)
+	c.d.mu.Unlock()
 	// The frames arrive on the log stream: wait off the read goroutine,
 	// bounded by the lease TTL and the connection.
 	if !c.acquireWait() {
@@ -299,6 +307,27 @@ func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 		defer c.releaseWait()
 		wctx, cancel := context.WithTimeout(ctx, c.d.timing.LeaseTTL)
 		defer cancel()
+		// A log store that starts failing ends the wait at once: the
+		// frames will not become durable here now.
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case <-c.d.faultNotify():
+					if c.d.hasFault(StoreLogs) {
+						cancel()
+						return
+					}
+				case <-stop:
+					return
+				}
+			}
+		}()
+		if f, bad := c.d.dataFault(StoreLogs); bad && c.d.logSink.Durable(m.Attempt) < m.LastSeq {
+			_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeStorageUnavailable, wire.RetryBackoff, f.Text())
+			return
+		}
 		ack, err := r.Finalized(wctx, m)
 		// Finalized (re)creates the attempt's state: if the attempt ended
 		// meanwhile (its completion may be handled while this waits), drop
@@ -311,7 +340,9 @@ func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 			r.Forget(m.Attempt)
 		}
 		if err != nil {
-			if ctx.Err() == nil {
+			if f, bad := c.d.dataFault(StoreLogs); bad && ctx.Err() == nil {
+				_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeStorageUnavailable, wire.RetryBackoff, f.Text())
+			} else if ctx.Err() == nil {
 				_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeInternal, wire.RetryImmediately, "log not durable in time")
 			}
 			return
@@ -335,9 +366,18 @@ func (c *conn) onNeedObjects(env *wire.Envelope, m *wcas.NeedObjectsV1) {
 	}
 	go func() {
 		defer c.releaseWait()
+		if f, bad := c.d.dataFault(StoreCAS); bad {
+			// Nothing could be stored: say why, retryable (issue 15 item 4).
+			_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeStorageUnavailable, wire.RetryBackoff, f.Text())
+			return
+		}
 		ctx, cancel := context.WithTimeout(c.dataCtx(), c.d.timing.RequestTimeout)
 		defer cancel()
 		out, err := srv.NeedObjects(ctx, m)
+		if f, bad := c.d.dataFault(StoreCAS); err != nil && bad {
+			_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeStorageUnavailable, wire.RetryBackoff, f.Text())
+			return
+		}
 		switch {
 		case errors.Is(err, cas.ErrProtocol):
 			_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeInvalidValue, wire.RetryNever, "invalid NeedObjectsV1")

@@ -8,11 +8,13 @@ import (
 	"go.uber.org/goleak"
 
 	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/internal/s3test"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	pgtest.StopShared()
+	s3test.StopShared()
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreCurrent(),
 			goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),

@@ -457,6 +457,15 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 				if re.Reason == RejectGap && r.cfg.Resume != nil {
 					r.cfg.Resume(wlogs.LogResumeRequestV1{Attempt: at.id, FromSeq: re.NextSeq})
 				}
+				if re.Reason == RejectSink && r.cfg.Resume != nil {
+					// The sink failed (disk full, I/O error): the agent
+					// still spools everything after the durable point and
+					// resends it on a new stream.
+					at.mu.Lock()
+					next := r.cfg.Sink.Durable(at.id) + 1
+					at.mu.Unlock()
+					r.cfg.Resume(wlogs.LogResumeRequestV1{Attempt: at.id, FromSeq: next})
+				}
 			}
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"forgeyard.dev/transport/internal/atomicfile"
@@ -449,4 +450,73 @@ func (s *FileSink) ReadDurable(a wire.JobAttemptId, fn func(rec Record) error) e
 			return err
 		}
 	}
+}
+
+// Logs implements Collector: one AttemptLog per "<attempt>.log" file (its
+// index counted in Bytes).
+func (s *FileSink) Logs(fn func(AttemptLog) error) error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".log")
+		if !ok || e.IsDir() {
+			continue
+		}
+		var a wire.JobAttemptId
+		if a.UnmarshalText([]byte(name)) != nil {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		al := AttemptLog{Attempt: a, Bytes: fi.Size(), Modified: fi.ModTime()}
+		if ii, err := os.Stat(filepath.Join(s.dir, name+".idx")); err == nil {
+			al.Bytes += ii.Size()
+			if ii.ModTime().After(al.Modified) {
+				al.Modified = ii.ModTime()
+			}
+		}
+		if err := fn(al); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteLog implements Collector: it forgets the attempt and removes its
+// files.
+func (s *FileSink) DeleteLog(a wire.JobAttemptId) error {
+	_ = s.Forget(a)
+	data, idx := s.paths(a)
+	for _, p := range []string{idx, data} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// probeSize is the write a Probe tests.
+const probeSize = 4096
+
+// Probe tests that the sink's directory takes a small synced file (a
+// daemon probes a sink that failed, to notice its recovery).
+func (s *FileSink) Probe() error {
+	f, err := os.CreateTemp(s.dir, ".probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	defer os.Remove(name)
+	_, err = f.Write(make([]byte, probeSize))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -25,12 +25,13 @@ const (
 	EventMalformedSecurity                       // "message.malformed_security": a security-sensitive message failed to decode or validate
 	EventRunnerRevoked                           // "runner.revoked": a revoked or disabled runner was refused
 	EventAdminCommand                            // "runner.admin_command": an operator's admin command on a runner (drain, resume, refresh capabilities, probe)
+	EventDataStoreFailed                         // "data.store_failed": the log or CAS store started failing writes (disk full, I/O error)
 	numAuditEvents
 )
 
 var auditEventNames = [numAuditEvents]string{"",
 	"auth.failure", "session.fenced", "transport.cloned_identity", "protocol.downgrade_rejected",
-	"lease.stale_replay", "message.malformed_security", "runner.revoked", "runner.admin_command"}
+	"lease.stale_replay", "message.malformed_security", "runner.revoked", "runner.admin_command", "data.store_failed"}
 
 // String returns the stable event name, or "unknown".
 func (e AuditEvent) String() string {
@@ -86,6 +87,8 @@ const (
 	ReasonAdminResume                        // admin command: resume
 	ReasonAdminRefresh                       // admin command: refresh capabilities
 	ReasonAdminProbe                         // admin command: run a health probe
+	ReasonNoSpace                            // data store: no space left (ENOSPC, quota, the object store's "storage full")
+	ReasonIOError                            // data store: another I/O or object store error
 	numAuditReasons
 )
 
@@ -94,7 +97,7 @@ var auditReasonNames = [numAuditReasons]string{"unspecified",
 	"version_below_minimum", "feature_downgrade", "newer_registration", "fenced_traffic",
 	"lease_expired", "lease_superseded", "decode_failed", "validation_failed", "signature_invalid",
 	"no_client_certificate", "unknown_authority", "certificate_expired", "certificate_not_yet_valid",
-	"protocol", "timeout", "enrollment_refused", "overloaded", "drain", "resume", "refresh_capabilities", "health_probe"}
+	"protocol", "timeout", "enrollment_refused", "overloaded", "drain", "resume", "refresh_capabilities", "health_probe", "no_space", "io_error"}
 
 // String returns the stable reason name, or "unspecified".
 func (r AuditReason) String() string {

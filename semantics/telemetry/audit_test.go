@@ -28,7 +28,7 @@ import (
 
 func TestAuditEventNames(t *testing.T) {
 	want := []string{"auth.failure", "session.fenced", "transport.cloned_identity", "protocol.downgrade_rejected",
-		"lease.stale_replay", "message.malformed_security", "runner.revoked", "runner.admin_command"}
+		"lease.stale_replay", "message.malformed_security", "runner.revoked", "runner.admin_command", "data.store_failed"}
 	evs := telemetry.AuditEvents()
 	if len(evs) != len(want) {
 		t.Fatalf("%d events, want %d", len(evs), len(want))

@@ -96,6 +96,9 @@ type DaemonHealth struct {
 	// Refusals counts connection attempts refused at a limit since start,
 	// by stage.
 	Refusals Refusals `json:"refusals"`
+	// DataStores lists the data stores failing now (daemon.DataFaults):
+	// each makes the daemon degraded.
+	DataStores []DataStoreHealth `json:"data_stores_failing,omitempty"`
 }
 
 // Refusals are the daemon's refusals at its limits, by stage: Handshake
@@ -112,9 +115,18 @@ type Refusals struct {
 	Registration int64 `json:"registration"`
 }
 
+// DataStoreHealth is a failing log or CAS store.
+type DataStoreHealth struct {
+	Store string    `json:"store"` // logs, cas
+	Cause string    `json:"cause"` // no_space, io_error
+	Since time.Time `json:"since"`
+	Error string    `json:"error"`
+}
+
 // Evaluate sets Status and Problems from the facts: down without an active
 // listener or with an invalid (or missing) certificate; degraded when a
-// listener is inactive or the certificate expires within CertExpiryWarning.
+// listener is inactive, the certificate expires within CertExpiryWarning
+// or a data store fails.
 func (h *DaemonHealth) Evaluate(now time.Time) {
 	h.CheckedAt = now.UTC()
 	h.Problems = nil
@@ -142,6 +154,11 @@ func (h *DaemonHealth) Evaluate(now time.Time) {
 	case c.NotAfter.Sub(now) < CertExpiryWarning:
 		degraded = true
 		h.Problems = append(h.Problems, fmt.Sprintf("certificate expires in %d days", c.DaysToExpiry))
+	}
+	for _, ds := range h.DataStores {
+		degraded = true
+		h.Problems = append(h.Problems, fmt.Sprintf("%s store failing since %s: %s (%s)", ds.Store,
+			ds.Since.UTC().Format(time.RFC3339), ds.Cause, ds.Error))
 	}
 	h.Status = rollup(down, degraded)
 }

@@ -156,6 +156,8 @@ type Metrics struct {
 	logDropped                    prometheus.Counter
 	logPending                    prometheus.Gauge
 	casBytes, casObjects, casResm *prometheus.CounterVec
+	dataErrors, dataDeleted       *prometheus.CounterVec
+	dataHeld                      *prometheus.GaugeVec
 	casVerifyFail                 *prometheus.CounterVec
 
 	certOnce sync.Once
@@ -226,6 +228,9 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(m.logDropped)
 	m.logPending = gauge("log_spool_bytes", "Log bytes the agent holds unacknowledged (memory and spool), over all attempts.")
 	m.casBytes = counterVec("cas_bytes_total", "CAS object bytes transferred, by direction (upload: agent to daemon; download: daemon to agent).", "direction")
+	m.dataErrors = counterVec("data_store_errors_total", "Failed writes and reads of the daemon's log and CAS stores, by store (logs, cas) and cause (no_space, io_error).", "store", "cause")
+	m.dataDeleted = counterVec("data_retention_deleted_bytes_total", "Bytes of logs and CAS objects deleted by retention, by store (logs, cas, partial).", "store")
+	m.dataHeld = gaugeVec("data_retention_held_bytes", "Bytes of logs and CAS objects held in the stores at the last retention run, by store (logs, cas).", "store")
 	m.casObjects = counterVec("cas_objects_total", "CAS objects transferred and verified, by direction.", "direction")
 	m.casResm = counterVec("cas_resumes_total", "CAS transfers that continued a kept prefix instead of starting over, by direction.", "direction")
 	m.casVerifyFail = counterVec("cas_verification_failures_total", "CAS objects whose received bytes did not match their digest, by direction.", "direction")
@@ -609,4 +614,31 @@ func (m *Metrics) CasVerificationFailed(upload bool) {
 		return
 	}
 	m.casVerifyFail.WithLabelValues(dirLabel(upload)).Inc()
+}
+
+// DataStoreError counts a failed operation of a data store ("logs" or
+// "cas") by cause ("no_space", "io_error").
+func (m *Metrics) DataStoreError(store, cause string) {
+	if m == nil {
+		return
+	}
+	m.dataErrors.WithLabelValues(store, cause).Inc()
+}
+
+// RetentionDeleted counts bytes retention deleted from store ("logs",
+// "cas", "partial").
+func (m *Metrics) RetentionDeleted(store string, n int64) {
+	if m == nil {
+		return
+	}
+	m.dataDeleted.WithLabelValues(store).Add(float64(n))
+}
+
+// RetentionHeld sets the bytes store ("logs", "cas") held at the last
+// retention run.
+func (m *Metrics) RetentionHeld(store string, n int64) {
+	if m == nil {
+		return
+	}
+	m.dataHeld.WithLabelValues(store).Set(float64(n))
 }

@@ -1,0 +1,68 @@
+package s3store_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"forgeyard.dev/transport/internal/s3test"
+	"forgeyard.dev/transport/semantics/cas"
+	"forgeyard.dev/transport/semantics/cas/castest"
+	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/semantics/logs/logstest"
+	"forgeyard.dev/transport/semantics/objstore"
+	"forgeyard.dev/transport/semantics/objstore/objstoretest"
+	"forgeyard.dev/transport/semantics/objstore/s3store"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	s3test.StopShared()
+	os.Exit(code)
+}
+
+// TestS3Conformance runs the Bucket suite against a real S3 server
+// (versitygw, internal/s3test).
+func TestS3Conformance(t *testing.T) {
+	srv := s3test.Shared(t)
+	objstoretest.Run(t, func(t *testing.T) objstore.Bucket { return srv.Open(t) })
+}
+
+// TestS3CASConformance runs the ContentStore suite on a BucketStore over
+// S3: what another daemon on the same bucket sees is tested there too.
+func TestS3CASConformance(t *testing.T) {
+	srv := s3test.Shared(t)
+	castest.Run(t, func(t *testing.T) func() castest.Store {
+		cfg := srv.NewBucket(t)
+		return func() castest.Store {
+			b, err := s3store.Open(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := cas.NewBucketStore(cas.BucketStoreConfig{Bucket: b, Prefix: "cas/", ChunkSize: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+	})
+}
+
+// TestS3LogConformance runs the log sink suite on a BucketSink over S3.
+func TestS3LogConformance(t *testing.T) {
+	srv := s3test.Shared(t)
+	logstest.Run(t, func(t *testing.T) (func() logstest.Sink, bool) {
+		cfg := srv.NewBucket(t)
+		return func() logstest.Sink {
+			b, err := s3store.Open(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := logs.NewBucketSink(logs.BucketSinkConfig{Bucket: b, Prefix: "logs/"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}, true
+	})
+}
