@@ -234,6 +234,11 @@ func TestDeviceAgentAcceptsOnlyDeviceFamily(t *testing.T) {
 		}
 		for _, typ := range []wire.MessageTypeId{agentwire.MsgLeaseOffer, agentwire.MsgCancelAttempt, agentwire.MsgLeaseProbe,
 			agentwire.MsgSecretMaterial, signing.MsgSignRequest, device.MsgDiscoverResult} {
+			// The daemon's send check refuses it (§98) …
+			if err := daemon.CheckRunnerSend(dw.w.D, dw.id.Runner, typ); err == nil {
+				t.Errorf("the send check lets the daemon send %v to a device agent", typ)
+			}
+			// … and the device agent itself refuses it when it arrives.
 			_, err := daemon.CallRunner(ctxT(t, 5*time.Second), dw.w.D, dw.id.Runner, samples[typ])
 			wantWireErr(t, err, wire.ErrCodeRoleForbidden)
 		}

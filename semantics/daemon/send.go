@@ -9,6 +9,11 @@ import (
 // roleUnknown is conn.sendRole before the peer's hello.
 const roleUnknown = -1
 
+// roleUnchecked is conn.sendRole while a test sends a peer what the
+// daemon never sends it, to test the peer's own refusal
+// (export_roles_test.go CallRunner); nothing else sets it.
+const roleUnchecked = -2
+
 // CheckSend (semantics.SendChecker) is the one check every envelope the daemon writes to a peer
 // passes (semantics.Config.SendCheck: the control stream, data-plane
 // answers, secrets): the type must be registered as daemon-sendable for the
@@ -19,6 +24,9 @@ const roleUnknown = -1
 // not register fails here and nothing is written.
 func (c *conn) CheckSend(t wire.MessageTypeId) error {
 	r := c.sendRole.Load()
+	if r == roleUnchecked {
+		return nil
+	}
 	if r == roleUnknown {
 		if session.DaemonMaySendBeforeHello(t) {
 			return nil

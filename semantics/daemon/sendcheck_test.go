@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -104,6 +105,11 @@ func TestSendPathRoleTables(t *testing.T) {
 		{agentwire.RoleDeviceAgent, []wire.Family{wire.FamilyLogs, wire.FamilyCas, wire.FamilySigning}},
 	} {
 		for _, typ := range session.DaemonSendable(tc.role) {
+			if slices.Contains(session.RoleSendExtras(tc.role), typ) {
+				// A device agent's artifact download (header, refusal):
+				// the only CAS it is sent.
+				continue
+			}
 			for _, f := range tc.forbid {
 				if typ.Family() == f {
 					t.Errorf("%s may be sent %s", tc.role, typ)
@@ -113,6 +119,9 @@ func TestSendPathRoleTables(t *testing.T) {
 				t.Errorf("%s may be sent execution message %s", tc.role, typ)
 			}
 		}
+	}
+	if got := session.RoleSendExtras(agentwire.RoleDeviceAgent); len(got) != 2 {
+		t.Errorf("device agent extras %v, want the CAS download header and answer only", got)
 	}
 	if session.DaemonMaySend(agentwire.RoleAgent, agentwire.MsgLeaseAccepted) {
 		t.Error("an agent-sent type is daemon-sendable")

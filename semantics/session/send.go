@@ -6,6 +6,7 @@ import (
 
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
+	wcas "forgeyard.dev/transport/wire/cas"
 )
 
 // DaemonMaySend reports whether the daemon may send a message of type t to
@@ -16,7 +17,22 @@ import (
 // the direction table with FromDaemon, in a family the peer's role allows.
 func DaemonMaySend(role agentwire.PeerRole, t wire.MessageTypeId) bool {
 	d, ok := directions[t]
-	return ok && d&FromDaemon != 0 && Allowed(role, t)
+	return ok && d&FromDaemon != 0 && (Allowed(role, t) || slices.Contains(roleSendExtras[role], t))
+}
+
+// roleSendExtras are the daemon-sent types a role gets outside its
+// classes: a device agent downloads the artifact of an install in flight
+// from the daemon's CAS (§100), so it is sent the download's stream header
+// and, for a refused download, the CAS answer (CasObjectAck Forbidden);
+// the daemon serves nothing else of CAS to it (data.go).
+var roleSendExtras = map[agentwire.PeerRole][]wire.MessageTypeId{
+	agentwire.RoleDeviceAgent: {wcas.MsgCasObjectStreamHeader, wcas.MsgCasObjectAck},
+}
+
+// RoleSendExtras returns the daemon-sent types role gets outside its
+// classes (a copy).
+func RoleSendExtras(role agentwire.PeerRole) []wire.MessageTypeId {
+	return slices.Clone(roleSendExtras[role])
 }
 
 // DaemonMaySendBeforeHello reports whether the daemon may send t before the
