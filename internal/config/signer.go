@@ -89,7 +89,7 @@ func (s *Signer) Agent() *Agent { a := s.agent(); a.ApplyDefaults(); return a }
 func (s *Signer) ApplyDefaults() {
 	a := s.agent()
 	a.ApplyDefaults()
-	s.Capabilities, s.Backoff = a.Capabilities, a.Backoff
+	s.ControlPlane, s.Capabilities, s.Backoff = a.ControlPlane, a.Capabilities, a.Backoff
 	if s.Policy.MaxProofLifetime.Duration == 0 {
 		s.Policy.MaxProofLifetime.Duration = 15 * time.Minute
 	}
