@@ -256,9 +256,12 @@ func TestDrainSharedAcrossDaemons(t *testing.T) {
 			t.Errorf("daemon A's view %+v", ri)
 		}
 		// Reconnect to B: B re-sends the drain.
+		reconnects := a.Stats().Reconnects
 		rd.Cut()
 		deadline := time.Now().Add(10 * time.Second)
-		for !a.Status().Draining && time.Now().Before(deadline) {
+		// The agent's Draining outlives the cut: wait for the new
+		// transport's registration too, so the resume below reaches it.
+		for (!a.Status().Draining || a.Stats().Reconnects == reconnects) && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		if !a.Status().Draining {

@@ -236,6 +236,15 @@ func NewMetrics() *Metrics {
 	m.casVerifyFail = counterVec("cas_verification_failures_total", "CAS objects whose received bytes did not match their digest, by direction.", "direction")
 
 	// Pre-create the closed label sets.
+	for _, st := range []string{"logs", "cas"} {
+		for _, cause := range []string{"no_space", "io_error"} {
+			m.dataErrors.WithLabelValues(st, cause)
+		}
+		m.dataHeld.WithLabelValues(st)
+	}
+	for _, st := range []string{"logs", "cas", "partial"} {
+		m.dataDeleted.WithLabelValues(st)
+	}
 	for _, b := range append(Backends, LabelOther) {
 		m.connActive.WithLabelValues(b)
 		m.connTotal.WithLabelValues(b)

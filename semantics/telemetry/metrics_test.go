@@ -47,13 +47,17 @@ var wantMetrics = map[string]dto.MetricType{
 	"forgeyard_log_spool_bytes":                       dto.MetricType_GAUGE,
 	"forgeyard_cas_bytes_total":                       dto.MetricType_COUNTER,
 	"forgeyard_cas_objects_total":                     dto.MetricType_COUNTER,
+	"forgeyard_data_store_errors_total":               dto.MetricType_COUNTER,
+	"forgeyard_data_retention_deleted_bytes_total":    dto.MetricType_COUNTER,
+	"forgeyard_data_retention_held_bytes":             dto.MetricType_GAUGE,
 	"forgeyard_cas_resumes_total":                     dto.MetricType_COUNTER,
 	"forgeyard_cas_verification_failures_total":       dto.MetricType_COUNTER,
 }
 
 // allowedLabels are the only label names a series may carry (§208).
 var allowedLabels = map[string]bool{"backend": true, "family": true, "outcome": true, "kind": true,
-	"code": true, "reason": true, "from": true, "to": true, "le": true, "side": true, "direction": true}
+	"code": true, "reason": true, "from": true, "to": true, "le": true, "side": true, "direction": true,
+	"store": true, "cause": true} // store: logs, cas, partial; cause: no_space, io_error
 
 var ulidLike = regexp.MustCompile(`(?i)[0-9A-HJKMNP-TV-Z]{26}`)
 
