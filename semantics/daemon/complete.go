@@ -35,7 +35,7 @@ func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1
 		c.fencedErr(env)
 		return telemetry.OutcomeRejected
 	case err != nil:
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, msgAuthorityUnavailable)
 		return telemetry.OutcomeError
 	}
 	kind := agentwire.CompletionAckKind(ack)

@@ -283,7 +283,7 @@ func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 		if errors.Is(err, ErrDataForbidden) || err == nil {
 			c.replyErr(env, wire.ErrCodeForbidden, wire.RetryNever, "lease does not authorize this attempt's log")
 		} else {
-			c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
+			c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, msgAuthorityUnavailable)
 		}
 		return
 	}
@@ -399,7 +399,7 @@ func (c *conn) onOutputsFinalized(env *wire.Envelope, m *wcas.OutputsFinalizedV1
 		if errors.Is(err, ErrDataForbidden) || err == nil {
 			c.replyErr(env, wire.ErrCodeForbidden, wire.RetryNever, "lease does not authorize this attempt's outputs")
 		} else {
-			c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable")
+			c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
 		}
 		return
 	}

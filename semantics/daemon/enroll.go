@@ -177,7 +177,7 @@ func (c *conn) enroll(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
 		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token revoked by an operator", "token_id", tokenID)
 		return
 	case err != nil:
-		fail(wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable", "token_id", tokenID)
+		fail(wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, "token_id", tokenID)
 		return
 	}
 	cn := tok.Name
@@ -212,7 +212,7 @@ func (c *conn) renew(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
 	defer cancel()
 	st, err := d.auth.RunnerStatus(ctx, runner)
 	if err != nil {
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable")
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
 		return
 	}
 	if !st.Enabled {
@@ -289,7 +289,7 @@ func (c *conn) issue(env *wire.Envelope, ctx context.Context, csr *x509.Certific
 	}
 	if err := authority.IdentitiesOf(d.auth).RecordCertificate(ctx, authority.IssuedCertificate{Serial: trust.SerialString(leaf),
 		Runner: runner, NotAfter: leaf.NotAfter, IssuedAt: d.now()}); err != nil {
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable")
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
 		return false
 	}
 	c.audit(event, msg, append([]any{"issued_runner", runner.String(), "serial", trust.SerialString(leaf),

@@ -355,7 +355,7 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	case errors.Is(err, authority.ErrStaleLease), errors.Is(err, authority.ErrStaleSession):
 		c.replyErr(env, wire.ErrCodeStaleLease, wire.RetryNever, "lease no longer offered to this session")
 	case err != nil:
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, msgAuthorityUnavailable)
 	}
 }
 

@@ -163,7 +163,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		return
 	}
 	if revoked, err := c.checkCredentialRevoked(m.Runner, trust.SerialString(leaf)); err != nil {
-		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable", wire.CloseInternalError)
+		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, wire.CloseInternalError)
 		return
 	} else if revoked {
 		c.d.audit.Emit(context.Background(), telemetry.EventRunnerRevoked, telemetry.Runner(m.Runner), telemetry.Session(m.Session),
@@ -192,7 +192,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "agent session belongs to another runner", wire.CloseAuthenticationFailure)
 		return
 	case err != nil:
-		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable", wire.CloseInternalError)
+		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, wire.CloseInternalError)
 		return
 	}
 	c.mu.Lock()

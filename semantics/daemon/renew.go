@@ -25,7 +25,7 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 	case errors.Is(err, authority.ErrStaleSession):
 		res = authority.RenewResult{Unknown: true}
 	case err != nil:
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, "authority unavailable")
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, msgAuthorityUnavailable)
 		return
 	}
 	d.st.renewals.Add(1)

@@ -35,7 +35,7 @@ func (c *conn) onResync(env *wire.Envelope, m *agentwire.AgentResyncV1) {
 		c.closeAfter(wire.CloseSessionFenced, "agent session ended")
 		return
 	case err != nil:
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, "authority unavailable")
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
 		return
 	}
 	resp := &agentwire.ResyncResponseV1{Results: make([]agentwire.ResyncResultV1, len(decs))}
