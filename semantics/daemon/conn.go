@@ -148,6 +148,7 @@ func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
 		return nil, ErrShutdown
 	}
 	d.conns[c.transport] = c
+	d.nConns.Add(1)
 	if d.byBackend == nil {
 		d.byBackend = map[string]int{}
 	}
@@ -279,6 +280,7 @@ func (c *conn) teardown() {
 	d.mu.Lock()
 	if _, ok := d.conns[c.transport]; ok {
 		delete(d.conns, c.transport)
+		d.nConns.Add(-1)
 		if b := c.bc.Backend(); d.byBackend[b] <= 1 {
 			delete(d.byBackend, b)
 		} else {

@@ -53,6 +53,7 @@ type Daemon struct {
 	conns     map[wire.TransportSessionId]*conn
 	bySession map[wire.AgentSessionId]*conn
 	byBackend map[string]int // len(conns) by Backend(), for Counts
+	nConns    atomic.Int64   // len(conns), updated with it (connCount)
 	// byRunner indexes the registered transports (of conns) by runner, so
 	// registration, fencing and lease offers cost the same at any fleet
 	// size instead of a walk over every connection.
@@ -265,11 +266,9 @@ func (d *Daemon) Counts() Counts {
 }
 
 // connCount is Counts().Connections without the map.
-func (d *Daemon) connCount() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.conns)
-}
+// It is an atomic load, not d.mu: AdmitEarly runs on the QUIC listener's
+// packet path for every connection attempt of a herd.
+func (d *Daemon) connCount() int { return int(d.nConns.Load()) }
 
 // registeredSessions is Counts().Sessions without the map.
 func (d *Daemon) registeredSessions() int {
