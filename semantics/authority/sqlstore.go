@@ -609,7 +609,14 @@ func (s *store) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, re
 		l, err = scanLease(s.row(ctx, t, `SELECT `+leaseCols+` FROM fy_leases WHERE attempt_id = ? AND state IN (?, ?) /*FOR UPDATE*/`,
 			idb(attempt.ULID), string(LeaseOffered), string(LeaseAccepted)))
 		if errors.Is(err, sql.ErrNoRows) {
-			return ErrNotFound
+			// A repeated cancel that arrives after the cancelled attempt
+			// already ended is as safe as one before (§73).
+			l, err = scanLease(s.row(ctx, t, `SELECT `+leaseCols+` FROM fy_leases WHERE attempt_id = ? AND cancelled = ?`,
+				idb(attempt.ULID), true))
+			if errors.Is(err, sql.ErrNoRows) {
+				return ErrNotFound
+			}
+			return err
 		}
 		if err != nil {
 			return err

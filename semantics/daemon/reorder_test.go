@@ -26,8 +26,17 @@ func TestDuplicateCancel(t *testing.T) {
 		done := make(chan agent.AttemptDone, 4)
 		a, _, _ := w.StartAgent(id, exec, func(c *agent.Config) { c.Hooks.OnAttemptDone = func(d agent.AttemptDone) { done <- d } })
 		w.AwaitActive(id.Runner)
-		go func() { _, _ = w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(40)) }()
+		offered := make(chan error, 1)
+		go func() {
+			_, err := w.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(40))
+			offered <- err
+		}()
 		job := enginetest.AwaitStart(t, exec)
+		// The executor may start before the daemon's authority recorded
+		// the acceptance (group commit): cancel once OfferLease returned.
+		if err := <-offered; err != nil {
+			t.Fatalf("OfferLease: %v", err)
+		}
 		ctx := context.Background()
 		errs := make(chan error, 3)
 		for range 3 {
