@@ -135,3 +135,23 @@ fuzz: deps
 
 clean:
 	rm -rf $(OUT) bin
+
+# --- capacity model (docs/capacity.md; h-capacity) -------------------------
+# `make capacity` prints the 100,000-agent model, its sensitivity and the
+# database simulation from docs/perf/capacity-inputs.json. After a new
+# ladder table lands in docs/perf.md §10 or new `make bench-authority`
+# output in docs/perf/authority-bench.txt, `make capacity-inputs` rebuilds
+# the inputs (set CAPACITY_AUTH_COMMIT/DATE to the benchmark's commit and
+# date); TestInputsAreTheImportOfTheirSources fails until it is run.
+CAPACITY_AUTH_COMMIT ?= 2343909
+CAPACITY_AUTH_DATE ?= 2026-12-02
+.PHONY: capacity capacity-inputs
+capacity:
+	$(GO) run ./internal/capacity/cmd/capacity model
+	$(GO) run ./internal/capacity/cmd/capacity sensitivity
+	$(GO) run ./internal/capacity/cmd/capacity simulate --k 16
+	$(GO) run ./internal/capacity/cmd/capacity simulate --k 16 --herd
+capacity-inputs:
+	$(GO) run ./internal/capacity/cmd/capacity import --scale docs/perf.md --authority docs/perf/authority-bench.txt \
+		--authority-commit $(CAPACITY_AUTH_COMMIT) --authority-date $(CAPACITY_AUTH_DATE) > docs/perf/capacity-inputs.json.tmp
+	mv docs/perf/capacity-inputs.json.tmp docs/perf/capacity-inputs.json
