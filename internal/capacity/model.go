@@ -25,9 +25,8 @@ type Workload struct {
 	// restarts (network churn, agent restarts).
 	ReconnectsPerAgentHour float64 `json:"reconnects_per_agent_hour"`
 	// Row contents the schema does not fix.
-	LeasePayloadBytes float64 `json:"lease_payload_bytes"`
-	ResultBytes       float64 `json:"result_bytes"`
-	RunnerRowBytes    float64 `json:"runner_row_bytes"` // capabilities + presence + health per runner
+	ResultBytes    float64 `json:"result_bytes"`
+	RunnerRowBytes float64 `json:"runner_row_bytes"` // capabilities + presence + health per runner
 
 	// Daemon timing (docs/examples/daemon.toml [timing]).
 	HeartbeatIntervalS     float64 `json:"heartbeat_interval_s"`
@@ -79,6 +78,7 @@ const (
 	logAckBytes        = 1 << 20   // logs.DefaultAckBytes
 	casChunkBytes      = 4 << 20   // cas.DefaultChunkSize
 	retainedFixedBytes = 1.6 * MiB // daemon retention windows (perf.md §9: ~0.6 MiB) + slack
+	casRefBytes        = 37        // a wire.CasObjectRef in Postcard: algorithm 1, digest 32, size 4 (2^21 to 2^28 bytes)
 )
 
 // MiB is 2^20 bytes.
@@ -94,7 +94,7 @@ func DefaultWorkload() Workload {
 		LogBytesPerAttempt: 2 * MiB, LogActiveSeconds: 600,
 		OutputsPerAttempt: 4, OutputBytes: 2 * MiB,
 		ReconnectsPerAgentHour: 0.1,
-		LeasePayloadBytes:      256, ResultBytes: 64, RunnerRowBytes: 1024,
+		ResultBytes:            64, RunnerRowBytes: 1024,
 		HeartbeatIntervalS: 10, MaxHeartbeatsPerSecond: 1000, MaxHeartbeatIntervalS: 60,
 		RenewIntervalS: 10, DedupRetentionH: 24, DataRetentionDays: 30,
 	}
@@ -327,13 +327,8 @@ type DBSize struct {
 
 func (m *Model) dbSize(lambda, renew, regs float64) DBSize {
 	w := m.W
-	outputs := 1 + w.OutputsPerAttempt*50 // postcard: count, then per output ≈ digest 32 + size + algorithm + name
 	var s DBSize
-	s.LeaseBytes = pgRow(idCol, idCol, idCol, idCol, idCol, bytesCol(32), bytesCol(w.LeasePayloadBytes), i8, i8, textCol(9), boolCol, i8, textCol(0), i8) +
-		pgIndex(0.9, idCol) + pgIndex(0.9, idCol) + pgIndex(0.7, idCol) + pgIndex(0.7, textCol(9), i8)
-	s.CompletionBytes = pgRow(idCol, idCol, idCol, idCol, bytesCol(w.ResultBytes), bytesCol(outputs), i8) + pgIndex(0.9, idCol)
-	s.DedupBytes = pgRow(idCol, textCol(5), bytesCol(13), i8) + pgIndex(0.9, idCol) + pgIndex(0.9, i8)
-	s.SessionBytes = pgRow(idCol, idCol, i8, idCol, textCol(16), textCol(21), i8, boolCol) + pgIndex(0.9, idCol) + pgIndex(0.7, idCol)
+	s.LeaseBytes, s.CompletionBytes, s.DedupBytes, s.SessionBytes = RowBytes(w.OutputsPerAttempt, w.ResultBytes)
 	s.DedupRows = (renew + lambda) * w.DedupRetentionH * 3600
 	N := float64(w.Agents)
 	s.SteadyBytes = N*(w.RunnerRowBytes+s.SessionBytes) + s.DedupRows*s.DedupBytes
@@ -344,6 +339,21 @@ func (m *Model) dbSize(lambda, renew, regs float64) DBSize {
 	s.After30Days = s.SteadyBytes + 30*s.GrowthPerDay
 	s.After365Days = s.SteadyBytes + 365*s.GrowthPerDay
 	return s
+}
+
+// RowBytes is the PostgreSQL bytes (heap row and index entries, live rows
+// only) of one lease (fy_leases, 4 indexes; its payload a CasObjectRef),
+// one completion with the given outputs and result bytes (fy_completions),
+// one renewal dedup record (fy_dedup, 2 indexes) and one agent session
+// (fy_sessions, 2 indexes), from the schema in semantics/authority.
+func RowBytes(outputs, resultBytes float64) (lease, completion, dedup, session float64) {
+	out := 1 + outputs*casRefBytes // Postcard: the count, then each ref
+	lease = pgRow(idCol, idCol, idCol, idCol, idCol, bytesCol(32), bytesCol(casRefBytes), i8, i8, textCol(9), boolCol, i8, textCol(0), i8) +
+		pgIndex(0.9, idCol) + pgIndex(0.9, idCol) + pgIndex(0.7, idCol) + pgIndex(0.7, textCol(9), i8)
+	completion = pgRow(idCol, idCol, idCol, idCol, bytesCol(resultBytes), bytesCol(out), i8) + pgIndex(0.9, idCol)
+	dedup = pgRow(idCol, textCol(5), bytesCol(13), i8) + pgIndex(0.9, idCol) + pgIndex(0.9, i8)
+	session = pgRow(idCol, idCol, i8, idCol, textCol(16), textCol(21), i8, boolCol) + pgIndex(0.9, idCol) + pgIndex(0.7, idCol)
+	return lease, completion, dedup, session
 }
 
 // ObjectLoad is the shared object store's load.
