@@ -149,8 +149,8 @@ CAPACITY_AUTH_DATE ?= 2026-12-02
 capacity:
 	$(GO) run ./internal/capacity/cmd/capacity model
 	$(GO) run ./internal/capacity/cmd/capacity sensitivity
-	$(GO) run ./internal/capacity/cmd/capacity simulate --k 16
-	$(GO) run ./internal/capacity/cmd/capacity simulate --k 16 --herd
+	$(GO) run ./internal/capacity/cmd/capacity simulate --k 15
+	$(GO) run ./internal/capacity/cmd/capacity simulate --k 15 --herd
 capacity-inputs:
 	$(GO) run ./internal/capacity/cmd/capacity import --scale docs/perf.md --authority docs/perf/authority-bench.txt \
 		--authority-commit $(CAPACITY_AUTH_COMMIT) --authority-date $(CAPACITY_AUTH_DATE) > docs/perf/capacity-inputs.json.tmp

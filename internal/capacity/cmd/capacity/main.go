@@ -3,7 +3,7 @@
 //
 //	go run ./internal/capacity/cmd/capacity model [--agents 100000] [--k 0] [--heartbeat 10s] [--leases-per-hour 2] [--json]
 //	go run ./internal/capacity/cmd/capacity sensitivity
-//	go run ./internal/capacity/cmd/capacity simulate --k 16 [--herd]
+//	go run ./internal/capacity/cmd/capacity simulate --k 15 [--herd]
 //	go run ./internal/capacity/cmd/capacity import --scale out/scale.md --authority docs/perf/authority-bench.txt \
 //	    --authority-commit C --authority-date D [--loadgen-json run.json ...] > docs/perf/capacity-inputs.json
 package main
@@ -277,7 +277,7 @@ func cmdSensitivity(args []string, out io.Writer) error {
 func cmdSimulate(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	c := addCommon(fs)
-	k := fs.Int("k", 16, "daemons")
+	k := fs.Int("k", 15, "daemons")
 	horizon := fs.Duration("horizon", 10*time.Minute, "simulated time")
 	seed := fs.Uint64("seed", 1, "random seed")
 	herd := fs.Bool("herd", false, "every daemon restarted at 0: agents register again at admission.registration_rate")
