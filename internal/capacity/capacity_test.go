@@ -334,3 +334,28 @@ func TestLoadInputsRejectsBadFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestNewRejectsBadWorkloads(t *testing.T) {
+	in := loadInputs(t)
+	for name, mod := range map[string]func(*Workload, *Deployment){
+		"no agents":         func(w *Workload, _ *Deployment) { w.Agents = 0 },
+		"no heartbeat":      func(w *Workload, _ *Deployment) { w.HeartbeatIntervalS = 0 },
+		"negative leases":   func(w *Workload, _ *Deployment) { w.LeasesPerAgentHour = -1 },
+		"target above 1":    func(_ *Workload, d *Deployment) { d.TargetUtil = 1.5 },
+		"no cores":          func(_ *Workload, d *Deployment) { d.DaemonCores = 0 },
+		"unknown backend":   func(w *Workload, _ *Deployment) { w.Backend = "carrier-pigeon" },
+		"unknown store":     func(_ *Workload, d *Deployment) { d.Store = "mysql" },
+		"one ladder point":  func(w *Workload, _ *Deployment) { w.Backend = "yamux" },
+		"negative spare":    func(_ *Workload, d *Deployment) { d.Spare = -1 },
+		"no admission rate": func(_ *Workload, d *Deployment) { d.RegistrationRate = 0 },
+	} {
+		w, d := DefaultWorkload(), DefaultDeployment()
+		mod(&w, &d)
+		if _, err := New(in, w, d); err == nil {
+			t.Errorf("%s: want an error", name)
+		}
+	}
+	if _, err := New(in, DefaultWorkload(), DefaultDeployment()); err != nil {
+		t.Fatalf("the defaults: %v", err)
+	}
+}

@@ -185,8 +185,11 @@ type Model struct {
 // New fits the workload's backend on every ladder point of it (failed
 // steps included: their memory and CPU were measured; docs/capacity.md).
 func New(in *Inputs, w Workload, d Deployment) (*Model, error) {
-	if w.Agents <= 0 {
-		return nil, fmt.Errorf("capacity: agents must be > 0")
+	if err := w.validate(); err != nil {
+		return nil, err
+	}
+	if err := d.validate(); err != nil {
+		return nil, err
 	}
 	f, err := FitBackend(in, w.Backend, nil)
 	if err != nil {
@@ -198,6 +201,35 @@ func New(in *Inputs, w Workload, d Deployment) (*Model, error) {
 		}
 	}
 	return &Model{In: in, W: w, D: d, Fit: f}, nil
+}
+
+func (w Workload) validate() error {
+	switch {
+	case w.Agents <= 0:
+		return fmt.Errorf("capacity: agents must be > 0 (--agents)")
+	case w.HeartbeatIntervalS <= 0:
+		return fmt.Errorf("capacity: the heartbeat interval must be > 0 (--heartbeat, timing.heartbeat_interval)")
+	case w.LeasesPerAgentHour < 0 || w.AttemptSeconds < 0 || w.LogBytesPerAttempt < 0 || w.LogActiveSeconds < 0 ||
+		w.OutputsPerAttempt < 0 || w.OutputBytes < 0 || w.ReconnectsPerAgentHour < 0 || w.RenewIntervalS < 0 || w.DedupRetentionH < 0:
+		return fmt.Errorf("capacity: workload figures must not be negative")
+	}
+	return nil
+}
+
+func (d Deployment) validate() error {
+	switch {
+	case d.DaemonCores <= 0 || d.DaemonMemoryBytes <= 0:
+		return fmt.Errorf("capacity: daemon cores and memory must be > 0 (--daemon-cores, --daemon-memory)")
+	case d.TargetUtil <= 0 || d.TargetUtil > 1:
+		return fmt.Errorf("capacity: the target utilization must be in (0, 1] (--target-util)")
+	case d.Spare < 0:
+		return fmt.Errorf("capacity: spare daemons must not be negative (--spare)")
+	case d.RegistrationRate <= 0:
+		return fmt.Errorf("capacity: the registration rate must be > 0 (admission.registration_rate)")
+	case d.DataBytesPerCoreS <= 0:
+		return fmt.Errorf("capacity: data bytes per core-second must be > 0")
+	}
+	return nil
 }
 
 // HeartbeatInterval is the interval the daemon's budget gives the n-th

@@ -47,7 +47,11 @@ func main() {
 		os.Exit(2)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "capacity:", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "capacity:") {
+			msg = "capacity: " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
 		os.Exit(1)
 	}
 }
