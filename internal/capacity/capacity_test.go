@@ -283,12 +283,29 @@ PASS`
 }
 
 func TestParseScaleTableRejectsRaggedRows(t *testing.T) {
-	table := "| step | daemon RSS per agent | CPU per 1,000 agents | result |\n|---|---|---|---|\n| quic:10 | 1.0 KiB | 5% |\n"
-	if _, _, err := ParseScaleTable(strings.NewReader(table)); err == nil {
+	table := "| step | daemon RSS per agent | CPU per 1,000 agents | all registered | result |\n|---|---|---|---|---|\n| quic:10 | 1.0 KiB | 5% | ok |\n"
+	if _, _, err := ParseScaleTable(strings.NewReader(table)); err == nil || !strings.Contains(err.Error(), "cells") {
 		t.Error("a row with a missing cell: want an error")
 	}
 	if _, _, err := ParseScaleTable(strings.NewReader("no table\n")); err == nil {
 		t.Error("no table: want an error")
+	}
+	renamed := "| step | RSS | CPU per 1,000 agents | all registered | result |\n|---|---|---|---|---|\n| quic:10 | 1.0 KiB | 5% | 1 s | ok |\n"
+	if _, _, err := ParseScaleTable(strings.NewReader(renamed)); err == nil || !strings.Contains(err.Error(), "daemon RSS per agent") {
+		t.Errorf("a renamed column: want an error naming it, got %v", err)
+	}
+	noHeader := "| step | daemon RSS per agent | CPU per 1,000 agents | all registered | result |\n|---|---|---|---|---|\n| quic:10 | 1.0 KiB | 5% | 1 s | ok |\n"
+	if _, _, err := ParseScaleTable(strings.NewReader(noHeader)); err == nil || !strings.Contains(err.Error(), "provenance") {
+		t.Errorf("no provenance line: want an error, got %v", err)
+	}
+	good := "<!-- forgeyard-loadgen ladder \"quic:10\", 2026-12-02T00:00:00Z, commit abc1234; heartbeat 10s, 20 leases/s, steady window 30s -->\n\n" + noHeader
+	pts, src, err := ParseScaleTable(strings.NewReader(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.Commit != "abc1234" || len(pts) != 1 || pts[0].RSSPerAgentBytes != 1024 || pts[0].CPUPercentPer1000 != 5 || pts[0].AllRegisteredS != 1 ||
+		!pts[0].OK || pts[0].HeartbeatIntervalS != 10 || pts[0].LeaseRatePerS != 20 {
+		t.Errorf("parsed %+v from %+v", pts, src)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -278,6 +279,11 @@ func ParseScaleTable(r io.Reader) ([]LadderPoint, Source, error) {
 		if hdr == nil {
 			if len(cells) > 0 && cells[0] == "step" {
 				hdr = cells
+				for _, need := range scaleColumns {
+					if !slices.Contains(hdr, need) {
+						return nil, src, fmt.Errorf("capacity: the scale table has no %q column (the model reads it; internal/loadgen writes the table)", need)
+					}
+				}
 			}
 			continue
 		}
@@ -328,8 +334,14 @@ func ParseScaleTable(r io.Reader) ([]LadderPoint, Source, error) {
 	if len(out) == 0 {
 		return nil, src, fmt.Errorf("capacity: no ladder table rows (a header row starting with | step |)")
 	}
+	if src.Commit == "" {
+		return nil, src, fmt.Errorf(`capacity: the scale table has no provenance line (<!-- forgeyard-loadgen ladder "…", DATE, commit C; heartbeat H, R leases/s, … -->)`)
+	}
 	return out, src, nil
 }
+
+// scaleColumns are the ladder table's columns the model needs.
+var scaleColumns = []string{"step", "daemon RSS per agent", "CPU per 1,000 agents", "all registered", "result"}
 
 func splitRow(line string) []string {
 	line = strings.TrimSpace(line)
