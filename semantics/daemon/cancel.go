@@ -24,6 +24,9 @@ import (
 func (d *Daemon) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, reason agentwire.CancellationReason) error {
 	l, err := d.auth.CancelAttempt(ctx, attempt, uint32(reason), d.now())
 	if err != nil {
+		if !errors.Is(err, authority.ErrNotFound) && ctx.Err() == nil {
+			d.authorityFailed("cancel", err, "attempt", attempt.String())
+		}
 		return err
 	}
 	d.st.cancels.Add(1)

@@ -45,6 +45,8 @@ type Daemon struct {
 	now    func() time.Time
 	proto  wire.ProtocolRange // effective range (MinProtocol applied)
 
+	authFail authFailLog // rate-limited log of authority failures (authfail.go)
+
 	ctx    context.Context // ends at Shutdown
 	cancel context.CancelFunc
 	wg     sync.WaitGroup

@@ -132,12 +132,12 @@ func (c *conn) noteRegistered(caps agentwire.RunnerCapabilitiesV1, digest wire.C
 		ctx, cancel := c.authCtx()
 		defer cancel()
 		if err := inv.PutCapabilities(ctx, info.Runner, ac, now); err != nil {
-			c.logger().Warn("inventory: capabilities not recorded", "err", err)
+			d.authorityFailed("inventory_capabilities", err, "runner", info.Runner.String())
 		}
 		if err := inv.PutPresence(ctx, authority.Presence{Runner: info.Runner, Session: info.Session, Daemon: d.cfg.ID,
 			Backend: info.Backend, Protocol: info.Protocol.String(), AgentVersion: info.AgentVersion, Role: uint32(info.Role),
 			ConnectedAt: info.ConnectedAt, LastHeartbeat: now, Connected: true}); err != nil {
-			c.logger().Warn("inventory: presence not recorded", "err", err)
+			d.authorityFailed("inventory_presence", err, "runner", info.Runner.String())
 		}
 	})
 }
@@ -164,7 +164,9 @@ func (c *conn) noteHeartbeat(at time.Time) {
 	c.inventoryLater(func() {
 		ctx, cancel := c.authCtx()
 		defer cancel()
-		_ = inv.TouchHeartbeat(ctx, runner, sess, at)
+		if err := inv.TouchHeartbeat(ctx, runner, sess, at); err != nil {
+			d.authorityFailed("inventory_heartbeat", err, "runner", runner.String())
+		}
 	})
 }
 
@@ -270,7 +272,7 @@ func (c *conn) applyCapabilities(m *agentwire.CapabilityUpdateV1) authority.Capa
 		defer cancel()
 		runner, _, _, _ := c.ident()
 		if err := inv.PutCapabilities(ctx, runner, ac, now); err != nil {
-			c.logger().Warn("inventory: capabilities not recorded", "err", err)
+			d.authorityFailed("inventory_capabilities", err, "runner", runner.String())
 		}
 	}
 	if h := d.cfg.Hooks.OnCapabilities; h != nil {
@@ -290,7 +292,7 @@ func (c *conn) applyHealth(h authority.Health) {
 		defer cancel()
 		runner, _, _, _ := c.ident()
 		if err := inv.PutHealth(ctx, runner, h); err != nil {
-			c.logger().Warn("inventory: health not recorded", "err", err)
+			d.authorityFailed("inventory_health", err, "runner", runner.String())
 		}
 	}
 }

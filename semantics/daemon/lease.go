@@ -282,7 +282,9 @@ func (d *Daemon) settleFromAuthority(of *offer) bool {
 	return true
 }
 
-func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wire.JobAttemptId, accepted bool, reason agentwire.LeaseRejectReason, msg string) {
+// onLeaseAnswer records an offer's answer; it returns the message's
+// outcome for forgeyard_transport_messages_total.
+func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wire.JobAttemptId, accepted bool, reason agentwire.LeaseRejectReason, msg string) telemetry.Outcome {
 	d := c.d
 	_, sp := c.span(env, telemetry.SpanLeaseAck, telemetry.AttrLease(lease), telemetry.AttrAttempt(attempt))
 	var spanErr error
@@ -352,11 +354,21 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	switch {
 	case errors.Is(err, authority.ErrFenced):
 		c.fencedErr(env)
+		return telemetry.OutcomeRejected
 	case errors.Is(err, authority.ErrStaleLease), errors.Is(err, authority.ErrStaleSession):
 		c.replyErr(env, wire.ErrCodeStaleLease, wire.RetryNever, "lease no longer offered to this session")
+		return telemetry.OutcomeRejected
 	case err != nil:
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, msgAuthorityUnavailable)
+		// The offer is re-sent (the answer was not recorded): the agent
+		// answers it again from its answer cache.
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
+		op := "reject_lease"
+		if accepted {
+			op = "accept_lease"
+		}
+		return d.authorityFailed(op, err, "lease", lease.String())
 	}
+	return telemetry.OutcomeOK
 }
 
 // adoptOffers starts re-sending the leases of c's session that are still

@@ -12,7 +12,9 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
-func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
+// onRenew answers a renewal; it returns the message's outcome for
+// forgeyard_transport_messages_total.
+func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) telemetry.Outcome {
 	d := c.d
 	now := d.now()
 	actx, acancel := c.authCtx()
@@ -21,12 +23,12 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 	switch {
 	case errors.Is(err, authority.ErrFenced):
 		c.fencedErr(env)
-		return
+		return telemetry.OutcomeRejected
 	case errors.Is(err, authority.ErrStaleSession):
 		res = authority.RenewResult{Unknown: true}
 	case err != nil:
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, msgAuthorityUnavailable)
-		return
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
+		return d.authorityFailed("renew", err, "lease", m.Lease.String())
 	}
 	d.st.renewals.Add(1)
 	var out agentwire.RenewOutcomeV1
@@ -43,6 +45,7 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 		c.auditEvent(telemetry.EventStaleLeaseReplay, wire.ErrCodeStaleLease, telemetry.ReasonLeaseSuperseded)
 	}
 	c.reply(env, &agentwire.LeaseRenewAckV1{Lease: m.Lease, Attempt: m.Attempt, Outcome: out})
+	return telemetry.OutcomeOK
 }
 
 // expireLeases implements lease expiry with grace: a lease expired by more
@@ -58,6 +61,7 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 func (d *Daemon) expireLeases(now time.Time) {
 	ls, err := d.auth.ExpiredLeases(d.ctx, now, 256)
 	if err != nil {
+		d.authorityFailed("sweep", err)
 		return
 	}
 	// Daemons sharing an authority elect one sweeper (SweepElector): it
@@ -67,6 +71,7 @@ func (d *Daemon) expireLeases(now time.Time) {
 	lead := true
 	if el := authority.SweepElectorOf(d.auth); el != nil {
 		if lead, err = el.SweepLeader(d.ctx); err != nil {
+			d.authorityFailed("sweep_leader", err)
 			lead = false
 		}
 	}
@@ -80,7 +85,11 @@ func (d *Daemon) expireLeases(now time.Time) {
 			// The same rule, judged again under the lease's row lock: a
 			// renewal committed since ExpiredLeases (here or on another
 			// daemon) keeps the lease, and only the sweep that expired it acts.
-			if expired, err := d.auth.ExpireLease(d.ctx, l.ID, now.Add(-d.timing.RevokeGrace)); err == nil && expired {
+			expired, err := d.auth.ExpireLease(d.ctx, l.ID, now.Add(-d.timing.RevokeGrace))
+			if err != nil {
+				d.authorityFailed("sweep", err, "lease", l.ID.String())
+			}
+			if err == nil && expired {
 				d.st.leasesRevoked.Add(1)
 				d.forgetAttemptLog(l.Attempt)
 				if c := d.sessionConn(l.Session); c != nil && c.channel() != nil {

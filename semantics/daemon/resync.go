@@ -35,6 +35,7 @@ func (c *conn) onResync(env *wire.Envelope, m *agentwire.AgentResyncV1) {
 		c.closeAfter(wire.CloseSessionFenced, "agent session ended")
 		return
 	case err != nil:
+		c.ch.SetOutcome(d.authorityFailed("resync", err, "session", c.session.String()))
 		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
 		return
 	}
