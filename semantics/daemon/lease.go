@@ -128,8 +128,9 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 		o.Attempt = wire.NewJobAttemptId()
 	}
 	now := d.now()
+	at := d.authNow() // lease times are on the authority's clock (dbclock.go)
 	l := authority.Lease{ID: wire.NewLeaseId(), Attempt: o.Attempt, Job: o.Job, Runner: runner, Session: sess,
-		Spec: o.Spec, Payload: o.Payload, TTL: ttl, ExpiresAt: now.Add(ttl), State: authority.LeaseOffered, CreatedAt: now}
+		Spec: o.Spec, Payload: o.Payload, TTL: ttl, ExpiresAt: at.Add(ttl), State: authority.LeaseOffered, CreatedAt: at}
 	if err := offerMessage(l, 1).Validate(); err != nil {
 		return authority.Lease{}, fmt.Errorf("daemon: invalid lease offer: %w", err)
 	}
@@ -207,7 +208,7 @@ func (d *Daemon) offerLoop(of *offer) {
 		if c != nil && c.active() {
 			c.sendOffer(of)
 		}
-		left := of.lease.ExpiresAt.Sub(d.now())
+		left := of.lease.ExpiresAt.Sub(d.authNow())
 		if left <= 0 {
 			if d.settleFromAuthority(of) {
 				return
@@ -244,6 +245,7 @@ func (c *conn) sendOffer(of *offer) {
 	if !of.sentAt.IsZero() && of.resent() {
 		c.d.st.resends.Add(1)
 	}
+	l.ExpiresAt = c.d.toLocal(l.ExpiresAt) // the agent reads it on this daemon's clock
 	out := control.Out{ID: of.msgID, Msg: offerMessage(l, epoch)}
 	if of.hasTrace && c.traced() {
 		out.Trace, out.HasTrace = of.trace, true
@@ -391,7 +393,7 @@ func (d *Daemon) adoptOffers(c *conn) {
 	}
 	now := d.now()
 	for _, l := range ls {
-		if !l.ExpiresAt.After(now) {
+		if !l.ExpiresAt.After(d.authNow()) {
 			continue
 		}
 		of := &offer{lease: l, msgID: offerMessageID(l.ID), sentAt: now, start: time.Now(), kick: make(chan struct{}, 1),

@@ -85,7 +85,7 @@ func TestAuthorityOutagePostgres(t *testing.T) {
 		// rest is slower than FastTiming: 4 agents under -race on a
 		// shared machine must not miss heartbeats or time out on a
 		// healthy database.
-		c.Timing = daemon.Timing{HeartbeatInterval: 250 * time.Millisecond, RenewInterval: 250 * time.Millisecond,
+		c.Timing = daemon.Timing{HeartbeatInterval: time.Second, RenewInterval: 500 * time.Millisecond,
 			LeaseTTL: 30 * time.Second, RevokeGrace: 2 * time.Second, RegistrationTimeout: 10 * time.Second,
 			RequestTimeout: 3 * time.Second, MaxBackoff: 200 * time.Millisecond}
 	})
