@@ -70,6 +70,11 @@ func (d *Daemon) authNow() time.Time {
 	return d.now().Add(time.Duration(d.dbc.offset.Load()))
 }
 
+// toAuth converts a time of the daemon's clock to the authority's.
+func (d *Daemon) toAuth(t time.Time) time.Time {
+	return t.Add(time.Duration(d.dbc.offset.Load()))
+}
+
 // toLocal converts an authority time to the daemon's clock.
 func (d *Daemon) toLocal(t time.Time) time.Time {
 	return t.Add(-time.Duration(d.dbc.offset.Load()))
