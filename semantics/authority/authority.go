@@ -286,7 +286,7 @@ type Event struct {
 	Lease   wire.LeaseId
 	Attempt wire.JobAttemptId
 	Session wire.AgentSessionId
-	Reason  uint32 // for EventCancel and EventRunner
+	Reason  uint32        // for EventCancel and EventRunner
 	Runner  wire.RunnerId // for EventRunner
 }
 
