@@ -40,6 +40,9 @@ type Server struct {
 	port   int
 	dbSeq  atomic.Int64
 	stopMu sync.Mutex
+
+	durable bool // StartWith's Options.Durable, kept for Restart
+	down    bool // StopServer stopped it; Restart starts it again
 }
 
 var (
@@ -130,23 +133,15 @@ func StartWith(o Options) (*Server, error) {
 		s.cleanup()
 		return nil, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
+	s.durable = o.Durable
 	for attempt := 0; attempt < 3; attempt++ {
 		s.port, err = freePort()
 		if err != nil {
 			break
 		}
-		opts := "-p " + strconv.Itoa(s.port) + " -h 127.0.0.1 -k " + s.dir + " -c max_connections=200"
-		if o.Durable {
-			opts += " -c fsync=on -c synchronous_commit=on -c full_page_writes=on"
-		} else {
-			opts += " -F -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-		}
-		var out []byte
-		out, err = s.run("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(s.dir, "server.log"), "-w", "-t", "60", "start")
-		if err == nil {
+		if err = s.startServer(); err == nil {
 			break
 		}
-		err = fmt.Errorf("pg_ctl start: %v\n%s", err, out)
 	}
 	if err != nil {
 		s.cleanup()
@@ -159,6 +154,65 @@ func StartWith(o Options) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// startServer runs pg_ctl start on s.dir's data directory and s.port.
+func (s *Server) startServer() error {
+	opts := "-p " + strconv.Itoa(s.port) + " -h 127.0.0.1 -k " + s.dir + " -c max_connections=200"
+	if s.durable {
+		opts += " -c fsync=on -c synchronous_commit=on -c full_page_writes=on"
+	} else {
+		opts += " -F -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	out, err := s.run("pg_ctl", "-D", filepath.Join(s.dir, "data"), "-o", opts, "-l", filepath.Join(s.dir, "server.log"), "-w", "-t", "60", "start")
+	if err != nil {
+		return fmt.Errorf("pg_ctl start: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// StopServer stops the running server without removing its data (an
+// outage): every connection is cut and new ones are refused until
+// StartServer. mode is pg_ctl's shutdown mode: "fast" (roll back open
+// transactions, checkpoint) or "immediate" (abort, as a crash: recovery
+// replays the WAL at the next start). The server's own PostgreSQL only;
+// an external FORGEYARD_PG_DSN server cannot be stopped (error).
+func (s *Server) StopServer(mode string) error {
+	s.stopMu.Lock()
+	defer s.stopMu.Unlock()
+	if s.dir == "" {
+		return errors.New("pgtest: cannot stop an external (FORGEYARD_PG_DSN) or removed server")
+	}
+	if mode != "fast" && mode != "immediate" {
+		return fmt.Errorf("pgtest: shutdown mode %q: want fast or immediate", mode)
+	}
+	if s.down {
+		return nil
+	}
+	if out, err := s.run("pg_ctl", "-D", filepath.Join(s.dir, "data"), "-m", mode, "-w", "-t", "60", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop: %v\n%s", err, out)
+	}
+	s.down = true
+	return nil
+}
+
+// StartServer starts a server StopServer stopped: the same data directory
+// and the same port, so DSNs handed out before stay valid. It returns once
+// the server accepts connections.
+func (s *Server) StartServer() error {
+	s.stopMu.Lock()
+	defer s.stopMu.Unlock()
+	if s.dir == "" {
+		return errors.New("pgtest: cannot start an external (FORGEYARD_PG_DSN) or removed server")
+	}
+	if !s.down {
+		return nil
+	}
+	if err := s.startServer(); err != nil {
+		return err
+	}
+	s.down = false
+	return s.ping()
 }
 
 func (s *Server) run(tool string, args ...string) ([]byte, error) {

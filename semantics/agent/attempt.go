@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -137,7 +138,7 @@ func (a *Agent) complete(at *attempt) {
 	}
 	cctx, sp := a.cfg.Tracing.Start(pctx, telemetry.SpanComplete, telemetry.AttrLease(at.job.Lease), telemetry.AttrAttempt(at.job.Attempt))
 	defer sp.End()
-	retries := 0
+	retries, busy := 0, 0
 	for {
 		l, changed := a.currentLink()
 		if l == nil {
@@ -173,8 +174,18 @@ func (a *Agent) complete(at *attempt) {
 			return
 		}
 		// Retry on the next transport, or after a short pause on this one
-		// (fenced answers, timeouts).
-		t := time.NewTimer(min(a.cfg.RequestTimeout, 100*time.Millisecond))
+		// (fenced answers, timeouts). A daemon that cannot record it now
+		// (its authority or data store is unavailable: WireErrorV1 with
+		// RetryBackoff) is retried with a growing, jittered wait: the
+		// completion is kept until acknowledged, never dropped.
+		pause := min(a.cfg.RequestTimeout, 100*time.Millisecond)
+		if we, ok := errors.AsType[*wire.WireErrorV1](err); ok && we.Retry == wire.RetryBackoff {
+			pause += a.busyBackoff(busy)
+			busy++
+		} else {
+			busy = 0
+		}
+		t := time.NewTimer(pause)
 		select {
 		case <-changed:
 		case <-t.C:

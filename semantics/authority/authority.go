@@ -263,6 +263,20 @@ const (
 	EventCancel EventKind = 1
 	// EventRevoke: RevokeLease or ExpireLease took a live lease's authority.
 	EventRevoke EventKind = 2
+	// EventRunner: SetRunnerEnabled or the inventory's SetDrain changed
+	// Runner's state; Reason is one of the RunnerEvent constants. The
+	// daemons holding the runner's transports act on it at once (close
+	// them, send the drain or the resume) instead of at the agent's next
+	// renewal or reconnect.
+	EventRunner EventKind = 3
+)
+
+// Reasons of an EventRunner.
+const (
+	RunnerEventDisabled uint32 = 1
+	RunnerEventEnabled  uint32 = 2
+	RunnerEventDrained  uint32 = 3
+	RunnerEventResumed  uint32 = 4
 )
 
 // Event is a change another daemon made that the daemon holding the
@@ -272,7 +286,8 @@ type Event struct {
 	Lease   wire.LeaseId
 	Attempt wire.JobAttemptId
 	Session wire.AgentSessionId
-	Reason  uint32 // for EventCancel
+	Reason  uint32        // for EventCancel and EventRunner
+	Runner  wire.RunnerId // for EventRunner
 }
 
 // Watcher is implemented by the SQL stores. On PostgreSQL, Watch delivers

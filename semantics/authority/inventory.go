@@ -300,10 +300,16 @@ func (s *store) SetDrain(ctx context.Context, runner wire.RunnerId, drained bool
 		return err
 	}
 	return s.tx(ctx, func(t *sql.Tx) error {
-		_, err := s.exec(ctx, t, `INSERT INTO fy_runner_drain (runner_id, drained, reason, changed_ms) VALUES (?, ?, ?, ?)
+		if _, err := s.exec(ctx, t, `INSERT INTO fy_runner_drain (runner_id, drained, reason, changed_ms) VALUES (?, ?, ?, ?)
 			ON CONFLICT (runner_id) DO UPDATE SET drained = excluded.drained, reason = excluded.reason, changed_ms = excluded.changed_ms`,
-			idb(runner.ULID), drained, reason, ms(now))
-		return err
+			idb(runner.ULID), drained, reason, ms(now)); err != nil {
+			return err
+		}
+		ev := Event{Kind: EventRunner, Runner: runner, Reason: RunnerEventResumed}
+		if drained {
+			ev.Reason = RunnerEventDrained
+		}
+		return s.notify(ctx, t, ev)
 	})
 }
 

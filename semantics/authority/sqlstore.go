@@ -177,6 +177,13 @@ func (s *store) SetRunnerEnabled(ctx context.Context, runner wire.RunnerId, enab
 			idb(runner.ULID), enabled, reason, ms(now)); err != nil {
 			return err
 		}
+		ev := Event{Kind: EventRunner, Runner: runner, Reason: RunnerEventDisabled}
+		if enabled {
+			ev.Reason = RunnerEventEnabled
+		}
+		if err := s.notify(ctx, t, ev); err != nil {
+			return err
+		}
 		if enabled {
 			return nil
 		}

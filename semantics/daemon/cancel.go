@@ -24,6 +24,9 @@ import (
 func (d *Daemon) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, reason agentwire.CancellationReason) error {
 	l, err := d.auth.CancelAttempt(ctx, attempt, uint32(reason), d.now())
 	if err != nil {
+		if !errors.Is(err, authority.ErrNotFound) && ctx.Err() == nil {
+			d.authorityFailed("cancel", err, "attempt", attempt.String())
+		}
 		return err
 	}
 	d.st.cancels.Add(1)
@@ -78,6 +81,10 @@ func (d *Daemon) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, r
 func (d *Daemon) watchLoop(ch <-chan authority.Event) {
 	defer d.wg.Done()
 	for ev := range ch {
+		if ev.Kind == authority.EventRunner {
+			d.onRunnerEvent(ev) // runnerevent.go
+			continue
+		}
 		c := d.sessionConn(ev.Session)
 		if c == nil || c.channel() == nil || !c.active() {
 			continue

@@ -422,12 +422,17 @@ func (c *conn) handle(env *wire.Envelope) {
 	// so a slow authority call never holds a heartbeat back (§180–181).
 	case *agentwire.HeartbeatV1:
 		c.onHeartbeat(env, m)
+	// Their outcome (ok, or error when the authority fails) is known
+	// after the authority call: counted then.
 	case *agentwire.LeaseAcceptedV1:
-		c.ordered(func() { c.onLeaseAnswer(env, m.Lease, m.Attempt, true, 0, "") })
+		counted := c.ch.DeferOutcome(t)
+		c.ordered(func() { counted(c.onLeaseAnswer(env, m.Lease, m.Attempt, true, 0, "")) })
 	case *agentwire.LeaseRejectedV1:
-		c.ordered(func() { c.onLeaseAnswer(env, m.Lease, m.Attempt, false, m.Reason, m.Message) })
+		counted := c.ch.DeferOutcome(t)
+		c.ordered(func() { counted(c.onLeaseAnswer(env, m.Lease, m.Attempt, false, m.Reason, m.Message)) })
 	case *agentwire.LeaseRenewV1:
-		c.ordered(func() { c.onRenew(env, m) })
+		counted := c.ch.DeferOutcome(t)
+		c.ordered(func() { counted(c.onRenew(env, m)) })
 	case *agentwire.AttemptCompletionV1:
 		counted := c.ch.DeferOutcome(t) // ok, duplicate or rejected: known after the authority answers
 		c.ordered(func() { counted(c.onCompletion(env, m)) })

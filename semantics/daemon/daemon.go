@@ -45,6 +45,9 @@ type Daemon struct {
 	now    func() time.Time
 	proto  wire.ProtocolRange // effective range (MinProtocol applied)
 
+	authFail authFailLog // rate-limited log of authority failures (authfail.go)
+	dbc      dbClock     // the authority's clock of lease times (dbclock.go)
+
 	ctx    context.Context // ends at Shutdown
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -158,6 +161,7 @@ func New(cfg Config) (*Daemon, error) {
 	if err := d.setupData(); err != nil {
 		return nil, err
 	}
+	d.initDBClock()
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.wg.Add(1)
 	go d.maintenance()

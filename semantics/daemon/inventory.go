@@ -132,12 +132,12 @@ func (c *conn) noteRegistered(caps agentwire.RunnerCapabilitiesV1, digest wire.C
 		ctx, cancel := c.authCtx()
 		defer cancel()
 		if err := inv.PutCapabilities(ctx, info.Runner, ac, now); err != nil {
-			c.logger().Warn("inventory: capabilities not recorded", "err", err)
+			d.authorityFailed("inventory_capabilities", err, "runner", info.Runner.String())
 		}
 		if err := inv.PutPresence(ctx, authority.Presence{Runner: info.Runner, Session: info.Session, Daemon: d.cfg.ID,
 			Backend: info.Backend, Protocol: info.Protocol.String(), AgentVersion: info.AgentVersion, Role: uint32(info.Role),
-			ConnectedAt: info.ConnectedAt, LastHeartbeat: now, Connected: true}); err != nil {
-			c.logger().Warn("inventory: presence not recorded", "err", err)
+			ConnectedAt: d.toAuth(info.ConnectedAt), LastHeartbeat: d.toAuth(now), Connected: true}); err != nil {
+			d.authorityFailed("inventory_presence", err, "runner", info.Runner.String())
 		}
 	})
 }
@@ -164,7 +164,9 @@ func (c *conn) noteHeartbeat(at time.Time) {
 	c.inventoryLater(func() {
 		ctx, cancel := c.authCtx()
 		defer cancel()
-		_ = inv.TouchHeartbeat(ctx, runner, sess, at)
+		if err := inv.TouchHeartbeat(ctx, runner, sess, d.toAuth(at)); err != nil {
+			d.authorityFailed("inventory_heartbeat", err, "runner", runner.String())
+		}
 	})
 }
 
@@ -245,7 +247,14 @@ func (c *conn) noteGone() {
 		c.inventoryLater(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), d.timing.RequestTimeout)
 			defer cancel()
-			_ = inv.PutPresence(ctx, authority.Presence{Runner: info.Runner, Session: info.Session, Daemon: d.cfg.ID, LastHeartbeat: info.LastHeartbeat})
+			hb := info.LastHeartbeat
+			if !hb.IsZero() {
+				hb = d.toAuth(hb)
+			}
+			if err := inv.PutPresence(ctx, authority.Presence{Runner: info.Runner, Session: info.Session, Daemon: d.cfg.ID, LastHeartbeat: hb}); err != nil {
+				// The presence stays "connected" until it expires (presence.go).
+				d.authorityFailed("inventory_presence", err, "runner", info.Runner.String())
+			}
 		})
 	}
 	if c.invQ != nil {
@@ -270,7 +279,7 @@ func (c *conn) applyCapabilities(m *agentwire.CapabilityUpdateV1) authority.Capa
 		defer cancel()
 		runner, _, _, _ := c.ident()
 		if err := inv.PutCapabilities(ctx, runner, ac, now); err != nil {
-			c.logger().Warn("inventory: capabilities not recorded", "err", err)
+			d.authorityFailed("inventory_capabilities", err, "runner", runner.String())
 		}
 	}
 	if h := d.cfg.Hooks.OnCapabilities; h != nil {
@@ -290,7 +299,7 @@ func (c *conn) applyHealth(h authority.Health) {
 		defer cancel()
 		runner, _, _, _ := c.ident()
 		if err := inv.PutHealth(ctx, runner, h); err != nil {
-			c.logger().Warn("inventory: health not recorded", "err", err)
+			d.authorityFailed("inventory_health", err, "runner", runner.String())
 		}
 	}
 }
@@ -345,7 +354,7 @@ func (d *Daemon) Runners(ctx context.Context) ([]RunnerInfo, error) {
 			return nil, err
 		}
 		for _, r := range recs {
-			ri := infoOf(r)
+			ri := d.infoFromAuthority(r)
 			byID[r.Runner] = &ri
 		}
 	}
@@ -366,7 +375,7 @@ func (d *Daemon) Runner(ctx context.Context, runner wire.RunnerId) (RunnerInfo, 
 		r, err := inv.Runner(ctx, runner)
 		switch {
 		case err == nil:
-			ri := infoOf(r)
+			ri := d.infoFromAuthority(r)
 			byID[runner] = &ri
 		case !errors.Is(err, authority.ErrNotFound):
 			return RunnerInfo{}, err

@@ -128,8 +128,9 @@ func (d *Daemon) OfferLease(ctx context.Context, runner wire.RunnerId, o LeaseOf
 		o.Attempt = wire.NewJobAttemptId()
 	}
 	now := d.now()
+	at := d.authNow() // lease times are on the authority's clock (dbclock.go)
 	l := authority.Lease{ID: wire.NewLeaseId(), Attempt: o.Attempt, Job: o.Job, Runner: runner, Session: sess,
-		Spec: o.Spec, Payload: o.Payload, TTL: ttl, ExpiresAt: now.Add(ttl), State: authority.LeaseOffered, CreatedAt: now}
+		Spec: o.Spec, Payload: o.Payload, TTL: ttl, ExpiresAt: at.Add(ttl), State: authority.LeaseOffered, CreatedAt: at}
 	if err := offerMessage(l, 1).Validate(); err != nil {
 		return authority.Lease{}, fmt.Errorf("daemon: invalid lease offer: %w", err)
 	}
@@ -207,7 +208,7 @@ func (d *Daemon) offerLoop(of *offer) {
 		if c != nil && c.active() {
 			c.sendOffer(of)
 		}
-		left := of.lease.ExpiresAt.Sub(d.now())
+		left := of.lease.ExpiresAt.Sub(d.authNow())
 		if left <= 0 {
 			if d.settleFromAuthority(of) {
 				return
@@ -244,6 +245,7 @@ func (c *conn) sendOffer(of *offer) {
 	if !of.sentAt.IsZero() && of.resent() {
 		c.d.st.resends.Add(1)
 	}
+	l.ExpiresAt = c.d.toLocal(l.ExpiresAt) // the agent reads it on this daemon's clock
 	out := control.Out{ID: of.msgID, Msg: offerMessage(l, epoch)}
 	if of.hasTrace && c.traced() {
 		out.Trace, out.HasTrace = of.trace, true
@@ -282,7 +284,9 @@ func (d *Daemon) settleFromAuthority(of *offer) bool {
 	return true
 }
 
-func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wire.JobAttemptId, accepted bool, reason agentwire.LeaseRejectReason, msg string) {
+// onLeaseAnswer records an offer's answer; it returns the message's
+// outcome for forgeyard_transport_messages_total.
+func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wire.JobAttemptId, accepted bool, reason agentwire.LeaseRejectReason, msg string) telemetry.Outcome {
 	d := c.d
 	_, sp := c.span(env, telemetry.SpanLeaseAck, telemetry.AttrLease(lease), telemetry.AttrAttempt(attempt))
 	var spanErr error
@@ -352,11 +356,21 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	switch {
 	case errors.Is(err, authority.ErrFenced):
 		c.fencedErr(env)
+		return telemetry.OutcomeRejected
 	case errors.Is(err, authority.ErrStaleLease), errors.Is(err, authority.ErrStaleSession):
 		c.replyErr(env, wire.ErrCodeStaleLease, wire.RetryNever, "lease no longer offered to this session")
+		return telemetry.OutcomeRejected
 	case err != nil:
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, msgAuthorityUnavailable)
+		// The offer is re-sent (the answer was not recorded): the agent
+		// answers it again from its answer cache.
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
+		op := "reject_lease"
+		if accepted {
+			op = "accept_lease"
+		}
+		return d.authorityFailed(op, err, "lease", lease.String())
 	}
+	return telemetry.OutcomeOK
 }
 
 // adoptOffers starts re-sending the leases of c's session that are still
@@ -379,7 +393,7 @@ func (d *Daemon) adoptOffers(c *conn) {
 	}
 	now := d.now()
 	for _, l := range ls {
-		if !l.ExpiresAt.After(now) {
+		if !l.ExpiresAt.After(d.authNow()) {
 			continue
 		}
 		of := &offer{lease: l, msgID: offerMessageID(l.ID), sentAt: now, start: time.Now(), kick: make(chan struct{}, 1),

@@ -163,6 +163,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		return
 	}
 	if revoked, err := c.checkCredentialRevoked(m.Runner, trust.SerialString(leaf)); err != nil {
+		c.ch.SetOutcome(d.authorityFailed("check_credentials", err, "runner", m.Runner.String()))
 		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, wire.CloseInternalError)
 		return
 	} else if revoked {
@@ -192,6 +193,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "agent session belongs to another runner", wire.CloseAuthenticationFailure)
 		return
 	case err != nil:
+		c.ch.SetOutcome(d.authorityFailed("register", err, "runner", m.Runner.String()))
 		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, wire.CloseInternalError)
 		return
 	}

@@ -12,27 +12,29 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
-func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
+// onRenew answers a renewal; it returns the message's outcome for
+// forgeyard_transport_messages_total.
+func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) telemetry.Outcome {
 	d := c.d
-	now := d.now()
+	now := d.authNow() // the authority's clock (dbclock.go)
 	actx, acancel := c.authCtx()
 	defer acancel()
 	res, err := d.auth.RenewLease(actx, env.MessageID, m.Lease, m.Attempt, c.ref(), now)
 	switch {
 	case errors.Is(err, authority.ErrFenced):
 		c.fencedErr(env)
-		return
+		return telemetry.OutcomeRejected
 	case errors.Is(err, authority.ErrStaleSession):
 		res = authority.RenewResult{Unknown: true}
 	case err != nil:
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryImmediately, msgAuthorityUnavailable)
-		return
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
+		return d.authorityFailed("renew", err, "lease", m.Lease.String())
 	}
 	d.st.renewals.Add(1)
 	var out agentwire.RenewOutcomeV1
 	switch {
 	case res.Extended:
-		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewExtended, ExpiresAtMs: uint64(res.ExpiresAt.UnixMilli()), TTLMs: ms32(res.ExpiresAt.Sub(now))}
+		out = agentwire.RenewOutcomeV1{Kind: agentwire.RenewExtended, ExpiresAtMs: uint64(d.toLocal(res.ExpiresAt).UnixMilli()), TTLMs: ms32(res.ExpiresAt.Sub(now))}
 		d.mu.Lock()
 		delete(d.probing, m.Lease)
 		d.mu.Unlock()
@@ -43,6 +45,7 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 		c.auditEvent(telemetry.EventStaleLeaseReplay, wire.ErrCodeStaleLease, telemetry.ReasonLeaseSuperseded)
 	}
 	c.reply(env, &agentwire.LeaseRenewAckV1{Lease: m.Lease, Attempt: m.Attempt, Outcome: out})
+	return telemetry.OutcomeOK
 }
 
 // expireLeases implements lease expiry with grace: a lease expired by more
@@ -50,14 +53,23 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) {
 // session's transport, the agent is probed (LeaseProbeV1) and a renewal in
 // the window saves the lease.
 //
-// The expiry is judged against `now`, the daemon's clock (§146), and the
-// ExpiresAt the renewing daemon wrote from its own clock: daemons sharing
-// PostgreSQL need synchronized clocks (NTP), as for every TTL; the skew
-// between them adds to or takes from the grace. (SQLite has one daemon, so
-// its clock is the database's clock.)
+// The expiry is judged on the authority's clock (dbclock.go): with
+// PostgreSQL, the database time read at the start of this sweep, against
+// the ExpiresAt every daemon wrote on the same clock, so a daemon whose
+// wall clock is skewed neither revokes live leases nor keeps dead ones.
+// (SQLite has one daemon: `now`, its clock, is the database's clock.)
 func (d *Daemon) expireLeases(now time.Time) {
+	if d.dbc.c != nil {
+		dbNow, err := d.readDBClock(d.ctx)
+		if err != nil {
+			d.authorityFailed("sweep", err)
+			return
+		}
+		now = dbNow
+	}
 	ls, err := d.auth.ExpiredLeases(d.ctx, now, 256)
 	if err != nil {
+		d.authorityFailed("sweep", err)
 		return
 	}
 	// Daemons sharing an authority elect one sweeper (SweepElector): it
@@ -67,6 +79,7 @@ func (d *Daemon) expireLeases(now time.Time) {
 	lead := true
 	if el := authority.SweepElectorOf(d.auth); el != nil {
 		if lead, err = el.SweepLeader(d.ctx); err != nil {
+			d.authorityFailed("sweep_leader", err)
 			lead = false
 		}
 	}
@@ -80,7 +93,11 @@ func (d *Daemon) expireLeases(now time.Time) {
 			// The same rule, judged again under the lease's row lock: a
 			// renewal committed since ExpiredLeases (here or on another
 			// daemon) keeps the lease, and only the sweep that expired it acts.
-			if expired, err := d.auth.ExpireLease(d.ctx, l.ID, now.Add(-d.timing.RevokeGrace)); err == nil && expired {
+			expired, err := d.auth.ExpireLease(d.ctx, l.ID, now.Add(-d.timing.RevokeGrace))
+			if err != nil {
+				d.authorityFailed("sweep", err, "lease", l.ID.String())
+			}
+			if err == nil && expired {
 				d.st.leasesRevoked.Add(1)
 				d.forgetAttemptLog(l.Attempt)
 				if c := d.sessionConn(l.Session); c != nil && c.channel() != nil {
@@ -105,7 +122,7 @@ func (d *Daemon) expireLeases(now time.Time) {
 		if c := d.sessionConn(l.Session); c != nil && c.channel() != nil && c.active() {
 			d.st.probes.Add(1)
 			_, _ = c.channel().Send(control.Out{Msg: &agentwire.LeaseProbeV1{Lease: l.ID, Attempt: l.Attempt,
-				GraceUntilMs: uint64(l.ExpiresAt.Add(d.timing.RevokeGrace).UnixMilli())}, Priority: semantics.PriorityLease, UsePriority: true})
+				GraceUntilMs: uint64(d.toLocal(l.ExpiresAt.Add(d.timing.RevokeGrace)).UnixMilli())}, Priority: semantics.PriorityLease, UsePriority: true})
 		}
 	}
 	d.mu.Lock()

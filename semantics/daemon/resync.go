@@ -22,7 +22,7 @@ func (c *conn) onResync(env *wire.Envelope, m *agentwire.AgentResyncV1) {
 	for i, a := range m.ActiveAttempts {
 		claims[i] = authority.AttemptClaim{Attempt: a.Attempt, Lease: a.Lease}
 	}
-	now := d.now()
+	now := d.authNow() // the authority's clock (dbclock.go)
 	actx, acancel := c.authCtx()
 	defer acancel()
 	decs, err := d.auth.Resync(actx, c.ref(), claims, now)
@@ -35,6 +35,7 @@ func (c *conn) onResync(env *wire.Envelope, m *agentwire.AgentResyncV1) {
 		c.closeAfter(wire.CloseSessionFenced, "agent session ended")
 		return
 	case err != nil:
+		c.ch.SetOutcome(d.authorityFailed("resync", err, "session", c.session.String()))
 		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
 		return
 	}
@@ -43,7 +44,7 @@ func (c *conn) onResync(env *wire.Envelope, m *agentwire.AgentResyncV1) {
 		r := agentwire.ResyncResultV1{Attempt: dec.Attempt, Lease: dec.Lease}
 		switch dec.Kind {
 		case authority.DecisionContinue:
-			r.Decision = agentwire.ResyncDecisionV1{Kind: agentwire.DecisionContinue, ExpiresAtMs: uint64(dec.ExpiresAt.UnixMilli()),
+			r.Decision = agentwire.ResyncDecisionV1{Kind: agentwire.DecisionContinue, ExpiresAtMs: uint64(d.toLocal(dec.ExpiresAt).UnixMilli()),
 				TTLMs: ms32(dec.ExpiresAt.Sub(now))}
 		case authority.DecisionCancel:
 			r.Decision = agentwire.ResyncDecisionV1{Kind: agentwire.DecisionCancel, Reason: agentwire.CancellationReason(dec.CancelReason)}

@@ -77,6 +77,7 @@ func (d *Daemon) SendSecrets(ctx context.Context, lease wire.LeaseId, secrets ..
 		return err
 	}
 	now := d.now()
+	l.ExpiresAt = d.toLocal(l.ExpiresAt) // the authority's clock (dbclock.go) to this daemon's
 	if l.State != authority.LeaseAccepted || !l.ExpiresAt.After(now) {
 		return ErrSecretLease
 	}
