@@ -129,6 +129,11 @@ var (
 // deadline on every read and a write deadline on every write.
 type sockConn struct {
 	net.Conn
+	// bc is the batching layer below TLS (batch.go); nil when tests build
+	// a Conn over another net.Conn. Only yamux's send loop writes to
+	// sockConn, so holding is not guarded.
+	bc           *batchConn
+	holding      bool // a data header is in the open batch; its body follows
 	idle, wto    time.Duration
 	idleFired    atomic.Bool
 	writeStalled atomic.Bool
@@ -152,23 +157,55 @@ func (sc *sockConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write writes one of yamux's writes. With a batching layer, a data
+// frame's header stays in the open batch and leaves with its body in one
+// write(2) (batch.go); the write deadline is set for the call that reaches
+// the socket.
 func (sc *sockConn) Write(p []byte) (int, error) {
-	_ = sc.Conn.SetWriteDeadline(time.Now().Add(sc.wto))
+	if sc.bc == nil {
+		_ = sc.Conn.SetWriteDeadline(time.Now().Add(sc.wto))
+		n, err := sc.Conn.Write(p)
+		sc.wrote(n, err)
+		return n, err
+	}
+	if !sc.holding && announcesBody(p) {
+		sc.bc.begin()
+		n, err := sc.Conn.Write(p) // into the batch: crypto/tls seals one record
+		if err == nil {
+			sc.holding = true
+			return n, nil
+		}
+		_ = sc.bc.end()
+		sc.wrote(n, err)
+		return n, err
+	}
+	sc.holding = false
+	now := time.Now()
+	_ = sc.Conn.SetWriteDeadline(now.Add(sc.wto))
+	sc.bc.begin()
 	n, err := sc.Conn.Write(p)
+	if ferr := sc.bc.end(); err == nil && ferr != nil {
+		n, err = 0, ferr
+	}
+	sc.wrote(n, err)
+	return n, err
+}
+
+func (sc *sockConn) wrote(n int, err error) {
 	if n > 0 {
 		sc.lastActive.Store(time.Now().UnixNano())
 	}
 	if err != nil {
 		sc.noteWriteErr(err)
 	}
-	return n, err
 }
 
 // newConn starts yamux over an established TLS connection and sets up the
 // control stream: the client opens it, the server accepts it (bounded by
 // ctx). On error the TLS connection is closed.
-func newConn(ctx context.Context, tc net.Conn, state tls.ConnectionState, raw syscall.RawConn, cfg Config, client bool) (*Conn, error) {
-	sc := &sockConn{Conn: tc, idle: cfg.IdleTimeout, wto: cfg.WriteTimeout}
+// bc is the batching layer under tc's TLS, or nil.
+func newConn(ctx context.Context, tc net.Conn, bc *batchConn, state tls.ConnectionState, raw syscall.RawConn, cfg Config, client bool) (*Conn, error) {
+	sc := &sockConn{Conn: tc, bc: bc, idle: cfg.IdleTimeout, wto: cfg.WriteTimeout}
 	sc.lastActive.Store(time.Now().UnixNano())
 	ycfg := cfg.yamuxConfig()
 	var sess *hyamux.Session
