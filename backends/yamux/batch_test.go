@@ -87,3 +87,31 @@ func TestBatchFrameOneWrite(t *testing.T) {
 		t.Fatalf("direct write: %v, %d socket writes", err, len(rc.writes))
 	}
 }
+
+// TestCutCtrlFrame: control frames are split off a buffer whole, an
+// incomplete one asks for more bytes, and a prefix announcing more than
+// maxCtrlFrame (or a third prefix byte) is malformed.
+func TestCutCtrlFrame(t *testing.T) {
+	big := append([]byte{0x80, 0x04}, make([]byte, maxCtrlFrame)...) // 512 in two bytes
+	cases := []struct {
+		in   []byte
+		body []byte
+		n    int
+		ok   bool
+	}{
+		{nil, nil, 0, true},
+		{[]byte{3, 1, 2}, nil, 0, true},
+		{[]byte{3, 1, 2, 3, 9}, []byte{1, 2, 3}, 4, true},
+		{[]byte{0}, []byte{}, 1, true},
+		{[]byte{0x80}, nil, 0, true},
+		{big, big[2:], len(big), true},
+		{[]byte{0x81, 0x04}, nil, 0, false},       // 513
+		{[]byte{0x80, 0x80, 0x01}, nil, 0, false}, // third prefix byte
+	}
+	for _, c := range cases {
+		body, n, ok := cutCtrlFrame(c.in)
+		if ok != c.ok || n != c.n || !bytes.Equal(body, c.body) {
+			t.Errorf("cutCtrlFrame(% x): %x, %d, %v; want %x, %d, %v", c.in[:min(len(c.in), 4)], body[:min(len(body), 4)], n, ok, c.body[:min(len(c.body), 4)], c.n, c.ok)
+		}
+	}
+}
