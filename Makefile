@@ -155,3 +155,21 @@ capacity-inputs:
 	$(GO) run ./internal/capacity/cmd/capacity import --scale docs/perf.md --authority docs/perf/authority-bench.txt \
 		--authority-commit $(CAPACITY_AUTH_COMMIT) --authority-date $(CAPACITY_AUTH_DATE) > docs/perf/capacity-inputs.json.tmp
 	mv docs/perf/capacity-inputs.json.tmp docs/perf/capacity-inputs.json
+
+# --- h-yamux (issue 19 items 3-4): TLS+yamux parity and the relay's CPU per GiB ---
+# Interleaved rounds of raw TLS+yamux vs ours (bulk, control under bulk, with
+# cpu-s/GiB), then the relay's CPU per GiB beside its two raw legs and the
+# control RTT through the relay under scheduler-paced bulk. ~6 min on 2 cores.
+.PHONY: bench-yamux-relay
+bench-yamux-relay: deps tools
+	@mkdir -p $(OUT)/bench
+	$(GO) test -c -o $(OUT)/bench/yamux.test ./backends/yamux
+	$(GO) test -c -o $(OUT)/bench/relay.test ./relay
+	rm -f $(OUT)/bench/yamux-relay.txt
+	for r in 1 2 3 4 5 6; do \
+	  $(OUT)/bench/yamux.test -test.run '^$$' -test.bench 'BenchmarkBulk/(raw|ours)/' -test.benchtime 500x | tee -a $(OUT)/bench/yamux-relay.txt; \
+	  $(OUT)/bench/yamux.test -test.run '^$$' -test.bench 'BenchmarkControlUnderBulk/(raw|ours)$$' -test.benchtime 1000x | grep -v 'ours/' | tee -a $(OUT)/bench/yamux-relay.txt; \
+	  (cd relay && $(abspath $(OUT))/bench/relay.test -test.run '^$$' -test.bench 'BenchmarkRelayCPU$$|BenchmarkRelayControlUnderBulkPaced' -test.benchtime 1x) | tee -a $(OUT)/bench/yamux-relay.txt; \
+	done
+	benchstat $(OUT)/bench/yamux-relay.txt
+# --- end h-yamux ---

@@ -545,7 +545,8 @@ func TestStalledPeerEndsConnection(t *testing.T) {
 	}
 	defer ln.Close()
 	px := newProxy(t, ln.Addr().String())
-	cfg := Config{WriteTimeout: 300 * time.Millisecond, KeepAliveInterval: 5 * time.Second, IdleTimeout: 20 * time.Second}
+	// WriteTimeout is long enough for the 1 MiB warm-up below under -race on a loaded machine.
+	cfg := Config{WriteTimeout: 2 * time.Second, KeepAliveInterval: 5 * time.Second, IdleTimeout: 20 * time.Second}
 	d := Dialer{TLS: pki.ClientConfig(t, wire.NewRunnerId(), "localhost"), Config: cfg}
 	bc, err := d.Dial(ctxT(t), px.ln.Addr().String())
 	if err != nil {
@@ -561,9 +562,28 @@ func TestStalledPeerEndsConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The server must have the stream (and have granted its window) before
-	// the proxy stops forwarding.
-	if _, err := srv.AcceptUniStream(ctxT(t)); err != nil {
+	// The server must have the stream, and have read enough of it to grant
+	// the full stream window (16 MiB), before the proxy stops forwarding:
+	// then what the client may send after the pause cannot fit in the
+	// sockets' buffers, whatever their size. (With only yamux's initial
+	// 256 KiB window the test depended on the kernel's buffer sizes and the
+	// segment sizes of the writes: all of it could fit, and the writer then
+	// waited for window, not on the socket.)
+	rs, err := srv.AcceptUniStream(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const warm = 1 << 20
+	warmed := make(chan error, 1)
+	go func() { // reads (granting window) until the pause and after
+		_, err := io.CopyN(io.Discard, rs, warm)
+		warmed <- err
+		_, _ = io.Copy(io.Discard, rs)
+	}()
+	if _, err := st.Write(make([]byte, warm)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-warmed; err != nil {
 		t.Fatal(err)
 	}
 	close(px.paused)

@@ -1,7 +1,6 @@
 package yamux
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -68,13 +67,13 @@ const (
 // Conn is one TLS+yamux connection. It implements semantics.BackendConn and
 // semantics.BulkHinter. All methods are safe for concurrent use.
 type Conn struct {
-	cfg    Config
+	cfg    *Config // shared with the listener's other connections: read only
 	log    *slog.Logger
 	client bool
 	sc     *sockConn
 	sess   *hyamux.Session
 	ctrl   *hyamux.Stream
-	state  tls.ConnectionState
+	tc     *tls.Conn       // for ConnectionState (a copy per Conn cost 192 bytes)
 	raw    syscall.RawConn // nil if not a TCP socket
 
 	ctx    context.Context
@@ -129,6 +128,11 @@ var (
 // deadline on every read and a write deadline on every write.
 type sockConn struct {
 	net.Conn
+	// bc is the batching layer below TLS (batch.go); nil when tests build
+	// a Conn over another net.Conn. Only yamux's send loop writes to
+	// sockConn, so holding is not guarded.
+	bc           *batchConn
+	holding      bool // a data header is in the open batch; its body follows
 	idle, wto    time.Duration
 	idleFired    atomic.Bool
 	writeStalled atomic.Bool
@@ -152,23 +156,57 @@ func (sc *sockConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write writes one of yamux's writes. With a batching layer, a data
+// frame's header stays in the open batch and leaves with its body in one
+// write(2) (batch.go); the write deadline is set for the call that reaches
+// the socket.
 func (sc *sockConn) Write(p []byte) (int, error) {
-	_ = sc.Conn.SetWriteDeadline(time.Now().Add(sc.wto))
+	if sc.bc == nil {
+		_ = sc.Conn.SetWriteDeadline(time.Now().Add(sc.wto))
+		n, err := sc.Conn.Write(p)
+		sc.wrote(n, err)
+		return n, err
+	}
+	if !sc.holding && announcesBody(p) {
+		sc.bc.begin()
+		n, err := sc.Conn.Write(p) // into the batch: crypto/tls seals one record
+		if err == nil {
+			sc.holding = true
+			return n, nil
+		}
+		_ = sc.bc.end()
+		sc.wrote(n, err)
+		return n, err
+	}
+	sc.holding = false
+	now := time.Now()
+	_ = sc.Conn.SetWriteDeadline(now.Add(sc.wto))
+	sc.bc.begin()
 	n, err := sc.Conn.Write(p)
+	if ferr := sc.bc.end(); err == nil && ferr != nil {
+		n, err = 0, ferr
+	}
+	sc.wrote(n, err)
+	return n, err
+}
+
+func (sc *sockConn) wrote(n int, err error) {
 	if n > 0 {
 		sc.lastActive.Store(time.Now().UnixNano())
 	}
 	if err != nil {
 		sc.noteWriteErr(err)
 	}
-	return n, err
 }
 
 // newConn starts yamux over an established TLS connection and sets up the
 // control stream: the client opens it, the server accepts it (bounded by
 // ctx). On error the TLS connection is closed.
-func newConn(ctx context.Context, tc net.Conn, state tls.ConnectionState, raw syscall.RawConn, cfg Config, client bool) (*Conn, error) {
-	sc := &sockConn{Conn: tc, idle: cfg.IdleTimeout, wto: cfg.WriteTimeout}
+// tc is what yamux runs over: tlsConn, or the HTTP/1.1 Upgrade wrapper of
+// it; bc is the batching layer under tlsConn, or nil. cfg must not change
+// afterwards.
+func newConn(ctx context.Context, tc net.Conn, tlsConn *tls.Conn, bc *batchConn, raw syscall.RawConn, cfg *Config, client bool) (*Conn, error) {
+	sc := &sockConn{Conn: tc, bc: bc, idle: cfg.IdleTimeout, wto: cfg.WriteTimeout}
 	sc.lastActive.Store(time.Now().UnixNano())
 	ycfg := cfg.yamuxConfig()
 	var sess *hyamux.Session
@@ -202,7 +240,7 @@ func newConn(ctx context.Context, tc net.Conn, state tls.ConnectionState, raw sy
 		sc:      sc,
 		sess:    sess,
 		ctrl:    ctrl,
-		state:   state,
+		tc:      tlsConn,
 		raw:     raw,
 		streams: make(map[uint32]*stream),
 		pending: make(map[uint32]*pendingRec),
@@ -271,21 +309,75 @@ func (c *Conn) stopKeepalive() {
 // the connection's final error.
 func (c *Conn) readControl() {
 	defer c.wg.Done()
-	fr := wire.NewFrameReader(bufio.NewReaderSize(c.ctrl, 128), maxCtrlFrame)
+	c.readRecords()
+	c.finalize()
+}
+
+// readRecords reads control records with plain Stream.Read calls into a
+// buffer on the heap (64 bytes, grown to at most one largest frame) and
+// returns at the end of the control stream, after a close record or after a
+// protocol error. It used bufio and wire.FrameReader; their frames on this
+// goroutine's stack while it waited grew the stack from 2 to 4 KiB, per
+// connection (idle memory, issue 19 item 3).
+func (c *Conn) readRecords() {
+	buf := make([]byte, 0, 64)
 	for {
-		body, err := fr.Next()
-		if err != nil {
-			var tooLarge *wire.FrameTooLargeError
-			if errors.As(err, &tooLarge) || errors.Is(err, wire.ErrFramePrefix) {
+		for len(buf) > 0 {
+			body, n, ok := cutCtrlFrame(buf)
+			if !ok {
 				c.protocolError("malformed control frame")
+				return
 			}
-			break
+			if n == 0 {
+				break // incomplete: read more
+			}
+			if stop := c.handleRecord(body); stop {
+				return
+			}
+			buf = buf[:copy(buf, buf[n:])]
 		}
-		if stop := c.handleRecord(body); stop {
+		if len(buf) == cap(buf) {
+			nb := make([]byte, len(buf), min(2*cap(buf), maxCtrlFrame+ctrlPrefixMax))
+			copy(nb, buf)
+			buf = nb
+		}
+		m, err := c.ctrl.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if err != nil && m == 0 {
+			return // the session ended (a frame cut short ends with it)
+		}
+	}
+}
+
+// ctrlPrefixMax is the longest length prefix of a control frame: a varint
+// of at most maxCtrlFrame takes two bytes.
+const ctrlPrefixMax = 2
+
+// cutCtrlFrame splits the first control frame (varint length ‖ body) off b:
+// its body and total size, n 0 if b holds only part of it, ok false if the
+// prefix is malformed or announces more than maxCtrlFrame bytes.
+func cutCtrlFrame(b []byte) (body []byte, n int, ok bool) {
+	var size, i int
+	for ; ; i++ {
+		if i == len(b) {
+			return nil, 0, true
+		}
+		if i == ctrlPrefixMax {
+			return nil, 0, false // a third prefix byte: over maxCtrlFrame
+		}
+		size |= int(b[i]&0x7f) << (7 * i)
+		if b[i] < 0x80 {
+			i++
 			break
 		}
 	}
-	c.finalize()
+	if size > maxCtrlFrame {
+		return nil, 0, false
+	}
+	if len(b) < i+size {
+		return nil, 0, true
+	}
+	return b[i : i+size], i + size, true
 }
 
 // handleRecord applies one control record; it reports whether reading
@@ -634,7 +726,7 @@ func (c *Conn) accept(ctx context.Context, q *streamQueue) (*stream, error) {
 			return s, nil
 		}
 		select {
-		case <-q.avail:
+		case <-q.wait():
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-c.closing:
@@ -652,11 +744,30 @@ type streamQueue struct {
 	mu    sync.Mutex
 	items []*stream
 	max   int
-	avail chan struct{} // holds a token while items is non-empty
+	avail chan struct{} // holds a token while items is non-empty; made on first use
 }
 
 func newStreamQueue(max int) streamQueue {
-	return streamQueue{max: max, avail: make(chan struct{}, 1)}
+	return streamQueue{max: max}
+}
+
+// availLocked returns the token channel, making it on first use (an idle
+// connection whose owner never accepts holds none). Called with q.mu held.
+func (q *streamQueue) availLocked() chan struct{} {
+	if q.avail == nil {
+		q.avail = make(chan struct{}, 1)
+		if len(q.items) > 0 {
+			q.avail <- struct{}{}
+		}
+	}
+	return q.avail
+}
+
+// wait returns the channel that holds a token while streams are queued.
+func (q *streamQueue) wait() <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.availLocked()
 }
 
 // push appends s; false means the queue is full.
@@ -668,7 +779,7 @@ func (q *streamQueue) push(s *stream) bool {
 	}
 	q.items = append(q.items, s)
 	select {
-	case q.avail <- struct{}{}:
+	case q.availLocked() <- struct{}{}:
 	default:
 	}
 	return true
@@ -688,7 +799,7 @@ func (q *streamQueue) pop() *stream {
 		q.items = nil
 	} else {
 		select { // pass the token on to the next waiter
-		case q.avail <- struct{}{}:
+		case q.availLocked() <- struct{}{}:
 		default:
 		}
 	}
@@ -841,7 +952,7 @@ func (c *Conn) LocalAddr() net.Addr { return c.sc.LocalAddr() }
 func (c *Conn) RemoteAddr() net.Addr { return c.sc.RemoteAddr() }
 
 // ConnectionState returns the TLS state captured after the handshake.
-func (c *Conn) ConnectionState() tls.ConnectionState { return c.state }
+func (c *Conn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
 
 // Backend returns "yamux".
 func (c *Conn) Backend() string { return "yamux" }

@@ -131,7 +131,7 @@ func (l *Listener) handshake(nc net.Conn) {
 	defer func() { <-l.sem }()
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
 	defer cancel()
-	c, tlsErr, err := serverConn(ctx, nc, l.tls, l.cfg)
+	c, tlsErr, err := serverConn(ctx, nc, l.tls, &l.cfg)
 	if err != nil {
 		l.cfg.Logger.Debug("yamux: handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
 		l.reportHandshakeFailure(nc.RemoteAddr(), tlsErr, err)
@@ -171,9 +171,10 @@ func (l *Listener) reportHandshakeFailure(remote net.Addr, tlsErr, err error) {
 // serverConn runs the server side of the handshake on nc. On failure it
 // closes nc and returns the error, and tlsErr, the TLS handshake's own
 // error when that step failed.
-func serverConn(ctx context.Context, nc net.Conn, conf *tls.Config, cfg Config) (c *Conn, tlsErr, err error) {
-	raw := tuneSocket(nc, cfg)
-	tc := tls.Server(nc, conf)
+func serverConn(ctx context.Context, nc net.Conn, conf *tls.Config, cfg *Config) (c *Conn, tlsErr, err error) {
+	raw := tuneSocket(nc, *cfg)
+	bc := &batchConn{Conn: nc}
+	tc := tls.Server(bc, conf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = nc.Close()
 		return nil, err, handshakeError("tls", err)
@@ -202,7 +203,7 @@ func serverConn(ctx context.Context, nc net.Conn, conf *tls.Config, cfg Config) 
 		return nil, nil, handshakeError("ready", err)
 	}
 	_ = tc.SetWriteDeadline(time.Time{})
-	c, err = newConn(ctx, conn, tc.ConnectionState(), raw, cfg, false)
+	c, err = newConn(ctx, conn, tc, bc, raw, cfg, false)
 	return c, nil, err
 }
 
@@ -321,7 +322,8 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 		return nil, handshakeError("tcp", err)
 	}
 	raw := tuneSocket(nc, cfg)
-	tc := tls.Client(nc, conf)
+	bc := &batchConn{Conn: nc}
+	tc := tls.Client(bc, conf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = nc.Close()
 		return nil, handshakeError("tls", err)
@@ -350,7 +352,7 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 		return nil, handshakeError("server acceptance", err)
 	}
 	_ = tc.SetReadDeadline(time.Time{})
-	c, err := newConn(ctx, conn, tc.ConnectionState(), raw, cfg, true)
+	c, err := newConn(ctx, conn, tc, bc, raw, &cfg, true)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,9 @@
 // yamux agents is reported as a ratio of this one's, measured by the same
 // method (a separate server process's /proc figures).
 //
+// StreamPair is the raw TLS+yamux leg of the relay's CPU benchmark
+// (relay, BenchmarkRelayCPU).
+//
 // It lives under backends/yamux because only backends/yamux may import
 // yamux (.ci/check-layering.sh); nothing in the product uses it.
 package rawbench
@@ -14,6 +17,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -193,4 +197,103 @@ func (c *Client) Close() {
 	}
 	_ = errors.Join(errs...)
 	c.sess = nil
+}
+
+// StreamWindow is the stream window of StreamPair's sessions: the
+// backend's default (backends/yamux.DefaultMaxStreamWindow), so a raw leg
+// and a backend leg are compared with the same windows.
+const StreamWindow = 16 << 20
+
+// Pair is one raw TLS 1.3 + hashicorp/yamux connection on loopback with one
+// open stream: the baseline leg of the relay's CPU benchmark (relay,
+// BenchmarkRelayCPU). Client writes, Server reads (both directions work).
+type Pair struct {
+	Client, Server io.ReadWriteCloser
+	sessions       [2]*yamux.Session
+}
+
+// Close closes both sessions.
+func (p *Pair) Close() error {
+	return errors.Join(p.sessions[0].Close(), p.sessions[1].Close())
+}
+
+// StreamPair connects a client with clientConf to a server with
+// serverConf over 127.0.0.1 (yamux DefaultConfig but StreamWindow, logs
+// discarded) and opens one stream, bounded by ctx.
+func StreamPair(ctx context.Context, serverConf, clientConf *tls.Config) (*Pair, error) {
+	sconf, cconf := serverConf.Clone(), clientConf.Clone()
+	sconf.NextProtos, cconf.NextProtos = []string{ALPN}, []string{ALPN}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", sconf)
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	ycfg := yamux.DefaultConfig()
+	ycfg.MaxStreamWindowSize = StreamWindow
+	ycfg.LogOutput = io.Discard
+	type res struct {
+		s   *yamux.Session
+		st  *yamux.Stream
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			ch <- res{err: err}
+			return
+		}
+		if err := nc.(*tls.Conn).HandshakeContext(ctx); err != nil {
+			_ = nc.Close()
+			ch <- res{err: err}
+			return
+		}
+		s, err := yamux.Server(nc, ycfg)
+		if err != nil {
+			_ = nc.Close()
+			ch <- res{err: err}
+			return
+		}
+		st, err := s.AcceptStreamWithContext(ctx)
+		if err != nil {
+			_ = s.Close()
+		}
+		ch <- res{s, st, err}
+	}()
+	d := tls.Dialer{Config: cconf}
+	nc, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+	if err != nil {
+		_ = ln.Close()
+		<-ch
+		return nil, err
+	}
+	cs, err := yamux.Client(nc, ycfg)
+	if err != nil {
+		_ = nc.Close()
+		_ = ln.Close()
+		<-ch
+		return nil, err
+	}
+	st, err := cs.OpenStream()
+	if err == nil {
+		_, err = st.Write([]byte{0}) // yamux announces a stream with its first frame
+	}
+	if err != nil {
+		_ = cs.Close()
+		_ = ln.Close()
+		<-ch
+		return nil, err
+	}
+	r := <-ch
+	if r.err != nil {
+		_ = cs.Close()
+		return nil, r.err
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(r.st, b[:]); err != nil {
+		_ = cs.Close()
+		_ = r.s.Close()
+		return nil, err
+	}
+	return &Pair{Client: st, Server: r.st, sessions: [2]*yamux.Session{cs, r.s}}, nil
 }

@@ -1,8 +1,10 @@
 package rawbench
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"io"
 	"testing"
 	"time"
 
@@ -36,5 +38,33 @@ func TestHoldN(t *testing.T) {
 	cancel()
 	if err := <-served; err != nil {
 		t.Errorf("Serve: %v", err)
+	}
+}
+
+// TestStreamPair: bytes written on the client stream arrive in order on the
+// server stream, and back.
+func TestStreamPair(t *testing.T) {
+	pki := trusttest.NewPKI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := StreamPair(ctx, pki.ServerConfig(t, "localhost"), pki.ClientConfig(t, wire.NewRunnerId(), "localhost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	want := make([]byte, 1<<20)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	go func() { _, _ = p.Client.Write(want) }()
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(p.Server, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("server read %v, equal=%v", err, bytes.Equal(got, want))
+	}
+	if _, err := p.Server.Write([]byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(p.Client, got[:2]); err != nil || string(got[:2]) != "ok" {
+		t.Fatalf("client read %q, %v", got[:2], err)
 	}
 }

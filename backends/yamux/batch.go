@@ -1,0 +1,113 @@
+package yamux
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+)
+
+// Write batching below TLS (issue 19 item 3).
+//
+// yamux's send loop writes every frame as two calls, the 12-byte header and
+// then the body, and crypto/tls turns every call into one record per
+// 16 KiB of plaintext with one write(2) per record. On loopback each
+// write(2) runs the whole TCP receive path of the peer, so a 16 KiB bulk
+// chunk cost two system calls, one of them for a 34-byte segment, and the
+// profile of a single bulk stream was dominated by write(2).
+//
+// batchConn sits between crypto/tls and the socket. While a batch is open
+// the records crypto/tls writes are appended to a buffer instead of the
+// socket; closing the batch writes them with one write(2). sockConn opens a
+// batch for a data-frame header that announces a body and closes it after
+// the body, so a frame (header record + body records) leaves in one system
+// call. A batch is written out before it would exceed batchMax, so a large
+// frame (yamux frames are as large as the stream window) is not copied
+// whole before its first byte leaves. Writes that crypto/tls makes outside a
+// batch (handshake, alerts, a KeyUpdate answer from the read path) go to the
+// socket directly; the mutex keeps them in order with a batch's flush.
+
+// batchMax bounds the bytes an open batch holds.
+const batchMax = 64 << 10
+
+// batchBufs recycles batch buffers, so an idle connection holds none.
+var batchBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, batchMax)
+	return &b
+}}
+
+// batchConn is the net.Conn crypto/tls writes to.
+type batchConn struct {
+	net.Conn
+	mu  sync.Mutex
+	on  bool
+	buf *[]byte // nil unless a batch holds bytes
+}
+
+// Write appends p to the open batch, or writes it to the socket.
+func (b *batchConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.on {
+		if err := b.flushLocked(); err != nil {
+			return 0, err
+		}
+		return b.Conn.Write(p)
+	}
+	if b.buf != nil && len(*b.buf)+len(p) > batchMax {
+		if err := b.flushLocked(); err != nil {
+			return 0, err
+		}
+	}
+	if len(p) >= batchMax {
+		return b.Conn.Write(p) // nothing to gain from copying it
+	}
+	if b.buf == nil {
+		b.buf = batchBufs.Get().(*[]byte)
+	}
+	*b.buf = append(*b.buf, p...)
+	return len(p), nil
+}
+
+// begin opens a batch (a no-op if one is open).
+func (b *batchConn) begin() {
+	b.mu.Lock()
+	b.on = true
+	b.mu.Unlock()
+}
+
+// end closes the batch and writes what it holds with one write(2).
+func (b *batchConn) end() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.on = false
+	return b.flushLocked()
+}
+
+func (b *batchConn) flushLocked() error {
+	if b.buf == nil {
+		return nil
+	}
+	buf := b.buf
+	b.buf = nil
+	_, err := b.Conn.Write(*buf)
+	*buf = (*buf)[:0]
+	if cap(*buf) <= 2*batchMax {
+		batchBufs.Put(buf)
+	}
+	return err
+}
+
+// yamux v0.1.2 frame header: version (0), type, flags (2), stream id (4),
+// length (4); type 0 is data, whose length is the size of the body written
+// next.
+const (
+	yamuxHeaderSize = 12
+	yamuxTypeData   = 0
+)
+
+// announcesBody reports whether p is a yamux data-frame header followed by
+// a body write.
+func announcesBody(p []byte) bool {
+	return len(p) == yamuxHeaderSize && p[0] == 0 && p[1] == yamuxTypeData &&
+		binary.BigEndian.Uint32(p[8:12]) > 0
+}
