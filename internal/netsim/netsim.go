@@ -96,7 +96,9 @@ type Options struct {
 	// TCPReadBuffer, when positive, sets SO_RCVBUF of both sockets the TCP
 	// proxy reads from, so that the bytes a sender can push ahead into the
 	// proxy's kernel buffer (queueing the Impairment does not see) stay
-	// small; 0 keeps the kernel's auto-tuned buffer.
+	// small; on Linux it also caps the MSS towards the proxy at 1448 bytes
+	// (loopback's 64 KiB segments would not fit a small buffer). 0 keeps
+	// the kernel's auto-tuned buffer and loopback's MSS.
 	TCPReadBuffer int
 }
 

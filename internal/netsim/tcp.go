@@ -65,10 +65,15 @@ type chunk struct {
 // ("host:port").
 func NewTCPProxy(target string, opts Options) (*TCPProxy, error) {
 	opts.defaults()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	var lc net.ListenConfig
+	if opts.TCPReadBuffer > 0 {
+		lc.Control = tcpSegmentOption(opts.TCPReadBuffer)
+	}
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
+	ln := l.(*net.TCPListener)
 	p := &TCPProxy{
 		ln: ln, target: target, opts: opts,
 		up: newShaper(opts.Up, opts.Seed), down: newShaper(opts.Down, opts.Seed+1),
@@ -176,6 +181,9 @@ func (p *TCPProxy) acceptLoop() {
 		}
 		ctx, cancel := context.WithTimeout(p.ctx, tcpDialTime)
 		var d net.Dialer
+		if p.opts.TCPReadBuffer > 0 {
+			d.Control = tcpSegmentOption(p.opts.TCPReadBuffer)
+		}
 		sc, err := d.DialContext(ctx, "tcp", p.target)
 		cancel()
 		if err != nil {
