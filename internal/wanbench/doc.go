@@ -26,6 +26,8 @@
 // It prints the tables and writes them to $FY_WAN_OUT (the Makefile sets
 // out/bench-wan.md). Knobs: FY_WAN_PATHS ("0/0,50/0.5": RTT ms / loss %),
 // FY_WAN_BACKENDS (comma list), FY_WAN_MEASURE (per-phase measuring time,
-// default 2s), FY_WAN_MBIT (path bandwidth, default 50). docs/perf.md
+// default 2s), FY_WAN_MBIT (path bandwidth, default 50), FY_WAN_VARIANTS
+// (extra quic rows: "hint" — the DelayHint on every path; "256k" — no
+// window growth past 256 KiB, the windows before issue 19). docs/perf.md
 // ("WAN paths") has the results, the emulation's limits and the command.
 package wanbench

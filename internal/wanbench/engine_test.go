@@ -47,7 +47,7 @@ func (e *env) startRelayTo(tb testing.TB, backend, upstream string) (agentAddr, 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ln, addr, network := listenOurs(tb, backend, e.pki.ServerConfig(tb, serverName))
+	ln, addr, network := listenOurs(tb, backend, e.pki.ServerConfig(tb, serverName), quic.Config{})
 	served := make(chan struct{})
 	go func() { defer close(served); _ = r.Serve(context.Background(), ln) }()
 	tb.Cleanup(func() { _ = r.Close(); <-served })
@@ -171,7 +171,7 @@ func (e *env) register(tb testing.TB, o *oursImpl, p path) time.Duration {
 		ln = ql
 		target, network = e.startRelayTo(tb, o.backend, ql.Addr().String())
 	} else {
-		ln, target, network = listenOurs(tb, o.backend, e.pki.ServerConfig(tb, serverName))
+		ln, target, network = listenOurs(tb, o.backend, e.pki.ServerConfig(tb, serverName), o.quic)
 	}
 	via := e.proxy(tb, network, target, p)
 	served := make(chan struct{})
@@ -190,7 +190,7 @@ func (e *env) register(tb testing.TB, o *oursImpl, p path) time.Duration {
 	var once sync.Once
 	a, err := agent.New(agent.Config{
 		Runner: runner, Signer: cert.PrivateKey.(crypto.Signer), CertChain: cert.Certificate,
-		Endpoints: []agent.Endpoint{{Address: dialAddr(o.backend, via), Backend: o.backend, Dialer: dialerOf(o.backend, tlsConf)}},
+		Endpoints: []agent.Endpoint{{Address: dialAddr(o.backend, via), Backend: o.backend, Dialer: dialerOf(o.backend, tlsConf, o.quic)}},
 		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}),
 		Hooks:     agent.Hooks{OnConnected: func(agent.Status) { once.Do(func() { connected <- time.Now() }) }},
 		SpoolDir:  tb.TempDir(),

@@ -326,6 +326,7 @@ var rawTLSTCP = impl{name: "raw TLS/TCP", dial: func(tb testing.TB, e *env, p pa
 type oursImpl struct {
 	backend string // quic, webtransport, yamux
 	relay   bool
+	quic    quic.Config // for the quic backend (variants)
 }
 
 type oursOpener struct{ c *semantics.Conn }
@@ -350,14 +351,14 @@ func semConfig() semantics.Config {
 
 // listenOurs starts a listener of backend on loopback; the address is what
 // a dialer of that backend takes (a URL for WebTransport).
-func listenOurs(tb testing.TB, backend string, conf *tls.Config) (semantics.BackendListener, string, string) {
+func listenOurs(tb testing.TB, backend string, conf *tls.Config, qcfg quic.Config) (semantics.BackendListener, string, string) {
 	tb.Helper()
 	var ln semantics.BackendListener
 	var err error
 	network := "udp"
 	switch backend {
 	case "quic":
-		ln, err = quic.Listen("127.0.0.1:0", conf, quic.Config{})
+		ln, err = quic.Listen("127.0.0.1:0", conf, qcfg)
 	case "webtransport":
 		ln, err = webtransport.Listen("127.0.0.1:0", conf, webtransport.Config{})
 	case "yamux":
@@ -371,10 +372,10 @@ func listenOurs(tb testing.TB, backend string, conf *tls.Config) (semantics.Back
 	return ln, ln.Addr().String(), network
 }
 
-func dialerOf(backend string, conf *tls.Config) semantics.BackendDialer {
+func dialerOf(backend string, conf *tls.Config, qcfg quic.Config) semantics.BackendDialer {
 	switch backend {
 	case "quic":
-		return quic.Dialer{TLS: conf}
+		return quic.Dialer{TLS: conf, Config: qcfg}
 	case "webtransport":
 		return webtransport.Dialer{TLS: conf}
 	default:
@@ -400,7 +401,7 @@ func (o *oursImpl) backendPair(tb testing.TB, e *env, p path) (agent, daemon sem
 	if o.relay {
 		dl, target, network = e.startRelay(tb, o.backend)
 	} else {
-		dl, target, network = listenOurs(tb, o.backend, e.pki.ServerConfig(tb, serverName))
+		dl, target, network = listenOurs(tb, o.backend, e.pki.ServerConfig(tb, serverName), o.quic)
 	}
 	via := e.proxy(tb, network, target, p)
 	acc := make(chan semantics.BackendConn, 1)
@@ -412,7 +413,7 @@ func (o *oursImpl) backendPair(tb testing.TB, e *env, p path) (agent, daemon sem
 		acc <- c
 	}()
 	t0 = time.Now()
-	a, err := dialerOf(o.backend, e.pki.ClientConfig(tb, wire.NewRunnerId(), serverName)).Dial(ctx, dialAddr(o.backend, via))
+	a, err := dialerOf(o.backend, e.pki.ClientConfig(tb, wire.NewRunnerId(), serverName), o.quic).Dial(ctx, dialAddr(o.backend, via))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -442,11 +443,19 @@ func (o *oursImpl) dial(tb testing.TB, e *env, p path) *pair {
 	return pr
 }
 
-func oursNamed(backend string, relay bool) impl {
+func oursNamed(backend string, relay bool, variant string) impl {
 	o := &oursImpl{backend: backend, relay: relay}
 	name := backend
 	if relay {
 		name = "relay+" + backend
+	}
+	switch variant {
+	case "hint": // the DelayHint on every path (default: only ≤ 5 ms)
+		o.quic.DelayHintMaxRTT = time.Hour
+		name += " +delay-hint"
+	case "256k": // the short-path windows everywhere (no growth)
+		o.quic.WANReceiveWindow = 1
+		name += " +256K-windows"
 	}
 	return impl{name: name, dial: o.dial, ours: o}
 }
@@ -663,16 +672,19 @@ func paths(tb testing.TB) []path {
 }
 
 // rows are the table's rows: each backend beside its raw library.
-var rows = []struct {
+type row struct {
 	backend string
 	relay   bool
 	raw     *impl
-}{
-	{"quic", false, &rawQUIC},
-	{"webtransport", false, &rawQUIC},
-	{"yamux", false, &rawYamux},
-	{"yamux", true, &rawYamux},
-	{"webtransport", true, &rawQUIC},
+	variant string
+}
+
+var rows = []row{
+	{"quic", false, &rawQUIC, ""},
+	{"webtransport", false, &rawQUIC, ""},
+	{"yamux", false, &rawYamux, ""},
+	{"yamux", true, &rawYamux, ""},
+	{"webtransport", true, &rawQUIC, ""},
 }
 
 // BenchmarkWAN runs the whole matrix once (use -benchtime 1x).
@@ -687,6 +699,12 @@ func BenchmarkWAN(b *testing.B) {
 			want[n] = true
 		}
 	}
+	rows := rows
+	for _, v := range strings.Split(os.Getenv("FY_WAN_VARIANTS"), ",") { // e.g. "hint,256k": extra quic rows
+		if v = strings.TrimSpace(v); v != "" {
+			rows = append(rows, row{"quic", false, &rawQUIC, v})
+		}
+	}
 	start := time.Now()
 	var tables []cellTable
 	for range b.N {
@@ -695,7 +713,7 @@ func BenchmarkWAN(b *testing.B) {
 			t := cellTable{path: p, raws: map[string]result{}}
 			need := map[string]*impl{"raw TLS/TCP": &rawTLSTCP}
 			for _, r := range rows {
-				n := oursNamed(r.backend, r.relay).name
+				n := oursNamed(r.backend, r.relay, r.variant).name
 				if len(want) == 0 || want[n] {
 					need[r.raw.name] = r.raw
 				}
@@ -708,7 +726,7 @@ func BenchmarkWAN(b *testing.B) {
 				}
 			}
 			for _, r := range rows {
-				im := oursNamed(r.backend, r.relay)
+				im := oursNamed(r.backend, r.relay, r.variant)
 				if len(want) > 0 && !want[im.name] {
 					continue
 				}
