@@ -282,13 +282,13 @@ func render(tables []cellTable, e *env, elapsed time.Duration) string {
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), e.bw*8/1_000_000, elapsed.Round(time.Second))
 	b.WriteString("Times in ms, goodput in MB/s; every cell is ours / the raw library of the same leg, same run, same path.\n")
 	b.WriteString("ctl p50/p99 under N bulk: 64-byte control round trips while N daemon→agent bulk streams saturate the path.\n\n")
-	b.WriteString("| path (RTT / loss) | backend | raw | connect | idle p50 | 1 bulk: ctl p50 | ctl p99 | bulk MB/s (% raw) | 4 bulk: ctl p99 | bulk MB/s (% raw) | CAS MB/s (% raw 1-stream) | register (raw connect) | targets |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| path (RTT / loss) | backend | raw | connect | idle p50 | 1 bulk: ctl p50 | ctl p99 | bulk MB/s (% raw) | 4 bulk: ctl p99 | bulk MB/s (% raw) | CAS MB/s (% raw 1-stream) | logs MB/s (% raw 1-stream) | register (raw connect) | targets |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, t := range tables {
 		for _, r := range t.ours {
 			raw := t.raws[r.raw]
 			o := r.res
-			fmt.Fprintf(&b, "| %s | %s | %s | %s / %s | %s / %s | %s / %s | %s / %s | %.2f / %.2f (%s) | %s / %s | %.2f / %.2f (%s) | %.2f (%s) | %s (%s) | %s |\n",
+			fmt.Fprintf(&b, "| %s | %s | %s | %s / %s | %s / %s | %s / %s | %s / %s | %.2f / %.2f (%s) | %s / %s | %.2f / %.2f (%s) | %.2f (%s) | %.2f (%s) | %s (%s) | %s |\n",
 				t.path, o.name, r.raw,
 				ms(o.connect), ms(raw.connect),
 				ms(o.idle.p50), ms(raw.idle.p50),
@@ -298,11 +298,12 @@ func render(tables []cellTable, e *env, elapsed time.Duration) string {
 				ms(o.bulk4.p99), ms(raw.bulk4.p99),
 				o.bulk4.mbps, raw.bulk4.mbps, ratio(o.bulk4.mbps, raw.bulk4.mbps),
 				o.cas, ratio(o.cas, raw.bulk1.mbps),
+				o.logs, ratio(o.logs, raw.bulk1.mbps),
 				ms(o.register), ms(raw.connect),
 				verdict(t.path, r, raw))
 		}
 		if tcp, ok := t.raws["raw TLS/TCP"]; ok {
-			fmt.Fprintf(&b, "| %s | (baseline) | raw TLS/TCP, a connection per stream | %s | %s | %s | %s | %.2f | %s | %.2f | – | – | – |\n",
+			fmt.Fprintf(&b, "| %s | (baseline) | raw TLS/TCP, a connection per stream | %s | %s | %s | %s | %.2f | %s | %.2f | – | – | – | – |\n",
 				t.path, ms(tcp.connect), ms(tcp.idle.p50), ms(tcp.bulk1.p50), ms(tcp.bulk1.p99), tcp.bulk1.mbps, ms(tcp.bulk4.p99), tcp.bulk4.mbps)
 		}
 	}

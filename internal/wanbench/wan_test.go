@@ -619,9 +619,8 @@ type result struct {
 	connect      time.Duration
 	idle         phase
 	bulk1, bulk4 phase
-	cas          float64 // MB/s; 0 for raw
+	cas, logs    float64 // MB/s; 0 for raw
 	register     time.Duration
-	err          string
 }
 
 func (e *env) run(tb testing.TB, im impl, p path, casSize int) result {
@@ -639,6 +638,7 @@ func (e *env) run(tb testing.TB, im impl, p path, casSize int) result {
 	res.bulk4 = e.underBulk(tb, im, p, 4)
 	if im.ours != nil {
 		res.cas = e.casUpload(tb, im.ours, p, casSize)
+		res.logs = e.logUpload(tb, im.ours, p, casSize)
 		res.register = e.register(tb, im.ours, p)
 	}
 	return res
