@@ -132,12 +132,13 @@ bench-authority: deps tools
 
 # --- bench-wan (issue 19): every backend and the relay beside the raw libraries on
 # emulated WAN paths (internal/netsim: RTT 0/10/50/100 ms x loss 0/0.5 %, 50 Mbit/s).
-# Prints the tables and writes $(OUT)/bench-wan.md; about 15 minutes on 2 cores
+# Also a quic row with 4 MiB/8 MiB receive windows (FY_WAN_VARIANTS=wan; "wan,hint" adds the
+# delay hint). Prints the tables and writes $(OUT)/bench-wan.md; about 17 minutes on 2 cores
 # (FY_WAN_PATHS, FY_WAN_BACKENDS, FY_WAN_MEASURE narrow it; see internal/wanbench).
 .PHONY: bench-wan
 bench-wan:
 	@mkdir -p $(OUT)
-	FY_WAN_OUT=$(abspath $(OUT))/bench-wan.md $(GO) test ./internal/wanbench/ -run '^$$' -bench 'BenchmarkWAN$$' -benchtime 1x -count 1 -timeout 40m
+	FY_WAN_OUT=$(abspath $(OUT))/bench-wan.md FY_WAN_VARIANTS=$${FY_WAN_VARIANTS-wan} $(GO) test ./internal/wanbench/ -run '^$$' -bench 'BenchmarkWAN$$' -benchtime 1x -count 1 -timeout 40m
 	@echo "tables written to $(OUT)/bench-wan.md"
 # --- end bench-wan
 

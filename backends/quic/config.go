@@ -44,15 +44,6 @@ const (
 	// DefaultConnectionReceiveWindow is the largest per-connection receive
 	// window; it bounds the memory one peer can make this side buffer.
 	DefaultConnectionReceiveWindow = 4 << 20
-	// DefaultWANReceiveWindow is the largest stream and connection receive
-	// window on a long path (Config.WANReceiveWindow): 4 MiB keeps one
-	// stream at the full rate of a 50 Mbit/s path up to ~600 ms RTT, of
-	// 300 Mbit/s up to 100 ms (docs/perf.md, "WAN paths").
-	DefaultWANReceiveWindow = 4 << 20
-	// DefaultWANMinRTT is the minimum path RTT from which a connection's
-	// receive windows may grow past the short-path windows
-	// (Config.WANMinRTT).
-	DefaultWANMinRTT = 2 * time.Millisecond
 	// RecommendedDelayHintMaxRTT is the Config.DelayHintMaxRTT to use
 	// when enabling the DelayHint: active on paths whose minimum RTT is at
 	// most 5 ms (loopback, LAN, a data centre).
@@ -118,23 +109,6 @@ type Config struct {
 	// closes. Nil: each connection is bounded by ConnectionReceiveWindow
 	// only.
 	Budget *MemoryBudget
-	// WANReceiveWindow is the largest stream and connection receive
-	// window on a long path — one whose minimum RTT is at least WANMinRTT
-	// (0: DefaultWANReceiveWindow; values below StreamReceiveWindow and
-	// ConnectionReceiveWindow mean no growth). Streams start at
-	// StreamReceiveWindow (or 512 KiB if smaller) and quic-go's auto-tuning
-	// grows a window that is consumed within a few RTTs; growth of the
-	// connection window — which bounds the sum of its streams' — is
-	// granted only on a long path. On a short path (loopback, LAN, a data
-	// centre) the connection stays at its initial window (512 KiB or
-	// ConnectionReceiveWindow if smaller), so bulk data ahead of a control
-	// frame stays bounded where the RTT does not need more; on a long
-	// path a single stream is no longer capped at StreamReceiveWindow/RTT
-	// (256 KiB / 50 ms = 5.2 MB/s). Budget still applies.
-	WANReceiveWindow uint64
-	// WANMinRTT is the minimum path RTT (quic-go's MinRTT estimate) from
-	// which windows grow to WANReceiveWindow (0: DefaultWANMinRTT).
-	WANMinRTT time.Duration
 	// DelayHintMaxRTT bounds where the connection's DelayHint is active:
 	// while the path's minimum RTT is at most this long, the connection
 	// reports (as semantics.BulkHinter) its queueing delay converted to
@@ -263,12 +237,6 @@ func (c Config) withDefaults() Config {
 	if c.ConnectionReceiveWindow == 0 {
 		c.ConnectionReceiveWindow = max(DefaultConnectionReceiveWindow, c.StreamReceiveWindow)
 	}
-	if c.WANReceiveWindow == 0 {
-		c.WANReceiveWindow = DefaultWANReceiveWindow
-	}
-	if c.WANMinRTT == 0 {
-		c.WANMinRTT = DefaultWANMinRTT
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -312,12 +280,6 @@ func (c Config) quicConfig() *quicgo.Config {
 	if keepAlive < 0 {
 		keepAlive = 0 // quic-go: 0 = no keepalives
 	}
-	g := &windowGate{
-		short:  min(initialReceiveWindow, c.ConnectionReceiveWindow),
-		long:   max(c.ConnectionReceiveWindow, c.WANReceiveWindow),
-		minRTT: c.WANMinRTT,
-		budget: c.Budget,
-	}
 	qc := &quicgo.Config{
 		HandshakeIdleTimeout:           c.HandshakeTimeout / 2,
 		MaxIdleTimeout:                 c.MaxIdleTimeout,
@@ -325,30 +287,14 @@ func (c Config) quicConfig() *quicgo.Config {
 		MaxIncomingStreams:             c.MaxIncomingStreams,
 		MaxIncomingUniStreams:          c.MaxIncomingUniStreams,
 		InitialStreamReceiveWindow:     min(initialReceiveWindow, c.StreamReceiveWindow),
-		MaxStreamReceiveWindow:         max(c.StreamReceiveWindow, c.WANReceiveWindow),
-		InitialConnectionReceiveWindow: g.short,
-		MaxConnectionReceiveWindow:     g.long,
-		AllowConnectionWindowIncrease:  g.allow,
+		MaxStreamReceiveWindow:         c.StreamReceiveWindow,
+		InitialConnectionReceiveWindow: min(initialReceiveWindow, c.ConnectionReceiveWindow),
+		MaxConnectionReceiveWindow:     c.ConnectionReceiveWindow,
+	}
+	if c.Budget != nil {
+		qc.AllowConnectionWindowIncrease = c.Budget.allow
 	}
 	return qc
-}
-
-// windowGate is quic-go's AllowConnectionWindowIncrease: the connection
-// window grows past its initial size (up to MaxConnectionReceiveWindow,
-// which quic-go enforces) only on a path whose minimum RTT is at least
-// minRTT, and only while the Budget (if any) has room. ConnectionStats
-// reads atomics only, so calling it here cannot deadlock.
-type windowGate struct {
-	short, long uint64
-	minRTT      time.Duration
-	budget      *MemoryBudget
-}
-
-func (g *windowGate) allow(c *quicgo.Conn, delta uint64) bool {
-	if c.ConnectionStats().MinRTT < g.minRTT {
-		return false // a short path: the initial window suffices
-	}
-	return g.budget == nil || g.budget.allow(c, delta)
 }
 
 // MemoryBudget is a receive-memory budget in bytes shared by connections

@@ -27,7 +27,7 @@
 // out/bench-wan.md). Knobs: FY_WAN_PATHS ("0/0,50/0.5": RTT ms / loss %),
 // FY_WAN_BACKENDS (comma list), FY_WAN_MEASURE (per-phase measuring time,
 // default 2s), FY_WAN_MBIT (path bandwidth, default 50), FY_WAN_VARIANTS
-// (extra quic rows: "hint" — the DelayHint on every path; "256k" — no
-// window growth past 256 KiB, the windows before issue 19). docs/perf.md
+// (extra quic rows: "wan" — 4 MiB stream / 8 MiB connection receive
+// windows; "hint" — the DelayHint on every path). docs/perf.md
 // ("WAN paths") has the results, the emulation's limits and the command.
 package wanbench

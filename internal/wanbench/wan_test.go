@@ -450,12 +450,15 @@ func oursNamed(backend string, relay bool, variant string) impl {
 		name = "relay+" + backend
 	}
 	switch variant {
+	case "":
 	case "hint": // the DelayHint on every path (default: only ≤ 5 ms)
 		o.quic.DelayHintMaxRTT = time.Hour
-		name += " +delay-hint"
-	case "256k": // the short-path windows everywhere (no growth)
-		o.quic.WANReceiveWindow = 1
-		name += " +256K-windows"
+		name += " delay-hint"
+	case "wan": // long-path windows: 4 MiB per stream, 8 MiB per connection
+		o.quic.StreamReceiveWindow, o.quic.ConnectionReceiveWindow = 4<<20, 8<<20
+		name += " 4M/8M-windows"
+	default:
+		panic("FY_WAN_VARIANTS: unknown variant " + variant)
 	}
 	return impl{name: name, dial: o.dial, ours: o}
 }
@@ -700,7 +703,7 @@ func BenchmarkWAN(b *testing.B) {
 		}
 	}
 	rows := rows
-	for _, v := range strings.Split(os.Getenv("FY_WAN_VARIANTS"), ",") { // e.g. "hint,256k": extra quic rows
+	for _, v := range strings.Split(os.Getenv("FY_WAN_VARIANTS"), ",") { // e.g. "wan,hint": extra quic rows
 		if v = strings.TrimSpace(v); v != "" {
 			rows = append(rows, row{"quic", false, &rawQUIC, v})
 		}
@@ -714,7 +717,7 @@ func BenchmarkWAN(b *testing.B) {
 			need := map[string]*impl{"raw TLS/TCP": &rawTLSTCP}
 			for _, r := range rows {
 				n := oursNamed(r.backend, r.relay, r.variant).name
-				if len(want) == 0 || want[n] {
+				if len(want) == 0 || want[n] || (r.variant != "" && want[r.backend]) {
 					need[r.raw.name] = r.raw
 				}
 			}
@@ -727,7 +730,7 @@ func BenchmarkWAN(b *testing.B) {
 			}
 			for _, r := range rows {
 				im := oursNamed(r.backend, r.relay, r.variant)
-				if len(want) > 0 && !want[im.name] {
+				if len(want) > 0 && !want[im.name] && (r.variant == "" || !want[r.backend]) {
 					continue
 				}
 				raw := t.raws[r.raw.name]
