@@ -57,6 +57,7 @@ type env struct {
 	pki     *trusttest.PKI
 	bw      int64
 	measure time.Duration
+	warm    time.Duration // before measuring under bulk, plus 10 RTTs (0: 1 s)
 }
 
 // proxy puts the emulated path p in front of target ("udp" or "tcp").
@@ -602,7 +603,11 @@ func (e *env) underBulk(tb testing.TB, im impl, p path, n int) phase {
 	var bg sync.WaitGroup
 	ctl := controlStream(tb, pr, &bg)
 	br := startBulk(tb, pr, n)
-	warm := time.NewTimer(time.Second + 10*p.rtt)
+	wt := e.warm
+	if wt == 0 {
+		wt = time.Second
+	}
+	warm := time.NewTimer(wt + 10*p.rtt)
 	<-warm.C // a fixed warm-up: no event marks "the path is full"
 	r0, t0 := br.received.Load(), time.Now()
 	rtts := pings(tb, ctl, 10, e.measure)
