@@ -188,7 +188,14 @@ func (s *shaper) schedule(n int, now time.Time, udp bool) (time.Time, bool) {
 	if s.imp.Jitter > 0 {
 		t = t.Add(time.Duration(s.rng.Int64N(int64(s.imp.Jitter))))
 	}
+	if t.Before(s.last) {
+		t = s.last
+	}
+	s.last = t
 	if !udp && s.imp.Loss > 0 {
+		// The stall holds this chunk and, through the connection's FIFO
+		// writer, the rest of its connection — not the other connections
+		// of the path, so it is not part of s.last.
 		segs := (n + tcpSegment - 1) / tcpSegment
 		for range segs {
 			if s.rng.Float64() < s.imp.Loss {
@@ -201,10 +208,6 @@ func (s *shaper) schedule(n int, now time.Time, udp bool) (time.Time, bool) {
 			}
 		}
 	}
-	if t.Before(s.last) {
-		t = s.last
-	}
-	s.last = t
 	return t, true
 }
 
