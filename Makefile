@@ -130,6 +130,18 @@ bench-authority: deps tools
 	$(GO) test ./semantics/authority/ -run '^$$' -bench 'RenewFleet' -benchtime 1x -count 3 -timeout 60m | tee -a $(OUT)/bench/authority.txt
 	benchstat $(OUT)/bench/authority.txt
 
+# --- bench-wan (issue 19): every backend and the relay beside the raw libraries on
+# emulated WAN paths (internal/netsim: RTT 0/10/50/100 ms x loss 0/0.5 %, 50 Mbit/s).
+# Also a quic row with 4 MiB/8 MiB receive windows (FY_WAN_VARIANTS=wan; "wan,hint" adds the
+# delay hint). Prints the tables and writes $(OUT)/bench-wan.md; about 17 minutes on 2 cores
+# (FY_WAN_PATHS, FY_WAN_BACKENDS, FY_WAN_MEASURE narrow it; see internal/wanbench).
+.PHONY: bench-wan
+bench-wan:
+	@mkdir -p $(OUT)
+	FY_WAN_OUT=$(abspath $(OUT))/bench-wan.md FY_WAN_VARIANTS=$${FY_WAN_VARIANTS-wan} $(GO) test ./internal/wanbench/ -run '^$$' -bench 'BenchmarkWAN$$' -benchtime 1x -count 1 -timeout 40m
+	@echo "tables written to $(OUT)/bench-wan.md"
+# --- end bench-wan
+
 fuzz: deps
 	FUZZTIME=$(FUZZTIME) FUZZ="$(FUZZ)" FUZZPARALLEL="$(FUZZPARALLEL)" FUZZKEEP="$(FUZZKEEP)" FUZZMINIMIZETIME="$(FUZZMINIMIZETIME)" FUZZJOBS="$(FUZZJOBS)" FUZZLOGDIR="$(FUZZLOGDIR)" ./.ci/fuzz.sh
 

@@ -4,8 +4,25 @@
 // loopback and forwarding to one target address.
 //
 // Each direction (Up: client → target, Down: target → client) has its own
-// Impairment: added one-way latency, bandwidth (serialization delay) and,
-// for UDP, random loss. The controls model path failures:
+// Impairment: added one-way latency and jitter, bandwidth (serialization
+// delay) with a bounded bottleneck queue, and random loss. The WAN
+// benchmark (internal/wanbench, `make bench-wan`) builds its emulated paths
+// from these.
+//
+// Loss differs by protocol. A UDP datagram is dropped with probability
+// Loss. The TCP proxy terminates TCP on both sides, so it cannot drop a
+// segment of the proxied connection; instead each chunk it forwards counts
+// as ceil(len/1448) segments, and when one of them is "lost" (probability
+// Loss each) the chunk — and, the direction being FIFO, everything behind
+// it — is held for LossStall (default: twice Latency, one round trip of a
+// symmetric path, i.e. a fast retransmit). This models the head-of-line
+// stall a lost segment causes, not the congestion-window cut that follows
+// it, so TCP at a given loss rate is flattered (document that beside any
+// figure). Likewise TCP's own congestion control runs over loopback to the
+// proxy and never sees the emulated round trip: the proxy behaves like a
+// split-TCP middlebox whose bottleneck queue (Queue) pushes back.
+//
+// The controls model path failures:
 //
 //   - Blackhole(true) silently drops every packet (UDP) or stalls every byte
 //     (TCP) until Blackhole(false) or Restore: a path that disappeared.
@@ -38,10 +55,27 @@ type Impairment struct {
 	// Bandwidth in bytes per second; 0 is unlimited. Data is serialized at
 	// this rate before Latency is added.
 	Bandwidth int64
-	// Loss is the probability (0–1) that a UDP datagram is dropped. The TCP
-	// proxy ignores it (TCP hides loss as latency).
+	// Loss is the probability (0–1) that a UDP datagram is dropped. For
+	// TCP it is the probability per 1448-byte segment of a stall of
+	// LossStall (see the package comment).
 	Loss float64
+	// Jitter adds a uniformly random extra delay in [0, Jitter) to every
+	// packet or chunk. Delivery order is kept (a packet never overtakes
+	// the one before it), as on a single path.
+	Jitter time.Duration
+	// Queue bounds the bottleneck queue in front of the Bandwidth
+	// serializer, as the time its content takes to serialize: a UDP
+	// datagram that would wait longer is dropped (drop-tail), a TCP chunk
+	// waits (backpressure). 0 is unbounded (up to Options.QueuePackets).
+	// Ignored without Bandwidth.
+	Queue time.Duration
+	// LossStall is the TCP stall per lost segment (0: 2 × Latency, at
+	// least 1 ms).
+	LossStall time.Duration
 }
+
+// tcpSegment is the segment size TCP loss is drawn for.
+const tcpSegment = 1448
 
 // Options configures a proxy. The zero value is usable.
 type Options struct {
@@ -59,6 +93,13 @@ type Options struct {
 	// FlowIdleTimeout forgets a UDP flow after this long without traffic
 	// (0: 2 minutes).
 	FlowIdleTimeout time.Duration
+	// TCPReadBuffer, when positive, sets SO_RCVBUF of both sockets the TCP
+	// proxy reads from, so that the bytes a sender can push ahead into the
+	// proxy's kernel buffer (queueing the Impairment does not see) stay
+	// small; on Linux it also caps the MSS towards the proxy at 1448 bytes
+	// (loopback's 64 KiB segments would not fit a small buffer). 0 keeps
+	// the kernel's auto-tuned buffer and loopback's MSS.
+	TCPReadBuffer int
 }
 
 func (o *Options) defaults() {
@@ -110,6 +151,7 @@ type shaper struct {
 	mu   sync.Mutex
 	imp  Impairment
 	next time.Time // when the serializer is free (bandwidth)
+	last time.Time // latest delivery time handed out (jitter keeps order)
 	rng  *rand.Rand
 }
 
@@ -124,7 +166,7 @@ func (s *shaper) set(imp Impairment) {
 }
 
 // schedule returns when n bytes arriving now should be delivered, and
-// whether loss drops them (udp only).
+// whether loss (UDP) or a full bottleneck queue (UDP) drops them.
 func (s *shaper) schedule(n int, now time.Time, udp bool) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -134,12 +176,50 @@ func (s *shaper) schedule(n int, now time.Time, udp bool) (time.Time, bool) {
 	t := now
 	if s.imp.Bandwidth > 0 {
 		if s.next.After(t) {
+			if udp && s.imp.Queue > 0 && s.next.Sub(t) > s.imp.Queue {
+				return time.Time{}, false // drop-tail at the bottleneck
+			}
 			t = s.next
 		}
 		t = t.Add(time.Duration(int64(n) * int64(time.Second) / s.imp.Bandwidth))
 		s.next = t
 	}
-	return t.Add(s.imp.Latency), true
+	t = t.Add(s.imp.Latency)
+	if s.imp.Jitter > 0 {
+		t = t.Add(time.Duration(s.rng.Int64N(int64(s.imp.Jitter))))
+	}
+	if t.Before(s.last) {
+		t = s.last
+	}
+	s.last = t
+	if !udp && s.imp.Loss > 0 {
+		// The stall holds this chunk and, through the connection's FIFO
+		// writer, the rest of its connection — not the other connections
+		// of the path, so it is not part of s.last.
+		segs := (n + tcpSegment - 1) / tcpSegment
+		for range segs {
+			if s.rng.Float64() < s.imp.Loss {
+				stall := s.imp.LossStall
+				if stall <= 0 {
+					stall = max(2*s.imp.Latency, time.Millisecond)
+				}
+				t = t.Add(stall)
+				break
+			}
+		}
+	}
+	return t, true
+}
+
+// backlog returns how long data arriving now would wait for the
+// serializer, and the queue bound (0: none).
+func (s *shaper) backlog(now time.Time) (wait, limit time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.imp.Bandwidth <= 0 || s.imp.Queue <= 0 {
+		return 0, 0
+	}
+	return s.next.Sub(now), s.imp.Queue
 }
 
 // gate is the blackhole switch: closed channel = open path.

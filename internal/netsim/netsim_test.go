@@ -388,3 +388,128 @@ func TestCloseWithLiveFlows(t *testing.T) {
 	}
 	// goleak in TestMain checks that nothing is left running.
 }
+
+// TestUDPQueueDropTail: datagrams that would wait longer than Queue for
+// the serializer are dropped; those within it are delivered.
+func TestUDPQueueDropTail(t *testing.T) {
+	// 500 B at 100 kB/s = 5 ms each; a 10 ms queue holds about two.
+	p, err := NewUDPProxy(udpEcho(t), Options{Up: Impairment{Bandwidth: 100_000, Queue: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := newUDPClient(t, p.Addr())
+	msg := make([]byte, 500)
+	for i := range 20 {
+		msg[0] = byte(i)
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := 0
+	buf := make([]byte, 2048)
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	for {
+		if _, err := c.Read(buf); err != nil {
+			break
+		}
+		got++
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	}
+	s := p.Stats()
+	if got == 0 || s.UpDropped < 5 || uint64(got)+s.UpDropped != 20 {
+		t.Errorf("echoed %d, dropped %d of 20; want some of each, summing to 20", got, s.UpDropped)
+	}
+}
+
+// TestUDPJitterKeepsOrder: jitter delays datagrams but never reorders them.
+func TestUDPJitterKeepsOrder(t *testing.T) {
+	p, err := NewUDPProxy(udpEcho(t), Options{Up: Impairment{Latency: time.Millisecond, Jitter: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := newUDPClient(t, p.Addr())
+	const n = 50
+	start := time.Now()
+	for i := range n {
+		if _, err := c.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 16)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for i := range n {
+		m, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("datagram %d: %v", i, err)
+		}
+		if m != 1 || buf[0] != byte(i) {
+			t.Fatalf("datagram %d arrived as %v", i, buf[:m])
+		}
+	}
+	if el := time.Since(start); el < time.Millisecond {
+		t.Errorf("50 datagrams with 1 ms latency echoed in %v", el)
+	}
+}
+
+// TestTCPLossStall: a lost segment holds its chunk for LossStall.
+func TestTCPLossStall(t *testing.T) {
+	p, err := NewTCPProxy(tcpEcho(t), Options{Up: Impairment{Loss: 1, LossStall: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := dialTCP(t, p.Addr())
+	rtt, err := echoTCP(c, []byte("hello"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rtt < 100*time.Millisecond {
+		t.Errorf("rtt %v with every segment lost, want ≥ the 100 ms stall", rtt)
+	}
+}
+
+// TestTCPQueueBackpressure: with Queue set the proxy stops reading instead
+// of queueing more than the bound for the serializer, and nothing is lost.
+func TestTCPQueueBackpressure(t *testing.T) {
+	const bw, queue = 2_000_000, 10 * time.Millisecond
+	p, err := NewTCPProxy(tcpEcho(t), Options{Up: Impairment{Bandwidth: bw, Queue: queue}, TCPReadBuffer: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := dialTCP(t, p.Addr())
+	msg := bytes.Repeat([]byte("0123456789abcdef"), 32768) // 512 KiB
+	var peak time.Duration
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() { // samples the serializer backlog while the echo runs
+		defer close(sampled)
+		tk := time.NewTicker(500 * time.Microsecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+				if w, _ := p.up.backlog(time.Now()); w > peak {
+					peak = w
+				}
+			}
+		}
+	}()
+	_, err = echoTCP(c, msg, 10*time.Second)
+	close(done)
+	<-sampled
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One chunk (16 KiB = 8.2 ms at 2 MB/s) may be admitted at the bound.
+	if limit := queue + tcpChunk*time.Second/bw; peak > limit {
+		t.Errorf("serializer backlog peaked at %v, want ≤ %v", peak, limit)
+	}
+	if peak == 0 {
+		t.Error("the backlog was never observed: the bandwidth limit did not apply")
+	}
+}

@@ -10,7 +10,7 @@ import (
 
 const (
 	tcpChunk      = 16 << 10
-	tcpQueueLimit = 64 // chunks per direction per connection (≤ 1 MiB)
+	tcpQueueLimit = 512 // chunks per direction per connection (≤ 8 MiB; small reads are copied to fit)
 	tcpDialTime   = 5 * time.Second
 )
 
@@ -65,10 +65,15 @@ type chunk struct {
 // ("host:port").
 func NewTCPProxy(target string, opts Options) (*TCPProxy, error) {
 	opts.defaults()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	var lc net.ListenConfig
+	if opts.TCPReadBuffer > 0 {
+		lc.Control = tcpSegmentOption(opts.TCPReadBuffer)
+	}
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
+	ln := l.(*net.TCPListener)
 	p := &TCPProxy{
 		ln: ln, target: target, opts: opts,
 		up: newShaper(opts.Up, opts.Seed), down: newShaper(opts.Down, opts.Seed+1),
@@ -83,10 +88,10 @@ func NewTCPProxy(target string, opts Options) (*TCPProxy, error) {
 // Addr returns the proxy's listening address.
 func (p *TCPProxy) Addr() string { return p.ln.Addr().String() }
 
-// SetUp changes the client → target impairment (Loss is ignored).
+// SetUp changes the client → target impairment.
 func (p *TCPProxy) SetUp(imp Impairment) { p.up.set(imp) }
 
-// SetDown changes the target → client impairment (Loss is ignored).
+// SetDown changes the target → client impairment.
 func (p *TCPProxy) SetDown(imp Impairment) { p.down.set(imp) }
 
 // Blackhole stalls (on) or resumes (off) every byte of every connection;
@@ -176,6 +181,9 @@ func (p *TCPProxy) acceptLoop() {
 		}
 		ctx, cancel := context.WithTimeout(p.ctx, tcpDialTime)
 		var d net.Dialer
+		if p.opts.TCPReadBuffer > 0 {
+			d.Control = tcpSegmentOption(p.opts.TCPReadBuffer)
+		}
 		sc, err := d.DialContext(ctx, "tcp", p.target)
 		cancel()
 		if err != nil {
@@ -184,6 +192,10 @@ func (p *TCPProxy) acceptLoop() {
 			continue
 		}
 		t := &tcpPair{client: c, server: sc.(*net.TCPConn), done: make(chan struct{})}
+		if n := p.opts.TCPReadBuffer; n > 0 {
+			_ = t.client.SetReadBuffer(n)
+			_ = t.server.SetReadBuffer(n)
+		}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -210,12 +222,16 @@ func (p *TCPProxy) pipe(t *tcpPair, src, dst *net.TCPConn, sh *shaper, bytes *at
 			buf := make([]byte, tcpChunk)
 			n, err := src.Read(buf)
 			if n > 0 {
-				if !p.waitGate(t) {
+				if !p.waitGate(t) || !waitQueue(sh, t.done) {
 					return
 				}
 				due, _ := sh.schedule(n, time.Now(), false)
+				b := buf[:n]
+				if n < tcpChunk/4 {
+					b = append([]byte(nil), b...)
+				}
 				select {
-				case q <- chunk{b: buf[:n], due: due}:
+				case q <- chunk{b: b, due: due}:
 				case <-t.done:
 					return
 				}
@@ -249,6 +265,21 @@ func (p *TCPProxy) pipe(t *tcpPair, src, dst *net.TCPConn, sh *shaper, bytes *at
 			p.forget(t)
 		}
 	}()
+}
+
+// waitQueue blocks while the direction's bottleneck queue is over its
+// bound (backpressure: the proxy stops reading, so the sender's socket
+// buffers fill); false if done fired.
+func waitQueue(sh *shaper, done <-chan struct{}) bool {
+	for {
+		wait, limit := sh.backlog(time.Now())
+		if limit <= 0 || wait <= limit {
+			return true
+		}
+		if !sleepUntil(time.Now().Add(wait-limit), done) {
+			return false
+		}
+	}
 }
 
 // waitGate blocks while the blackhole is on; false if the pair closed.
