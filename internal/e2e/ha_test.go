@@ -42,7 +42,7 @@ const haTimeout = 90 * time.Second
 // agent's logs-finalized barrier before its uploads, so one agent is never
 // doing both at once).
 const (
-	haLogLines     = 1000 // per logging agent, one every haLogInterval
+	haLogLines     = 2000 // per logging agent, one every haLogInterval
 	haLogInterval  = 10 * time.Millisecond
 	haUploadLines  = 20
 	haOutputSize   = 24 << 20             // the uploading agent's output
@@ -267,6 +267,29 @@ func (w *haWorld) connected(a *haAgent, n int) (string, time.Time) {
 	return ll.str("endpoint"), at
 }
 
+// connections counts the agent's "connected" lines so far and returns
+// the endpoint of the last.
+func connections(a *haAgent) (int, string) {
+	n, last := 0, ""
+	for _, l := range a.Lines() {
+		if ll := logLine(l); ll.msg() == "connected" {
+			n++
+			last = ll.str("endpoint")
+		}
+	}
+	return n, last
+}
+
+// completedIn reports whether the daemon logged the attempt's completion.
+func completedIn(d *haDaemon, attempt wire.JobAttemptId) (string, bool) {
+	for _, l := range d.Lines() {
+		if ll := logLine(l); ll.msg() == "attempt completed" && ll.str("attempt") == attempt.String() {
+			return l, true
+		}
+	}
+	return "", false
+}
+
 // liveSessions polls the daemon's /sessions until every agent has one
 // unfenced session there and returns them by runner.
 func (w *haWorld) liveSessions(d *haDaemon, agents []*haAgent) map[string]session {
@@ -442,11 +465,25 @@ func TestHADaemonKilledAgentsMove(t *testing.T) {
 		if ready && prefix >= haChunk {
 			break
 		}
+		for _, a := range loggers {
+			if _, done := completedIn(d1, a.lease.Attempt); done {
+				t.Fatalf("agent %s finished its %d log lines before the uploader had %d bytes stored (at %d): the machine is too slow for this scenario's timing",
+					a.name, a.lines, haChunk, prefix)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			t.Fatalf("never mid-attempt on daemon 1 (uploader's stored prefix %d)", prefix)
 		case <-time.After(25 * time.Millisecond):
 		}
+	}
+	connsAtKill := map[string]int{}
+	for _, a := range agents {
+		n, ep := connections(a)
+		if ep == d2quic {
+			t.Fatalf("agent %s moved to daemon 2 before daemon 1 was killed (a reconnect on the loaded machine)", a.name)
+		}
+		connsAtKill[a.name] = n
 	}
 	durableAtKill := map[string]uint64{}
 	for _, a := range loggers {
@@ -457,7 +494,7 @@ func TestHADaemonKilledAgentsMove(t *testing.T) {
 
 	// Every agent re-registers on daemon 2 under its agent session.
 	for _, a := range agents {
-		ep, at := w.connected(a, 2)
+		ep, at := w.connected(a, connsAtKill[a.name]+1)
 		if ep != d2.quic {
 			t.Fatalf("agent %s reconnected to %s, want daemon 2 at %s", a.name, ep, d2.quic)
 		}
