@@ -379,8 +379,9 @@ func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, prot
 		return nil, err
 	}
 	return agent.New(agent.Config{
-		Fallback: agentsetup.Policy(cfg.Fallback),
-		Runner:   cred.Runner, Credentials: creds,
+		Fallback:        agentsetup.Policy(cfg.Fallback),
+		FallbackStagger: agentsetup.EndpointStagger(cfg.Fallback),
+		Runner:          cred.Runner, Credentials: creds,
 		Endpoints: eps, Role: agentwire.RoleAgent,
 		Capabilities:    cfg.RunnerCapabilities(),
 		Executor:        agent.NewSyntheticExecutor(seed, synth),

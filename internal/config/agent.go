@@ -63,6 +63,7 @@ const (
 //
 //	[fallback]                 # all optional (defaults shown)
 //	class_stagger = ["250ms", "250ms", "500ms"]
+//	endpoint_stagger = []      # e.g. ["500ms"] for HA daemons
 //	memory_ttl = "30m"
 //	probe_interval = "30s"
 //	probe_successes = 3
@@ -101,6 +102,13 @@ type Fallback struct {
 	// Empty: 250ms, 250ms, 500ms. The daemon's registration answer
 	// overrides it.
 	ClassStagger []Duration `toml:"class_stagger"`
+	// EndpointStagger: endpoints of the same class (a failover list, e.g.
+	// two HA daemons over QUIC) start this long after the previous one
+	// started, instead of once it failed; entry i is the gap before the
+	// (i+2)-th, the last entry repeats. Empty: sequential failover. With
+	// a daemon that died (no answer at all) the next endpoint is otherwise
+	// tried only after the dead one's handshake timeout (5 s over QUIC).
+	EndpointStagger []Duration `toml:"endpoint_stagger"`
 	// MemoryTTL: how long the last good backend is remembered per network
 	// (0: 30m).
 	MemoryTTL Duration `toml:"memory_ttl"`
@@ -318,6 +326,14 @@ func (a *Agent) Validate() error {
 	for i, d := range a.Fallback.ClassStagger {
 		if d.Duration < 0 || d.Duration > time.Minute {
 			return invalid(fmt.Sprintf("fallback.class_stagger[%d]", i), "%v must be 0–1m", d.Duration)
+		}
+	}
+	if len(a.Fallback.EndpointStagger) > 16 {
+		return invalid("fallback.endpoint_stagger", "%d entries; at most 16", len(a.Fallback.EndpointStagger))
+	}
+	for i, d := range a.Fallback.EndpointStagger {
+		if d.Duration < 0 || d.Duration > time.Minute {
+			return invalid(fmt.Sprintf("fallback.endpoint_stagger[%d]", i), "%v must be 0–1m", d.Duration)
 		}
 	}
 	if a.Fallback.ProbeSuccesses < 0 || a.Fallback.ProbeSuccesses > 100 {

@@ -177,12 +177,13 @@ func TestAgentDefaults(t *testing.T) {
 		t.Errorf("bare endpoint = %v", e)
 	}
 	a, err = ParseAgent("a.toml", []byte("[control_plane]\nendpoints = [\"yamux+upgrade://h\", \"relay://r\"]\nproxy = \"http://u:p@proxy:3128\"\nno_proxy = \".internal\"\n"+
-		goodAgentCred+"[fallback]\nclass_stagger = [\"100ms\", \"1s\"]\nprobe_successes = 4\ndisable_memory = true\n"))
+		goodAgentCred+"[fallback]\nclass_stagger = [\"100ms\", \"1s\"]\nendpoint_stagger = [\"500ms\"]\nprobe_successes = 4\ndisable_memory = true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if e := a.Endpoints(); len(e) != 2 || !e[0].Upgrade || !e[1].Relay || a.ControlPlane.Proxy != "http://u:p@proxy:3128" ||
-		a.Fallback.ProbeSuccesses != 4 || !a.Fallback.DisableMemory || len(a.Fallback.ClassStagger) != 2 {
+		a.Fallback.ProbeSuccesses != 4 || !a.Fallback.DisableMemory || len(a.Fallback.ClassStagger) != 2 ||
+		len(a.Fallback.EndpointStagger) != 1 || a.Fallback.EndpointStagger[0].Duration != 500*time.Millisecond {
 		t.Errorf("proxy/fallback config = %+v %+v %v", a.ControlPlane, a.Fallback, e)
 	}
 }
@@ -202,6 +203,7 @@ func TestAgentBad(t *testing.T) {
 		{"proxy password not echoed", ep + "proxy = \"http://u:hunter2@p:3128/x\"\n" + goodAgentCred, "control_plane.proxy", "unexpected path"},
 		{"no_proxy without proxy", ep + "no_proxy = \"x\"\n" + goodAgentCred, "control_plane.no_proxy", "needs control_plane.proxy"},
 		{"stagger", ep + goodAgentCred + "[fallback]\nclass_stagger = [\"2m\"]\n", "fallback.class_stagger[0]", "0–1m"},
+		{"endpoint stagger", ep + goodAgentCred + "[fallback]\nendpoint_stagger = [\"500ms\", \"90s\"]\n", "fallback.endpoint_stagger[1]", "0–1m"},
 		{"probe interval", ep + goodAgentCred + "[fallback]\nprobe_interval = \"1ms\"\n", "fallback.probe_interval", "below 100ms"},
 	}
 	for _, c := range cases {

@@ -241,6 +241,18 @@ func (r *Relay) Validate() error {
 	if _, err := AdminAddr("admin.listen", r.Admin.Listen, r.Admin.AllowRemote); err != nil {
 		return err
 	}
+	// The [admin] section is the daemon's shape; the relay's endpoint
+	// serves only /metrics and /healthz over TCP, without a token. A key
+	// it would silently ignore is refused instead.
+	const unused = "is not used by forgeyard-relay (its admin endpoint serves only /metrics and /healthz, on admin.listen, without a token); remove it"
+	switch {
+	case r.Admin.TokenFile != "":
+		return invalid("admin.token_file", unused)
+	case r.Admin.PublicMetrics:
+		return invalid("admin.public_metrics", unused)
+	case r.Admin.Socket != "":
+		return invalid("admin.socket", unused)
+	}
 	return r.Log.validate("log.")
 }
 

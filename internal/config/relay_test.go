@@ -58,6 +58,12 @@ func TestRelayErrors(t *testing.T) {
 		{`max_streams_per_connection = 64|copy_buffer = 12`, "limits.copy_buffer", "out of range"},
 		{`dial_timeout = "500ms"|dial_timeout = "2m"`, "upstream.dial_timeout", "maximum"},
 		{`listen = ":9465"|listen = "10.0.0.1:9465"`, "admin.listen", "not a loopback"},
+		{`listen = ":9465"|listen = ":9465"
+token_file = "/etc/forgeyard/admin.token"`, "admin.token_file", "not used by forgeyard-relay"},
+		{`listen = ":9465"|listen = ":9465"
+public_metrics = true`, "admin.public_metrics", "not used by forgeyard-relay"},
+		{`listen = ":9465"|listen = ":9465"
+socket = "/run/forgeyard/relay.sock"`, "admin.socket", "not used by forgeyard-relay"},
 		{`[limits]|[limitz]`, "limitz", "unknown key"},
 		{`ca = "/etc/forgeyard/daemon-ca.pem"|ca = "-----BEGIN CERTIFICATE-----"`, "upstream.ca", "inline PEM"},
 	} {

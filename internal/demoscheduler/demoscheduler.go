@@ -10,7 +10,13 @@
 //   - the registration hook runs before the session is active, so an offer
 //     made from it may see daemon.ErrNotConnected for a moment: retry it;
 //   - a reconnect of a session that already got its work gets none again
-//     (the daemon re-sends outstanding offers itself).
+//     (the daemon re-sends outstanding offers itself). With HA daemons the
+//     reconnect may land on another daemon, whose scheduler never saw the
+//     session: the authority's epoch tells (a session's first registration
+//     is epoch 1, every later one — on any daemon sharing the authority —
+//     is higher), so that daemon leaves the session's leases to resync
+//     (§229: the new daemon reads the authoritative store and answers
+//     Continue) instead of offering them a second time.
 package demoscheduler
 
 import (
@@ -52,11 +58,13 @@ func New(d *daemon.Daemon, perSession int, log *slog.Logger) *Scheduler {
 }
 
 // Registered is the OnRegistered hook: a new agent session gets its leases
-// from a goroutine; a reconnect of a known session gets none.
+// from a goroutine; a reconnect gets none — of a session this daemon saw,
+// or of one registered before anywhere (epoch > 1: it got its leases from
+// the daemon that saw its first registration).
 func (s *Scheduler) Registered(si daemon.SessionInfo) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.seen[si.Session] || s.ctx.Err() != nil {
+	if s.seen[si.Session] || si.Epoch > 1 || s.ctx.Err() != nil {
 		return // a reconnect of a session that already got its leases
 	}
 	if len(s.seen) >= MaxSessions {

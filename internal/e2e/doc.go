@@ -5,7 +5,11 @@
 // way to the daemon on networks that block UDP or allow only an HTTP
 // CONNECT proxy: tinyproxy, and squid configured like a stock enterprise
 // proxy (Basic auth, CONNECT to 443 only) in front of a relay on TCP 443
-// (proxy_test.go). The package has no non-test code.
+// (proxy_test.go). The HA scenario (ha_test.go) runs on the host's
+// loopback instead, beside the PostgreSQL (internal/pgtest) and versitygw
+// (internal/s3test) it shares between two daemon processes: one daemon is
+// SIGKILLed mid-attempt and three agent processes move to the other. The
+// package has no non-test code.
 //
 // TestMain builds the binaries once (without -race) into a temporary
 // directory. The tests need root, iproute2, nftables, tinyproxy, squid and

@@ -9,6 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/internal/s3test"
 )
 
 // The binaries built by TestMain.
@@ -38,5 +41,8 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	binDaemon, binAgent, binRelay = filepath.Join(dir, "forgeyard-daemon"), filepath.Join(dir, "forgeyard-agent"), filepath.Join(dir, "forgeyard-relay")
+	// The HA scenario's PostgreSQL and versitygw, if it started them.
+	defer pgtest.StopShared()
+	defer s3test.StopShared()
 	return m.Run()
 }

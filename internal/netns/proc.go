@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -42,13 +43,39 @@ type Proc struct {
 // logs the last lines of its output.
 func (n *NS) Start(name, bin string, args []string, env ...string) *Proc {
 	n.t.Helper()
-	cmd := exec.Command("ip", append([]string{"netns", "exec", n.Name, bin}, args...)...)
+	p, err := start(n.t, name, exec.Command("ip", append([]string{"netns", "exec", n.Name, bin}, args...)...), env)
+	if err != nil {
+		n.t.Fatalf("netns %s: starting %s: %v", n.Role, name, err)
+	}
+	n.mu.Lock()
+	n.procs = append(n.procs, p)
+	n.mu.Unlock()
+	return p
+}
+
+// StartHost runs bin with args in the test's own network namespace (for
+// scenarios on loopback that need no namespace of their own, e.g. with
+// servers such as internal/pgtest and internal/s3test that listen on the
+// host's loopback), otherwise like NS.Start: env is added to the
+// environment, output is kept line by line, and the process is stopped
+// (SIGTERM, then SIGKILL) when the test ends, if it still runs.
+func StartHost(t testing.TB, name, bin string, args []string, env ...string) *Proc {
+	t.Helper()
+	p, err := start(t, name, exec.Command(bin, args...), env)
+	if err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
+	return p
+}
+
+func start(t testing.TB, name string, cmd *exec.Cmd, env []string) (*Proc, error) {
 	cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{}), notify: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
-		n.t.Fatalf("netns %s: starting %s: %v", n.Role, name, err)
+		return nil, err
 	}
 	read := make(chan struct{})
 	go func() {
@@ -67,17 +94,13 @@ func (n *NS) Start(name, bin string, args []string, env ...string) *Proc {
 		p.err = err
 		close(p.done)
 	}()
-	n.mu.Lock()
-	n.procs = append(n.procs, p)
-	n.mu.Unlock()
-	t := n.t
 	t.Cleanup(func() {
 		if t.Failed() {
 			lines := p.Lines()
 			t.Logf("--- last output of %s (%d lines) ---\n%s", name, len(lines), strings.Join(lines[max(0, len(lines)-60):], "\n"))
 		}
 	})
-	return p
+	return p, nil
 }
 
 func (p *Proc) add(line string) {

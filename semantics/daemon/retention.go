@@ -24,10 +24,12 @@ type Retention struct {
 	// PartialMaxAge prunes abandoned partial uploads; 0:
 	// retention.DefaultPartialMaxAge.
 	PartialMaxAge time.Duration
-	// Live, when set, adds the attempts and objects other daemons' live
-	// attempts reference (an authority query, for HA daemons sharing a
-	// store). The daemon always keeps what its own sessions' live leases
-	// reference.
+	// Live, when set, adds more attempts and objects to keep. The daemon
+	// always keeps what live leases reference: with the SQL authorities
+	// (authority.LiveLister) the leases of every daemon sharing the
+	// authority, so HA daemons sharing one store keep each other's live
+	// attempts' logs and payloads without it; with other authorities
+	// those of its own sessions.
 	Live retention.LiveSet
 }
 
@@ -84,28 +86,29 @@ func (d *Daemon) CollectGarbage(ctx context.Context) (retention.Result, error) {
 	return res, err
 }
 
-// liveSet is what this daemon's live attempts reference: the offered and
-// accepted leases of the sessions connected here (their attempts' logs,
-// payloads and declared outputs), the attempts whose logs it serves, plus
-// Config.Retention.Live.
+// liveSet is what live attempts reference: the offered and accepted
+// leases (their attempts' logs, payloads and declared outputs), the
+// attempts whose logs this daemon serves, plus Config.Retention.Live.
+// With an authority that lists every live lease (authority.LiveLister: the
+// SQL stores) the leases are those of every session, held here or by any
+// other daemon sharing the authority — what HA daemons sharing one data
+// plane must all keep (issue 15 item 5); otherwise those of the sessions
+// connected here.
 func (d *Daemon) liveSet(ctx context.Context) (retention.Live, error) {
 	lv := retention.Live{Attempts: map[wire.JobAttemptId]bool{}, Objects: map[wire.CasObjectRef]bool{}}
+	ll := authority.LiveListerOf(d.auth)
 	sessions := map[wire.AgentSessionId]bool{}
 	d.mu.Lock()
 	for a := range d.logConns {
 		lv.Attempts[a] = true
 	}
 	for _, c := range d.conns {
-		if _, s, _, _ := c.ident(); s != (wire.AgentSessionId{}) {
+		if _, s, _, _ := c.ident(); ll == nil && s != (wire.AgentSessionId{}) {
 			sessions[s] = true
 		}
 	}
 	d.mu.Unlock()
-	for s := range sessions {
-		ls, err := d.auth.SessionLeases(ctx, s, authority.LeaseOffered, authority.LeaseAccepted)
-		if err != nil {
-			return lv, err
-		}
+	addLeases := func(ls []authority.Lease) {
 		for _, l := range ls {
 			lv.Attempts[l.Attempt] = true
 			if l.Payload != (wire.CasObjectRef{}) {
@@ -117,6 +120,21 @@ func (d *Daemon) liveSet(ctx context.Context) (retention.Live, error) {
 			for _, o := range outs {
 				lv.Objects[o] = true
 			}
+		}
+	}
+	if ll != nil {
+		ls, err := ll.LiveLeases(ctx)
+		if err != nil {
+			return lv, err
+		}
+		addLeases(ls)
+	} else {
+		for s := range sessions {
+			ls, err := d.auth.SessionLeases(ctx, s, authority.LeaseOffered, authority.LeaseAccepted)
+			if err != nil {
+				return lv, err
+			}
+			addLeases(ls)
 		}
 	}
 	if f := d.cfg.Retention.Live; f != nil {

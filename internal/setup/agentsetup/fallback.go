@@ -23,6 +23,7 @@ package agentsetup
 import (
 	"crypto/tls"
 	"fmt"
+	"time"
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
@@ -118,6 +119,15 @@ func Endpoints(eps []config.Endpoint, o EndpointOptions) ([]agent.Endpoint, erro
 		out = append(out, ae)
 	}
 	return out, nil
+}
+
+// EndpointStagger converts [fallback] endpoint_stagger (agent.Config.FallbackStagger).
+func EndpointStagger(f config.Fallback) []time.Duration {
+	var out []time.Duration
+	for _, d := range f.EndpointStagger {
+		out = append(out, d.Duration)
+	}
+	return out
 }
 
 // Policy converts the [fallback] configuration section.

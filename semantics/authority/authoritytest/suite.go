@@ -86,6 +86,7 @@ func Run(t *testing.T, o Opener) {
 		{"LeaseRoundTrip", testLeaseRoundTrip},
 		{"SessionLeases", testSessionLeases},
 		{"SessionLeasesBounded", testSessionLeasesBounded},
+		{"LiveLeases", testLiveLeases},
 		{"EnrollmentTokens", testTokens},
 		{"EnrollmentTokenRace", testTokenRace},
 		{"Certificates", testCertificates},

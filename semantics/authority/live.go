@@ -1,0 +1,60 @@
+package authority
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+)
+
+// MaxLiveLeases bounds LiveLister.LiveLeases.
+const MaxLiveLeases = 100000
+
+// ErrTooManyLiveLeases: more leases are live than LiveLeases may list;
+// the list is incomplete, so nothing may be deleted on its strength.
+var ErrTooManyLiveLeases = errors.New("authority: more live leases than MaxLiveLeases")
+
+// LiveLister is implemented by the SQL stores. LiveLeases lists every live
+// (offered or accepted) lease of every agent session, whichever daemon
+// holds the session: what daemons sharing one data plane must all keep
+// (semantics/retention; issue 15 item 5). A daemon alone only knows the
+// leases of the sessions connected to it.
+type LiveLister interface {
+	// LiveLeases returns the live leases, at most MaxLiveLeases of them;
+	// with more it returns ErrTooManyLiveLeases and no list.
+	LiveLeases(ctx context.Context) ([]Lease, error)
+}
+
+// LiveListerOf returns a's LiveLister, or nil (a test double).
+func LiveListerOf(a Authority) LiveLister {
+	l, _ := optional[LiveLister](a)
+	return l
+}
+
+func (s *store) LiveLeases(ctx context.Context) ([]Lease, error) {
+	var out []Lease
+	err := s.tx(ctx, func(t *sql.Tx) error {
+		out = out[:0]
+		// The (state, expires_ms) index serves the state filter.
+		rows, err := t.QueryContext(ctx, s.rebind(`SELECT `+leaseCols+` FROM fy_leases WHERE state IN (?, ?) LIMIT ?`),
+			string(LeaseOffered), string(LeaseAccepted), MaxLiveLeases+1)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if len(out) == MaxLiveLeases {
+				return ErrTooManyLiveLeases
+			}
+			l, err := scanLease(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, l)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
