@@ -22,7 +22,7 @@ func pct(d []time.Duration, p int) time.Duration {
 
 // TestLatencyFigures runs 30 sequential lease lifecycles per backend and
 // reports offer→accept and completion→ack latencies (daemon side) and the
-// cancel delivery latency. It asserts only that every sample exists.
+// cancel delivery latency. It asserts only that every lifecycle has its samples.
 func TestLatencyFigures(t *testing.T) {
 	const n = 30
 	enginetest.Backends(t, func(t *testing.T, b enginetest.Backend) {
@@ -43,8 +43,11 @@ func TestLatencyFigures(t *testing.T) {
 			time.Sleep(time.Millisecond) // the sample is taken after the ack is written
 		}
 		st := w.D.Stats()
-		if len(st.OfferToAccept) != n || len(st.CompletionToAck) != n {
-			t.Fatalf("samples: %d offer, %d completion", len(st.OfferToAccept), len(st.CompletionToAck))
+		// At least one sample per lifecycle. A completion (or offer) that the
+		// agent re-sent after its request timeout on a loaded machine is
+		// answered again (DuplicateAccepted) and adds a sample of its own.
+		if len(st.OfferToAccept) < n || len(st.CompletionToAck) < n {
+			t.Fatalf("samples: %d offer, %d completion, want ≥ %d each", len(st.OfferToAccept), len(st.CompletionToAck), n)
 		}
 		t.Logf("%s: offer→accept p50 %v p99 %v; completion→ack (daemon) p50 %v p99 %v",
 			b.Name, pct(st.OfferToAccept, 50), pct(st.OfferToAccept, 99), pct(st.CompletionToAck, 50), pct(st.CompletionToAck, 99))
