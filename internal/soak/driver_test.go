@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,11 +54,34 @@ type result struct {
 	observed   map[string]int64
 }
 
+// tempDir is a fresh directory removed at the end of the test, under
+// -soak.dir (default: /dev/shm when it exists, so the SQLite file, the
+// agents' spools and the content store sit on tmpfs and the run measures
+// the protocol rather than the shared disk's fsync latency; a daemon
+// crash here is a process crash, for which fsync does not matter).
+func tempDir(t *testing.T) string {
+	base := *flagDir
+	if base == "" {
+		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+			base = "/dev/shm"
+		}
+	}
+	if base == "disk" || base == "" {
+		return t.TempDir()
+	}
+	d, err := os.MkdirTemp(base, "forgeyard-soak-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	return d
+}
+
 // timing is the soak daemon's timing: fast renewals and heartbeats, and a
 // lease TTL (60 s) far above the largest clock step (20 s: ±10 s offset),
 // so no clock step may expire a lease.
 func timing() daemon.Timing {
-	return daemon.Timing{HeartbeatInterval: 200 * time.Millisecond, RenewInterval: 100 * time.Millisecond,
+	return daemon.Timing{HeartbeatInterval: time.Second, RenewInterval: 200 * time.Millisecond,
 		LeaseTTL: 60 * time.Second, RevokeGrace: 5 * time.Second, RegistrationTimeout: 5 * time.Second,
 		RequestTimeout: time.Second, MaxBackoff: 100 * time.Millisecond}
 }
@@ -212,7 +237,7 @@ func newCluster(t *testing.T, cfg config, name string, fail func(error)) *cluste
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	dir := tempDir(t)
 	store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: filepath.Join(dir, "cas")})
 	if err != nil {
 		t.Fatal(err)
@@ -240,8 +265,9 @@ func newCluster(t *testing.T, cfg config, name string, fail func(error)) *cluste
 		Dialer: func(_ *testing.T, conf *tls.Config) semantics.BackendDialer { return nb.dialer(conf) }}}
 	for i := 0; i < cfg.agents; i++ {
 		id := c.world.NewIdentity()
-		a, rd, _ := c.world.StartAgent(id, agent.ExecutorFunc(c.execute), enginetest.SpoolIn(t.TempDir()), func(ac *agent.Config) {
+		a, rd, _ := c.world.StartAgent(id, agent.ExecutorFunc(c.execute), enginetest.SpoolIn(tempDir(t)), func(ac *agent.Config) {
 			ac.RequestTimeout = time.Second
+			ac.Logger = slog.New(slog.NewTextHandler(c.logBuf, &slog.HandlerOptions{Level: slog.LevelWarn})).With("agent", i)
 			ac.Hooks.OnAttemptDone = c.attemptDone
 		})
 		c.agents = append(c.agents, &soakAgent{id: id, a: a, rd: rd})
@@ -591,7 +617,21 @@ func (c *cluster) lifecycle(ctx context.Context, p plan) error {
 		}
 		c.cnt.add(fDupCancel, 1)
 	}
-	return c.check(ctx, lf, d)
+	if err := c.check(ctx, lf, d); err != nil {
+		return fmt.Errorf("attempt %s (acknowledged %s after %d completion re-sends): %w\nwarnings naming it:\n%s", lf.attempt, d.Ack, d.Retries, err, c.grep(lf.attempt.String()))
+	}
+	return nil
+}
+
+// grep returns the warnings that mention s.
+func (c *cluster) grep(s string) string {
+	var out []string
+	for _, l := range strings.Split(c.logBuf.String(), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, "  "+l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // check is the per-lifecycle invariant: acknowledged once with the
@@ -654,7 +694,12 @@ func (c *cluster) check(ctx context.Context, lf *life, d agent.AttemptDone) erro
 		}
 		st, err := c.store.Stat(ref)
 		if err != nil || !st.Complete {
-			return fmt.Errorf("output %v not in the content store: %+v %v", ref, st, err)
+			fin, ok := c.current().d.FinalizedOutputs(lf.attempt)
+			return fmt.Errorf("output %v not in the content store: %+v %v; the completion claims %v; finalized outputs %v %v",
+				ref, st, err, d.Result.Outputs, fin, ok)
+		}
+		if !slices.Contains(d.Result.Outputs, ref) {
+			return fmt.Errorf("output %v stored but not claimed by the completion (claims %v)", ref, d.Result.Outputs)
 		}
 		rc, err := c.store.Open(ref, 0)
 		if err != nil {
@@ -716,10 +761,13 @@ func (c *cluster) run(ctx context.Context, plans []plan) (result, error) {
 		return res, err
 	default:
 	}
-	return res, ctx.Err()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return res, fmt.Errorf("%s: %d lifecycles not done within -soak.timeout", c.nb.name, len(plans))
+	}
+	return res, nil // cancelled: another backend failed
 }
 
-// logTail is the last lines of the daemons' warnings, for a failure.
+// logTail is the last lines of the daemons' and agents' warnings, for a failure.
 func (c *cluster) logTail(n int) string {
 	lines := strings.Split(strings.TrimSpace(c.logBuf.String()), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")

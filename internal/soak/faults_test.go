@@ -78,7 +78,36 @@ type plan struct {
 
 // makePlan derives lifecycle idx's plan. forceCrash/forceClock make sure a
 // short run still injects every kind.
-func makePlan(seed uint64, idx int, faults, forceCrash, forceClock bool) plan {
+func makePlan(seed uint64, idx int, faults, forceCrash, forceClock bool, skip map[string]bool) plan {
+	p := makePlanAll(seed, idx, faults, forceCrash, forceClock)
+	if skip[fCut] {
+		p.Cut = false
+	}
+	if skip[fCancel] {
+		p.Cancel, p.CancelCopies, p.CancelEarly = false, 0, false
+	}
+	if skip[fDupCancel] && p.CancelCopies > 1 {
+		p.CancelCopies = 1
+	}
+	if skip[fEarlyCancel] {
+		p.CancelEarly = false
+	}
+	if skip[fDupOffer] {
+		p.DupOffer = false
+	}
+	if (skip[fAuthErrBefore] && p.AuthFails > 0 && !p.AuthAfter) || (skip[fAuthErrAfter] && p.AuthAfter) || (skip[fAuthLatency] && p.AuthDelay > 0) {
+		p.AuthOp, p.AuthFails, p.AuthAfter, p.AuthDelay = opNone, 0, false, 0
+	}
+	if skip[fCrash] {
+		p.Crash = false
+	}
+	if skip[fClockStep] {
+		p.ClockStep = 0
+	}
+	return p
+}
+
+func makePlanAll(seed uint64, idx int, faults, forceCrash, forceClock bool) plan {
 	r := rand.New(rand.NewPCG(seed, uint64(idx)*0x9E3779B97F4A7C15+1))
 	p := plan{Index: idx, Lines: 4 + r.IntN(37), OutSize: 1 + r.IntN(16<<10), Run: time.Duration(r.IntN(5000)) * time.Microsecond}
 	if !faults {

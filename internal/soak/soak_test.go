@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,8 @@ var (
 	flagBackends = flag.String("soak.backends", "memory,quic,yamux", "comma-separated backends: memory, quic, yamux, webtransport")
 	flagFaults   = flag.Bool("soak.faults", true, "inject faults (false: the same lifecycles without faults, the baseline)")
 	flagInflight = flag.Int("soak.inflight", 16, "concurrent lifecycles per backend")
+	flagSkip     = flag.String("soak.skip", "", "comma-separated fault kinds left out of the schedule (the fault mix), e.g. daemon_crash_restart,clock_step")
+	flagDir      = flag.String("soak.dir", "", "directory of the SQLite files, spools and content stores (default /dev/shm if present; \"disk\": the test's temporary directory)")
 	flagTimeout  = flag.Duration("soak.timeout", 9*time.Minute, "the run's bound: it fails if the lifecycles take longer")
 )
 
@@ -29,6 +32,15 @@ func TestSoak(t *testing.T) {
 	if cfg.seed == 0 {
 		cfg.seed = uint64(time.Now().UnixNano())
 	}
+	skip := map[string]bool{}
+	for _, k := range strings.Split(*flagSkip, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			if !slices.Contains(faultOrder, k) {
+				t.Fatalf("soak: -soak.skip: unknown fault kind %q (kinds: %s)", k, strings.Join(faultOrder, ", "))
+			}
+			skip[k] = true
+		}
+	}
 	for _, b := range strings.Split(*flagBackends, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			cfg.backends = append(cfg.backends, b)
@@ -37,8 +49,8 @@ func TestSoak(t *testing.T) {
 	if cfg.n < len(cfg.backends) || len(cfg.backends) == 0 || cfg.inflight < 1 {
 		t.Fatalf("soak: -soak.n=%d must be at least the number of backends (%d), -soak.inflight=%d at least 1", cfg.n, len(cfg.backends), cfg.inflight)
 	}
-	repro := fmt.Sprintf("go test ./internal/soak -run '^TestSoak$' -count=1 -v -timeout 15m -soak.seed=%d -soak.n=%d -soak.backends=%s -soak.faults=%v -soak.inflight=%d",
-		cfg.seed, cfg.n, strings.Join(cfg.backends, ","), cfg.faults, cfg.inflight)
+	repro := fmt.Sprintf("go test ./internal/soak -run '^TestSoak$' -count=1 -v -timeout 15m -soak.seed=%d -soak.n=%d -soak.backends=%s -soak.faults=%v -soak.inflight=%d -soak.skip=%s",
+		cfg.seed, cfg.n, strings.Join(cfg.backends, ","), cfg.faults, cfg.inflight, *flagSkip)
 	// Lifecycle i goes to backend i mod len(backends); its plan depends on
 	// the seed and i only.
 	nb := len(cfg.backends)
@@ -48,7 +60,7 @@ func TestSoak(t *testing.T) {
 		b := i % nb
 		per := (cfg.n - b + nb - 1) / nb
 		local := i / nb
-		p := makePlan(cfg.seed, i, cfg.faults, cfg.faults && local == per/2, cfg.faults && (local == per/3 || local == 2*per/3))
+		p := makePlan(cfg.seed, i, cfg.faults, cfg.faults && local == per/2, cfg.faults && (local == per/3 || local == 2*per/3), skip)
 		plans[b] = append(plans[b], p)
 		all = append(all, p)
 	}
@@ -79,7 +91,7 @@ func TestSoak(t *testing.T) {
 			res, err := clusters[b].run(ctx, plans[b])
 			results[b] = res
 			if err != nil {
-				fail(fmt.Errorf("%w\n%s daemon warnings (tail):\n%s", err, clusters[b].nb.name, clusters[b].logTail(20)))
+				fail(fmt.Errorf("%w\n%s daemon and agent warnings (tail):\n%s", err, clusters[b].nb.name, clusters[b].logTail(20)))
 			}
 		}()
 	}
