@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/control"
 	"forgeyard.dev/transport/semantics/logs"
@@ -338,7 +339,10 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 		// The daemon's log store failed meanwhile (StorageUnavailable): keep
 		// the log spooled (the writer resends from the durable point) and
 		// try again, for at most storageRetryFor (issue 15 item 4).
-		for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && a.storageFaultSince(budget+time.Second) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
+		// So is a barrier that failed with the link (cut, replaced, a
+		// daemon restart): the log stays spooled and is resent on the next
+		// link, rather than dropped after one budget of link churn.
+		for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && (a.storageFaultSince(budget+time.Second) || linkFailure(err)) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
 			a.mu.Lock()
 			discard := at.discard
 			a.mu.Unlock()
@@ -346,13 +350,21 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 				break
 			}
 			a.st.logStorageRetries.Add(1)
-			a.log.Warn("daemon's log store unavailable; log kept, retrying the logs-finalized barrier", "attempt", job.Attempt.String(), "in", wait)
+			a.log.Warn("logs-finalized barrier failed; log kept, retrying", "attempt", job.Attempt.String(), "in", wait, "err", err)
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
 			case <-a.ctx.Done():
 			}
 			t.Stop()
+			// Re-attach the log stream first: frames a link took with it
+			// (or a stream that ended while the daemon could not store
+			// them) are resent from the daemon's last ack; the daemon
+			// skips those it holds. Without it the barrier waits for
+			// frames nobody sends.
+			if l, _ := a.currentLink(); l != nil {
+				a.attachLog(l, at, 0)
+			}
 			err = finalize()
 		}
 		if err != nil {
@@ -387,10 +399,11 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 		})
 	}
 	err := upload()
-	// The daemon's content store is full or failing: keep the outputs in
-	// the local store and retry with backoff (issue 15 item 4), for at
-	// most storageRetryFor, while the attempt is ours.
-	for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && storageUnavailable(err) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
+	// The daemon's content store is full or failing, or the link failed
+	// under the upload: keep the outputs in the local store and retry
+	// with backoff (issue 15 items 4 and 6), for at most storageRetryFor,
+	// while the attempt is ours.
+	for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && (storageUnavailable(err) || linkFailure(err)) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
 		a.mu.Lock()
 		discard := at.discard
 		a.mu.Unlock()
@@ -398,7 +411,7 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 			break
 		}
 		a.st.outputsStorageRetries.Add(1)
-		a.log.Warn("daemon's content store unavailable; outputs kept, retrying", "attempt", job.Attempt.String(), "in", wait, "err", err)
+		a.log.Warn("output upload failed; outputs kept, retrying", "attempt", job.Attempt.String(), "in", wait, "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -423,6 +436,28 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 // storageRetryFor bounds how long an agent keeps retrying the upload of an
 // attempt's outputs while the daemon answers StorageUnavailable.
 const storageRetryFor = 10 * time.Minute
+
+// linkFailure reports whether a logs-finalized barrier or an upload
+// failed with its link — the connection cut or replaced, the daemon gone
+// or silent past the deadline — rather than by the daemon's answer (a
+// WireErrorV1, a CAS outcome, a log-stream rejection, a stream the daemon
+// reset, e.g. refused because it has no store). A link failure is retried
+// on the next link: the fault-injection soak (issue 15 item 6) found
+// outputs left out of completions and logs dropped after one budget of
+// link churn or a daemon restart, though the attempt's lease was live.
+func linkFailure(err error) bool {
+	var we *wire.WireErrorV1
+	var oe *cas.OutcomeError
+	var re *logs.RejectError
+	var se *semantics.StreamError
+	switch {
+	case err == nil, errors.As(err, &we), errors.As(err, &oe), errors.As(err, &re):
+		return false
+	case errors.As(err, &se) && se.Remote && se.Code != semantics.StreamCancelled:
+		return false
+	}
+	return true
+}
 
 // storageUnavailable reports whether err carries a daemon's
 // WireErrorV1{StorageUnavailable}.
