@@ -29,6 +29,9 @@ var (
 // backends. A failure prints the one command that replays its seed.
 func TestSoak(t *testing.T) {
 	cfg := config{seed: *flagSeed, n: *flagN, faults: *flagFaults, inflight: *flagInflight, agents: 4}
+	if testing.Short() && !flagGiven("soak.n") {
+		cfg.n = 150 // make test-short: every fault kind still scheduled
+	}
 	if cfg.seed == 0 {
 		cfg.seed = uint64(time.Now().UnixNano())
 	}
@@ -135,6 +138,13 @@ func TestSoak(t *testing.T) {
 	}
 }
 
+// flagGiven reports whether the flag was set on the command line.
+func flagGiven(name string) bool {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
 // scheduled reports whether the plans hold fault kind k.
 func scheduled(plans []plan, k string) bool {
 	for _, p := range plans {
@@ -146,4 +156,34 @@ func scheduled(plans []plan, k string) bool {
 		}
 	}
 	return false
+}
+
+// TestScheduleIsAFunctionOfTheSeed: the same seed gives the same fault
+// schedule (what a replay re-creates), another seed another one, and a
+// no-fault schedule holds no fault.
+func TestScheduleIsAFunctionOfTheSeed(t *testing.T) {
+	mk := func(seed uint64, faults bool) []plan {
+		var ps []plan
+		for i := 0; i < 2000; i++ {
+			ps = append(ps, makePlan(seed, i, faults, i == 1000, i == 500, nil))
+		}
+		return ps
+	}
+	a, b, c := mk(7, true), mk(7, true), mk(8, true)
+	if scheduleDigest(a) != scheduleDigest(b) {
+		t.Fatal("one seed gave two schedules")
+	}
+	if scheduleDigest(a) == scheduleDigest(c) {
+		t.Fatal("two seeds gave one schedule")
+	}
+	for _, k := range faultOrder {
+		if !scheduled(a, k) {
+			t.Errorf("2,000 lifecycles schedule no %s", k)
+		}
+	}
+	for _, k := range faultOrder {
+		if scheduled(mk(7, false), k) {
+			t.Errorf("the no-fault schedule holds %s", k)
+		}
+	}
 }
