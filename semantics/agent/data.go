@@ -440,8 +440,10 @@ const storageRetryFor = 10 * time.Minute
 // linkFailure reports whether a logs-finalized barrier or an upload
 // failed with its link — the connection cut or replaced, the daemon gone
 // or silent past the deadline — rather than by the daemon's answer (a
-// WireErrorV1, a CAS outcome, a log-stream rejection, a stream the daemon
-// reset, e.g. refused because it has no store). A link failure is retried
+// WireErrorV1 that is not transient, a CAS outcome other than Aborted, a log-stream rejection, a
+// stream the daemon reset, e.g. refused because it has no store). A link
+// failure, or an Aborted upload (the daemon was busy with the object or
+// could not reach its authority), is retried
 // on the next link: the fault-injection soak (issue 15 item 6) found
 // outputs left out of completions and logs dropped after one budget of
 // link churn or a daemon restart, though the attempt's lease was live.
@@ -451,6 +453,10 @@ func linkFailure(err error) bool {
 	var re *logs.RejectError
 	var se *semantics.StreamError
 	switch {
+	case errors.As(err, &oe) && oe.Outcome == wcas.CasAborted:
+		return true // the daemon could not take it now (busy, authority hiccup): retry
+	case errors.As(err, &we) && (we.Retry == wire.RetryImmediately || we.Retry == wire.RetryBackoff):
+		return true // the daemon says transient (its authority unavailable, rate limited)
 	case err == nil, errors.As(err, &we), errors.As(err, &oe), errors.As(err, &re):
 		return false
 	case errors.As(err, &se) && se.Remote && se.Code != semantics.StreamCancelled:
