@@ -210,13 +210,6 @@ func (c *counters) add(kind string, n int64) {
 	v.(*atomic.Int64).Add(n)
 }
 
-func (c *counters) get(kind string) int64 {
-	if v, ok := c.m.Load(kind); ok {
-		return v.(*atomic.Int64).Load()
-	}
-	return 0
-}
-
 func (c *counters) snapshot() map[string]int64 {
 	out := map[string]int64{}
 	c.m.Range(func(k, v any) bool { out[k.(string)] = v.(*atomic.Int64).Load(); return true })
