@@ -339,10 +339,7 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 		// The daemon's log store failed meanwhile (StorageUnavailable): keep
 		// the log spooled (the writer resends from the durable point) and
 		// try again, for at most storageRetryFor (issue 15 item 4).
-		// So is a barrier that failed with the link (cut, replaced, a
-		// daemon restart): the log stays spooled and is resent on the next
-		// link, rather than dropped after one budget of link churn.
-		for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && (a.storageFaultSince(budget+time.Second) || linkFailure(err)) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
+		for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && a.storageFaultSince(budget+time.Second) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
 			a.mu.Lock()
 			discard := at.discard
 			a.mu.Unlock()
@@ -350,21 +347,13 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 				break
 			}
 			a.st.logStorageRetries.Add(1)
-			a.log.Warn("logs-finalized barrier failed; log kept, retrying", "attempt", job.Attempt.String(), "in", wait, "err", err)
+			a.log.Warn("daemon's log store unavailable; log kept, retrying the logs-finalized barrier", "attempt", job.Attempt.String(), "in", wait)
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
 			case <-a.ctx.Done():
 			}
 			t.Stop()
-			// Re-attach the log stream first: frames a link took with it
-			// (or a stream that ended while the daemon could not store
-			// them) are resent from the daemon's last ack; the daemon
-			// skips those it holds. Without it the barrier waits for
-			// frames nobody sends.
-			if l, _ := a.currentLink(); l != nil {
-				a.attachLog(l, at, 0)
-			}
 			err = finalize()
 		}
 		if err != nil {
@@ -437,8 +426,7 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 // attempt's outputs while the daemon answers StorageUnavailable.
 const storageRetryFor = 10 * time.Minute
 
-// linkFailure reports whether a logs-finalized barrier or an upload
-// failed with its link — the connection cut or replaced, the daemon gone
+// linkFailure reports whether an output upload failed with its link — the connection cut or replaced, the daemon gone
 // or silent past the deadline — rather than by the daemon's answer (a
 // WireErrorV1 that is not transient, a CAS outcome other than Aborted, a log-stream rejection, a
 // stream the daemon reset, e.g. refused because it has no store). A link
@@ -447,6 +435,10 @@ const storageRetryFor = 10 * time.Minute
 // on the next link: the fault-injection soak (issue 15 item 6) found
 // outputs left out of completions and logs dropped after one budget of
 // link churn or a daemon restart, though the attempt's lease was live.
+// (The logs-finalized barrier still gives up after one budget: retrying it
+// the same way stalled TestDataAuthorityHiccupNotForbidden — the barrier
+// waits out its budget after a refused LogsFinalizedV1 — so it is left for
+// a follow-up, docs/perf.md §12.)
 func linkFailure(err error) bool {
 	var we *wire.WireErrorV1
 	var oe *cas.OutcomeError
