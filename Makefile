@@ -14,7 +14,7 @@ FUZZTIME ?= 30s
 BENCHCOUNT ?= 6
 OUT := out
 
-.PHONY: all demo demo-vectors matrix release scale test test-short lint api-check api-report fmt vet layering staticcheck bench bench-codec bench-backends bench-authority fuzz deps tools clean help
+.PHONY: all demo demo-vectors matrix release scale soak test test-short lint api-check api-report fmt vet layering staticcheck bench bench-codec bench-backends bench-authority fuzz deps tools clean help
 
 all: test
 
@@ -29,6 +29,7 @@ help:
 	@echo "make api-report  rewrite docs/api-changes.md after an exported API change (docs/api.md)"
 	@echo "make bench     codec and backend benchmarks; tables for docs/perf.md (BENCHCOUNT=$(BENCHCOUNT))"
 	@echo "make bench-authority  authority completions/renewals per second with group commit beside a single-row-transaction baseline (docs/perf.md)"
+	@echo "make soak      fault-injection soak: 10,000 lease lifecycles over memory, QUIC, TLS+yamux and WebTransport with cuts, duplicate/early cancels, authority errors and latency, daemon crash/restart and clock steps; then the same lifecycles without faults (SOAK_SEED=, SOAK_N=, SOAK_BACKENDS=, SOAK_SKIP=; a failure prints the command that replays its seed)"
 	@echo "make fuzz      every fuzz target for FUZZTIME each (default $(FUZZTIME)); FUZZ=regexp, FUZZJOBS=n targets at once (default: cores), FUZZPARALLEL=n, FUZZKEEP=n (see .ci/fuzz.sh)"
 
 deps:
@@ -71,6 +72,28 @@ scale: deps
 	$(GO) build -o bin/ ./cmd/forgeyard-daemon ./cmd/forgeyard-loadgen
 	SCALE_LADDER="$(SCALE_LADDER)" ./bin/forgeyard-loadgen ladder --out $(OUT)/scale.md --dir $(OUT)/_scale-work --daemon-cmd ./bin/forgeyard-daemon \
 		--timeout $(SCALE_STEP_TIMEOUT) --steady $(SCALE_STEADY) --heartbeat $(SCALE_HEARTBEAT) --lease-rate $(SCALE_LEASE_RATE)
+
+# ---- fault-injection soak (issue 15 item 6; internal/soak, docs/perf.md
+# "Fault-injection soak") ----
+# SOAK_N lifecycles over SOAK_BACKENDS with every fault kind (SOAK_SKIP
+# leaves kinds out), bounded by SOAK_TIMEOUT, then SOAK_BASELINE_N of the same
+# lifecycles without faults (the baseline beside the figure). SOAK_SEED=0 seeds
+# from the clock; the seed and a digest of the fault schedule are printed, and
+# a failure prints the one command that replays the schedule. Without -race:
+# `make test` runs the short version (500 lifecycles) with -race.
+SOAK_SEED ?= 0
+SOAK_N ?= 10000
+SOAK_BASELINE_N ?= 2000
+SOAK_BACKENDS ?= memory,quic,yamux,webtransport
+SOAK_SKIP ?=
+SOAK_INFLIGHT ?= 16
+SOAK_TIMEOUT ?= 10m
+soak: deps
+	$(GO) test ./internal/soak -run '^TestSoak$$' -count=1 -v -timeout 30m -soak.seed=$(SOAK_SEED) -soak.n=$(SOAK_N) \
+		-soak.backends=$(SOAK_BACKENDS) -soak.skip=$(SOAK_SKIP) -soak.inflight=$(SOAK_INFLIGHT) -soak.timeout=$(SOAK_TIMEOUT)
+	$(GO) test ./internal/soak -run '^TestSoak$$' -count=1 -v -timeout 30m -soak.seed=$(SOAK_SEED) -soak.n=$(SOAK_BASELINE_N) \
+		-soak.backends=$(SOAK_BACKENDS) -soak.faults=false -soak.inflight=$(SOAK_INFLIGHT) -soak.timeout=$(SOAK_TIMEOUT)
+# ---- end fault-injection soak ----
 
 # Release archives and OCI image tarballs in out/release (.ci/release.sh,
 # docs/operations.md "Releases and packages").

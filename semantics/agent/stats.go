@@ -54,7 +54,8 @@ type Stats struct {
 	OutputsUploaded   int64 // outputs uploaded (or already held) before completions
 	OutputsFailed     int64 // local outputs that could not be uploaded (left out of completions)
 	// OutputsStorageRetries counts upload retries because the daemon's
-	// content store was unavailable (WireErrorV1 StorageUnavailable).
+	// content store was unavailable (WireErrorV1 StorageUnavailable) or
+	// the link failed under the upload.
 	OutputsStorageRetries int64
 	// LogStorageRetries counts logs-finalized barriers retried because the
 	// daemon's log store was unavailable.

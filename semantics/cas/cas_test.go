@@ -744,3 +744,38 @@ func TestBandwidthPaces(t *testing.T) {
 		t.Fatalf("Wait with a cancelled ctx: %v", err)
 	}
 }
+
+// answerAnyway answers NeedObjectsV1 from the server even when the
+// caller's context already ended (a reply that raced a link change).
+type answerAnyway struct{ srv *cas.Server }
+
+func (a answerAnyway) NeedObjects(_ context.Context, m *wcas.NeedObjectsV1) (*wcas.MissingObjectsV1, error) {
+	return a.srv.NeedObjects(context.Background(), m)
+}
+
+// TestUploadAllFailsWhenCtxEndsBeforeUpload: when ctx ends between the
+// MissingObjectsV1 answer and the start of an upload, UploadAll reports
+// the error instead of success (regression: it returned nil with the
+// object never sent, and the agent then claimed it in the completion).
+// The slot-or-ctx choice is random, so it is tried 32 times.
+func TestUploadAllFailsWhenCtxEndsBeforeUpload(t *testing.T) {
+	lease := wire.NewLeaseId()
+	local, remote := newStore(t, 0), newStore(t, 0)
+	a := newAuth()
+	o := newObject(1000, 42)
+	put(t, local, o)
+	a.allow(lease, cas.AccessWrite|cas.AccessRead, o)
+	srv := newServer(t, remote, a, nil)
+	l := newMemLink(t, srv, memory.Options{})
+	up := newUploader(t, local, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 0; i < 32; i++ {
+		if err := up.UploadAll(ctx, l.agent, answerAnyway{srv}, lease, []wire.CasObjectRef{o.ref}); err == nil {
+			t.Fatalf("try %d: UploadAll with an ended context reported success", i)
+		}
+	}
+	if st, err := remote.Stat(o.ref); err != nil || st.Complete {
+		t.Fatalf("object stored (%+v, %v) though no upload ran", st, err)
+	}
+}

@@ -143,12 +143,17 @@ func (u *Uploader) UploadAll(ctx context.Context, conn *semantics.Conn, ctl Cont
 			break
 		}
 		for _, ref := range missing.Objects {
-			if b.run(ctx, func() error {
+			if err := b.run(ctx, func() error {
 				if err := u.Upload(ctx, conn, lease, ref); err != nil {
 					return fmt.Errorf("cas: upload %s: %w", ref, err)
 				}
 				return nil
-			}) != nil {
+			}); err != nil {
+				// ctx ended before the upload of ref started: it is not
+				// uploaded, so UploadAll must fail (the fault-injection
+				// soak found completions claiming outputs never sent
+				// when the link changed here).
+				b.add(fmt.Errorf("cas: upload %s: %w", ref, err))
 				break
 			}
 		}
