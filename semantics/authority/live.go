@@ -2,7 +2,6 @@ package authority
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 )
 
@@ -31,30 +30,7 @@ func LiveListerOf(a Authority) LiveLister {
 }
 
 func (s *store) LiveLeases(ctx context.Context) ([]Lease, error) {
-	var out []Lease
-	err := s.tx(ctx, func(t *sql.Tx) error {
-		out = out[:0]
-		// The (state, expires_ms) index serves the state filter.
-		rows, err := t.QueryContext(ctx, s.rebind(`SELECT `+leaseCols+` FROM fy_leases WHERE state IN (?, ?) LIMIT ?`),
-			string(LeaseOffered), string(LeaseAccepted), MaxLiveLeases+1)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if len(out) == MaxLiveLeases {
-				return ErrTooManyLiveLeases
-			}
-			l, err := scanLease(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, l)
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	// The (state, expires_ms) index serves the state filter.
+	return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM fy_leases WHERE state IN (?, ?) LIMIT ?`,
+		[]any{string(LeaseOffered), string(LeaseAccepted), MaxLiveLeases + 1}, MaxLiveLeases)
 }

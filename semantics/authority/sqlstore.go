@@ -774,6 +774,13 @@ func (s *store) SessionLeases(ctx context.Context, session wire.AgentSessionId, 
 	}
 	q += ` ORDER BY created_ms, lease_id LIMIT ?`
 	args = append(args, MaxSessionLeases)
+	return s.queryLeases(ctx, q, args, 0)
+}
+
+// queryLeases runs q (lease columns) in one transaction and returns its
+// rows. With max > 0, a result of more than max rows is ErrTooManyLiveLeases
+// (q must then ask for max+1).
+func (s *store) queryLeases(ctx context.Context, q string, args []any, max int) ([]Lease, error) {
 	var out []Lease
 	err := s.tx(ctx, func(t *sql.Tx) error {
 		out = out[:0]
@@ -783,6 +790,9 @@ func (s *store) SessionLeases(ctx context.Context, session wire.AgentSessionId, 
 		}
 		defer rows.Close()
 		for rows.Next() {
+			if max > 0 && len(out) == max {
+				return ErrTooManyLiveLeases
+			}
 			l, err := scanLease(rows)
 			if err != nil {
 				return err
@@ -801,25 +811,8 @@ func (s *store) ExpiredLeases(ctx context.Context, before time.Time, limit int) 
 	if limit <= 0 || limit > 10000 {
 		limit = 10000
 	}
-	var out []Lease
-	err := s.tx(ctx, func(t *sql.Tx) error {
-		out = out[:0]
-		rows, err := t.QueryContext(ctx, s.rebind(`SELECT `+leaseCols+` FROM fy_leases WHERE state IN (?, ?) AND expires_ms < ? ORDER BY expires_ms LIMIT ?`),
-			string(LeaseOffered), string(LeaseAccepted), ms(before), limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			l, err := scanLease(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, l)
-		}
-		return rows.Err()
-	})
-	return out, err
+	return s.queryLeases(ctx, `SELECT `+leaseCols+` FROM fy_leases WHERE state IN (?, ?) AND expires_ms < ? ORDER BY expires_ms LIMIT ?`,
+		[]any{string(LeaseOffered), string(LeaseAccepted), ms(before), limit}, 0)
 }
 
 func (s *store) RevokeLease(ctx context.Context, id wire.LeaseId, reason string, now time.Time) error {
