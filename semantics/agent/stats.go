@@ -19,6 +19,7 @@ type agentStats struct {
 	probes, probesOK, moves                                           atomic.Int64
 	payloadsFetched, payloadsFailed                                   atomic.Int64
 	hbTimeouts                                                        atomic.Int64
+	deferrals                                                         atomic.Int64 // connect.go: waits that obeyed a retry hint
 	leaseExpired, capUpdates, healthProbes                            atomic.Int64 // clock.go, inventory.go
 }
 
@@ -48,8 +49,11 @@ type Stats struct {
 	// SetCapabilities, and in answer to RefreshCapabilitiesV1).
 	CapabilityUpdates int64
 	// HealthProbes counts health probes run for the daemon.
-	HealthProbes      int64
-	DialFailures      int64
+	HealthProbes int64
+	DialFailures int64
+	// RetryHintsObeyed counts reconnect waits set by the daemon's retry
+	// hint (RegistrationDeferredV1, feature RetryAfterV1).
+	RetryHintsObeyed  int64
 	LogFinalizeFailed int64 // attempts completed without a passed logs-finalized barrier
 	OutputsUploaded   int64 // outputs uploaded (or already held) before completions
 	OutputsFailed     int64 // local outputs that could not be uploaded (left out of completions)
@@ -171,7 +175,8 @@ func (a *Agent) Stats() Stats {
 		DuplicatesAbsorbed: s.dupOffers.Load(), LeasesAccepted: s.accepted.Load(), LeasesRejected: s.rejected.Load(),
 		AttemptsStarted: s.started.Load(), CompletionsSent: s.complSent.Load(), CompletionsRetried: s.complRetried.Load(),
 		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), HeartbeatTimeouts: s.hbTimeouts.Load(), DialFailures: s.dialFailures.Load(),
-		LeasesExpired: s.leaseExpired.Load(), CapabilityUpdates: s.capUpdates.Load(), HealthProbes: s.healthProbes.Load(),
+		RetryHintsObeyed: s.deferrals.Load(),
+		LeasesExpired:    s.leaseExpired.Load(), CapabilityUpdates: s.capUpdates.Load(), HealthProbes: s.healthProbes.Load(),
 		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load(),
 		OutputsStorageRetries: s.outputsStorageRetries.Load(), LogStorageRetries: s.logStorageRetries.Load(),
 		PayloadsFetched: s.payloadsFetched.Load(), PayloadsFailed: s.payloadsFailed.Load(),

@@ -90,7 +90,8 @@ type Daemon struct {
 	idst  identityStats // enroll.go
 	inv   invState      // inventory.go: capabilities and health of this daemon's transports
 	// hard: admission control, rate-limit counters (admission.go).
-	hard hardening
+	hard  hardening
+	pacer retryPacer // retry slots of deferred registrations (pacing.go)
 	// peers: what signing workers and device agents registered with, and
 	// the device reservations (peers.go, sign.go, device.go).
 	peers peerTable
