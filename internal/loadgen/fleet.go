@@ -193,7 +193,8 @@ func (f *Fleet) dialer(i int) (semantics.BackendDialer, string, error) {
 	tc := f.o.PKI.ClientTLS(i)
 	switch f.o.Backend {
 	case "quic":
-		return quic.Dialer{TLS: tc, Transport: f.transports[i%len(f.transports)]}, f.o.Addr, nil
+		return quic.Dialer{TLS: tc, Transport: f.transports[i%len(f.transports)],
+			Config: quic.Config{RefusalBackoff: quic.DefaultRefusalBackoff}}, f.o.Addr, nil
 	case "webtransport":
 		return webtransport.Dialer{TLS: tc}, webtransport.URL(f.o.Addr), nil
 	case "yamux":

@@ -263,6 +263,12 @@ const (
 	EventCancel EventKind = 1
 	// EventRevoke: RevokeLease or ExpireLease took a live lease's authority.
 	EventRevoke EventKind = 2
+	// EventRunner: the runner (Event.Runner) was disabled or one of its
+	// certificates revoked; every daemon re-checks that runner's
+	// transports at once (instead of at its next revocation poll). Unlike
+	// the lease events it is also delivered to the handle that made the
+	// change.
+	EventRunner EventKind = 3
 )
 
 // Event is a change another daemon made that the daemon holding the
@@ -272,7 +278,8 @@ type Event struct {
 	Lease   wire.LeaseId
 	Attempt wire.JobAttemptId
 	Session wire.AgentSessionId
-	Reason  uint32 // for EventCancel
+	Reason  uint32        // for EventCancel
+	Runner  wire.RunnerId // for EventRunner
 }
 
 // Watcher is implemented by the SQL stores. On PostgreSQL, Watch delivers

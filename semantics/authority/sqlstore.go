@@ -184,8 +184,10 @@ func (s *store) SetRunnerEnabled(ctx context.Context, runner wire.RunnerId, enab
 			string(LeaseRevoked), "runner disabled: "+reason, idb(runner.ULID), string(LeaseOffered), string(LeaseAccepted)); err != nil {
 			return err
 		}
-		_, err := s.exec(ctx, t, `UPDATE fy_sessions SET ended = ? WHERE runner_id = ? AND ended = ?`, true, idb(runner.ULID), false)
-		return err
+		if _, err := s.exec(ctx, t, `UPDATE fy_sessions SET ended = ? WHERE runner_id = ? AND ended = ?`, true, idb(runner.ULID), false); err != nil {
+			return err
+		}
+		return s.notify(ctx, t, Event{Kind: EventRunner, Runner: runner})
 	})
 }
 

@@ -15,10 +15,11 @@ import (
 )
 
 // The PostgreSQL notification channel of the authority's events (Watcher).
-// The payload is "origin kind lease attempt session reason"; origin is the
-// random id of the store handle that committed the change, so a handle does
-// not report its own changes back to its daemon, which delivered them
-// itself.
+// The payload is "origin kind lease attempt session reason runner" (the
+// runner field since EventRunner; a payload of six fields from an older
+// build has none); origin is the random id of the store handle that
+// committed the change, so a handle does not report its own lease changes
+// back to its daemon, which delivered them itself.
 const eventChannel = "fy_events"
 
 // notify sends ev when t commits (PostgreSQL NOTIFY is transactional); a
@@ -27,15 +28,22 @@ func (s *store) notify(ctx context.Context, t *sql.Tx, ev Event) error {
 	if s.dsn == "" {
 		return nil
 	}
-	payload := fmt.Sprintf("%s %d %x %x %x %d", s.origin, ev.Kind, ev.Lease.ULID[:], ev.Attempt.ULID[:], ev.Session.ULID[:], ev.Reason)
+	payload := fmt.Sprintf("%s %d %x %x %x %d %x", s.origin, ev.Kind, ev.Lease.ULID[:], ev.Attempt.ULID[:], ev.Session.ULID[:], ev.Reason, ev.Runner.ULID[:])
 	_, err := t.ExecContext(ctx, `SELECT pg_notify($1, $2)`, eventChannel, payload)
 	return err
 }
 
 func parseEvent(p string) (origin string, ev Event, ok bool) {
 	f := strings.Fields(p)
-	if len(f) != 6 {
+	if len(f) != 6 && len(f) != 7 {
 		return "", ev, false
+	}
+	if len(f) == 7 {
+		b, err := hex.DecodeString(f[6])
+		if err != nil || len(b) != 16 {
+			return "", ev, false
+		}
+		copy(ev.Runner.ULID[:], b)
 	}
 	kind, err1 := strconv.ParseUint(f[1], 10, 8)
 	reason, err2 := strconv.ParseUint(f[5], 10, 32)
@@ -113,7 +121,7 @@ func (s *store) Watch(ctx context.Context) (<-chan Event, error) {
 				continue
 			}
 			origin, ev, ok := parseEvent(n.Payload)
-			if !ok || origin == s.origin {
+			if !ok || origin == s.origin && ev.Kind != EventRunner {
 				continue
 			}
 			select {

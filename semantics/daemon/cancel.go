@@ -78,6 +78,10 @@ func (d *Daemon) CancelAttempt(ctx context.Context, attempt wire.JobAttemptId, r
 func (d *Daemon) watchLoop(ch <-chan authority.Event) {
 	defer d.wg.Done()
 	for ev := range ch {
+		if ev.Kind == authority.EventRunner {
+			d.runnerChanged(ev.Runner) // revocation.go
+			continue
+		}
 		c := d.sessionConn(ev.Session)
 		if c == nil || c.channel() == nil || !c.active() {
 			continue

@@ -92,6 +92,10 @@ type Daemon struct {
 	// hard: admission control, rate-limit counters (admission.go).
 	hard  hardening
 	pacer retryPacer // retry slots of deferred registrations (pacing.go)
+	// watching: the authority delivers events (authority.Watcher), so
+	// revocation checks are event-driven (revocation.go).
+	watching         bool
+	revocationEvents atomic.Int64 // authority.EventRunner events handled
 	// peers: what signing workers and device agents registered with, and
 	// the device reservations (peers.go, sign.go, device.go).
 	peers peerTable
@@ -166,6 +170,7 @@ func New(cfg Config) (*Daemon, error) {
 		// Cancels and revocations made by other daemons sharing the
 		// authority, delivered to this daemon's agents at once (cancel.go).
 		if ch, err := w.Watch(d.ctx); err == nil && ch != nil {
+			d.watching = true // revocation.go: event-driven revocation checks
 			d.wg.Add(1)
 			go d.watchLoop(ch)
 		} else if err != nil {
@@ -181,7 +186,7 @@ func New(cfg Config) (*Daemon, error) {
 			p = DefaultRevocationPoll
 		}
 		d.wg.Add(1)
-		go d.revocationLoop(p)
+		go d.revocationLoop(d.revocationPeriod(p))
 	}
 	return d, nil
 }
