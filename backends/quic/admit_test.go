@@ -219,3 +219,49 @@ func TestRefusalWait(t *testing.T) {
 		}
 	}
 }
+
+// The handshake cap in force follows the handshakes' latency: an eighth
+// down per slow or timed-out handshake (to the floor), one up per fast one
+// (to MaxHandshakes); an unbounded listener stays unbounded.
+func TestAdaptiveHandshakeCap(t *testing.T) {
+	a := newAdmission(512)
+	a.observe(2*handshakeLatencyTarget, false)
+	if got := a.Limit(); got != 448 {
+		t.Fatalf("after one slow handshake: %d, want 448", got)
+	}
+	for range 100 {
+		a.observe(0, true)
+	}
+	if got := a.Limit(); got != minHandshakeLimit {
+		t.Fatalf("after timeouts: %d, want the floor %d", got, minHandshakeLimit)
+	}
+	for range 10 {
+		a.observe(time.Millisecond, false)
+	}
+	if got := a.Limit(); got != minHandshakeLimit+10 {
+		t.Fatalf("after 10 fast handshakes: %d, want %d", got, minHandshakeLimit+10)
+	}
+	for range 1000 {
+		a.observe(time.Millisecond, false)
+	}
+	if got := a.Limit(); got != 512 {
+		t.Fatalf("after many fast handshakes: %d, want the configured 512", got)
+	}
+	if a.verifySourceAddress(nil) {
+		t.Fatal("Retry asked with no handshake in progress")
+	}
+	a.inFlight.Store(256)
+	if !a.verifySourceAddress(nil) {
+		t.Fatal("no Retry at half the cap in force")
+	}
+	u := newAdmission(-1)
+	u.observe(0, true)
+	if u.Limit() != -1 {
+		t.Fatalf("unbounded admission got a cap %d", u.Limit())
+	}
+	small := newAdmission(2)
+	small.observe(0, true)
+	if small.Limit() != 2 {
+		t.Fatalf("a cap below the floor moved to %d", small.Limit())
+	}
+}

@@ -562,6 +562,19 @@ func (f *Fleet) Outcomes() (Outcome, map[string]bool) {
 
 // describeAttempt says what the fleet saw of attempt a (a ULID string):
 // executions and completion acks by kind.
+// revokedAttempt reports whether the daemon cancelled attempt a with
+// LeaseRevoked (its lease expired or was revoked: no completion follows).
+func (f *Fleet) revokedAttempt(a string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, r := range f.cancels {
+		if r == agentwire.CancelLeaseRevoked && id.String() == a {
+			return true
+		}
+	}
+	return false
+}
+
 func (f *Fleet) describeAttempt(a string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
