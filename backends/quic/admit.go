@@ -36,7 +36,11 @@ var errTooManyHandshakes = errors.New("too many handshakes in progress")
 // handshakes' latency, additive increase and multiplicative decrease: a
 // handshake accepted within handshakeLatencyTarget of its first packet
 // raises it by one (up to MaxHandshakes), a slower one or a handshake that
-// timed out lowers it by an eighth (down to minHandshakeLimit). Little's
+// timed out lowers it by an eighth (down to minHandshakeLimit). The floor
+// is high on purpose: on a machine whose CPU other processes take,
+// handshakes are slow whatever the queue, and a low cap then only cuts
+// throughput (a probe with a floor of 32 at load average 30 ran at ~2
+// registrations/s). Little's
 // law: a queue of handshakes the server cannot finish within the client's
 // handshake idle timeout (5 s by default) only produces timeouts — work
 // paid for and thrown away — while a refused attempt costs no cryptography
@@ -51,8 +55,8 @@ type admission struct {
 // handshakeLatencyTarget is the handshake latency (first packet to Accept)
 // the adaptive cap aims below; minHandshakeLimit is its floor.
 const (
-	handshakeLatencyTarget = time.Second
-	minHandshakeLimit      = 32
+	handshakeLatencyTarget = 2 * time.Second
+	minHandshakeLimit      = 128
 )
 
 func newAdmission(max int) *admission {

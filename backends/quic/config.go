@@ -155,8 +155,8 @@ type Config struct {
 	// half of it the listener validates client addresses with a Retry
 	// first (one round trip, no state kept), as quic-go recommends under
 	// load. The cap in force adapts below MaxHandshakes to how fast the
-	// handshakes complete (down by an eighth per handshake slower than 1 s
-	// or timed out, to 32; up by one per faster one), so the listener does
+	// handshakes complete (down by an eighth per handshake slower than 2 s
+	// or timed out, to 128; up by one per faster one), so the listener does
 	// not queue more handshakes than it can finish before the clients'
 	// handshake timeout (admit.go). 0: DefaultMaxHandshakes; negative:
 	// unbounded. Dialers ignore it.
