@@ -562,13 +562,20 @@ func (f *Fleet) Outcomes() (Outcome, map[string]bool) {
 
 // describeAttempt says what the fleet saw of attempt a (a ULID string):
 // executions and completion acks by kind.
-// revokedAttempt reports whether the daemon cancelled attempt a with
-// LeaseRevoked (its lease expired or was revoked: no completion follows).
+// revokedAttempt reports whether the daemon took attempt a's lease back:
+// it cancelled the attempt with LeaseRevoked, or answered its completion
+// StaleRejected (the lease expired or was revoked: no completion is
+// recorded).
 func (f *Fleet) revokedAttempt(a string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for id, r := range f.cancels {
 		if r == agentwire.CancelLeaseRevoked && id.String() == a {
+			return true
+		}
+	}
+	for id, k := range f.acks {
+		if k != nil && k[agentwire.AckStaleRejected] > 0 && id.String() == a {
 			return true
 		}
 	}

@@ -116,9 +116,10 @@ type DaemonResult struct {
 // CompletionStats check exactly-once: every lease an agent accepted must
 // be recorded once (Lost counts those that were not), and no attempt may
 // run or be recorded twice (Duplicated). Revoked counts the accepted
-// leases without a completion whose attempt the daemon cancelled with
-// LeaseRevoked (its agent lost its link — a dropped agent — and the lease
-// expired): by the protocol those end without a completion, so they are
+// leases without a recorded completion whose attempt the daemon cancelled
+// with LeaseRevoked or whose completion it answered StaleRejected (its
+// agent lost its link — a dropped agent — and the lease expired): by the
+// protocol those end without a recorded completion, so they are
 // reported beside Lost, not in it (the dropped agents are reported as
 // such).
 type CompletionStats struct {
