@@ -21,6 +21,11 @@ const (
 	FeatureLogCompressionV1 ProtocolFeature = 4
 	FeatureSigningV1        ProtocolFeature = 5
 	FeatureTraceContextV1   ProtocolFeature = 6
+	// FeatureRetryAfterV1: the agent obeys structured retry hints — the
+	// daemon may answer its hello or registration with
+	// agent.RegistrationDeferredV1{retry_after_ms} instead of
+	// RegistrationRejectedV1{Overloaded} (since 1.2).
+	FeatureRetryAfterV1 ProtocolFeature = 7
 
 	maxKnownFeature = 63
 )
@@ -32,6 +37,7 @@ var featureNames = map[ProtocolFeature]string{
 	FeatureLogCompressionV1: "LogCompressionV1",
 	FeatureSigningV1:        "SigningV1",
 	FeatureTraceContextV1:   "TraceContextV1",
+	FeatureRetryAfterV1:     "RetryAfterV1",
 }
 
 // String returns the feature's name, or Feature(n) for a number this build does not know.
@@ -141,4 +147,9 @@ func (s *FeatureSet) DecodePostcard(d *postcard.Decoder) {
 //
 // TraceContextV1 (after v0.2.0): the envelope's trace context is sent only
 // to a peer that negotiated it (§211).
-var Implemented = Features(FeatureLogResumeV1, FeatureCasRangeResumeV1, FeatureLogCompressionV1, FeatureTraceContextV1)
+//
+// RetryAfterV1 (after v0.2.0): an agent advertising it obeys
+// agent.RegistrationDeferredV1; a daemon sends that message only to such
+// agents (others get RegistrationRejectedV1{Overloaded, RetryBackoff}).
+var Implemented = Features(FeatureLogResumeV1, FeatureCasRangeResumeV1, FeatureLogCompressionV1, FeatureTraceContextV1,
+	FeatureRetryAfterV1)

@@ -327,7 +327,7 @@ func TestStableNumbers(t *testing.T) {
 		t.Error("stream kind / family numbering")
 	}
 	feats := map[wire.ProtocolFeature]string{1: "LogResumeV1", 2: "CasRangeResumeV1", 3: "DeviceControlV1",
-		4: "LogCompressionV1", 5: "SigningV1", 6: "TraceContextV1"}
+		4: "LogCompressionV1", 5: "SigningV1", 6: "TraceContextV1", 7: "RetryAfterV1"}
 	for f, name := range feats {
 		if f.String() != name {
 			t.Errorf("feature %d = %q", f, f)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	quicgo "github.com/quic-go/quic-go"
 
@@ -28,15 +29,66 @@ import (
 // errTooManyHandshakes refuses an attempt beyond Config.MaxHandshakes.
 var errTooManyHandshakes = errors.New("too many handshakes in progress")
 
-// admission counts a server Transport's handshakes in progress.
+// admission counts a server Transport's handshakes in progress and adapts
+// the cap to how fast they complete.
+//
+// The cap in force (limit) starts at Config.MaxHandshakes and follows the
+// handshakes' latency, additive increase and multiplicative decrease: a
+// handshake accepted within handshakeLatencyTarget of its first packet
+// raises it by one (up to MaxHandshakes), a slower one or a handshake that
+// timed out lowers it by an eighth (down to minHandshakeLimit). The floor
+// is high on purpose: on a machine whose CPU other processes take,
+// handshakes are slow whatever the queue, and a low cap then only cuts
+// throughput (a probe with a floor of 32 at load average 30 ran at ~2
+// registrations/s). Little's
+// law: a queue of handshakes the server cannot finish within the client's
+// handshake idle timeout (5 s by default) only produces timeouts — work
+// paid for and thrown away — while a refused attempt costs no cryptography
+// and, with the client's Config.RefusalBackoff, is retried within the same
+// dial once the server has room.
 type admission struct {
 	max      int // ≤ 0: unbounded
 	inFlight atomic.Int64
+	limit    atomic.Int64 // the cap in force, minHandshakeLimit..max
 }
+
+// handshakeLatencyTarget is the handshake latency (first packet to Accept)
+// the adaptive cap aims below; minHandshakeLimit is its floor.
+const (
+	handshakeLatencyTarget = 2 * time.Second
+	minHandshakeLimit      = 128
+)
+
+func newAdmission(max int) *admission {
+	a := &admission{max: max}
+	a.limit.Store(int64(max))
+	return a
+}
+
+// observe adapts the cap to one handshake that took d (slow: it timed out).
+func (a *admission) observe(d time.Duration, slow bool) {
+	if a.max <= 0 {
+		return
+	}
+	floor := int64(min(minHandshakeLimit, a.max))
+	for {
+		old := a.limit.Load()
+		n := min(old+1, int64(a.max))
+		if slow || d > handshakeLatencyTarget {
+			n = max(old-old/8, floor)
+		}
+		if n == old || a.limit.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// Limit returns the handshake cap in force.
+func (a *admission) Limit() int64 { return a.limit.Load() }
 
 // verifySourceAddress asks for a Retry above half the handshake cap.
 func (a *admission) verifySourceAddress(net.Addr) bool {
-	return a.max > 0 && a.inFlight.Load() >= int64(a.max/2)
+	return a.max > 0 && a.inFlight.Load() >= a.limit.Load()/2
 }
 
 // PrepareServerTransport sets tr up to serve incoming connections as cfg
@@ -54,7 +106,7 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) {
 		tok := quicgo.TokenGeneratorKey(deriveKey(k[:], "forgeyard quic token key"))
 		tr.TokenGeneratorKey = &tok
 	}
-	a := &admission{max: cfg.MaxHandshakes}
+	a := newAdmission(cfg.MaxHandshakes)
 	if a.max > 0 {
 		tr.VerifySourceAddress = a.verifySourceAddress
 	}
@@ -69,9 +121,9 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) {
 			}
 			return nil, err
 		}
-		if n := a.inFlight.Add(1); a.max > 0 && n > int64(a.max) {
+		if n := a.inFlight.Add(1); a.max > 0 && n > a.limit.Load() {
 			a.inFlight.Add(-1)
-			return refuse(fmt.Errorf("%w (%d)", errTooManyHandshakes, a.max))
+			return refuse(fmt.Errorf("%w (%d of at most %d)", errTooManyHandshakes, a.limit.Load(), a.max))
 		}
 		if admit != nil {
 			if err := admit(remote); err != nil {
@@ -79,10 +131,13 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) {
 				return refuse(err)
 			}
 		}
-		w := &handshakeWatch{admission: a}
+		w := &handshakeWatch{admission: a, start: time.Now()}
 		ctx = context.WithValue(ctx, handshakeWatchKey{}, w)
 		context.AfterFunc(ctx, func() {
 			w.done()
+			if !w.accepted.Load() && handshakeTimedOut(context.Cause(ctx)) {
+				a.observe(0, true)
+			}
 			if w.accepted.Load() || hook == nil {
 				return
 			}
@@ -107,6 +162,15 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) {
 func acceptQueueFull(cause error) bool {
 	te, ok := errors.AsType[*quicgo.TransportError](cause)
 	return ok && !te.Remote && te.ErrorCode == quicgo.ConnectionRefused
+}
+
+// handshakeTimedOut reports whether cause ended a handshake by timeout.
+func handshakeTimedOut(cause error) bool {
+	if _, ok := errors.AsType[*quicgo.HandshakeTimeoutError](cause); ok {
+		return true
+	}
+	_, ok := errors.AsType[*quicgo.IdleTimeoutError](cause)
+	return ok
 }
 
 // ResetKey derives a Config.StatelessResetKey from the server's private
@@ -140,6 +204,7 @@ type handshakeWatchKey struct{}
 
 type handshakeWatch struct {
 	admission *admission
+	start     time.Time // the attempt's first packet
 	accepted  atomic.Bool
 	once      sync.Once
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,5 +148,120 @@ func TestAdmitHookRefuses(t *testing.T) {
 	f := <-got
 	if f.Reason != semantics.HandshakeOverloaded || !errors.Is(f.Err, refusal) {
 		t.Fatalf("report %+v, want overloaded with the Admit error", f)
+	}
+}
+
+// With Config.RefusalBackoff a dial refused at MaxHandshakes is not failed:
+// it waits and tries again within the same Dial, and completes once
+// Accept freed a slot (the listener reported at least one refusal).
+func TestRefusalBackoffPacesDial(t *testing.T) {
+	var refused atomic.Int64
+	cfg := testConfig
+	cfg.MaxHandshakes = 1
+	cfg.OnHandshakeFailure = func(f semantics.HandshakeFailure) {
+		if f.Reason == semantics.HandshakeOverloaded {
+			refused.Add(1)
+		}
+	}
+	e := newTenv(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client := e.pki.ClientConfig(t, wire.NewRunnerId(), serverName)
+	first, err := Dialer{TLS: client, Config: testConfig}.Dial(ctx, e.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.CloseWithCode(wire.CloseNormal, "")
+	paced := testConfig
+	paced.RefusalBackoff = 20 * time.Millisecond
+	paced.HandshakeTimeout = 15 * time.Second
+	type result struct {
+		c   semantics.BackendConn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := Dialer{TLS: client, Config: paced}.Dial(ctx, e.ln.Addr().String())
+		done <- result{c, err}
+	}()
+	// Free the slot only once the paced dial was refused at least once.
+	for refused.Load() == 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("paced dial ended before any refusal: %v", r.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	s, err := e.ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.CloseWithCode(wire.CloseNormal, "")
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("paced dial failed after the slot was freed: %v", r.err)
+	}
+	defer r.c.CloseWithCode(wire.CloseNormal, "")
+}
+
+// The refusal waits double from RefusalBackoff up to MaxRefusalBackoff,
+// each uniform in its upper half.
+func TestRefusalWait(t *testing.T) {
+	lo := func(int64) int64 { return 0 }
+	hi := func(n int64) int64 { return n - 1 }
+	for n, want := range []time.Duration{250, 500, 1000, 2000, 4000, 4000, 4000} {
+		want *= time.Millisecond
+		if got := refusalWait(250*time.Millisecond, n, lo); got != want/2 {
+			t.Errorf("wait %d low = %v, want %v", n, got, want/2)
+		}
+		if got := refusalWait(250*time.Millisecond, n, hi); got != want {
+			t.Errorf("wait %d high = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// The handshake cap in force follows the handshakes' latency: an eighth
+// down per slow or timed-out handshake (to the floor), one up per fast one
+// (to MaxHandshakes); an unbounded listener stays unbounded.
+func TestAdaptiveHandshakeCap(t *testing.T) {
+	a := newAdmission(512)
+	a.observe(2*handshakeLatencyTarget, false)
+	if got := a.Limit(); got != 448 {
+		t.Fatalf("after one slow handshake: %d, want 448", got)
+	}
+	for range 100 {
+		a.observe(0, true)
+	}
+	if got := a.Limit(); got != minHandshakeLimit {
+		t.Fatalf("after timeouts: %d, want the floor %d", got, minHandshakeLimit)
+	}
+	for range 10 {
+		a.observe(time.Millisecond, false)
+	}
+	if got := a.Limit(); got != minHandshakeLimit+10 {
+		t.Fatalf("after 10 fast handshakes: %d, want %d", got, minHandshakeLimit+10)
+	}
+	for range 1000 {
+		a.observe(time.Millisecond, false)
+	}
+	if got := a.Limit(); got != 512 {
+		t.Fatalf("after many fast handshakes: %d, want the configured 512", got)
+	}
+	if a.verifySourceAddress(nil) {
+		t.Fatal("Retry asked with no handshake in progress")
+	}
+	a.inFlight.Store(256)
+	if !a.verifySourceAddress(nil) {
+		t.Fatal("no Retry at half the cap in force")
+	}
+	u := newAdmission(-1)
+	u.observe(0, true)
+	if u.Limit() != -1 {
+		t.Fatalf("unbounded admission got a cap %d", u.Limit())
+	}
+	small := newAdmission(2)
+	small.observe(0, true)
+	if small.Limit() != 2 {
+		t.Fatalf("a cap below the floor moved to %d", small.Limit())
 	}
 }

@@ -61,6 +61,10 @@ const (
 	// 2-core server's handshake rate, well above quic-go's accept queue
 	// (32 finished handshakes waiting for Accept).
 	DefaultMaxHandshakes = 512
+	// DefaultRefusalBackoff is the agents' Config.RefusalBackoff.
+	DefaultRefusalBackoff = 250 * time.Millisecond
+	// MaxRefusalBackoff bounds one wait after a refusal.
+	MaxRefusalBackoff = 4 * time.Second
 )
 
 // Config tunes a Listener or Dialer. The zero value is ready to use: every
@@ -80,6 +84,17 @@ type Config struct {
 	// (0: DefaultHandshakeTimeout). quic-go's HandshakeIdleTimeout is set
 	// to half of it (quic-go aborts after twice that).
 	HandshakeTimeout time.Duration
+	// RefusalBackoff, when positive, makes a Dialer whose attempt the
+	// server refuses before its handshake — QUIC CONNECTION_REFUSED, as a
+	// Listener at MaxHandshakes or refused by Admit answers — wait and try
+	// again within the same Dial instead of failing it: the n-th wait is
+	// uniform in [d/2, d], d = min(RefusalBackoff·2ⁿ, MaxRefusalBackoff),
+	// for as long as the dial's context and HandshakeTimeout allow. So the
+	// server's pre-handshake admission paces the client (at the cost of a
+	// refused Initial, no cryptography) rather than failing its connection
+	// attempt. 0: off (a refusal fails the dial at once, as before);
+	// DefaultRefusalBackoff is what the agents use. Listeners ignore it.
+	RefusalBackoff time.Duration
 	// Limits are the semantics.Limits the semantics.Conn over these
 	// connections enforces (zero: the defaults). The stream credit is
 	// derived from them (below), so give the backend the same Limits as
@@ -139,8 +154,12 @@ type Config struct {
 	// OnHandshakeFailure with reason semantics.HandshakeOverloaded; above
 	// half of it the listener validates client addresses with a Retry
 	// first (one round trip, no state kept), as quic-go recommends under
-	// load. 0: DefaultMaxHandshakes; negative: unbounded. Dialers ignore
-	// it.
+	// load. The cap in force adapts below MaxHandshakes to how fast the
+	// handshakes complete (down by an eighth per handshake slower than 2 s
+	// or timed out, to 128; up by one per faster one), so the listener does
+	// not queue more handshakes than it can finish before the clients'
+	// handshake timeout (admit.go). 0: DefaultMaxHandshakes; negative:
+	// unbounded. Dialers ignore it.
 	MaxHandshakes int
 	// Admit, when not nil, is asked about every incoming connection
 	// attempt before its handshake starts (it runs on the packet path:

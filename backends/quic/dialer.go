@@ -3,8 +3,13 @@ package quic
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
 
 	"forgeyard.dev/transport/semantics"
 )
@@ -103,7 +108,7 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
-	qc, err := ep.tr.Dial(ctx, ua, tc, cfg.quicConfig())
+	qc, err := dialPaced(ctx, ep.tr, ua, tc, cfg)
 	if err != nil {
 		ep.release()
 		return nil, fmt.Errorf("quic: dial %s: %w", addr, TranslateError(err))
@@ -118,4 +123,45 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 	c := newConn(qc, ep.release, cfg.DelayHintMaxRTT)
 	c.credit = cfg.streamCredit()
 	return c, nil
+}
+
+// dialPaced dials through tr; with Config.RefusalBackoff a refusal before
+// the handshake (the server's CONNECTION_REFUSED) is waited out and the
+// dial tried again while ctx allows.
+func dialPaced(ctx context.Context, tr *quicgo.Transport, ua *net.UDPAddr, tc *tls.Config, cfg Config) (*quicgo.Conn, error) {
+	for n := 0; ; n++ {
+		qc, err := tr.Dial(ctx, ua, tc, cfg.quicConfig())
+		if err == nil || cfg.RefusalBackoff <= 0 || !refusedByServer(err) {
+			return qc, err
+		}
+		wait := refusalWait(cfg.RefusalBackoff, n, rand.Int64N)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return nil, err // no time left for another try: the refusal is the answer
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// refusedByServer reports whether err is the server refusing the attempt
+// before its handshake (CONNECTION_REFUSED from the peer).
+func refusedByServer(err error) bool {
+	te, ok := errors.AsType[*quicgo.TransportError](err)
+	return ok && te.Remote && te.ErrorCode == quicgo.ConnectionRefused
+}
+
+// refusalWait is the n-th wait after a refusal: uniform in [d/2, d],
+// d = min(base·2ⁿ, MaxRefusalBackoff), drawn with randN.
+func refusalWait(base time.Duration, n int, randN func(int64) int64) time.Duration {
+	d := base
+	for i := 0; i < n && d < MaxRefusalBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, MaxRefusalBackoff)
+	return d/2 + time.Duration(randN(int64(d/2)+1))
 }

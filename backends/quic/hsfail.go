@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	quicgo "github.com/quic-go/quic-go"
 
@@ -36,7 +37,9 @@ func WatchHandshakes(tr *quicgo.Transport, backend string, hook func(semantics.H
 // failure. A no-op for a connection of a Transport without WatchHandshakes.
 func HandshakeAccepted(qc *quicgo.Conn) {
 	if w, ok := qc.Context().Value(handshakeWatchKey{}).(*handshakeWatch); ok {
-		w.accepted.Store(true)
+		if !w.accepted.Swap(true) {
+			w.admission.observe(time.Since(w.start), false)
+		}
 		w.done()
 	}
 }

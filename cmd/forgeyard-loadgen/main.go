@@ -275,7 +275,7 @@ func ladder(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	o.Raw = true
 	res := loadgen.RunLadder(ctx, steps, o, stderr)
-	header := fmt.Sprintf("<!-- forgeyard-loadgen ladder %q, %s, commit %s; heartbeat %v, %.0f leases/s, steady window %v, timeout %v per step -->\n",
+	header := fmt.Sprintf("<!-- forgeyard-loadgen ladder %q, %s, commit %s; heartbeat %v (budget: the daemon default timing.max_heartbeats_per_second = 1000/s, interval = clamp(N / 1000/s, %[4]v, timing.max_heartbeat_interval)), %.0f leases/s, steady window %v, timeout %v per step -->\n",
 		*spec, time.Now().UTC().Format(time.RFC3339), commit(), c.heartbeat, c.leaseRate, c.steady, c.timeout)
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		fmt.Fprintln(stderr, "forgeyard-loadgen:", err)

@@ -193,7 +193,8 @@ func (f *Fleet) dialer(i int) (semantics.BackendDialer, string, error) {
 	tc := f.o.PKI.ClientTLS(i)
 	switch f.o.Backend {
 	case "quic":
-		return quic.Dialer{TLS: tc, Transport: f.transports[i%len(f.transports)]}, f.o.Addr, nil
+		return quic.Dialer{TLS: tc, Transport: f.transports[i%len(f.transports)],
+			Config: quic.Config{RefusalBackoff: quic.DefaultRefusalBackoff}}, f.o.Addr, nil
 	case "webtransport":
 		return webtransport.Dialer{TLS: tc}, webtransport.URL(f.o.Addr), nil
 	case "yamux":
@@ -561,6 +562,26 @@ func (f *Fleet) Outcomes() (Outcome, map[string]bool) {
 
 // describeAttempt says what the fleet saw of attempt a (a ULID string):
 // executions and completion acks by kind.
+// revokedAttempt reports whether the daemon took attempt a's lease back:
+// it cancelled the attempt with LeaseRevoked, or answered its completion
+// StaleRejected (the lease expired or was revoked: no completion is
+// recorded).
+func (f *Fleet) revokedAttempt(a string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, r := range f.cancels {
+		if r == agentwire.CancelLeaseRevoked && id.String() == a {
+			return true
+		}
+	}
+	for id, k := range f.acks {
+		if k != nil && k[agentwire.AckStaleRejected] > 0 && id.String() == a {
+			return true
+		}
+	}
+	return false
+}
+
 func (f *Fleet) describeAttempt(a string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -115,11 +115,18 @@ type DaemonResult struct {
 
 // CompletionStats check exactly-once: every lease an agent accepted must
 // be recorded once (Lost counts those that were not), and no attempt may
-// run or be recorded twice (Duplicated).
+// run or be recorded twice (Duplicated). Revoked counts the accepted
+// leases without a recorded completion whose attempt the daemon cancelled
+// with LeaseRevoked or whose completion it answered StaleRejected (its
+// agent lost its link — a dropped agent — and the lease expired): by the
+// protocol those end without a recorded completion, so they are
+// reported beside Lost, not in it (the dropped agents are reported as
+// such).
 type CompletionStats struct {
 	Accepted   int `json:"accepted"`
 	Duplicated int `json:"duplicated"`
 	Lost       int `json:"lost"`
+	Revoked    int `json:"revoked"`
 	DupAcks    int `json:"duplicate_acks"` // re-sent completions the daemon absorbed (not a violation)
 	Stale      int `json:"stale"`
 }
@@ -222,7 +229,7 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("leases", fmt.Sprintf("%d offered, %d accepted, %d rejected, %d failed, %d skipped", s.Leases.Offered, s.Leases.Accepted, s.Leases.Rejected, s.Leases.Failed, s.Leases.Skipped))
 	row("offer→accept p50 / p99 / max", ms(s.Leases.AcceptP50)+" / "+ms(s.Leases.AcceptP99)+" / "+ms(s.Leases.AcceptMax))
 	c := s.Completions
-	row("completions", fmt.Sprintf("%d recorded, %d duplicated, %d lost (%d duplicate acks absorbed, %d stale)", c.Accepted, c.Duplicated, c.Lost, c.DupAcks, c.Stale))
+	row("completions", fmt.Sprintf("%d recorded, %d duplicated, %d lost, %d revoked by the daemon (%d duplicate acks absorbed, %d stale)", c.Accepted, c.Duplicated, c.Lost, c.Revoked, c.DupAcks, c.Stale))
 	row("logs and outputs", fmt.Sprintf("%d outputs uploaded, %d failed; %d attempts without a logs-finalized barrier", s.OutputsUploaded, s.OutputsFailed, s.LogFinalizeFailed))
 	if len(s.AgentWarnings) > 0 {
 		row("agent warnings", strings.TrimPrefix(reasons(s.AgentWarnings), " "))

@@ -213,13 +213,17 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	var done map[string]bool
 	for {
 		out, done = f.Outcomes()
-		lost := 0
+		lost, revoked := 0, 0
 		for a := range accepted {
-			if !done[a] {
+			switch {
+			case done[a]:
+			case f.revokedAttempt(a):
+				revoked++
+			default:
 				lost++
 			}
 		}
-		s.Completions = CompletionStats{Accepted: out.Accepted, Duplicated: out.Duplicated, Lost: lost, DupAcks: out.DupAcks, Stale: out.Stale}
+		s.Completions = CompletionStats{Accepted: out.Accepted, Duplicated: out.Duplicated, Lost: lost, Revoked: revoked, DupAcks: out.DupAcks, Stale: out.Stale}
 		if lost == 0 || time.Now().After(drainDeadline) || ctx.Err() != nil {
 			for a := range accepted {
 				if !done[a] && len(s.LostAttempts) < 10 {

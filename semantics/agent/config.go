@@ -268,6 +268,11 @@ type RejectedError struct {
 	Retry    wire.RetryClass
 	Message  string
 	Endpoint string
+	// RetryAfter is the daemon's structured retry hint
+	// (agentwire.RegistrationDeferredV1, feature RetryAfterV1): the agent
+	// does not reconnect before it has passed (plus its own jitter). 0:
+	// none (the agent's own backoff applies).
+	RetryAfter time.Duration
 }
 
 // Error names the endpoint, code, retry class and the daemon's message.

@@ -40,7 +40,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.mu.Unlock()
 		var perm error
 		permCount, registered, authRound := 0, false, false
-		var wait time.Duration
+		var wait, hint time.Duration // hint: the largest retry hint of this round (RegistrationDeferredV1)
 		remaining := eps
 		for len(remaining) > 0 && !registered {
 			p, memo := a.planRace(remaining)
@@ -52,6 +52,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				if IsAuthFailure(err) {
 					authRound = true
 				}
+				hint = max(hint, retryHint(err))
 				if isPermanent(err) {
 					permCount++
 					if perm == nil {
@@ -91,6 +92,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
+			hint = max(hint, retryHint(err))
 			if isPermanent(err) {
 				permCount++
 				if perm == nil {
@@ -121,6 +123,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			failures++
 		}
+		if !registered && hint > 0 {
+			// The daemon's retry hint: not before it, plus up to a tenth of
+			// it of our own jitter (the daemon already spread the hints).
+			wait = max(wait, hint+time.Duration(rand.Int64N(int64(hint/10)+1)))
+			a.st.deferrals.Add(1)
+		}
 		a.mu.Lock()
 		a.retryAt = a.now().Add(wait)
 		a.mu.Unlock()
@@ -132,6 +140,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// retryHint returns the retry hint err carries (a RegistrationDeferredV1
+// answer), or 0.
+func retryHint(err error) time.Duration {
+	if re, ok := errors.AsType[*RejectedError](err); ok {
+		return re.RetryAfter
+	}
+	return 0
 }
 
 func isPermanent(err error) bool {

@@ -93,6 +93,7 @@ func TestDeadPathDetectedWithinMisses(t *testing.T) {
 			enginetest.AwaitConnected(t, a)
 			awaitAcks(t, a, 2)
 
+			sentBefore := a.Stats().HeartbeatsSent
 			p.Blackhole(true)
 			dark := time.Now()
 			var err error
@@ -111,6 +112,15 @@ func TestDeadPathDetectedWithinMisses(t *testing.T) {
 			}
 			if n := a.Stats().HeartbeatTimeouts; n != 1 {
 				t.Fatalf("HeartbeatTimeouts = %d, want 1", n)
+			}
+			// Unacked for more than an interval and a quarter (the second
+			// tick after the last ack; the link dies at the third), the
+			// agent quickened its heartbeats (every quarter interval, here
+			// the 100 ms floor).
+			st := a.Stats()
+			t.Logf("%s: %d heartbeats sent while dark", b.Name, st.HeartbeatsSent-sentBefore)
+			if st.HeartbeatsQuickened < 1 {
+				t.Fatalf("dark for %v: heartbeats never quickened (%d sent)", el, st.HeartbeatsSent-sentBefore)
 			}
 
 			p.Blackhole(false)

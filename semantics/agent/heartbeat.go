@@ -97,6 +97,17 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 	if wait <= 0 {
 		wait = every
 	}
+	// Quickened heartbeats: while no heartbeat was acked for more than an
+	// interval and a quarter, the agent sends them every quarter interval
+	// (at least 100 ms apart) until an ack arrives. Every heartbeat is a
+	// fresh packet, so a daemon that restarted answers one of them with a
+	// QUIC stateless reset (its reset key survives restarts) within a
+	// quarter interval instead of at the next regular heartbeat, and a
+	// reset the restarted daemon dropped under load (quic-go queues only a
+	// few) is asked for again soon; the dead-link rule is unchanged, so a
+	// slow but live daemon still keeps the link.
+	quickEvery := max(every/4, 100*time.Millisecond)
+	quick := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -115,6 +126,15 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 			l.deadOnce.Do(func() { close(l.dead) })
 			return
 		case <-t.C:
+		}
+		if q := time.Since(start)-time.Duration(lv.last.Load()) > every+every/4; q != quick && quickEvery < every {
+			quick = q
+			if quick {
+				a.st.hbQuickened.Add(1)
+				t.Reset(quickEvery)
+			} else {
+				t.Reset(every)
+			}
 		}
 		a.mu.Lock()
 		a.hbSeq++

@@ -63,6 +63,9 @@ func (a *Agent) handshake(ctx, runCtx context.Context, ep Endpoint, bc semantics
 		}
 		l.close(wire.CloseNormal, "agent leaving")
 		return nil, &RejectedError{Code: m.Code, Retry: m.Retry, Message: m.Message, Endpoint: ep.Address}
+	case *agentwire.RegistrationDeferredV1:
+		l.close(wire.CloseNormal, "agent leaving")
+		return nil, deferredError(m, ep)
 	default:
 		l.close(wire.CloseNormal, "agent leaving")
 		return nil, errors.New("agent: unexpected answer to hello")
@@ -106,6 +109,8 @@ func (a *Agent) register(ctx context.Context, l *link) (err error) {
 	if err == nil {
 		if rj, ok := env.Payload.(*agentwire.RegistrationRejectedV1); ok {
 			telemetry.End(rsp, errors.New("registration rejected: "+rj.Code.String()))
+		} else if rd, ok := env.Payload.(*agentwire.RegistrationDeferredV1); ok {
+			telemetry.End(rsp, errors.New("registration deferred: "+rd.Code.String()))
 		} else {
 			rsp.End()
 		}
@@ -124,6 +129,8 @@ func (a *Agent) register(ctx context.Context, l *link) (err error) {
 		re := &RejectedError{Code: m.Code, Retry: m.Retry, Message: m.Message, Endpoint: ep.Address}
 		a.log.Error("registration rejected", "endpoint", ep.Address, "err", re)
 		return re
+	case *agentwire.RegistrationDeferredV1:
+		return deferredError(m, ep)
 	default:
 		return errors.New("agent: unexpected answer to registration")
 	}
@@ -195,4 +202,11 @@ func (a *Agent) resync(ctx context.Context, l *link) error {
 		}
 	}
 	return nil
+}
+
+// deferredError is the daemon's RegistrationDeferredV1 as a retryable
+// *RejectedError carrying its retry hint (Run obeys it).
+func deferredError(m *agentwire.RegistrationDeferredV1, ep Endpoint) *RejectedError {
+	return &RejectedError{Code: m.Code, Retry: wire.RetryBackoff, Message: m.Message, Endpoint: ep.Address,
+		RetryAfter: time.Duration(m.RetryAfterMs) * time.Millisecond}
 }

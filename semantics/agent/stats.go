@@ -19,6 +19,8 @@ type agentStats struct {
 	probes, probesOK, moves                                           atomic.Int64
 	payloadsFetched, payloadsFailed                                   atomic.Int64
 	hbTimeouts                                                        atomic.Int64
+	deferrals                                                         atomic.Int64 // connect.go: waits that obeyed a retry hint
+	hbQuickened                                                       atomic.Int64 // heartbeat.go: switches to quickened heartbeats
 	leaseExpired, capUpdates, healthProbes                            atomic.Int64 // clock.go, inventory.go
 }
 
@@ -48,11 +50,18 @@ type Stats struct {
 	// SetCapabilities, and in answer to RefreshCapabilitiesV1).
 	CapabilityUpdates int64
 	// HealthProbes counts health probes run for the daemon.
-	HealthProbes      int64
-	DialFailures      int64
-	LogFinalizeFailed int64 // attempts completed without a passed logs-finalized barrier
-	OutputsUploaded   int64 // outputs uploaded (or already held) before completions
-	OutputsFailed     int64 // local outputs that could not be uploaded (left out of completions)
+	HealthProbes int64
+	DialFailures int64
+	// RetryHintsObeyed counts reconnect waits set by the daemon's retry
+	// hint (RegistrationDeferredV1, feature RetryAfterV1).
+	RetryHintsObeyed int64
+	// HeartbeatsQuickened counts the times the agent switched to
+	// quickened heartbeats (every quarter interval) because none was acked
+	// for more than an interval and a quarter.
+	HeartbeatsQuickened int64
+	LogFinalizeFailed   int64 // attempts completed without a passed logs-finalized barrier
+	OutputsUploaded     int64 // outputs uploaded (or already held) before completions
+	OutputsFailed       int64 // local outputs that could not be uploaded (left out of completions)
 	// OutputsStorageRetries counts upload retries because the daemon's
 	// content store was unavailable (WireErrorV1 StorageUnavailable) or
 	// the link failed under the upload.
@@ -172,6 +181,7 @@ func (a *Agent) Stats() Stats {
 		DuplicatesAbsorbed: s.dupOffers.Load(), LeasesAccepted: s.accepted.Load(), LeasesRejected: s.rejected.Load(),
 		AttemptsStarted: s.started.Load(), CompletionsSent: s.complSent.Load(), CompletionsRetried: s.complRetried.Load(),
 		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), HeartbeatTimeouts: s.hbTimeouts.Load(), DialFailures: s.dialFailures.Load(),
+		RetryHintsObeyed: s.deferrals.Load(), HeartbeatsQuickened: s.hbQuickened.Load(),
 		LeasesExpired: s.leaseExpired.Load(), CapabilityUpdates: s.capUpdates.Load(), HealthProbes: s.healthProbes.Load(),
 		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load(),
 		OutputsStorageRetries: s.outputsStorageRetries.Load(), LogStorageRetries: s.logStorageRetries.Load(),

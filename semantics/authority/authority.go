@@ -263,16 +263,19 @@ const (
 	EventCancel EventKind = 1
 	// EventRevoke: RevokeLease or ExpireLease took a live lease's authority.
 	EventRevoke EventKind = 2
-	// EventRunner: SetRunnerEnabled or the inventory's SetDrain changed
-	// Runner's state; Reason is one of the RunnerEvent constants. The
-	// daemons holding the runner's transports act on it at once (close
-	// them, send the drain or the resume) instead of at the agent's next
-	// renewal or reconnect.
+	// EventRunner: Runner's state changed; Reason says how (the
+	// RunnerEvent constants). A disable or a revoked certificate
+	// (RunnerEventDisabled, RunnerEventCheck) makes every daemon re-check
+	// that runner's transports at once instead of at its next revocation
+	// poll, and is also delivered to the handle that made the change; a
+	// drain or a resume is sent to the agent by the daemons holding its
+	// transports instead of at its next renewal or reconnect.
 	EventRunner EventKind = 3
 )
 
 // Reasons of an EventRunner.
 const (
+	RunnerEventCheck    uint32 = 0 // a certificate of the runner was revoked: re-check its transports
 	RunnerEventDisabled uint32 = 1
 	RunnerEventEnabled  uint32 = 2
 	RunnerEventDrained  uint32 = 3

@@ -227,7 +227,16 @@ func (s *store) RevokeCertificate(ctx context.Context, serial, reason string, no
 		} else if n == 0 {
 			return fmt.Errorf("%w: certificate serial %s", ErrNotFound, serial)
 		}
-		return nil
+		if s.dsn == "" { // SQLite: no events
+			return nil
+		}
+		var runner []byte
+		if err := tx.QueryRowContext(ctx, s.rebind(`SELECT runner_id FROM fy_certs WHERE serial = ?`), serial).Scan(&runner); err != nil {
+			return err
+		}
+		ev := Event{Kind: EventRunner}
+		copy(ev.Runner.ULID[:], runner)
+		return s.notify(ctx, tx, ev)
 	})
 }
 

@@ -15,11 +15,13 @@ import (
 )
 
 // The PostgreSQL notification channel of the authority's events (Watcher).
-// The payload is "origin kind lease attempt session reason runner" (a
-// payload without the runner, from an older daemon, is read too); origin is the
-// random id of the store handle that committed the change, so a handle does
-// not report its own changes back to its daemon, which delivered them
-// itself.
+// The payload is "origin kind lease attempt session reason runner" (the
+// runner field since EventRunner; a payload of six fields from an older
+// build has none); origin is the random id of the store handle that
+// committed the change, so a handle does not report its own changes back
+// to its daemon, which delivered them itself — except the EventRunner
+// re-checks (RunnerEventCheck, RunnerEventDisabled), which every daemon
+// runs on its own transports.
 const eventChannel = "fy_events"
 
 // notify sends ev when t commits (PostgreSQL NOTIFY is transactional); a
@@ -121,7 +123,7 @@ func (s *store) Watch(ctx context.Context) (<-chan Event, error) {
 				continue
 			}
 			origin, ev, ok := parseEvent(n.Payload)
-			if !ok || origin == s.origin {
+			if !ok || origin == s.origin && !(ev.Kind == EventRunner && (ev.Reason == RunnerEventCheck || ev.Reason == RunnerEventDisabled)) {
 				continue
 			}
 			select {

@@ -85,6 +85,32 @@ func TestWatchCrossDaemon(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("a saw no event from b within 1 s")
 	}
+	// Disabling a runner is an EventRunner for every handle, the one that
+	// made the change included (its daemon re-checks that runner only).
+	start = time.Now()
+	if err := a.SetRunnerEnabled(ctx, runner, false, "test", now); err != nil {
+		t.Fatal(err)
+	}
+	await(start, authority.Event{Kind: authority.EventRunner, Runner: runner})
+	select {
+	case got := <-evA:
+		if got.Kind != authority.EventRunner || got.Runner != runner {
+			t.Fatalf("a saw %+v, want its own EventRunner for %s", got, runner)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("a saw no EventRunner for its own disable within 1 s")
+	}
+	// Revoking a certificate names its runner.
+	other := wire.NewRunnerId()
+	ids := a.(authority.Identities)
+	if err := ids.RecordCertificate(ctx, authority.IssuedCertificate{Serial: "0abc", Runner: other, NotAfter: now.Add(time.Hour), IssuedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if err := ids.RevokeCertificate(ctx, "0abc", "compromised", now); err != nil {
+		t.Fatal(err)
+	}
+	await(start, authority.Event{Kind: authority.EventRunner, Runner: other})
 	cancel()
 	for range evB { // closes when ctx ends
 	}

@@ -30,6 +30,8 @@ type hardening struct {
 	refusedEarly                                   atomic.Int64 // AdmitEarly refusals (before a handshake)
 	rateLimited                                    [numRateClasses]atomic.Int64
 	secretsSent, secretsRefused                    atomic.Int64
+	deferred                                       atomic.Int64 // refusals sent as RegistrationDeferredV1 (pacing.go)
+	held                                           atomic.Int64 // hellos held for their registration token (pacing.go)
 }
 
 func (d *Daemon) initHardening() {
@@ -44,7 +46,14 @@ type HardeningStats struct {
 	RefusedConns         int64 // closed with CloseOverloaded at connect (handshakes, per-IP, connection cap)
 	RefusedEarly         int64 // refused by AdmitEarly before their handshake (connection cap)
 	RefusedRegistrations int64 // hellos answered Overloaded (registration rate, connection cap)
-	RateLimited          struct {
+	// DeferredRegistrations counts the refused hellos answered with
+	// RegistrationDeferredV1 (a structured retry hint; pacing.go); the
+	// rest of RefusedRegistrations got RegistrationRejectedV1.
+	DeferredRegistrations int64
+	// HeldRegistrations counts the hellos held for their token of the
+	// registration rate (at most MaxRegistrationHold) and then admitted.
+	HeldRegistrations int64
+	RateLimited       struct {
 		Control, Heartbeat, Health, Cas, Identity int64
 	}
 	LimitCloses    int64 // connections closed with CloseLimitExceeded for rate strikes
@@ -61,6 +70,7 @@ func (d *Daemon) HardeningStats() HardeningStats {
 	var s HardeningStats
 	s.RefusedConns, s.RefusedRegistrations = h.refusedConns.Load(), h.refusedRegs.Load()
 	s.RefusedEarly = h.refusedEarly.Load()
+	s.DeferredRegistrations, s.HeldRegistrations = h.deferred.Load(), h.held.Load()
 	s.RateLimited.Control, s.RateLimited.Heartbeat = h.rateLimited[rateControl].Load(), h.rateLimited[rateHeartbeat].Load()
 	s.RateLimited.Health, s.RateLimited.Cas = h.rateLimited[rateHealth].Load(), h.rateLimited[rateCas].Load()
 	s.RateLimited.Identity = h.rateLimited[rateIdentity].Load()
@@ -210,27 +220,22 @@ func (d *Daemon) serveAdmitted(ctx context.Context, bc semantics.BackendConn) bo
 	return true
 }
 
-// admitRegistration takes a token of the registration rate for a hello;
-// over the rate it answers RegistrationRejectedV1{Overloaded,
-// RetryBackoff} with the wait and closes with CloseOverloaded.
-func (c *conn) admitRegistration(env *wire.Envelope) bool {
-	h := &c.d.hard
+// admitRegistration applies the daemon-wide admission to a hello: the
+// connection cap and the registration rate (pacing.go: a hello over the
+// rate is held for its token up to MaxRegistrationHold, else deferred with
+// a spread retry hint, and the connection closed with CloseOverloaded).
+func (c *conn) admitRegistration(env *wire.Envelope, hello *agentwire.TransportHelloV1) bool {
 	// At the cap this transport is counted already: refuse only beyond it.
 	if why := c.d.capacityRefusal(c.d.connCount() - 1); why != "" {
-		h.refusedRegs.Add(1)
-		c.reply(env, &agentwire.RegistrationRejectedV1{Code: wire.ErrCodeOverloaded, Retry: wire.RetryBackoff, Message: why})
-		c.closeAfter(wire.CloseOverloaded, "connection cap")
+		c.deferRegistration(env, hello, wire.ErrCodeOverloaded, why, c.d.capacityHint(), "connection cap")
 		return false
 	}
-	ok, wait := h.regs.Take(time.Now())
-	if ok {
-		return true
+	wait, admit := c.d.registrationWait(time.Now())
+	if admit {
+		return wait == 0 || c.holdHello(wait)
 	}
-	h.refusedRegs.Add(1)
-	msg := fmt.Sprintf("registration rate limit (%s) reached; retry after %v with jittered backoff",
-		h.adm.RegistrationRate, wait.Round(time.Millisecond)+time.Millisecond)
-	c.reply(env, &agentwire.RegistrationRejectedV1{Code: wire.ErrCodeOverloaded, Retry: wire.RetryBackoff, Message: msg})
-	c.closeAfter(wire.CloseOverloaded, "registration rate limit")
+	c.deferRegistration(env, hello, wire.ErrCodeOverloaded,
+		fmt.Sprintf("registration rate limit (%s) reached", c.d.hard.adm.RegistrationRate), wait, "registration rate limit")
 	return false
 }
 

@@ -130,15 +130,16 @@ func helloOutcome(w *enginetest.World, id enginetest.Identity, keep *[]semantics
 }
 
 // TestRegistrationFloodAdmission (real loopback QUIC): 48 connections
-// hello at once against a registration rate of 10/s (burst 4) and 12
-// handshake slots. Beyond the rate the hello is answered
+// hello at once against a registration rate of 0.2/s (burst 4: the next
+// token is further away than MaxRegistrationHold) and 12 handshake slots.
+// Beyond the rate the hello is answered
 // RegistrationRejectedV1{Overloaded, RetryBackoff, "retry after …"} and
 // closed with CloseOverloaded; beyond the slots the connection is closed
 // with CloseOverloaded at once. A registered agent on the same daemon
 // keeps its heartbeat RTT under rttBound throughout.
 func TestRegistrationFloodAdmission(t *testing.T) {
 	w := enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat, func(c *daemon.Config) {
-		c.Admission = daemon.Admission{MaxHandshakes: 12, RegistrationRate: semantics.Rate{PerSecond: 10, Burst: 4}}
+		c.Admission = daemon.Admission{MaxHandshakes: 12, RegistrationRate: semantics.Rate{PerSecond: 0.2, Burst: 4}}
 	})
 	good := w.DialRaw(w.NewIdentity())
 	good.Join(wire.NewAgentSessionId())

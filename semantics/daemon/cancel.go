@@ -82,7 +82,12 @@ func (d *Daemon) watchLoop(ch <-chan authority.Event) {
 	defer d.wg.Done()
 	for ev := range ch {
 		if ev.Kind == authority.EventRunner {
-			d.onRunnerEvent(ev) // runnerevent.go
+			switch ev.Reason {
+			case authority.RunnerEventCheck, authority.RunnerEventDisabled:
+				d.runnerChanged(ev.Runner) // revocation.go: re-check that runner's transports
+			default:
+				d.onRunnerEvent(ev) // runnerevent.go: drain, resume
+			}
 			continue
 		}
 		c := d.sessionConn(ev.Session)

@@ -93,7 +93,12 @@ type Daemon struct {
 	idst  identityStats // enroll.go
 	inv   invState      // inventory.go: capabilities and health of this daemon's transports
 	// hard: admission control, rate-limit counters (admission.go).
-	hard hardening
+	hard  hardening
+	pacer retryPacer // retry slots of deferred registrations (pacing.go)
+	// watching: the authority delivers events (authority.Watcher), so
+	// revocation checks are event-driven (revocation.go).
+	watching         bool
+	revocationEvents atomic.Int64 // authority.EventRunner events handled
 	// peers: what signing workers and device agents registered with, and
 	// the device reservations (peers.go, sign.go, device.go).
 	peers peerTable
@@ -169,6 +174,7 @@ func New(cfg Config) (*Daemon, error) {
 		// Cancels and revocations made by other daemons sharing the
 		// authority, delivered to this daemon's agents at once (cancel.go).
 		if ch, err := w.Watch(d.ctx); err == nil && ch != nil {
+			d.watching = true // revocation.go: event-driven revocation checks
 			d.wg.Add(1)
 			go d.watchLoop(ch)
 		} else if err != nil {
@@ -184,7 +190,7 @@ func New(cfg Config) (*Daemon, error) {
 			p = DefaultRevocationPoll
 		}
 		d.wg.Add(1)
-		go d.revocationLoop(p)
+		go d.revocationLoop(d.revocationPeriod(p))
 	}
 	return d, nil
 }

@@ -17,7 +17,11 @@ package daemon
 //     closes those of disabled runners (CloseRunnerDisabled) or revoked
 //     certificates (CloseAuthenticationFailure). A revocation made through
 //     any daemon sharing the authority, or the CLI, thus reaches every
-//     daemon within RevocationPoll plus one authority round trip.
+//     daemon within RevocationPoll plus one authority round trip. With an
+//     authority that delivers events (authority.Watcher: PostgreSQL) the
+//     check is event-driven instead (revocation.go): a disable or a
+//     revoked certificate re-checks that runner's transports at once, and
+//     the full poll only runs every RevocationFallbackPoll.
 
 import (
 	"context"
@@ -324,6 +328,12 @@ func (d *Daemon) checkRevocations() {
 		}
 	}
 	d.mu.Unlock()
+	d.checkRevocationsOf(conns)
+}
+
+// checkRevocationsOf checks the credentials of conns against the authority
+// and closes the revoked ones.
+func (d *Daemon) checkRevocationsOf(conns []*conn) {
 	if len(conns) == 0 {
 		return
 	}

@@ -17,7 +17,7 @@ import (
 
 func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 	d := c.d
-	if !c.admitRegistration(env) {
+	if !c.admitRegistration(env, m) {
 		return
 	}
 	hctx, sp := c.span(env, telemetry.SpanHandshake)

@@ -8,13 +8,14 @@ import (
 	"forgeyard.dev/transport/wire/admin"
 )
 
-// onRunnerEvent acts on a runner's state change another daemon recorded
+// onRunnerEvent acts on a drain or resume another daemon recorded
 // (authority.EventRunner, delivered by the Watcher within milliseconds):
-// a disabled runner's transports here are closed with CloseRunnerDisabled
-// (as DisableRunner closes them on the daemon it ran on); a drain or a
-// resume is sent to its agent here (the drain's reason read from the
-// inventory). Without the event (SQLite, the LISTEN connection down) the
-// agent learns the drain when it reconnects and the disable at its next
+// it is sent to the runner's agent here (the drain's reason read from the
+// inventory). A disable or a revoked certificate takes the revocation
+// re-check instead (runnerChanged, revocation.go), which closes the
+// transports with CloseRunnerDisabled or AuthenticationFailure. Without the
+// event (SQLite, the LISTEN connection down) the agent learns the drain
+// when it reconnects and the disable at the next revocation poll or
 // registration, as before.
 func (d *Daemon) onRunnerEvent(ev authority.Event) {
 	conns := d.runnerConns(ev.Runner)
@@ -22,10 +23,6 @@ func (d *Daemon) onRunnerEvent(ev authority.Event) {
 		return
 	}
 	switch ev.Reason {
-	case authority.RunnerEventDisabled:
-		for _, c := range conns {
-			c.closeNow(wire.CloseRunnerDisabled, "runner disabled")
-		}
 	case authority.RunnerEventDrained:
 		ctx, cancel := context.WithTimeout(d.ctx, d.timing.RequestTimeout)
 		st, err := d.drainState(ctx, ev.Runner)

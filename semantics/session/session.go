@@ -86,7 +86,7 @@ var sessionTypes = map[wire.MessageTypeId]bool{
 	agentwire.MsgRegisterAgent: true, agentwire.MsgRegistrationAccepted: true, agentwire.MsgRegistrationRejected: true,
 	agentwire.MsgHeartbeat: true, agentwire.MsgHeartbeatAck: true,
 	agentwire.MsgGoAway: true, agentwire.MsgServerTime: true, agentwire.MsgSessionFenced: true,
-	agentwire.MsgCertificateRequest: true, agentwire.MsgCertificateIssued: true,
+	agentwire.MsgCertificateRequest: true, agentwire.MsgCertificateIssued: true, agentwire.MsgRegistrationDeferred: true,
 }
 
 // Classify returns the class of t.
@@ -185,6 +185,7 @@ var directions = map[wire.MessageTypeId]Direction{
 	agentwire.MsgSecretMaterial:       FromDaemon,
 	agentwire.MsgCertificateRequest:   FromAgent,
 	agentwire.MsgCertificateIssued:    FromDaemon,
+	agentwire.MsgRegistrationDeferred: FromDaemon,
 	admin.MsgDrain:                    FromDaemon,
 	admin.MsgResume:                   FromDaemon,
 	admin.MsgRefreshCapabilities:      FromDaemon,

@@ -29,7 +29,7 @@ var executionTypes = []wire.MessageTypeId{
 var sessionTypes = []wire.MessageTypeId{
 	agentwire.MsgTransportHello, agentwire.MsgHelloAck, agentwire.MsgRegisterAgent, agentwire.MsgRegistrationAccepted,
 	agentwire.MsgRegistrationRejected, agentwire.MsgHeartbeat, agentwire.MsgHeartbeatAck, agentwire.MsgGoAway,
-	agentwire.MsgServerTime, agentwire.MsgSessionFenced,
+	agentwire.MsgServerTime, agentwire.MsgSessionFenced, agentwire.MsgRegistrationDeferred,
 }
 
 func TestSigningWorkerRejectsGeneralExecutionMessages(t *testing.T) {

@@ -382,6 +382,7 @@ func maximal() []wire.Message {
 		&CertificateRequestV1{Token: str(MaxEnrollToken), CSR: make([]byte, MaxCSR)},
 		&CertificateIssuedV1{Runner: sRunner, NotAfterMs: u64,
 			CertChain: [][]byte{make([]byte, MaxCertDER), make([]byte, MaxCertDER), make([]byte, MaxCertDER), make([]byte, MaxCertDER)}},
+		&RegistrationDeferredV1{Code: 0xffff, RetryAfterMs: MaxRetryAfterMs, Message: str(MaxRejectMessage)},
 	}
 }
 

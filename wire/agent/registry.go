@@ -67,4 +67,6 @@ var Messages = []wire.MessageInfo{
 		Sensitive: true, New: func() wire.Message { return new(CertificateRequestV1) }},
 	{Type: MsgCertificateIssued, Name: nameCertificateIssued, Since: wire.V(1, 2), MaxSize: maxCertificateIssuedSize,
 		New: func() wire.Message { return new(CertificateIssuedV1) }},
+	{Type: MsgRegistrationDeferred, Name: nameRegistrationDeferred, Since: wire.V(1, 2), MaxSize: maxRegistrationDeferredSize,
+		New: func() wire.Message { return new(RegistrationDeferredV1) }},
 }

@@ -260,6 +260,8 @@ func Samples() []wire.Message {
 		&CertificateRequestV1{Token: "fyet_SAMPLESAMPLESAMPLESAMPLESAMPLESAMPLESAMPLESAMPLESAMP", CSR: sampleBytes(0x30, 90)},
 		&CertificateRequestV1{CSR: sampleBytes(0x31, 72)},
 		&CertificateIssuedV1{Runner: sRunner, CertChain: [][]byte{sampleBytes(0x30, 48), sampleBytes(0x32, 40)}, NotAfterMs: sampleTimeMs + 30*86400000},
+		&RegistrationDeferredV1{Code: wire.ErrCodeOverloaded, RetryAfterMs: 2750,
+			Message: "registration rate limit (200/s burst 400) reached; retry after 2.75s"},
 	)
 	return out
 }

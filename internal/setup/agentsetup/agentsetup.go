@@ -82,6 +82,9 @@ func Dialer(e config.Endpoint, client *tls.Config, qcfg quic.Config, ycfg yamux.
 	}
 	switch e.Backend {
 	case config.BackendQUIC:
+		if qcfg.RefusalBackoff == 0 { // a daemon's pre-handshake refusal paces the dial (issue 14)
+			qcfg.RefusalBackoff = quic.DefaultRefusalBackoff
+		}
 		return quic.Dialer{TLS: tc, Config: qcfg}, e.HostPort, nil
 	case config.BackendYamux:
 		return yamux.Dialer{TLS: tc, Config: ycfg, Upgrade: e.Upgrade}, e.HostPort, nil
