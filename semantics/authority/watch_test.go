@@ -91,7 +91,7 @@ func TestWatchCrossDaemon(t *testing.T) {
 	if err := a.SetRunnerEnabled(ctx, runner, false, "test", now); err != nil {
 		t.Fatal(err)
 	}
-	await(start, authority.Event{Kind: authority.EventRunner, Runner: runner})
+	await(start, authority.Event{Kind: authority.EventRunner, Runner: runner, Reason: authority.RunnerEventDisabled})
 	select {
 	case got := <-evA:
 		if got.Kind != authority.EventRunner || got.Runner != runner {
