@@ -466,6 +466,16 @@ func (a *Agent) finalizeLog(ctx context.Context, l *link, at *attempt, resend bo
 			if storageUnavailable(err) {
 				a.storageFault.Store(time.Now().UnixNano())
 			}
+			var we *wire.WireErrorV1
+			if errors.As(err, &we) && we.Code == wire.ErrCodeForbidden {
+				// Forbidden on a link the agent has left (the daemon fenced
+				// it when a newer link registered, or it is no longer
+				// active) says nothing of the lease: retried on the current
+				// link, like a link failure (not wrapped: linkFailure).
+				if cur, _ := a.currentLink(); cur != l || l.ctx.Err() != nil {
+					return fmt.Errorf("agent: logs-finalized barrier refused on a replaced link: %v", err)
+				}
+			}
 			return err
 		}
 		ack, ok := env.Payload.(*wlogs.LogsFinalizedAckV1)
