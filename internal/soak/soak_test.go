@@ -30,9 +30,11 @@ var (
 func TestSoak(t *testing.T) {
 	if !flagGiven("soak.n") && !flagGiven("soak.seed") && os.Getenv("FORGEYARD_SOAK") == "" {
 		// Not yet part of `make test`: under -race on the shared 2-core
-		// machine the run starves (lifecycles exceed their 60 s bounds), and
-		// one stall is still open (docs/perf.md §13). Run it with make soak,
-		// -soak.n/-soak.seed, or FORGEYARD_SOAK=1.
+		// machine the default run (16 in flight per backend) passed 5 of 5
+		// times alone at load ~4.5 (43-60 s) but failed 2 of 2 times beside
+		// `go test -race ./semantics/daemon` and another `make test` at load
+		// 7-9 (lifecycles starved past their 60 s bounds; docs/perf.md §13).
+		// Run it with make soak, -soak.n/-soak.seed, or FORGEYARD_SOAK=1.
 		t.Skip("fault-injection soak: run with `make soak`, -soak.n=N or FORGEYARD_SOAK=1 (docs/perf.md §13)")
 	}
 	cfg := config{seed: *flagSeed, n: *flagN, faults: *flagFaults, inflight: *flagInflight, agents: 4}
