@@ -102,6 +102,9 @@ release:
 
 test: deps vet layering
 	$(GO) test -race -shuffle=on -timeout 10m ./...
+	@# The short fault-injection soak (issue 15 item 6): ≥ 500 seeded lifecycles over memory,
+	@# QUIC and TLS+yamux with every fault kind, alone so no other package starves it.
+	FORGEYARD_SOAK=1 $(GO) test -race -count=1 -timeout 6m -run '^TestSoak$$' ./internal/soak -soak.inflight=4
 
 test-short: deps
 	$(GO) test -short -timeout 10m ./...
