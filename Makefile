@@ -21,7 +21,7 @@ all: test
 help:
 	@echo "make demo      daemon + agents over QUIC, WebTransport, TLS+yamux and a relay: leases, a cut connection, resync, summary"
 	@echo "make demo-vectors  decode and print every golden vector with the protocol inspector"
-	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included; the quick compatibility matrix)"
+	@echo "make test      vet, layering check and every test with -race (fuzz seed corpora included; the quick compatibility matrix), then the short fault-injection soak (500 lifecycles)"
 	@echo "make matrix    full cross-version compatibility matrix: builds tagged releases, runs every cell; rewrites matrix/results.json and docs/compatibility.md"
 	@echo "make scale     the fleet-scale ladder (forgeyard-loadgen): real agents against one daemon process; writes $(OUT)/scale.md (SCALE_LADDER=quic:200 for a short run; work dirs under $(OUT)/_scale-work, which go ./... ignores)"
 	@echo "make release   static linux/amd64+arm64 archives (binaries, man pages, completions, systemd units), OCI images of daemon/agent/relay, SHA256SUMS in out/release (VERSION=...)"
