@@ -67,8 +67,7 @@ type Stats struct {
 	// the link failed under the upload.
 	OutputsStorageRetries int64
 	// LogStorageRetries counts logs-finalized barriers retried because the
-	// daemon's log store was unavailable, the link failed under them or
-	// the daemon answered transiently (the log stays spooled and is re-sent).
+	// daemon's log store was unavailable.
 	LogStorageRetries int64
 	PayloadsFetched   int64 // payloads downloaded and verified (Config.FetchPayload)
 	PayloadsFailed    int64 // attempts ended InfraError because their payload could not be fetched
