@@ -330,16 +330,30 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 		io.w.Close()
 		_ = os.RemoveAll(filepath.Join(a.spool, "logs", job.Attempt.String()))
 	} else if io != nil && io.w != nil {
+		tries := 0
 		finalize := func() error {
-			return a.onLink(time.Now().Add(budget), func(error) bool { return false }, func(ctx context.Context, l *link) error {
-				return io.w.Finalize(ctx, func(m *wlogs.LogsFinalizedV1) error { _, err := l.ch.SendMsg(m); return err })
+			return a.onLink(time.Now().Add(budget), func(err error) bool {
+				// A final answer ends the barrier; a transient one that asks
+				// for a backoff (StorageUnavailable, RateLimited) returns to
+				// the backoff loop below.
+				var we *wire.WireErrorV1
+				return !linkFailure(err) || errors.As(err, &we) && we.Retry == wire.RetryBackoff
+			}, func(ctx context.Context, l *link) error {
+				tries++
+				return a.finalizeLog(ctx, l, at, tries > 1)
 			})
 		}
 		err := finalize()
-		// The daemon's log store failed meanwhile (StorageUnavailable): keep
-		// the log spooled (the writer resends from the durable point) and
-		// try again, for at most storageRetryFor (issue 15 item 4).
-		for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && a.storageFaultSince(budget+time.Second) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
+		// The barrier failed with its link (cut, replaced, a daemon restart,
+		// no answer within the budget), was refused as transient (the
+		// daemon's authority unavailable, rate limited, the log not durable
+		// in time) or the daemon's log store failed (StorageUnavailable):
+		// keep the log spooled, re-send it from the daemon's durable point
+		// and try again, for at most storageRetryFor, while the attempt is
+		// ours (issue 15 items 4 and 6). A completion never goes out with a
+		// log the daemon has not durably stored while the lease is live; a
+		// final refusal (Forbidden: the lease is no longer ours) ends it.
+		for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && (linkFailure(err) || a.storageFaultSince(budget+time.Second)) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
 			a.mu.Lock()
 			discard := at.discard
 			a.mu.Unlock()
@@ -347,7 +361,7 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 				break
 			}
 			a.st.logStorageRetries.Add(1)
-			a.log.Warn("daemon's log store unavailable; log kept, retrying the logs-finalized barrier", "attempt", job.Attempt.String(), "in", wait)
+			a.log.Warn("logs-finalized barrier failed; log kept, retrying", "attempt", job.Attempt.String(), "in", wait, "err", err)
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
@@ -422,23 +436,75 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 	return outs
 }
 
+// errLogShort is the end of a logs-finalized barrier whose ack covers less
+// than the agent's last frame: the daemon refused the rest of the log
+// (its per-attempt quota, §268); final, not retried.
+var errLogShort = errors.New("agent: the daemon acknowledged the log only in part (refused the rest)")
+
+// finalizeLog runs the logs-finalized barrier (§243) once on l: it sends
+// LogsFinalizedV1 as a request and waits, bounded by ctx, for its answer —
+// LogsFinalizedAckV1 (the log is durable up to its last_seq) or a
+// WireErrorV1, returned as the error, so a refused barrier ends at once
+// rather than after the budget. With resend (every try after the first)
+// the log stream is first re-attached on l from the daemon's durable
+// point: a stream that ended (the writer closed, every frame sent) is not
+// sent again by itself, and frames the daemon lost with a failing store, a
+// link, or a cancelled stream would otherwise be waited for in vain. The
+// daemon skips frames it holds.
+func (a *Agent) finalizeLog(ctx context.Context, l *link, at *attempt, resend bool) error {
+	w := at.io.w
+	if resend && w.Stats().Acked < w.FinalizedMessage().LastSeq {
+		a.attachLog(l, at, 0)
+	}
+	return w.Finalize(ctx, func(m *wlogs.LogsFinalizedV1) error {
+		timeout := a.cfg.RequestTimeout
+		if d, ok := ctx.Deadline(); ok {
+			timeout = max(time.Until(d), time.Millisecond)
+		}
+		env, err := l.ch.Call(ctx, control.Out{Msg: m}, timeout)
+		if err != nil {
+			if storageUnavailable(err) {
+				a.storageFault.Store(time.Now().UnixNano())
+			}
+			var we *wire.WireErrorV1
+			if errors.As(err, &we) && we.Code == wire.ErrCodeForbidden {
+				// Forbidden on a link the agent has left (the daemon fenced
+				// it when a newer link registered, or it is no longer
+				// active) says nothing of the lease: retried on the current
+				// link, like a link failure (not wrapped: linkFailure).
+				if cur, _ := a.currentLink(); cur != l || l.ctx.Err() != nil {
+					return fmt.Errorf("agent: logs-finalized barrier refused on a replaced link: %v", err)
+				}
+			}
+			return err
+		}
+		ack, ok := env.Payload.(*wlogs.LogsFinalizedAckV1)
+		if !ok || ack.Attempt != m.Attempt {
+			return fmt.Errorf("agent: unexpected answer %s to LogsFinalizedV1", env.Payload.MessageType())
+		}
+		if !w.HandleFinalizedAck(ack) {
+			return fmt.Errorf("%w: durable to %d of %d", errLogShort, ack.LastSeq, m.LastSeq)
+		}
+		return nil
+	})
+}
+
 // storageRetryFor bounds how long an agent keeps retrying the upload of an
 // attempt's outputs while the daemon answers StorageUnavailable.
 const storageRetryFor = 10 * time.Minute
 
-// linkFailure reports whether an output upload failed with its link — the connection cut or replaced, the daemon gone
-// or silent past the deadline — rather than by the daemon's answer (a
-// WireErrorV1 that is not transient, a CAS outcome other than Aborted, a log-stream rejection, a
-// stream the daemon reset, e.g. refused because it has no store). A link
-// failure, or an Aborted upload (the daemon was busy with the object or
-// could not reach its authority), is retried
+// linkFailure reports whether a logs-finalized barrier or an output upload
+// failed with its link — the connection cut or replaced, the daemon gone
+// or silent past the deadline — or by a transient answer (a WireErrorV1
+// whose retry class is Immediately or Backoff, an Aborted CAS outcome: the
+// daemon was busy, could not reach its authority, or its store failed),
+// rather than by a final answer (any other WireErrorV1, e.g. Forbidden
+// when the lease is no longer ours; a CAS outcome other than Aborted; a
+// log-stream rejection; a barrier acknowledged only in part; a stream the
+// daemon reset, e.g. refused because it has no store). Those are retried
 // on the next link: the fault-injection soak (issue 15 item 6) found
 // outputs left out of completions and logs dropped after one budget of
 // link churn or a daemon restart, though the attempt's lease was live.
-// (The logs-finalized barrier still gives up after one budget: retrying it
-// the same way stalled TestDataAuthorityHiccupNotForbidden — the barrier
-// waits out its budget after a refused LogsFinalizedV1 — so it is left for
-// a follow-up, docs/perf.md §12.)
 func linkFailure(err error) bool {
 	var we *wire.WireErrorV1
 	var oe *cas.OutcomeError
@@ -449,7 +515,7 @@ func linkFailure(err error) bool {
 		return true // the daemon could not take it now (busy, authority hiccup): retry
 	case errors.As(err, &we) && (we.Retry == wire.RetryImmediately || we.Retry == wire.RetryBackoff):
 		return true // the daemon says transient (its authority unavailable, rate limited)
-	case err == nil, errors.As(err, &we), errors.As(err, &oe), errors.As(err, &re):
+	case err == nil, errors.As(err, &we), errors.As(err, &oe), errors.As(err, &re), errors.Is(err, errLogShort):
 		return false
 	case errors.As(err, &se) && se.Remote && se.Code != semantics.StreamCancelled:
 		return false

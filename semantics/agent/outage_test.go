@@ -36,10 +36,12 @@ func (g *gateDialer) Dial(ctx context.Context, addr string) (semantics.BackendCo
 // soak, issue 15 item 6): the daemon becomes unreachable right after the
 // executor wrote its log and stored its output, for longer than the
 // agent's data budget (max(4×RequestTimeout, 5 s)), while the lease stays
-// live. The agent keeps the output stored, retries the upload on the next
-// link, and the completion claims it: the daemon holds the object. Before
-// the fix the upload was given up after one budget and the completion went
-// out without the output.
+// live. The agent keeps the log spooled and the output stored, retries
+// the logs-finalized barrier and the upload on the next link, and the
+// completion claims the output: the daemon holds every log line and the
+// object. Before the fix the barrier and the upload were given up after
+// one budget: the completion went out with a truncated log (the spooled
+// log was deleted) and without the output.
 func TestDataSurvivesOutageLongerThanBudget(t *testing.T) {
 	const lines = 30
 	w, sink, store := enginetest.DataWorld(t, enginetest.MemoryBackend(), func(c *daemon.Config) { c.Timing.LeaseTTL = time.Minute })
@@ -74,9 +76,9 @@ func TestDataSurvivesOutageLongerThanBudget(t *testing.T) {
 	// The outage lasts until the agent has given its first barrier or
 	// upload budget up (a retry is counted), then the daemon is back.
 	deadline := time.Now().Add(30 * time.Second)
-	for st := a.Stats(); st.OutputsStorageRetries == 0; st = a.Stats() {
+	for st := a.Stats(); st.LogStorageRetries+st.OutputsStorageRetries == 0; st = a.Stats() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the agent never retried its upload after the budget; stats %+v", st)
+			t.Fatalf("the agent never retried its log barrier or upload after the budget; stats %+v", st)
 		}
 		time.Sleep(20 * time.Millisecond) // a counter, no event to await
 	}
@@ -85,9 +87,13 @@ func TestDataSurvivesOutageLongerThanBudget(t *testing.T) {
 	if ev.Result.Kind != agentwire.ResultSucceeded {
 		t.Fatalf("result %v", ev.Result)
 	}
-	// The log: the barrier still gives up after one budget (open, see
-	// linkFailure); what reached the daemon is in order without gaps.
-	_ = enginetest.Stdout(t, sink, l.Attempt)
+	var want strings.Builder
+	for i := 0; i < lines; i++ {
+		want.WriteString(line(i))
+	}
+	if got := enginetest.Stdout(t, sink, l.Attempt); got != want.String() {
+		t.Fatalf("daemon holds %d log bytes, want %d: the completion went out with a truncated log", len(got), want.Len())
+	}
 	ref := wire.CasObjectRef{Algorithm: wire.DigestSHA256, Digest: sha256.Sum256(blob), Size: uint64(len(blob))}
 	if st, err := store.Stat(ref); err != nil || !st.Complete {
 		t.Fatalf("output not in the daemon's store after the outage: %+v %v", st, err)
@@ -95,7 +101,7 @@ func TestDataSurvivesOutageLongerThanBudget(t *testing.T) {
 	if outs, ok := w.D.FinalizedOutputs(l.Attempt); !ok || len(outs) != 1 || outs[0] != ref {
 		t.Fatalf("finalized outputs %v %v, want [%v]", outs, ok, ref)
 	}
-	if st := a.Stats(); st.OutputsFailed != 0 {
+	if st := a.Stats(); st.OutputsFailed != 0 || st.LogFinalizeFailed != 0 {
 		t.Fatalf("agent gave data up: %+v", st)
 	}
 }

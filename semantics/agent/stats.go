@@ -67,7 +67,8 @@ type Stats struct {
 	// the link failed under the upload.
 	OutputsStorageRetries int64
 	// LogStorageRetries counts logs-finalized barriers retried because the
-	// daemon's log store was unavailable.
+	// daemon's log store was unavailable, the link failed under them or
+	// the daemon answered transiently (the log stays spooled and is re-sent).
 	LogStorageRetries int64
 	PayloadsFetched   int64 // payloads downloaded and verified (Config.FetchPayload)
 	PayloadsFailed    int64 // attempts ended InfraError because their payload could not be fetched

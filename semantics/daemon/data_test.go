@@ -573,7 +573,10 @@ func (f *flakyLeases) Lease(ctx context.Context, id wire.LeaseId) (authority.Lea
 // look-ups the data plane makes right after the job ran (NeedObjects, the
 // output upload, the log and output barriers); those are answered as
 // retryable, never Forbidden, so the agent retries and the attempt still
-// completes with its output stored and claimed.
+// completes with its output stored and claimed, and its log barrier
+// acknowledged (before the barrier was sent as a request, the retryable
+// WireErrorV1 answering it went unseen and the agent gave the log up
+// after its 5 s budget).
 func TestDataAuthorityHiccupNotForbidden(t *testing.T) {
 	const size = 200 << 10
 	base, err := authority.OpenSQLite(context.Background(), ":memory:")
@@ -582,12 +585,13 @@ func TestDataAuthorityHiccupNotForbidden(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = base.Close() })
 	auth := &flakyLeases{Authority: base}
+	sink := &logs.MemorySink{}
 	store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := enginetest.NewWorldWith(t, enginetest.MemoryBackend(), trusttest.NewPKI(t), auth, func(c *daemon.Config) {
-		c.LogSink, c.ContentStore = &logs.MemorySink{}, store
+		c.LogSink, c.ContentStore = sink, store
 	})
 	id := w.NewIdentity()
 	inner := agent.NewSyntheticExecutor(1, agent.SyntheticOptions{LogLines: 5, OutputSize: size})
@@ -614,6 +618,12 @@ func TestDataAuthorityHiccupNotForbidden(t *testing.T) {
 	}
 	if st := a.Stats(); st.OutputsUploaded != 1 || st.OutputsFailed != 0 {
 		t.Fatalf("agent stats %+v: the output was given up", st)
+	}
+	if st := a.Stats(); st.LogFinalizeFailed != 0 {
+		t.Fatalf("agent stats %+v: the log barrier was given up", st)
+	}
+	if n := len(sink.Records(l.Attempt)); n == 0 {
+		t.Fatal("the daemon holds no log record of the attempt")
 	}
 	if n := auth.failed.Load(); n == 0 {
 		t.Fatal("no lease look-up failed: the test did not exercise the hiccup")
