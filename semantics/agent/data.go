@@ -450,10 +450,16 @@ var errLogShort = errors.New("agent: the daemon acknowledged the log only in par
 // point: a stream that ended (the writer closed, every frame sent) is not
 // sent again by itself, and frames the daemon lost with a failing store, a
 // link, or a cancelled stream would otherwise be waited for in vain. The
-// daemon skips frames it holds.
+// daemon skips frames it holds. A daemon that lacks frames the agent no
+// longer holds answers the barrier short (errLogShort, final).
 func (a *Agent) finalizeLog(ctx context.Context, l *link, at *attempt, resend bool) error {
 	w := at.io.w
-	if resend && w.Stats().Acked < w.FinalizedMessage().LastSeq {
+	if resend {
+		// Even with every frame acknowledged: the stream, empty then,
+		// tells a daemon that lost them (restarted over a store that is
+		// not durable, or not sharing the store of the daemon that
+		// acknowledged them) that none will come, and it answers short
+		// instead of waiting for them.
 		a.attachLog(l, at, 0)
 	}
 	return w.Finalize(ctx, func(m *wlogs.LogsFinalizedV1) error {

@@ -258,7 +258,12 @@ func (c *conn) serveUniStreams(ctx context.Context) {
 		if r != nil && rs.Kind() == wire.StreamLog && c.dataAllowed() {
 			go func() {
 				sctx, sp := c.d.cfg.Tracing.Start(ctx, telemetry.SpanLogStream, telemetry.AttrBackend(c.bc.Backend()))
-				telemetry.End(sp, r.Serve(sctx, rs))
+				err := r.Serve(sctx, rs)
+				telemetry.End(sp, err)
+				if re, ok := errors.AsType[*logs.RejectError](err); ok && re.Reason == logs.RejectLost {
+					c.d.log.Warn("attempt log refused: the agent no longer holds frames it was told were durable and this daemon's log store lacks them; keep data.log_dir on durable storage, and give daemons that share agents one log store ([data] store = \"s3\")",
+						"attempt", re.Attempt.String(), "missing_from", re.NextSeq)
+				}
 			}()
 			continue
 		}
@@ -346,6 +351,13 @@ func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 				_ = c.ch.ReplyError(env.MessageID, wire.ErrCodeInternal, wire.RetryImmediately, "log not durable in time")
 			}
 			return
+		}
+		if st, _ := r.Attempt(m.Attempt); ack.LastSeq < m.LastSeq && !st.Refused {
+			// The agent sent all it held and frames are still missing: it
+			// was told they were durable by an earlier daemon process or
+			// another daemon whose log store this one cannot read.
+			c.d.log.Warn("attempt log incomplete: frames the agent was told were durable are not in this daemon's log store; keep data.log_dir on durable storage, and give daemons that share agents one log store ([data] store = \"s3\")",
+				"attempt", m.Attempt.String(), "stored_to", ack.LastSeq, "last_seq", m.LastSeq)
 		}
 		c.d.st.logsFinalized.Add(1)
 		_ = c.ch.Reply(env, &ack)

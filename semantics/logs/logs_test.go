@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -693,4 +694,108 @@ func TestReceiverSupersede(t *testing.T) {
 	}
 	_ = agent.CloseWithCode(wire.CloseNormal, "")
 	srv.wait()
+}
+
+// TestFramesLostOnTheDaemonSide: the agent's frames were acknowledged as
+// durable by one daemon (so the writer released them) and the agent then
+// streams to a receiver whose sink lacks them — a daemon restarted over a
+// store that is not durable, or another daemon not sharing the store. The
+// receiver asks for them (LogResumeRequestV1); the agent cannot send them.
+// Neither side may wait or loop for them: with the writer closed the
+// barrier is answered short at once (ShortFinals); with the writer still
+// open, the agent skipping the asked-for frames gets the log refused
+// (RejectLost, StreamRefused) and the barrier is answered at once.
+func TestFramesLostOnTheDaemonSide(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		t.Run(map[bool]string{false: "writer closed", true: "writer open"}[open], func(t *testing.T) {
+			ctx := testCtx(t)
+			agent1, daemon1 := memConns(t, memory.Options{})
+			f := newFixture(t, logs.Config{}, logs.ReceiverConfig{})
+			srv1 := serveAll(ctx, daemon1, f.r)
+			for i := range 3 {
+				if err := f.write(wlogs.LogStdout, []byte("line "+strconv.Itoa(i)+"\n")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if open {
+				att := make(chan error, 1)
+				go func() { att <- f.w.Attach(ctx, agent1, 0) }()
+				for st := f.w.Stats(); st.LastSeq == 0 || st.Acked < st.LastSeq; st = f.w.Stats() {
+					select {
+					case <-f.acked:
+					case <-ctx.Done():
+						t.Fatalf("the first daemon never acknowledged the frames: writer %+v receiver %+v", f.w.Stats(), f.r.Stats())
+					}
+				}
+				_ = agent1.CloseWithCode(wire.CloseNormal, "") // the first daemon goes away
+				<-att
+			} else {
+				m := f.w.FinalizedMessage()
+				go func() { _ = f.w.Attach(ctx, agent1, 0) }()
+				ack, err := f.r.Finalized(ctx, &m)
+				if err != nil || !f.w.HandleFinalizedAck(&ack) {
+					t.Fatalf("first daemon's barrier: %+v %v", ack, err)
+				}
+				_ = agent1.CloseWithCode(wire.CloseNormal, "")
+			}
+			srv1.wait()
+
+			// The second daemon: an empty sink.
+			f.sink = &logs.MemorySink{}
+			f.r = f.newReceiver(logs.ReceiverConfig{})
+			agent2, daemon2 := memConns(t, memory.Options{})
+			srv2 := serveAll(ctx, daemon2, f.r)
+			if open {
+				if err := f.write(wlogs.LogStdout, []byte("after the move\n")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m := f.w.FinalizedMessage()
+			// The agent's link code: attach after the reconnect, and again
+			// on every resume request.
+			attaches := make(chan error, 16)
+			go func() { attaches <- f.w.Attach(ctx, agent2, 0) }()
+			stopResumes := make(chan struct{})
+			resumed := make(chan int, 1)
+			go func() {
+				n := 0
+				defer func() { resumed <- n }()
+				for {
+					select {
+					case rq := <-f.resumes:
+						n++
+						go func() { attaches <- f.w.Attach(ctx, agent2, rq.FromSeq) }()
+					case <-stopResumes:
+						return
+					}
+				}
+			}()
+			ack, err := f.r.Finalized(ctx, &m)
+			if err != nil {
+				t.Fatalf("the barrier waited for frames that cannot come: %v", err)
+			}
+			close(stopResumes)
+			if n := <-resumed; n != 1 {
+				t.Errorf("%d resume requests, want exactly 1 (no loop)", n)
+			}
+			if ack.LastSeq != 0 {
+				t.Errorf("ack LastSeq %d, want 0 (nothing stored here)", ack.LastSeq)
+			}
+			st := f.r.Stats()
+			if open {
+				// The writer may have closed its stream before the reset
+				// reached it: it then sees the short ack (final for the
+				// agent, errLogShort) rather than the refusal.
+				if st.Lost != 1 || st.FramesAppended != 0 {
+					t.Errorf("open writer: stats %+v, writer %+v: want the log refused as lost", st, f.w.Stats())
+				}
+			} else {
+				if st.ShortFinals != 1 || f.w.HandleFinalizedAck(&ack) {
+					t.Errorf("closed writer: stats %+v: want one short barrier, not completing the writer's", st)
+				}
+			}
+			_ = agent2.CloseWithCode(wire.CloseNormal, "")
+			srv2.wait()
+		})
+	}
 }

@@ -93,9 +93,14 @@ const (
 	RejectPayload      RejectReason = 5 // payload fails to decode (bomb, corrupt, length)
 	RejectQuota        RejectReason = 6 // MaxAttemptBytes exceeded, or too many attempts
 	RejectSink         RejectReason = 7 // the sink failed
+	// RejectLost: answering a LogResumeRequestV1, the agent's first frame
+	// skips frames it no longer holds (a daemon acknowledged them as
+	// durable and this one's sink lacks them): the attempt's log is
+	// refused (StreamRefused) rather than asked for them again.
+	RejectLost RejectReason = 8
 )
 
-var rejectNames = [...]string{"", "bad header", "unauthorized", "sequence gap", "bad frame", "bad payload", "quota exceeded", "sink failure"}
+var rejectNames = [...]string{"", "bad header", "unauthorized", "sequence gap", "bad frame", "bad payload", "quota exceeded", "sink failure", "frames lost"}
 
 // String returns the reason's name, or RejectReason(n) for an undefined value.
 func (r RejectReason) String() string {
@@ -142,6 +147,16 @@ type ReceiverStats struct {
 	Duplicates     int64 // frames at or below the appended sequence, skipped
 	Gaps           int64
 	Acks           int64
+	// ShortFinals counts logs-finalized barriers answered with less than
+	// their LastSeq although the log was not refused: the agent had sent
+	// everything it still held (its stream ended cleanly) and the frames in
+	// between are not in the sink — acknowledged as durable by a daemon
+	// whose log store this one does not share, or lost by a store that is
+	// not durable (see Finalized).
+	ShortFinals int64
+	// Lost counts attempts whose log was refused because, asked to
+	// resume, the agent no longer held the frames (RejectLost).
+	Lost int64
 	ThrottleWaits  int64         // times a stream waited for the rate limit
 	Throttled      time.Duration // total wait
 	// BufferedBytes is the log data Serve calls hold now, MaxBuffered its
@@ -170,7 +185,7 @@ type Receiver struct {
 	mu       sync.Mutex
 	attempts map[wire.JobAttemptId]*attemptLog
 
-	streams, rejected, superseded, frames, bytes, dups, gaps, acks, waits atomic.Int64
+	streams, rejected, superseded, frames, bytes, dups, gaps, acks, waits, shortFinals, lost atomic.Int64
 	throttled, buffered, maxBuffered                                      atomic.Int64
 }
 
@@ -185,7 +200,13 @@ type attemptLog struct {
 	refused         bool
 	epoch           uint64
 	final           *wlogs.LogsFinalizedV1
-	owner           *serveOwner
+	// resumeFrom is the FromSeq of the last LogResumeRequestV1 sent (0:
+	// none).
+	resumeFrom uint64
+	// drained: the latest stream ended cleanly (the agent's writer closed
+	// it after its last frame): the agent holds nothing beyond appended.
+	drained bool
+	owner   *serveOwner
 	changed         chan struct{} // closed and replaced when appended/refused changes, if waited on
 	waited          bool
 	bucket          *tokenbucket.Bucket // RateBytes; nil when unlimited
@@ -224,7 +245,7 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 func (r *Receiver) Stats() ReceiverStats {
 	return ReceiverStats{Streams: r.streams.Load(), Rejected: r.rejected.Load(), Superseded: r.superseded.Load(),
 		FramesAppended: r.frames.Load(), BytesAppended: r.bytes.Load(), Duplicates: r.dups.Load(),
-		Gaps: r.gaps.Load(), Acks: r.acks.Load(), ThrottleWaits: r.waits.Load(),
+		Gaps: r.gaps.Load(), Acks: r.acks.Load(), ShortFinals: r.shortFinals.Load(), Lost: r.lost.Load(), ThrottleWaits: r.waits.Load(),
 		Throttled: time.Duration(r.throttled.Load()), BufferedBytes: r.buffered.Load(), MaxBuffered: r.maxBuffered.Load()}
 }
 
@@ -289,6 +310,17 @@ func (r *Receiver) attempt(a wire.JobAttemptId) *attemptLog {
 	return at
 }
 
+// resume asks the agent to resend at's log from the frame from.
+func (r *Receiver) resume(at *attemptLog, from uint64) {
+	if r.cfg.Resume == nil {
+		return
+	}
+	at.mu.Lock()
+	at.resumeFrom = from
+	at.mu.Unlock()
+	r.cfg.Resume(wlogs.LogResumeRequestV1{Attempt: at.id, FromSeq: from})
+}
+
 func (at *attemptLog) notifyLocked() {
 	if at.waited {
 		close(at.changed)
@@ -320,7 +352,11 @@ func (r *Receiver) hold(n int64) {
 //     that fails to decompress within its bound (a compression bomb):
 //     StreamProtocolError;
 //   - the attempt's MaxAttemptBytes exceeded (or MaxAttempts):
-//     StreamRefused, and the attempt stays refused.
+//     StreamRefused, and the attempt stays refused;
+//   - a stream answering a LogResumeRequestV1 whose first frame skips the
+//     frames asked for (the agent released them on an earlier daemon's
+//     acknowledgement; this sink lacks them): StreamRefused, RejectLost,
+//     and the attempt stays refused (asking again would loop).
 //
 // Frames at or below the attempt's appended sequence are skipped (counted
 // as Duplicates); a frame is appended exactly when its seq is the next
@@ -403,6 +439,11 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 	at.mu.Lock()
 	refused, next := at.refused, at.appended+1
 	at.epoch = hdr.Epoch
+	at.drained = false
+	// A stream that starts where this receiver asked the agent to resume
+	// must carry that frame first: if it skips ahead, the agent no longer
+	// holds the frames in between.
+	answersResume := at.resumeFrom != 0 && hdr.FirstSeq == at.resumeFrom && hdr.FirstSeq == next
 	at.mu.Unlock()
 	if refused {
 		return reject(RejectQuota, semantics.StreamRefused, at.id, errors.New("attempt refused"))
@@ -412,9 +453,7 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 		err := reject(RejectGap, semantics.StreamProtocolError, at.id,
 			fmt.Errorf("first_seq %d, expected at most %d", hdr.FirstSeq, next))
 		err.(*RejectError).NextSeq = next
-		if r.cfg.Resume != nil {
-			r.cfg.Resume(wlogs.LogResumeRequestV1{Attempt: at.id, FromSeq: next})
-		}
+		r.resume(at, next)
 		return err
 	}
 
@@ -444,6 +483,13 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 				return err2
 			}
 			r.syncAck(at, true)
+			// A clean end: the agent's writer is closed and sent every
+			// frame it still held; a barrier waiting for more learns here
+			// that none will come.
+			at.mu.Lock()
+			at.drained = true
+			at.notifyLocked()
+			at.mu.Unlock()
 			return nil
 		}
 		r.hold(int64(len(body)))
@@ -453,9 +499,20 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 			var re *RejectError
 			if errors.As(err, &re) {
 				r.rejected.Add(1)
+				if re.Reason == RejectGap && answersResume && re.NextSeq == hdr.FirstSeq {
+					// Asked for them, the agent skipped the frames: it
+					// released them when a daemon acknowledged them as
+					// durable. Asking again would loop; the log is refused.
+					r.lost.Add(1)
+					at.mu.Lock()
+					at.refused = true
+					at.notifyLocked()
+					at.mu.Unlock()
+					re.Reason, re.Code = RejectLost, semantics.StreamRefused
+				}
 				rs.CancelRead(re.Code)
-				if re.Reason == RejectGap && r.cfg.Resume != nil {
-					r.cfg.Resume(wlogs.LogResumeRequestV1{Attempt: at.id, FromSeq: re.NextSeq})
+				if re.Reason == RejectGap {
+					r.resume(at, re.NextSeq)
 				}
 				if re.Reason == RejectSink && r.cfg.Resume != nil {
 					// The sink failed (disk full, I/O error): the agent
@@ -464,7 +521,7 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 					at.mu.Lock()
 					next := r.cfg.Sink.Durable(at.id) + 1
 					at.mu.Unlock()
-					r.cfg.Resume(wlogs.LogResumeRequestV1{Attempt: at.id, FromSeq: next})
+					r.resume(at, next)
 				}
 			}
 			return err
@@ -605,7 +662,14 @@ func (r *Receiver) syncAck(at *attemptLog, force bool) {
 // Finalized handles the agent's LogsFinalizedV1 (§243): it waits until
 // every frame up to m.LastSeq is durable in the sink (they arrive on the
 // attempt's log stream), then returns the LogsFinalizedAckV1 to send back.
-// For a refused attempt it answers at once with the durable sequence. It
+// For a refused attempt it answers at once with the durable sequence. So
+// it does once the agent's latest stream ended cleanly (its writer, closed,
+// sent every frame it still held) with frames up to LastSeq still missing:
+// the agent released them when a daemon acknowledged them as durable, so
+// they will not come — a daemon restarted over a log store that is not
+// durable, or an agent that moved from a daemon whose store this one does
+// not share. The short answer (counted in ReceiverStats.ShortFinals) ends
+// the barrier instead of leaving it to wait out the lease. It
 // returns ctx's cause if ctx ends first, or an error for an invalid m.
 func (r *Receiver) Finalized(ctx context.Context, m *wlogs.LogsFinalizedV1) (wlogs.LogsFinalizedAckV1, error) {
 	if err := m.Validate(); err != nil {
@@ -619,13 +683,17 @@ func (r *Receiver) Finalized(ctx context.Context, m *wlogs.LogsFinalizedV1) (wlo
 		at.mu.Lock()
 		fm := *m
 		at.final = &fm
-		if at.appended >= m.LastSeq || at.refused {
+		if at.appended >= m.LastSeq || at.refused || at.drained {
 			at.mu.Unlock()
 			r.syncAck(at, false)
 			at.mu.Lock()
 			d := at.acked
-			if d >= m.LastSeq || at.refused {
+			if d >= m.LastSeq || at.refused || at.drained && d >= at.appended {
+				short := d < m.LastSeq && !at.refused
 				at.mu.Unlock()
+				if short {
+					r.shortFinals.Add(1)
+				}
 				return wlogs.LogsFinalizedAckV1{Attempt: m.Attempt, LastSeq: min(d, m.LastSeq)}, nil
 			}
 		}
