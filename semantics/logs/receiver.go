@@ -156,9 +156,9 @@ type ReceiverStats struct {
 	ShortFinals int64
 	// Lost counts attempts whose log was refused because, asked to
 	// resume, the agent no longer held the frames (RejectLost).
-	Lost int64
-	ThrottleWaits  int64         // times a stream waited for the rate limit
-	Throttled      time.Duration // total wait
+	Lost          int64
+	ThrottleWaits int64         // times a stream waited for the rate limit
+	Throttled     time.Duration // total wait
 	// BufferedBytes is the log data Serve calls hold now, MaxBuffered its
 	// high-water mark (see StreamBufferBound).
 	BufferedBytes, MaxBuffered int64
@@ -186,7 +186,7 @@ type Receiver struct {
 	attempts map[wire.JobAttemptId]*attemptLog
 
 	streams, rejected, superseded, frames, bytes, dups, gaps, acks, waits, shortFinals, lost atomic.Int64
-	throttled, buffered, maxBuffered                                      atomic.Int64
+	throttled, buffered, maxBuffered                                                         atomic.Int64
 }
 
 type attemptLog struct {
@@ -207,9 +207,9 @@ type attemptLog struct {
 	// it after its last frame): the agent holds nothing beyond appended.
 	drained bool
 	owner   *serveOwner
-	changed         chan struct{} // closed and replaced when appended/refused changes, if waited on
-	waited          bool
-	bucket          *tokenbucket.Bucket // RateBytes; nil when unlimited
+	changed chan struct{} // closed and replaced when appended/refused changes, if waited on
+	waited  bool
+	bucket  *tokenbucket.Bucket // RateBytes; nil when unlimited
 }
 
 type serveOwner struct {
