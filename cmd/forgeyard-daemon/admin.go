@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sort"
@@ -42,6 +43,8 @@ type daemonTelemetry struct {
 	// matrix is the --matrix-driver handler served under /v1/matrix/ on
 	// the TCP admin endpoint; nil without the flag.
 	matrix http.Handler
+	// pprof: admin.pprof, /debug/pprof/ served (guarded like /status).
+	pprof bool
 
 	mu         sync.Mutex
 	d          *daemon.Daemon
@@ -183,7 +186,8 @@ var (
 	descCloned       = prometheus.NewDesc("forgeyard_daemon_cloned_identity_total", "Fenced transports that kept sending (a cloned runner identity, §279).", nil, nil)
 	descDaemonProto  = prometheus.NewDesc("forgeyard_daemon_protocol_violations_total", "State or role violations and bad frames seen by the daemon.", nil, nil)
 	descRateLimited  = prometheus.NewDesc("forgeyard_daemon_rate_limited_total", "Messages (and CAS streams) refused by a per-connection rate ([limits]), by class: control, heartbeat, health, cas, certificate.", []string{"class"}, nil)
-	descAdmission    = prometheus.NewDesc("forgeyard_daemon_admission_refused_total", "Peers refused by admission control ([admission]): connect (handshake slots, per-IP; closed Overloaded), registration (registration rate; answered Overloaded).", []string{"stage"}, nil)
+	descAdmission    = prometheus.NewDesc("forgeyard_daemon_admission_refused_total", "Peers refused by admission control ([admission]): connect (handshake slots, per-IP; closed Overloaded), registration (registration rate, connection cap; answered Overloaded), early (the connection cap, before the handshake completed).", []string{"stage"}, nil)
+	descPaced        = prometheus.NewDesc("forgeyard_daemon_registrations_paced_total", "Hellos over the registration rate: held (waited for their token, then admitted) or deferred (refused with a retry slot, RegistrationDeferredV1; also counted in forgeyard_daemon_admission_refused_total{stage=\"registration\"}).", []string{"action"}, nil)
 	descLimitCloses  = prometheus.NewDesc("forgeyard_daemon_limit_closes_total", "Connections closed LimitExceeded for persistent rate-limit violations (limits.max_rate_strikes).", nil, nil)
 	descIdentity     = prometheus.NewDesc("forgeyard_daemon_identity_events_total", "Runner identity lifecycle: enrolled, renewed, revoked_closed (runner disabled or certificate revoked), expired_rejected, superseded_revoked (a renewed runner's previous certificate).", []string{"event"}, nil)
 	descSecrets      = prometheus.NewDesc("forgeyard_daemon_secret_streams_total", "Secret-material streams by result: delivered (acknowledged by the agent), refused (refused or failed).", []string{"result"}, nil)
@@ -193,7 +197,7 @@ var ackLabels = [4]string{"accepted", "duplicate_accepted", "stale_rejected", "i
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCompletions, descLeases, descRegistration, descCloned, descDaemonProto,
-		descRateLimited, descAdmission, descLimitCloses, descIdentity, descSecrets} {
+		descRateLimited, descAdmission, descPaced, descLimitCloses, descIdentity, descSecrets} {
 		ch <- d
 	}
 }
@@ -227,6 +231,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRateLimited, rl.Identity, "certificate")
 	counter(descAdmission, st.hard.RefusedConns, "connect")
 	counter(descAdmission, st.hard.RefusedRegistrations, "registration")
+	counter(descAdmission, st.hard.RefusedEarly, "early")
+	counter(descPaced, st.hard.HeldRegistrations, "held")
+	counter(descPaced, st.hard.DeferredRegistrations, "deferred")
 	counter(descLimitCloses, st.hard.LimitCloses)
 	counter(descIdentity, st.id.Enrolled, "enrolled")
 	counter(descIdentity, st.id.Renewed, "renewed")
@@ -272,6 +279,7 @@ func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 		hs := d.HardeningStats()
 		h.Refusals.Connect, h.Refusals.Registration = hs.RefusedConns, hs.RefusedRegistrations
 		h.Refusals.Early = hs.RefusedEarly
+		h.Refusals.Deferred, h.Refusals.Held = hs.DeferredRegistrations, hs.HeldRegistrations
 		for _, f := range d.DataFaults() {
 			h.DataStores = append(h.DataStores, telemetry.DataStoreHealth{Store: f.Store, Cause: f.Cause, Since: f.Since, Error: f.Error})
 		}
@@ -472,6 +480,9 @@ func (t *daemonTelemetry) handler(access adminAccess) http.Handler {
 	guard(adminapi.PathProtocols, get(func(*http.Request) any { return t.protocols() }))
 	guard(adminapi.PathRunners, t.runnersHandler())     // runners.go
 	guard(adminapi.PathRunners+"/", t.runnersHandler()) // a runner, its commands
+	if t.pprof {
+		guard("/debug/pprof/", getOnly(pprofHandler()))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such admin path; try /healthz, /metrics, /status, /sessions, /protocols or /runners")
 	})
@@ -568,6 +579,10 @@ func (t *daemonTelemetry) startAdminEndpoints(cfg config.Admin, tcpAddr string, 
 		}
 	}
 	paths := "/healthz /metrics /status /sessions /protocols /runners"
+	t.pprof = cfg.Pprof
+	if cfg.Pprof {
+		paths += " /debug/pprof/"
+	}
 	if tcpAddr != "" {
 		access := adminAccess{publicMetrics: cfg.PublicMetrics}
 		if cfg.TokenFile != "" {
@@ -635,4 +650,16 @@ func watchFileOnce(m *telemetry.Metrics, role, path string) {
 func hostname() string {
 	h, _ := os.Hostname()
 	return h
+}
+
+// pprofHandler serves net/http/pprof's handlers under /debug/pprof/
+// without registering them on http.DefaultServeMux.
+func pprofHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }

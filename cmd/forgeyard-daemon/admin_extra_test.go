@@ -144,6 +144,41 @@ func TestAdminAccess(t *testing.T) {
 	}
 }
 
+// TestAdminPprof: /debug/pprof/ is served only with admin.pprof, with the
+// access of /status.
+func TestAdminPprof(t *testing.T) {
+	tel := newDaemonTelemetry()
+	tel.attach(nil, []serversetup.Listener{{Backend: "quic", BackendListener: fakeListener{"127.0.0.1:7443"}}}, nil)
+	withToken := adminAccess{hasToken: true}
+	withToken.tokenHash = sha256Sum("tok")
+	for _, c := range []struct {
+		name   string
+		pprof  bool
+		access adminAccess
+		token  string
+		want   int
+	}{
+		{"off", false, adminAccess{trusted: true}, "", http.StatusNotFound},
+		{"no token configured", true, adminAccess{}, "", http.StatusForbidden},
+		{"token, none sent", true, withToken, "", http.StatusUnauthorized},
+		{"token, right one", true, withToken, "tok", http.StatusOK},
+		{"socket", true, adminAccess{trusted: true}, "", http.StatusOK},
+	} {
+		tel.pprof = c.pprof
+		srv := httptest.NewServer(tel.handler(c.access))
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1"} {
+			code, _, body := httpGetToken(t, srv.URL+path, c.token)
+			if code != c.want {
+				t.Errorf("%s: %s = %d, want %d (%.200s)", c.name, path, code, c.want, body)
+			}
+			if code == http.StatusOK && !strings.Contains(body, "heap") {
+				t.Errorf("%s: %s is not a pprof page: %.200s", c.name, path, body)
+			}
+		}
+		srv.Close()
+	}
+}
+
 // TestMetricsGoRuntime: /metrics carries the Go runtime's and the
 // process's figures beside the forgeyard_ series (the scale harness reads
 // the daemon's heap from go_memstats_heap_alloc_bytes).

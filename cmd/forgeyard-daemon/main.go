@@ -93,6 +93,7 @@ type flags struct {
 	adminSocket     string
 	adminTokenFile  string
 	adminPublicMet  bool
+	adminPprof      bool
 	shutdownTimeout time.Duration
 	protocol        string
 	matrixDriver    bool
@@ -122,6 +123,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "`file` holding the bearer token --admin-listen clients must send for every path but /healthz (key: admin.token_file; without it TCP serves only /healthz and /metrics)")
 	fs.BoolVar(&f.adminPublicMet, "admin-public-metrics", false, "let --admin-listen clients scrape /metrics without the token (key: admin.public_metrics)")
 	fs.StringVar(&f.adminSocket, "admin-socket", "", "also serve the admin endpoint on a unix socket at `path`, mode 0600, no token needed (key: admin.socket)")
+	fs.BoolVar(&f.adminPprof, "admin-pprof", false, "serve Go's runtime profiles under /debug/pprof/ on the admin endpoint, with the access of /status: the socket, or the bearer token over TCP (key: admin.pprof)")
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; needs --admin-token-file (key: admin.allow_remote)")
 	fs.StringVar(&f.protocol, "protocol", "", "protocol `range` MIN-MAX this daemon accepts, e.g. 1.0-1.0 (keys: protocol_min, protocol_max; default: all this build supports)")
 	fs.BoolVar(&f.matrixDriver, "matrix-driver", false, "TESTING ONLY: serve the compatibility-matrix driver under /v1/matrix/ on --admin-listen (offer, cancel, cut, read back; logs kept in memory)")
@@ -231,6 +233,9 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 			cfg.Admin.PublicMetrics = f.adminPublicMet
 		}
 		str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
+		if set["admin-pprof"] {
+			cfg.Admin.Pprof = f.adminPprof
+		}
 		if set["admin-allow-remote"] {
 			cfg.Admin.AllowRemote = f.adminRemote
 		}

@@ -137,6 +137,7 @@ type common struct {
 	leaseRate                  float64
 	sources                    int
 	quiet                      bool
+	profile                    time.Duration
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -149,11 +150,12 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.leaseRate, "lease-rate", 20, "leases offered per second across the fleet")
 	fs.IntVar(&c.sources, "source-addrs", 16, "spread TCP agents (and the raw baselines) over 127.0.0.1…127.0.0.`n`")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines")
+	fs.DurationVar(&c.profile, "profile", 0, "with a daemon the loadgen starts: record its CPU profile over the first `D` (≤ 25s) of the cold start (herd-cpu.pprof) and its heap after the steady window (steady-heap.pprof) in the work directory; 0: none")
 }
 
 func (c *common) options(stderr io.Writer) (loadgen.Options, func(), error) {
 	o := loadgen.Options{Heartbeat: c.heartbeat, Steady: c.steady, Timeout: c.timeout, LeaseRate: c.leaseRate, SourceAddrs: c.sources,
-		DaemonArgs: strings.Fields(c.daemonArgs)}
+		DaemonArgs: strings.Fields(c.daemonArgs), Profile: c.profile}
 	if !c.quiet {
 		o.Progress = stderr
 	}

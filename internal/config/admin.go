@@ -21,6 +21,7 @@ const DefaultAdminHost = "127.0.0.1"
 //	public_metrics = false                      # true: /metrics needs no token
 //	socket = "/run/forgeyard/admin.sock"        # mode 0600, no token needed
 //	allow_remote = false
+//	pprof = false                               # true: /debug/pprof/ (token or socket)
 type Admin struct {
 	// Listen is "host:port" ("" = no TCP endpoint). A missing host means
 	// DefaultAdminHost. The host must be a loopback address or "localhost"
@@ -42,6 +43,11 @@ type Admin struct {
 	// AllowRemote permits a non-loopback Listen host; it requires
 	// TokenFile. Prefer a TLS-terminating proxy in front of it.
 	AllowRemote bool `toml:"allow_remote"`
+	// Pprof serves Go's runtime profiles (net/http/pprof) under
+	// /debug/pprof/, with the access of /status: over the socket, or over
+	// TCP with the bearer token. Off by default: a CPU profile costs the
+	// daemon a few percent while it runs.
+	Pprof bool `toml:"pprof"`
 }
 
 // Validate checks the admin keys (prefix "admin.").

@@ -120,6 +120,29 @@ func TestFleet(t *testing.T) {
 	}
 }
 
+// TestDaemonProfiles: with Options.Profile the loadgen starts the daemon
+// with /debug/pprof/ on its admin socket and writes a CPU profile of the
+// cold start and a heap profile after the steady window, both in the
+// pprof format (gzip-compressed protobuf).
+func TestDaemonProfiles(t *testing.T) {
+	o := testOptions(t, "quic", 5)
+	o.Profile, o.LeaseRate = time.Second, 0
+	s, err := Run(context.Background(), o)
+	checkRun(t, s, err)
+	if len(s.Profiles) != 2 {
+		t.Fatalf("profiles %v, want the herd CPU and the steady heap profile", s.Profiles)
+	}
+	for _, p := range s.Profiles {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("%s: %d bytes, not a gzip-compressed profile", p, len(b))
+		}
+	}
+}
+
 // TestKillRestartRecovers: after SIGKILL and an immediate restart every
 // agent registers again, and no accepted lease is lost.
 func TestKillRestartRecovers(t *testing.T) {

@@ -49,6 +49,8 @@ type Summary struct {
 	// LostAttempts names up to 10 lost attempts with what the fleet saw of
 	// them (runs, acks), to look up in the daemon's log.
 	LostAttempts []string `json:"lost_attempts,omitempty"`
+	// Profiles lists the daemon profiles written (Options.Profile).
+	Profiles []string `json:"profiles,omitempty"`
 
 	TimedOut   bool     `json:"timed_out"`
 	Violations []string `json:"violations,omitempty"`
@@ -233,6 +235,9 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("logs and outputs", fmt.Sprintf("%d outputs uploaded, %d failed; %d attempts without a logs-finalized barrier", s.OutputsUploaded, s.OutputsFailed, s.LogFinalizeFailed))
 	if len(s.AgentWarnings) > 0 {
 		row("agent warnings", strings.TrimPrefix(reasons(s.AgentWarnings), " "))
+	}
+	for _, p := range s.Profiles {
+		row("daemon profile", p+" (go tool pprof -top)")
 	}
 	for _, a := range s.LostAttempts {
 		row("lost attempt", a)

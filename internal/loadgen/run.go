@@ -56,6 +56,11 @@ type Options struct {
 	Progress io.Writer
 	// ShutdownTimeout is the daemon's --shutdown-timeout (0: 10 s).
 	ShutdownTimeout time.Duration
+	// Profile, with a daemon the loadgen starts, records the daemon's CPU
+	// profile over the first Profile (at most 25 s) of the cold start in
+	// Dir/herd-cpu.pprof and its heap after the steady window in
+	// Dir/steady-heap.pprof (read them with `go tool pprof`); 0: none.
+	Profile time.Duration
 }
 
 // Run runs one scenario and returns its summary. An error means the run
@@ -82,6 +87,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	s.CertsGenerated, s.CertsTook = p.Generated, p.Took
 
 	d := o.Attach
+	var prof *profiling
 	if o.DaemonBin != "" {
 		addrs := map[string]string{o.Backend: "127.0.0.1:0"}
 		if _, err := WriteDaemonConfig(o.Dir, p, o.Heartbeat, addrs); err != nil {
@@ -91,7 +97,15 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		for _, f := range []string{"authority.db", "authority.db-wal", "authority.db-shm"} {
 			_ = os.Remove(filepath.Join(o.Dir, f))
 		}
-		if d, err = StartDaemon(ctx, DaemonOptions{Bin: o.DaemonBin, Dir: o.Dir, Backends: []string{o.Backend}, Args: o.DaemonArgs,
+		args := o.DaemonArgs
+		if o.Profile > 0 {
+			var pargs []string
+			if prof, pargs, err = newProfiling(o.Dir); err != nil {
+				return nil, err
+			}
+			args = append(append([]string(nil), args...), pargs...)
+		}
+		if d, err = StartDaemon(ctx, DaemonOptions{Bin: o.DaemonBin, Dir: o.Dir, Backends: []string{o.Backend}, Args: args,
 			ShutdownTimeout: o.ShutdownTimeout}); err != nil {
 			return nil, err
 		}
@@ -115,6 +129,10 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	defer stopHz()
 
 	hb0 := f.HeartbeatHistogram()
+	var herdProf <-chan error
+	if prof != nil {
+		herdProf = prof.cpu(ctx, o.Profile, filepath.Join(o.Dir, "herd-cpu.pprof"))
+	}
 	cold := f.Start()
 	leaseCtx, stopLeases := context.WithCancel(ctx)
 	leases := NewLeases(d, f, LeaseOptions{Rate: o.LeaseRate})
@@ -157,6 +175,18 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	if h := heapOf(ctx, d); h > 0 {
 		s.Daemon.Heap = h
 		s.Daemon.HeapPerAgent = float64(h-s.Daemon.HeapIdle) / float64(o.N)
+	}
+	if herdProf != nil {
+		if err := <-herdProf; err != nil {
+			s.Violations = append(s.Violations, fmt.Sprintf("herd CPU profile: %v", err))
+		} else {
+			s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "herd-cpu.pprof"))
+		}
+		if err := prof.fetch(ctx, "heap", filepath.Join(o.Dir, "steady-heap.pprof")); err != nil {
+			s.Violations = append(s.Violations, fmt.Sprintf("heap profile: %v", err))
+		} else {
+			s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "steady-heap.pprof"))
+		}
 	}
 	s.Steady.HealthzP50, s.Steady.HealthzP99 = hz.percentiles("steady")
 	s.Cold.HealthzP50, s.Cold.HealthzP99 = hz.percentiles("herd")

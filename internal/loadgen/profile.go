@@ -1,0 +1,87 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// profiling is how the loadgen takes the daemon's runtime profiles
+// (Options.Profile): the daemon serves /debug/pprof/ (--admin-pprof) on an
+// admin unix socket of its own (--admin-socket), which needs no token.
+type profiling struct {
+	sock string
+	http *http.Client
+}
+
+// maxSocketPath is the longest unix socket path the daemon accepts
+// (admin.socket).
+const maxSocketPath = 104
+
+// newProfiling returns the daemon arguments that enable the profiles and
+// the client that fetches them, or an error when dir is too deep for a
+// unix socket path.
+func newProfiling(dir string) (*profiling, []string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	sock := filepath.Join(abs, "admin.sock")
+	if len(sock) > maxSocketPath {
+		return nil, nil, fmt.Errorf("loadgen: --profile: the admin socket path %s is longer than %d bytes; use a shorter --dir", sock, maxSocketPath)
+	}
+	p := &profiling{sock: sock, http: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}}}
+	return p, []string{"--admin-pprof", "--admin-socket", sock}, nil
+}
+
+// fetch writes the profile at path (e.g. "profile?seconds=20", "heap")
+// to file.
+func (p *profiling) fetch(ctx context.Context, path, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://daemon/debug/pprof/"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := p.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("loadgen: GET /debug/pprof/%s: %s: %s", path, resp.Status, b)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// maxCPUProfile keeps a CPU profile under the admin server's 30 s write
+// timeout.
+const maxCPUProfile = 25 * time.Second
+
+// cpu starts a CPU profile of d seconds written to file; the returned
+// channel yields its outcome.
+func (p *profiling) cpu(ctx context.Context, d time.Duration, file string) <-chan error {
+	d = min(max(d, time.Second), maxCPUProfile)
+	done := make(chan error, 1)
+	go func() {
+		done <- p.fetch(ctx, fmt.Sprintf("profile?seconds=%d", int(d/time.Second)), file)
+	}()
+	return done
+}
