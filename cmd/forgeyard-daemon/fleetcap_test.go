@@ -117,4 +117,11 @@ func TestConnectionCapRefusesBeforeHandshake(t *testing.T) {
 	if h.Refusals.Handshake < 1 || h.Refusals.Early < 1 {
 		t.Fatalf("/healthz refusals %+v, want the refused dial counted (handshake and early)", h.Refusals)
 	}
+	code, _, text := httpGet(t, "http://"+admin+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics %d", code)
+	}
+	if v := metricValue(t, text, `forgeyard_daemon_admission_refused_total{stage="early"}`); v < 1 {
+		t.Errorf(`forgeyard_daemon_admission_refused_total{stage="early"} = %v, want the refused dial counted`, v)
+	}
 }

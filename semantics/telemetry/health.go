@@ -107,12 +107,16 @@ type DaemonHealth struct {
 // forgeyard_transport_handshake_failures_total), Early the connection cap
 // among those, Connect at connect (handshake slots, per-IP, connection
 // cap), Registration hellos answered Overloaded (registration rate,
-// connection cap).
+// connection cap). Of those, Deferred went to agents that take a retry
+// slot (RegistrationDeferredV1); Held counts hellos over the registration
+// rate that were held for their token and then admitted, not refused.
 type Refusals struct {
 	Handshake    int64 `json:"handshake"`
 	Early        int64 `json:"early"`
 	Connect      int64 `json:"connect"`
 	Registration int64 `json:"registration"`
+	Deferred     int64 `json:"registration_deferred"`
+	Held         int64 `json:"registration_held"`
 }
 
 // DataStoreHealth is a failing log or CAS store.
