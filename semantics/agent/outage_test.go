@@ -50,6 +50,7 @@ func TestDataSurvivesOutageLongerThanBudget(t *testing.T) {
 	blob := []byte(strings.Repeat("output that must reach the daemon\n", 100))
 	var gate *gateDialer
 	var rd *enginetest.RecDialer
+	offered := make(chan struct{})
 	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
 		for i := 0; i < lines; i++ {
 			if err := out.Log(wlogs.LogStdout, []byte(line(i))); err != nil {
@@ -59,7 +60,15 @@ func TestDataSurvivesOutageLongerThanBudget(t *testing.T) {
 		if _, err := out.PutOutput(blob); err != nil {
 			return agent.Result{Kind: agentwire.ResultInfraError, Message: err.Error()}
 		}
-		gate.closed.Store(true) // the outage starts as the executor returns
+		// The outage starts as the executor returns, once the daemon has
+		// the lease's acceptance (cut before it arrived, the offer
+		// expires unanswered: a different test).
+		select {
+		case <-offered:
+		case <-ctx.Done():
+			return agent.Result{Kind: agentwire.ResultInfraError, Message: "cancelled"}
+		}
+		gate.closed.Store(true)
 		rd.Cut()
 		return agent.Result{Kind: agentwire.ResultSucceeded}
 	})
@@ -73,6 +82,7 @@ func TestDataSurvivesOutageLongerThanBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	close(offered)
 	// The outage lasts until the agent has given its first barrier or
 	// upload budget up (a retry is counted), then the daemon is back.
 	deadline := time.Now().Add(30 * time.Second)
