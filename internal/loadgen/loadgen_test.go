@@ -126,7 +126,7 @@ func TestFleet(t *testing.T) {
 // pprof format (gzip-compressed protobuf).
 func TestDaemonProfiles(t *testing.T) {
 	o := testOptions(t, "quic", 5)
-	o.Profile, o.LeaseRate = time.Second, 0
+	o.Profile = time.Second
 	s, err := Run(context.Background(), o)
 	checkRun(t, s, err)
 	if len(s.Profiles) != 2 {
