@@ -153,7 +153,17 @@ func TestControlUnderBandwidthLimit(t *testing.T) {
 	}
 	const n = 40
 	opts := memory.Options{Bandwidth: 32e6, StreamWindow: 1 << 20, SendBuffer: 1 << 20}
-	rawP50, rawP99 := rawControlUnderBulk(t, opts, n)
+	// The raw run is the precondition (the link queues bulk data ahead of
+	// control); on a starved machine the bulk sender may not keep the link
+	// full for a whole run, so it is measured up to 3 times.
+	var rawP50, rawP99 time.Duration
+	for try := 1; ; try++ {
+		rawP50, rawP99 = rawControlUnderBulk(t, opts, n)
+		if rawP50 >= 20*time.Millisecond || try == 3 {
+			break
+		}
+		t.Logf("raw try %d: p50 %v, p99 %v: the bulk sender did not keep the link queued; measuring again", try, rawP50, rawP99)
+	}
 	c, s, _ := pipeConns(t, opts, semantics.Config{})
 	r := backendtest.MeasureControlUnderBulk(t, c, s, n)
 	st := c.Stats().Sched

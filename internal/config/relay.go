@@ -252,6 +252,8 @@ func (r *Relay) Validate() error {
 		return invalid("admin.public_metrics", unused)
 	case r.Admin.Socket != "":
 		return invalid("admin.socket", unused)
+	case r.Admin.Pprof:
+		return invalid("admin.pprof", unused)
 	}
 	return r.Log.validate("log.")
 }
