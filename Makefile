@@ -71,13 +71,14 @@ SCALE_PROFILE ?= 20s
 scale: deps
 	@mkdir -p bin $(OUT)
 	$(GO) build -o bin/ ./cmd/forgeyard-daemon ./cmd/forgeyard-loadgen
-	rm -f $(OUT)/_scale-work/step*/herd-cpu.pprof $(OUT)/_scale-work/step*/steady-heap.pprof
+	rm -f $(OUT)/_scale-work/step*/*.pprof
 	SCALE_LADDER="$(SCALE_LADDER)" ./bin/forgeyard-loadgen ladder --out $(OUT)/scale.md --dir $(OUT)/_scale-work --daemon-cmd ./bin/forgeyard-daemon \
 		--timeout $(SCALE_STEP_TIMEOUT) --steady $(SCALE_STEADY) --heartbeat $(SCALE_HEARTBEAT) --lease-rate $(SCALE_LEASE_RATE) \
 		--profile $(SCALE_PROFILE); rc=$$?; \
-	for p in $(OUT)/_scale-work/step*/herd-cpu.pprof $(OUT)/_scale-work/step*/steady-heap.pprof; do \
-		[ -s "$$p" ] || continue; echo "== $$p"; $(GO) tool pprof -top -nodecount=25 ./bin/forgeyard-daemon "$$p" 2>/dev/null; \
-	done > $(OUT)/scale-profiles.txt; echo "daemon profiles (top 25 of each): $(OUT)/scale-profiles.txt"; exit $$rc
+	for p in $(OUT)/_scale-work/step*/*.pprof; do \
+		[ -s "$$p" ] || continue; bin=./bin/forgeyard-daemon; case "$$p" in *loadgen*) bin=./bin/forgeyard-loadgen;; esac; \
+		echo "== $$p"; $(GO) tool pprof -top -nodecount=25 $$bin "$$p" 2>/dev/null; \
+	done > $(OUT)/scale-profiles.txt; echo "daemon and loadgen profiles (top 25 of each): $(OUT)/scale-profiles.txt"; exit $$rc
 
 # ---- fault-injection soak (issue 15 item 6; internal/soak, docs/perf.md
 # "Fault-injection soak") ----

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 )
 
@@ -84,4 +85,43 @@ func (p *profiling) cpu(ctx context.Context, d time.Duration, file string) <-cha
 		done <- p.fetch(ctx, fmt.Sprintf("profile?seconds=%d", int(d/time.Second)), file)
 	}()
 	return done
+}
+
+// profileSelf records the loadgen's own CPU profile (the fleet's side of
+// the herd) for d, at most maxCPUProfile, in file; nil error on the
+// channel when written. Only one CPU profile runs per process: a second
+// concurrent call fails.
+func profileSelf(ctx context.Context, d time.Duration, file string) <-chan error {
+	d = min(max(d, time.Second), maxCPUProfile)
+	done := make(chan error, 1)
+	f, err := os.Create(file)
+	if err != nil {
+		done <- err
+		return done
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		done <- err
+		return done
+	}
+	go func() {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		pprof.StopCPUProfile()
+		done <- f.Close()
+	}()
+	return done
+}
+
+// selfCPU is the loadgen process's CPU seconds so far (-1 when unknown).
+func selfCPU() float64 {
+	ps, err := ReadProc(os.Getpid())
+	if err != nil {
+		return -1
+	}
+	return ps.CPUSeconds
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -69,6 +70,11 @@ type RoundResult struct {
 	HeartbeatP99         time.Duration    `json:"heartbeat_p99_ns,omitempty"`        // of registered agents during the cold start
 	HealthzP50           time.Duration    `json:"healthz_p50_ns,omitempty"`
 	HealthzP99           time.Duration    `json:"healthz_p99_ns,omitempty"`
+	// DaemonCPU and LoadgenCPU are the CPU seconds (user+system) the
+	// daemon and the loadgen process (the fleet) used during the round:
+	// on a shared machine they say which side the cores went to.
+	DaemonCPU  float64 `json:"daemon_cpu_s,omitempty"`
+	LoadgenCPU float64 `json:"loadgen_cpu_s,omitempty"`
 }
 
 // AttemptStats are connection attempts per agent.
@@ -206,6 +212,10 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("certificates", fmt.Sprintf("%s in %s", map[bool]string{true: "generated", false: "from cache"}[s.CertsGenerated], s.CertsTook.Round(time.Millisecond)))
 	row("all registered (cold)", roundCell(s.Cold))
 	row("attempts per agent", fmt.Sprintf("mean %.2f, p50 %d, max %d", s.Cold.AttemptsPerAgent.Mean, s.Cold.AttemptsPerAgent.P50, s.Cold.AttemptsPerAgent.Max))
+	if s.Cold.DaemonCPU > 0 || s.Cold.LoadgenCPU > 0 {
+		row("CPU during the cold start", fmt.Sprintf("daemon %.1f s, loadgen (the fleet) %.1f s, of %.1f s wall × %d cores",
+			s.Cold.DaemonCPU, s.Cold.LoadgenCPU, s.Cold.Took.Seconds(), runtime.NumCPU()))
+	}
 	row("peak registrations/s", fmt.Sprint(s.Cold.PeakPerSecond))
 	row("failed attempts (cold start)", fmt.Sprintf("%d%s", s.Cold.Failed, reasons(s.Cold.FailedByReason)))
 	row("failed attempts (whole run)", fmt.Sprintf("%d of %d%s", s.FailedTotal, s.AttemptsTotal, reasons(s.Failed)))

@@ -129,10 +129,12 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	defer stopHz()
 
 	hb0 := f.HeartbeatHistogram()
-	var herdProf <-chan error
+	var herdProf, selfProf <-chan error
 	if prof != nil {
 		herdProf = prof.cpu(ctx, o.Profile, filepath.Join(o.Dir, "herd-cpu.pprof"))
+		selfProf = profileSelf(ctx, o.Profile, filepath.Join(o.Dir, "herd-loadgen-cpu.pprof"))
 	}
+	dcpu0, lcpu0 := procCPU(d), selfCPU()
 	cold := f.Start()
 	leaseCtx, stopLeases := context.WithCancel(ctx)
 	leases := NewLeases(d, f, LeaseOptions{Rate: o.LeaseRate})
@@ -142,6 +144,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 
 	// Cold start.
 	s.Cold = s.waitRound(ctx, f, cold)
+	if dcpu1, lcpu1 := procCPU(d), selfCPU(); dcpu0 >= 0 && dcpu1 >= 0 && lcpu0 >= 0 && lcpu1 >= 0 {
+		s.Cold.DaemonCPU, s.Cold.LoadgenCPU = dcpu1-dcpu0, lcpu1-lcpu0
+	}
 	hz.setPhase("steady")
 	storm := f.HeartbeatHistogram().Sub(hb0)
 	s.Cold.HeartbeatP99 = storm.Quantile(0.99)
@@ -181,6 +186,11 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 			s.Violations = append(s.Violations, fmt.Sprintf("herd CPU profile: %v", err))
 		} else {
 			s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "herd-cpu.pprof"))
+		}
+		if err := <-selfProf; err != nil {
+			s.Violations = append(s.Violations, fmt.Sprintf("loadgen CPU profile: %v", err))
+		} else {
+			s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "herd-loadgen-cpu.pprof"))
 		}
 		if err := prof.fetch(ctx, "heap", filepath.Join(o.Dir, "steady-heap.pprof")); err != nil {
 			s.Violations = append(s.Violations, fmt.Sprintf("heap profile: %v", err))
