@@ -19,7 +19,8 @@ type Retention struct {
 	MaxAge time.Duration
 	// MaxBytes deletes the oldest until logs and objects fit; 0: no limit.
 	MaxBytes int64
-	// Interval between runs; 0: retention.DefaultInterval.
+	// Interval between runs, the first one Interval after the start; 0:
+	// retention.DefaultInterval.
 	Interval time.Duration
 	// PartialMaxAge prunes abandoned partial uploads; 0:
 	// retention.DefaultPartialMaxAge.
@@ -35,7 +36,11 @@ type Retention struct {
 
 func (r Retention) enabled() bool { return r.MaxAge > 0 || r.MaxBytes > 0 }
 
-// runRetention collects every Interval until the daemon stops.
+// runRetention collects every Interval until the daemon stops, the first
+// time one Interval after the start: a daemon that restarts often (a crash
+// loop, a rolling restart of several daemons) does not list the whole
+// store each time, and a host or test that collects on demand is not
+// raced by a run it did not ask for.
 func (d *Daemon) runRetention() {
 	defer d.wg.Done()
 	iv := d.cfg.Retention.Interval
@@ -45,12 +50,12 @@ func (d *Daemon) runRetention() {
 	t := time.NewTicker(iv)
 	defer t.Stop()
 	for {
-		d.CollectGarbage(d.ctx)
 		select {
 		case <-d.ctx.Done():
 			return
 		case <-t.C:
 		}
+		d.CollectGarbage(d.ctx)
 	}
 }
 
