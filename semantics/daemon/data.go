@@ -261,7 +261,7 @@ func (c *conn) serveUniStreams(ctx context.Context) {
 				err := r.Serve(sctx, rs)
 				telemetry.End(sp, err)
 				if re, ok := errors.AsType[*logs.RejectError](err); ok && re.Reason == logs.RejectLost {
-					c.d.log.Warn("attempt log refused: the agent no longer holds frames it was told were durable and this daemon's log store lacks them; keep data.log_dir on durable storage, and give daemons that share agents one log store ([data] store = \"s3\")",
+					c.d.log.Warn("attempt log refused: the agent no longer holds frames it was told were durable and this daemon's log store lacks them; "+lostFramesFix,
 						"attempt", re.Attempt.String(), "missing_from", re.NextSeq)
 				}
 			}()
@@ -276,6 +276,10 @@ func (c *conn) serveUniStreams(ctx context.Context) {
 func (c *conn) dataCtx() context.Context {
 	return context.WithValue(c.sc.Context(), connKey{}, c)
 }
+
+// lostFramesFix is the operator's fix named by the warnings of a daemon
+// that lacks log frames an agent was told were durable.
+const lostFramesFix = `keep data.log_dir on durable storage, and give daemons that share agents one log store ([data] store = "s3")`
 
 // onLogsFinalized answers the logs-finalized barrier (§243) once every
 // frame up to LastSeq is durable; without a log sink the daemon keeps no
@@ -356,7 +360,7 @@ func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 			// The agent sent all it held and frames are still missing: it
 			// was told they were durable by an earlier daemon process or
 			// another daemon whose log store this one cannot read.
-			c.d.log.Warn("attempt log incomplete: frames the agent was told were durable are not in this daemon's log store; keep data.log_dir on durable storage, and give daemons that share agents one log store ([data] store = \"s3\")",
+			c.d.log.Warn("attempt log incomplete: frames the agent was told were durable are not in this daemon's log store; "+lostFramesFix,
 				"attempt", m.Attempt.String(), "stored_to", ack.LastSeq, "last_seq", m.LastSeq)
 		}
 		c.d.st.logsFinalized.Add(1)
