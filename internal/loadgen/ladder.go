@@ -165,6 +165,41 @@ func WriteLadderMarkdown(w io.Writer, results []LadderResult, header string) err
 			kib(s.Daemon.RSSPerAgent), raw, ratio, kib(s.Daemon.HeapPerAgent), s.Daemon.CPUPercentPer1000, ms(s.Leases.AcceptP99),
 			s.Completions.Accepted, s.Completions.Duplicated, s.Completions.Lost, s.Completions.Revoked, kill, grace, strings.ReplaceAll(verdict, "|", "/"))
 	}
+	writeAdmissionMarkdown(&b, results)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeAdmissionMarkdown is the second table: each step's admission beside
+// the raw herd of the same run (Summary.Admission).
+func writeAdmissionMarkdown(b *strings.Builder, results []LadderResult) {
+	any := false
+	for _, r := range results {
+		any = any || (r.Summary != nil && r.Summary.Admission != nil)
+	}
+	if !any { // no step ran the raw herd (--raw off): no empty table
+		return
+	}
+	b.WriteString("\nAdmission beside the raw herd (same N clients, certificates and curves, all at once, against a raw server process):\n\n")
+	b.WriteString("| step | all registered | raw herd | ratio | handshakes per agent (raw) | daemon CPU per agent | raw server CPU per conn | ratio | kill-restart all back (ratio to raw herd) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		s := r.Summary
+		if s == nil || s.Admission == nil {
+			continue
+		}
+		a := s.Admission
+		kill := "-"
+		for _, rr := range s.Restarts {
+			if rr.Kind == "kill-restart" {
+				kill = roundCell(rr.Round)
+				if a.RestartTookRatio > 0 {
+					kill += fmt.Sprintf(" (%.2f×)", a.RestartTookRatio)
+				}
+			}
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %.2f× | %.2f (%.2f) | %.2f ms | %.2f ms | %.2f× | %s |\n",
+			r.Step, roundCell(s.Cold), ms(s.RawHerd.Took), a.TookRatio, a.HandshakesPerAgent, a.RawDialsPerConn,
+			a.DaemonCPUPerAgent, a.RawServerCPUPerConn, a.CPURatio, kill)
+	}
 }

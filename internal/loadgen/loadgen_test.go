@@ -172,12 +172,17 @@ func TestRawBaseline(t *testing.T) {
 	}
 	for _, b := range []string{"quic", "yamux"} {
 		t.Run(b, func(t *testing.T) {
-			r, err := RawBaseline(context.Background(), b, p, 20, 4, time.Minute)
+			r, err := RawBaseline(context.Background(), b, p, 20, 20, 4, time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if r.RSSBefore <= 0 || r.RSSAfter <= 0 || r.HeapAfter <= 0 || r.N != 20 {
 				t.Errorf("raw %s: %+v", b, r)
+			}
+			// Every connection took at least one handshake (the CPU
+			// figure is in clock ticks of 10 ms: too coarse for 20).
+			if r.Dials < 20 || r.ServerCPU < 0 || r.Parallel != 20 {
+				t.Errorf("raw %s herd: %d dials, server CPU %.3f s, parallel %d", b, r.Dials, r.ServerCPU, r.Parallel)
 			}
 		})
 	}
@@ -251,6 +256,17 @@ func TestLadderMarkdown(t *testing.T) {
 	}
 	if !strings.Contains(lines[2], "quic:10") || !strings.Contains(lines[2], "| ok |") || !strings.Contains(lines[3], "did not start") {
 		t.Errorf("rows:\n%s", b.String())
+	}
+
+	// With a raw herd beside the step, a second table carries the ratios.
+	s.RawHerd = &RawResult{Took: 500 * time.Millisecond, N: 10, Dials: 10}
+	s.Admission = admissionRatios(s)
+	b.Reset()
+	if err := WriteLadderMarkdown(&b, []LadderResult{{Step: Step{Backend: "quic", N: 10}, Summary: s}}, "# t\n"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Admission beside the raw herd") || !strings.Contains(b.String(), "| 3.00× |") {
+		t.Errorf("admission table missing or wrong ratio:\n%s", b.String())
 	}
 }
 

@@ -107,10 +107,15 @@ func rawServer(backend, pkiDir string, out io.Writer) error {
 }
 
 // RawResult is the raw baseline: the server process's memory before and
-// with N idle connections.
+// with N idle connections, and what admitting them cost (Parallel = N is
+// the raw herd: every client at once).
 type RawResult struct {
 	Backend     string        `json:"backend"`
 	N           int           `json:"n"`
+	Parallel    int           `json:"parallel"`
+	Dials       int64         `json:"dials"`              // handshakes begun, retries included
+	ServerCPU   float64       `json:"server_cpu_seconds"` // the raw server's CPU while admitting
+	ClientCPU   float64       `json:"client_cpu_seconds"` // this process's CPU while admitting
 	RSSBefore   int64         `json:"rss_before_bytes"`
 	RSSAfter    int64         `json:"rss_after_bytes"`
 	HeapBefore  int64         `json:"heap_before_bytes"`
@@ -122,9 +127,10 @@ type RawResult struct {
 
 // RawBaseline starts the raw server of backend ("quic" or "yamux") as a
 // child process, holds n raw mTLS connections to it (runner certificates
-// of p) and measures its RSS and Go heap by the same method as the
-// daemon's.
-func RawBaseline(ctx context.Context, backend string, p *PKI, n, sources int, timeout time.Duration) (*RawResult, error) {
+// of p), dialed parallel at a time (n: the raw herd), and measures its
+// RSS and Go heap by the same method as the daemon's, and the CPU both
+// processes spent admitting them.
+func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sources int, timeout time.Duration) (*RawResult, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -187,23 +193,24 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, sources int, ti
 		return nil, err
 	}
 	mu.Lock()
-	res := &RawResult{Backend: backend, N: n, RSSBefore: before.RSS, HeapBefore: heap}
+	res := &RawResult{Backend: backend, N: n, Parallel: parallel, RSSBefore: before.RSS, HeapBefore: heap}
 	mu.Unlock()
-	start := time.Now()
+	start, self0 := time.Now(), selfCPU()
 	var closeClient func()
+	var dials func() int64
 	switch backend {
 	case "quic":
-		c, err := quicraw.DialN(ctx, addr, n, 64, sources, p.ClientTLS)
+		c, err := quicraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
 		if err != nil {
 			return nil, err
 		}
-		closeClient = c.Close
+		closeClient, dials = c.Close, c.Dials
 	case "yamux":
-		c, err := yamuxraw.DialN(ctx, addr, n, 64, sources, p.ClientTLS)
+		c, err := yamuxraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
 		if err != nil {
 			return nil, err
 		}
-		closeClient = c.Close
+		closeClient, dials = c.Close, c.Dials
 	}
 	defer closeClient()
 	for {
@@ -220,6 +227,10 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, sources int, ti
 		}
 	}
 	res.Took = time.Since(start)
+	res.Dials, res.ClientCPU = dials(), selfCPU()-self0
+	if ps, err := ReadProc(cmd.Process.Pid); err == nil {
+		res.ServerCPU = ps.CPUSeconds - before.CPUSeconds
+	}
 	// One more report: the heap figure after the last connection.
 	select {
 	case <-update:

@@ -31,7 +31,12 @@ type Summary struct {
 	Restarts []RestartResult `json:"restarts,omitempty"`
 	Daemon   DaemonResult    `json:"daemon"`
 	Raw      *RawResult      `json:"raw,omitempty"`
-	RSSRatio float64         `json:"rss_ratio_to_raw,omitempty"`
+	// RawHerd is the raw baseline's herd: the same N clients (same
+	// certificates, curves and one-process fleet) all at once against a
+	// raw server; Admission compares the cold start with it.
+	RawHerd   *RawResult       `json:"raw_herd,omitempty"`
+	Admission *AdmissionRatios `json:"admission_vs_raw,omitempty"`
+	RSSRatio  float64          `json:"rss_ratio_to_raw,omitempty"`
 	// HeapRatio needs the daemon's go_memstats on /metrics.
 	HeapRatio float64 `json:"heap_ratio_to_raw,omitempty"`
 
@@ -55,6 +60,41 @@ type Summary struct {
 
 	TimedOut   bool     `json:"timed_out"`
 	Violations []string `json:"violations,omitempty"`
+}
+
+// AdmissionRatios compare the cold start (and the kill-restart) with the
+// raw herd: how much longer, how many more handshakes, how much more CPU.
+type AdmissionRatios struct {
+	TookRatio           float64 `json:"took_ratio"`              // cold start / raw herd
+	HandshakesPerAgent  float64 `json:"handshakes_per_agent"`    // ours (dials / N)
+	RawDialsPerConn     float64 `json:"raw_dials_per_conn"`      // raw herd
+	DaemonCPUPerAgent   float64 `json:"daemon_cpu_per_agent_ms"` // cold start's daemon CPU / N
+	RawServerCPUPerConn float64 `json:"raw_server_cpu_per_conn_ms"`
+	CPURatio            float64 `json:"cpu_ratio"`
+	RestartTookRatio    float64 `json:"kill_restart_took_ratio,omitempty"` // kill-restart's all-back / raw herd
+}
+
+func admissionRatios(s *Summary) *AdmissionRatios {
+	r := s.RawHerd
+	if r == nil || r.N == 0 || r.Took <= 0 {
+		return nil
+	}
+	a := &AdmissionRatios{
+		TookRatio:           s.Cold.Took.Seconds() / r.Took.Seconds(),
+		HandshakesPerAgent:  s.Cold.AttemptsPerAgent.Mean,
+		RawDialsPerConn:     float64(r.Dials) / float64(r.N),
+		DaemonCPUPerAgent:   s.Cold.DaemonCPU * 1000 / float64(s.N),
+		RawServerCPUPerConn: r.ServerCPU * 1000 / float64(r.N),
+	}
+	if a.RawServerCPUPerConn > 0 {
+		a.CPURatio = a.DaemonCPUPerAgent / a.RawServerCPUPerConn
+	}
+	for _, rr := range s.Restarts {
+		if rr.Kind == "kill-restart" && rr.Round.Complete {
+			a.RestartTookRatio = rr.Round.Took.Seconds() / r.Took.Seconds()
+		}
+	}
+	return a
 }
 
 // RoundResult is one wait for every agent to register.
@@ -235,6 +275,12 @@ func (s *Summary) WriteTable(w io.Writer) error {
 			return fmt.Sprintf("%.2f×", r)
 		}
 		row("daemon / raw per connection", "RSS "+ratio(s.RSSRatio)+", heap "+ratio(s.HeapRatio))
+	}
+	if r, a := s.RawHerd, s.Admission; r != nil && a != nil {
+		row("raw "+r.Backend+" herd (all at once)", fmt.Sprintf("%s, %.2f dials per connection, server CPU %.2f ms per connection (client %.2f ms)",
+			ms(r.Took), a.RawDialsPerConn, a.RawServerCPUPerConn, r.ClientCPU*1000/float64(r.N)))
+		row("cold start / raw herd", fmt.Sprintf("time %.2f×, handshakes per agent %.2f vs %.2f, daemon CPU per agent %.2f ms (%.2f×)",
+			a.TookRatio, a.HandshakesPerAgent, a.RawDialsPerConn, a.DaemonCPUPerAgent, a.CPURatio))
 	}
 	row("daemon CPU", fmt.Sprintf("%.1f s total; steady %.1f%% of a core per 1,000 agents", s.Daemon.CPUSeconds, s.Daemon.CPUPercentPer1000))
 	row("daemon fds / threads", fmt.Sprintf("%d / %d", s.Daemon.FDs, s.Daemon.Threads))

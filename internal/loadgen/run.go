@@ -296,7 +296,16 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		if o.DaemonBin != "" {
 			_ = d.Close() // the raw server gets the cores to itself too
 		}
-		raw, err := RawBaseline(ctx, rb, p, o.N, max(o.SourceAddrs, 1), min(max(time.Until(deadlineOf(ctx)), time.Second), 3*time.Minute))
+		budget := func() time.Duration { return min(max(time.Until(deadlineOf(ctx)), time.Second), 3*time.Minute) }
+		// The herd first: every client at once, as the fleet started
+		// (its memory is not the baseline's: transient handshake state).
+		if herd, err := RawBaseline(ctx, rb, p, o.N, o.N, max(o.SourceAddrs, 1), budget()); err != nil {
+			s.Violations = append(s.Violations, "raw herd: "+err.Error())
+		} else {
+			s.RawHerd = herd
+			s.Admission = admissionRatios(s)
+		}
+		raw, err := RawBaseline(ctx, rb, p, o.N, 64, max(o.SourceAddrs, 1), budget())
 		if err != nil {
 			s.Violations = append(s.Violations, "raw baseline: "+err.Error())
 		} else {

@@ -103,7 +103,11 @@ type Client struct {
 	mu    sync.Mutex
 	trs   []*quic.Transport
 	conns []*quic.Conn
+	dials atomic.Int64
 }
+
+// Dials is the number of handshakes the client began (retries included).
+func (c *Client) Dials() int64 { return c.dials.Load() }
 
 // DialN dials n connections to addr, parallel at a time, from the
 // loopback addresses 127.0.0.1 … 127.0.0.<sources> (one shared socket
@@ -140,8 +144,9 @@ func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func
 			defer func() { <-sem }()
 			var err error
 			// A handshake the server's accept queue refused fails the
-			// echo, not the dial: try again (up to 5 times).
-			for try := 0; try < 5; try++ {
+			// echo, not the dial: try again at once (up to maxTries
+			// times), as a plain client does.
+			for try := 0; try < maxTries; try++ {
 				if err = c.dialOne(ctx, c.trs[i%len(c.trs)], ua, conf(i), qc); err == nil || ctx.Err() != nil {
 					break
 				}
@@ -160,7 +165,11 @@ func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func
 	return c, nil
 }
 
+// maxTries bounds a connection's handshakes in DialN.
+const maxTries = 20
+
 func (c *Client) dialOne(ctx context.Context, tr *quic.Transport, ua *net.UDPAddr, conf *tls.Config, qc *quic.Config) error {
+	c.dials.Add(1)
 	tc := conf.Clone()
 	tc.NextProtos = []string{ALPN}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -107,9 +107,16 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // Client holds raw client sessions.
 type Client struct {
-	mu   sync.Mutex
-	sess []*yamux.Session
+	mu    sync.Mutex
+	sess  []*yamux.Session
+	dials atomic.Int64
 }
+
+// Dials is the number of handshakes the client began (retries included).
+func (c *Client) Dials() int64 { return c.dials.Load() }
+
+// maxTries bounds a session's handshakes in DialN.
+const maxTries = 20
 
 // DialN dials n sessions to addr, parallel at a time, from the loopback
 // addresses 127.0.0.1 … 127.0.0.<sources>; conf(i) is session i's TLS
@@ -131,7 +138,13 @@ func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func
 			defer wg.Done()
 			defer func() { <-sem }()
 			src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i%sources))}
-			if err := c.dialOne(ctx, addr, src, conf(i)); err != nil {
+			var err error
+			for try := 0; try < maxTries; try++ { // at once, as a plain client does
+				if err = c.dialOne(ctx, addr, src, conf(i)); err == nil || ctx.Err() != nil {
+					break
+				}
+			}
+			if err != nil {
 				e := fmt.Errorf("rawbench: session %d: %w", i, err)
 				first.CompareAndSwap(nil, &e)
 			}
@@ -146,6 +159,7 @@ func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func
 }
 
 func (c *Client) dialOne(ctx context.Context, addr string, src *net.TCPAddr, conf *tls.Config) error {
+	c.dials.Add(1)
 	tc := conf.Clone()
 	tc.NextProtos = []string{ALPN}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
