@@ -206,3 +206,28 @@ func classifyAlert(a uint8) HandshakeFailureReason {
 	}
 	return ""
 }
+
+// HandshakeStats are a listener's handshake admission counters since it
+// started, for listeners that admit handshakes through a queue (the QUIC
+// backends; see HandshakeCounter).
+type HandshakeStats struct {
+	Started   int64 `json:"started"`   // attempts admitted (their handshake began or queued)
+	Completed int64 `json:"completed"` // handshakes completed (handed to Accept)
+	Refused   int64 `json:"refused"`   // attempts refused before any cryptography (cap, queue full, admission)
+	TimedOut  int64 `json:"timed_out"` // admitted attempts that timed out (handshake timeout, or no worker in time)
+	Failed    int64 `json:"failed"`    // admitted attempts that ended otherwise (TLS alert, peer gone)
+	// Signed counts the handshakes whose server signature (the costly
+	// part of the server's cryptography) was made: the work paid.
+	Signed   int64 `json:"signed"`
+	Waiting  int64 `json:"waiting"`   // attempts waiting for a handshake worker now
+	InFlight int64 `json:"in_flight"` // attempts in progress now
+	// Rate is the measured handshake rate (workers given back per second
+	// while attempts waited); 0 before the queue was ever used.
+	Rate float64 `json:"rate_per_s"`
+}
+
+// HandshakeCounter is implemented by a BackendListener that counts its
+// handshake admission.
+type HandshakeCounter interface {
+	HandshakeStats() HandshakeStats
+}

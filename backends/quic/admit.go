@@ -2,10 +2,13 @@ package quic
 
 import (
 	"context"
+	"crypto"
 	"crypto/hkdf"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -26,79 +29,254 @@ import (
 // as in progress until the listener takes its connection (Accept) or the
 // connection ends.
 
-// errTooManyHandshakes refuses an attempt beyond Config.MaxHandshakes.
-var errTooManyHandshakes = errors.New("too many handshakes in progress")
-
-// admission counts a server Transport's handshakes in progress and adapts
-// the cap to how fast they complete.
-//
-// The cap in force (limit) starts at Config.MaxHandshakes and follows the
-// handshakes' latency, additive increase and multiplicative decrease: a
-// handshake accepted within handshakeLatencyTarget of its first packet
-// raises it by one (up to MaxHandshakes), a slower one or a handshake that
-// timed out lowers it by an eighth (down to minHandshakeLimit). The floor
-// is high on purpose: on a machine whose CPU other processes take,
-// handshakes are slow whatever the queue, and a low cap then only cuts
-// throughput (a probe with a floor of 32 at load average 30 ran at ~2
-// registrations/s). Little's
-// law: a queue of handshakes the server cannot finish within the client's
-// handshake idle timeout (5 s by default) only produces timeouts — work
-// paid for and thrown away — while a refused attempt costs no cryptography
-// and, with the client's Config.RefusalBackoff, is retried within the same
-// dial once the server has room.
-type admission struct {
-	max      int // ≤ 0: unbounded
-	inFlight atomic.Int64
-	limit    atomic.Int64 // the cap in force, minHandshakeLimit..max
-}
-
-// handshakeLatencyTarget is the handshake latency (first packet to Accept)
-// the adaptive cap aims below; minHandshakeLimit is its floor.
-const (
-	handshakeLatencyTarget = 2 * time.Second
-	minHandshakeLimit      = 128
+// errTooManyHandshakes refuses an attempt beyond Config.MaxHandshakes;
+// errQueueFull one whose wait for a handshake worker would exceed
+// Config.HandshakeQueueWait at the measured rate; errQueueWait fails an
+// admitted attempt that still found no worker after it.
+var (
+	errTooManyHandshakes = errors.New("too many handshakes in progress")
+	errQueueFull         = errors.New("handshake queue full")
+	errQueueWait         = errors.New("waited too long for a handshake worker")
 )
 
-func newAdmission(max int) *admission {
-	a := &admission{max: max}
-	a.limit.Store(int64(max))
-	return a
+// Admission is a server Transport's handshake admission: a bounded queue
+// in front of a fixed number of handshake workers.
+//
+// Every attempt quic-go sees (ConnContext, after the client's first
+// Initial, before any cryptography) is either admitted or refused at once.
+// An admitted attempt's TLS handshake waits in GetConfigForClient (FIFO:
+// Go's channel waiters) until one of Config.HandshakeWorkers slots is
+// free, and gives it back when the server's own cryptography is done —
+// after its CertificateVerify signature (a resumed handshake, which signs
+// nothing, when it ends). So at most HandshakeWorkers handshakes compete
+// for the CPU at once and each one that starts finishes in milliseconds,
+// where a server that starts them all (raw quic-go) spreads its CPU over
+// thousands of handshakes until the clients' handshake timeout throws
+// them away. A slot is not held while the server waits for the client's
+// flight: a slow (CPU-starved, far) peer does not slow the others, and
+// the rate does not fall because the peers are slow.
+//
+// The queue is bounded by time, measured: the rate at which slots are
+// given back while attempts wait is the server's own handshake rate, and
+// an attempt that would wait longer than Config.HandshakeQueueWait at
+// that rate (below the clients' 5 s handshake idle timeout) is refused
+// before its handshake (CONNECTION_REFUSED), as is one beyond
+// Config.MaxHandshakes (the memory bound).
+type Admission struct {
+	max      int           // attempts in progress, queued or working; ≤ 0: unbounded
+	maxWait  time.Duration // the longest an attempt may wait for a worker
+	slots    chan struct{} // one token per working handshake
+	inFlight atomic.Int64  // attempts in progress (admitted, not yet accepted or ended)
+	waiting  atomic.Int64  // attempts waiting for a slot
+	rate     rateMeter
+	// maxWorking is the most slots ever held at once (≤ HandshakeWorkers).
+	maxWorking atomic.Int64
+
+	started, completed, refused, timedOut, failed, signed atomic.Int64
 }
 
-// observe adapts the cap to one handshake that took d (slow: it timed out).
-func (a *admission) observe(d time.Duration, slow bool) {
-	if a.max <= 0 {
-		return
+func newAdmission(cfg Config) *Admission {
+	return &Admission{max: cfg.MaxHandshakes, maxWait: cfg.HandshakeQueueWait, slots: make(chan struct{}, cfg.HandshakeWorkers)}
+}
+
+// AdmissionStats are a listener's handshake counters since it started.
+type AdmissionStats = semantics.HandshakeStats
+
+// Stats returns the admission's counters.
+func (a *Admission) Stats() AdmissionStats {
+	return AdmissionStats{Started: a.started.Load(), Completed: a.completed.Load(), Refused: a.refused.Load(),
+		TimedOut: a.timedOut.Load(), Failed: a.failed.Load(), Signed: a.signed.Load(), Waiting: a.waiting.Load(), InFlight: a.inFlight.Load(), Rate: a.rate.get()}
+}
+
+// full reports why a new attempt is refused ("": admit it).
+func (a *Admission) full() error {
+	n := a.inFlight.Load()
+	if a.max > 0 && n >= int64(a.max) {
+		return fmt.Errorf("%w (%d of at most %d)", errTooManyHandshakes, n, a.max)
 	}
-	floor := int64(min(minHandshakeLimit, a.max))
-	for {
-		old := a.limit.Load()
-		n := min(old+1, int64(a.max))
-		if slow || d > handshakeLatencyTarget {
-			n = max(old-old/8, floor)
+	if w := a.waiting.Load(); w > 0 {
+		if r := a.rate.get(); r > 0 {
+			if wait := time.Duration(float64(w) / r * float64(time.Second)); wait > a.maxWait {
+				return fmt.Errorf("%w (%d waiting, %.0f handshakes/s: %v > %v)", errQueueFull, w, r, wait.Round(time.Millisecond), a.maxWait)
+			}
 		}
-		if n == old || a.limit.CompareAndSwap(old, n) {
+	}
+	return nil
+}
+
+// acquire waits for a worker slot for w (in FIFO order), at most the
+// queue wait and a second more (the rate estimate's slack), or until ctx
+// (the connection's) ends.
+func (a *Admission) acquire(ctx context.Context, w *handshakeWatch) error {
+	select {
+	case a.slots <- struct{}{}:
+		a.took(w)
+		return nil
+	default:
+	}
+	a.waiting.Add(1)
+	defer a.waiting.Add(-1)
+	t := time.NewTimer(a.maxWait + time.Second)
+	defer t.Stop()
+	select {
+	case a.slots <- struct{}{}:
+		a.took(w)
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		w.queueTimeout.Store(true)
+		return errQueueWait
+	}
+}
+
+func (a *Admission) took(w *handshakeWatch) {
+	w.slot.Store(true)
+	n := int64(len(a.slots))
+	for {
+		m := a.maxWorking.Load()
+		if n <= m || a.maxWorking.CompareAndSwap(m, n) {
 			return
 		}
 	}
 }
 
-// Limit returns the handshake cap in force.
-func (a *admission) Limit() int64 { return a.limit.Load() }
+// release gives w's slot back (once; no-op without one).
+func (a *Admission) release(w *handshakeWatch) {
+	if w.slot.CompareAndSwap(true, false) {
+		<-a.slots
+		a.rate.tick(time.Now(), a.waiting.Load() > 0)
+	}
+}
+
+// rateMeter measures slots given back per second over windows of at
+// least rateWindow in which attempts waited (an idle gate says nothing of
+// the rate), smoothed.
+type rateMeter struct {
+	mu    sync.Mutex
+	start time.Time
+	n     int
+	rate  float64
+}
+
+const rateWindow = 250 * time.Millisecond
+
+func (m *rateMeter) tick(now time.Time, busy bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !busy || m.start.IsZero() {
+		m.start, m.n = now, 0
+		return
+	}
+	m.n++
+	if d := now.Sub(m.start); d >= rateWindow {
+		r := float64(m.n) / d.Seconds()
+		if m.rate == 0 {
+			m.rate = r
+		} else {
+			m.rate = 0.7*m.rate + 0.3*r
+		}
+		m.start, m.n = now, 0
+	}
+}
+
+func (m *rateMeter) get() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rate
+}
 
 // verifySourceAddress asks for a Retry above half the handshake cap.
-func (a *admission) verifySourceAddress(net.Addr) bool {
-	return a.max > 0 && a.inFlight.Load() >= a.limit.Load()/2
+func (a *Admission) verifySourceAddress(net.Addr) bool {
+	return a.max > 0 && a.inFlight.Load() >= int64(a.max)/2
+}
+
+// GateTLS returns a clone of conf whose handshakes take a worker slot of
+// a (acquire) before the server's cryptography and give it back after its
+// signature (release).
+func (a *Admission) GateTLS(conf *tls.Config) *tls.Config {
+	c := conf.Clone()
+	next := conf.GetConfigForClient
+	c.GetConfigForClient = func(chi *tls.ClientHelloInfo) (*tls.Config, error) {
+		w, _ := chi.Context().Value(handshakeWatchKey{}).(*handshakeWatch)
+		if w == nil { // not one of this Transport's attempts
+			if next != nil {
+				return next(chi)
+			}
+			return nil, nil
+		}
+		if err := a.acquire(chi.Context(), w); err != nil {
+			return nil, err
+		}
+		base := conf
+		if next != nil {
+			nc, err := next(chi)
+			if err != nil {
+				a.release(w)
+				return nil, err
+			}
+			if nc != nil {
+				base = nc
+			}
+		}
+		return a.releasingConfig(base, w), nil
+	}
+	return c
+}
+
+// releasingConfig is base for one handshake, its certificates' keys
+// wrapped so that the server's signature gives w's slot back.
+func (a *Admission) releasingConfig(base *tls.Config, w *handshakeWatch) *tls.Config {
+	c := base.Clone()
+	c.GetConfigForClient = nil
+	wrap := func(cert *tls.Certificate) *tls.Certificate {
+		s, ok := cert.PrivateKey.(crypto.Signer)
+		if !ok {
+			return cert
+		}
+		cc := *cert
+		cc.PrivateKey = releasingSigner{Signer: s, done: func() { a.signed.Add(1); a.release(w) }}
+		return &cc
+	}
+	if get := base.GetCertificate; get != nil {
+		c.GetCertificate = func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			cert, err := get(h)
+			if err != nil || cert == nil {
+				return cert, err
+			}
+			return wrap(cert), nil
+		}
+	}
+	if len(base.Certificates) > 0 {
+		c.Certificates = make([]tls.Certificate, len(base.Certificates))
+		for i := range base.Certificates {
+			c.Certificates[i] = *wrap(&base.Certificates[i])
+		}
+	}
+	return c
+}
+
+// releasingSigner calls done after each signature.
+type releasingSigner struct {
+	crypto.Signer
+	done func()
+}
+
+func (s releasingSigner) Sign(rand io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	defer s.done()
+	return s.Signer.Sign(rand, digest, opts)
 }
 
 // PrepareServerTransport sets tr up to serve incoming connections as cfg
 // says: the stateless reset and token keys (Config.StatelessResetKey), the
-// handshake admission (Config.MaxHandshakes, Config.Admit) and the
-// failed-handshake reports to cfg.OnHandshakeFailure as backend. Call it
-// before tr.Listen; pass every connection tr's listener returns to
-// HandshakeAccepted. Listen does this itself; it is exported for
-// backends/webtransport, which runs its own Transport.
-func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) {
+// handshake admission (Config.MaxHandshakes, HandshakeWorkers,
+// HandshakeQueueWait, Admit) and the failed-handshake reports to
+// cfg.OnHandshakeFailure as backend. Call it before tr.Listen, and listen
+// with the returned Admission's GateTLS of the server's tls.Config; pass
+// every connection tr's listener returns to HandshakeAccepted. Listen does
+// this itself; it is exported for backends/webtransport, which runs its
+// own Transport.
+func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) *Admission {
 	cfg = cfg.withDefaults()
 	if k := cfg.StatelessResetKey; k != nil {
 		reset := quicgo.StatelessResetKey(*k)
@@ -106,7 +284,7 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) {
 		tok := quicgo.TokenGeneratorKey(deriveKey(k[:], "forgeyard quic token key"))
 		tr.TokenGeneratorKey = &tok
 	}
-	a := newAdmission(cfg.MaxHandshakes)
+	a := newAdmission(cfg)
 	if a.max > 0 {
 		tr.VerifySourceAddress = a.verifySourceAddress
 	}
@@ -114,6 +292,7 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) {
 	tr.ConnContext = func(ctx context.Context, info *quicgo.ClientInfo) (context.Context, error) {
 		remote := info.RemoteAddr
 		refuse := func(err error) (context.Context, error) {
+			a.refused.Add(1)
 			if hook != nil {
 				f := semantics.NewHandshakeFailure(backend, remote, err, false)
 				f.Reason = semantics.HandshakeOverloaded
@@ -121,27 +300,32 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) {
 			}
 			return nil, err
 		}
-		if n := a.inFlight.Add(1); a.max > 0 && n > a.limit.Load() {
-			a.inFlight.Add(-1)
-			return refuse(fmt.Errorf("%w (%d of at most %d)", errTooManyHandshakes, a.limit.Load(), a.max))
+		if err := a.full(); err != nil {
+			return refuse(err)
 		}
 		if admit != nil {
 			if err := admit(remote); err != nil {
-				a.inFlight.Add(-1)
 				return refuse(err)
 			}
 		}
+		a.inFlight.Add(1)
+		a.started.Add(1)
 		w := &handshakeWatch{admission: a, start: time.Now()}
 		ctx = context.WithValue(ctx, handshakeWatchKey{}, w)
 		context.AfterFunc(ctx, func() {
 			w.done()
-			if !w.accepted.Load() && handshakeTimedOut(context.Cause(ctx)) {
-				a.observe(0, true)
-			}
-			if w.accepted.Load() || hook == nil {
-				return
+			if !w.state.CompareAndSwap(attemptPending, attemptEnded) {
+				return // accepted: not a handshake failure
 			}
 			cause := context.Cause(ctx)
+			if w.queueTimeout.Load() || handshakeTimedOut(cause) {
+				a.timedOut.Add(1)
+			} else {
+				a.failed.Add(1)
+			}
+			if hook == nil {
+				return
+			}
 			if acceptQueueFull(cause) {
 				f := semantics.NewHandshakeFailure(backend, remote, fmt.Errorf("accept queue full: %w", cause), false)
 				f.Reason = semantics.HandshakeOverloaded
@@ -154,6 +338,7 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) {
 		})
 		return ctx, nil
 	}
+	return a
 }
 
 // acceptQueueFull reports whether cause is quic-go refusing a connection
@@ -203,13 +388,26 @@ func deriveKey(secret []byte, info string) [32]byte {
 type handshakeWatchKey struct{}
 
 type handshakeWatch struct {
-	admission *admission
-	start     time.Time // the attempt's first packet
-	accepted  atomic.Bool
-	once      sync.Once
+	admission    *Admission
+	start        time.Time    // the attempt's first packet
+	state        atomic.Int32 // attemptPending, then attemptAccepted or attemptEnded
+	slot         atomic.Bool  // holds a worker slot
+	queueTimeout atomic.Bool  // found no worker in time
+	once         sync.Once
 }
+
+// A handshakeWatch's state: the first of Accept (HandshakeAccepted) and
+// the connection's end decides whether the attempt completed or failed.
+const (
+	attemptPending int32 = iota
+	attemptAccepted
+	attemptEnded
+)
 
 // done releases the attempt's in-progress slot (once).
 func (w *handshakeWatch) done() {
-	w.once.Do(func() { w.admission.inFlight.Add(-1) })
+	w.once.Do(func() {
+		w.admission.release(w)
+		w.admission.inFlight.Add(-1)
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -227,48 +228,126 @@ func TestRefusalWait(t *testing.T) {
 	}
 }
 
-// The handshake cap in force follows the handshakes' latency: an eighth
-// down per slow or timed-out handshake (to the floor), one up per fast one
-// (to MaxHandshakes); an unbounded listener stays unbounded.
-func TestAdaptiveHandshakeCap(t *testing.T) {
-	a := newAdmission(512)
-	a.observe(2*handshakeLatencyTarget, false)
-	if got := a.Limit(); got != 448 {
-		t.Fatalf("after one slow handshake: %d, want 448", got)
+// The queue in front of the workers: FIFO slots, the wait bounded, the
+// refusal decided by the measured rate, never by how slow handshakes are.
+func TestAdmissionQueue(t *testing.T) {
+	a := newAdmission(Config{MaxHandshakes: 100, HandshakeWorkers: 2, HandshakeQueueWait: 50 * time.Millisecond})
+	ctx := context.Background()
+	w1, w2, w3 := &handshakeWatch{admission: a}, &handshakeWatch{admission: a}, &handshakeWatch{admission: a}
+	if err := a.acquire(ctx, w1); err != nil {
+		t.Fatal(err)
 	}
-	for range 100 {
-		a.observe(0, true)
+	if err := a.acquire(ctx, w2); err != nil {
+		t.Fatal(err)
 	}
-	if got := a.Limit(); got != minHandshakeLimit {
-		t.Fatalf("after timeouts: %d, want the floor %d", got, minHandshakeLimit)
+	got := make(chan error, 1)
+	go func() { got <- a.acquire(ctx, w3) }()
+	// The third waits until a slot is given back.
+	for a.waiting.Load() != 1 {
+		runtime.Gosched()
 	}
-	for range 10 {
-		a.observe(time.Millisecond, false)
+	a.release(w1)
+	a.release(w1) // once only
+	if err := <-got; err != nil || !w3.slot.Load() {
+		t.Fatalf("waiting attempt after a release: %v (slot %v)", err, w3.slot.Load())
 	}
-	if got := a.Limit(); got != minHandshakeLimit+10 {
-		t.Fatalf("after 10 fast handshakes: %d, want %d", got, minHandshakeLimit+10)
+	// No slot comes back: the next one gives up after the queue wait (and
+	// its slack), marked as a queue timeout.
+	w4 := &handshakeWatch{admission: a}
+	if err := a.acquire(ctx, w4); !errors.Is(err, errQueueWait) || !w4.queueTimeout.Load() || w4.slot.Load() {
+		t.Fatalf("acquire with no worker free: %v", err)
 	}
-	for range 1000 {
-		a.observe(time.Millisecond, false)
+	// The refusal: by the wait the measured rate predicts.
+	a.rate.rate = 100  // handshakes/s
+	a.waiting.Store(4) // 40 ms at 100/s: admitted
+	if err := a.full(); err != nil {
+		t.Fatalf("4 waiting at 100/s: %v", err)
 	}
-	if got := a.Limit(); got != 512 {
-		t.Fatalf("after many fast handshakes: %d, want the configured 512", got)
+	a.waiting.Store(10) // 100 ms > 50 ms: refused
+	if err := a.full(); !errors.Is(err, errQueueFull) {
+		t.Fatalf("10 waiting at 100/s: %v, want queue full", err)
 	}
-	if a.verifySourceAddress(nil) {
-		t.Fatal("Retry asked with no handshake in progress")
+	a.waiting.Store(0)
+	a.inFlight.Store(100)
+	if err := a.full(); !errors.Is(err, errTooManyHandshakes) {
+		t.Fatalf("at MaxHandshakes: %v", err)
 	}
-	a.inFlight.Store(256)
 	if !a.verifySourceAddress(nil) {
-		t.Fatal("no Retry at half the cap in force")
+		t.Fatal("no Retry at the cap")
 	}
-	u := newAdmission(-1)
-	u.observe(0, true)
-	if u.Limit() != -1 {
-		t.Fatalf("unbounded admission got a cap %d", u.Limit())
+	a.inFlight.Store(10)
+	if a.verifySourceAddress(nil) {
+		t.Fatal("Retry asked below half the cap")
 	}
-	small := newAdmission(2)
-	small.observe(0, true)
-	if small.Limit() != 2 {
-		t.Fatalf("a cap below the floor moved to %d", small.Limit())
+}
+
+// The rate meter counts only windows in which attempts waited.
+func TestRateMeter(t *testing.T) {
+	var m rateMeter
+	t0 := time.Unix(1000, 0)
+	m.tick(t0, true) // starts the window
+	for i := 1; i <= 50; i++ {
+		m.tick(t0.Add(time.Duration(i)*10*time.Millisecond), true) // 100/s
+	}
+	if r := m.get(); r < 90 || r > 110 {
+		t.Fatalf("rate %.1f, want ~100/s", r)
+	}
+	m.tick(t0.Add(10*time.Second), false) // idle: resets the window, keeps the figure
+	if r := m.get(); r < 90 || r > 110 {
+		t.Fatalf("rate after idle %.1f", r)
+	}
+}
+
+// A herd far above the workers: every dial completes, none refused or
+// timed out, and at most HandshakeWorkers server signatures ran at once.
+func TestHandshakeWorkersHerd(t *testing.T) {
+	cfg := testConfig
+	cfg.HandshakeWorkers = 1
+	e := newTenv(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 60
+	accepted := make(chan semantics.BackendConn, n)
+	go func() {
+		for range n {
+			c, err := e.ln.Accept(ctx)
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	conns := make(chan semantics.BackendConn, n)
+	for range n {
+		wg.Go(func() {
+			c, err := Dialer{TLS: e.pki.ClientConfig(t, wire.NewRunnerId(), serverName), Config: testConfig}.Dial(ctx, e.ln.Addr().String())
+			if err != nil {
+				errs <- err
+				return
+			}
+			conns <- c
+		})
+	}
+	wg.Wait()
+	close(errs)
+	close(conns)
+	for err := range errs {
+		t.Fatalf("dial: %v", err)
+	}
+	for range n { // every handshake reached Accept
+		c := <-accepted
+		defer c.CloseWithCode(wire.CloseNormal, "")
+	}
+	for c := range conns {
+		defer c.CloseWithCode(wire.CloseNormal, "")
+	}
+	st := e.ln.HandshakeStats()
+	if st.Completed != n || st.Signed != n || st.Refused != 0 || st.TimedOut != 0 || st.Failed != 0 || st.Started != n {
+		t.Fatalf("stats %+v, want %d completed, none refused or timed out", st, n)
+	}
+	if max := e.ln.adm.maxWorking.Load(); max != 1 {
+		t.Fatalf("%d handshakes worked at once, want 1", max)
 	}
 }

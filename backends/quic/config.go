@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -57,10 +58,14 @@ const (
 	// maxStreamCredit bounds MaxIncomingStreams (QUIC allows 2^60).
 	maxStreamCredit = 1 << 20
 	// DefaultMaxHandshakes bounds a Listener's incoming handshakes in
-	// progress (Config.MaxHandshakes): a few seconds of this project's
-	// 2-core server's handshake rate, well above quic-go's accept queue
-	// (32 finished handshakes waiting for Accept).
-	DefaultMaxHandshakes = 512
+	// progress (Config.MaxHandshakes), queued or working: the memory
+	// bound (a waiting attempt holds a quic-go connection, ~40 KiB); the
+	// queue's time bound (HandshakeQueueWait) usually refuses first.
+	DefaultMaxHandshakes = 4096
+	// DefaultHandshakeQueueWait is Config.HandshakeQueueWait: below
+	// quic-go clients' default handshake idle timeout (5 s), so that an
+	// attempt that waited still finishes before its client gives up.
+	DefaultHandshakeQueueWait = 3 * time.Second
 	// DefaultRefusalBackoff is the agents' Config.RefusalBackoff.
 	DefaultRefusalBackoff = 250 * time.Millisecond
 	// MaxRefusalBackoff bounds one wait after a refusal.
@@ -149,18 +154,26 @@ type Config struct {
 	StatelessResetKey *[32]byte
 	// MaxHandshakes bounds a Listener's incoming handshakes in progress,
 	// from the client's first packet until the connection is taken by
-	// Accept. A connection attempt beyond it is refused with QUIC's
+	// Accept, queued or working (admit.go). A connection attempt beyond it
+	// — or one that would wait longer than HandshakeQueueWait for a worker
+	// at the measured handshake rate — is refused with QUIC's
 	// CONNECTION_REFUSED before any cryptographic work, and reported to
 	// OnHandshakeFailure with reason semantics.HandshakeOverloaded; above
 	// half of it the listener validates client addresses with a Retry
 	// first (one round trip, no state kept), as quic-go recommends under
-	// load. The cap in force adapts below MaxHandshakes to how fast the
-	// handshakes complete (down by an eighth per handshake slower than 2 s
-	// or timed out, to 128; up by one per faster one), so the listener does
-	// not queue more handshakes than it can finish before the clients'
-	// handshake timeout (admit.go). 0: DefaultMaxHandshakes; negative:
+	// load. The cap is fixed: it never shrinks because handshakes (or
+	// their peers) are slow. 0: DefaultMaxHandshakes; negative:
 	// unbounded. Dialers ignore it.
 	MaxHandshakes int
+	// HandshakeWorkers is how many handshakes a Listener works on at once
+	// (from the ClientHello to the server's signature; the others wait in
+	// FIFO order). 0: DefaultHandshakeWorkers (2 per CPU of GOMAXPROCS).
+	// Dialers ignore it.
+	HandshakeWorkers int
+	// HandshakeQueueWait bounds an attempt's wait for a worker; an
+	// attempt arriving when the wait at the measured rate would be longer
+	// is refused at once. 0: DefaultHandshakeQueueWait. Dialers ignore it.
+	HandshakeQueueWait time.Duration
 	// Admit, when not nil, is asked about every incoming connection
 	// attempt before its handshake starts (it runs on the packet path:
 	// keep it to a few atomic loads). A non-nil error refuses the attempt
@@ -203,6 +216,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("quic: Config.MaxIdleTimeout is negative (%v)", c.MaxIdleTimeout)
 	case c.HandshakeTimeout < 0:
 		return fmt.Errorf("quic: Config.HandshakeTimeout is negative (%v)", c.HandshakeTimeout)
+	case c.HandshakeWorkers < 0:
+		return fmt.Errorf("quic: Config.HandshakeWorkers is negative (%d)", c.HandshakeWorkers)
+	case c.HandshakeQueueWait < 0:
+		return fmt.Errorf("quic: Config.HandshakeQueueWait is negative (%v)", c.HandshakeQueueWait)
 	case c.MaxIncomingStreams < 0 || c.MaxIncomingStreams > maxStreamCredit:
 		return fmt.Errorf("quic: Config.MaxIncomingStreams = %d is outside 0..%d", c.MaxIncomingStreams, maxStreamCredit)
 	case c.MaxIncomingUniStreams < 0 || c.MaxIncomingUniStreams > maxStreamCredit:
@@ -261,6 +278,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxHandshakes == 0 {
 		c.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if c.HandshakeWorkers == 0 {
+		c.HandshakeWorkers = DefaultHandshakeWorkers()
+	}
+	if c.HandshakeQueueWait == 0 {
+		c.HandshakeQueueWait = DefaultHandshakeQueueWait
 	}
 	return c
 }
@@ -363,3 +386,8 @@ func (b *MemoryBudget) release(c *quicgo.Conn) {
 	b.used -= b.conns[c]
 	delete(b.conns, c)
 }
+
+// DefaultHandshakeWorkers is Config.HandshakeWorkers' default: two per CPU
+// the Go scheduler runs on, so that a handshake waiting for a packet to be
+// sent does not leave a CPU idle.
+func DefaultHandshakeWorkers() int { return 2 * runtime.GOMAXPROCS(0) }

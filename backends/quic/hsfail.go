@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"time"
 
 	quicgo "github.com/quic-go/quic-go"
 
@@ -37,8 +36,8 @@ func WatchHandshakes(tr *quicgo.Transport, backend string, hook func(semantics.H
 // failure. A no-op for a connection of a Transport without WatchHandshakes.
 func HandshakeAccepted(qc *quicgo.Conn) {
 	if w, ok := qc.Context().Value(handshakeWatchKey{}).(*handshakeWatch); ok {
-		if !w.accepted.Swap(true) {
-			w.admission.observe(time.Since(w.start), false)
+		if w.state.CompareAndSwap(attemptPending, attemptAccepted) {
+			w.admission.completed.Add(1)
 		}
 		w.done()
 	}

@@ -19,6 +19,7 @@ type Listener struct {
 	ep  *endpoint
 	ln  *quicgo.Listener
 	cfg Config
+	adm *Admission
 
 	closeOnce sync.Once
 }
@@ -41,14 +42,14 @@ func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	PrepareServerTransport(ep.tr, "quic", cfg)
-	ln, err := ep.tr.Listen(tc, cfg.quicConfig())
+	adm := PrepareServerTransport(ep.tr, "quic", cfg)
+	ln, err := ep.tr.Listen(adm.GateTLS(tc), cfg.quicConfig())
 	if err != nil {
 		ep.release()
 		return nil, err
 	}
 	checkUDPBuffers(ep.udp, cfg.Logger)
-	return &Listener{ep: ep, ln: ln, cfg: cfg}, nil
+	return &Listener{ep: ep, ln: ln, cfg: cfg, adm: adm}, nil
 }
 
 // Accept returns the next connection whose handshake completed (client
@@ -76,6 +77,10 @@ func (l *Listener) Accept(ctx context.Context) (semantics.BackendConn, error) {
 		return c, nil
 	}
 }
+
+// HandshakeStats returns the listener's handshake admission counters
+// (semantics.HandshakeCounter).
+func (l *Listener) HandshakeStats() semantics.HandshakeStats { return l.adm.Stats() }
 
 // Addr returns the bound UDP address.
 func (l *Listener) Addr() net.Addr { return l.ep.udp.LocalAddr() }

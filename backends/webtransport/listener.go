@@ -38,7 +38,12 @@ type Listener struct {
 
 	closeOnce sync.Once
 	serveDone chan struct{}
+	adm       *fyquic.Admission
 }
+
+// HandshakeStats returns the listener's handshake admission counters
+// (semantics.HandshakeCounter).
+func (l *Listener) HandshakeStats() semantics.HandshakeStats { return l.adm.Stats() }
 
 // Listen serves WebTransport on the UDP address addr ("host:port", port 0
 // picks one; UDP 443 in production) with a clone of tlsConf (TLS 1.3 only,
@@ -65,15 +70,15 @@ func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
 		return nil, err
 	}
 	tr := &quicgo.Transport{Conn: udp}
-	fyquic.PrepareServerTransport(tr, "webtransport", cfg)
-	ln, err := tr.Listen(tc, qconf)
+	adm := fyquic.PrepareServerTransport(tr, "webtransport", cfg)
+	ln, err := tr.Listen(adm.GateTLS(tc), qconf)
 	if err != nil {
 		_ = tr.Close()
 		_ = udp.Close()
 		return nil, err
 	}
 	l := &Listener{
-		udp: udp, tr: tr, ln: ln, cfg: cfg,
+		udp: udp, tr: tr, ln: ln, cfg: cfg, adm: adm,
 		sessions:  make(chan *conn, acceptQueue),
 		closing:   make(chan struct{}),
 		users:     1,

@@ -26,6 +26,7 @@ import (
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/serversetup"
+	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
@@ -73,6 +74,7 @@ type listenerState struct {
 	backend, addr string
 	active        *atomic.Bool
 	err           *atomic.Pointer[string]
+	hs            semantics.HandshakeCounter // nil: the backend queues no handshakes (yamux)
 }
 
 func newDaemonTelemetry() *daemonTelemetry {
@@ -136,6 +138,7 @@ func (t *daemonTelemetry) attach(d *daemon.Daemon, ls []serversetup.Listener, ce
 	t.d = d
 	for _, l := range ls {
 		st := listenerState{backend: l.Backend, addr: l.Addr().String(), active: new(atomic.Bool), err: new(atomic.Pointer[string])}
+		st.hs, _ = l.BackendListener.(semantics.HandshakeCounter)
 		st.active.Store(true)
 		t.listeners = append(t.listeners, st)
 	}
@@ -190,6 +193,9 @@ var (
 	descPaced        = prometheus.NewDesc("forgeyard_daemon_registrations_paced_total", "Hellos over the registration rate: held (waited for their token, then admitted) or deferred (refused with a retry slot, RegistrationDeferredV1; also counted in forgeyard_daemon_admission_refused_total{stage=\"registration\"}).", []string{"action"}, nil)
 	descLimitCloses  = prometheus.NewDesc("forgeyard_daemon_limit_closes_total", "Connections closed LimitExceeded for persistent rate-limit violations (limits.max_rate_strikes).", nil, nil)
 	descIdentity     = prometheus.NewDesc("forgeyard_daemon_identity_events_total", "Runner identity lifecycle: enrolled, renewed, revoked_closed (runner disabled or certificate revoked), expired_rejected, superseded_revoked (a renewed runner's previous certificate).", []string{"event"}, nil)
+	descHandshakes   = prometheus.NewDesc("forgeyard_transport_handshakes_total", "QUIC and WebTransport handshake admission, by listener backend and event: started (admitted), completed (handed to the daemon), refused (before any cryptography: CONNECTION_REFUSED), timed_out, failed, signed (the server's signature made: the handshake's CPU paid).", []string{"backend", "event"}, nil)
+	descHsWaiting    = prometheus.NewDesc("forgeyard_transport_handshakes_waiting", "Admitted handshakes waiting for a handshake worker now, by listener backend.", []string{"backend"}, nil)
+	descHsRate       = prometheus.NewDesc("forgeyard_transport_handshake_rate", "The measured handshake rate (per second, while handshakes waited) that bounds the admission queue, by listener backend.", []string{"backend"}, nil)
 	descSecrets      = prometheus.NewDesc("forgeyard_daemon_secret_streams_total", "Secret-material streams by result: delivered (acknowledged by the agent), refused (refused or failed).", []string{"result"}, nil)
 )
 
@@ -197,7 +203,7 @@ var ackLabels = [4]string{"accepted", "duplicate_accepted", "stale_rejected", "i
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCompletions, descLeases, descRegistration, descCloned, descDaemonProto,
-		descRateLimited, descAdmission, descPaced, descLimitCloses, descIdentity, descSecrets} {
+		descRateLimited, descAdmission, descPaced, descLimitCloses, descIdentity, descSecrets, descHandshakes, descHsWaiting, descHsRate} {
 		ch <- d
 	}
 }
@@ -242,6 +248,23 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descIdentity, st.id.Superseded, "superseded_revoked")
 	counter(descSecrets, st.hard.SecretsSent, "delivered")
 	counter(descSecrets, st.hard.SecretsRefused, "refused")
+	c.t.mu.Lock()
+	ls := append([]listenerState(nil), c.t.listeners...)
+	c.t.mu.Unlock()
+	for _, l := range ls {
+		if l.hs == nil {
+			continue
+		}
+		hs := l.hs.HandshakeStats()
+		for _, e := range []struct {
+			event string
+			v     int64
+		}{{"started", hs.Started}, {"completed", hs.Completed}, {"refused", hs.Refused}, {"timed_out", hs.TimedOut}, {"failed", hs.Failed}, {"signed", hs.Signed}} {
+			counter(descHandshakes, e.v, l.backend, e.event)
+		}
+		ch <- prometheus.MustNewConstMetric(descHsWaiting, prometheus.GaugeValue, float64(hs.Waiting), l.backend)
+		ch <- prometheus.MustNewConstMetric(descHsRate, prometheus.GaugeValue, hs.Rate, l.backend)
+	}
 }
 
 // health builds the DaemonHealth report.
@@ -254,6 +277,10 @@ func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 		lh := telemetry.ListenerHealth{Backend: l.backend, Address: l.addr, Active: l.active.Load()}
 		if e := l.err.Load(); e != nil {
 			lh.Error = *e
+		}
+		if l.hs != nil {
+			hs := l.hs.HandshakeStats()
+			lh.Handshakes = &hs
 		}
 		h.Listeners = append(h.Listeners, lh)
 	}

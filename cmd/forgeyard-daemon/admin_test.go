@@ -220,6 +220,11 @@ func TestAdminEndpoint(t *testing.T) {
 		{`forgeyard_daemon_limit_closes_total`, 0},
 		{`forgeyard_daemon_identity_events_total{event="renewed"}`, 0},
 		{`forgeyard_daemon_secret_streams_total{result="delivered"}`, 0},
+		{`forgeyard_transport_handshakes_total{backend="quic",event="started"}`, 1},
+		{`forgeyard_transport_handshakes_total{backend="quic",event="signed"}`, 1},
+		{`forgeyard_transport_handshakes_total{backend="quic",event="completed"}`, 1},
+		{`forgeyard_transport_handshakes_total{backend="quic",event="refused"}`, 0},
+		{`forgeyard_transport_handshakes_waiting{backend="quic"}`, 0},
 	} {
 		if v := metricValue(t, text, c.series); v != c.want {
 			t.Errorf("%s = %v, want %v", c.series, v, c.want)
@@ -235,6 +240,7 @@ func TestAdminEndpoint(t *testing.T) {
 		"# TYPE forgeyard_daemon_completions_total counter",
 		"# TYPE forgeyard_daemon_rate_limited_total counter",
 		"# TYPE forgeyard_daemon_identity_events_total counter",
+		"# TYPE forgeyard_transport_handshakes_total counter",
 		"# TYPE forgeyard_lease_offer_to_ack_seconds histogram",
 	} {
 		if !strings.Contains(text, typ) {
@@ -267,6 +273,9 @@ func TestAdminEndpoint(t *testing.T) {
 	}
 	if c := h.Certificate; c == nil || !c.Valid || c.DaysToExpiry < 30 || !strings.Contains(c.Subject, "CN=localhost") || c.NotAfter.IsZero() {
 		t.Errorf("certificate %+v", c)
+	}
+	if hs := h.Listeners[0].Handshakes; hs == nil || hs.Started != 1 || hs.Completed != 1 || hs.Signed != 1 || hs.InFlight != 0 {
+		t.Errorf("listener handshakes %+v, want one started, signed and completed", hs)
 	}
 	if h.Connections != 1 || h.ConnectionsByBackend["quic"] != 1 || h.Sessions != 1 || h.HandshakeFailures != 0 {
 		t.Errorf("counts: connections %d %v sessions %d failures %d", h.Connections, h.ConnectionsByBackend, h.Sessions, h.HandshakeFailures)

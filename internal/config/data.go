@@ -137,8 +137,8 @@ func (d Data) Validate() error {
 //
 //	[admission]
 //	max_handshakes = 1024         # connected but not yet registered
-//	registration_rate = 200       # registrations per second over the daemon
-//	registration_burst = 400      # (0: twice registration_rate)
+//	registration_rate = 2000      # registrations per second over the daemon
+//	registration_burst = 4000     # (0: twice registration_rate)
 //	max_conns_per_ip = 0          # supplement only: runners share NATs
 //	max_connections = 20000       # daemon-wide cap on connected transports (-1: none)
 //	fd_headroom = 256             # file descriptors kept free: refuse connections before EMFILE

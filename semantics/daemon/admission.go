@@ -28,6 +28,7 @@ type hardening struct {
 
 	refusedConns, refusedRegs, limitCloses, audits atomic.Int64
 	refusedEarly                                   atomic.Int64 // AdmitEarly refusals (before a handshake)
+	earlySeen                                      atomic.Bool  // a QUIC listener asks AdmitEarly
 	rateLimited                                    [numRateClasses]atomic.Int64
 	secretsSent, secretsRefused                    atomic.Int64
 	deferred                                       atomic.Int64 // refusals sent as RegistrationDeferredV1 (pacing.go)
@@ -130,13 +131,25 @@ func (d *Daemon) capacityRefusal(conns int) string {
 
 // AdmitEarly tells whether the daemon would take one more connection
 // (its MaxConnections cap and descriptor headroom, with the handshakes in
-// progress counted). Listeners that can ask before a handshake call it
+// progress counted, and its MaxHandshakes of connections awaiting
+// registration). Listeners that can ask before a handshake call it
 // then (backends/quic Config.Admit), so a refused attempt costs no
 // cryptography; the error says why. It is cheap: one lock, two counts.
 func (d *Daemon) AdmitEarly(net.Addr) error {
+	d.hard.earlySeen.Store(true)
 	if why := d.capacityRefusal(d.connCount()); why != "" {
 		d.hard.refusedEarly.Add(1)
 		return errors.New(why)
+	}
+	// Connected but not registered at the cap: a handshake now would be
+	// closed Overloaded once paid for (admitConn); refuse it before.
+	h := &d.hard
+	h.mu.Lock()
+	n := h.handshakes
+	h.mu.Unlock()
+	if n >= h.adm.MaxHandshakes {
+		h.refusedEarly.Add(1)
+		return fmt.Errorf("overloaded: %d connections awaiting registration", n)
 	}
 	return nil
 }
@@ -152,7 +165,15 @@ func (d *Daemon) admitConn(bc semantics.BackendConn) (admissionTicket, string) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.handshakes >= h.adm.MaxHandshakes {
+	// A QUIC listener that admits before the handshake (AdmitEarly) stops
+	// new attempts at MaxHandshakes; the handshakes it had already begun
+	// end here paid for, and are served up to twice the cap instead of
+	// being thrown away. Other connections stop at the cap.
+	limit := h.adm.MaxHandshakes
+	if bc.Backend() == "quic" && h.earlySeen.Load() {
+		limit *= 2
+	}
+	if h.handshakes >= limit {
 		return admissionTicket{}, fmt.Sprintf("overloaded: %d handshakes in progress; retry with backoff", h.handshakes)
 	}
 	if hasIP && h.adm.MaxConnsPerIP > 0 && h.perIP[ip] >= h.adm.MaxConnsPerIP {

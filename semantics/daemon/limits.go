@@ -35,8 +35,8 @@ import (
 //	  IdentityRate        1/min burst 4 [limits.certificate_rate_per_min, certificate_burst]
 //	  MaxRateStrikes      256 [limits.max_rate_strikes]   ratelimit.go: then CloseLimitExceeded
 //	Admission (daemon-wide, admission.go):
-//	  MaxHandshakes       1024 [admission.max_handshakes]     connected, not registered; beyond: CloseOverloaded
-//	  RegistrationRate    200/s burst 400 [admission.registration_rate, registration_burst]
+//	  MaxHandshakes       1024 [admission.max_handshakes]     connected, not registered; at it: refused before the QUIC handshake, beyond 2×: CloseOverloaded
+//	  RegistrationRate    2000/s burst 4000 [admission.registration_rate, registration_burst]
 //	                                                 beyond: RegistrationRejectedV1{Overloaded, "retry after …"}
 //	  MaxConnsPerIP       off [admission.max_conns_per_ip]    beyond: CloseOverloaded
 //	Data (per attempt or per connection, logs.Receiver and cas.Server):
@@ -88,8 +88,11 @@ func (c *Config) SetLimits(l Limits) { c.Limits, c.Admission, c.Data = l.Conn, l
 // take the defaults; the per-IP limit is off unless set.
 type Admission struct {
 	// MaxHandshakes bounds the connections that are connected but not yet
-	// registered (§221). A connection beyond it is closed at once with
-	// CloseOverloaded, before its control stream is read.
+	// registered (§221). At it, a listener that asks AdmitEarly (QUIC)
+	// refuses new attempts before their handshake; a connection whose
+	// handshake completed anyway is served up to twice the cap, beyond
+	// which it is closed at once with CloseOverloaded, before its control
+	// stream is read.
 	MaxHandshakes int
 	// RegistrationRate bounds handshakes (TransportHelloV1, the start of a
 	// registration) per second over the whole daemon, e.g. the herd of
@@ -129,8 +132,14 @@ const (
 	DefaultFDHeadroom = 256
 )
 
-// DefaultRegistrationRate is the default daemon-wide registration rate.
-var DefaultRegistrationRate = semantics.Rate{PerSecond: 200, Burst: 400}
+// DefaultRegistrationRate is the default daemon-wide registration rate:
+// above the rate one daemon completes handshakes (~600/s on the 2-core
+// machine of docs/perf.md, where a registration costs a few per cent of
+// a handshake's CPU), so that a herd is paced before its handshakes —
+// by the transport's handshake queue, where a refusal costs one packet —
+// and not after them, where a deferred registration throws a paid
+// handshake away.
+var DefaultRegistrationRate = semantics.Rate{PerSecond: 2000, Burst: 4000}
 
 func (a Admission) withDefaults() Admission {
 	if a.MaxHandshakes <= 0 {

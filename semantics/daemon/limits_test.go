@@ -19,7 +19,7 @@ func TestDefaultLimits(t *testing.T) {
 	if d.Conn.MaxStreams != 256 || d.Conn.StreamCredit() != 272 {
 		t.Errorf("MaxStreams %d, credit %d, want 256 and 272", d.Conn.MaxStreams, d.Conn.StreamCredit())
 	}
-	if a := (daemon.Admission{MaxHandshakes: 1024, RegistrationRate: semantics.Rate{PerSecond: 200, Burst: 400},
+	if a := (daemon.Admission{MaxHandshakes: 1024, RegistrationRate: semantics.Rate{PerSecond: 2000, Burst: 4000},
 		MaxConnections: 20000, FDHeadroom: 256}); d.Admission != a {
 		t.Errorf("Admission %+v, want %+v", d.Admission, a)
 	}

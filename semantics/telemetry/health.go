@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"forgeyard.dev/transport/internal/tablefmt"
+	"forgeyard.dev/transport/semantics"
 	"io"
 	"net/http"
 	"text/tabwriter"
@@ -31,6 +32,9 @@ type ListenerHealth struct {
 	Address string `json:"address"`
 	Active  bool   `json:"active"`
 	Error   string `json:"error,omitempty"` // why it is not active
+	// Handshakes is the listener's handshake admission (QUIC and
+	// WebTransport; nil for yamux, whose handshakes are not queued).
+	Handshakes *semantics.HandshakeStats `json:"handshakes,omitempty"`
 }
 
 // CertHealth describes a certificate's validity (§213 "cert valid"). Only
