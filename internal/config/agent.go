@@ -163,6 +163,10 @@ type ControlPlane struct {
 	// that time (at least 1s) and logs it once
 	// (internal/setup/agentsetup/keepalive.go).
 	DisableKeepAliveAdapt bool `toml:"disable_keepalive_adapt"`
+	// Curves restricts the TLS key-exchange groups the agent offers, like
+	// the daemon's tls.curves (empty: Go's default, the post-quantum
+	// hybrid first; ["x25519"]: the faster opt-in, set on both sides).
+	Curves []string `toml:"curves"`
 }
 
 // Credential names the agent's certificate (bound to its RunnerId), its
@@ -311,6 +315,9 @@ func (a *Agent) Validate() error {
 	}
 	if d := cp.KeepAliveInterval.Duration; d < minKeepAliveInterval || d > maxKeepAliveInterval {
 		return invalid("control_plane.keepalive_interval", "%v must be %v–%v (0: the default %v)", d, minKeepAliveInterval, maxKeepAliveInterval, DefaultKeepAliveInterval)
+	}
+	if _, err := ParseCurves("control_plane.curves", cp.Curves); err != nil {
+		return err
 	}
 	if p := cp.Proxy; p != ProxyFromEnvironment && p != ProxyNone {
 		if err := checkProxyURL(p); err != nil {

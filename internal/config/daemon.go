@@ -146,6 +146,11 @@ type ServerTLS struct {
 	// ReloadInterval is how often the certificate and key files are
 	// checked for replacement (0: one minute); SIGHUP reloads at once.
 	ReloadInterval Duration `toml:"reload_interval"`
+	// Curves restricts the TLS key-exchange groups, in preference order
+	// ("x25519mlkem768", "x25519", "p256", "p384", "p521"). Empty: Go's
+	// default (the post-quantum hybrid first). ["x25519"] is the
+	// opt-in for faster admission (see ParseCurves).
+	Curves []string `toml:"curves"`
 }
 
 // AuthorityConfig selects the authority store.
@@ -250,6 +255,9 @@ func (d *Daemon) ApplyDefaults() {
 // was built in code). It returns the first problem as an *Error.
 func (d *Daemon) Validate() error {
 	if err := d.Telemetry.Validate(); err != nil {
+		return err
+	}
+	if _, err := ParseCurves("tls.curves", d.TLS.Curves); err != nil {
 		return err
 	}
 	if d.TLS.ReloadInterval.Duration < 0 {

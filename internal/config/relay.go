@@ -181,6 +181,9 @@ func (r *Relay) ApplyDefaults() {
 // Validate checks r after ApplyDefaults and returns the first problem as
 // an *Error.
 func (r *Relay) Validate() error {
+	if _, err := ParseCurves("tls.curves", r.TLS.Curves); err != nil {
+		return err
+	}
 	if r.TLS.ReloadInterval.Duration < 0 {
 		return invalid("tls.reload_interval", "%v is negative (0: one minute)", r.TLS.ReloadInterval.Duration)
 	}

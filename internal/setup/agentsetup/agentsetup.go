@@ -49,6 +49,9 @@ func LoadCredential(cp config.ControlPlane) (*Credential, error) {
 	if err != nil {
 		return nil, config.WithTrustKeys(err, config.AgentCredentialKeys)
 	}
+	if client.CurvePreferences, err = config.ParseCurves("control_plane.curves", cp.Curves); err != nil {
+		return nil, err
+	}
 	if len(client.Certificates) != 1 {
 		return nil, errors.New("control_plane.credential: no client certificate loaded")
 	}

@@ -31,7 +31,13 @@ func ServerTLS(c config.ServerTLS) (*tls.Config, error) {
 	tc, err := trust.ServerConfig(trust.ServerFiles{
 		CertFile: c.Certificate, KeyFile: c.PrivateKey, ClientCAFile: c.ClientCA, RequireClientCert: true,
 	})
-	return tc, config.WithTrustKeys(err, config.ServerTLSKeys)
+	if err != nil {
+		return nil, config.WithTrustKeys(err, config.ServerTLSKeys)
+	}
+	if tc.CurvePreferences, err = config.ParseCurves("tls.curves", c.Curves); err != nil {
+		return nil, err
+	}
+	return tc, nil
 }
 
 // ResetKey returns the QUIC stateless reset key of a server's listeners
