@@ -181,8 +181,8 @@ func writeAdmissionMarkdown(b *strings.Builder, results []LadderResult) {
 		return
 	}
 	b.WriteString("\nAdmission beside the raw herd (same N clients, certificates and curves, all at once, against a raw server process):\n\n")
-	b.WriteString("| step | all registered | raw herd | ratio | handshakes per agent (raw) | daemon CPU per agent | raw server CPU per conn | ratio | kill-restart all back (ratio to raw herd) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| step | all registered | raw herd | ratio | handshakes per agent (raw) | daemon CPU per agent | raw server CPU per conn | ratio | handshakes started / refused / timed out / signed (wasted) | kill-restart all back (ratio to raw herd) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		s := r.Summary
 		if s == nil || s.Admission == nil {
@@ -198,8 +198,12 @@ func writeAdmissionMarkdown(b *strings.Builder, results []LadderResult) {
 				}
 			}
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %.2f× | %.2f (%.2f) | %.2f ms | %.2f ms | %.2f× | %s |\n",
+		hs := "-"
+		if h := s.Handshakes; h != nil {
+			hs = fmt.Sprintf("%d / %d / %d / %d (%.1f%%)", h.Started, h.Refused, h.TimedOut, h.Signed, 100*h.WastedShare(s.N))
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %.2f× | %.2f (%.2f) | %.2f ms | %.2f ms | %.2f× | %s | %s |\n",
 			r.Step, roundCell(s.Cold), ms(s.RawHerd.Took), a.TookRatio, a.HandshakesPerAgent, a.RawDialsPerConn,
-			a.DaemonCPUPerAgent, a.RawServerCPUPerConn, a.CPURatio, kill)
+			a.DaemonCPUPerAgent, a.RawServerCPUPerConn, a.CPURatio, hs, kill)
 	}
 }

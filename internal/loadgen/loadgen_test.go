@@ -261,11 +261,12 @@ func TestLadderMarkdown(t *testing.T) {
 	// With a raw herd beside the step, a second table carries the ratios.
 	s.RawHerd = &RawResult{Took: 500 * time.Millisecond, N: 10, Dials: 10}
 	s.Admission = admissionRatios(s)
+	s.Handshakes = &HandshakeCounts{Started: 12, Refused: 3, Signed: 11}
 	b.Reset()
 	if err := WriteLadderMarkdown(&b, []LadderResult{{Step: Step{Backend: "quic", N: 10}, Summary: s}}, "# t\n"); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "Admission beside the raw herd") || !strings.Contains(b.String(), "| 3.00× |") {
+	if !strings.Contains(b.String(), "Admission beside the raw herd") || !strings.Contains(b.String(), "| 3.00× |") || !strings.Contains(b.String(), "12 / 3 / 0 / 11 (9.1%)") {
 		t.Errorf("admission table missing or wrong ratio:\n%s", b.String())
 	}
 }

@@ -36,6 +36,9 @@ type Summary struct {
 	// raw server; Admission compares the cold start with it.
 	RawHerd   *RawResult       `json:"raw_herd,omitempty"`
 	Admission *AdmissionRatios `json:"admission_vs_raw,omitempty"`
+	// Handshakes are the daemon listener's admission counters after the
+	// cold start (QUIC and WebTransport).
+	Handshakes *HandshakeCounts `json:"handshakes,omitempty"`
 	RSSRatio  float64          `json:"rss_ratio_to_raw,omitempty"`
 	// HeapRatio needs the daemon's go_memstats on /metrics.
 	HeapRatio float64 `json:"heap_ratio_to_raw,omitempty"`
@@ -72,6 +75,21 @@ type AdmissionRatios struct {
 	RawServerCPUPerConn float64 `json:"raw_server_cpu_per_conn_ms"`
 	CPURatio            float64 `json:"cpu_ratio"`
 	RestartTookRatio    float64 `json:"kill_restart_took_ratio,omitempty"` // kill-restart's all-back / raw herd
+}
+
+// HandshakeCounts are forgeyard_transport_handshakes_total after the cold
+// start. Signed beyond the N registrations is handshake CPU thrown away.
+type HandshakeCounts struct {
+	Started, Completed, Refused, TimedOut, Failed, Signed int64
+}
+
+// WastedShare is the share of paid handshakes (signed) that did not
+// become one of the n registrations.
+func (h *HandshakeCounts) WastedShare(n int) float64 {
+	if h == nil || h.Signed == 0 {
+		return 0
+	}
+	return max(0, float64(h.Signed-int64(n))/float64(h.Signed))
 }
 
 func admissionRatios(s *Summary) *AdmissionRatios {

@@ -152,6 +152,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	s.Cold.HeartbeatP99 = storm.Quantile(0.99)
 	s.Cold.AttemptsPerAgent = attemptStats(f.Attempts())
 	s.Cold.Failed, s.Cold.FailedByReason = f.failed.Load(), f.Reasons()
+	s.Handshakes = handshakesOf(ctx, d, o.Backend)
 
 	// Steady window.
 	if ctx.Err() == nil && o.Steady > 0 {
@@ -365,6 +366,26 @@ func procCPU(d *Daemon) float64 {
 		return -1
 	}
 	return ps.CPUSeconds
+}
+
+// handshakesOf reads the daemon listener's handshake admission counters
+// (forgeyard_transport_handshakes_total of backend) after the cold start;
+// nil when the backend does not queue handshakes (yamux) or the daemon
+// does not export them.
+func handshakesOf(ctx context.Context, d *Daemon, backend string) *HandshakeCounts {
+	m, err := d.Metrics(ctx, "forgeyard_transport_handshakes_total")
+	if err != nil {
+		return nil
+	}
+	get := func(event string) int64 {
+		return int64(m[`forgeyard_transport_handshakes_total{backend="`+backend+`",event="`+event+`"}`])
+	}
+	h := &HandshakeCounts{Started: get("started"), Completed: get("completed"), Refused: get("refused"),
+		TimedOut: get("timed_out"), Failed: get("failed"), Signed: get("signed")}
+	if h.Started == 0 && h.Refused == 0 {
+		return nil
+	}
+	return h
 }
 
 // heapOf reads go_memstats_heap_alloc_bytes from the daemon's /metrics (0
