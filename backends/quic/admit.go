@@ -164,7 +164,11 @@ const rateWindow = 250 * time.Millisecond
 func (m *rateMeter) tick(now time.Time, busy bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !busy || m.start.IsZero() {
+	if !busy { // the window closes without a sample
+		m.start, m.n = time.Time{}, 0
+		return
+	}
+	if m.start.IsZero() { // the first event of a busy spell opens a window
 		m.start, m.n = now, 0
 		return
 	}

@@ -296,6 +296,12 @@ func TestRateMeter(t *testing.T) {
 	if r := m.get(); r < 90 || r > 110 {
 		t.Fatalf("rate after idle %.1f", r)
 	}
+	// The next busy spell opens a new window: the idle gap is not counted
+	// as one slow sample.
+	m.tick(t0.Add(20*time.Second), true)
+	if r := m.get(); r < 90 || r > 110 {
+		t.Fatalf("rate after a new spell's first event %.1f", r)
+	}
 }
 
 // A herd far above the workers: every dial completes, none refused or

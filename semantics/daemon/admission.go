@@ -25,6 +25,10 @@ type hardening struct {
 	handshakes int
 	perIP      map[netip.Addr]int
 	regs       *tokenbucket.Bucket
+	// regRate measures registrations completed per second while others
+	// waited (handshakes > 0): the rate this daemon works through its
+	// backlog, measured, for AdmitEarly's time bound.
+	regRate backlogMeter
 
 	refusedConns, refusedRegs, limitCloses, audits atomic.Int64
 	refusedEarly                                   atomic.Int64 // AdmitEarly refusals (before a handshake)
@@ -151,7 +155,76 @@ func (d *Daemon) AdmitEarly(net.Addr) error {
 		h.refusedEarly.Add(1)
 		return fmt.Errorf("overloaded: %d connections awaiting registration", n)
 	}
+	// The backlog bounded by time: at the measured rate, a connection
+	// admitted now would register after n/rate. Beyond registrationQueueWait
+	// it would wait out its agent's request timeout (and the daemon's
+	// RegistrationTimeout) with its handshake paid: refuse it before.
+	if err := backlogFull(n, h.regRate.get()); err != nil {
+		h.refusedEarly.Add(1)
+		return err
+	}
 	return nil
+}
+
+// backlogFull refuses a new attempt when n connections awaiting
+// registration would take longer than registrationQueueWait at rate
+// registrations/s (0: not measured yet, no bound).
+func backlogFull(n int, rate float64) error {
+	if rate <= 0 || n <= 0 {
+		return nil
+	}
+	if wait := time.Duration(float64(n) / rate * float64(time.Second)); wait > registrationQueueWait {
+		return fmt.Errorf("overloaded: %d connections awaiting registration at %.0f/s (%v > %v)", n, rate, wait.Round(time.Millisecond), registrationQueueWait)
+	}
+	return nil
+}
+
+// registrationQueueWait bounds how long, at the measured registration
+// rate, the connections awaiting registration would take to register: a
+// new QUIC attempt beyond it is refused before its handshake. With the
+// QUIC listener's handshake queue (at most 3 s) it stays below the
+// agents' 10 s request timeout and the daemon's RegistrationTimeout.
+const registrationQueueWait = 4 * time.Second
+
+// backlogMeter measures events per second over windows of at least
+// backlogWindow in which a backlog existed, smoothed (an EWMA); windows
+// without a backlog say nothing of the rate and restart the window.
+type backlogMeter struct {
+	mu    sync.Mutex
+	start time.Time
+	n     int
+	rate  float64
+}
+
+const backlogWindow = 250 * time.Millisecond
+
+func (m *backlogMeter) tick(now time.Time, busy bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !busy { // the window closes without a sample
+		m.start, m.n = time.Time{}, 0
+		return
+	}
+	if m.start.IsZero() { // the first event of a busy spell opens a window
+		m.start, m.n = now, 0
+		return
+	}
+	m.n++
+	if d := now.Sub(m.start); d >= backlogWindow {
+		r := float64(m.n) / d.Seconds()
+		if m.rate == 0 {
+			m.rate = r
+		} else {
+			m.rate = 0.7*m.rate + 0.3*r
+		}
+		m.start, m.n = now, 0
+	}
+}
+
+func (m *backlogMeter) get() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rate
 }
 
 // admitConn takes a handshake slot and a per-IP slot for bc, or explains
@@ -198,6 +271,23 @@ func (c *conn) handshakeDone() {
 		h.handshakes--
 	}
 	h.mu.Unlock()
+}
+
+// registrationDone releases c's handshake slot once its registration was
+// accepted, and counts it towards the measured registration rate.
+func (c *conn) registrationDone() {
+	h := &c.d.hard
+	h.mu.Lock()
+	was := c.adm.handshake
+	if was {
+		c.adm.handshake = false
+		h.handshakes--
+	}
+	busy := h.handshakes > 0
+	h.mu.Unlock()
+	if was {
+		h.regRate.tick(time.Now(), busy)
+	}
 }
 
 // releaseAdmission releases everything c holds (teardown).

@@ -92,7 +92,11 @@ type Admission struct {
 	// refuses new attempts before their handshake; a connection whose
 	// handshake completed anyway is served up to twice the cap, beyond
 	// which it is closed at once with CloseOverloaded, before its control
-	// stream is read.
+	// stream is read. Below the cap the backlog is also bounded by time:
+	// AdmitEarly refuses while the connections awaiting registration
+	// would take more than 4 s to register at the rate this daemon was
+	// measured registering them (a herd whose registrations are slower
+	// than its handshakes waits before its handshake, not after it).
 	MaxHandshakes int
 	// RegistrationRate bounds handshakes (TransportHelloV1, the start of a
 	// registration) per second over the whole daemon, e.g. the herd of

@@ -233,7 +233,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	} else {
 		c.setState(session.Registered)
 	}
-	c.handshakeDone()
+	c.registrationDone()
 	t := d.timing
 	hb := t.heartbeatInterval(d.registeredSessions())
 	c.mu.Lock()
