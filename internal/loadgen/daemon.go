@@ -73,6 +73,13 @@ func WriteDaemonConfig(dir string, p *PKI, hb time.Duration, addrs map[string]st
 		}
 	}
 	fmt.Fprintf(&b, "\n[tls]\ncertificate = %q\nprivate_key = %q\nclient_ca = %q\n", p.Dev.Server.CertFile, p.Dev.Server.KeyFile, p.Dev.CA.CertFile)
+	if len(p.Curves) > 0 {
+		q := make([]string, len(p.Curves))
+		for i, c := range p.Curves {
+			q[i] = strconv.Quote(c)
+		}
+		fmt.Fprintf(&b, "curves = [%s]\n", strings.Join(q, ", "))
+	}
 	fmt.Fprintf(&b, "\n[authority]\nsqlite = %q\n", filepath.Join(dir, "authority.db"))
 	if hb > 0 {
 		fmt.Fprintf(&b, "\n[timing]\nheartbeat_interval = %q\n", hb.String())

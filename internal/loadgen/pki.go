@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 )
@@ -47,6 +48,21 @@ type PKI struct {
 	CacheFile string
 	Generated bool
 	Took      time.Duration
+	// Curves restricts the key exchange of the fleet, the daemon the
+	// loadgen configures and the raw herd's server (config.ParseCurves
+	// names; empty: Go's default hybrid). See SetCurves.
+	Curves   []string
+	curveIDs []tls.CurveID
+}
+
+// SetCurves sets p.Curves after checking the names.
+func (p *PKI) SetCurves(names []string) error {
+	ids, err := config.ParseCurves("--curves", names)
+	if err != nil {
+		return err
+	}
+	p.Curves, p.curveIDs = names, ids
+	return nil
 }
 
 // Runner is one agent identity: its RunnerId and client certificate.
@@ -59,7 +75,7 @@ type Runner struct {
 // dev server certificate, which names localhost and 127.0.0.1).
 func (p *PKI) ClientTLS(i int) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: p.Roots, ServerName: "localhost",
-		Certificates: []tls.Certificate{p.Runners[i].Cert}}
+		Certificates: []tls.Certificate{p.Runners[i].Cert}, CurvePreferences: p.curveIDs}
 }
 
 // PreparePKI creates or reuses the development PKI in dir (the daemon's

@@ -19,6 +19,7 @@ import (
 
 	quicraw "forgeyard.dev/transport/backends/quic/rawbench"
 	yamuxraw "forgeyard.dev/transport/backends/yamux/rawbench"
+	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/semantics/trust"
 )
 
@@ -28,6 +29,7 @@ import (
 const (
 	rawServerEnv = "FORGEYARD_LOADGEN_RAW_SERVER"
 	rawPKIEnv    = "FORGEYARD_LOADGEN_RAW_PKI"
+	rawCurvesEnv = "FORGEYARD_LOADGEN_RAW_CURVES" // comma-separated config.ParseCurves names
 )
 
 // MaybeRawServer runs the raw baseline server and exits when this process
@@ -62,6 +64,11 @@ func rawServer(backend, pkiDir string, out io.Writer) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	conf := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	if c := os.Getenv(rawCurvesEnv); c != "" {
+		if conf.CurvePreferences, err = config.ParseCurves(rawCurvesEnv, strings.Split(c, ",")); err != nil {
+			return err
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	// The parent closes stdin (or dies): stop.
@@ -138,7 +145,7 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), rawServerEnv+"="+backend, rawPKIEnv+"="+p.Dev.Dir)
+	cmd.Env = append(os.Environ(), rawServerEnv+"="+backend, rawPKIEnv+"="+p.Dev.Dir, rawCurvesEnv+"="+strings.Join(p.Curves, ","))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

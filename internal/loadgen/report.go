@@ -39,7 +39,7 @@ type Summary struct {
 	// Handshakes are the daemon listener's admission counters after the
 	// cold start (QUIC and WebTransport).
 	Handshakes *HandshakeCounts `json:"handshakes,omitempty"`
-	RSSRatio  float64          `json:"rss_ratio_to_raw,omitempty"`
+	RSSRatio   float64          `json:"rss_ratio_to_raw,omitempty"`
 	// HeapRatio needs the daemon's go_memstats on /metrics.
 	HeapRatio float64 `json:"heap_ratio_to_raw,omitempty"`
 

@@ -19,6 +19,9 @@ type Options struct {
 	N       int
 	// Ramp spreads the starts over this long (0: all at once).
 	Ramp time.Duration
+	// Curves restricts the key exchange on both sides, raw herd included
+	// (e.g. ["x25519"]; empty: Go's default hybrid).
+	Curves []string
 	// Heartbeat is the interval written into the daemon's configuration
 	// (the daemon sets it for its agents); 0 keeps the daemon's default.
 	Heartbeat time.Duration
@@ -82,6 +85,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	p, err := PreparePKI(filepath.Join(o.Dir, "pki"), o.N)
 	if err != nil {
+		return nil, err
+	}
+	if err := p.SetCurves(o.Curves); err != nil {
 		return nil, err
 	}
 	s.CertsGenerated, s.CertsTook = p.Generated, p.Took
