@@ -50,6 +50,10 @@ type daemonTelemetry struct {
 	mu         sync.Mutex
 	d          *daemon.Daemon
 	registered map[wire.TransportSessionId]string // transport → backend, for ConnClosed
+	// registrations counts transports registered since start, by backend:
+	// beside a listener's signed handshakes, the handshakes that never
+	// became a registration.
+	registrations map[string]int64
 
 	listeners []listenerState
 	cert      func() *x509.Certificate       // the certificate served now (reloaded)
@@ -78,7 +82,7 @@ type listenerState struct {
 }
 
 func newDaemonTelemetry() *daemonTelemetry {
-	t := &daemonTelemetry{m: telemetry.NewMetrics(), registered: map[wire.TransportSessionId]string{}}
+	t := &daemonTelemetry{m: telemetry.NewMetrics(), registered: map[wire.TransportSessionId]string{}, registrations: map[string]int64{}}
 	// The Go runtime's and the process's figures (go_memstats_*,
 	// process_*): the scale harness reads the daemon's heap from them.
 	t.m.RegisterRuntimeCollectors()
@@ -100,6 +104,9 @@ func (t *daemonTelemetry) hooks(h daemon.Hooks) daemon.Hooks {
 		t.mu.Lock()
 		_, again := t.registered[s.Transport]
 		t.registered[s.Transport] = s.Backend
+		if !again {
+			t.registrations[s.Backend]++
+		}
 		t.mu.Unlock()
 		if !again {
 			t.m.ConnOpened(s.Backend)
@@ -281,6 +288,7 @@ func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 		if l.hs != nil {
 			hs := l.hs.HandshakeStats()
 			lh.Handshakes = &hs
+			lh.HandshakesUnregistered = max(0, hs.Signed-t.registrations[l.backend])
 		}
 		h.Listeners = append(h.Listeners, lh)
 	}

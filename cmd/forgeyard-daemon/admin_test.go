@@ -277,6 +277,9 @@ func TestAdminEndpoint(t *testing.T) {
 	if hs := h.Listeners[0].Handshakes; hs == nil || hs.Started != 1 || hs.Completed != 1 || hs.Signed != 1 || hs.InFlight != 0 {
 		t.Errorf("listener handshakes %+v, want one started, signed and completed", hs)
 	}
+	if n := h.Listeners[0].HandshakesUnregistered; n != 0 {
+		t.Errorf("handshakes_unregistered = %d, want 0: the one handshake registered", n)
+	}
 	if h.Connections != 1 || h.ConnectionsByBackend["quic"] != 1 || h.Sessions != 1 || h.HandshakeFailures != 0 {
 		t.Errorf("counts: connections %d %v sessions %d failures %d", h.Connections, h.ConnectionsByBackend, h.Sessions, h.HandshakeFailures)
 	}

@@ -35,6 +35,11 @@ type ListenerHealth struct {
 	// Handshakes is the listener's handshake admission (QUIC and
 	// WebTransport; nil for yamux, whose handshakes are not queued).
 	Handshakes *semantics.HandshakeStats `json:"handshakes,omitempty"`
+	// HandshakesUnregistered is Handshakes.Signed minus the transports
+	// of this backend that registered: handshakes whose CPU was paid for
+	// nothing (refused or timed out after the handshake, or the agent gave
+	// up). Compare it with Signed.
+	HandshakesUnregistered int64 `json:"handshakes_unregistered,omitempty"`
 }
 
 // CertHealth describes a certificate's validity (§213 "cert valid"). Only
