@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -128,7 +129,20 @@ func TestSigner(t *testing.T) {
 	signer.Attest(k.(ed25519.PrivateKey), m)
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
-	res, err := d.Sign(sctx, daemon.SignRequest{KeyRef: m.KeyRef, Algorithm: m.Algorithm, Subject: m.Subject, Policy: m.Policy})
+	// OnRegistered fires before the accept is sent; the worker announces
+	// its keys after it: until then Sign finds no worker for the key.
+	// Wait for that condition (bounded by sctx), nothing else.
+	var res daemon.SignResult
+	for {
+		res, err = d.Sign(sctx, daemon.SignRequest{KeyRef: m.KeyRef, Algorithm: m.Algorithm, Subject: m.Subject, Policy: m.Policy})
+		if !errors.Is(err, daemon.ErrNoSigningWorker) || sctx.Err() != nil {
+			break
+		}
+		select {
+		case <-sctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
