@@ -149,6 +149,11 @@ func (a *Admission) release(w *handshakeWatch) {
 	}
 }
 
+// rateMeter is the same meter as semantics/daemon's backlogMeter, kept
+// as a copy on purpose for now: the layering lets neither package import
+// the other, and semantics/internal is closed to backends. One shared
+// home (an exported contract helper) is for the readability issue (28).
+//
 // rateMeter measures slots given back per second over windows of at
 // least rateWindow in which attempts waited (an idle gate says nothing of
 // the rate), smoothed.

@@ -186,6 +186,9 @@ func backlogFull(n int, rate float64) error {
 // agents' 10 s request timeout and the daemon's RegistrationTimeout.
 const registrationQueueWait = 4 * time.Second
 
+// backlogMeter is backends/quic's rateMeter, copied (see there: the
+// layering lets neither import the other).
+//
 // backlogMeter measures events per second over windows of at least
 // backlogWindow in which a backlog existed, smoothed (an EWMA); windows
 // without a backlog say nothing of the rate and restart the window.
