@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"net/netip"
+	"sync/atomic"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -25,7 +27,16 @@ type conn struct {
 	ctx    context.Context // cancelled with the *semantics.ConnError when qc closes
 	cancel context.CancelCauseFunc
 	credit int // the smaller stream credit granted to the peer (Config)
+	// remote is the peer's address; hints, on a dialled connection, gets
+	// its restart hints (endpoint.watchHints), nil on accepted ones.
+	remote netip.AddrPort
+	hints  chan struct{}
+	heard  atomic.Int64 // restart hints delivered (not coalesced)
 }
+
+// PeerHints implements semantics.PeerHinter: restart hints from the peer's
+// address (restarthint.go). An accepted connection never gets one.
+func (c *conn) PeerHints() <-chan struct{} { return c.hints }
 
 // IncomingStreamCredit implements semantics.StreamCreditor.
 func (c *conn) IncomingStreamCredit() int { return c.credit }
@@ -44,6 +55,7 @@ func newConn(qc *quicgo.Conn, release func(), hintMaxRTT time.Duration) *conn {
 		}
 	})
 	c := &conn{qc: qc, ctx: ctx, cancel: cancel}
+	c.remote, _ = addrPort(qc.RemoteAddr())
 	if hintMaxRTT > 0 {
 		c.hint = NewDelayHint(qc, hintMaxRTT)
 	}

@@ -122,6 +122,7 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 	// without a shared Transport): the socket closes with the last.
 	c := newConn(qc, ep.release, cfg.DelayHintMaxRTT)
 	c.credit = cfg.streamCredit()
+	ep.watchHints(c)
 	return c, nil
 }
 

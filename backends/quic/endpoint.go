@@ -1,9 +1,11 @@
 package quic
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 
@@ -22,6 +24,12 @@ type endpoint struct {
 	users     int  // live connections plus the owner; guarded by mu
 	closed    bool // guarded by mu
 	ownerGone bool // a shared Transport's Close was called; guarded by mu
+
+	// The connections dialled from this socket, which hear restart
+	// hints (restarthint.go), and the watcher's stop; nil until the first
+	// dial. Guarded by mu.
+	dialled  map[*conn]struct{}
+	hintStop context.CancelFunc
 }
 
 // newEndpoint opens a UDP socket on addr ("host:port"; port 0 picks one).
@@ -71,8 +79,47 @@ func (e *endpoint) release() {
 	}
 	e.mu.Unlock()
 	if last {
+		if e.hintStop != nil {
+			e.hintStop()
+		}
 		_ = e.tr.Close()
 		_ = e.udp.Close()
+	}
+}
+
+// watchHints makes c, dialled from this socket, hear restart hints from
+// its peer (conn.PeerHints), starting the socket's watcher with the first.
+func (e *endpoint) watchHints(c *conn) {
+	c.hints = make(chan struct{}, 1)
+	e.mu.Lock()
+	if e.dialled == nil {
+		e.dialled = make(map[*conn]struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		e.hintStop = cancel
+		go WatchRestartHints(ctx, e.tr, e.hinted)
+	}
+	e.dialled[c] = struct{}{}
+	e.mu.Unlock()
+	context.AfterFunc(c.ctx, func() {
+		e.mu.Lock()
+		delete(e.dialled, c)
+		e.mu.Unlock()
+	})
+}
+
+// hinted passes a restart hint from `from` to the connections with that
+// peer.
+func (e *endpoint) hinted(from netip.AddrPort) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for c := range e.dialled {
+		if c.remote == from {
+			c.heard.Add(1)
+			select {
+			case c.hints <- struct{}{}:
+			default: // one pending is enough
+			}
+		}
 	}
 }
 

@@ -34,8 +34,14 @@ type conn struct {
 	hint   *fyquic.DelayHint // nil unless Config.DelayHintMaxRTT > 0
 	ctx    context.Context   // cancelled with the *semantics.ConnError
 	cancel context.CancelCauseFunc
-	credit int // WebTransport streams the peer may open (Config.StreamCredit)
+	credit int           // WebTransport streams the peer may open (Config.StreamCredit)
+	hints  chan struct{} // restart hints of a dialled connection; nil on accepted ones
 }
+
+// PeerHints implements semantics.PeerHinter: the restart hints a dialled
+// connection's socket received from its peer (backends/quic restart
+// hints). An accepted connection never gets one.
+func (c *conn) PeerHints() <-chan struct{} { return c.hints }
 
 // IncomingStreamCredit implements semantics.StreamCreditor.
 func (c *conn) IncomingStreamCredit() int { return c.credit }

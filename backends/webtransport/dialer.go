@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -65,7 +66,8 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 		return nil, fmt.Errorf("webtransport: dial %s: %w", addr, err)
 	}
 	tr := &quicgo.Transport{Conn: udp}
-	closeEndpoint := func() { _ = tr.Close(); _ = udp.Close() }
+	hintCtx, stopHints := context.WithCancel(context.Background())
+	closeEndpoint := func() { stopHints(); _ = tr.Close(); _ = udp.Close() }
 
 	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout(d.Config))
 	defer cancel()
@@ -104,6 +106,16 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 	}
 	c := newConn(sess, qc, closeEndpoint, hintMaxRTT(d.Config))
 	c.credit = d.Config.StreamCredit()
+	c.hints = make(chan struct{}, 1)
+	peer := netip.AddrPortFrom(ua.AddrPort().Addr().Unmap(), ua.AddrPort().Port())
+	go fyquic.WatchRestartHints(hintCtx, tr, func(from netip.AddrPort) {
+		if from == peer {
+			select {
+			case c.hints <- struct{}{}:
+			default:
+			}
+		}
+	})
 	return c, nil
 }
 

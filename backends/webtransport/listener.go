@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -230,4 +231,11 @@ type quicConnKey struct{}
 func quicConnOf(r *http.Request) *quicgo.Conn {
 	qc, _ := r.Context().Value(quicConnKey{}).(*quicgo.Conn)
 	return qc
+}
+
+// HintRestart sends a restart hint to each of peers from the listening
+// socket (backends/quic.SendRestartHints): a daemon that restarted after a
+// crash tells the agents of its previous process at once.
+func (l *Listener) HintRestart(ctx context.Context, peers []netip.AddrPort, perSecond int) (int, error) {
+	return fyquic.SendRestartHints(ctx, l.tr, peers, perSecond)
 }

@@ -36,6 +36,12 @@ type killHarness struct {
 }
 
 func newKillHarness(t *testing.T, every time.Duration) *killHarness {
+	return newKillHarnessOn(t, every, config.BackendQUIC)
+}
+
+// newKillHarnessOn is newKillHarness with the agent on backend (quic,
+// webtransport or yamux).
+func newKillHarnessOn(t *testing.T, every time.Duration, backend string) *killHarness {
 	dir := t.TempDir()
 	daemonBin, _ := buildCommands(t, filepath.Join(dir, "bin"))
 	pkiDir := filepath.Join(dir, "pki")
@@ -52,15 +58,20 @@ func newKillHarness(t *testing.T, every time.Duration) *killHarness {
 	if err := os.WriteFile(conf, []byte("[timing]\nheartbeat_interval = \""+every.String()+"\"\nmax_backoff = \"200ms\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(freeUDPPort(t))
+	flag := map[string]string{config.BackendQUIC: "--listen", config.BackendWebTransport: "--listen-webtransport", config.BackendYamux: "--listen-yamux"}[backend]
+	port := freeUDPPort(t)
+	if backend == config.BackendYamux {
+		port = freeTCPPort(t)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
 	h := &killHarness{t: t, connected: make(chan agent.Status, 4), disc: make(chan error, 16)}
 	h.start = func(name string) *process {
 		return startProcess(t, daemonBin, filepath.Join(dir, name), "--config", conf, "--dev-pki", pkiDir,
-			"--sqlite", filepath.Join(dir, "authority.db"), "--listen", addr, "--log-format", "json", "--log-level", "debug")
+			"--sqlite", filepath.Join(dir, "authority.db"), flag, addr, "--log-format", "json", "--log-level", "debug")
 	}
 	h.d = h.start("daemon-1.log")
 
-	e, err := config.ParseEndpoint("quic://" + addr)
+	e, err := config.ParseEndpoint(backend + "://" + addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +80,7 @@ func newKillHarness(t *testing.T, every time.Duration) *killHarness {
 		t.Fatal(err)
 	}
 	h.a, err = agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
-		Endpoints: []agent.Endpoint{{Address: daddr, Dialer: dialer, Backend: "quic"}},
+		Endpoints: []agent.Endpoint{{Address: daddr, Dialer: dialer, Backend: backend}},
 		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), RequestTimeout: 2 * time.Second,
 		Backoff:  agent.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		Fallback: agent.Fallback{ProbeInterval: -1},
@@ -188,4 +199,51 @@ func TestProcessDaemonRestartResetsAgents(t *testing.T) {
 		t.Fatalf("after the restart: %d heartbeat timeouts, %d reconnects", st.HeartbeatTimeouts, st.Reconnects)
 	}
 	t.Logf("restarted daemon reset the agent %v after the kill (heartbeat interval %v), back after %v", el.Round(time.Millisecond), every, time.Since(killed).Round(time.Millisecond))
+}
+
+// TestProcessDaemonRestartNoticedWithin2s: an idle agent (its next
+// heartbeat 5 s away) learns within 2 s that its daemon was
+// SIGKILLed and restarted, on every backend. Over QUIC and WebTransport
+// the restarted daemon sends a restart hint to the addresses of its
+// previous process's sessions (from the authority); the agent answers with
+// a heartbeat, which draws the stateless reset. Over TLS+yamux the kernel
+// closed the dead process's sockets: the agent reads EOF at once.
+func TestProcessDaemonRestartNoticedWithin2s(t *testing.T) {
+	const within = 2 * time.Second
+	for _, backend := range []string{config.BackendQUIC, config.BackendWebTransport, config.BackendYamux} {
+		t.Run(backend, func(t *testing.T) {
+			// 5 s: the kill comes right after the first ack, so the
+			// agent's next packet would be the heartbeat 5 s later.
+			h := newKillHarnessOn(t, 5*time.Second, backend)
+			h.await("first daemon")
+			h.acked(1) // idle from here until the next heartbeat, an interval later
+
+			killed := h.kill()
+			h.reap()
+			restarted := time.Now()
+			h.d = h.start("daemon-2.log")
+			var end error
+			select {
+			case end = <-h.disc:
+			case <-time.After(15 * time.Second):
+				t.Fatalf("the agent did not notice the restarted daemon within 15 s; daemon log:\n%s", h.d.log())
+			}
+			noticed := time.Now()
+			from := restarted // a QUIC agent can learn only from the new process
+			if backend == config.BackendYamux {
+				from = killed
+			}
+			el := noticed.Sub(from)
+			t.Logf("%s: noticed %v after the %s (%v after the kill): %v", backend, el.Round(time.Millisecond),
+				map[bool]string{true: "kill", false: "restart"}[from.Equal(killed)], noticed.Sub(killed).Round(time.Millisecond), end)
+			if errors.Is(end, agent.ErrHeartbeatTimeout) || el > within {
+				t.Fatalf("noticed after %v with %v, want within %v; daemon log:\n%s", el, end, within, h.d.log())
+			}
+			h.await("restarted daemon")
+			st := h.a.Stats()
+			if backend != config.BackendYamux && st.RestartHints < 1 {
+				t.Fatalf("the agent answered %d restart hints, want ≥ 1 (it noticed without one: %v)", st.RestartHints, end)
+			}
+		})
+	}
 }

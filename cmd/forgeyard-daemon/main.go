@@ -48,6 +48,7 @@ import (
 	"forgeyard.dev/transport/internal/setup/otlpsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry/authmetrics"
@@ -247,7 +248,28 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	if f.matrixDriver && (cfg.AdminListen() == "" || cfg.Admin.AllowRemote) {
 		return nil, errors.New("--matrix-driver needs a loopback --admin-listen (and no admin.allow_remote)")
 	}
+	if cfg.ID == "" {
+		cfg.ID = defaultID(cfg.Listen)
+	}
 	return cfg, nil
+}
+
+// defaultID is the daemon's id when none is configured: the host name and
+// the first listen address. It must survive a restart, so that the
+// restarted process finds the sessions of the one before it (restart
+// hints), and differ between the daemons of one host (they listen on
+// different ports).
+func defaultID(l config.Listen) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	for _, a := range []string{l.QUIC, l.WebTransport, l.Yamux} {
+		if a != "" {
+			return host + "/" + a
+		}
+	}
+	return host + "/" + config.DefaultDaemonListen
 }
 
 func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, th *testHooks) error {
@@ -385,6 +407,13 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		_ = d.Shutdown(context.Background())
 		return err
 	}
+	// Where the agents of a previous process that crashed were: read
+	// before anything registers (registrations overwrite the rows), told
+	// once the listeners accept.
+	restartPeers, err := serversetup.RestartPeers(ctx, authority.PeersOf(au), cfg.ID)
+	if err != nil {
+		log.Warn("restart hints skipped: the authority did not list the previous process's agents", "err", err)
+	}
 	ls, err := serversetup.Listen(cfg.Listen, tlsConf, qcfg, ycfg)
 	if err != nil {
 		_ = d.Shutdown(context.Background())
@@ -427,6 +456,9 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	}
 	if th != nil && th.ready != nil {
 		th.ready(d, ls)
+	}
+	if len(restartPeers) > 0 {
+		go serversetup.HintRestart(connCtx, log, restartPeers, ls, 0)
 	}
 
 	var failed error

@@ -126,6 +126,17 @@ func freeUDPPort(t *testing.T) int {
 	return c.LocalAddr().(*net.UDPAddr).Port
 }
 
+// freeTCPPort returns a loopback TCP port that was free a moment ago.
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
 // process is a started command whose stderr (JSON logs) goes to a file.
 type process struct {
 	cmd  *exec.Cmd

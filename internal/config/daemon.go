@@ -61,7 +61,8 @@ const (
 //	socket = "/run/forgeyard/admin.sock"
 type Daemon struct {
 	// ID names this daemon in logs and in session records ("": the host
-	// name).
+	// name and the first listen address, which a restart keeps: the
+	// restarted process finds its predecessor's sessions by it).
 	ID string `toml:"id"`
 	// ProtocolMin and ProtocolMax bound the versions this daemon accepts
 	// (0.0: wire.Supported.Min / Max). ProtocolMin is also the downgrade

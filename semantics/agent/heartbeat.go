@@ -67,6 +67,12 @@ func (c *Config) heartbeatMisses() int {
 	return c.HeartbeatMisses
 }
 
+// Answering restart hints (heartbeatLoop).
+const (
+	probeEvery = 250 * time.Millisecond
+	maxProbes  = 8 // 2 s of probing for one hint
+)
+
 // heartbeatLoop sends a heartbeat every interval (the daemon's) and
 // watches the link's liveness: when no heartbeat was acked for
 // heartbeatMisses intervals it closes l.dead and returns (serve ends the
@@ -108,10 +114,30 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 	// slow but live daemon still keeps the link.
 	quickEvery := max(every/4, 100*time.Millisecond)
 	quick := false
+	// Restart hints (semantics.PeerHinter): the backend heard that the
+	// daemon may have restarted and lost this connection. The agent sends
+	// a heartbeat at once and then every probeEvery until one sent after
+	// the hint is acked (a live daemon: the next tick ends it) or the
+	// connection ends (the restarted daemon's stateless reset), at most
+	// maxProbes; hints closer than probeEvery to the last are ignored.
+	var hintC <-chan struct{}
+	if ph, ok := l.bc.(semantics.PeerHinter); ok {
+		hintC = ph.PeerHints()
+	}
+	probes := 0              // heartbeats left to send for the last hint
+	var hintAt time.Duration // offset of the last hint answered
+	cur := every             // the ticker's period
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-hintC:
+			now := time.Since(start)
+			if probes > 0 || (hintAt > 0 && now-hintAt < probeEvery) {
+				continue
+			}
+			a.st.restartHints.Add(1)
+			hintAt, probes = now, maxProbes
 		case <-deadC:
 			now := time.Since(start)
 			if r := lv.remaining(now); r > 0 {
@@ -127,14 +153,26 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 			return
 		case <-t.C:
 		}
+		if probes > 0 && time.Duration(lv.last.Load()) > hintAt {
+			probes = 0 // the daemon answered a heartbeat sent after the hint
+		}
 		if q := time.Since(start)-time.Duration(lv.last.Load()) > every+every/4; q != quick && quickEvery < every {
 			quick = q
 			if quick {
 				a.st.hbQuickened.Add(1)
-				t.Reset(quickEvery)
-			} else {
-				t.Reset(every)
 			}
+		}
+		next := every
+		if quick {
+			next = quickEvery
+		}
+		if probes > 0 {
+			probes--
+			next = min(next, probeEvery)
+		}
+		if next != cur {
+			cur = next
+			t.Reset(next)
 		}
 		a.mu.Lock()
 		a.hbSeq++

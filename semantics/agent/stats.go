@@ -21,6 +21,7 @@ type agentStats struct {
 	hbTimeouts                                                        atomic.Int64
 	deferrals                                                         atomic.Int64 // connect.go: waits that obeyed a retry hint
 	hbQuickened                                                       atomic.Int64 // heartbeat.go: switches to quickened heartbeats
+	restartHints                                                      atomic.Int64 // heartbeat.go: restart hints answered with a heartbeat
 	leaseExpired, capUpdates, healthProbes                            atomic.Int64 // clock.go, inventory.go
 }
 
@@ -59,9 +60,12 @@ type Stats struct {
 	// quickened heartbeats (every quarter interval) because none was acked
 	// for more than an interval and a quarter.
 	HeartbeatsQuickened int64
-	LogFinalizeFailed   int64 // attempts completed without a passed logs-finalized barrier
-	OutputsUploaded     int64 // outputs uploaded (or already held) before completions
-	OutputsFailed       int64 // local outputs that could not be uploaded (left out of completions)
+	// RestartHints counts the restart hints (semantics.PeerHinter) the
+	// agent answered with an immediate heartbeat.
+	RestartHints      int64
+	LogFinalizeFailed int64 // attempts completed without a passed logs-finalized barrier
+	OutputsUploaded   int64 // outputs uploaded (or already held) before completions
+	OutputsFailed     int64 // local outputs that could not be uploaded (left out of completions)
 	// OutputsStorageRetries counts upload retries because the daemon's
 	// content store was unavailable (WireErrorV1 StorageUnavailable) or
 	// the link failed under the upload.
@@ -183,6 +187,7 @@ func (a *Agent) Stats() Stats {
 		AttemptsStarted: s.started.Load(), CompletionsSent: s.complSent.Load(), CompletionsRetried: s.complRetried.Load(),
 		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), HeartbeatTimeouts: s.hbTimeouts.Load(), DialFailures: s.dialFailures.Load(),
 		RetryHintsObeyed: s.deferrals.Load(), HeartbeatsQuickened: s.hbQuickened.Load(),
+		RestartHints:  s.restartHints.Load(),
 		LeasesExpired: s.leaseExpired.Load(), CapabilityUpdates: s.capUpdates.Load(), HealthProbes: s.healthProbes.Load(),
 		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load(),
 		OutputsStorageRetries: s.outputsStorageRetries.Load(), LogStorageRetries: s.logStorageRetries.Load(),

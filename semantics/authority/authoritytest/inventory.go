@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +32,7 @@ func RunInventory(t *testing.T, o Opener) {
 	t.Run("Health", func(t *testing.T) { testInvHealth(t, o) })
 	t.Run("Drain", func(t *testing.T) { testInvDrain(t, o) })
 	t.Run("ListAndBounds", func(t *testing.T) { testInvList(t, o) })
+	t.Run("PeersHeldBy", func(t *testing.T) { testPeers(t, o) })
 	t.Run("Shared", func(t *testing.T) {
 		if o.Shared == nil {
 			t.Skip("implementation does not share storage between instances")
@@ -251,5 +253,58 @@ func testInvShared(t *testing.T, o Opener) {
 	}
 	if d, _ := a.DrainState(ctx, r); d.Drained {
 		t.Fatal("resume on the other instance not seen")
+	}
+}
+
+// testPeers checks Peers.HeldBy: the live sessions a daemon held, with the
+// backend from presence when it is recorded, without ended sessions,
+// sessions another daemon took over, or transports presence records as
+// gone.
+func testPeers(t *testing.T, o Opener) {
+	a := o.Open(t)
+	ps := authority.PeersOf(a)
+	if ps == nil {
+		t.Fatalf("%T has no Peers", a)
+	}
+	inv := inventory(t, a)
+	ctx := context.Background()
+	reg := func(daemon, remote string) (wire.RunnerId, wire.AgentSessionId) {
+		t.Helper()
+		r, s := wire.NewRunnerId(), wire.NewAgentSessionId()
+		if _, err := a.RegisterSession(ctx, authority.Registration{Runner: r, Session: s, Transport: wire.NewTransportSessionId(),
+			Daemon: daemon, Remote: remote, Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+		return r, s
+	}
+	presence := func(r wire.RunnerId, s wire.AgentSessionId, daemon, backend string, connected bool) {
+		t.Helper()
+		if err := inv.PutPresence(ctx, authority.Presence{Runner: r, Session: s, Daemon: daemon, Backend: backend,
+			ConnectedAt: t0, LastHeartbeat: t0, Connected: connected}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r1, s1 := reg("d1", "127.0.0.1:4001") // quic, connected
+	presence(r1, s1, "d1", "quic", true)
+	reg("d1", "127.0.0.1:4002")           // no presence record yet
+	r3, s3 := reg("d1", "127.0.0.1:4003") // transport ended
+	presence(r3, s3, "d1", "quic", true)
+	presence(r3, s3, "d1", "", false)
+	_, s4 := reg("d1", "127.0.0.1:4004") // session ended
+	if err := a.EndSession(ctx, s4, t0); err != nil {
+		t.Fatal(err)
+	}
+	reg("d2", "127.0.0.1:4005") // another daemon's
+	got, err := ps.HeldBy(ctx, "d1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(x, y authority.Peer) int { return strings.Compare(x.Remote, y.Remote) })
+	want := []authority.Peer{{Backend: "quic", Remote: "127.0.0.1:4001"}, {Backend: "", Remote: "127.0.0.1:4002"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("HeldBy(d1) = %+v, want %+v", got, want)
+	}
+	if got, err := ps.HeldBy(ctx, "d1", 1); err != nil || len(got) != 1 {
+		t.Fatalf("HeldBy(d1, limit 1) = %+v, %v; want one peer", got, err)
 	}
 }
