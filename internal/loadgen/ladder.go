@@ -128,7 +128,7 @@ func RunLadder(ctx context.Context, steps []Step, base Options, log io.Writer) [
 func WriteLadderMarkdown(w io.Writer, results []LadderResult, header string) error {
 	var b strings.Builder
 	b.WriteString(header)
-	b.WriteString("\n| step | all registered | attempts/agent (mean, max) | failed attempts (cold) | peak reg/s | heartbeat p50 / p99 steady (interval per agent) | heartbeat p99 herd | /healthz p99 herd / steady | daemon RSS per agent | raw per conn | ratio | daemon heap per agent | CPU per 1,000 agents | offer→accept p99 | completions recorded / dup / lost / revoked | kill-restart: noticed max, all back | graceful: all back | result |\n")
+	b.WriteString("\n| step | all registered | attempts/agent (mean, max) | failed attempts (cold) | peak reg/s | heartbeat p50 / p99 steady (interval per agent) | heartbeat p99 herd | /healthz p99 herd / steady | daemon RSS per agent | raw per conn | ratio | daemon heap per agent | CPU per 1,000 agents | offer→accept p99 | completions recorded / dup / lost / revoked | kill-restart: noticed max (after the restarted daemon was ready), all back | graceful: all back | result |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		s := r.Summary
@@ -147,7 +147,7 @@ func WriteLadderMarkdown(w io.Writer, results []LadderResult, header string) err
 		for _, rr := range s.Restarts {
 			cell := roundCell(rr.Round)
 			if rr.Kind == "kill-restart" {
-				kill = ms(rr.NoticeMax) + ", " + cell
+				kill = ms(rr.NoticeMax) + " (" + ms(rr.NoticeMaxAfterReady) + " after ready), " + cell
 			} else {
 				grace = cell
 			}

@@ -161,6 +161,13 @@ type RestartResult struct {
 	Noticed   int           `json:"noticed"`       // agents whose link ended
 	NoticeP50 time.Duration `json:"notice_p50_ns"` // stop → the agent's link ended
 	NoticeMax time.Duration `json:"notice_max_ns"`
+	// Ready is stop → the restarted daemon answered (its listeners
+	// accept); an agent can learn of a restart only after it. The
+	// *AfterReady figures are the notices measured from then (0 for an
+	// agent that noticed earlier, as TCP agents do at the kill).
+	Ready               time.Duration `json:"ready_ns"`
+	NoticeP50AfterReady time.Duration `json:"notice_p50_after_ready_ns"`
+	NoticeMaxAfterReady time.Duration `json:"notice_max_after_ready_ns"`
 }
 
 // DaemonResult are the daemon process's figures (/proc/<pid>, /metrics).
@@ -317,7 +324,7 @@ func (s *Summary) WriteTable(w io.Writer) error {
 		row("lost attempt", a)
 	}
 	for _, r := range s.Restarts {
-		row(r.Kind, roundCell(r.Round)+fmt.Sprintf("; %d noticed, p50 %s, max %s; %.2f attempts per agent, %d failed; peak %d/s", r.Noticed, ms(r.NoticeP50), ms(r.NoticeMax), r.Round.AttemptsPerAgentMean, r.Round.Failed, r.Round.PeakPerSecond))
+		row(r.Kind, roundCell(r.Round)+fmt.Sprintf("; %d noticed, p50 %s, max %s (after the restarted daemon was ready in %s: p50 %s, max %s); %.2f attempts per agent, %d failed; peak %d/s", r.Noticed, ms(r.NoticeP50), ms(r.NoticeMax), ms(r.Ready), ms(r.NoticeP50AfterReady), ms(r.NoticeMaxAfterReady), r.Round.AttemptsPerAgentMean, r.Round.Failed, r.Round.PeakPerSecond))
 	}
 	verdict := "ok"
 	if !s.OK() {

@@ -221,10 +221,12 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		if err := d.Restart(ctx); err != nil {
 			return fmt.Errorf("loadgen: %s: %w", kind, err)
 		}
-		rr := RestartResult{Kind: kind, Round: s.waitRound(ctx, f, r)}
+		ready := time.Since(r.Start)
+		rr := RestartResult{Kind: kind, Round: s.waitRound(ctx, f, r), Ready: ready}
 		notice := r.Notice()
 		rr.Noticed = len(notice)
 		rr.NoticeP50, rr.NoticeMax = Percentile(notice, 50), Percentile(notice, 100)
+		rr.NoticeP50AfterReady, rr.NoticeMaxAfterReady = max(0, rr.NoticeP50-ready), max(0, rr.NoticeMax-ready)
 		rr.Round.AttemptsPerAgentMean = float64(f.attempts.Load()-before) / float64(o.N)
 		rr.Round.Failed = f.failed.Load() - failedBefore
 		s.Restarts = append(s.Restarts, rr)

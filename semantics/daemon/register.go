@@ -122,6 +122,19 @@ func (c *conn) reject(env *wire.Envelope, code wire.ProtocolErrorCode, retry wir
 	c.closeAfter(close, msg)
 }
 
+// abandoned reports whether c's connection ended during its registration
+// (when: the step), counting and logging it: the agent gave up and
+// registers again on another connection.
+func (c *conn) abandoned(m *agentwire.RegisterAgentV1, when string) bool {
+	if c.bc.Context().Err() == nil {
+		return false
+	}
+	c.d.st.abandoned.Add(1)
+	c.logger().Info("registration abandoned: the agent's connection ended "+when, "runner", m.Runner.String(),
+		"session", m.Session.String(), "cause", context.Cause(c.bc.Context()))
+	return true
+}
+
 func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	d := c.d
 	_, sp := c.span(env, telemetry.SpanRegister, telemetry.AttrRunner(m.Runner))
@@ -173,6 +186,9 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, trust.MsgCredentialRevoked, wire.CloseAuthenticationFailure)
 		return
 	}
+	if c.abandoned(m, "before the authority recorded it") {
+		return
+	}
 	actx, acancel := c.authCtx()
 	defer acancel()
 	grant, err := d.auth.RegisterSession(actx, authority.Registration{Runner: m.Runner, Session: m.Session,
@@ -197,6 +213,14 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, wire.CloseInternalError)
 		return
 	}
+	// The agent may have given up meanwhile (its registration timeout, a
+	// cut): the grant stands in the authority (the agent's next
+	// registration fences it with a newer epoch), but this transport is
+	// not registered, counted or announced, so the agent is registered
+	// once, on the connection it is still on.
+	if c.abandoned(m, "while the authority recorded it") {
+		return
+	}
 	c.mu.Lock()
 	c.runner, c.session, c.epoch = m.Runner, m.Session, grant.Epoch
 	c.agentVersion = m.AgentVersion
@@ -217,8 +241,8 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 			d.byRunner[m.Runner] = map[*conn]struct{}{}
 		}
 		d.byRunner[m.Runner][c] = struct{}{}
+		d.bySession[m.Session] = c
 	}
-	d.bySession[m.Session] = c
 	d.mu.Unlock()
 	for _, o := range fence {
 		o.fence(c, grant.Epoch)

@@ -9,15 +9,18 @@ import (
 // Stats are the daemon's counters since New. Latency slices hold the most
 // recent samples (at most 1024 each), oldest first.
 type Stats struct {
-	Registrations    int64 // accepted registrations
-	Rejections       int64 // rejected hellos and registrations
-	Reconnects       int64 // registrations of an already known agent session (epoch > 1)
-	Resyncs          int64
-	LeasesOffered    int64
-	LeasesAccepted   int64
-	LeasesRejected   int64
-	DuplicateAnswers int64 // repeated answers to an already answered offer
-	OfferResends     int64 // offers sent again (same MessageId)
+	Registrations int64 // accepted registrations
+	// RegistrationsAbandoned: registrations whose connection ended before
+	// they were answered (the agent gave up); not in Registrations.
+	RegistrationsAbandoned int64
+	Rejections             int64 // rejected hellos and registrations
+	Reconnects             int64 // registrations of an already known agent session (epoch > 1)
+	Resyncs                int64
+	LeasesOffered          int64
+	LeasesAccepted         int64
+	LeasesRejected         int64
+	DuplicateAnswers       int64 // repeated answers to an already answered offer
+	OfferResends           int64 // offers sent again (same MessageId)
 	// OffersAdopted: offers of leases created elsewhere (another daemon
 	// sharing the authority, or before a restart) this daemon re-sent after
 	// the agent's resync here.
@@ -76,6 +79,7 @@ func (l *latencies) snapshot() []time.Duration {
 
 type stats struct {
 	registrations, rejections, reconnects, resyncs        atomic.Int64
+	abandoned                                             atomic.Int64 // register.go
 	leasesOffered, leasesAccepted, leasesRejected, dupAns atomic.Int64
 	resends, leasesRevoked, probes, renewals              atomic.Int64
 	completions                                           [4]atomic.Int64
@@ -91,7 +95,7 @@ type stats struct {
 func (d *Daemon) Stats() Stats {
 	s := &d.st
 	out := Stats{
-		Registrations: s.registrations.Load(), Rejections: s.rejections.Load(), Reconnects: s.reconnects.Load(),
+		Registrations: s.registrations.Load(), RegistrationsAbandoned: s.abandoned.Load(), Rejections: s.rejections.Load(), Reconnects: s.reconnects.Load(),
 		Resyncs: s.resyncs.Load(), LeasesOffered: s.leasesOffered.Load(), LeasesAccepted: s.leasesAccepted.Load(),
 		LeasesRejected: s.leasesRejected.Load(), DuplicateAnswers: s.dupAns.Load(), OfferResends: s.resends.Load(),
 		OffersAdopted: s.adopted.Load(), OffersSettledElsewhere: s.settledElsewhere.Load(),
