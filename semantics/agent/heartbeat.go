@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,8 +70,9 @@ func (c *Config) heartbeatMisses() int {
 
 // Answering restart hints (heartbeatLoop).
 const (
-	probeEvery = 250 * time.Millisecond
-	maxProbes  = 8 // 2 s of probing for one hint
+	hintSpread = 100 * time.Millisecond // the first heartbeat, uniform in (0, hintSpread]
+	probeEvery = 250 * time.Millisecond // the next ones, uniform in [probeEvery/2, 3·probeEvery/2)
+	maxProbes  = 8                      // about 2 s of probing for one hint
 )
 
 // heartbeatLoop sends a heartbeat every interval (the daemon's) and
@@ -116,8 +118,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 	quick := false
 	// Restart hints (semantics.PeerHinter): the backend heard that the
 	// daemon may have restarted and lost this connection. The agent sends
-	// a heartbeat at once and then every probeEvery until one sent after
-	// the hint is acked (a live daemon: the next tick ends it) or the
+	// a heartbeat within hintSpread and then about every probeEvery until
+	// one sent after the hint is acked (a live daemon: the next tick ends it) or the
 	// connection ends (the restarted daemon's stateless reset), at most
 	// maxProbes; hints closer than probeEvery to the last are ignored.
 	var hintC <-chan struct{}
@@ -138,6 +140,13 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 			}
 			a.st.restartHints.Add(1)
 			hintAt, probes = now, maxProbes
+			// The first heartbeat within hintSpread, not at once: agents
+			// behind one socket (a NAT, a load generator) hear one hint
+			// together, and a restarted daemon drops the stateless resets
+			// of a burst (quic-go queues 4).
+			cur = 0
+			t.Reset(1 + time.Duration(rand.Int64N(int64(hintSpread))))
+			continue
 		case <-deadC:
 			now := time.Since(start)
 			if r := lv.remaining(now); r > 0 {
@@ -168,7 +177,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 		}
 		if probes > 0 {
 			probes--
-			next = min(next, probeEvery)
+			next = min(next, probeEvery/2+time.Duration(rand.Int64N(int64(probeEvery)))) // spread, as above
 		}
 		if next != cur {
 			cur = next
