@@ -110,11 +110,11 @@ type BulkHinter interface {
 // that restarted after a crash sends a restart hint (a non-QUIC datagram)
 // from its listening socket to the addresses of the connections its
 // previous process held (docs/protocols/internal/restart-hint.md). The
-// hint is not authenticated, so it never ends a connection by itself: the
-// engine answers it by sending on the connection at once (an agent sends
-// a heartbeat), and a peer that really lost the connection answers that
-// packet with a QUIC stateless reset, which is authenticated and ends it.
-// A forged hint costs one heartbeat.
+// hint is not authenticated: the engine answers it by sending on the
+// connection at once (an agent sends a heartbeat); a peer that really lost
+// the connection answers that packet with a QUIC stateless reset, which is
+// authenticated and ends it, and a peer that answers nothing for a short
+// window is given up on. A forged hint costs a heartbeat.
 type PeerHinter interface {
 	// PeerHints returns a channel that receives a value (coalesced: at
 	// most one pending) each time such a hint arrives. It is never closed.

@@ -314,7 +314,7 @@ func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link,
 			// No heartbeat ack for HeartbeatMisses intervals (heartbeat.go):
 			// do not wait for the transport's idle timeout.
 			closeCode, closeReason = wire.CloseIdleTimeout, "no heartbeat ack"
-			endErr = ErrHeartbeatTimeout
+			endErr = l.deadErr
 		case p := <-moves:
 			// Register the better transport first; the daemon fences l.
 			if err := a.register(ctx, p); err != nil {

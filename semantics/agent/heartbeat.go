@@ -23,6 +23,13 @@ const DefaultHeartbeatMisses = 3
 // other cut (same session, backoff, fallback).
 var ErrHeartbeatTimeout = errors.New("agent: no heartbeat ack within the liveness window")
 
+// ErrRestartHinted ends a link whose daemon sent a restart hint and then
+// acknowledged no heartbeat within hintWindow: the daemon restarted and
+// its stateless reset was lost (a restarted daemon under its reconnect
+// storm drops most), or it is unresponsive. The agent reconnects as after
+// any other cut.
+var ErrRestartHinted = errors.New("agent: restart hint and no heartbeat ack within its window")
+
 // liveness is the agent's dead-link rule: the link is dead once
 // misses × every passed since the last ack of any heartbeat, or since the
 // link started (its registration was answered) when none was acked yet.
@@ -73,6 +80,13 @@ const (
 	hintSpread = 100 * time.Millisecond // the first heartbeat, uniform in (0, hintSpread]
 	probeEvery = 250 * time.Millisecond // the next ones, uniform in [probeEvery/2, 3·probeEvery/2)
 	maxProbes  = 8                      // about 2 s of probing for one hint
+	// hintWindow is how long after a hint the agent waits for an ack of
+	// any heartbeat before it ends the link (ErrRestartHinted): a restart
+	// is then noticed within it even when the daemon's stateless reset was
+	// lost. A forged hint can end a link only if the daemon also answers
+	// nothing for that long — a daemon the dead-link rule would soon give
+	// up on too.
+	hintWindow = 1500 * time.Millisecond
 )
 
 // heartbeatLoop sends a heartbeat every interval (the daemon's) and
@@ -126,6 +140,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 	if ph, ok := l.bc.(semantics.PeerHinter); ok {
 		hintC = ph.PeerHints()
 	}
+	var hintDead *time.Timer // hintWindow after the last answered hint
+	var hintDeadC <-chan time.Time
 	probes := 0              // heartbeats left to send for the last hint
 	var hintAt time.Duration // offset of the last hint answered
 	cur := every             // the ticker's period
@@ -146,7 +162,24 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 			// of a burst (quic-go queues 4).
 			cur = 0
 			t.Reset(1 + time.Duration(rand.Int64N(int64(hintSpread))))
+			if hintDead == nil {
+				hintDead = time.NewTimer(hintWindow)
+				defer hintDead.Stop()
+			} else {
+				hintDead.Reset(hintWindow)
+			}
+			hintDeadC = hintDead.C
 			continue
+		case <-hintDeadC:
+			hintDeadC = nil
+			if time.Duration(lv.last.Load()) > hintAt {
+				continue // acked: a live daemon
+			}
+			a.st.hintTimeouts.Add(1)
+			a.log.Info("restart hint and no heartbeat ack: link considered dead, reconnecting",
+				"backend", l.ep.Backend, "endpoint", l.ep.Address, "window", hintWindow.String())
+			l.deadOnce.Do(func() { l.deadErr = ErrRestartHinted; close(l.dead) })
+			return
 		case <-deadC:
 			now := time.Since(start)
 			if r := lv.remaining(now); r > 0 {
@@ -158,7 +191,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 			a.log.Warn("no heartbeat ack: link considered dead, reconnecting",
 				"backend", l.ep.Backend, "endpoint", l.ep.Address, "interval", every.String(), "misses", misses,
 				"since_last_ack", (now - last).String(), "acked_any", last > 0, "outstanding", outstanding.Load())
-			l.deadOnce.Do(func() { close(l.dead) })
+			l.deadOnce.Do(func() { l.deadErr = ErrHeartbeatTimeout; close(l.dead) })
 			return
 		case <-t.C:
 		}

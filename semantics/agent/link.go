@@ -35,6 +35,7 @@ type link struct {
 	// for Config.HeartbeatMisses intervals (heartbeat.go); serve makes it.
 	dead     chan struct{}
 	deadOnce sync.Once
+	deadErr  error // why dead was closed (set inside deadOnce, before the close)
 	// capDigest is the capability digest the daemon behind this link last
 	// got (registration or CapabilityUpdateV1); under Agent.mu.
 	capDigest wire.CapabilityDigest

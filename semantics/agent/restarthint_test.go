@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -60,5 +61,50 @@ func TestRestartHintAnsweredWithHeartbeat(t *testing.T) {
 	if st.RestartHints != 1 || st.Reconnects != 0 || st.HeartbeatsSent <= before.HeartbeatsSent {
 		t.Fatalf("after a hint: %d hints answered, %d reconnects, heartbeats %d → %d; want 1, 0 and more",
 			st.RestartHints, st.Reconnects, before.HeartbeatsSent, st.HeartbeatsSent)
+	}
+}
+
+// TestRestartHintUnackedEndsLink: after a restart hint, a daemon that acks
+// no heartbeat (the restarted process whose stateless reset was lost; here
+// a path gone dark) ends the link within the hint window (1.5 s) with
+// ErrRestartHinted — not at the dead-link rule's 3 intervals (3 minutes
+// here) — and the agent reconnects when the path is back.
+func TestRestartHintUnackedEndsLink(t *testing.T) {
+	w := enginetest.NewWorld(t, enginetest.MemoryBackend(), func(c *daemon.Config) {
+		c.Timing.HeartbeatInterval = time.Minute
+	})
+	id := w.NewIdentity()
+	conns := make(chan hintConn, 4)
+	disc := make(chan error, 4)
+	var dd *darkDialer
+	a, _, _ := w.StartAgent(id, agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), func(c *agent.Config) {
+		dd = &darkDialer{inner: c.Endpoints[0].Dialer, addr: w.Addr}
+		c.Endpoints[0].Dialer = hintDialer{inner: dd, conns: conns}
+		c.Endpoints[0].Address = dd.Addr()
+		c.Hooks.OnDisconnected = func(err error) { disc <- err }
+	})
+	first := w.AwaitRegistered(id.Runner)
+	enginetest.AwaitConnected(t, a)
+	hc := <-conns
+	dd.Blackhole(true)
+	hinted := time.Now()
+	hc.hints <- struct{}{}
+	var err error
+	select {
+	case err = <-disc:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("link not ended 10 s after an unacked restart hint: %+v", a.Stats())
+	}
+	el := time.Since(hinted)
+	if !errors.Is(err, agent.ErrRestartHinted) || el > 2500*time.Millisecond {
+		t.Fatalf("link ended after %v with %v, want ErrRestartHinted within 1.5 s (+1 s tolerance)", el, err)
+	}
+	if st := a.Stats(); st.RestartHintTimeouts != 1 || st.HeartbeatTimeouts != 0 {
+		t.Fatalf("hint timeouts %d, heartbeat timeouts %d; want 1 and 0", st.RestartHintTimeouts, st.HeartbeatTimeouts)
+	}
+	dd.Blackhole(false)
+	again := w.AwaitRegistered(id.Runner)
+	if again.Session != first.Session || again.Transport == first.Transport {
+		t.Fatalf("re-registered as %+v after %+v, want the same session on a new transport", again, first)
 	}
 }

@@ -21,7 +21,7 @@ type agentStats struct {
 	hbTimeouts                                                        atomic.Int64
 	deferrals                                                         atomic.Int64 // connect.go: waits that obeyed a retry hint
 	hbQuickened                                                       atomic.Int64 // heartbeat.go: switches to quickened heartbeats
-	restartHints                                                      atomic.Int64 // heartbeat.go: restart hints answered with a heartbeat
+	restartHints, hintTimeouts                                        atomic.Int64 // heartbeat.go: restart hints answered; links ended by one
 	leaseExpired, capUpdates, healthProbes                            atomic.Int64 // clock.go, inventory.go
 }
 
@@ -62,10 +62,13 @@ type Stats struct {
 	HeartbeatsQuickened int64
 	// RestartHints counts the restart hints (semantics.PeerHinter) the
 	// agent answered with an immediate heartbeat.
-	RestartHints      int64
-	LogFinalizeFailed int64 // attempts completed without a passed logs-finalized barrier
-	OutputsUploaded   int64 // outputs uploaded (or already held) before completions
-	OutputsFailed     int64 // local outputs that could not be uploaded (left out of completions)
+	RestartHints int64
+	// RestartHintTimeouts counts the links ended because no heartbeat was
+	// acked within 1.5 s of a restart hint (ErrRestartHinted).
+	RestartHintTimeouts int64
+	LogFinalizeFailed   int64 // attempts completed without a passed logs-finalized barrier
+	OutputsUploaded     int64 // outputs uploaded (or already held) before completions
+	OutputsFailed       int64 // local outputs that could not be uploaded (left out of completions)
 	// OutputsStorageRetries counts upload retries because the daemon's
 	// content store was unavailable (WireErrorV1 StorageUnavailable) or
 	// the link failed under the upload.
@@ -187,7 +190,7 @@ func (a *Agent) Stats() Stats {
 		AttemptsStarted: s.started.Load(), CompletionsSent: s.complSent.Load(), CompletionsRetried: s.complRetried.Load(),
 		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), HeartbeatTimeouts: s.hbTimeouts.Load(), DialFailures: s.dialFailures.Load(),
 		RetryHintsObeyed: s.deferrals.Load(), HeartbeatsQuickened: s.hbQuickened.Load(),
-		RestartHints:  s.restartHints.Load(),
+		RestartHints: s.restartHints.Load(), RestartHintTimeouts: s.hintTimeouts.Load(),
 		LeasesExpired: s.leaseExpired.Load(), CapabilityUpdates: s.capUpdates.Load(), HealthProbes: s.healthProbes.Load(),
 		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load(),
 		OutputsStorageRetries: s.outputsStorageRetries.Load(), LogStorageRetries: s.logStorageRetries.Load(),
