@@ -236,7 +236,24 @@ func (d *Daemon) Serve(ctx context.Context, l semantics.BackendListener) error {
 			}
 			return err
 		}
+		// The connection goroutine joins d.wg under d.mu, and only before
+		// Shutdown has set d.shutdown (as adoptOffers does): Shutdown
+		// closes its listeners only after d.wg.Wait, so an Accept can
+		// still return a connection while that Wait runs or after it
+		// returned. An unguarded Add from zero there is the WaitGroup
+		// misuse -race reported in TestBackoffPreventsReconnectStorm (a
+		// "read" at the Serve call site against a "write" at the Shutdown
+		// call site); it can also panic ("WaitGroup is reused before
+		// previous Wait has returned") or leave a goroutine of the daemon
+		// running after Shutdown returned.
+		d.mu.Lock()
+		if d.shutdown {
+			d.mu.Unlock()
+			_ = bc.CloseWithCode(wire.CloseShutdown, "daemon shutting down")
+			return nil
+		}
 		d.wg.Add(1)
+		d.mu.Unlock()
 		go func() {
 			defer d.wg.Done()
 			d.ServeConn(connCtx, bc)
