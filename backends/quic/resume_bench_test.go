@@ -98,12 +98,21 @@ func quicHandshake(tb testing.TB, stc, ctc *tls.Config) (server time.Duration, r
 
 func BenchmarkServerHandshakeCPU(b *testing.B) {
 	pki := trusttest.NewPKI(b)
-	for _, mode := range []string{"full", "resumed"} {
-		b.Run(mode, func(b *testing.B) {
+	for _, bc := range []struct {
+		name, mode string
+		curves     []tls.CurveID
+	}{
+		{"full", "full", nil}, {"resumed", "resumed", nil}, // Go's default: X25519MLKEM768 first
+		{"full-x25519", "full", []tls.CurveID{tls.X25519}}, {"resumed-x25519", "resumed", []tls.CurveID{tls.X25519}}, // tls.curves = ["x25519"]
+	} {
+		mode := bc.mode
+		b.Run(bc.name, func(b *testing.B) {
 			stc := pki.ServerConfig(b, serverName)
 			stc.NextProtos = []string{ALPN}
+			stc.CurvePreferences = bc.curves
 			ctc := pki.ClientConfig(b, wire.NewRunnerId(), serverName)
 			ctc.NextProtos = []string{ALPN}
+			ctc.CurvePreferences = bc.curves
 			ctc.ClientSessionCache = tls.NewLRUClientSessionCache(4)
 			if _, res := quicHandshake(b, stc, ctc); res {
 				b.Fatal("the first handshake resumed")
