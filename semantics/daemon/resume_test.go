@@ -85,12 +85,29 @@ func TestResumedSessionIdentityChecks(t *testing.T) {
 
 			id := w.NewIdentity()
 			ag := newResumingAgent(t, w, id)
+			// SessionInfo.TLSResumed (the daemon's metric) tells the two apart.
+			tlsResumed := func(sess wire.AgentSessionId) bool {
+				t.Helper()
+				for _, s := range w.D.Sessions() {
+					if s.Session == sess {
+						return s.TLSResumed
+					}
+				}
+				t.Fatalf("session %v not listed", sess)
+				return false
+			}
 			rc := ag.dial(false)
 			rc.Join(wire.NewAgentSessionId())
+			if tlsResumed(rc.Sess) {
+				t.Fatal("SessionInfo of a full handshake says TLSResumed")
+			}
 			_ = rc.Bc.CloseWithCode(wire.CloseNormal, "reconnect")
 
 			rc = ag.dial(true)
 			rc.Join(wire.NewAgentSessionId()) // a resumed session registers its own runner
+			if !tlsResumed(rc.Sess) {
+				t.Fatal("SessionInfo of a resumed handshake does not say TLSResumed")
+			}
 
 			// Identity binding: another runner's chain and key proof over
 			// this agent's resumed TLS session.
