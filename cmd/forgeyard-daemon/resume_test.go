@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +128,24 @@ func TestSessionResumptionAcrossRestart(t *testing.T) {
 	defer stop()
 	if dial(addr) {
 		t.Fatal("a daemon with another authority's ticket keys accepted the ticket")
+	}
+}
+
+// TestTLSResumedMetric: the daemon command's hook counts a registered
+// transport that resumed its TLS session once (not a full handshake, not
+// a second registration on the same transport).
+func TestTLSResumedMetric(t *testing.T) {
+	tel := newDaemonTelemetry()
+	h := tel.hooks(daemon.Hooks{})
+	resumed := daemon.SessionInfo{Backend: "quic", Transport: wire.NewTransportSessionId(), Epoch: 1, TLSResumed: true}
+	h.OnRegistered(resumed)
+	h.OnRegistered(resumed) // the same transport again
+	h.OnRegistered(daemon.SessionInfo{Backend: "quic", Transport: wire.NewTransportSessionId(), Epoch: 1})
+	srv := httptest.NewServer(tel.m.Handler())
+	defer srv.Close()
+	_, _, body := httpGet(t, srv.URL)
+	if !strings.Contains(body, `forgeyard_transport_tls_resumed_total{backend="quic"} 1`+"\n") ||
+		!strings.Contains(body, `forgeyard_transport_connections_total{backend="quic"} 2`+"\n") {
+		t.Fatalf("metrics:\n%s", body)
 	}
 }
