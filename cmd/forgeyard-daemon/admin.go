@@ -116,6 +116,9 @@ func (t *daemonTelemetry) hooks(h daemon.Hooks) daemon.Hooks {
 			if s.Epoch > 1 {
 				t.m.Reconnected(s.Backend)
 			}
+			if s.TLSResumed {
+				t.m.TLSResumed(s.Backend)
+			}
 		}
 		if h.OnRegistered != nil {
 			h.OnRegistered(s)

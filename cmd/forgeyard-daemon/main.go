@@ -293,6 +293,20 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		return err
 	}
 	defer au.Close()
+	// TLS session tickets under keys kept in the authority (shared by HA
+	// daemons, rotated, surviving restarts), installed before the
+	// listeners clone tlsConf; refreshed every rotation period / 4.
+	if ks := authority.TicketKeysOf(au); ks != nil && !cfg.TLS.DisableSessionTickets {
+		tickets, err := serversetup.NewSessionTickets(ctx, ks.TicketKeys, cfg.TLS.SessionTicketRotation.Duration, log)
+		if err != nil {
+			return err
+		}
+		tickets.Install(tlsConf)
+		tctx, stopTickets := context.WithCancel(context.Background())
+		tdone := make(chan struct{})
+		go func() { defer close(tdone); tickets.Run(tctx) }()
+		defer func() { stopTickets(); <-tdone }()
+	}
 
 	var demo *demoscheduler.Scheduler
 	dcfg := daemon.Config{

@@ -139,6 +139,7 @@ type common struct {
 	quiet                      bool
 	profile                    time.Duration
 	curves                     string
+	resume                     bool
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -152,12 +153,13 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.sources, "source-addrs", 16, "spread TCP agents (and the raw baselines) over 127.0.0.1…127.0.0.`n`")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines")
 	fs.StringVar(&c.curves, "curves", "", "comma-separated TLS key-exchange `groups` for the fleet, the started daemon ([tls] curves) and the raw herd, e.g. x25519 (default: Go's, the hybrid x25519mlkem768 first)")
+	fs.BoolVar(&c.resume, "session-resumption", false, "agents keep a TLS session cache each and resume on reconnection (forgeyard-agent's default; off: every connection a full handshake, as in earlier figures)")
 	fs.DurationVar(&c.profile, "profile", 0, "with a daemon the loadgen starts: record its CPU profile over the first `D` (≤ 25s) of the cold start (herd-cpu.pprof) and its heap after the steady window (steady-heap.pprof) in the work directory; 0: none")
 }
 
 func (c *common) options(stderr io.Writer) (loadgen.Options, func(), error) {
 	o := loadgen.Options{Heartbeat: c.heartbeat, Steady: c.steady, Timeout: c.timeout, LeaseRate: c.leaseRate, SourceAddrs: c.sources,
-		DaemonArgs: strings.Fields(c.daemonArgs), Profile: c.profile}
+		DaemonArgs: strings.Fields(c.daemonArgs), Profile: c.profile, SessionResumption: c.resume}
 	if c.curves != "" {
 		o.Curves = strings.Split(c.curves, ",")
 	}

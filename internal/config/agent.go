@@ -167,6 +167,12 @@ type ControlPlane struct {
 	// the daemon's tls.curves (empty: Go's default, the post-quantum
 	// hybrid first; ["x25519"]: the faster opt-in, set on both sides).
 	Curves []string `toml:"curves"`
+	// DisableSessionResumption makes every connection a full TLS
+	// handshake. By default the agent keeps the daemon's session tickets
+	// (in memory, dropped when its certificate changes) and resumes on
+	// reconnection, which spares the daemon the certificate signatures;
+	// identity, revocation and expiry are checked as on a full handshake.
+	DisableSessionResumption bool `toml:"disable_session_resumption"`
 }
 
 // Credential names the agent's certificate (bound to its RunnerId), its

@@ -152,7 +152,29 @@ type ServerTLS struct {
 	// default (the post-quantum hybrid first). ["x25519"] is the
 	// opt-in for faster admission (see ParseCurves).
 	Curves []string `toml:"curves"`
+	// DisableSessionTickets stops issuing TLS session tickets: every
+	// agent connection is a full certificate handshake. By default the
+	// daemon issues tickets under keys kept in the authority (shared by
+	// the daemons of an HA set, surviving restarts), so a reconnecting
+	// agent resumes without certificate signatures (issue 25 item 4).
+	DisableSessionTickets bool `toml:"disable_session_tickets"`
+	// SessionTicketRotation is the daemon's ticket key rotation period
+	// (0: DefaultSessionTicketRotation, 24h; 1m–168h): a new key
+	// encrypts each period, the keys of the two periods before still
+	// decrypt. Every daemon sharing an authority must use the same value.
+	// The relay keeps no keys in an authority and refuses the key.
+	SessionTicketRotation Duration `toml:"session_ticket_rotation"`
 }
+
+// DefaultSessionTicketRotation is the default tls.session_ticket_rotation.
+const DefaultSessionTicketRotation = 24 * time.Hour
+
+// Bounds of tls.session_ticket_rotation: crypto/tls never accepts a
+// ticket older than seven days, and a key decrypts for three periods.
+const (
+	MinSessionTicketRotation = time.Minute
+	MaxSessionTicketRotation = 7 * 24 * time.Hour
+)
 
 // AuthorityConfig selects the authority store.
 type AuthorityConfig struct {
@@ -250,6 +272,9 @@ func (d *Daemon) ApplyDefaults() {
 		d.ProtocolMax.ProtocolVersion = wire.Supported.Max
 	}
 	d.Timing = d.Timing.WithDefaults()
+	if d.TLS.SessionTicketRotation.Duration == 0 {
+		d.TLS.SessionTicketRotation.Duration = DefaultSessionTicketRotation
+	}
 }
 
 // Validate checks d after ApplyDefaults (call ApplyDefaults first when d
@@ -263,6 +288,10 @@ func (d *Daemon) Validate() error {
 	}
 	if d.TLS.ReloadInterval.Duration < 0 {
 		return invalid("tls.reload_interval", "%v is negative (0: one minute)", d.TLS.ReloadInterval.Duration)
+	}
+	if r := d.TLS.SessionTicketRotation.Duration; r < MinSessionTicketRotation || r > MaxSessionTicketRotation {
+		return invalid("tls.session_ticket_rotation", "%v must be %v–%v (0: the default %v; tls.disable_session_tickets = true turns tickets off)",
+			r, MinSessionTicketRotation, MaxSessionTicketRotation, DefaultSessionTicketRotation)
 	}
 	if d.Listen.Empty() {
 		return invalid("listen", "no backend to listen on (set listen.quic, listen.yamux or listen.webtransport)")

@@ -139,3 +139,30 @@ partial_max_age = "2h"
 		}
 	}
 }
+
+// TestSessionTicketKeys: tls.session_ticket_rotation defaults to 24h, out
+// of range values are refused naming the key, and disable_session_tickets
+// parses; the relay refuses the rotation key (it has no authority).
+func TestSessionTicketKeys(t *testing.T) {
+	with := func(extra string) string {
+		return strings.Replace(dataBase, `client_ca = "ca.pem"`, `client_ca = "ca.pem"`+"\n"+extra, 1)
+	}
+	d, err := ParseDaemon("d.toml", []byte(dataBase))
+	if err != nil || d.TLS.SessionTicketRotation.Duration != DefaultSessionTicketRotation || d.TLS.DisableSessionTickets {
+		t.Fatalf("defaults: %+v, %v", d.TLS, err)
+	}
+	d, err = ParseDaemon("d.toml", []byte(with("session_ticket_rotation = \"6h\"\ndisable_session_tickets = true")))
+	if err != nil || d.TLS.SessionTicketRotation.Duration != 6*time.Hour || !d.TLS.DisableSessionTickets {
+		t.Fatalf("6h, disabled: %+v, %v", d.TLS, err)
+	}
+	for _, v := range []string{`"30s"`, `"169h"`, `"-1h"`} {
+		if _, err := ParseDaemon("d.toml", []byte(with("session_ticket_rotation = "+v))); err == nil || !strings.Contains(err.Error(), "tls.session_ticket_rotation") {
+			t.Errorf("session_ticket_rotation = %s: %v, want an error naming the key", v, err)
+		}
+	}
+	r := &Relay{TLS: ServerTLS{Certificate: "c", PrivateKey: "k", ClientCA: "ca", SessionTicketRotation: Duration{time.Hour}}, Upstream: RelayUpstream{Endpoints: []string{"d:7443"}}}
+	r.ApplyDefaults()
+	if err := r.Validate(); err == nil || !strings.Contains(err.Error(), "tls.session_ticket_rotation") {
+		t.Errorf("relay with session_ticket_rotation: %v, want an error naming the key", err)
+	}
+}

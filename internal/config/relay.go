@@ -187,6 +187,10 @@ func (r *Relay) Validate() error {
 	if r.TLS.ReloadInterval.Duration < 0 {
 		return invalid("tls.reload_interval", "%v is negative (0: one minute)", r.TLS.ReloadInterval.Duration)
 	}
+	if r.TLS.SessionTicketRotation.Duration != 0 {
+		return invalid("tls.session_ticket_rotation", "is a daemon key: the relay has no authority to keep ticket keys in "+
+			"(its session tickets use per-process keys that Go rotates daily); remove it, or set tls.disable_session_tickets = true")
+	}
 	if r.Listen.Yamux == "" && r.Listen.WebTransport == "" {
 		return invalid("listen", "no agent-facing backend (set listen.yamux or listen.webtransport)")
 	}

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -53,6 +55,11 @@ type FleetOptions struct {
 	RequestTimeout time.Duration
 	// Progress receives one line a second while the fleet runs (nil: none).
 	Progress io.Writer
+	// SessionResumption gives each agent its own TLS session cache, as
+	// forgeyard-agent has by default (issue 25 item 4): reconnections
+	// after a restart resume. Off by default so that figures stay
+	// comparable with earlier runs (every connection a full handshake).
+	SessionResumption bool
 }
 
 // Fleet is N library agents in this process.
@@ -191,6 +198,12 @@ func NewFleet(o FleetOptions) (*Fleet, error) {
 
 func (f *Fleet) dialer(i int) (semantics.BackendDialer, string, error) {
 	tc := f.o.PKI.ClientTLS(i)
+	if f.o.SessionResumption {
+		// Agent i's own cache: its dialer clones tc, so every redial of
+		// this agent shares it, and no other agent's does.
+		leaf := f.o.PKI.Runners[i].Cert.Leaf
+		tc.ClientSessionCache = trust.NewSessionCache(func() *x509.Certificate { return leaf })
+	}
 	switch f.o.Backend {
 	case "quic":
 		return quic.Dialer{TLS: tc, Transport: f.transports[i%len(f.transports)],

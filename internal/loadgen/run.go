@@ -34,6 +34,9 @@ type Options struct {
 	// again at once; GracefulRestart: SIGTERM (GoAway), then start it
 	// again. Both need a daemon started by the loadgen.
 	KillRestart, GracefulRestart bool
+	// SessionResumption: the fleet's agents resume their TLS sessions
+	// (FleetOptions.SessionResumption).
+	SessionResumption bool
 	// Raw measures the raw baseline of Backend with N connections after
 	// the fleet stopped (quic and yamux; webtransport is compared with
 	// raw quic).
@@ -125,7 +128,8 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	s.Daemon.HeapIdle = heapOf(ctx, d)
 
 	f, err := NewFleet(FleetOptions{Backend: o.Backend, Addr: d.Addr(o.Backend), PKI: p, Ramp: o.Ramp, SourceAddrs: o.SourceAddrs,
-		SpoolDir: filepath.Join(o.Dir, "spool"), Exec: o.Exec, RequestTimeout: o.RequestTimeout, Progress: o.Progress})
+		SpoolDir: filepath.Join(o.Dir, "spool"), Exec: o.Exec, RequestTimeout: o.RequestTimeout, Progress: o.Progress,
+		SessionResumption: o.SessionResumption})
 	if err != nil {
 		return nil, err
 	}

@@ -266,6 +266,10 @@ type SessionInfo struct {
 	// registration (Timing's heartbeat budget); 0 before registration.
 	HeartbeatInterval time.Duration
 	ConnectedAt       time.Time
+	// TLSResumed: the transport's TLS session was resumed from a session
+	// ticket (no certificate signatures in its handshake; identity and
+	// revocation were checked at registration as on a full handshake).
+	TLSResumed bool
 }
 
 // CompletionEvent is an attempt completion and the authority's answer.

@@ -44,6 +44,7 @@ type conn struct {
 	ch          *control.Channel
 	transport   wire.TransportSessionId
 	connectedAt time.Time
+	tlsResumed  bool // the TLS session was resumed from a ticket (set once)
 	done        chan struct{}
 	challenge   [agentwire.ChallengeSize]byte
 
@@ -132,7 +133,8 @@ func (c *conn) stopWork() {
 }
 
 func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
-	c := &conn{d: d, bc: bc, transport: wire.NewTransportSessionId(), connectedAt: d.now(), done: make(chan struct{})}
+	c := &conn{d: d, bc: bc, transport: wire.NewTransportSessionId(), connectedAt: d.now(), done: make(chan struct{}),
+		tlsResumed: bc.ConnectionState().DidResume}
 	c.sendRole.Store(roleUnknown)
 	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Limits, Logger: d.log, Metrics: d.cfg.Metrics, SendCheck: c})
 	if err != nil {
@@ -209,7 +211,8 @@ func (c *conn) info() SessionInfo {
 	defer c.mu.Unlock()
 	return SessionInfo{Runner: c.runner, Session: c.session, Transport: c.transport, Epoch: c.epoch, Role: c.role,
 		Backend: c.bc.Backend(), Remote: c.bc.RemoteAddr().String(), Protocol: c.negotiated, Features: c.features, AgentVersion: c.agentVersion,
-		State: c.state.String(), Fenced: c.fenced, LastHeartbeat: c.lastHB, HeartbeatInterval: c.hbInterval, ConnectedAt: c.connectedAt}
+		State: c.state.String(), Fenced: c.fenced, LastHeartbeat: c.lastHB, HeartbeatInterval: c.hbInterval, ConnectedAt: c.connectedAt,
+		TLSResumed: c.tlsResumed}
 }
 
 func (c *conn) logger() *slog.Logger {

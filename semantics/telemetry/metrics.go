@@ -136,6 +136,7 @@ type Metrics struct {
 	connActive   *prometheus.GaugeVec
 	connTotal    *prometheus.CounterVec
 	reconnects   *prometheus.CounterVec
+	tlsResumed   *prometheus.CounterVec
 	handshake    *prometheus.HistogramVec
 	regFailures  *prometheus.CounterVec
 	hsFailures   *prometheus.CounterVec
@@ -199,6 +200,7 @@ func NewMetrics() *Metrics {
 	m.connActive = gaugeVec("transport_connections_active", "Transport connections currently open, by backend (§207 quic_connections_active, every backend).", "backend")
 	m.connTotal = counterVec("transport_connections_total", "Transport connections opened, by backend.", "backend")
 	m.reconnects = counterVec("transport_reconnects_total", "Reconnections of a known agent session, by backend.", "backend")
+	m.tlsResumed = counterVec("transport_tls_resumed_total", "Registered transports whose TLS session was resumed from a session ticket (no certificate signatures), by backend.", "backend")
 	m.handshake = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "transport_handshake_duration_seconds",
 		Help: "Time from dial/accept to registration accepted, by backend.", Buckets: LatencyBuckets}, []string{"backend"})
 	m.reg.MustRegister(m.handshake)
@@ -249,6 +251,7 @@ func NewMetrics() *Metrics {
 		m.connActive.WithLabelValues(b)
 		m.connTotal.WithLabelValues(b)
 		m.reconnects.WithLabelValues(b)
+		m.tlsResumed.WithLabelValues(b)
 		m.handshake.WithLabelValues(b)
 	}
 	for _, side := range []string{SideAgent, SideDaemon} {
@@ -379,6 +382,14 @@ func (m *Metrics) Reconnected(backend string) {
 		return
 	}
 	m.reconnects.WithLabelValues(backendLabel(backend)).Inc()
+}
+
+// TLSResumed counts a registered transport whose TLS session was resumed.
+func (m *Metrics) TLSResumed(backend string) {
+	if m == nil {
+		return
+	}
+	m.tlsResumed.WithLabelValues(backendLabel(backend)).Inc()
 }
 
 // ObserveHandshake records the time from dial/accept to an accepted

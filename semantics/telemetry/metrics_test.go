@@ -24,6 +24,7 @@ var wantMetrics = map[string]dto.MetricType{
 	"forgeyard_transport_connections_active":          dto.MetricType_GAUGE,
 	"forgeyard_transport_connections_total":           dto.MetricType_COUNTER,
 	"forgeyard_transport_reconnects_total":            dto.MetricType_COUNTER,
+	"forgeyard_transport_tls_resumed_total":           dto.MetricType_COUNTER,
 	"forgeyard_transport_handshake_duration_seconds":  dto.MetricType_HISTOGRAM,
 	"forgeyard_transport_registration_failures_total": dto.MetricType_COUNTER,
 	"forgeyard_transport_handshake_failures_total":    dto.MetricType_COUNTER,
@@ -76,6 +77,8 @@ func exercise(m *telemetry.Metrics) []string {
 	m.ConnOpened(addr)
 	m.Reconnected("webtransport")
 	m.Reconnected(session)
+	m.TLSResumed("quic")
+	m.TLSResumed(runner)
 	m.ObserveHandshake("quic", 3*time.Millisecond)
 	m.ObserveHandshake(msg, -time.Second)
 	m.HandshakeFailed("quic", "unknown_authority")
@@ -262,6 +265,8 @@ func TestMetricsValues(t *testing.T) {
 		{"forgeyard_transport_connections_total", map[string]string{"backend": "memory"}, 0},
 		{"forgeyard_transport_reconnects_total", map[string]string{"backend": "webtransport"}, 1},
 		{"forgeyard_transport_reconnects_total", map[string]string{"backend": "other"}, 1},
+		{"forgeyard_transport_tls_resumed_total", map[string]string{"backend": "quic"}, 1},
+		{"forgeyard_transport_tls_resumed_total", map[string]string{"backend": "other"}, 1},
 		{"forgeyard_transport_handshake_duration_seconds", map[string]string{"backend": "quic"}, 1},
 		{"forgeyard_transport_handshake_failures_total", map[string]string{"backend": "quic", "reason": "unknown_authority"}, 1},
 		{"forgeyard_transport_handshake_failures_total", map[string]string{"backend": "yamux", "reason": "other"}, 1},

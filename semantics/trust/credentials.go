@@ -141,11 +141,16 @@ func (c *Credentials) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, er
 
 // ClientConfigFor returns a clone of base (from ClientConfig; its
 // Certificates are dropped) that presents c's current certificate at each
-// handshake.
+// handshake. When base has a ClientSessionCache (session resumption
+// wanted), the clone gets its own NewSessionCache bound to c's current
+// certificate instead, so a renewal empties it.
 func (c *Credentials) ClientConfigFor(base *tls.Config) *tls.Config {
 	cfg := base.Clone()
 	cfg.Certificates = nil
 	cfg.GetClientCertificate = c.GetClientCertificate
+	if base.ClientSessionCache != nil {
+		cfg.ClientSessionCache = NewSessionCache(c.Leaf)
+	}
 	return cfg
 }
 

@@ -70,6 +70,12 @@ func LoadCredential(cp config.ControlPlane) (*Credential, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control_plane.credential.certificate %q: %w", c.Certificate, err)
 	}
+	if !cp.DisableSessionResumption {
+		// This agent's own session cache (issue 25 item 4), shared by
+		// its dialers (they clone Client); trust.Credentials'
+		// ClientConfigFor rebinds it to the renewable certificate.
+		client.ClientSessionCache = trust.NewSessionCache(func() *x509.Certificate { return leaf })
+	}
 	return &Credential{Runner: runner, Signer: signer, CertChain: cert.Certificate, Leaf: leaf, Client: client}, nil
 }
 

@@ -53,8 +53,15 @@ func TestServerTLSCurves(t *testing.T) {
 			t.Errorf("%s: negotiated %v, want %v", tc.name, got, tc.want)
 		}
 	}
+	// tls.disable_session_tickets: no ticket is issued.
+	c.Curves, c.DisableSessionTickets = nil, true
+	srv, err := ServerTLS(c)
+	if err != nil || !srv.SessionTicketsDisabled {
+		t.Fatalf("disable_session_tickets: SessionTicketsDisabled %v, %v", srv != nil && srv.SessionTicketsDisabled, err)
+	}
+	c.DisableSessionTickets = false
 	c.Curves = []string{"x25519", "curve448"}
-	_, err := ServerTLS(c)
+	_, err = ServerTLS(c)
 	var ce *config.Error
 	if !errors.As(err, &ce) || ce.Key != "tls.curves[1]" || !strings.Contains(err.Error(), "x25519mlkem768") {
 		t.Fatalf("unknown group: %v", err)

@@ -42,6 +42,10 @@ func ServerTLS(c config.ServerTLS) (*tls.Config, error) {
 	if tc.CurvePreferences, err = config.ParseCurves("tls.curves", c.Curves); err != nil {
 		return nil, err
 	}
+	// tls.disable_session_tickets; otherwise tickets use crypto/tls's
+	// per-process keys unless the daemon installs the authority's
+	// (SessionTickets.Install).
+	tc.SessionTicketsDisabled = c.DisableSessionTickets
 	return tc, nil
 }
 

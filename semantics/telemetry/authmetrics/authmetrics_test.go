@@ -148,6 +148,9 @@ func TestInstrumentKeepsOptionalInterfaces(t *testing.T) {
 	if authority.InventoryOf(au) == nil || authority.InventoryOf(wrapped) == nil {
 		t.Fatal("InventoryOf does not see through the metrics decorator")
 	}
+	if authority.TicketKeysOf(au) == nil || authority.TicketKeysOf(wrapped) == nil {
+		t.Fatal("TicketKeysOf does not see through the metrics decorator")
+	}
 	if authority.SweepElectorOf(au) == nil || authority.SweepElectorOf(wrapped) == nil {
 		t.Fatal("SweepElectorOf does not see through the metrics decorator")
 	}

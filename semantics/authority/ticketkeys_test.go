@@ -1,0 +1,42 @@
+package authority_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/semantics/authority"
+	"forgeyard.dev/transport/semantics/authority/authoritytest"
+)
+
+func TestSQLiteTicketKeys(t *testing.T) {
+	var path string
+	authoritytest.RunTicketKeys(t, authoritytest.Opener{
+		Open: func(t *testing.T) authority.Authority {
+			path = filepath.Join(t.TempDir(), "authority.db")
+			return openSQLite(t, path)
+		},
+		Shared: func(t *testing.T) authority.Authority { return openSQLite(t, path) },
+	})
+}
+
+func TestPostgresTicketKeys(t *testing.T) {
+	srv := pgtest.Shared(t)
+	var dsn string
+	open := func(t *testing.T) authority.Authority {
+		a, err := authority.OpenPostgres(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		return a
+	}
+	authoritytest.RunTicketKeys(t, authoritytest.Opener{
+		Open: func(t *testing.T) authority.Authority {
+			dsn = srv.NewDatabase(t)
+			return open(t)
+		},
+		Shared: open,
+	})
+}
