@@ -77,7 +77,7 @@ func (c *Config) heartbeatMisses() int {
 
 // Answering restart hints (heartbeatLoop).
 const (
-	hintSpread = 100 * time.Millisecond // the first heartbeat, uniform in (0, hintSpread]
+	hintSpread = 200 * time.Millisecond // the first heartbeat, uniform in (0, hintSpread]
 	probeEvery = 250 * time.Millisecond // the next ones, uniform in [probeEvery/2, 3·probeEvery/2)
 	maxProbes  = 8                      // about 2 s of probing for one hint
 	// hintWindow is how long after a hint the agent waits for an ack of
@@ -86,7 +86,7 @@ const (
 	// lost. A forged hint can end a link only if the daemon also answers
 	// nothing for that long — a daemon the dead-link rule would soon give
 	// up on too.
-	hintWindow = 1500 * time.Millisecond
+	hintWindow = time.Second
 )
 
 // heartbeatLoop sends a heartbeat every interval (the daemon's) and

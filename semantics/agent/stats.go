@@ -64,7 +64,7 @@ type Stats struct {
 	// agent answered with an immediate heartbeat.
 	RestartHints int64
 	// RestartHintTimeouts counts the links ended because no heartbeat was
-	// acked within 1.5 s of a restart hint (ErrRestartHinted).
+	// acked within 1 s of a restart hint (ErrRestartHinted).
 	RestartHintTimeouts int64
 	LogFinalizeFailed   int64 // attempts completed without a passed logs-finalized barrier
 	OutputsUploaded     int64 // outputs uploaded (or already held) before completions
