@@ -424,7 +424,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	// Where the agents of a previous process that crashed were: read
 	// before anything registers (registrations overwrite the rows), told
 	// once the listeners accept.
-	restartPeers, err := serversetup.RestartPeers(ctx, authority.PeersOf(au), cfg.ID)
+	restartPeers, err := daemonsetup.RestartPeers(ctx, authority.PeersOf(au), cfg.ID)
 	if err != nil {
 		log.Warn("restart hints skipped: the authority did not list the previous process's agents", "err", err)
 	}
