@@ -25,7 +25,8 @@ import (
 //     a code above 2^32-1 becomes CloseProtocolError.
 //   - *quicgo.IdleTimeoutError → semantics.IdleTimeoutError().
 //   - *quicgo.HandshakeTimeoutError → ConnError{CloseIdleTimeout}.
-//   - a TLS alert (crypto TransportError) → ConnError{CloseAuthenticationFailure}.
+//   - a TLS alert (crypto TransportError) → ConnError{CloseAuthenticationFailure},
+//     except internal_error (the peer's own failure) → ConnError{CloseInternalError}.
 //   - CONNECTION_REFUSED (the server's handshake admission, its accept
 //     queue full) → ConnError{CloseOverloaded}.
 //   - another *quicgo.TransportError → ConnError{CloseProtocolError}
@@ -84,6 +85,11 @@ func ConnErrorOf(err error) *semantics.ConnError {
 	}
 	if te, ok := errors.AsType[*quicgo.TransportError](err); ok {
 		switch {
+		case te.ErrorCode == tlsInternalError:
+			// The peer's TLS failed on its own side, not on our
+			// credentials: a daemon's handshake that found no worker in
+			// time (Admission, errQueueWait) ends so. Retry with backoff.
+			return &semantics.ConnError{Code: wire.CloseInternalError, Reason: te.Error(), Remote: te.Remote}
 		case te.ErrorCode.IsCryptoError():
 			return &semantics.ConnError{Code: wire.CloseAuthenticationFailure, Reason: te.Error(), Remote: te.Remote}
 		case te.ErrorCode == quicgo.NoError:
@@ -143,3 +149,7 @@ func closeError(ctx context.Context, err error) error {
 	}
 	return err
 }
+
+// tlsInternalError is the QUIC CRYPTO_ERROR of the TLS alert
+// internal_error (80), RFC 9001 §4.8.
+const tlsInternalError = quicgo.TransportErrorCode(0x100 + 80)

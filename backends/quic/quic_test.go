@@ -134,6 +134,7 @@ func TestTranslateError(t *testing.T) {
 		{&quicgo.TransportError{ErrorCode: quicgo.FlowControlError}, wire.CloseProtocolError},
 		{&quicgo.TransportError{ErrorCode: quicgo.NoError}, wire.CloseNormal},
 		{&quicgo.TransportError{ErrorCode: 0x100 + 42}, wire.CloseAuthenticationFailure},
+		{&quicgo.TransportError{ErrorCode: 0x100 + 80, Remote: true}, wire.CloseInternalError}, // no handshake worker in time
 		{&quicgo.StatelessResetError{}, wire.CloseShutdown},
 		{fmt.Errorf("x: %w", quicgo.ErrTransportClosed), wire.CloseShutdown},
 	}
