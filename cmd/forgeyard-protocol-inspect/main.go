@@ -340,7 +340,7 @@ func decodeFrame(reg *wire.Registry, body []byte) frameResult {
 
 func envelopeFields(e *wire.Envelope) obj {
 	o := obj{
-		{"protocol", textVal(e.Protocol.String())},
+		{"protocol", tree(reflect.ValueOf(e.Protocol), 0)},
 		{"message_id", textVal(e.MessageID.String())},
 	}
 	if e.HasCorrelation {
@@ -397,7 +397,7 @@ func (c *capture) json() obj {
 	if c.streamHeader != nil {
 		o = append(o, kv{"stream_header", obj{
 			{"kind", enumVal{Name: c.streamHeader.Kind.String()}},
-			{"version", textVal(c.streamHeader.Version.String())},
+			{"version", tree(reflect.ValueOf(c.streamHeader.Version), 0)},
 		}})
 	}
 	if c.note != "" {

@@ -128,8 +128,15 @@ func tree(v reflect.Value, depth int) any {
 		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 			return enumVal{Name: s, N: strconv.FormatUint(v.Uint(), 10)}
 		case reflect.Struct:
-			if isNewtype(t) || selfPrinting(t) {
+			if isNewtype(t) || redacting(t) {
 				return textVal(s)
+			}
+			if selfPrinting(t) {
+				// A short String form (CasObjectRef "sha256:<hex>",
+				// ProtocolVersion "1.2") that drops fields: text prints
+				// it, JSON every field (machine-readable output is
+				// lossless).
+				return structVal{Text: s, Fields: fields(v, depth)}
 			}
 		default:
 			return textVal(s)
@@ -137,15 +144,7 @@ func tree(v reflect.Value, depth int) any {
 	}
 	switch v.Kind() {
 	case reflect.Struct:
-		var o obj
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			if !f.IsExported() {
-				continue
-			}
-			o = append(o, kv{f.Name, tree(v.Field(i), depth+1)})
-		}
-		return o
+		return fields(v, depth)
 	case reflect.Slice, reflect.Array:
 		if t.Elem().Kind() == reflect.Uint8 {
 			b := make([]byte, v.Len())
@@ -198,6 +197,29 @@ func tree(v reflect.Value, depth int) any {
 	return textVal("<" + t.String() + ">")
 }
 
+// fields expands the exported fields of struct v.
+func fields(v reflect.Value, depth int) obj {
+	t := v.Type()
+	o := obj{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		o = append(o, kv{f.Name, tree(v.Field(i), depth+1)})
+	}
+	return o
+}
+
+// structVal is a struct with its own short, non-redacting String form:
+// text shows that form, JSON every exported field.
+type structVal struct {
+	Text   string
+	Fields obj
+}
+
+func (s structVal) MarshalJSON() ([]byte, error) { return s.Fields.MarshalJSON() }
+
 // stringerOf calls String on v when its type (or pointer type) has one. A
 // panicking String method yields a placeholder, never a crash.
 func stringerOf(v reflect.Value) (s string, ok bool) {
@@ -222,6 +244,18 @@ func stringerOf(v reflect.Value) (s string, ok bool) {
 // {ulid.ULID}, wire.CapabilityDigest{Digest}.
 func isNewtype(t reflect.Type) bool {
 	return t.NumField() == 1 && t.Field(0).Anonymous
+}
+
+// redacting reports a type that controls its printing with GoString or
+// Format (as redacting types such as SecretMaterialV1 do): never expanded,
+// not even in JSON.
+func redacting(t reflect.Type) bool {
+	for _, it := range []reflect.Type{goStringerType, formatterType} {
+		if t.Implements(it) || reflect.PointerTo(t).Implements(it) {
+			return true
+		}
+	}
+	return false
 }
 
 // selfPrinting reports a type that controls all of its printing (String
@@ -278,6 +312,8 @@ func scalarText(v any) string {
 		return bytesText(x)
 	case textVal:
 		return string(x)
+	case structVal:
+		return x.Text
 	case string:
 		return strconv.Quote(x)
 	}
