@@ -143,7 +143,6 @@ func compare(t *testing.T, path string, v reflect.Value, j any, n *int) {
 	}
 }
 
-
 // redactsItself is the test's own rule (not the renderer's): a struct that
 // formats itself through GoString or Format hides fields on purpose; any
 // other struct must show all of them.

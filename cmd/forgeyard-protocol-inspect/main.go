@@ -1,6 +1,8 @@
 // Command forgeyard-protocol-inspect decodes Forgeyard wire frames and
 // prints them for people: type names, identifiers as ULID strings, digests
 // as hex, enums by name, nested structures indented, or all of it as JSON.
+// JSON is lossless: a value that text shows in a short form (a CasObjectRef
+// as "sha256:<hex>", a version as "1.2") appears there with every field.
 //
 // Usage:
 //
