@@ -166,8 +166,13 @@ func (d *Daemon) authorizeLog(ctx context.Context, attempt wire.JobAttemptId, le
 		return ErrDataForbidden
 	}
 	l, err := c.leaseOf(ctx, lease)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrDataForbidden):
 		return err
+	case err != nil:
+		// The authority timed out or is unreachable: retryable, never
+		// StreamForbidden (the agent would give up on the attempt's log).
+		return fmt.Errorf("%w: %w", logs.ErrUnavailable, err)
 	}
 	if l.Attempt != attempt {
 		return ErrDataForbidden

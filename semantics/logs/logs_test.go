@@ -5,10 +5,12 @@ import (
 	"compress/flate"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -798,4 +800,34 @@ func TestFramesLostOnTheDaemonSide(t *testing.T) {
 			srv2.wait()
 		})
 	}
+}
+
+// TestAuthorizeUnavailableIsRetryable (issue 27 item 4): an Authorize
+// error that wraps ErrUnavailable (the authority is down) resets the
+// stream with StreamInternalError, which the agent retries; any other
+// Authorize error is StreamForbidden, on which it gives up the log.
+func TestAuthorizeUnavailableIsRetryable(t *testing.T) {
+	ctx := testCtx(t)
+	agent, daemon := memConns(t, memory.Options{})
+	var down atomic.Bool
+	down.Store(true)
+	var f *fixture
+	f = newFixture(t, logs.Config{}, logs.ReceiverConfig{Authorize: func(a wire.JobAttemptId, l wire.LeaseId) error {
+		if down.Load() {
+			return fmt.Errorf("%w: authority: context deadline exceeded", logs.ErrUnavailable)
+		}
+		if a != f.attempt || l != f.lease {
+			return errors.New("not this attempt's lease")
+		}
+		return nil
+	}})
+	srv := serveAll(ctx, daemon, f.r)
+	hdr := &wlogs.LogStreamHeaderV1{Attempt: f.attempt, Lease: f.lease, FirstSeq: 1, Encoding: wlogs.LogEncodingRaw}
+	rawStream(t, agent, hdr)
+	wantReject(t, srv, logs.RejectUnavailable, semantics.StreamInternalError)
+	down.Store(false)
+	bad := *hdr
+	bad.Lease = wire.NewLeaseId()
+	rawStream(t, agent, &bad)
+	wantReject(t, srv, logs.RejectUnauthorized, semantics.StreamForbidden)
 }

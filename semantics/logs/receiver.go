@@ -98,9 +98,19 @@ const (
 	// durable and this one's sink lacks them): the attempt's log is
 	// refused (StreamRefused) rather than asked for them again.
 	RejectLost RejectReason = 8
+	// RejectUnavailable: Authorize could not decide (its error wraps
+	// ErrUnavailable: the authority timed out or is down). The stream is
+	// reset with StreamInternalError, which the agent retries, never
+	// StreamForbidden, on which it would give up the attempt's log.
+	RejectUnavailable RejectReason = 9
 )
 
-var rejectNames = [...]string{"", "bad header", "unauthorized", "sequence gap", "bad frame", "bad payload", "quota exceeded", "sink failure", "frames lost"}
+// ErrUnavailable, wrapped by an Authorize error, says the check could not
+// be made now (a transient authority failure) rather than that the stream
+// is not allowed: Serve resets it as retryable (RejectUnavailable).
+var ErrUnavailable = errors.New("logs: authorization unavailable; retry")
+
+var rejectNames = [...]string{"", "bad header", "unauthorized", "sequence gap", "bad frame", "bad payload", "quota exceeded", "sink failure", "frames lost", "authorization unavailable"}
 
 // String returns the reason's name, or RejectReason(n) for an undefined value.
 func (r RejectReason) String() string {
@@ -345,7 +355,8 @@ func (r *Receiver) hold(n int64) {
 // reset the stream:
 //
 //   - header not a valid LogStreamHeaderV1: StreamProtocolError;
-//   - Authorize failed: StreamForbidden;
+//   - Authorize failed: StreamForbidden, or StreamInternalError when its
+//     error wraps ErrUnavailable (the agent retries);
 //   - first_seq beyond the next expected sequence (a gap): StreamProtocolError,
 //     and a LogResumeRequestV1 naming the expected sequence is sent;
 //   - a malformed frame, a frame whose seq does not increase, or a payload
@@ -392,6 +403,9 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 	}
 	if auth := r.authorize(ctx); auth != nil {
 		if err := auth(hdr.Attempt, hdr.Lease); err != nil {
+			if errors.Is(err, ErrUnavailable) {
+				return reject(RejectUnavailable, semantics.StreamInternalError, hdr.Attempt, err)
+			}
 			return reject(RejectUnauthorized, semantics.StreamForbidden, hdr.Attempt, err)
 		}
 	}
