@@ -53,6 +53,7 @@ import (
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry/authmetrics"
 	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
 const (
@@ -368,8 +369,16 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	dcfg.Hooks.OnDisconnect = func(s daemon.SessionInfo, err error) {
 		log.Info("agent disconnected", "runner", s.Runner, "session", s.Session, "transport", s.Transport, "err", err)
 	}
+	dcfg.Hooks.OnCapabilities = func(s daemon.SessionInfo, c agentwire.RunnerCapabilitiesV1) {
+		if demo != nil {
+			demo.Capabilities(s, c)
+		}
+	}
 	dcfg.Hooks.OnCompletion = func(e daemon.CompletionEvent) {
 		log.Info("attempt completed", "runner", e.Runner, "attempt", e.Attempt, "lease", e.Lease, "ack", e.Ack)
+		if demo != nil {
+			demo.Completed(e)
+		}
 		if th != nil && th.onCompletion != nil {
 			th.onCompletion(e)
 		}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -114,6 +115,25 @@ func TestMain(m *testing.M) {
 }
 
 func demoLeases(t *testing.T, authorityFlags ...string) {
+	demoLeasesN(t, 2, 2, authorityFlags...)
+}
+
+// TestDemoLeasesWithinCapacity (issue 27 item 1): --demo-leases 3 to an
+// agent that runs one at a time offers the next only when one completed:
+// all 3 complete and none is rejected with AtCapacity.
+func TestDemoLeasesWithinCapacity(t *testing.T) {
+	logs := demoLeasesN(t, 3, 1, "--sqlite", filepath.Join(t.TempDir(), "a.db"))
+	for _, bad := range []string{"AtCapacity", "lease rejected by agent", "demo lease not accepted"} {
+		if strings.Contains(logs, bad) {
+			t.Errorf("daemon log mentions %q:\n%s", bad, logs)
+		}
+	}
+}
+
+// demoLeasesN runs the daemon with --demo-leases n and one agent running
+// maxParallel attempts at once until the n leases completed; it returns
+// the daemon's log.
+func demoLeasesN(t *testing.T, n, maxParallel int, authorityFlags ...string) string {
 	dir := t.TempDir()
 	pkiDir := filepath.Join(dir, "pki")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -134,7 +154,7 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, append([]string{"--dev-pki", pkiDir, "--listen", "127.0.0.1:0",
-			"--demo-leases", "2", "--log-format", "json", "--shutdown-timeout", "2s"}, authorityFlags...), io.Discard, &logs, th)
+			"--demo-leases", strconv.Itoa(n), "--log-format", "json", "--shutdown-timeout", "2s"}, authorityFlags...), io.Discard, &logs, th)
 	}()
 	var addr string
 	select {
@@ -158,7 +178,7 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 	dialer, daddr, _ := agentsetup.Dialer(e, cred.Client, quic.Config{}, yamux.Config{})
 	a, err := agent.New(agent.Config{Runner: cred.Runner, Signer: cred.Signer, CertChain: cred.CertChain,
 		Endpoints: []agent.Endpoint{{Address: daddr, Dialer: dialer, Backend: "quic"}},
-		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), MaxParallel: 2, Version: "test", SpoolDir: filepath.Join(dir, "spool"),
+		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), MaxParallel: maxParallel, Version: "test", SpoolDir: filepath.Join(dir, "spool"),
 		Hooks: agent.Hooks{OnDisconnected: func(err error) {
 			select {
 			case disconnects <- err:
@@ -174,7 +194,7 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 	defer func() { acancel(); <-adone; a.Close() }()
 
 	seen := map[wire.JobAttemptId]bool{}
-	for len(seen) < 2 {
+	for len(seen) < n {
 		select {
 		case ev := <-completions:
 			if ev.Runner != cred.Runner || ev.Ack != agentwire.AckAccepted {
@@ -182,7 +202,7 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 			}
 			seen[ev.Attempt] = true
 		case <-time.After(15 * time.Second):
-			t.Fatalf("%d of 2 demo leases completed; logs:\n%s", len(seen), logs.String())
+			t.Fatalf("%d of %d demo leases completed; logs:\n%s", len(seen), n, logs.String())
 		}
 	}
 	cancel() // SIGINT
@@ -204,11 +224,12 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 		t.Error("agent never saw the shutdown")
 	}
 	out := logs.String()
-	for _, want := range []string{`"msg":"agent registered"`, `"msg":"demo lease accepted"`, `"msg":"daemon stopped"`, `"leases_accepted":2`, cred.Runner.String()} {
+	for _, want := range []string{`"msg":"agent registered"`, `"msg":"demo lease accepted"`, `"msg":"daemon stopped"`, `"leases_accepted":` + strconv.Itoa(n), cred.Runner.String()} {
 		if !strings.Contains(out, want) {
 			t.Errorf("logs lack %s", want)
 		}
 	}
+	return out
 }
 
 // syncBuffer is a bytes.Buffer safe for the logger and the test.

@@ -5,6 +5,11 @@
 // also the second example of docs/embedding.md, beside the runnable
 // Example_host of semantics/daemon.
 //
+// It offers a session no more leases at a time than the agent advertised
+// it runs (RunnerCapabilitiesV1.MaxParallel, from the Capabilities hook):
+// the next once one completes (the Completed hook), so an agent is never
+// offered work it must reject with AtCapacity.
+//
 // It shows the three rules a real scheduler follows:
 //   - hooks must not block: Registered starts a goroutine;
 //   - the registration hook runs before the session is active, so an offer
@@ -29,6 +34,7 @@ import (
 
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
+	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
 // MaxSessions bounds the remembered sessions (then the memory starts over).
@@ -44,17 +50,56 @@ type Scheduler struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	seen   map[wire.AgentSessionId]bool
+	// per session offered to: its capacity and leases outstanding;
+	// guarded by mu.
+	sessions map[wire.AgentSessionId]*slots
+}
+
+// capacityWait bounds how long the offers wait for the session's
+// capabilities (reported right after registration) before assuming 1.
+const capacityWait = 2 * time.Second
+
+// slots are one session's lease slots: free is sent to before an offer
+// and received from when one of its leases completes.
+type slots struct {
+	known       chan struct{} // closed once free is made (capacity known)
+	free        chan struct{}
+	outstanding int // offered and not completed; guarded by Scheduler.mu
 }
 
 // New returns a scheduler offering perSession leases on d; log receives one
-// line per answered offer. Call Registered from daemon.Hooks.OnRegistered
-// and Stop before shutting d down.
+// line per answered offer. Call Registered, Capabilities and Completed
+// from daemon.Hooks.OnRegistered, OnCapabilities and OnCompletion, and Stop
+// before shutting d down.
 func New(d *daemon.Daemon, perSession int, log *slog.Logger) *Scheduler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Scheduler{d: d, n: perSession, log: log, ctx: ctx, cancel: cancel, seen: map[wire.AgentSessionId]bool{}}
+	return &Scheduler{d: d, n: perSession, log: log, ctx: ctx, cancel: cancel, seen: map[wire.AgentSessionId]bool{},
+		sessions: map[wire.AgentSessionId]*slots{}}
+}
+
+// Capabilities is the OnCapabilities hook: the session's advertised
+// capacity sets how many of its leases may be outstanding.
+func (s *Scheduler) Capabilities(si daemon.SessionInfo, c agentwire.RunnerCapabilitiesV1) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sl := s.sessions[si.Session]; sl != nil && sl.free == nil {
+		sl.free = make(chan struct{}, max(1, int(c.MaxParallel)))
+		close(sl.known)
+	}
+}
+
+// Completed is the OnCompletion hook: a completed lease frees its
+// session's slot for the next offer.
+func (s *Scheduler) Completed(e daemon.CompletionEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sl := s.sessions[e.Session]; sl != nil && sl.outstanding > 0 {
+		sl.outstanding--
+		<-sl.free
+	}
 }
 
 // Registered is the OnRegistered hook: a new agent session gets its leases
@@ -69,15 +114,59 @@ func (s *Scheduler) Registered(si daemon.SessionInfo) {
 	}
 	if len(s.seen) >= MaxSessions {
 		clear(s.seen)
+		clear(s.sessions)
 	}
 	s.seen[si.Session] = true
+	sl := &slots{known: make(chan struct{})}
+	s.sessions[si.Session] = sl
 	s.wg.Add(1)
-	go s.offer(si.Runner)
+	go s.offer(si.Runner, sl)
 }
 
-func (s *Scheduler) offer(runner wire.RunnerId) {
+// acquire waits for a free slot of sl (its capacity known, or 1 after
+// capacityWait); false once the scheduler stops.
+func (s *Scheduler) acquire(sl *slots) bool {
+	t := time.NewTimer(capacityWait)
+	defer t.Stop()
+	select {
+	case <-sl.known:
+	case <-t.C:
+		s.mu.Lock()
+		if sl.free == nil { // no capabilities reported: one at a time
+			sl.free = make(chan struct{}, 1)
+			close(sl.known)
+		}
+		s.mu.Unlock()
+	case <-s.ctx.Done():
+		return false
+	}
+	select {
+	case sl.free <- struct{}{}:
+	case <-s.ctx.Done():
+		return false
+	}
+	s.mu.Lock()
+	sl.outstanding++
+	s.mu.Unlock()
+	return true
+}
+
+// unacquire gives back a slot whose offer failed.
+func (s *Scheduler) unacquire(sl *slots) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sl.outstanding > 0 {
+		sl.outstanding--
+		<-sl.free
+	}
+}
+
+func (s *Scheduler) offer(runner wire.RunnerId, sl *slots) {
 	defer s.wg.Done()
 	for i := 0; i < s.n; i++ {
+		if !s.acquire(sl) {
+			return
+		}
 		o := daemon.LeaseOffer{Job: wire.NewJobId()}
 		_, _ = rand.Read(o.Spec.Digest[:])
 		o.Payload = SyntheticPayload(o.Spec)
@@ -99,6 +188,7 @@ func (s *Scheduler) offer(runner wire.RunnerId) {
 			return
 		}
 		if err != nil {
+			s.unacquire(sl)
 			s.log.Warn("demo lease not accepted", "runner", runner, "n", i+1, "err", err)
 			continue
 		}
