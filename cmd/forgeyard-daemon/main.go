@@ -36,6 +36,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -252,7 +254,24 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	if cfg.ID == "" {
 		cfg.ID = defaultID(cfg.Listen)
 	}
+	if cfg.Data.Store != config.StoreS3 && cfg.Data.CASDir == "" {
+		cfg.Data.CASDir = defaultCASDir(f.devPKI, cfg.Authority.SQLite)
+	}
 	return cfg, nil
+}
+
+// defaultCASDir is where a daemon with no configured content store keeps
+// the blobs agents upload: "cas" beside its development PKI (the quick
+// start), else beside its SQLite authority (its data directory); "" with
+// PostgreSQL, whose HA daemons need a shared store ([data] store = "s3").
+func defaultCASDir(devPKI, sqlite string) string {
+	switch {
+	case devPKI != "":
+		return filepath.Join(devPKI, "cas")
+	case sqlite != "" && sqlite != ":memory:" && !strings.HasPrefix(sqlite, "file:"):
+		return filepath.Join(filepath.Dir(sqlite), "cas")
+	}
+	return ""
 }
 
 // defaultID is the daemon's id when none is configured: the host name and
@@ -348,6 +367,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 			return fmt.Errorf("data.cas_dir: %w", err)
 		}
 		dcfg.ContentStore = store
+		log.Info("content store: a local directory (data.cas_dir; by default beside --dev-pki or the SQLite authority)", "dir", dir)
 	}
 	var drv *matrixDriver
 	if f.matrixDriver {

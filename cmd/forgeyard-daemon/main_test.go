@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"io/fs"
 	"os"
@@ -121,12 +122,35 @@ func demoLeases(t *testing.T, authorityFlags ...string) {
 // TestDemoLeasesWithinCapacity (issue 27 item 1): --demo-leases 3 to an
 // agent that runs one at a time offers the next only when one completed:
 // all 3 complete and none is rejected with AtCapacity.
+//
+// With no data.cas_dir configured the daemon keeps the uploaded outputs
+// in "cas" beside its --dev-pki directory, and says where at start.
 func TestDemoLeasesWithinCapacity(t *testing.T) {
 	logs := demoLeasesN(t, 3, 1, "--sqlite", filepath.Join(t.TempDir(), "a.db"))
 	for _, bad := range []string{"AtCapacity", "lease rejected by agent", "demo lease not accepted"} {
 		if strings.Contains(logs, bad) {
 			t.Errorf("daemon log mentions %q:\n%s", bad, logs)
 		}
+	}
+	dir := ""
+	for _, line := range strings.Split(logs, "\n") {
+		var rec struct{ Msg, Dir string }
+		if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(rec.Msg, "content store: a local directory") {
+			dir = rec.Dir
+		}
+	}
+	if filepath.Base(dir) != "cas" || filepath.Base(filepath.Dir(dir)) != "pki" {
+		t.Fatalf("default content store %q, want cas beside the --dev-pki directory; log:\n%s", dir, logs)
+	}
+	objects := 0
+	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() && strings.Contains(p, string(filepath.Separator)+"objects"+string(filepath.Separator)) {
+			objects++
+		}
+		return nil
+	})
+	if objects != 3 {
+		t.Errorf("default content store holds %d objects, want the 3 attempts' outputs", objects)
 	}
 }
 
