@@ -160,7 +160,7 @@ func BenchmarkHandshakeResumption(b *testing.B) {
 			ctc := pki.ClientConfig(b, wire.NewRunnerId(), serverName)
 			stored := make(chan struct{}, 4)
 			if mode == "resumed" {
-				ctc.ClientSessionCache = benchTicketCache{tls.NewLRUClientSessionCache(4), stored}
+				ctc.ClientSessionCache = trusttest.NotifyingCache{ClientSessionCache: tls.NewLRUClientSessionCache(4), Stored: stored}
 			}
 			d := Dialer{TLS: ctc}
 			dial := func() bool {
@@ -197,21 +197,5 @@ func BenchmarkHandshakeResumption(b *testing.B) {
 			}
 			b.ReportMetric(float64(resumed)/float64(b.N), "resumed/op")
 		})
-	}
-}
-
-// benchTicketCache reports each ticket stored.
-type benchTicketCache struct {
-	tls.ClientSessionCache
-	stored chan struct{}
-}
-
-func (c benchTicketCache) Put(key string, cs *tls.ClientSessionState) {
-	c.ClientSessionCache.Put(key, cs)
-	if cs != nil {
-		select {
-		case c.stored <- struct{}{}:
-		default:
-		}
 	}
 }

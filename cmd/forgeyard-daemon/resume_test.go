@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"io"
 	"net/http/httptest"
 	"path/filepath"
@@ -16,24 +15,9 @@ import (
 	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 )
-
-// storeNotifier reports the session tickets an agent's cache stores.
-type storeNotifier struct {
-	tls.ClientSessionCache
-	stored chan struct{}
-}
-
-func (n storeNotifier) Put(key string, cs *tls.ClientSessionState) {
-	n.ClientSessionCache.Put(key, cs)
-	if cs != nil {
-		select {
-		case n.stored <- struct{}{}:
-		default:
-		}
-	}
-}
 
 // TestSessionResumptionAcrossRestart (issue 25 item 4): the daemon
 // process issues tickets under its authority's keys, so an agent (its
@@ -87,7 +71,7 @@ func TestSessionResumptionAcrossRestart(t *testing.T) {
 		t.Fatal("the agent credential has no session cache")
 	}
 	stored := make(chan struct{}, 8)
-	cred.Client.ClientSessionCache = storeNotifier{cred.Client.ClientSessionCache, stored}
+	cred.Client.ClientSessionCache = trusttest.NotifyingCache{ClientSessionCache: cred.Client.ClientSessionCache, Stored: stored}
 	dial := func(addr string) bool {
 		t.Helper()
 		e, err := config.ParseEndpoint("quic://" + addr)

@@ -25,25 +25,10 @@ type resumingAgent struct {
 	stored chan struct{}
 }
 
-type notifyingCache struct {
-	tls.ClientSessionCache
-	stored chan struct{}
-}
-
-func (c notifyingCache) Put(key string, cs *tls.ClientSessionState) {
-	c.ClientSessionCache.Put(key, cs)
-	if cs != nil {
-		select {
-		case c.stored <- struct{}{}:
-		default:
-		}
-	}
-}
-
 func newResumingAgent(t *testing.T, w *enginetest.World, id enginetest.Identity) *resumingAgent {
 	cc := w.ClientTLS(id)
 	a := &resumingAgent{t: t, w: w, id: id, stored: make(chan struct{}, 16)}
-	cc.ClientSessionCache = notifyingCache{tls.NewLRUClientSessionCache(8), a.stored}
+	cc.ClientSessionCache = trusttest.NotifyingCache{ClientSessionCache: tls.NewLRUClientSessionCache(8), Stored: a.stored}
 	a.d = w.B.Dialer(t, cc)
 	return a
 }

@@ -2,7 +2,6 @@ package agentsetup
 
 import (
 	"context"
-	"crypto/tls"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/daemonsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
+	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 )
 
@@ -74,7 +74,7 @@ func TestSessionResumptionDefault(t *testing.T) {
 	}
 	// Report the tickets the agent stores, to redial only once it has one.
 	stored := make(chan struct{}, 8)
-	cred.Client.ClientSessionCache = storeNotifier{cred.Client.ClientSessionCache, stored}
+	cred.Client.ClientSessionCache = trusttest.NotifyingCache{ClientSessionCache: cred.Client.ClientSessionCache, Stored: stored}
 	dial := func(c *Credential) bool {
 		t.Helper()
 		d, addr, err := Dialer(e, c.Client, quic.Config{}, yamux.Config{})
@@ -101,21 +101,6 @@ func TestSessionResumptionDefault(t *testing.T) {
 	}
 	if dial(cred2) {
 		t.Fatal("another agent resumed the first agent's session")
-	}
-}
-
-type storeNotifier struct {
-	tls.ClientSessionCache
-	stored chan struct{}
-}
-
-func (n storeNotifier) Put(key string, cs *tls.ClientSessionState) {
-	n.ClientSessionCache.Put(key, cs)
-	if cs != nil {
-		select {
-		case n.stored <- struct{}{}:
-		default:
-		}
 	}
 }
 

@@ -33,29 +33,16 @@ const ticketPeriod = time.Hour
 
 // ticketCache is an agent session cache that reports each stored ticket,
 // so a test redials only once the first connection's ticket arrived.
-type ticketCache struct {
-	tls.ClientSessionCache
-	stored chan struct{}
-}
+type ticketCache struct{ trusttest.NotifyingCache }
 
 func newTicketCache(leaf *x509.Certificate) *ticketCache {
-	return &ticketCache{ClientSessionCache: trust.NewSessionCache(func() *x509.Certificate { return leaf }), stored: make(chan struct{}, 16)}
-}
-
-func (c *ticketCache) Put(key string, cs *tls.ClientSessionState) {
-	c.ClientSessionCache.Put(key, cs)
-	if cs != nil {
-		select {
-		case c.stored <- struct{}{}:
-		default:
-		}
-	}
+	return &ticketCache{trusttest.NewNotifyingCache(trust.NewSessionCache(func() *x509.Certificate { return leaf }), 16)}
 }
 
 func (c *ticketCache) waitStored(t *testing.T) {
 	t.Helper()
 	select {
-	case <-c.stored:
+	case <-c.Stored:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no session ticket reached the agent's cache")
 	}

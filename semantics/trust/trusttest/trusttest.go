@@ -259,3 +259,28 @@ func serial(t testing.TB) *big.Int {
 func (p *PKI) Issuer(validity time.Duration) *trust.Issuer {
 	return &trust.Issuer{CA: p.caCert, Key: p.caKey, Validity: validity}
 }
+
+// NotifyingCache is a client session cache that reports every session
+// ticket it stores on Stored (without blocking: a full channel drops the
+// report), so that a test waits for the ticket a resumption needs instead
+// of sleeping.
+type NotifyingCache struct {
+	tls.ClientSessionCache
+	Stored chan struct{}
+}
+
+// NewNotifyingCache wraps inner, with room for buf reports.
+func NewNotifyingCache(inner tls.ClientSessionCache, buf int) NotifyingCache {
+	return NotifyingCache{ClientSessionCache: inner, Stored: make(chan struct{}, buf)}
+}
+
+// Put stores cs in the wrapped cache and reports a stored ticket.
+func (c NotifyingCache) Put(key string, cs *tls.ClientSessionState) {
+	c.ClientSessionCache.Put(key, cs)
+	if cs != nil {
+		select {
+		case c.Stored <- struct{}{}:
+		default:
+		}
+	}
+}
