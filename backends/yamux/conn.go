@@ -103,6 +103,7 @@ type Conn struct {
 	pingClosed bool
 	pingWG     sync.WaitGroup
 	pingTimer  *time.Timer
+	pingEvery  time.Duration // pingMu; starts as cfg.KeepAliveInterval
 
 	inYamux atomic.Int64 // bytes inside yamux Stream.Write calls
 }
@@ -251,6 +252,7 @@ func newConn(ctx context.Context, tc net.Conn, tlsConn *tls.Conn, bc *batchConn,
 	}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.pingMu.Lock() // orders the assignment before the first callback
+	c.pingEvery = cfg.KeepAliveInterval
 	c.pingTimer = time.AfterFunc(cfg.KeepAliveInterval, c.keepalive)
 	c.pingMu.Unlock()
 	c.wg.Add(1)
@@ -292,9 +294,34 @@ func (c *Conn) keepalive() {
 	_, _ = c.sess.Ping() // a missing answer is judged by the idle deadline
 	c.pingMu.Lock()
 	if !c.pingClosed {
-		c.pingTimer.Reset(c.cfg.KeepAliveInterval)
+		c.pingTimer.Reset(c.pingEvery)
 	}
 	c.pingMu.Unlock()
+}
+
+// SetKeepAliveInterval changes how often this connection pings its peer
+// from now on (d > 0); the next ping is d from now. The peer's idle
+// deadline is its own: a dialer that lengthens its interval beyond the
+// listener's Config.IdleTimeout is cut by it, so callers stay at or below
+// the interval the connection was dialled with.
+func (c *Conn) SetKeepAliveInterval(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	c.pingMu.Lock()
+	defer c.pingMu.Unlock()
+	if c.pingClosed || c.pingEvery == d {
+		return
+	}
+	c.pingEvery = d
+	c.pingTimer.Reset(d)
+}
+
+// KeepAliveInterval is the connection's current ping interval.
+func (c *Conn) KeepAliveInterval() time.Duration {
+	c.pingMu.Lock()
+	defer c.pingMu.Unlock()
+	return c.pingEvery
 }
 
 func (c *Conn) stopKeepalive() {

@@ -158,10 +158,10 @@ type ControlPlane struct {
 	// WebTransport) keep their own.
 	KeepAliveInterval Duration `toml:"keepalive_interval"`
 	// DisableKeepAliveAdapt keeps KeepAliveInterval fixed. By default an
-	// agent whose connection is cut AdaptAfter (3) times in a row at about
-	// the same idle time below the interval halves its keepalive to below
-	// that time (at least 1s) and logs it once
-	// (internal/setup/agentsetup/keepalive.go).
+	// agent whose connection is lost after ≥ 2 s of silence below the
+	// interval halves its keepalive to below that time (at least 1s) at
+	// once, logs it once, and tries the configured interval again after
+	// 30 min (internal/setup/agentsetup/keepalive.go).
 	DisableKeepAliveAdapt bool `toml:"disable_keepalive_adapt"`
 	// Curves restricts the TLS key-exchange groups the agent offers, like
 	// the daemon's tls.curves (empty: Go's default, the post-quantum

@@ -95,12 +95,15 @@ type world struct {
 	token  string // the admin endpoint's bearer token (--admin-token-file)
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T) *world { return newWorldWithin(t, scenarioTimeout) }
+
+// newWorldWithin is newWorld for a scenario that observes for longer.
+func newWorldWithin(t *testing.T, timeout time.Duration) *world {
 	if testing.Short() {
 		t.Skip("-short: the end-to-end namespace scenarios run real processes for about a minute")
 	}
 	netns.Require(t, "tinyproxy")
-	ctx, cancel := context.WithTimeout(context.Background(), scenarioTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	w := &world{t: t, ctx: ctx, dir: t.TempDir()}
 	w.pki = filepath.Join(w.dir, "pki")

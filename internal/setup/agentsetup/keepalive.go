@@ -7,12 +7,20 @@ package agentsetup
 // tinyproxy (Timeout), or a NAT, that drops a tunnel after T seconds
 // without traffic cuts an agent whose link is quieter than that — with the
 // 10 s default, every T seconds. Each such loss is a *yamux.Conn that
-// ended as "connection lost" after IdleAtLoss of silence; when the last
-// AdaptAfter losses were at about the same idle time, shorter than the
-// interval, the cut is the network's idle timeout, and the interval drops
-// to half of it (not below MinKeepAlive) for every later connection. The
-// agent logs that once per change, with the configuration key.
-
+// ended as "connection lost" after IdleAtLoss of silence.
+//
+// One such loss after at least SingleLossIdle of silence, shorter than the
+// interval, is taken for the network's idle timeout: the interval drops to
+// half of it (not below MinKeepAlive) at once, for the live connections and
+// every later one, so an idle-cutting proxy costs one cut. Shorter idle
+// losses are too close to ordinary traffic gaps to mean anything alone:
+// AdaptAfter of them at about the same idle time are needed. A single loss
+// can also be a peer that vanished while the link was quiet (a daemon
+// killed, a path that died); so after RelaxAfter without another idle loss
+// the interval goes back to the configured one, and if the network still
+// cuts, the next cut shortens it again and doubles the wait before the
+// next try (at most MaxRelaxAfter). The agent logs each change once, with
+// the configuration key.
 import (
 	"context"
 	"log/slog"
@@ -26,11 +34,19 @@ import (
 
 // Keepalive adaptation.
 const (
+	// SingleLossIdle is the shortest idle time at which one loss is
+	// taken for the network's idle timeout.
+	SingleLossIdle = 2 * time.Second
 	// AdaptAfter is how many consecutive idle losses at a regular idle
-	// time make the agent shorten its keepalive.
+	// time shorter than SingleLossIdle make the agent shorten its
+	// keepalive.
 	AdaptAfter = 3
 	// MinKeepAlive is the shortest interval adaptation chooses.
 	MinKeepAlive = time.Second
+	// RelaxAfter is how long a shortened interval holds before the agent
+	// tries the configured one again; MaxRelaxAfter bounds its doubling.
+	RelaxAfter    = 30 * time.Minute
+	MaxRelaxAfter = 24 * time.Hour
 )
 
 // KeepAlive is the ping interval shared by an agent's TCP endpoint
@@ -39,12 +55,24 @@ type KeepAlive struct {
 	log   *slog.Logger
 	adapt bool
 	floor time.Duration // MinKeepAlive (tests lower it)
+	// singleLoss is SingleLossIdle (tests lower it).
+	singleLoss time.Duration
+	base       time.Duration // the configured interval
+	// relaxAfter is the first hold of a shortened interval (RelaxAfter;
+	// tests shorten it).
+	relaxAfter time.Duration
 
-	mu       sync.Mutex
-	interval time.Duration
-	losses   []time.Duration // idle time of the last losses, oldest first (≤ AdaptAfter)
-	// onAdapt, when set (tests), is called after each change.
+	mu        sync.Mutex
+	interval  time.Duration
+	losses    []time.Duration // idle time of the last short losses, oldest first (≤ AdaptAfter)
+	live      map[*yamux.Conn]struct{}
+	hold      time.Duration // how long the next shortened interval holds (RelaxAfter, doubling)
+	relax     *time.Timer   // pending return to base, or nil
+	relaxedAt time.Time     // when the interval last went back to base (zero: never)
+	// onAdapt and onRelax, when set (tests), are called after each
+	// shortening and each return to base.
 	onAdapt func(from, to, cut time.Duration)
+	onRelax func()
 }
 
 // NewKeepAlive returns the keepalive state: interval (0 means
@@ -57,7 +85,8 @@ func NewKeepAlive(interval time.Duration, adapt bool, log *slog.Logger) *KeepAli
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &KeepAlive{log: log, adapt: adapt, interval: interval, floor: MinKeepAlive}
+	return &KeepAlive{log: log, adapt: adapt, interval: interval, base: interval, floor: MinKeepAlive, singleLoss: SingleLossIdle,
+		relaxAfter: RelaxAfter, hold: RelaxAfter, live: make(map[*yamux.Conn]struct{})}
 }
 
 // Interval is the current ping interval.
@@ -74,14 +103,40 @@ func (k *KeepAlive) observeLoss(idle time.Duration) {
 		k.mu.Unlock()
 		return
 	}
-	k.losses = append(k.losses, idle)
-	if len(k.losses) > AdaptAfter {
-		k.losses = k.losses[1:]
-	}
-	from, to, cut, ok := k.decide()
-	if ok {
-		k.interval = to
+	var (
+		from, to, cut time.Duration
+		ok            bool
+		n             = 1
+	)
+	if idle >= k.singleLoss {
 		k.losses = nil
+		from, to, cut, ok = k.decide([]time.Duration{idle})
+	} else {
+		k.losses = append(k.losses, idle)
+		if len(k.losses) > AdaptAfter {
+			k.losses = k.losses[1:]
+		}
+		if len(k.losses) == AdaptAfter {
+			from, to, cut, ok = k.decide(k.losses)
+			n = AdaptAfter
+		}
+	}
+	hold := k.hold
+	if ok {
+		k.setLocked(to)
+		k.losses = nil
+		// Cut again soon after trying the configured interval: the
+		// network still cuts, so try again later than last time.
+		if !k.relaxedAt.IsZero() && time.Since(k.relaxedAt) < k.hold {
+			k.hold = min(2*k.hold, MaxRelaxAfter)
+		} else {
+			k.hold = k.relaxAfter
+		}
+		hold = k.hold
+		if k.relax != nil {
+			k.relax.Stop()
+		}
+		k.relax = time.AfterFunc(hold, k.relaxToBase)
 	}
 	hook := k.onAdapt
 	k.mu.Unlock()
@@ -90,9 +145,39 @@ func (k *KeepAlive) observeLoss(idle time.Duration) {
 	}
 	k.log.Warn("the network cuts idle TCP connections: keepalive shortened",
 		"idle_cut", cut.Round(100*time.Millisecond), "from", from, "to", to,
-		"key", "control_plane.keepalive_interval", "losses", AdaptAfter)
+		"key", "control_plane.keepalive_interval", "losses", n, "retry_configured_after", hold)
 	if hook != nil {
 		hook(from, to, cut)
+	}
+}
+
+// relaxToBase returns to the configured interval after a shortened one
+// held for k.hold without another idle loss.
+func (k *KeepAlive) relaxToBase() {
+	k.mu.Lock()
+	if k.interval == k.base {
+		k.mu.Unlock()
+		return
+	}
+	from := k.interval
+	k.setLocked(k.base)
+	k.relax = nil
+	k.relaxedAt = time.Now()
+	hook := k.onRelax
+	k.mu.Unlock()
+	if hook != nil {
+		defer hook()
+	}
+	k.log.Info("keepalive back to the configured interval, to see whether the network still cuts idle connections",
+		"from", from, "to", k.base, "key", "control_plane.keepalive_interval")
+}
+
+// setLocked changes the interval for later dials and the live connections
+// (k.mu held).
+func (k *KeepAlive) setLocked(d time.Duration) {
+	k.interval = d
+	for c := range k.live {
+		c.SetKeepAliveInterval(d)
 	}
 }
 
@@ -112,16 +197,13 @@ func (k *KeepAlive) observeEnd(lived time.Duration) {
 	}
 }
 
-// decide applies the rule to k.losses (k.mu held): AdaptAfter losses whose
-// idle times spread by at most a quarter of their median (at least 250 ms,
-// a proxy's timer granularity is often a second), the median shorter than
-// the interval (pings would otherwise have kept the link busy), and half of
-// it, rounded down to 10 ms and at least MinKeepAlive, below the interval.
-func (k *KeepAlive) decide() (from, to, cut time.Duration, ok bool) {
-	if len(k.losses) < AdaptAfter {
-		return 0, 0, 0, false
-	}
-	s := slices.Sorted(slices.Values(k.losses))
+// decide applies the rule to losses (k.mu held): idle times that spread
+// by at most a quarter of their median (at least 250 ms, a proxy's timer
+// granularity is often a second), the median shorter than the interval
+// (pings would otherwise have kept the link busy), and half of it, rounded
+// down to 10 ms and at least the floor, below the interval.
+func (k *KeepAlive) decide(losses []time.Duration) (from, to, cut time.Duration, ok bool) {
+	s := slices.Sorted(slices.Values(losses))
 	med := s[len(s)/2]
 	if s[len(s)-1]-s[0] > max(med/4, 250*time.Millisecond) || med >= k.interval+250*time.Millisecond {
 		return 0, 0, 0, false
@@ -149,7 +231,9 @@ func (k keepAliveDialer) Dial(ctx context.Context, addr string) (semantics.Backe
 	}
 	if yc, ok := c.(*yamux.Conn); ok {
 		start := time.Now()
+		k.ka.track(yc)
 		context.AfterFunc(yc.Context(), func() {
+			k.ka.untrack(yc)
 			if idle, lost := yc.IdleAtLoss(); lost {
 				k.ka.observeLoss(idle)
 			} else {
@@ -158,4 +242,19 @@ func (k keepAliveDialer) Dial(ctx context.Context, addr string) (semantics.Backe
 		})
 	}
 	return c, nil
+}
+
+// track adds a live connection; one dialled before a change since its
+// interval was read is brought to the current one.
+func (k *KeepAlive) track(c *yamux.Conn) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.live[c] = struct{}{}
+	c.SetKeepAliveInterval(k.interval)
+}
+
+func (k *KeepAlive) untrack(c *yamux.Conn) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.live, c)
 }

@@ -34,11 +34,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestKeepAliveAdapts: the rule on its own. Three losses at about the
-// same idle time below the interval halve it to below that time, logged
-// once; irregular losses, a run broken by a long-lived connection, losses
-// at or above the (new) interval, and adaptation turned off change
-// nothing.
+// TestKeepAliveAdapts: the rule on its own. One loss after ≥ 2 s idle
+// below the interval halves it at once, logged once; losses at shorter idle
+// times need three in a row at about the same time; irregular ones, a run
+// broken by a long-lived connection, losses at or above the (new) interval,
+// and adaptation turned off change nothing.
 func TestKeepAliveAdapts(t *testing.T) {
 	s := time.Second
 	var logs syncBuffer
@@ -47,18 +47,13 @@ func TestKeepAliveAdapts(t *testing.T) {
 		t.Fatalf("default interval %v", k.Interval())
 	}
 	k.observeLoss(5 * s)
-	k.observeLoss(5200 * time.Millisecond)
-	if k.Interval() != 10*s {
-		t.Fatalf("adapted after two losses: %v", k.Interval())
-	}
-	k.observeLoss(4900 * time.Millisecond)
 	if got := k.Interval(); got != 2500*time.Millisecond {
-		t.Fatalf("after three losses at ~5s idle: interval %v, want 2.5s", got)
+		t.Fatalf("after one loss at 5s idle: interval %v, want 2.5s", got)
 	}
 	if n := strings.Count(logs.String(), "keepalive shortened"); n != 1 {
 		t.Fatalf("%d log lines, want 1:\n%s", n, logs.String())
 	}
-	for _, want := range []string{"idle_cut=5s", "from=10s", "to=2.5s", "key=control_plane.keepalive_interval"} {
+	for _, want := range []string{"idle_cut=5s", "from=10s", "to=2.5s", "key=control_plane.keepalive_interval", "losses=1", "retry_configured_after=30m0s"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log line lacks %q:\n%s", want, logs.String())
 		}
@@ -71,30 +66,38 @@ func TestKeepAliveAdapts(t *testing.T) {
 		t.Fatalf("changed again: %v\n%s", k.Interval(), logs.String())
 	}
 
+	short := NewKeepAlive(0, true, nil)
+	short.observeLoss(1500 * time.Millisecond)
+	short.observeLoss(1500 * time.Millisecond)
+	if short.Interval() != 10*s {
+		t.Fatalf("adapted after two short losses: %v", short.Interval())
+	}
+	short.observeEnd(200 * time.Millisecond) // a losing race candidate: says nothing
+	short.observeLoss(1600 * time.Millisecond)
+	if short.Interval() != MinKeepAlive {
+		t.Fatalf("three losses at ~1.5s: interval %v, want the %v floor", short.Interval(), MinKeepAlive)
+	}
 	irregular := NewKeepAlive(0, true, nil)
-	for _, d := range []time.Duration{2 * s, 7 * s, 4 * s, 9 * s, 1 * s} {
+	for _, d := range []time.Duration{1900 * time.Millisecond, 300 * time.Millisecond, 1200 * time.Millisecond, 600 * time.Millisecond} {
 		irregular.observeLoss(d)
 	}
 	if irregular.Interval() != 10*s {
 		t.Fatalf("irregular losses adapted to %v", irregular.Interval())
 	}
-	// A connection that outlived the cuts by more than the interval breaks
-	// the run; a short one (a losing race candidate, a probe) does not.
+	// A connection that outlived the short cuts by more than the interval
+	// breaks the run.
 	broken := NewKeepAlive(0, true, nil)
-	broken.observeLoss(5 * s)
-	broken.observeLoss(5 * s)
+	broken.observeLoss(1500 * time.Millisecond)
+	broken.observeLoss(1500 * time.Millisecond)
 	broken.observeEnd(time.Minute)
-	broken.observeLoss(5 * s)
+	broken.observeLoss(1500 * time.Millisecond)
 	if broken.Interval() != 10*s {
 		t.Fatalf("a broken run adapted to %v", broken.Interval())
 	}
-	short := NewKeepAlive(0, true, nil)
-	short.observeLoss(5 * s)
-	short.observeLoss(5 * s)
-	short.observeEnd(200 * time.Millisecond)
-	short.observeLoss(5 * s)
-	if short.Interval() != 2500*time.Millisecond {
-		t.Fatalf("a short-lived connection broke the run: %v", short.Interval())
+	above := NewKeepAlive(4*s, true, nil)
+	above.observeLoss(6 * s) // quieter than the pings: not an idle cut
+	if above.Interval() != 4*s {
+		t.Fatalf("a loss above the interval adapted to %v", above.Interval())
 	}
 	off := NewKeepAlive(8*s, false, nil)
 	for range 5 {
@@ -103,12 +106,40 @@ func TestKeepAliveAdapts(t *testing.T) {
 	if off.Interval() != 8*s {
 		t.Fatalf("adaptation off, yet %v", off.Interval())
 	}
-	floor := NewKeepAlive(0, true, nil)
-	for range 3 {
-		floor.observeLoss(1200 * time.Millisecond)
+}
+
+// TestKeepAliveRelaxes: a shortened interval goes back to the configured
+// one after its hold; a cut soon after that shortens it again and doubles
+// the hold; a cut long after starts from the first hold again.
+func TestKeepAliveRelaxes(t *testing.T) {
+	var logs syncBuffer
+	k := NewKeepAlive(0, true, slog.New(slog.NewTextHandler(&logs, nil)))
+	k.relaxAfter, k.hold = 40*time.Millisecond, 40*time.Millisecond
+	relaxed := make(chan struct{}, 4)
+	k.onRelax = func() { relaxed <- struct{}{} }
+	waitRelax := func() {
+		t.Helper()
+		select {
+		case <-relaxed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("never relaxed: interval %v", k.Interval())
+		}
+		if k.Interval() != 10*time.Second {
+			t.Fatalf("relaxed to %v, want the configured 10s", k.Interval())
+		}
 	}
-	if floor.Interval() != MinKeepAlive {
-		t.Fatalf("cut at 1.2s: interval %v, want the %v floor", floor.Interval(), MinKeepAlive)
+	k.observeLoss(5 * time.Second)
+	if k.Interval() != 2500*time.Millisecond {
+		t.Fatalf("interval %v", k.Interval())
+	}
+	waitRelax()
+	k.observeLoss(5 * time.Second) // the network still cuts
+	if !strings.Contains(logs.String(), "retry_configured_after=80ms") {
+		t.Fatalf("hold not doubled:\n%s", logs.String())
+	}
+	waitRelax()
+	if n := strings.Count(logs.String(), "keepalive back to the configured interval"); n != 2 {
+		t.Fatalf("%d relax lines, want 2:\n%s", n, logs.String())
 	}
 }
 
@@ -187,9 +218,10 @@ func idleCutter(t *testing.T, target string, cut time.Duration) (addr string, cu
 }
 
 // TestKeepAliveDialerAdaptsToIdleCuts: real TLS+yamux connections through
-// a forwarder that cuts them after 300 ms of silence. With a 2 s keepalive
-// the first three are cut at about 300 ms idle; the dialer then pings every
-// ~150 ms, and the fourth connection outlives four cuts' worth of time.
+// a forwarder that cuts them after 300 ms of silence (the test lowers the
+// single-loss bound and the floor to fit). With a 2 s keepalive the first
+// connection is cut at about 300 ms idle; the dialer then pings every
+// ~150 ms, and the second connection outlives four cuts' worth of time.
 func TestKeepAliveDialerAdaptsToIdleCuts(t *testing.T) {
 	const cut = 300 * time.Millisecond
 	pki := trusttest.NewPKI(t)
@@ -202,11 +234,23 @@ func TestKeepAliveDialerAdaptsToIdleCuts(t *testing.T) {
 	adapted := make(chan time.Duration, 1)
 	k := NewKeepAlive(2*time.Second, true, nil)
 	k.floor = 50 * time.Millisecond
+	k.singleLoss = 200 * time.Millisecond
 	k.onAdapt = func(_, to, _ time.Duration) { adapted <- to }
 	d := keepAliveDialer{d: yamux.Dialer{TLS: pki.ClientConfig(t, wire.NewRunnerId(), "localhost")}, ka: k}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for i := range AdaptAfter {
+	// A live connection on an uncut path follows the change too.
+	direct, err := d.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.CloseWithCode(wire.CloseNormal, "")
+	directSrv, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer directSrv.CloseWithCode(wire.CloseNormal, "")
+	for i := range 1 {
 		c, err := d.Dial(ctx, addr)
 		if err != nil {
 			t.Fatal(err)
@@ -231,6 +275,9 @@ func TestKeepAliveDialerAdaptsToIdleCuts(t *testing.T) {
 	if to >= cut || to < cut/4 {
 		t.Fatalf("adapted to %v, want below the %v cut", to, cut)
 	}
+	if got := direct.(*yamux.Conn).KeepAliveInterval(); got != to {
+		t.Fatalf("the live connection still pings every %v, want %v", got, to)
+	}
 	c, err := d.Dial(ctx, addr)
 	if err != nil {
 		t.Fatal(err)
@@ -247,8 +294,8 @@ func TestKeepAliveDialerAdaptsToIdleCuts(t *testing.T) {
 	case <-window.C:
 	}
 	_ = c.CloseWithCode(wire.CloseNormal, "done")
-	if n := cuts.Load(); n != AdaptAfter {
-		t.Fatalf("%d cuts, want %d", n, AdaptAfter)
+	if n := cuts.Load(); n != 1 {
+		t.Fatalf("%d cuts, want 1", n)
 	}
 	t.Logf("idle cut %v: keepalive 2s → %v", cut, to)
 }
