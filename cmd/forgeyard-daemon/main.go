@@ -394,6 +394,13 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 			demo.Capabilities(s, c)
 		}
 	}
+	dcfg.Hooks.OnOutputs = func(e daemon.OutputsEvent) {
+		refs, size := make([]string, len(e.Outputs)), uint64(0)
+		for i, r := range e.Outputs {
+			refs[i], size = r.String(), size+r.Size
+		}
+		log.Info("outputs stored", "runner", e.Runner, "attempt", e.Attempt, "lease", e.Lease, "outputs", refs, "bytes", size)
+	}
 	dcfg.Hooks.OnCompletion = func(e daemon.CompletionEvent) {
 		log.Info("attempt completed", "runner", e.Runner, "attempt", e.Attempt, "lease", e.Lease, "ack", e.Ack)
 		if demo != nil {

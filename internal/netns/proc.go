@@ -43,7 +43,17 @@ type Proc struct {
 // logs the last lines of its output.
 func (n *NS) Start(name, bin string, args []string, env ...string) *Proc {
 	n.t.Helper()
-	p, err := start(n.t, name, exec.Command("ip", append([]string{"netns", "exec", n.Name, bin}, args...)...), env)
+	return n.StartIn("", name, bin, args, env...)
+}
+
+// StartIn is Start with dir as the working directory ("" for the test's),
+// for commands whose relative paths are part of what is tested (a
+// documented command line run as written).
+func (n *NS) StartIn(dir, name, bin string, args []string, env ...string) *Proc {
+	n.t.Helper()
+	cmd := exec.Command("ip", append([]string{"netns", "exec", n.Name, bin}, args...)...)
+	cmd.Dir = dir
+	p, err := start(n.t, name, cmd, env)
 	if err != nil {
 		n.t.Fatalf("netns %s: starting %s: %v", n.Role, name, err)
 	}
