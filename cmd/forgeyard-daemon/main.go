@@ -120,8 +120,8 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.pgDSNFile, "postgres-dsn-file", "", "`file` holding the PostgreSQL DSN (key: authority.postgres_dsn_file)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
 	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
-	fs.StringVar(&f.logDir, "log-dir", "", "store the attempts' logs received on log streams in `dir` (key: data.log_dir; one file per attempt; without it log streams are refused)")
-	fs.StringVar(&f.casDir, "cas-dir", "", "store CAS objects agents upload, and serve payloads from, `dir` (key: data.cas_dir; without it CAS streams are refused)")
+	fs.StringVar(&f.logDir, "log-dir", "", "store the attempts' logs received on log streams in `dir` (key: data.log_dir; one file per attempt; default: logs beside --dev-pki or the SQLite authority; with PostgreSQL and no store, log streams are refused)")
+	fs.StringVar(&f.casDir, "cas-dir", "", "store CAS objects agents upload, and serve payloads from, `dir` (key: data.cas_dir; default: cas beside --dev-pki or the SQLite authority; with PostgreSQL and no store, CAS streams are refused)")
 	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "serve the admin endpoint (/healthz, /metrics, /status, /sessions, /protocols) on `host:port` (key: admin.listen; a missing host means 127.0.0.1; loopback only unless --admin-allow-remote)")
 	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "`file` holding the bearer token --admin-listen clients must send for every path but /healthz (key: admin.token_file; without it TCP serves only /healthz and /metrics)")
@@ -255,21 +255,25 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 		cfg.ID = defaultID(cfg.Listen)
 	}
 	if cfg.Data.Store != config.StoreS3 && cfg.Data.CASDir == "" {
-		cfg.Data.CASDir = defaultCASDir(f.devPKI, cfg.Authority.SQLite)
+		cfg.Data.CASDir = defaultDataDir(f.devPKI, cfg.Authority.SQLite, "cas")
+	}
+	if cfg.Data.Store != config.StoreS3 && cfg.Data.LogDir == "" {
+		cfg.Data.LogDir = defaultDataDir(f.devPKI, cfg.Authority.SQLite, "logs")
 	}
 	return cfg, nil
 }
 
-// defaultCASDir is where a daemon with no configured content store keeps
-// the blobs agents upload: "cas" beside its development PKI (the quick
-// start), else beside its SQLite authority (its data directory); "" with
-// PostgreSQL, whose HA daemons need a shared store ([data] store = "s3").
-func defaultCASDir(devPKI, sqlite string) string {
+// defaultDataDir is where a daemon with no configured store keeps the
+// blobs agents upload (name "cas") or the attempts' logs ("logs"): beside
+// its development PKI (the quick start), else beside its SQLite authority
+// (its data directory); "" with PostgreSQL, whose HA daemons need a shared
+// store ([data] store = "s3").
+func defaultDataDir(devPKI, sqlite, name string) string {
 	switch {
 	case devPKI != "":
-		return filepath.Join(devPKI, "cas")
+		return filepath.Join(devPKI, name)
 	case sqlite != "" && sqlite != ":memory:" && !strings.HasPrefix(sqlite, "file:"):
-		return filepath.Join(filepath.Dir(sqlite), "cas")
+		return filepath.Join(filepath.Dir(sqlite), name)
 	}
 	return ""
 }
@@ -368,6 +372,9 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		}
 		dcfg.ContentStore = store
 		log.Info("content store: a local directory (data.cas_dir; by default beside --dev-pki or the SQLite authority)", "dir", dir)
+	}
+	if cfg.Data.Store != config.StoreS3 && cfg.Data.LogDir != "" {
+		log.Info("log store: a local directory (data.log_dir; by default beside --dev-pki or the SQLite authority)", "dir", cfg.Data.LogDir)
 	}
 	var drv *matrixDriver
 	if f.matrixDriver {

@@ -14,7 +14,7 @@ import (
 // take the daemon's defaults, shown here.
 //
 //	[data]
-//	log_dir = "/var/lib/forgeyard/logs"    # without it log streams are refused
+//	log_dir = "/var/lib/forgeyard/logs"    # default: logs beside --dev-pki or the SQLite authority
 //	cas_dir = "/var/lib/forgeyard/cas"     # without it CAS streams are refused
 //	log_rate_bytes = 1048576               # per attempt, bytes/s (0: unlimited, the default)
 //	log_burst_bytes = 262144               # (0: the larger of one log chunk and log_rate_bytes)

@@ -156,11 +156,17 @@ func TestQuickStartAsWritten(t *testing.T) {
 	}
 
 	// The outputs are in the content store the daemon said it uses.
-	var casDir string
+	var casDir, logDir string
 	for _, l := range daemon.Lines() {
-		if strings.HasPrefix(textField(textMsg, l), "content store: a local directory") {
+		switch msg := textField(textMsg, l); {
+		case strings.HasPrefix(msg, "content store: a local directory"):
 			casDir = textField(textDir, l)
+		case strings.HasPrefix(msg, "log store: a local directory"):
+			logDir = textField(textDir, l)
 		}
+	}
+	if logDir == "" {
+		t.Error("the daemon did not say where it keeps the attempts' logs")
 	}
 	if casDir == "" {
 		t.Fatal("the daemon did not say where it keeps blobs")
