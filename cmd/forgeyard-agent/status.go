@@ -63,6 +63,8 @@ func agentHealth(st agent.Status, connectedAt, now time.Time) telemetry.AgentHea
 // asks next about the connection.
 type statusReport struct {
 	telemetry.AgentHealth
+	// ProtocolVersion is the negotiated version (protocol) as numbers.
+	ProtocolVersion *protocolVersion `json:"protocol_version,omitempty"`
 	// Features are the negotiated optional protocol features.
 	Features []string `json:"features,omitempty"`
 	// Transport and Epoch identify the current transport session.
@@ -82,6 +84,12 @@ type statusReport struct {
 	DialErrors []dialError `json:"dial_errors,omitempty"`
 }
 
+// protocolVersion is a protocol version as numbers.
+type protocolVersion struct {
+	Major uint16 `json:"major"`
+	Minor uint16 `json:"minor"`
+}
+
 // dialError is one endpoint's last failed dial in the status file.
 type dialError struct {
 	Endpoint string    `json:"endpoint"` // "backend host:port"
@@ -93,6 +101,7 @@ type dialError struct {
 func reportOf(st agent.Status, connectedAt, now time.Time) statusReport {
 	r := statusReport{AgentHealth: agentHealth(st, connectedAt, now)}
 	if st.Connected {
+		r.ProtocolVersion = &protocolVersion{Major: st.Protocol.Major, Minor: st.Protocol.Minor}
 		for _, f := range st.Features.List() {
 			r.Features = append(r.Features, f.String())
 		}

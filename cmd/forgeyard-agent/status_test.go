@@ -129,6 +129,14 @@ func TestStatusFileAndMetrics(t *testing.T) {
 	if h.Status != telemetry.StatusOK || h.Backend != "quic" || h.Protocol != wire.Current.String() || !strings.Contains(h.Endpoint, addr) {
 		t.Errorf("status file %+v", h)
 	}
+	// The negotiated version as numbers beside its string form.
+	if b, err := os.ReadFile(statusFile); err == nil {
+		var r statusReport
+		if err := json.Unmarshal(b, &r); err != nil || r.ProtocolVersion == nil ||
+			r.ProtocolVersion.Major != wire.Current.Major || r.ProtocolVersion.Minor != wire.Current.Minor {
+			t.Errorf("status file protocol_version %+v (%v), want %v as numbers:\n%s", r.ProtocolVersion, err, wire.Current, b)
+		}
+	}
 	if fi, err := os.Stat(statusFile); err != nil || fi.Mode().Perm() != 0o644 {
 		t.Errorf("status file mode: %v %v", fi.Mode(), err)
 	}

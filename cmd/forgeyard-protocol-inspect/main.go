@@ -482,7 +482,8 @@ func (a *app) registryCmd(args []string) error {
 		for _, mi := range all {
 			list = append(list, obj{
 				{"type", mi.Type.String()}, {"family", mi.Type.Family().String()}, {"name", textVal(mi.Name)},
-				{"since", mi.Since.String()}, {"max_size", mi.MaxSize}, {"sensitive", mi.Sensitive},
+				{"since", mi.Since.String()}, {"since_version", obj{{"major", mi.Since.Major}, {"minor", mi.Since.Minor}}},
+				{"type_id", uint64(mi.Type)}, {"max_size", mi.MaxSize}, {"sensitive", mi.Sensitive},
 			})
 		}
 		return writeJSON(a.stdout, list)

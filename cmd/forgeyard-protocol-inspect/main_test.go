@@ -429,12 +429,15 @@ func TestRegistryCommand(t *testing.T) {
 		Type, Family, Name, Since string
 		MaxSize                   int `json:"max_size"`
 		Sensitive                 bool
+		TypeID                    uint64                        `json:"type_id"`
+		SinceVersion              struct{ Major, Minor uint16 } `json:"since_version"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != len(all) {
 		t.Fatalf("json: %v, %d entries", err, len(got))
 	}
 	for i, mi := range all {
-		if got[i].Name != mi.Name || got[i].Type != mi.Type.String() || got[i].MaxSize != mi.MaxSize || got[i].Sensitive != mi.Sensitive {
+		if got[i].Name != mi.Name || got[i].Type != mi.Type.String() || got[i].MaxSize != mi.MaxSize || got[i].Sensitive != mi.Sensitive ||
+			got[i].TypeID != uint64(mi.Type) || got[i].SinceVersion.Major != mi.Since.Major || got[i].SinceVersion.Minor != mi.Since.Minor {
 			t.Errorf("entry %d: %+v, want %s", i, got[i], mi.Name)
 		}
 	}
