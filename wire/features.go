@@ -145,10 +145,10 @@ func (s *FeatureSet) DecodePostcard(d *postcard.Decoder) {
 // accepts both encodings from every agent, as 1.0 agents compress
 // unconditionally.
 //
-// TraceContextV1 (after v0.2.0): the envelope's trace context is sent only
+// TraceContextV1 (since v0.3.0, protocol 1.2): the envelope's trace context is sent only
 // to a peer that negotiated it (§211).
 //
-// RetryAfterV1 (after v0.2.0): an agent advertising it obeys
+// RetryAfterV1 (since v0.3.0, protocol 1.2): an agent advertising it obeys
 // agent.RegistrationDeferredV1; a daemon sends that message only to such
 // agents (others get RegistrationRejectedV1{Overloaded, RetryBackoff}).
 var Implemented = Features(FeatureLogResumeV1, FeatureCasRangeResumeV1, FeatureLogCompressionV1, FeatureTraceContextV1,

@@ -36,6 +36,7 @@ import (
 	"strings"
 
 	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
@@ -46,8 +47,9 @@ import (
 	"forgeyard.dev/transport/wire/signing"
 )
 
-// Version is reported to the daemon in TransportHelloV1.
-const Version = "forgeyard-signer/0.1.0"
+// Version is reported to the daemon in TransportHelloV1:
+// forgeyard-signer/<module version> (internal/buildinfo), like the agent's.
+var Version = buildinfo.Get().UserAgent("forgeyard-signer")
 
 func main() {
 	cli.Main(func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
