@@ -4,6 +4,10 @@
 // temporary file in the destination's directory, is fsynced, renamed over
 // the destination (github.com/google/renameio/v2), and then the directory
 // is fsynced so that the rename itself is on disk.
+//
+// It serves the commands and internal/ (forgeyard-agent's status file);
+// semantics/ may not import internal/ (internal/deptest) and uses the same
+// code as semantics/internal/atomicfile.
 package atomicfile
 
 import (

@@ -1,7 +1,9 @@
 // Package tablefmt formats the cells of the operator tools' text tables
-// (forgeyard transport, forgeyard-agent connection status, the health
-// report of semantics/telemetry), so every table spells counts, booleans
-// and empty values the same way.
+// (forgeyard transport, forgeyard-agent connection status, the doctors,
+// the load generator's report), so every table spells counts, booleans and
+// empty values the same way. semantics/telemetry's health report spells
+// them identically with its own three helpers (semantics/ imports nothing
+// of internal/; its TestCellsMatchTablefmt keeps the two equal).
 package tablefmt
 
 import (

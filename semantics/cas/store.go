@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"forgeyard.dev/transport/internal/atomicfile"
+	"forgeyard.dev/transport/semantics/internal/atomicfile"
 	"forgeyard.dev/transport/wire"
 )
 

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	"forgeyard.dev/transport/internal/atomicfile"
+	"forgeyard.dev/transport/semantics/internal/atomicfile"
 	"forgeyard.dev/transport/wire"
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
@@ -338,7 +338,7 @@ func (s *FileSink) Sync(a wire.JobAttemptId) error {
 
 func writeFileAtomic(path string, b []byte, fsync bool) error {
 	if fsync {
-		// File and directory fsynced around the rename (internal/atomicfile).
+		// File and directory fsynced around the rename (semantics/internal/atomicfile).
 		return atomicfile.WriteFile(path, b, 0o640)
 	}
 	tmp := path + ".tmp"

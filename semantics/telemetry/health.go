@@ -4,7 +4,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"forgeyard.dev/transport/internal/tablefmt"
 	"forgeyard.dev/transport/semantics"
 	"io"
 	"net/http"
@@ -269,20 +268,20 @@ func (h *DaemonHealth) WriteTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", h.Connections, tablefmt.ByBackend(h.ConnectionsByBackend))
+	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", h.Connections, byBackend(h.ConnectionsByBackend))
 	fmt.Fprintf(tw, "SESSIONS\t%d\n", h.Sessions)
 	fmt.Fprintf(tw, "HANDSHAKE FAILURES\t%d\n", h.HandshakeFailures)
 	fmt.Fprintf(tw, "REGISTER FAILURES\t%d\n", h.RegistrationFailures)
 	if c := h.Certificate; c != nil {
 		fmt.Fprintf(tw, "CERTIFICATE\t%s\n", c.Subject)
-		fmt.Fprintf(tw, "  valid\t%s (%s → %s)\n", tablefmt.YesNo(c.Valid), day(c.NotBefore), day(c.NotAfter))
+		fmt.Fprintf(tw, "  valid\t%s (%s → %s)\n", yesNo(c.Valid), day(c.NotBefore), day(c.NotAfter))
 		fmt.Fprintf(tw, "  days to expiry\t%d\n", c.DaysToExpiry)
 	} else {
 		fmt.Fprintf(tw, "CERTIFICATE\tnone\n")
 	}
 	fmt.Fprintf(tw, "\nLISTENER\tBACKEND\tACTIVE\tERROR\n")
 	for _, l := range h.Listeners {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, tablefmt.YesNo(l.Active), tablefmt.Dash(l.Error))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, yesNo(l.Active), dash(l.Error))
 	}
 	return tw.Flush()
 }
@@ -294,10 +293,10 @@ func (h *AgentHealth) WriteTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTED\t%s\n", tablefmt.YesNo(h.Connected))
-	fmt.Fprintf(tw, "ENDPOINT\t%s\n", tablefmt.Dash(h.Endpoint))
-	fmt.Fprintf(tw, "BACKEND\t%s\n", tablefmt.Dash(h.Backend))
-	fmt.Fprintf(tw, "PROTOCOL\t%s\n", tablefmt.Dash(h.Protocol))
+	fmt.Fprintf(tw, "CONNECTED\t%s\n", yesNo(h.Connected))
+	fmt.Fprintf(tw, "ENDPOINT\t%s\n", dash(h.Endpoint))
+	fmt.Fprintf(tw, "BACKEND\t%s\n", dash(h.Backend))
+	fmt.Fprintf(tw, "PROTOCOL\t%s\n", dash(h.Protocol))
 	if h.LastHeartbeatAck.IsZero() {
 		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\tnever\n")
 	} else {

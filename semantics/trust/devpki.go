@@ -644,8 +644,8 @@ func (g *devGen) write(name string, data []byte, mode os.FileMode) error {
 // writeAtomic replaces path with data through a temporary file and rename,
 // crash-safely: the file is fsynced before the rename and the directory
 // after it, so a crash leaves the old or the new file, never an empty one,
-// and a write reported done stays done. (What internal/atomicfile does with
-// google/renameio; trust imports only the standard library, TestImports.)
+// and a write reported done stays done. (What semantics/internal/atomicfile does
+// with google/renameio; trust imports only the standard library, TestImports.)
 func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {

@@ -7,7 +7,7 @@
 // separate server process's /proc figures).
 //
 // It lives under backends/quic because only backends/quic and
-// backends/webtransport may import quic-go (.ci/check-layering.sh); it is
+// backends/webtransport may import quic-go (internal/deptest); it is
 // a measuring tool, not a transport, and nothing in the product uses it.
 package rawbench
 

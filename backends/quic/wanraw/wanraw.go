@@ -3,7 +3,7 @@
 // quic-go's default Config (plus ALPN forgeyard/1), whose bidirectional
 // streams are handed out as io.ReadWriteClosers so that the benchmark can
 // drive them exactly like the project's streams without importing quic-go
-// (only backends/quic and backends/webtransport may, .ci/check-layering.sh).
+// (only backends/quic and backends/webtransport may, internal/deptest).
 //
 // It is a measuring tool, not a transport; nothing in the product uses it.
 package wanraw

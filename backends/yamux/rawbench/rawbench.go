@@ -9,7 +9,7 @@
 // (relay, BenchmarkRelayCPU).
 //
 // It lives under backends/yamux because only backends/yamux may import
-// yamux (.ci/check-layering.sh); nothing in the product uses it.
+// yamux (internal/deptest); nothing in the product uses it.
 package rawbench
 
 import (

@@ -4,7 +4,7 @@
 // stream window, the same raw configuration as the loopback benchmarks of
 // backends/yamux — whose streams are handed out as io.ReadWriteClosers so
 // that the benchmark can drive them without importing yamux (only
-// backends/yamux may, .ci/check-layering.sh).
+// backends/yamux may, internal/deptest).
 //
 // It is a measuring tool, not a transport; nothing in the product uses it.
 package wanraw
