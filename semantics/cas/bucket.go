@@ -637,3 +637,8 @@ func (p *bucketPartial) Close() error {
 	defer p.end()
 	return p.flush()
 }
+
+// Reachable reports whether the bucket answers (objstore.Probe): a cheap
+// lookup that reads and writes nothing, for a health prober that runs
+// every few seconds (Probe, which writes, is for a store known failing).
+func (s *BucketStore) Reachable(ctx context.Context) error { return objstore.Probe(ctx, s.b) }

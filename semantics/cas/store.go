@@ -2,6 +2,7 @@ package cas
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -496,4 +497,18 @@ func (s *BucketStore) Probe() error {
 		return err
 	}
 	return s.b.Delete(ctx, key)
+}
+
+// Reachable reports whether the store's object directory is there: a
+// stat, for a health prober that runs every few seconds (Probe, which
+// writes, is for a store known failing). ctx is unused.
+func (s *FSStore) Reachable(ctx context.Context) error {
+	fi, err := os.Stat(s.objDir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("cas: %s is not a directory", s.objDir)
+	}
+	return nil
 }
