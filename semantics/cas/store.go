@@ -422,6 +422,59 @@ var (
 	_ Collector = (*BucketStore)(nil)
 )
 
+// NumShards is how many shards ShardCollector splits the objects into:
+// one per value of a digest's first byte, the two hex digits that name
+// an object's directory (FSStore) or key prefix (BucketStore).
+const NumShards = 256
+
+// ShardCollector is a Collector that lists one shard at a time, so
+// retention can page through a large store instead of listing all of it
+// on every run (FSStore, BucketStore).
+type ShardCollector interface {
+	Collector
+	// ShardObjects calls fn for the complete objects of shard (0 to
+	// NumShards-1: the digests whose first byte is shard) whose hex digest
+	// sorts after after ("" for all), in digest order.
+	ShardObjects(shard int, after string, fn func(ObjectInfo) error) error
+}
+
+var (
+	_ ShardCollector = (*FSStore)(nil)
+	_ ShardCollector = (*BucketStore)(nil)
+)
+
+// ShardObjects implements ShardCollector: it reads the directory
+// Dir/objects/sha256/<hh>.
+func (s *FSStore) ShardObjects(shard int, after string, fn func(ObjectInfo) error) error {
+	if shard < 0 || shard >= NumShards {
+		return fmt.Errorf("cas: shard %d out of range", shard)
+	}
+	es, err := os.ReadDir(filepath.Join(s.objDir, "sha256", fmt.Sprintf("%02x", shard)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range es { // sorted by name: the hex digest
+		if e.IsDir() || e.Name() <= after {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		ref, ok := parseHexSize(e.Name(), strconv.FormatInt(fi.Size(), 10))
+		if !ok {
+			continue
+		}
+		if err := fn(ObjectInfo{Ref: ref, Stored: fi.ModTime()}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Objects implements Collector: it walks Dir/objects/sha256.
 func (s *FSStore) Objects(fn func(ObjectInfo) error) error {
 	root := filepath.Join(s.objDir, "sha256")

@@ -15,6 +15,7 @@ import (
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/semantics/retention"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -98,7 +99,8 @@ type Daemon struct {
 	// watching: the authority delivers events (authority.Watcher), so
 	// revocation checks are event-driven (revocation.go).
 	watching         bool
-	deps             *depProber   // depprobe.go
+	deps             *depProber // depprobe.go
+	retPager         retention.Pager
 	revocationEvents atomic.Int64 // authority.EventRunner events handled
 	// peers: what signing workers and device agents registered with, and
 	// the device reservations (peers.go, sign.go, device.go).
