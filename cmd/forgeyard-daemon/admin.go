@@ -318,6 +318,15 @@ func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 		h.Refusals.Connect, h.Refusals.Registration = hs.RefusedConns, hs.RefusedRegistrations
 		h.Refusals.Early = hs.RefusedEarly
 		h.Refusals.Deferred, h.Refusals.Held = hs.DeferredRegistrations, hs.HeldRegistrations
+		for _, dep := range d.Dependencies() {
+			dh := dependencyHealth(dep)
+			switch dep.Name {
+			case daemon.DepAuthority:
+				h.Authority = &dh
+			case daemon.DepObjectStore:
+				h.ObjectStore = &dh
+			}
+		}
 		for _, f := range d.DataFaults() {
 			h.DataStores = append(h.DataStores, telemetry.DataStoreHealth{Store: f.Store, Cause: f.Cause, Since: f.Since, Error: f.Error})
 		}
@@ -328,6 +337,21 @@ func (t *daemonTelemetry) health() telemetry.DaemonHealth {
 	}
 	h.Evaluate(now)
 	return h
+}
+
+// dependencyHealth is a daemon dependency probe in the health report's
+// form.
+func dependencyHealth(d daemon.DependencyHealth) telemetry.DependencyHealth {
+	return telemetry.DependencyHealth{Configured: d.Configured, Probed: d.Probed, Reachable: d.Reachable,
+		LatencyMs: float64(d.Latency.Microseconds()) / 1000, CheckedAt: utcOrZero(d.CheckedAt), Since: utcOrZero(d.Since),
+		LastError: d.LastError, LastErrorAt: utcOrZero(d.LastErrorAt)}
+}
+
+func utcOrZero(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
 }
 
 // sessions is /sessions: daemon.SessionInfo with stable JSON names, oldest
@@ -452,7 +476,7 @@ type adminAccess struct {
 
 // allow reports whether r may read path; when not, it writes the answer.
 func (a adminAccess) allow(w http.ResponseWriter, r *http.Request, path string) bool {
-	if a.trusted || path == adminapi.PathHealth {
+	if a.trusted || path == adminapi.PathHealth || path == adminapi.PathReady {
 		return true
 	}
 	if path == adminapi.PathMetrics && (a.publicMetrics || !a.hasToken) {
@@ -513,6 +537,7 @@ func (t *daemonTelemetry) handler(access adminAccess) http.Handler {
 	}
 	guard(adminapi.PathMetrics, getOnly(t.m.Handler()))
 	guard(adminapi.PathHealth, telemetry.DaemonHealthHandler(t.health))
+	guard(adminapi.PathReady, telemetry.ReadinessHandler(func() telemetry.Readiness { return telemetry.ReadinessOf(t.health()) }))
 	guard(adminapi.PathSessions, get(func(*http.Request) any { return t.sessions() }))
 	guard(adminapi.PathStatus, get(func(r *http.Request) any { return t.status(r.Context()) }))
 	guard(adminapi.PathProtocols, get(func(*http.Request) any { return t.protocols() }))
@@ -522,7 +547,7 @@ func (t *daemonTelemetry) handler(access adminAccess) http.Handler {
 		guard("/debug/pprof/", getOnly(pprofHandler()))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such admin path; try /healthz, /metrics, /status, /sessions, /protocols or /runners")
+		writeError(w, http.StatusNotFound, "no such admin path; try /healthz, /readyz, /metrics, /status, /sessions, /protocols or /runners")
 	})
 	return mux
 }
@@ -616,7 +641,7 @@ func (t *daemonTelemetry) startAdminEndpoints(cfg config.Admin, tcpAddr string, 
 			s.Stop(2 * time.Second)
 		}
 	}
-	paths := "/healthz /metrics /status /sessions /protocols /runners"
+	paths := "/healthz /readyz /metrics /status /sessions /protocols /runners"
 	t.pprof = cfg.Pprof
 	if cfg.Pprof {
 		paths += " /debug/pprof/"
@@ -645,16 +670,16 @@ func (t *daemonTelemetry) startAdminEndpoints(cfg config.Admin, tcpAddr string, 
 			return stop, fmt.Errorf("admin.listen: %w", err)
 		}
 		servers = append(servers, adm)
-		auth := "bearer token (not /healthz)"
+		auth := "bearer token (not /healthz, /readyz)"
 		switch {
 		case !access.hasToken:
-			auth = "none (only /healthz and /metrics served)"
+			auth = "none (only /healthz, /readyz and /metrics served)"
 		case cfg.PublicMetrics:
-			auth = "bearer token (not /healthz, /metrics)"
+			auth = "bearer token (not /healthz, /readyz, /metrics)"
 		}
 		log.Info("admin endpoint listening", "addr", adm.Addr(), "paths", paths, "auth", auth)
 		if !access.hasToken {
-			log.Warn("admin endpoint without admin.token_file: TCP serves only /healthz and /metrics; use admin.socket or set a token for /status, /sessions, /protocols", "addr", adm.Addr())
+			log.Warn("admin endpoint without admin.token_file: TCP serves only /healthz, /readyz and /metrics; use admin.socket or set a token for /status, /sessions, /protocols", "addr", adm.Addr())
 		}
 		if th != nil && th.admin != nil {
 			th.admin(adm.Addr())

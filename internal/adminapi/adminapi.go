@@ -30,6 +30,7 @@ import (
 // Endpoint paths.
 const (
 	PathHealth    = "/healthz"
+	PathReady     = "/readyz"
 	PathMetrics   = "/metrics"
 	PathStatus    = "/status"
 	PathSessions  = "/sessions"

@@ -155,7 +155,7 @@ func (c *Client) do(ctx context.Context, method, path string, reqBody []byte, v 
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode == http.StatusServiceUnavailable && path == PathHealth:
+	case resp.StatusCode == http.StatusServiceUnavailable && (path == PathHealth || path == PathReady):
 	case resp.StatusCode == http.StatusUnauthorized:
 		if c.token == "" {
 			return fmt.Errorf("401: admin endpoint %s requires a token: pass --token-file FILE (the daemon's admin.token_file) or set %s", c.target, TokenEnv)

@@ -298,9 +298,11 @@ type Event struct {
 // database (other daemons), by LISTEN/NOTIFY: each is sent in the
 // transaction that records it, so it arrives only once committed, within
 // milliseconds. Delivery is best effort: events committed while the
-// listening connection is down (it reconnects) or while the channel is full
-// are not repeated; the agent then learns at its next renewal, as without
-// events. The channel closes when ctx ends. The embedded SQLite store has a
+// listening connection is down (it reconnects, with backoff, also when the
+// database is unreachable when Watch is called: Watch then still returns
+// the channel, which delivers once the database answers) or while the
+// channel is full are not repeated; the agent then learns at its next
+// renewal, as without events. The channel closes when ctx ends. The embedded SQLite store has a
 // single daemon and returns a nil channel.
 type Watcher interface {
 	Watch(ctx context.Context) (<-chan Event, error)

@@ -154,3 +154,16 @@ func SweepElectorOf(a Authority) SweepElector {
 	e, _ := optional[SweepElector](a)
 	return e
 }
+
+// Pinger is implemented by an authority that can check cheaply that its
+// database answers (the SQL stores: a round trip on one pooled
+// connection). The daemon's health prober calls it every few seconds.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// PingerOf returns a's Pinger, or nil (a test double).
+func PingerOf(a Authority) Pinger {
+	p, _ := optional[Pinger](a)
+	return p
+}

@@ -100,6 +100,19 @@ func (s *store) Close() error {
 	return s.db.Close()
 }
 
+// Ping implements Pinger: one round trip to the database (PostgreSQL: an
+// empty query on a pooled connection; SQLite: the file is open).
+func (s *store) Ping(ctx context.Context) error {
+	select {
+	case <-s.done:
+		return errors.New("authority: store closed")
+	default:
+	}
+	return s.db.PingContext(ctx)
+}
+
+var _ Pinger = (*store)(nil)
+
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
 func fromMs(v int64) time.Time { return time.UnixMilli(v).UTC() }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -75,16 +76,49 @@ func (s *store) listen(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
+// Watch backoff: full jitter (a random wait in [0, d)) with d doubling
+// from watchBackoffBase to watchBackoffMax, so the daemons sharing a
+// PostgreSQL server that went away do not reconnect in step.
+const (
+	watchBackoffBase = 100 * time.Millisecond
+	watchBackoffMax  = 5 * time.Second
+	// watchFirstConnect bounds Watch's own connection attempt.
+	watchFirstConnect = 5 * time.Second
+)
+
+// watchBackoff returns the wait before reconnect attempt n (0 first).
+func watchBackoff(n int) time.Duration {
+	d := watchBackoffMax
+	if n < 16 {
+		d = min(watchBackoffBase<<n, watchBackoffMax)
+	}
+	return rand.N(d) + time.Millisecond
+}
+
 // Watch implements Watcher: one LISTEN connection per call, reconnected
-// with backoff (100 ms to 2 s) when it fails, closed when ctx ends or the
-// store is closed.
+// with backoff (full jitter, up to watchBackoffMax) whenever it fails —
+// also when PostgreSQL is down when Watch is called: Watch then returns
+// the channel without an error, and it delivers events once the server is
+// back. It closes when ctx ends or the store is
+// closed. Events committed while the connection is down are not
+// delivered (the Watcher contract: best effort).
 func (s *store) Watch(ctx context.Context) (<-chan Event, error) {
 	if s.dsn == "" {
 		return nil, nil
 	}
-	conn, err := s.listen(ctx)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("authority: listen for events: %w", err)
+	}
+	// The first attempt is made here, so that with the server up the
+	// watch listens when Watch returns (events committed after it are
+	// delivered); bounded, so that an unreachable server does not hold up
+	// the daemon's start.
+	fctx, fcancel := context.WithTimeout(ctx, watchFirstConnect)
+	conn, err := s.listen(fctx)
+	fcancel()
+	failures := 0
+	if err != nil {
+		conn, failures = nil, 1
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	go func() {
@@ -98,20 +132,24 @@ func (s *store) Watch(ctx context.Context) (<-chan Event, error) {
 	go func() {
 		defer close(ch)
 		defer cancel()
-		backoff := 100 * time.Millisecond
 		for {
 			if conn == nil {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(backoff):
+				if failures > 0 {
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(watchBackoff(failures - 1)):
+					}
 				}
 				if conn, err = s.listen(ctx); err != nil {
 					conn = nil
-					backoff = min(2*backoff, 2*time.Second)
+					if ctx.Err() != nil {
+						return
+					}
+					failures++
 					continue
 				}
-				backoff = 100 * time.Millisecond
+				failures = 0
 			}
 			n, err := conn.WaitForNotification(ctx)
 			if err != nil {
@@ -120,6 +158,7 @@ func (s *store) Watch(ctx context.Context) (<-chan Event, error) {
 				if ctx.Err() != nil {
 					return
 				}
+				failures = 1 // the server went away: wait before the next attempt
 				continue
 			}
 			origin, ev, ok := parseEvent(n.Payload)

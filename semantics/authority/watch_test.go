@@ -3,6 +3,7 @@ package authority_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,5 +122,89 @@ func TestWatchSQLiteNil(t *testing.T) {
 	ch, err := a.(authority.Watcher).Watch(context.Background())
 	if ch != nil || err != nil {
 		t.Fatalf("SQLite Watch = %v, %v; want nil, nil", ch, err)
+	}
+}
+
+// TestWatchRetriedFromStart (issue 27 item 4): Watch called while
+// PostgreSQL is down returns a channel at once (no error) and keeps
+// retrying with backoff; Ping fails meanwhile. Once the server is back the
+// watch connects by itself and delivers another handle's events.
+func TestWatchRetriedFromStart(t *testing.T) {
+	srv, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	if err := srv.StopServer("fast"); err != nil {
+		if strings.Contains(err.Error(), "external") {
+			t.Skip("FORGEYARD_PG_DSN: an external server cannot be stopped")
+		}
+		t.Fatal(err)
+	}
+	if err := srv.StartServer(); err != nil {
+		t.Fatal(err)
+	}
+	dsn := srv.NewDatabase(t)
+	open := func() authority.Authority {
+		a, err := authority.OpenPostgres(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		return a
+	}
+	a, b := open(), open()
+	if err := authority.PingerOf(b).Ping(context.Background()); err != nil {
+		t.Fatalf("Ping with the server up: %v", err)
+	}
+	if err := srv.StopServer("fast"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evB, err := b.(authority.Watcher).Watch(ctx)
+	if err != nil || evB == nil {
+		t.Fatalf("Watch with the server down: %v, %v; want a channel that connects later", evB, err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	if err := authority.PingerOf(b).Ping(pctx); err == nil {
+		t.Fatal("Ping succeeded with the server down")
+	}
+	pcancel()
+	time.Sleep(300 * time.Millisecond) // a few failed attempts
+	if err := srv.StartServer(); err != nil {
+		t.Fatal(err)
+	}
+	// Events committed before the watch reconnects are lost (best effort):
+	// cancel one attempt after another until one is delivered.
+	now := time.Now()
+	runner, session := wire.NewRunnerId(), wire.NewAgentSessionId()
+	if _, err := a.RegisterSession(ctx, authority.Registration{Runner: runner, Session: session, Transport: wire.NewTransportSessionId(), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l := authority.Lease{ID: wire.NewLeaseId(), Attempt: wire.NewJobAttemptId(), Job: wire.NewJobId(), Runner: runner, Session: session,
+			TTL: time.Minute, ExpiresAt: now.Add(time.Minute), CreatedAt: now}
+		if err := a.CreateLease(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.CancelAttempt(ctx, l.Attempt, 3, now); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev, ok := <-evB:
+			if !ok {
+				t.Fatal("the watch channel closed")
+			}
+			if ev.Kind != authority.EventCancel || ev.Attempt != l.Attempt {
+				t.Fatalf("event %+v, want the cancel of %v", ev, l.Attempt)
+			}
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no event within 30 s of the server's restart")
+		}
 	}
 }

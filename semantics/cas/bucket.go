@@ -478,6 +478,28 @@ func (s *BucketStore) Objects(fn func(ObjectInfo) error) error {
 	})
 }
 
+// ShardObjects implements ShardCollector: it lists the key prefix
+// objects/sha256/<hh>/ only.
+func (s *BucketStore) ShardObjects(shard int, after string, fn func(ObjectInfo) error) error {
+	if shard < 0 || shard >= NumShards {
+		return fmt.Errorf("cas: shard %d out of range", shard)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	return s.b.List(ctx, fmt.Sprintf("%sobjects/sha256/%02x/", s.prefix, shard), func(in objstore.Info) error {
+		name := in.Key[strings.LastIndexByte(in.Key, '/')+1:]
+		i := strings.LastIndexByte(name, '-')
+		if i < 0 || name[:i] <= after {
+			return nil
+		}
+		ref, ok := parseHexSize(name[:i], name[i+1:])
+		if !ok {
+			return nil
+		}
+		return fn(ObjectInfo{Ref: ref, Stored: in.Modified})
+	})
+}
+
 // Delete removes a complete object: its manifest first (it is no longer
 // visible), then its chunks. Deleting a missing object succeeds.
 func (s *BucketStore) Delete(ref wire.CasObjectRef) error {
@@ -637,3 +659,8 @@ func (p *bucketPartial) Close() error {
 	defer p.end()
 	return p.flush()
 }
+
+// Reachable reports whether the bucket answers (objstore.Probe): a cheap
+// lookup that reads and writes nothing, for a health prober that runs
+// every few seconds (Probe, which writes, is for a store known failing).
+func (s *BucketStore) Reachable(ctx context.Context) error { return objstore.Probe(ctx, s.b) }

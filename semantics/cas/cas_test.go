@@ -9,12 +9,14 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"forgeyard.dev/transport/backends/memory"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/cas"
+	"forgeyard.dev/transport/semantics/objstore"
 	"forgeyard.dev/transport/wire"
 	wcas "forgeyard.dev/transport/wire/cas"
 )
@@ -777,5 +779,45 @@ func TestUploadAllFailsWhenCtxEndsBeforeUpload(t *testing.T) {
 	}
 	if st, err := remote.Stat(o.ref); err != nil || st.Complete {
 		t.Fatalf("object stored (%+v, %v) though no upload ran", st, err)
+	}
+}
+
+// failingOpen is a content store whose Open fails, while failing is set,
+// as an object store outage does (objstore.ErrUnavailable).
+type failingOpen struct {
+	cas.ContentStore
+	failing atomic.Bool
+}
+
+func (f *failingOpen) Open(ref wire.CasObjectRef, off uint64) (io.ReadCloser, error) {
+	if f.failing.Load() {
+		return nil, fmt.Errorf("%w: s3store: connection refused", objstore.ErrUnavailable)
+	}
+	return f.ContentStore.Open(ref, off)
+}
+
+// TestDownloadStoreOutageIsRetryable (issue 27 item 4): a download while
+// the content store fails is answered CasAborted (the agent retries it),
+// not CasNotFound (on which it gives the payload up); an object that is
+// not there is still NotFound, and the download works once the store is
+// back.
+func TestDownloadStoreOutageIsRetryable(t *testing.T) {
+	ctx := ctxT(t)
+	lease := wire.NewLeaseId()
+	o, absent := newObject(64<<10, 21), newObject(1<<10, 22)
+	remote := newStore(t, 0)
+	put(t, remote, o)
+	store := &failingOpen{ContentStore: remote}
+	a := newAuth()
+	a.allow(lease, cas.AccessRead, o, absent)
+	srv := newServer(t, store, a, nil)
+	l := newMemLink(t, srv, memory.Options{})
+
+	store.failing.Store(true)
+	wantOutcome(t, newDownloader(t, newStore(t, 0)).Fetch(ctx, l.agent, lease, o.ref), wcas.CasAborted)
+	store.failing.Store(false)
+	wantOutcome(t, newDownloader(t, newStore(t, 0)).Fetch(ctx, l.agent, lease, absent.ref), wcas.CasNotFound)
+	if err := newDownloader(t, newStore(t, 0)).Fetch(ctx, l.agent, lease, o.ref); err != nil {
+		t.Fatalf("download after the store recovered: %v", err)
 	}
 }

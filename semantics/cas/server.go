@@ -446,8 +446,15 @@ func (s *Server) download(ctx context.Context, st *semantics.Stream) error {
 		return s.ack(st, lease, ref, wcas.CasNotFound, 0, semantics.StreamCancelled, false)
 	}
 	src, err := s.cfg.Store.Open(ref, req.Offset)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNotFound) || err != nil && req.Offset > ref.Size:
 		return s.ack(st, lease, ref, wcas.CasNotFound, 0, semantics.StreamCancelled, false)
+	case err != nil:
+		// The store failed (an object store outage, an I/O error): the
+		// object may well be there, so not NotFound, on which the agent
+		// would give the payload up, but Aborted at the asked-for offset,
+		// which it retries.
+		return s.ack(st, lease, ref, wcas.CasAborted, req.Offset, semantics.StreamCancelled, false)
 	}
 	defer src.Close()
 	hdr := &wcas.CasObjectStreamHeaderV1{Lease: lease, Object: ref, Offset: req.Offset, Length: ref.Size - req.Offset, Compression: s.cfg.Compression}

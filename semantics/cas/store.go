@@ -2,6 +2,7 @@ package cas
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -421,6 +422,59 @@ var (
 	_ Collector = (*BucketStore)(nil)
 )
 
+// NumShards is how many shards ShardCollector splits the objects into:
+// one per value of a digest's first byte, the two hex digits that name
+// an object's directory (FSStore) or key prefix (BucketStore).
+const NumShards = 256
+
+// ShardCollector is a Collector that lists one shard at a time, so
+// retention can page through a large store instead of listing all of it
+// on every run (FSStore, BucketStore).
+type ShardCollector interface {
+	Collector
+	// ShardObjects calls fn for the complete objects of shard (0 to
+	// NumShards-1: the digests whose first byte is shard) whose hex digest
+	// sorts after after ("" for all), in digest order.
+	ShardObjects(shard int, after string, fn func(ObjectInfo) error) error
+}
+
+var (
+	_ ShardCollector = (*FSStore)(nil)
+	_ ShardCollector = (*BucketStore)(nil)
+)
+
+// ShardObjects implements ShardCollector: it reads the directory
+// Dir/objects/sha256/<hh>.
+func (s *FSStore) ShardObjects(shard int, after string, fn func(ObjectInfo) error) error {
+	if shard < 0 || shard >= NumShards {
+		return fmt.Errorf("cas: shard %d out of range", shard)
+	}
+	es, err := os.ReadDir(filepath.Join(s.objDir, "sha256", fmt.Sprintf("%02x", shard)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range es { // sorted by name: the hex digest
+		if e.IsDir() || e.Name() <= after {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		ref, ok := parseHexSize(e.Name(), strconv.FormatInt(fi.Size(), 10))
+		if !ok {
+			continue
+		}
+		if err := fn(ObjectInfo{Ref: ref, Stored: fi.ModTime()}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Objects implements Collector: it walks Dir/objects/sha256.
 func (s *FSStore) Objects(fn func(ObjectInfo) error) error {
 	root := filepath.Join(s.objDir, "sha256")
@@ -496,4 +550,18 @@ func (s *BucketStore) Probe() error {
 		return err
 	}
 	return s.b.Delete(ctx, key)
+}
+
+// Reachable reports whether the store's object directory is there: a
+// stat, for a health prober that runs every few seconds (Probe, which
+// writes, is for a store known failing). ctx is unused.
+func (s *FSStore) Reachable(ctx context.Context) error {
+	fi, err := os.Stat(s.objDir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("cas: %s is not a directory", s.objDir)
+	}
+	return nil
 }

@@ -182,6 +182,10 @@ type Config struct {
 	// (FileSink, FSStore, BucketSink, BucketStore); the zero value keeps
 	// everything.
 	Retention Retention
+	// HealthProbe configures the background probe of the authority and
+	// the content store (Dependencies, /healthz, /readyz); the zero value
+	// probes every DefaultProbeInterval with DefaultProbeTimeout.
+	HealthProbe HealthProbe
 	// Identity configures enrollment, certificate renewal and the
 	// revocation check (enroll.go).
 	Identity IdentityConfig

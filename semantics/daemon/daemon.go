@@ -15,6 +15,7 @@ import (
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/logs"
+	"forgeyard.dev/transport/semantics/retention"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -98,6 +99,8 @@ type Daemon struct {
 	// watching: the authority delivers events (authority.Watcher), so
 	// revocation checks are event-driven (revocation.go).
 	watching         bool
+	deps             *depProber // depprobe.go
+	retPager         retention.Pager
 	revocationEvents atomic.Int64 // authority.EventRunner events handled
 	// peers: what signing workers and device agents registered with, and
 	// the device reservations (peers.go, sign.go, device.go).
@@ -170,6 +173,7 @@ func New(cfg Config) (*Daemon, error) {
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.wg.Add(1)
 	go d.maintenance()
+	d.startProber()
 	if w := authority.WatcherOf(d.auth); w != nil {
 		// Cancels and revocations made by other daemons sharing the
 		// authority, delivered to this daemon's agents at once (cancel.go).

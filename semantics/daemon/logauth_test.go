@@ -10,6 +10,7 @@ import (
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
+	wcas "forgeyard.dev/transport/wire/cas"
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
 
@@ -56,5 +57,51 @@ func TestLogStreamAuthorityOutageRetryable(t *testing.T) {
 	leaky.failing.Store(false)
 	if c := resetCode(); c != semantics.StreamForbidden {
 		t.Fatalf("unknown lease: log stream reset with %s, want %s", c, semantics.StreamForbidden)
+	}
+}
+
+// TestDataBarriersAuthorityOutageRetryable (issue 27 item 4): the
+// logs-finalized and outputs-finalized barriers sent while the authority
+// fails are answered Internal/RetryBackoff with the safe text (the agent
+// retries them), never Forbidden; for a lease the authority does not know
+// they are Forbidden/RetryNever.
+func TestDataBarriersAuthorityOutageRetryable(t *testing.T) {
+	var leaky *leakyAuthority
+	w, _, _ := enginetest.DataWorld(t, enginetest.MemoryBackend(), func(c *daemon.Config) {
+		leaky = &leakyAuthority{Authority: c.Authority}
+		c.Authority = leaky
+	})
+	id := w.NewIdentity()
+	rc := w.DialRaw(id)
+	rc.Join(wire.NewAgentSessionId())
+	w.AwaitActive(id.Runner)
+	answer := func(m wire.Message) *wire.WireErrorV1 {
+		t.Helper()
+		env, err := rc.Call(m)
+		var we *wire.WireErrorV1
+		switch {
+		case errors.As(err, &we):
+		case err == nil:
+			var ok bool
+			if we, ok = env.Payload.(*wire.WireErrorV1); !ok {
+				t.Fatalf("%T answered with %T, want an error", m, env.Payload)
+			}
+		default:
+			t.Fatalf("%T: %v", m, err)
+		}
+		return we
+	}
+	for _, m := range []wire.Message{
+		&wlogs.LogsFinalizedV1{Attempt: wire.NewJobAttemptId(), Lease: wire.NewLeaseId(), LastSeq: 1},
+		&wcas.OutputsFinalizedV1{Attempt: wire.NewJobAttemptId(), Lease: wire.NewLeaseId()},
+	} {
+		leaky.failing.Store(true)
+		if we := answer(m); we.Code != wire.ErrCodeInternal || we.Retry != wire.RetryBackoff {
+			t.Errorf("%T with the authority down: %s/%s %q, want Internal/Backoff", m, we.Code, we.Retry, we.Message)
+		}
+		leaky.failing.Store(false)
+		if we := answer(m); we.Code != wire.ErrCodeForbidden || we.Retry != wire.RetryNever {
+			t.Errorf("%T for an unknown lease: %s/%s, want Forbidden/Never", m, we.Code, we.Retry)
+		}
 	}
 }

@@ -60,7 +60,11 @@ func (d *Daemon) runRetention() {
 }
 
 // CollectGarbage runs the retention policy once (also on the maintenance
-// schedule when Config.Retention is set) and reports it in the metrics
+// schedule when Config.Retention is set): with an age limit alone, over
+// the next page of the content store (retention.Pager: at most
+// retention.DefaultPageSize objects per run, every object within one
+// cycle of runs), with a size limit over the whole store. It reports the
+// run in the metrics
 // forgeyard_data_retention_held_bytes and
 // forgeyard_data_retention_deleted_bytes_total.
 func (d *Daemon) CollectGarbage(ctx context.Context) (retention.Result, error) {
@@ -75,7 +79,9 @@ func (d *Daemon) CollectGarbage(ctx context.Context) (retention.Result, error) {
 	if pol.PartialMaxAge > 0 && pol.PartialMaxAge < pol.MinAge {
 		pol.PartialMaxAge = pol.MinAge // an upload in progress elsewhere is not abandoned
 	}
-	res, err := retention.Collect(ctx, sinkC, storeC, pol, d.liveSet, time.Now())
+	// One page of the content store per run (retention.Pager): a large
+	// bucket is not listed whole every Interval.
+	res, err := d.retPager.Collect(ctx, sinkC, storeC, pol, d.liveSet, time.Now())
 	m := d.cfg.Metrics
 	m.RetentionHeld(StoreLogs, res.LogBytes)
 	m.RetentionHeld(StoreCAS, res.CASBytes)

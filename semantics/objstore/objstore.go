@@ -282,3 +282,38 @@ func (d *Dir) Delete(ctx context.Context, key string) error {
 	}
 	return nil
 }
+
+// ProbeKey is the key Probe looks up: no object is ever stored under it,
+// so the answer is a cheap "not found" from a store that is reachable.
+const ProbeKey = "forgeyard-probe"
+
+// Prober is implemented by a Bucket with a cheaper or more telling
+// reachability check than Probe's Stat (Dir: its root directory).
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
+// Probe checks that b answers: b's own Probe when it has one, else a Stat
+// of ProbeKey, for which "not found" is the healthy answer. It reads
+// nothing and writes nothing.
+func Probe(ctx context.Context, b Bucket) error {
+	if p, ok := b.(Prober); ok {
+		return p.Probe(ctx)
+	}
+	if _, err := b.Stat(ctx, ProbeKey); err != nil && !errors.Is(err, ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Probe implements Prober: the root directory exists and is a directory.
+func (d *Dir) Probe(ctx context.Context) error {
+	fi, err := os.Stat(d.Root)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("objstore: %s is not a directory", d.Root)
+	}
+	return nil
+}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync"
 	"time"
 
 	"forgeyard.dev/transport/semantics/cas"
@@ -56,6 +57,9 @@ type Result struct {
 	DeletedLogs, DeletedObjs         int
 	DeletedLogBytes, DeletedCASBytes int64
 	PrunedPartials                   int
+	// ListedObjects is how many objects the run listed: all of them
+	// (Collect) or one page (Pager).
+	ListedObjects int
 }
 
 type item struct {
@@ -68,6 +72,17 @@ type item struct {
 
 // Collect runs the policy once over sink and store (either may be nil).
 func Collect(ctx context.Context, sink logs.Collector, store cas.Collector, p Policy, live LiveSet, now time.Time) (Result, error) {
+	var objects func(func(cas.ObjectInfo) error) error
+	if store != nil {
+		objects = store.Objects
+	}
+	return collect(ctx, sink, store, objects, p, live, now)
+}
+
+// collect runs the policy over sink and the objects objects lists (of
+// store).
+func collect(ctx context.Context, sink logs.Collector, store cas.Collector, objects func(func(cas.ObjectInfo) error) error,
+	p Policy, live LiveSet, now time.Time) (Result, error) {
 	var res Result
 	var lv Live
 	if live != nil {
@@ -86,9 +101,10 @@ func Collect(ctx context.Context, sink logs.Collector, store cas.Collector, p Po
 			return res, err
 		}
 	}
-	if store != nil {
-		if err := store.Objects(func(o cas.ObjectInfo) error {
+	if objects != nil {
+		if err := objects(func(o cas.ObjectInfo) error {
 			items = append(items, item{ref: o.Ref, size: int64(o.Ref.Size), at: o.Stored})
+			res.ListedObjects++
 			return ctx.Err()
 		}); err != nil {
 			return res, err
@@ -161,4 +177,147 @@ func Collect(ctx context.Context, sink logs.Collector, store cas.Collector, p Po
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// DefaultPageSize is how many objects a Pager lists per run.
+const DefaultPageSize = 10000
+
+// Pager runs the policy over one page of the content store per run
+// instead of the whole store: it walks the store's shards (cas.NumShards
+// digest prefixes, cas.ShardCollector) in order with a cursor kept from
+// one run to the next, listing at most PageSize objects per run, so a
+// bucket of N objects is listed once every ceil(N/PageSize) runs (plus
+// one per cycle for the page a cycle ends on) rather than on every run.
+// Every object that exists through a whole cycle is visited in it.
+//
+// Paging applies to the age limit (MaxAge) and to partial uploads; a
+// policy with MaxBytes needs the store's total and its oldest objects,
+// so it, and a store that is not a cas.ShardCollector, is run by Collect
+// over the whole store. Logs are listed whole every run. Result's
+// CASBytes is then the bytes of the objects kept in the last complete
+// cycle, counted shard by shard (0 until a first cycle ends).
+//
+// A Pager is safe for concurrent use (runs are serialized).
+type Pager struct {
+	// PageSize bounds the objects listed per run; 0: DefaultPageSize.
+	PageSize int
+
+	mu      sync.Mutex
+	shard   int    // the shard the next run starts in
+	after   string // the last digest listed in that shard ("" for none)
+	running int64  // bytes kept so far in the current shard
+	held    [cas.NumShards]int64
+	cycles  int // complete passes over every shard
+}
+
+// errPageFull ends a page's listing.
+var errPageFull = errors.New("retention: page full")
+
+// Cycles reports how many times the pager has gone over every shard.
+func (pg *Pager) Cycles() int {
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	return pg.cycles
+}
+
+// Collect runs the policy once: over one page of store when it can page
+// (see Pager), else like the package's Collect.
+func (pg *Pager) Collect(ctx context.Context, sink logs.Collector, store cas.Collector, p Policy, live LiveSet, now time.Time) (Result, error) {
+	sc, ok := store.(cas.ShardCollector)
+	if !ok || p.MaxBytes > 0 {
+		return Collect(ctx, sink, store, p, live, now)
+	}
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	size := pg.PageSize
+	if size <= 0 {
+		size = DefaultPageSize
+	}
+	// The page: from the cursor, shard after shard, until size objects
+	// are listed or the cycle ends.
+	type pos struct {
+		shard int
+		after string
+	}
+	var page []cas.ObjectInfo
+	cur := pos{pg.shard, pg.after}
+	var sizes []int // objects listed per shard of the page, in order
+	var shards []int
+	endCycle := false
+	for len(page) < size {
+		n := 0
+		err := sc.ShardObjects(cur.shard, cur.after, func(o cas.ObjectInfo) error {
+			if len(page) >= size {
+				return errPageFull
+			}
+			page = append(page, o)
+			n++
+			return ctx.Err()
+		})
+		if err != nil && !errors.Is(err, errPageFull) {
+			return Result{}, err
+		}
+		shards, sizes = append(shards, cur.shard), append(sizes, n)
+		if errors.Is(err, errPageFull) {
+			if n > 0 {
+				cur.after = page[len(page)-1].Ref.Digest.String()
+			}
+			break
+		}
+		cur = pos{cur.shard + 1, ""}
+		if cur.shard == cas.NumShards {
+			cur.shard, endCycle = 0, true
+			break
+		}
+	}
+	rec := &recordingStore{Collector: store, deleted: map[wire.CasObjectRef]bool{}}
+	res, err := collect(ctx, sink, rec, func(fn func(cas.ObjectInfo) error) error {
+		for _, o := range page {
+			if err := fn(o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, p, live, now)
+	if err != nil && res.ListedObjects == 0 && len(page) > 0 {
+		return res, err // nothing was examined (no live set): the cursor stays
+	}
+	// Account the kept bytes shard by shard and move the cursor.
+	i := 0
+	for k, sh := range shards {
+		for _, o := range page[i : i+sizes[k]] {
+			if !rec.deleted[o.Ref] {
+				pg.running += int64(o.Ref.Size)
+			}
+		}
+		i += sizes[k]
+		if k < len(shards)-1 || cur.shard != sh { // the shard was listed to its end
+			pg.held[sh] = pg.running
+			pg.running = 0
+		}
+	}
+	pg.shard, pg.after = cur.shard, cur.after
+	if endCycle {
+		pg.cycles++
+	}
+	var held int64
+	for _, b := range pg.held {
+		held += b
+	}
+	res.CASBytes = held
+	return res, err
+}
+
+// recordingStore records the objects deleted through it.
+type recordingStore struct {
+	cas.Collector
+	deleted map[wire.CasObjectRef]bool
+}
+
+func (r *recordingStore) Delete(ref wire.CasObjectRef) error {
+	err := r.Collector.Delete(ref)
+	if err == nil {
+		r.deleted[ref] = true
+	}
+	return err
 }

@@ -58,6 +58,7 @@ func TestOperationsDocListsEveryMetric(t *testing.T) {
 	// watches its certificates.
 	authmetrics.Instrument(m, stubAuthority{})
 	m.WatchCertificate("server", func() *x509.Certificate { return &x509.Certificate{NotAfter: time.Now()} })
+	m.AuthorityUp(true) // and when its dependency prober starts
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

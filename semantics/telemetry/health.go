@@ -107,6 +107,75 @@ type DaemonHealth struct {
 	// DataStores lists the data stores failing now (daemon.DataFaults):
 	// each makes the daemon degraded.
 	DataStores []DataStoreHealth `json:"data_stores_failing,omitempty"`
+	// Authority and ObjectStore are the daemon's last background probes
+	// of its database and its content store (daemon.Dependencies): cached
+	// state, never a query made for this report. They do not change
+	// Status; the readiness report (ReadinessOf, /readyz) acts on them.
+	Authority   *DependencyHealth `json:"authority,omitempty"`
+	ObjectStore *DependencyHealth `json:"object_store,omitempty"`
+}
+
+// DependencyHealth is the last probe of a dependency of the daemon (its
+// authority, its object store).
+type DependencyHealth struct {
+	// Configured: the daemon has this dependency; without it the other
+	// fields are zero.
+	Configured bool `json:"configured"`
+	// Probed: a probe has finished (until then Reachable is unknown and
+	// false).
+	Probed    bool `json:"probed"`
+	Reachable bool `json:"reachable"`
+	// LatencyMs is how long the last probe took, in milliseconds.
+	LatencyMs float64 `json:"latency_ms"`
+	// CheckedAt is when the last probe finished.
+	CheckedAt time.Time `json:"checked_at,omitzero"`
+	// Since is when Reachable last changed.
+	Since time.Time `json:"since,omitzero"`
+	// LastError is the last failed probe's error and LastErrorAt its time;
+	// they stay after a recovery.
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+}
+
+// Readiness is the daemon's readiness report (/readyz): whether a load
+// balancer should send it agents. Ready is false, and the handler answers
+// 503, when the last authority probe failed: registrations would only be
+// answered "retry later".
+type Readiness struct {
+	Ready       bool              `json:"ready"`
+	Problems    []string          `json:"problems,omitempty"`
+	CheckedAt   time.Time         `json:"checked_at"`
+	Authority   *DependencyHealth `json:"authority,omitempty"`
+	ObjectStore *DependencyHealth `json:"object_store,omitempty"`
+}
+
+// ReadinessOf derives the readiness report from a health report's
+// dependency probes: not ready when the authority is configured, was
+// probed and did not answer. An object store that does not answer is
+// listed as a problem but keeps the daemon ready (agents can still
+// register, run and complete; their uploads are answered retryable).
+func ReadinessOf(h DaemonHealth) Readiness {
+	r := Readiness{Ready: true, CheckedAt: h.CheckedAt, Authority: h.Authority, ObjectStore: h.ObjectStore}
+	if a := h.Authority; a != nil && a.Configured && a.Probed && !a.Reachable {
+		r.Ready = false
+		r.Problems = append(r.Problems, "authority unreachable: "+a.LastError)
+	}
+	if o := h.ObjectStore; o != nil && o.Configured && o.Probed && !o.Reachable {
+		r.Problems = append(r.Problems, "object store unreachable: "+o.LastError)
+	}
+	return r
+}
+
+// ReadinessHandler serves report() as JSON (GET or HEAD): 200 when Ready,
+// 503 when not. report is called once per request and must be cheap.
+func ReadinessHandler(report func() Readiness) http.Handler {
+	return healthHandler(func() (any, HealthStatus) {
+		r := report()
+		if r.Ready {
+			return &r, StatusOK
+		}
+		return &r, StatusDown
+	})
 }
 
 // Refusals are the daemon's refusals at its limits, by stage: Handshake

@@ -159,6 +159,8 @@ type Metrics struct {
 	casBytes, casObjects, casResm *prometheus.CounterVec
 	dataErrors, dataDeleted       *prometheus.CounterVec
 	dataHeld                      *prometheus.GaugeVec
+	depOnce                       sync.Once // the daemon's dependency gauges, registered on first use
+	authorityUp, objstoreUp       prometheus.Gauge
 	casVerifyFail                 *prometheus.CounterVec
 
 	certOnce sync.Once
@@ -652,6 +654,46 @@ func (m *Metrics) RetentionDeleted(store string, n int64) {
 		return
 	}
 	m.dataDeleted.WithLabelValues(store).Add(float64(n))
+}
+
+// depGauges registers forgeyard_authority_up and forgeyard_objstore_up
+// on first use: only a daemon probes dependencies, and an agent's scrape
+// must not show authority metrics.
+func (m *Metrics) depGauges() {
+	m.depOnce.Do(func() {
+		m.authorityUp = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "authority_up",
+			Help: "1 when the daemon's last probe of its authority (database) answered, else 0 (also before the first probe)."})
+		m.objstoreUp = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "objstore_up",
+			Help: "1 when the daemon's last probe of its object store (content store) answered, else 0 (also before the first probe, or with none configured)."})
+		m.reg.MustRegister(m.authorityUp, m.objstoreUp)
+	})
+}
+
+// AuthorityUp sets forgeyard_authority_up from the last authority probe
+// (both dependency gauges are registered at the first call).
+func (m *Metrics) AuthorityUp(up bool) {
+	if m == nil {
+		return
+	}
+	m.depGauges()
+	m.authorityUp.Set(b2f(up))
+}
+
+// ObjectStoreUp sets forgeyard_objstore_up from the last object store
+// probe (both dependency gauges are registered at the first call).
+func (m *Metrics) ObjectStoreUp(up bool) {
+	if m == nil {
+		return
+	}
+	m.depGauges()
+	m.objstoreUp.Set(b2f(up))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // RetentionHeld sets the bytes store ("logs", "cas") held at the last

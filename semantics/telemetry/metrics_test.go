@@ -51,6 +51,8 @@ var wantMetrics = map[string]dto.MetricType{
 	"forgeyard_data_store_errors_total":               dto.MetricType_COUNTER,
 	"forgeyard_data_retention_deleted_bytes_total":    dto.MetricType_COUNTER,
 	"forgeyard_data_retention_held_bytes":             dto.MetricType_GAUGE,
+	"forgeyard_authority_up":                          dto.MetricType_GAUGE,
+	"forgeyard_objstore_up":                           dto.MetricType_GAUGE,
 	"forgeyard_cas_resumes_total":                     dto.MetricType_COUNTER,
 	"forgeyard_cas_verification_failures_total":       dto.MetricType_COUNTER,
 }
@@ -127,6 +129,8 @@ func exercise(m *telemetry.Metrics) []string {
 	m.CasVerified(true)
 	m.CasResumed(false)
 	m.CasVerificationFailed(true)
+	m.AuthorityUp(true)
+	m.ObjectStoreUp(false)
 	return []string{runner, session, msg, addr, "203.0.113.7"}
 }
 

@@ -2,6 +2,7 @@ package s3store_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
 
@@ -65,4 +66,24 @@ func TestS3LogConformance(t *testing.T) {
 			return s
 		}, true
 	})
+}
+
+// TestS3Probe (issue 27 item 4): objstore.Probe (a Stat of a key never
+// written) succeeds against a running S3 server and fails, as
+// ErrUnavailable, once the server is gone.
+func TestS3Probe(t *testing.T) {
+	srv, err := s3test.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	b := srv.Open(t)
+	ctx := context.Background()
+	if err := objstore.Probe(ctx, b); err != nil {
+		t.Fatalf("probe of a running server: %v", err)
+	}
+	srv.Stop()
+	if err := objstore.Probe(ctx, b); !errors.Is(err, objstore.ErrUnavailable) {
+		t.Fatalf("probe of a stopped server: %v, want ErrUnavailable", err)
+	}
 }
