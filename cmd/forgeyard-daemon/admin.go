@@ -537,7 +537,14 @@ func (t *daemonTelemetry) handler(access adminAccess) http.Handler {
 	}
 	guard(adminapi.PathMetrics, getOnly(t.m.Handler()))
 	guard(adminapi.PathHealth, telemetry.DaemonHealthHandler(t.health))
-	guard(adminapi.PathReady, telemetry.ReadinessHandler(func() telemetry.Readiness { return telemetry.ReadinessOf(t.health()) }))
+	guard(adminapi.PathReady, telemetry.ReadinessHandler(func() telemetry.Readiness {
+		r := telemetry.ReadinessOf(t.health())
+		if t.draining.Load() { // a load balancer stops sending agents to a daemon that is shutting down
+			r.Ready = false
+			r.Problems = append(r.Problems, "draining: the daemon is shutting down")
+		}
+		return r
+	}))
 	guard(adminapi.PathSessions, get(func(*http.Request) any { return t.sessions() }))
 	guard(adminapi.PathStatus, get(func(r *http.Request) any { return t.status(r.Context()) }))
 	guard(adminapi.PathProtocols, get(func(*http.Request) any { return t.protocols() }))

@@ -86,9 +86,15 @@ func TestStatusAuthorityAndDraining(t *testing.T) {
 	tel := newDaemonTelemetry()
 	tel.attach(nil, []serversetup.Listener{{Backend: "quic", BackendListener: fakeListener{"127.0.0.1:7443"}}}, nil)
 	tel.info = adminInfo{id: "d1", startedAt: time.Now(), au: failingAuthority{}, auBackend: "postgres", protocol: wire.Supported}
-	tel.draining.Store(true)
 	srv := httptest.NewServer(tel.handler(adminAccess{trusted: true}))
 	defer srv.Close()
+	if code, _, body := httpGet(t, srv.URL+"/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz before draining: %d %s", code, body)
+	}
+	tel.draining.Store(true)
+	if code, _, body := httpGet(t, srv.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+		t.Errorf("/readyz while draining: %d %s, want 503 naming the drain", code, body)
+	}
 	code, _, body := httpGet(t, srv.URL+"/status")
 	var st adminapi.Status
 	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {

@@ -312,7 +312,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	if err != nil {
 		return err
 	}
-	au, err := daemonsetup.OpenAuthority(ctx, cfg.Authority)
+	au, err := daemonsetup.OpenAuthorityWaiting(ctx, cfg.Authority, log) // a PostgreSQL still starting is waited for
 	if err != nil {
 		return err
 	}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,4 +150,64 @@ func TestReadyzPostgresDownAtStart(t *testing.T) {
 			t.Fatalf("the runner disabled through another handle was not closed here within 30 s: the watch is not up; daemon log:\n%s", w.LogBuf.String())
 		}
 	}
+}
+
+// TestProcessWaitsForPostgres (issue 27 item 4): forgeyard-daemon started
+// while its PostgreSQL is stopped does not exit: it logs that it waits
+// for the authority (WARN, naming authority.postgres_dsn_file), and once
+// PostgreSQL is started it opens the authority and listens. A SIGTERM
+// while waiting ends it cleanly.
+func TestProcessWaitsForPostgres(t *testing.T) {
+	srv, err := pgtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	dir := t.TempDir()
+	dsnFile := filepath.Join(dir, "pg.dsn")
+	if err := os.WriteFile(dsnFile, []byte(srv.NewDatabase(t)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	daemonBin, _ := buildCommands(t, dir)
+	if err := srv.StopServer("fast"); err != nil {
+		t.Fatal(err)
+	}
+	start := func(name string) *process {
+		return startProcess(t, daemonBin, filepath.Join(dir, name), "--dev-pki", filepath.Join(dir, "pki"), "--postgres-dsn-file", dsnFile,
+			"--listen", fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t)), "--listen-webtransport", "", "--log-format", "json")
+	}
+	waiting := func(p *process) func() bool {
+		return func() bool { return p.count("waiting for the PostgreSQL authority") >= 2 }
+	}
+
+	// SIGTERM while waiting: a clean exit, not a hang.
+	early := start("early.log")
+	early.await(t, "the daemon waiting for PostgreSQL", waiting(early))
+	if k := early.logValue("waiting for the PostgreSQL authority", "key"); k != "authority.postgres_dsn_file" {
+		t.Errorf("the waiting line names key %q, want authority.postgres_dsn_file", k)
+	}
+	if e := early.logValue("waiting for the PostgreSQL authority", "err"); !strings.Contains(e, dsnFile) || strings.Contains(e, "password=") {
+		t.Errorf("the waiting line's error %q should name the DSN file and never the DSN", e)
+	}
+	_ = early.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-early.done:
+		early.done <- err // for the cleanup
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting daemon did not stop on SIGTERM")
+	}
+
+	d := start("daemon.log")
+	d.await(t, "the daemon waiting for PostgreSQL", waiting(d))
+	if n := d.count("listening"); n != 0 {
+		t.Fatalf("listening before the authority opened:\n%s", d.log())
+	}
+	if err := srv.StartServer(); err != nil {
+		t.Fatal(err)
+	}
+	d.await(t, "the daemon listening once PostgreSQL is up", func() bool { return d.count("listening") > 0 })
+	if d.count("the PostgreSQL authority is reachable") != 1 {
+		t.Errorf("no line saying the authority became reachable:\n%s", d.log())
+	}
+	d.stop(t)
 }

@@ -199,17 +199,38 @@ func NewEvents() *Events {
 		registered: make(chan daemon.SessionInfo, 1024), Disconnects: make(chan error, 1024)}
 }
 
+// Hooks returns the daemon hooks that feed e. A hook never blocks the
+// daemon: when a channel is full (a test that does not read it, e.g. the
+// disconnects of a chaos test that cuts thousands of connections), its
+// oldest event is dropped for the new one. A blocking hook would wedge the
+// daemon's connection teardown and hang the test instead.
 func (e *Events) Hooks() daemon.Hooks {
 	return daemon.Hooks{
-		OnRegistered: func(s daemon.SessionInfo) { e.registered <- s },
+		OnRegistered: func(s daemon.SessionInfo) { push(e.registered, s) },
 		OnCompletion: func(c daemon.CompletionEvent) {
 			if f := e.OnComplete.Load(); f != nil {
 				(*f)(c)
 			}
-			e.Completions <- c
+			push(e.Completions, c)
 		},
-		OnLeaseAnswer: func(a daemon.LeaseAnswerEvent) { e.answers <- a },
-		OnDisconnect:  func(_ daemon.SessionInfo, err error) { e.Disconnects <- err },
+		OnLeaseAnswer: func(a daemon.LeaseAnswerEvent) { push(e.answers, a) },
+		OnDisconnect:  func(_ daemon.SessionInfo, err error) { push(e.Disconnects, err) },
+	}
+}
+
+// push sends v on ch without blocking, dropping the oldest event when ch
+// is full.
+func push[T any](ch chan T, v T) {
+	for {
+		select {
+		case ch <- v:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
+		}
 	}
 }
 
@@ -361,6 +382,25 @@ func (w *World) AwaitActive(runner wire.RunnerId) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	w.T.Fatalf("runner %s never became active; sessions %+v; daemon log tail:\n%s", runner, w.D.Sessions(), w.logTail(30))
+}
+
+// OfferLease offers o to runner and waits for the answer, as a scheduler
+// on a loaded machine does: an offer refused because the runner is between
+// a reconnect and its resync (daemon.ErrNotConnected — a starved test
+// process misses heartbeats) is offered again, for the same attempt, once
+// the runner is active, until ctx ends. Other errors are returned.
+func (w *World) OfferLease(ctx context.Context, runner wire.RunnerId, o daemon.LeaseOffer) (authority.Lease, error) {
+	w.T.Helper()
+	if o.Attempt == (wire.JobAttemptId{}) {
+		o.Attempt = wire.NewJobAttemptId()
+	}
+	for {
+		l, err := w.D.OfferLease(ctx, runner, o)
+		if !errors.Is(err, daemon.ErrNotConnected) || ctx.Err() != nil {
+			return l, err
+		}
+		w.AwaitActive(runner)
+	}
 }
 
 // logTail returns the daemon log's last n lines (for failure messages).

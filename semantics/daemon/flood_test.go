@@ -63,6 +63,11 @@ func TestDataLogFloodBounded(t *testing.T) {
 			// A loaded 2-core CI machine under -race starves goroutines for
 			// a while: liveness here is 3×250 ms.
 			c.Timing.HeartbeatInterval = hb
+			// Neither side may call a link dead, nor an offer expire,
+			// because the shared machine starved this process for a few
+			// seconds: heartbeat-ack gaps are sampled and bounded below.
+			c.Timing.HeartbeatGrace = 5 * time.Second
+			c.Timing.LeaseTTL = time.Minute
 		})
 		bad, good := w.NewIdentity(), w.NewIdentity()
 
@@ -90,7 +95,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 		badAgent, _, _ := w.StartAgent(bad, agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
 			floodStarted <- struct{}{}
 			return floodExec(ctx, job, out)
-		}), enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) { c.LogSpoolLimit = 8 << 20 })
+		}), enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) { c.LogSpoolLimit = 8 << 20; c.HeartbeatMisses = 24 })
 
 		// The well-behaved agent: holds each attempt until cancelled.
 		started := make(chan wire.JobAttemptId, 1)
@@ -101,7 +106,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 			<-ctx.Done()
 			cancelled <- time.Now()
 			return agent.Result{Kind: agentwire.ResultCancelled}
-		}), enginetest.SpoolIn(t.TempDir()))
+		}), enginetest.SpoolIn(t.TempDir()), func(c *agent.Config) { c.HeartbeatMisses = 24 })
 		w.AwaitActive(bad.Runner)
 		w.AwaitActive(good.Runner)
 		ctx := context.Background()
@@ -110,7 +115,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 
 		var floodAttempts []wire.JobAttemptId
 		for i := 0; i < floods; i++ {
-			l, err := w.D.OfferLease(ctx, bad.Runner, enginetest.Offer(500+i))
+			l, err := w.OfferLease(ctx, bad.Runner, enginetest.Offer(500+i))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +163,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 		// At most 40 cancel samples: the well-behaved agent's own attempts
 		// must not be what grows the heap; the flood runs until end.
 		for i := 0; time.Now().Before(end) && i < 40; i++ {
-			l, err := w.D.OfferLease(ctx, good.Runner, enginetest.Offer(600+i))
+			l, err := w.OfferLease(ctx, good.Runner, enginetest.Offer(600+i))
 			if err != nil {
 				t.Fatalf("offer %d to the well-behaved agent: %v; its stats %+v; daemon log:\n%s", i, err, goodAgent.Stats(), w.LogBuf.String())
 			}

@@ -13,8 +13,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
 	"os"
 	"strings"
+	"syscall"
+	"time"
 
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/semantics/authority"
@@ -52,12 +57,86 @@ func OpenAuthority(ctx context.Context, a config.AuthorityConfig) (authority.Aut
 	if err != nil {
 		return nil, config.Invalid(fmt.Errorf("authority.postgres_dsn_file: %w", err))
 	}
-	au, err := authority.OpenPostgres(ctx, strings.TrimSpace(dsn))
-	if err != nil {
-		// The DSN may carry a password: never echo it.
-		return nil, fmt.Errorf("authority.postgres_dsn_file %q: cannot open PostgreSQL: %w", a.PostgresDSNFile, redactDSN(err, dsn))
+	return openPostgresWaiting(ctx, a.PostgresDSNFile, strings.TrimSpace(dsn), nil)
+}
+
+// OpenAuthorityWaiting is OpenAuthority for a daemon's start: a PostgreSQL
+// authority that cannot be reached yet (stopped, starting up, its network
+// not up) is waited for — each failed attempt logged at WARN with the
+// configuration key, retried with exponential backoff and full jitter
+// (WaitBase doubling up to WaitMax) — until ctx ends (SIGTERM). Errors
+// that waiting does not fix (an unreadable DSN file, a refused password,
+// a bad database name, SQLite) are returned at once.
+func OpenAuthorityWaiting(ctx context.Context, a config.AuthorityConfig, log *slog.Logger) (authority.Authority, error) {
+	if a.SQLite != "" {
+		return OpenAuthority(ctx, a)
 	}
-	return au, nil
+	dsn, err := readSmallFile(a.PostgresDSNFile, maxDSNFile)
+	if err != nil {
+		return nil, config.Invalid(fmt.Errorf("authority.postgres_dsn_file: %w", err))
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return openPostgresWaiting(ctx, a.PostgresDSNFile, strings.TrimSpace(dsn), log)
+}
+
+// Waiting for the authority at start.
+const (
+	WaitBase    = 500 * time.Millisecond
+	WaitMax     = 10 * time.Second
+	waitAttempt = 10 * time.Second // one connection attempt
+)
+
+// openPostgresWaiting opens the PostgreSQL authority; with log set it
+// waits out errors waitFixes says time may fix.
+func openPostgresWaiting(ctx context.Context, dsnFile, dsn string, log *slog.Logger) (authority.Authority, error) {
+	for wait, attempt := WaitBase, 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, waitAttempt)
+		au, err := authority.OpenPostgres(actx, dsn)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info("the PostgreSQL authority is reachable", "attempts", attempt)
+			}
+			return au, nil
+		}
+		// The DSN may carry a password: never echo it.
+		rerr := fmt.Errorf("authority.postgres_dsn_file %q: cannot open PostgreSQL: %w", dsnFile, redactDSN(err, dsn))
+		if log == nil || ctx.Err() != nil || !waitFixes(err) {
+			return nil, rerr
+		}
+		d := time.Duration(rand.Int64N(int64(wait))) + wait/2
+		log.Warn("waiting for the PostgreSQL authority", "err", rerr, "attempt", attempt, "retry_in", d.Round(10*time.Millisecond),
+			"key", "authority.postgres_dsn_file")
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, rerr
+		case <-t.C:
+		}
+		wait = min(2*wait, WaitMax)
+	}
+}
+
+// waitFixes reports whether opening the authority failed in a way that
+// waiting may fix: no connection (refused, unreachable, timed out) or a
+// server that is starting up or shutting down (SQLSTATE 57P01–57P03).
+func waitFixes(err error) bool {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	msg := err.Error()
+	for _, s := range []string{"57P01", "57P02", "57P03", "the database system is starting up", "the database system is shutting down", "connection refused"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func readSmallFile(path string, max int64) (string, error) {
