@@ -123,7 +123,7 @@ vet:
 # imports between wire, semantics, backends, relay and cmd, the map of semantics/ in
 # semantics/doc.go, the pure contract; each with the test proving it catches a planted fault.
 layering:
-	$(GO) test -count=1 -run '^(TestLayering|TestRuleCatchesViolations|TestSemanticsMap|TestSemanticsMapCatchesViolations|TestContractDeps)$$' ./internal/deptest
+	$(GO) test -count=1 -run '^(TestLayering|TestRuleCatchesViolations|TestSemanticsMap|TestSemanticsMapCatchesViolations|TestContractDeps|TestInternalMap|TestInternalMapCatchesViolations)$$' ./internal/deptest
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
