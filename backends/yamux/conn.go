@@ -943,7 +943,17 @@ func (c *Conn) connError() error {
 	select {
 	case <-c.done:
 	case <-t.C:
-		return errConnLost
+		// The control reader has not finished (a starved process): say
+		// what is known already — the failure that ended the session
+		// (a stalled write), else what the socket saw — rather than a
+		// generic loss.
+		c.mu.Lock()
+		f := c.failure
+		c.mu.Unlock()
+		if f != nil {
+			return f
+		}
+		return c.sc.classify()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
