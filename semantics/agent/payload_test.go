@@ -120,9 +120,11 @@ func (r slowReader) Read(p []byte) (int, error) {
 // verified payload.
 func TestDataPayloadShared(t *testing.T) {
 	b := enginetest.MemoryBackend()
-	var slow slowStore
-	w, _, store := enginetest.DataWorld(t, b, func(c *daemon.Config) { c.ContentStore = &slow })
-	slow = slowStore{FSStore: store, pause: 40 * time.Millisecond}
+	// The slow store wraps the world's own, before the daemon starts (its
+	// health prober uses the store from the start).
+	w, _, store := enginetest.DataWorld(t, b, func(c *daemon.Config) {
+		c.ContentStore = &slowStore{FSStore: c.ContentStore.(*cas.FSStore), pause: 40 * time.Millisecond}
+	})
 	payload := bytes.Repeat([]byte("shared payload\n"), 70_000) // 1 MiB: ≥ 16 reads of 64 KiB, ≥ 640 ms
 	ref := enginetest.PutObject(t, store, payload)
 	exec := agent.ExecutorFunc(func(ctx context.Context, job agent.Job, out agent.Output) agent.Result {
