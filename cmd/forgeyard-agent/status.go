@@ -6,19 +6,21 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"forgeyard.dev/transport/internal/tablefmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
-	"forgeyard.dev/transport/internal/atomicfile"
+	"github.com/google/renameio/v2"
+
 	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
+	"forgeyard.dev/transport/internal/tablefmt"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
 )
@@ -171,13 +173,15 @@ func (r *statusReport) writeTable(w io.Writer) error {
 
 // writeStatusFile writes h as JSON to path atomically: a temporary file in
 // the same directory, synced, then renamed over path (readers see the old
-// or the new report, never a partial one).
+// or the new report, never a partial one). The directory is not synced: a
+// crash may lose the last report, which the next interval rewrites.
 func writeStatusFile(path string, h statusReport) error {
 	body, err := json.MarshalIndent(&h, "", "  ")
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(path, append(body, '\n'), 0o644)
+	return renameio.WriteFile(path, append(body, '\n'), 0o644,
+		renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(0o644))
 }
 
 // agentTelemetry is the running agent's observability: the status file and

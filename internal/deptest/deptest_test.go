@@ -103,7 +103,7 @@ func TestRuleCatchesViolations(t *testing.T) {
 		{mod + "/semantics/telemetry", mod + "/internal/tablefmt", false, true},
 		{mod + "/semantics/telemetry", mod + "/internal/tablefmt", true, false},
 		{mod + "/semantics/cas", mod + "/semantics/internal/atomicfile", false, false},
-		{mod + "/cmd/forgeyard-agent", mod + "/internal/atomicfile", false, false},
+		{mod + "/cmd/forgeyard-agent", mod + "/internal/tablefmt", false, false},
 	}
 	for _, c := range cases {
 		got := len(violations(c.pkg, []string{c.imp}, c.test)) > 0

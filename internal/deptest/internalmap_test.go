@@ -60,23 +60,6 @@ func internalMap(text string) (map[string]string, []string) {
 	return rows, bad
 }
 
-// mapTableWith returns the lines of the first table headed header.
-func mapTableWith(text, header string) []string {
-	var out []string
-	for _, l := range strings.Split(text, "\n") {
-		l = strings.TrimSpace(l)
-		switch {
-		case out == nil && l == header:
-			out = append(out, l)
-		case out != nil && strings.HasPrefix(l, "|"):
-			out = append(out, l)
-		case out != nil:
-			return out
-		}
-	}
-	return out
-}
-
 // internalMapViolations applies the map's rules. pkgs are the packages
 // under internal/ and cmd/ (relative paths); imports maps each package of
 // the module to its non-test imports and deps to its non-test transitive

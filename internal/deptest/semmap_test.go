@@ -44,12 +44,16 @@ type mapRow struct {
 
 // mapTable returns the lines (trimmed) of the first table in text whose
 // header is mapHeader, header and separator included.
-func mapTable(text string) []string {
+func mapTable(text string) []string { return mapTableWith(text, mapHeader) }
+
+// mapTableWith returns the lines (trimmed) of the first table in text
+// headed header, header and separator included.
+func mapTableWith(text, header string) []string {
 	var out []string
 	for _, l := range strings.Split(text, "\n") {
 		l = strings.TrimSpace(l)
 		switch {
-		case out == nil && l == mapHeader:
+		case out == nil && l == header:
 			out = append(out, l)
 		case out != nil && strings.HasPrefix(l, "|"):
 			out = append(out, l)

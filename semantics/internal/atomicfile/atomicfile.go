@@ -6,9 +6,10 @@
 // is fsynced so that the rename itself is on disk.
 //
 // It is semantics' own (semantics/logs, semantics/cas), so that semantics/
-// imports nothing of the module's internal/ (internal/deptest). The commands
-// use internal/atomicfile, the same code where they may import it;
-// semantics/trust keeps its standard-library copy (its TestImports).
+// imports nothing of the module's internal/ (internal/deptest); it is the
+// one atomic writer of durable data. The agent's status file, rewritten
+// every interval, uses renameio directly (no directory sync); semantics/trust
+// keeps its standard-library copy (its TestImports allow no dependency).
 package atomicfile
 
 import (
