@@ -309,8 +309,14 @@ func TestRateMeter(t *testing.T) {
 func TestHandshakeWorkersHerd(t *testing.T) {
 	cfg := testConfig
 	cfg.HandshakeWorkers = 1
+	// 60 handshakes through one worker take seconds under -race on a
+	// loaded machine; the clients' handshake idle timeout (half of
+	// HandshakeTimeout) must outlast the queue, or they give up waiting
+	// (the subject here is the worker bound, not the queue's speed), and so
+	// must the listener's queue-wait bound, or it refuses them at once.
+	cfg.HandshakeTimeout, cfg.HandshakeQueueWait = time.Minute, 25*time.Second
 	e := newTenv(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const n = 60
 	accepted := make(chan semantics.BackendConn, n)
@@ -328,7 +334,7 @@ func TestHandshakeWorkersHerd(t *testing.T) {
 	conns := make(chan semantics.BackendConn, n)
 	for range n {
 		wg.Go(func() {
-			c, err := Dialer{TLS: e.pki.ClientConfig(t, wire.NewRunnerId(), serverName), Config: testConfig}.Dial(ctx, e.ln.Addr().String())
+			c, err := Dialer{TLS: e.pki.ClientConfig(t, wire.NewRunnerId(), serverName), Config: cfg}.Dial(ctx, e.ln.Addr().String())
 			if err != nil {
 				errs <- err
 				return
