@@ -193,16 +193,20 @@ func TestLeaseGraceProbeSavesLease(t *testing.T) {
 		w := enginetest.NewWorld(t, b, func(c *daemon.Config) {
 			c.Timing.RenewInterval = 100 * time.Millisecond
 			c.Timing.RevokeGrace = 300 * time.Millisecond
+			// The subject is the lease's probe, not transport liveness: a
+			// starved process (two test runs on 2 cores under -race) must
+			// not reconnect meanwhile (once seen: 1 probe in 10 s).
+			c.Timing.HeartbeatGrace = 5 * time.Second
 		})
 		id := w.NewIdentity()
 		exec := enginetest.NewCountingExec(true)
-		w.StartAgent(id, exec)
+		w.StartAgent(id, exec, func(c *agent.Config) { c.HeartbeatMisses = 50 })
 		w.AwaitActive(id.Runner)
 		o := enginetest.Offer(8)
 		o.TTL = 40 * time.Millisecond // expires between renewals
 		go func() { _, _ = w.D.OfferLease(context.Background(), id.Runner, o) }()
 		job := enginetest.AwaitStart(t, exec)
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for w.D.Stats().Probes < 3 && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond) // no event for "probe answered"
 		}
