@@ -59,6 +59,14 @@ func (a *Agent) ClockOffset() (time.Duration, bool) {
 	return a.clk.offset, a.clk.known
 }
 
+// clockError bounds the error of the offset estimate: half the round trip
+// of its sample (the daemon read its clock somewhere within it).
+func (a *Agent) clockError() time.Duration {
+	a.clk.mu.Lock()
+	defer a.clk.mu.Unlock()
+	return a.clk.rtt / 2
+}
+
 // daemonNow is the agent's estimate of the daemon's clock now (its own
 // clock before any server time arrived).
 func (a *Agent) daemonNow() time.Time {
@@ -78,7 +86,10 @@ func (a *Agent) leaseUntil(at *attempt, expiresAtMs uint64) {
 	if expiresAtMs == 0 {
 		return
 	}
-	wait := time.UnixMilli(int64(expiresAtMs)).Sub(a.daemonNow()) + a.cfg.LeaseGrace
+	// The estimate may be early by up to clockError: wait that much more,
+	// so an attempt is never stopped before its lease ends on the daemon's
+	// clock (a loaded machine's slow round trip makes it hundreds of ms).
+	wait := time.UnixMilli(int64(expiresAtMs)).Sub(a.daemonNow()) + a.cfg.LeaseGrace + a.clockError()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if at.finished || at.stopped {
