@@ -237,11 +237,11 @@ var errIsolate = errors.New("authority: batch needs savepoints")
 func (b *batcher) try(ctx context.Context, ops []*batchOp, results []error, savepoints bool) error {
 	t, err := b.s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return beforeCommit(err)
 	}
 	fail := func(err error) error {
 		_ = t.Rollback()
-		return err
+		return beforeCommit(err)
 	}
 	for i, op := range ops {
 		results[i] = nil
@@ -252,7 +252,7 @@ func (b *batcher) try(ctx context.Context, ops []*batchOp, results []error, save
 		}
 		var tr opTrace
 		opErr := op.fn(context.WithValue(ctx, opTraceKey{}, &tr), t)
-		if opErr != nil && retryable(opErr) {
+		if opErr != nil && retryable(beforeCommit(opErr)) {
 			return fail(opErr)
 		}
 		switch {

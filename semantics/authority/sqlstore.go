@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -119,13 +121,18 @@ func fromMs(v int64) time.Time { return time.UnixMilli(v).UTC() }
 
 func idb(u [16]byte) []byte { return u[:] }
 
-// tx runs fn in a transaction, retrying serialization failures a few times.
+// tx runs fn in a transaction, retrying serialization failures a few times,
+// and a transaction whose connection the server ended before it committed
+// (connLost: a pooled connection that outlived a database restart).
 func (s *store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		var t *sql.Tx
 		t, err = s.db.BeginTx(ctx, nil)
 		if err != nil {
+			if err = beforeCommit(err); retryable(err) {
+				continue
+			}
 			return err
 		}
 		err = fn(t)
@@ -136,6 +143,7 @@ func (s *store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 			}
 		} else {
 			_ = t.Rollback()
+			err = beforeCommit(err)
 		}
 		if !retryable(err) {
 			return err
@@ -144,16 +152,48 @@ func (s *store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return err
 }
 
-// retryable reports transient conflicts: PostgreSQL serialization/deadlock
-// failures and SQLite busy errors. Matched on the SQLSTATE / code carried in
-// the driver error text, the one portable signal across both drivers.
+// retryable reports transient failures: PostgreSQL serialization/deadlock
+// failures, SQLite busy errors (matched on the SQLSTATE / code carried in
+// the driver error text, the one portable signal across both drivers), and
+// a connection lost before its transaction committed (errLostConn).
 func retryable(err error) bool {
 	if err == nil {
 		return false
 	}
+	var lost *errLostConn
+	if errors.As(err, &lost) {
+		return true
+	}
 	msg := err.Error()
 	return strings.Contains(msg, "SQLSTATE 40001") || strings.Contains(msg, "SQLSTATE 40P01") ||
 		strings.Contains(msg, "SQLITE_BUSY") || strings.Contains(msg, "database is locked")
+}
+
+// errLostConn marks a failure of a transaction's connection before its
+// Commit: the server rolled the transaction back, so running it again on
+// another connection cannot apply it twice. A Commit's own error is never
+// marked — whether that transaction committed is unknown.
+type errLostConn struct{ err error }
+
+func (e *errLostConn) Error() string { return e.err.Error() }
+func (e *errLostConn) Unwrap() error { return e.err }
+
+// beforeCommit marks err as errLostConn when it says the server ended the
+// connection: SQLSTATE class 08 (connection exception) or 57P01–57P03
+// (administrator shutdown, crash shutdown, cannot connect now), an error
+// pgconn knows was raised before anything was sent, or database/sql's
+// ErrBadConn.
+func beforeCommit(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	lost := errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err) ||
+		(errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P0")))
+	if !lost {
+		return err
+	}
+	return &errLostConn{err}
 }
 
 func (s *store) exec(ctx context.Context, t *sql.Tx, q string, args ...any) (sql.Result, error) {
