@@ -29,12 +29,24 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
-// FastTiming keeps every test in the millisecond range.
+// FastTiming keeps every test in the millisecond range. Heartbeats run
+// every 100 ms, but the liveness window is not 300 ms: a link is judged
+// dead after 3 intervals plus HeartbeatGrace (1.3 s), like an agent
+// started by World.StartAgent (FastAgentHeartbeatMisses), so a test
+// process starved of CPU for a few hundred milliseconds (two `make test`
+// runs on two cores) does not lose its links. A test whose subject is
+// dead-link detection sets its own window (TestDeadPathDetectedWithinMisses).
 func FastTiming() daemon.Timing {
-	return daemon.Timing{HeartbeatInterval: 100 * time.Millisecond, RenewInterval: 50 * time.Millisecond,
+	return daemon.Timing{HeartbeatInterval: 100 * time.Millisecond, HeartbeatGrace: time.Second, RenewInterval: 50 * time.Millisecond,
 		LeaseTTL: 2 * time.Second, RevokeGrace: 500 * time.Millisecond, RegistrationTimeout: 2 * time.Second,
 		RequestTimeout: 500 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}
 }
+
+// FastAgentHeartbeatMisses is the liveness window of an agent started by
+// World.StartAgent, in heartbeat intervals: 13 × FastTiming's 100 ms, the
+// daemon's 3 intervals + HeartbeatGrace. A test that measures the agent's
+// own detection sets agent.Config.HeartbeatMisses (0 for the default 3).
+const FastAgentHeartbeatMisses = 13
 
 // Backend is one backend under test.
 type Backend struct {
@@ -291,7 +303,7 @@ func (w *World) StartAgent(id Identity, exec agent.Executor, opts ...AgentOpt) (
 	cfg := agent.Config{Runner: id.Runner, Signer: id.Cert.PrivateKey.(crypto.Signer), CertChain: id.Cert.Certificate,
 		Endpoints: []agent.Endpoint{{Address: w.Addr, Dialer: rd, Backend: w.B.Name}}, Executor: exec, MaxParallel: 64,
 		Backoff: agent.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}, RequestTimeout: 500 * time.Millisecond,
-		Features: wire.Implemented}
+		Features: wire.Implemented, HeartbeatMisses: FastAgentHeartbeatMisses}
 	for _, o := range opts {
 		o(&cfg)
 	}

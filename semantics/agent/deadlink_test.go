@@ -88,6 +88,7 @@ func TestDeadPathDetectedWithinMisses(t *testing.T) {
 				}
 				c.Endpoints[0].Address = p.Addr()
 				c.Hooks.OnDisconnected = func(err error) { disc <- err }
+				c.HeartbeatMisses = 0 // the default window is the subject (enginetest widens it)
 			})
 			first := w.AwaitRegistered(id.Runner)
 			enginetest.AwaitConnected(t, a)
