@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/daemonsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
+	"forgeyard.dev/transport/internal/testkit/metricstest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -152,14 +152,14 @@ func TestStatusFileAndMetrics(t *testing.T) {
 			t.Errorf("table lacks %s:\n%s", re, out)
 		}
 	}
-	writeSample(t, "agent-status.txt", out)
+	metricstest.WriteSample(t, "agent-status.txt", out)
 	code, out, _ = connectionStatus(t, "--json", "--status-file", statusFile)
 	var hj statusReport
 	if code != exitOK || json.Unmarshal([]byte(out), &hj) != nil || !hj.Connected || hj.Backend != "quic" || hj.LastHeartbeatAck.IsZero() ||
 		len(hj.Transport) != 26 || hj.Epoch != 1 || !strings.Contains(hj.FallbackReason, "answered hello") {
 		t.Errorf("--json: exit %d %s", code, out)
 	}
-	writeSample(t, "agent-status.json", out)
+	metricstest.WriteSample(t, "agent-status.json", out)
 
 	// /metrics and /healthz.
 	resp, err := http.Get("http://" + maddr + "/metrics")
@@ -183,7 +183,7 @@ func TestStatusFileAndMetrics(t *testing.T) {
 	if m := regexp.MustCompile(`(?m)^forgeyard_transport_messages_total\{family="agent",outcome="ok"\} (\d+)$`).FindStringSubmatch(text); m == nil || atoi(m[1]) < 3 {
 		t.Errorf("/metrics: agent messages ok %v, want ≥ 3", m)
 	}
-	promtoolCheck(t, text)
+	metricstest.PromtoolCheck(t, text)
 	resp, err = http.Get("http://" + maddr + "/healthz")
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +209,7 @@ func TestStatusFileAndMetrics(t *testing.T) {
 		!regexp.MustCompile(`(?m)^CONNECTED\s+no$`).MatchString(out) {
 		t.Errorf("after stop: exit %d\n%s", code, out)
 	}
-	writeSample(t, "agent-status-stopped.txt", out)
+	metricstest.WriteSample(t, "agent-status-stopped.txt", out)
 	if _, err := http.Get("http://" + maddr + "/metrics"); err == nil {
 		t.Error("metrics endpoint still serving after exit")
 	}
@@ -295,36 +295,6 @@ func TestAgentHealthGrace(t *testing.T) {
 	}
 	if h := agentHealth(st, now.Add(-HeartbeatStaleAfter-time.Second), now); h.Status != telemetry.StatusDegraded {
 		t.Errorf("no ack after the grace: %s", h.Status)
-	}
-}
-
-func promtoolCheck(t *testing.T, text string) {
-	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		p = "/usr/bin/promtool"
-		if _, err := os.Stat(p); err != nil {
-			t.Fatal("promtool not found: run `apt-get install prometheus` (make deps installs it)")
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, p, "check", "metrics")
-	cmd.Stdin = strings.NewReader(text)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil || strings.TrimSpace(out.String()) != "" {
-		t.Fatalf("promtool check metrics: %v\n%s", err, out.String())
-	}
-}
-
-// writeSample saves output under $FORGEYARD_SAMPLES_DIR (unset: nothing),
-// for docs/operations.md.
-func writeSample(t *testing.T, name, body string) {
-	if d := os.Getenv("FORGEYARD_SAMPLES_DIR"); d != "" {
-		if err := os.WriteFile(filepath.Join(d, name), []byte(body), 0o644); err != nil {
-			t.Error(err)
-		}
 	}
 }
 

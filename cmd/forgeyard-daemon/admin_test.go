@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -25,6 +23,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
+	"forgeyard.dev/transport/internal/testkit/metricstest"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -247,8 +246,8 @@ func TestAdminEndpoint(t *testing.T) {
 			t.Errorf("/metrics lacks %q", typ)
 		}
 	}
-	promtoolCheck(t, text)
-	writeSample(t, "metrics.txt", text)
+	metricstest.PromtoolCheck(t, text)
+	metricstest.WriteSample(t, "metrics.txt", text)
 
 	// A second scrape does not observe the same latency samples again.
 	_, _, text2 := httpGet(t, base+"/metrics")
@@ -283,7 +282,7 @@ func TestAdminEndpoint(t *testing.T) {
 	if h.Connections != 1 || h.ConnectionsByBackend["quic"] != 1 || h.Sessions != 1 || h.HandshakeFailures != 0 {
 		t.Errorf("counts: connections %d %v sessions %d failures %d", h.Connections, h.ConnectionsByBackend, h.Sessions, h.HandshakeFailures)
 	}
-	writeSample(t, "healthz.json", body)
+	metricstest.WriteSample(t, "healthz.json", body)
 
 	// /sessions
 	if code, _, body := httpGet(t, base+"/sessions"); code != http.StatusUnauthorized || !strings.Contains(body, "bearer token") {
@@ -301,7 +300,7 @@ func TestAdminEndpoint(t *testing.T) {
 		ss[0].AgentVersion != "admin-test" || ss[0].Protocol != wire.Current.String() || ss[0].Epoch != 1 || ss[0].Fenced {
 		t.Errorf("sessions = %s", body)
 	}
-	writeSample(t, "sessions.json", body)
+	metricstest.WriteSample(t, "sessions.json", body)
 
 	// Wrong method and unknown path.
 	if resp, err := http.Post(base+"/metrics", "text/plain", nil); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
@@ -358,39 +357,6 @@ func TestAdminListenRefusesRemote(t *testing.T) {
 		code, _, errOut := runDaemon(t, context.Background(), nil, append([]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db")}, args...)...)
 		if code != exitUsage || !strings.Contains(errOut, "admin.listen") || !strings.Contains(errOut, "allow_remote") {
 			t.Errorf("%v: exit %d %q", args, code, errOut)
-		}
-	}
-}
-
-func promtoolCheck(t *testing.T, text string) {
-	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		p = "/usr/bin/promtool"
-		if _, err := os.Stat(p); err != nil {
-			t.Fatal("promtool not found: run `apt-get install prometheus` (make deps installs it)")
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, p, "check", "metrics")
-	cmd.Stdin = strings.NewReader(text)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("promtool check metrics: %v\n%s", err, out.String())
-	}
-	if s := strings.TrimSpace(out.String()); s != "" {
-		t.Fatalf("promtool check metrics reported problems:\n%s", s)
-	}
-}
-
-// writeSample saves an endpoint's output under $FORGEYARD_SAMPLES_DIR
-// (unset: nothing), for docs/operations.md.
-func writeSample(t *testing.T, name, body string) {
-	if d := os.Getenv("FORGEYARD_SAMPLES_DIR"); d != "" {
-		if err := os.WriteFile(filepath.Join(d, name), []byte(body), 0o644); err != nil {
-			t.Error(err)
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"forgeyard.dev/transport/internal/pgtest"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
+	"forgeyard.dev/transport/internal/testkit/binaries"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -112,6 +113,7 @@ func TestPostgresAuthority(t *testing.T) {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	pgtest.StopShared()
+	binaries.Cleanup()
 	os.Exit(code)
 }
 

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/testkit/binaries"
+	"forgeyard.dev/transport/internal/testkit/metricstest"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -227,7 +229,7 @@ func TestMonitoringAgainstRealScrapes(t *testing.T) {
 	// series name (with _bucket/_sum/_count for histograms) → label names
 	series := map[string]map[string]bool{}
 	for who, text := range scrapes {
-		promtoolCheck(t, text)
+		metricstest.PromtoolCheck(t, text)
 		for name, f := range scrapedFamilies(t, text) {
 			names := []string{name}
 			if f.GetType() == dto.MetricType_HISTOGRAM {
@@ -372,14 +374,8 @@ func TestMetricRefsExtraction(t *testing.T) {
 	}
 }
 
-// buildRelay builds forgeyard-relay into dir.
-func buildRelay(t *testing.T, dir string) string {
+// buildRelay builds forgeyard-relay once per test binary.
+func buildRelay(t *testing.T, _ string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "forgeyard.dev/transport/cmd/forgeyard-relay")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "forgeyard-relay")
+	return binaries.Build(t, "forgeyard-relay")[0]
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -21,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/testkit/binaries"
+	"forgeyard.dev/transport/internal/testkit/metricstest"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
@@ -99,20 +100,12 @@ func (r *otlpReceiver) snapshot() ([]otlpSpan, []string) {
 	return append([]otlpSpan(nil), r.spans...), append([]string(nil), r.bad...)
 }
 
-// buildCommands builds forgeyard-daemon and forgeyard-agent into dir.
-func buildCommands(t *testing.T, dir string) (daemonBin, agentBin string) {
+// buildCommands builds forgeyard-daemon and forgeyard-agent once per test
+// binary (dir is not used: the binaries are shared by the package's tests).
+func buildCommands(t *testing.T, _ string) (daemonBin, agentBin string) {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", dir+"/", "forgeyard.dev/transport/cmd/forgeyard-daemon", "forgeyard.dev/transport/cmd/forgeyard-agent")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "forgeyard-daemon"), filepath.Join(dir, "forgeyard-agent")
+	b := binaries.Build(t, "forgeyard-daemon", "forgeyard-agent")
+	return b[0], b[1]
 }
 
 // freeUDPPort returns a loopback UDP port that was free a moment ago.
@@ -285,8 +278,8 @@ func TestProcessesOneTraceAndMetrics(t *testing.T) {
 			t.Errorf("%s = %v, want > 0", c.series, v)
 		}
 	}
-	promtoolCheck(t, dm)
-	promtoolCheck(t, am)
+	metricstest.PromtoolCheck(t, dm)
+	metricstest.PromtoolCheck(t, am)
 
 	// Exporters flush at exit.
 	a.stop(t)

@@ -22,37 +22,16 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/doctor"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
+	"forgeyard.dev/transport/internal/testkit/binaries"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/wire"
 )
 
-var (
-	daemonBinOnce sync.Once
-	daemonBin     string
-	daemonBinErr  error
-)
-
 // buildDaemon builds cmd/forgeyard-daemon once per test binary.
 func buildDaemon(t *testing.T) string {
 	t.Helper()
-	daemonBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "forgeyard-cli-test-")
-		if err != nil {
-			daemonBinErr = err
-			return
-		}
-		daemonBin = filepath.Join(dir, "forgeyard-daemon")
-		out, err := exec.Command("go", "build", "-o", daemonBin, "forgeyard.dev/transport/cmd/forgeyard-daemon").CombinedOutput()
-		if err != nil {
-			daemonBinErr = err
-			daemonBin = string(out)
-		}
-	})
-	if daemonBinErr != nil {
-		t.Fatalf("building forgeyard-daemon: %v\n%s", daemonBinErr, daemonBin)
-	}
-	return daemonBin
+	return binaries.Build(t, "forgeyard-daemon")[0]
 }
 
 // testDaemon is a forgeyard-daemon process on loopback.

@@ -6,12 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"forgeyard.dev/transport/internal/pgtest"
 	"forgeyard.dev/transport/internal/s3test"
+	"forgeyard.dev/transport/internal/testkit/binaries"
 )
 
 // The binaries built by TestMain.
@@ -26,21 +25,13 @@ func testMain(m *testing.M) int {
 	if testing.Short() {
 		return m.Run() // every scenario skips with the reason
 	}
-	dir, err := os.MkdirTemp("", "fy-e2e-bin-")
+	defer binaries.Cleanup()
+	bins, err := binaries.BuildErr("forgeyard-daemon", "forgeyard-agent", "forgeyard-relay")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	pkgs := []string{"forgeyard.dev/transport/cmd/forgeyard-daemon", "forgeyard.dev/transport/cmd/forgeyard-agent",
-		"forgeyard.dev/transport/cmd/forgeyard-relay"}
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: building the binaries: %v\n", err)
 		return 1
 	}
-	binDaemon, binAgent, binRelay = filepath.Join(dir, "forgeyard-daemon"), filepath.Join(dir, "forgeyard-agent"), filepath.Join(dir, "forgeyard-relay")
+	binDaemon, binAgent, binRelay = bins[0], bins[1], bins[2]
 	// The HA scenario's PostgreSQL and versitygw, if it started them.
 	defer pgtest.StopShared()
 	defer s3test.StopShared()

@@ -5,47 +5,25 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"forgeyard.dev/transport/internal/testkit/binaries"
 )
 
 func TestMain(m *testing.M) {
 	MaybeRawServer() // RawBaseline starts this test binary as the raw server
 	code := m.Run()
-	if daemonDir != "" {
-		_ = os.RemoveAll(daemonDir)
-	}
+	binaries.Cleanup()
 	os.Exit(code)
 }
-
-var (
-	daemonOnce sync.Once
-	daemonDir  string
-	daemonBin  string
-	daemonErr  error
-)
 
 // buildDaemon builds cmd/forgeyard-daemon once per test binary.
 func buildDaemon(t *testing.T) string {
 	t.Helper()
-	daemonOnce.Do(func() {
-		if daemonDir, daemonErr = os.MkdirTemp("", "forgeyard-loadgen-test-"); daemonErr != nil {
-			return
-		}
-		daemonBin = filepath.Join(daemonDir, "forgeyard-daemon")
-		if out, err := exec.Command("go", "build", "-o", daemonBin, "forgeyard.dev/transport/cmd/forgeyard-daemon").CombinedOutput(); err != nil {
-			daemonErr = err
-			daemonBin = string(out)
-		}
-	})
-	if daemonErr != nil {
-		t.Fatalf("building forgeyard-daemon: %v\n%s", daemonErr, daemonBin)
-	}
-	return daemonBin
+	return binaries.Build(t, "forgeyard-daemon")[0]
 }
 
 // testOptions is a small fleet against a daemon the loadgen starts, with a

@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"forgeyard.dev/transport/internal/enginetest"
+	"forgeyard.dev/transport/internal/testkit/metricstest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
@@ -126,22 +126,6 @@ func histCount(t *testing.T, m *telemetry.Metrics, name string) float64 {
 	return 0
 }
 
-func promtoolCheck(t *testing.T, text string) {
-	t.Helper()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatal("promtool not found: run `apt-get install prometheus` (.ci/ensure-debs.sh installs it)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, promtool, "check", "metrics")
-	cmd.Stdin = strings.NewReader(text)
-	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "" {
-		t.Fatalf("promtool check metrics: %v\n%s", err, out)
-	}
-}
-
 // TestMetricsFedByEngines: a real daemon and agent over loopback QUIC run
 // a job with a log line and an output, and a cancelled one; both /metrics
 // scrapes show non-zero values in every family the engines feed, queue
@@ -202,8 +186,8 @@ func TestMetricsFedByEngines(t *testing.T) {
 			}
 		}
 	}
-	promtoolCheck(t, dtext)
-	promtoolCheck(t, atext)
+	metricstest.PromtoolCheck(t, dtext)
+	metricstest.PromtoolCheck(t, atext)
 }
 
 // TestTraceSpansDaemonAndAgent: with FeatureTraceContextV1 negotiated,
