@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/pgtest"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
+	"forgeyard.dev/transport/internal/stats"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
@@ -226,15 +226,6 @@ func (r *rig) offer(tb testing.TB, runner wire.RunnerId, i int) (authority.Lease
 	return authority.Lease{}, 0
 }
 
-func quantile(d []time.Duration, q float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
-}
-
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // rawRTT measures n 64-byte round trips on a semantics stream of a fresh
@@ -353,15 +344,15 @@ func BenchmarkLeaseLatency(b *testing.B) {
 			}
 			b.StopTimer()
 			raw := rawRTT(b, be, max(200, min(b.N, 2000)))
-			rp50 := quantile(raw, 0.5)
-			b.ReportMetric(us(quantile(offers, 0.5)), "offer-accept-p50-µs")
-			b.ReportMetric(us(quantile(offers, 0.99)), "offer-accept-p99-µs")
-			b.ReportMetric(us(quantile(acks, 0.5)), "compl-ack-p50-µs")
-			b.ReportMetric(us(quantile(acks, 0.99)), "compl-ack-p99-µs")
+			rp50 := stats.PercentileOf(raw, 50)
+			b.ReportMetric(us(stats.PercentileOf(offers, 50)), "offer-accept-p50-µs")
+			b.ReportMetric(us(stats.PercentileOf(offers, 99)), "offer-accept-p99-µs")
+			b.ReportMetric(us(stats.PercentileOf(acks, 50)), "compl-ack-p50-µs")
+			b.ReportMetric(us(stats.PercentileOf(acks, 99)), "compl-ack-p99-µs")
 			b.ReportMetric(us(rp50), "raw-rtt-p50-µs")
 			if rp50 > 0 {
-				b.ReportMetric(float64(quantile(offers, 0.5))/float64(rp50), "offer/rtt")
-				b.ReportMetric(float64(quantile(acks, 0.5))/float64(rp50), "ack/rtt")
+				b.ReportMetric(float64(stats.PercentileOf(offers, 50))/float64(rp50), "offer/rtt")
+				b.ReportMetric(float64(stats.PercentileOf(acks, 50))/float64(rp50), "ack/rtt")
 			}
 		})
 	}

@@ -22,6 +22,7 @@ import (
 	"forgeyard.dev/transport/backends/yamux"
 	yamuxraw "forgeyard.dev/transport/backends/yamux/wanraw"
 	"forgeyard.dev/transport/internal/netsim"
+	"forgeyard.dev/transport/internal/stats"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
@@ -490,14 +491,6 @@ func pings(tb testing.TB, ctl io.ReadWriter, n int, d time.Duration) []time.Dura
 	return out
 }
 
-func pct(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (len(sorted)*p+99)/100 - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
-
 // controlStream opens a control stream from the client and echoes on the
 // server.
 func controlStream(tb testing.TB, pr *pair, bg *sync.WaitGroup) io.ReadWriteCloser {
@@ -621,7 +614,7 @@ func (e *env) underBulk(tb testing.TB, im impl, p path, n int) phase {
 	pr.server.close()
 	br.wg.Wait()
 	bg.Wait()
-	return phase{p50: pct(rtts, 50), p99: pct(rtts, 99), mbps: float64(r1-r0) / el.Seconds() / 1e6, samples: len(rtts)}
+	return phase{p50: stats.Percentile(rtts, 50), p99: stats.Percentile(rtts, 99), mbps: float64(r1-r0) / el.Seconds() / 1e6, samples: len(rtts)}
 }
 
 // result is one implementation on one path.
@@ -641,7 +634,7 @@ func (e *env) run(tb testing.TB, im impl, p path, casSize int) result {
 	var bg sync.WaitGroup
 	ctl := controlStream(tb, pr, &bg)
 	idle := pings(tb, ctl, 10, min(e.measure, time.Second))
-	res.idle = phase{p50: pct(idle, 50), p99: pct(idle, 99), samples: len(idle)}
+	res.idle = phase{p50: stats.Percentile(idle, 50), p99: stats.Percentile(idle, 99), samples: len(idle)}
 	pr.client.close()
 	pr.server.close()
 	bg.Wait()

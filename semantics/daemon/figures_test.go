@@ -2,23 +2,14 @@ package daemon_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
 	"forgeyard.dev/transport/internal/enginetest"
+	"forgeyard.dev/transport/internal/stats"
 	"forgeyard.dev/transport/semantics/daemon"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
-
-func pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[(len(s)-1)*p/100]
-}
 
 // TestLatencyFigures runs 30 sequential lease lifecycles per backend and
 // reports offer→accept and completion→ack latencies (daemon side) and the
@@ -56,7 +47,7 @@ func TestLatencyFigures(t *testing.T) {
 			t.Fatalf("samples: %d offer, %d completion, want ≥ %d each (%d reconnects)", len(st.OfferToAccept), len(st.CompletionToAck), want, n-want)
 		}
 		t.Logf("%s: offer→accept p50 %v p99 %v; completion→ack (daemon) p50 %v p99 %v",
-			b.Name, pct(st.OfferToAccept, 50), pct(st.OfferToAccept, 99), pct(st.CompletionToAck, 50), pct(st.CompletionToAck, 99))
+			b.Name, stats.PercentileOf(st.OfferToAccept, 50), stats.PercentileOf(st.OfferToAccept, 99), stats.PercentileOf(st.CompletionToAck, 50), stats.PercentileOf(st.CompletionToAck, 99))
 	})
 }
 

@@ -1,0 +1,28 @@
+// Package stats holds the one percentile of the module's measurements
+// (benchmarks, the scale harness, the WAN bench, the latency figures of
+// the engine tests): nearest rank, the definition docs/perf.md quotes.
+package stats
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Percentile returns the p-th percentile (0–100) of sorted samples by the
+// nearest-rank method: the smallest sample at or above p % of them
+// (p 50 of 1..10 is 5, p 99 is 10, p 0 is the minimum); 0 for none.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// PercentileOf is Percentile of samples in any order (it sorts a copy).
+func PercentileOf(samples []time.Duration, p float64) time.Duration {
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	return Percentile(s, p)
+}
