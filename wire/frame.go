@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -81,21 +82,37 @@ func AppendEnvelopeFrame(b []byte, limit int, e *Envelope) ([]byte, error) {
 // FrameReader reads length-prefixed frames from a stream. It allocates a
 // body buffer only after checking the declared length against its limit,
 // and grows it to at most the limit. Not safe for concurrent use.
+//
+// An idle stream holds no read buffer: between frames, when everything
+// buffered has been consumed, the reader's 4 KiB bufio.Reader goes back to
+// a pool, and the next frame's first byte is read straight from the stream
+// before one is taken again. A daemon's thousands of idle control streams
+// (one heartbeat every few seconds) then cost no buffer each, while a busy
+// stream (frames back to back) keeps its buffer between frames. A reader
+// whose Buffered was called (the stream switched to raw bytes) keeps its
+// buffer for good, as does one made over the caller's own bufio.Reader.
 type FrameReader struct {
-	r     *bufio.Reader
-	limit int
-	buf   []byte
+	src    io.Reader
+	r      *bufio.Reader // nil while idle (released to framePool)
+	pooled bool          // r comes from framePool and may go back to it
+	limit  int
+	buf    []byte
+	first  [1]byte
 }
+
+// frameReadSize is the read buffer of a FrameReader over a plain reader.
+const frameReadSize = 4096
+
+var framePool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, frameReadSize) }}
 
 // NewFrameReader returns a reader that rejects frames longer than limit
 // (clipped to 0..MaxAnyFrame).
 func NewFrameReader(r io.Reader, limit int) *FrameReader {
 	limit = clipFrameLimit(limit)
-	br, ok := r.(*bufio.Reader)
-	if !ok {
-		br = bufio.NewReaderSize(r, 4096)
+	if br, ok := r.(*bufio.Reader); ok {
+		return &FrameReader{src: br, r: br, limit: limit}
 	}
-	return &FrameReader{r: br, limit: limit}
+	return &FrameReader{src: r, pooled: true, limit: limit}
 }
 
 // SetLimit changes the frame limit (clipped to 0..MaxAnyFrame).
@@ -109,15 +126,47 @@ func clipFrameLimit(limit int) int {
 
 // Buffered exposes the underlying buffered reader, for protocols that switch
 // from frames to raw bytes on the same stream (a CAS object after its
-// header). Bytes already buffered are not lost.
-func (fr *FrameReader) Buffered() *bufio.Reader { return fr.r }
+// header). Bytes already buffered are not lost. From then on the reader
+// keeps its buffer.
+func (fr *FrameReader) Buffered() *bufio.Reader {
+	fr.take()
+	fr.pooled = false
+	return fr.r
+}
+
+// take gives an idle reader a buffer from the pool.
+func (fr *FrameReader) take() {
+	if fr.r == nil {
+		fr.r = framePool.Get().(*bufio.Reader)
+		fr.r.Reset(fr.src)
+	}
+}
+
+// release returns the buffer to the pool once nothing is left in it.
+func (fr *FrameReader) release() {
+	if fr.pooled && fr.r != nil && fr.r.Buffered() == 0 {
+		fr.r.Reset(nil)
+		framePool.Put(fr.r)
+		fr.r = nil
+	}
+}
 
 // Next returns the next frame body. The slice aliases an internal buffer
 // that is valid until the next call. At a clean end of stream between frames
 // it returns io.EOF; a stream that ends inside a frame returns
 // io.ErrUnexpectedEOF; an over-limit length returns *FrameTooLargeError.
 func (fr *FrameReader) Next() ([]byte, error) {
-	n, err := fr.readLen()
+	defer fr.release()
+	var first []byte
+	if fr.r == nil {
+		// Idle: wait for the next frame holding no buffer.
+		if _, err := io.ReadFull(fr.src, fr.first[:]); err != nil {
+			return nil, err
+		}
+		first = fr.first[:]
+		fr.take()
+	}
+	n, err := fr.readLen(first)
 	if err != nil {
 		return nil, err
 	}
@@ -137,15 +186,22 @@ func (fr *FrameReader) Next() ([]byte, error) {
 	return body, nil
 }
 
-func (fr *FrameReader) readLen() (uint64, error) {
+// readLen reads the length prefix; first, if not empty, is its first byte,
+// already read.
+func (fr *FrameReader) readLen(first []byte) (uint64, error) {
 	var v uint64
 	for i := 0; i < maxFramePrefix; i++ {
-		c, err := fr.r.ReadByte()
-		if err != nil {
-			if i > 0 && err == io.EOF {
-				err = io.ErrUnexpectedEOF
+		var c byte
+		if i == 0 && len(first) == 1 {
+			c = first[0]
+		} else {
+			var err error
+			if c, err = fr.r.ReadByte(); err != nil {
+				if i > 0 && err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return 0, err
 			}
-			return 0, err
 		}
 		if c < 0x80 {
 			if i == maxFramePrefix-1 && c > 1 {
