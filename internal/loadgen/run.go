@@ -69,6 +69,26 @@ type Options struct {
 	Profile time.Duration
 }
 
+// runner is the state the phases of Run share.
+type runner struct {
+	o Options
+	s *Summary
+	p *PKI
+	d *Daemon
+	// base is the daemon's process before the fleet started.
+	base ProcStats
+
+	prof               *profiling
+	herdProf, selfProf <-chan error
+
+	f          *Fleet
+	hz         *healthPoller
+	stopHz     context.CancelFunc
+	leases     *Leases
+	stopLeases context.CancelFunc
+	leasesDone chan struct{}
+}
+
 // Run runs one scenario and returns its summary. An error means the run
 // could not start (or the daemon could not be restarted); a run that
 // started always yields a summary, whose Violations say what failed.
@@ -83,88 +103,180 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	defer cancel()
 	s := &Summary{Backend: o.Backend, N: o.N, Ramp: o.Ramp, SteadyFor: o.Steady, LeaseRate: o.LeaseRate, Started: time.Now().UTC(),
 		HeartbeatInterval: o.Heartbeat, Failed: map[string]int64{}}
-	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+	r := &runner{o: o, s: s, d: o.Attach}
+	if err := r.preparePKI(); err != nil {
 		return nil, err
+	}
+	if err := r.spawnDaemon(ctx); err != nil {
+		return nil, err
+	}
+	if o.DaemonBin != "" {
+		defer func() { _ = r.d.Close() }()
+	}
+	if err := r.measureIdle(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.buildFleet(ctx); err != nil {
+		return nil, err
+	}
+	defer r.stopHz()
+	cm := r.startFleet(ctx)
+	defer func() { r.stopLeases(); <-r.leasesDone }()
+
+	// Cold start.
+	r.coldStart(ctx, cm)
+
+	// Steady window.
+	r.steady(ctx)
+	r.measureSteady(ctx)
+
+	// Restarts.
+	if err := r.restarts(ctx); err != nil {
+		return s, err
+	}
+
+	// Drain: no new offers; every accepted lease must complete.
+	r.drain(ctx)
+	r.closeFleet(ctx)
+
+	if o.Raw && !s.TimedOut {
+		r.rawBaseline(ctx)
+	}
+	s.check()
+	s.Took = time.Since(s.Started)
+	return s, nil
+}
+
+// preparePKI is the first phase: the work directory and the fleet's dev
+// PKI.
+func (r *runner) preparePKI() error {
+	o, s := r.o, r.s
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return err
 	}
 	p, err := PreparePKI(filepath.Join(o.Dir, "pki"), o.N)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := p.SetCurves(o.Curves); err != nil {
-		return nil, err
+		return err
 	}
 	s.CertsGenerated, s.CertsTook = p.Generated, p.Took
+	r.p = p
+	return nil
+}
 
-	d := o.Attach
-	var prof *profiling
-	if o.DaemonBin != "" {
-		addrs := map[string]string{o.Backend: "127.0.0.1:0"}
-		if _, err := WriteDaemonConfig(o.Dir, p, o.Heartbeat, addrs); err != nil {
-			return nil, err
-		}
-		// A fresh authority per run: the fleet's runners are new to it.
-		for _, f := range []string{"authority.db", "authority.db-wal", "authority.db-shm"} {
-			_ = os.Remove(filepath.Join(o.Dir, f))
-		}
-		args := o.DaemonArgs
-		if o.Profile > 0 {
-			var pargs []string
-			if prof, pargs, err = newProfiling(o.Dir); err != nil {
-				return nil, err
-			}
-			args = append(append([]string(nil), args...), pargs...)
-		}
-		if d, err = StartDaemon(ctx, DaemonOptions{Bin: o.DaemonBin, Dir: o.Dir, Backends: []string{o.Backend}, Args: args,
-			ShutdownTimeout: o.ShutdownTimeout}); err != nil {
-			return nil, err
-		}
-		defer func() { _ = d.Close() }()
+// spawnDaemon is the daemon phase, when the loadgen starts the daemon: its
+// configuration, a fresh authority, the profiling flags and the process.
+// On success r.d is the started daemon (the caller closes it).
+func (r *runner) spawnDaemon(ctx context.Context) error {
+	o, p := r.o, r.p
+	if o.DaemonBin == "" {
+		return nil
 	}
+	addrs := map[string]string{o.Backend: "127.0.0.1:0"}
+	if _, err := WriteDaemonConfig(o.Dir, p, o.Heartbeat, addrs); err != nil {
+		return err
+	}
+	// A fresh authority per run: the fleet's runners are new to it.
+	for _, f := range []string{"authority.db", "authority.db-wal", "authority.db-shm"} {
+		_ = os.Remove(filepath.Join(o.Dir, f))
+	}
+	args := o.DaemonArgs
+	if o.Profile > 0 {
+		var pargs []string
+		var err error
+		if r.prof, pargs, err = newProfiling(o.Dir); err != nil {
+			return err
+		}
+		args = append(append([]string(nil), args...), pargs...)
+	}
+	d, err := StartDaemon(ctx, DaemonOptions{Bin: o.DaemonBin, Dir: o.Dir, Backends: []string{o.Backend}, Args: args,
+		ShutdownTimeout: o.ShutdownTimeout})
+	if err != nil {
+		return err
+	}
+	r.d = d
+	return nil
+}
+
+// measureIdle checks that the daemon has an address for the backend and
+// records its idle memory.
+func (r *runner) measureIdle(ctx context.Context) error {
+	o, s, d := r.o, r.s, r.d
 	if d == nil || d.Addr(o.Backend) == "" {
-		return nil, fmt.Errorf("loadgen: no daemon address for %s", o.Backend)
+		return fmt.Errorf("loadgen: no daemon address for %s", o.Backend)
 	}
-	base, _ := d.Proc()
-	s.Daemon.RSSIdle = base.RSS
+	r.base, _ = d.Proc()
+	s.Daemon.RSSIdle = r.base.RSS
 	s.Daemon.HeapIdle = heapOf(ctx, d)
+	return nil
+}
 
-	f, err := NewFleet(FleetOptions{Backend: o.Backend, Addr: d.Addr(o.Backend), PKI: p, Ramp: o.Ramp, SourceAddrs: o.SourceAddrs,
+// buildFleet is the fleet phase: the fleet of agents (not started yet) and
+// the daemon's health poller (r.stopHz stops it).
+func (r *runner) buildFleet(ctx context.Context) error {
+	o, d := r.o, r.d
+	f, err := NewFleet(FleetOptions{Backend: o.Backend, Addr: d.Addr(o.Backend), PKI: r.p, Ramp: o.Ramp, SourceAddrs: o.SourceAddrs,
 		SpoolDir: filepath.Join(o.Dir, "spool"), Exec: o.Exec, RequestTimeout: o.RequestTimeout, Progress: o.Progress,
 		SessionResumption: o.SessionResumption})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	hz := newHealthPoller(d)
+	r.f = f
+	r.hz = newHealthPoller(d)
 	hzCtx, stopHz := context.WithCancel(ctx)
-	go hz.run(hzCtx)
-	defer stopHz()
+	r.stopHz = stopHz
+	go r.hz.run(hzCtx)
+	return nil
+}
 
+// coldMarks are the counters read just before the fleet started, and the
+// cold-start round.
+type coldMarks struct {
+	hb0          Histogram
+	dcpu0, lcpu0 float64
+	cold         *Round
+}
+
+// startFleet starts the cold start: the CPU profiles, the fleet and the
+// lease offers (r.stopLeases stops them, r.leasesDone is closed when they
+// stopped).
+func (r *runner) startFleet(ctx context.Context) coldMarks {
+	o, d, f := r.o, r.d, r.f
 	hb0 := f.HeartbeatHistogram()
-	var herdProf, selfProf <-chan error
-	if prof != nil {
-		herdProf = prof.cpu(ctx, o.Profile, filepath.Join(o.Dir, "herd-cpu.pprof"))
-		selfProf = profileSelf(ctx, o.Profile, filepath.Join(o.Dir, "herd-loadgen-cpu.pprof"))
+	if r.prof != nil {
+		r.herdProf = r.prof.cpu(ctx, o.Profile, filepath.Join(o.Dir, "herd-cpu.pprof"))
+		r.selfProf = profileSelf(ctx, o.Profile, filepath.Join(o.Dir, "herd-loadgen-cpu.pprof"))
 	}
 	dcpu0, lcpu0 := procCPU(d), selfCPU()
 	cold := f.Start()
 	leaseCtx, stopLeases := context.WithCancel(ctx)
-	leases := NewLeases(d, f, LeaseOptions{Rate: o.LeaseRate})
-	leasesDone := make(chan struct{})
-	go func() { defer close(leasesDone); leases.Run(leaseCtx) }()
-	defer func() { stopLeases(); <-leasesDone }()
+	r.stopLeases = stopLeases
+	r.leases = NewLeases(d, f, LeaseOptions{Rate: o.LeaseRate})
+	r.leasesDone = make(chan struct{})
+	go func() { defer close(r.leasesDone); r.leases.Run(leaseCtx) }()
+	return coldMarks{hb0: hb0, dcpu0: dcpu0, lcpu0: lcpu0, cold: cold}
+}
 
-	// Cold start.
-	s.Cold = s.waitRound(ctx, f, cold)
-	if dcpu1, lcpu1 := procCPU(d), selfCPU(); dcpu0 >= 0 && dcpu1 >= 0 && lcpu0 >= 0 && lcpu1 >= 0 {
-		s.Cold.DaemonCPU, s.Cold.LoadgenCPU = dcpu1-dcpu0, lcpu1-lcpu0
+// coldStart waits for the cold-start round and records it.
+func (r *runner) coldStart(ctx context.Context, cm coldMarks) {
+	o, s, d, f := r.o, r.s, r.d, r.f
+	s.Cold = s.waitRound(ctx, f, cm.cold)
+	if dcpu1, lcpu1 := procCPU(d), selfCPU(); cm.dcpu0 >= 0 && dcpu1 >= 0 && cm.lcpu0 >= 0 && lcpu1 >= 0 {
+		s.Cold.DaemonCPU, s.Cold.LoadgenCPU = dcpu1-cm.dcpu0, lcpu1-cm.lcpu0
 	}
-	hz.setPhase("steady")
-	storm := f.HeartbeatHistogram().Sub(hb0)
+	r.hz.setPhase("steady")
+	storm := f.HeartbeatHistogram().Sub(cm.hb0)
 	s.Cold.HeartbeatP99 = storm.Quantile(0.99)
 	s.Cold.AttemptsPerAgent = attemptStats(f.Attempts())
 	s.Cold.Failed, s.Cold.FailedByReason = f.failed.Load(), f.Reasons()
 	s.Handshakes = handshakesOf(ctx, d, o.Backend)
+}
 
-	// Steady window.
+// steady is the steady window: heartbeats and the daemon's CPU over it.
+func (r *runner) steady(ctx context.Context) {
+	o, s, d, f := r.o, r.s, r.d, r.f
 	if ctx.Err() == nil && o.Steady > 0 {
 		hb1, cpu1 := f.HeartbeatHistogram(), procCPU(d)
 		t := time.NewTimer(o.Steady)
@@ -184,75 +296,101 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 			s.Daemon.CPUPercentPer1000 = (cpu2 - cpu1) / o.Steady.Seconds() * 100 / (float64(o.N) / 1000)
 		}
 	}
+}
+
+// measureSteady records the daemon's process and heap after the steady
+// window, the profiles, and the health-check latencies.
+func (r *runner) measureSteady(ctx context.Context) {
+	o, s, d := r.o, r.s, r.d
 	if ps, err := d.Proc(); err == nil {
 		s.Daemon.RSS, s.Daemon.HWM, s.Daemon.CPUSeconds, s.Daemon.FDs, s.Daemon.Threads = ps.RSS, ps.HWM, ps.CPUSeconds, ps.FDs, ps.Threads
-		s.Daemon.RSSPerAgent = float64(ps.RSS-base.RSS) / float64(o.N)
+		s.Daemon.RSSPerAgent = float64(ps.RSS-r.base.RSS) / float64(o.N)
 	}
 	if h := heapOf(ctx, d); h > 0 {
 		s.Daemon.Heap = h
 		s.Daemon.HeapPerAgent = float64(h-s.Daemon.HeapIdle) / float64(o.N)
 	}
-	if herdProf != nil {
-		if err := <-herdProf; err != nil {
-			s.Violations = append(s.Violations, fmt.Sprintf("herd CPU profile: %v", err))
-		} else {
-			s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "herd-cpu.pprof"))
-		}
-		if err := <-selfProf; err != nil {
-			s.Violations = append(s.Violations, fmt.Sprintf("loadgen CPU profile: %v", err))
-		} else {
-			s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "herd-loadgen-cpu.pprof"))
-		}
-		if err := prof.fetch(ctx, "heap", filepath.Join(o.Dir, "steady-heap.pprof")); err != nil {
-			s.Violations = append(s.Violations, fmt.Sprintf("heap profile: %v", err))
-		} else {
-			s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "steady-heap.pprof"))
-		}
+	if r.herdProf != nil {
+		r.collectProfiles(ctx)
 	}
-	s.Steady.HealthzP50, s.Steady.HealthzP99 = hz.percentiles("steady")
-	s.Cold.HealthzP50, s.Cold.HealthzP99 = hz.percentiles("herd")
+	s.Steady.HealthzP50, s.Steady.HealthzP99 = r.hz.percentiles("steady")
+	s.Cold.HealthzP50, s.Cold.HealthzP99 = r.hz.percentiles("herd")
+}
 
-	// Restarts.
-	restart := func(kind string, stop func() error) error {
-		if ctx.Err() != nil {
-			return nil
-		}
-		before, failedBefore := f.attempts.Load(), f.failed.Load()
-		r := f.BeginRound(kind)
-		if err := stop(); err != nil {
-			s.Violations = append(s.Violations, fmt.Sprintf("%s: stopping the daemon: %v", kind, err))
-		}
-		if err := d.Restart(ctx); err != nil {
-			return fmt.Errorf("loadgen: %s: %w", kind, err)
-		}
-		ready := time.Since(r.Start)
-		rr := RestartResult{Kind: kind, Round: s.waitRound(ctx, f, r), Ready: ready}
-		notice := r.Notice()
-		rr.Noticed = len(notice)
-		rr.NoticeP50, rr.NoticeMax = Percentile(notice, 50), Percentile(notice, 100)
-		rr.NoticeP50AfterReady, rr.NoticeMaxAfterReady = max(0, rr.NoticeP50-ready), max(0, rr.NoticeMax-ready)
-		rr.Round.AttemptsPerAgentMean = float64(f.attempts.Load()-before) / float64(o.N)
-		rr.Round.Failed = f.failed.Load() - failedBefore
-		s.Restarts = append(s.Restarts, rr)
-		return nil
+// collectProfiles waits for the cold start's CPU profiles and fetches the
+// daemon's heap profile.
+func (r *runner) collectProfiles(ctx context.Context) {
+	o, s := r.o, r.s
+	if err := <-r.herdProf; err != nil {
+		s.Violations = append(s.Violations, fmt.Sprintf("herd CPU profile: %v", err))
+	} else {
+		s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "herd-cpu.pprof"))
 	}
+	if err := <-r.selfProf; err != nil {
+		s.Violations = append(s.Violations, fmt.Sprintf("loadgen CPU profile: %v", err))
+	} else {
+		s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "herd-loadgen-cpu.pprof"))
+	}
+	if err := r.prof.fetch(ctx, "heap", filepath.Join(o.Dir, "steady-heap.pprof")); err != nil {
+		s.Violations = append(s.Violations, fmt.Sprintf("heap profile: %v", err))
+	} else {
+		s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "steady-heap.pprof"))
+	}
+}
+
+// restarts is the restart phase: a kill-restart and a graceful restart of
+// the daemon, as asked. On an error the fleet is closed.
+func (r *runner) restarts(ctx context.Context) error {
+	o, d, f := r.o, r.d, r.f
 	if o.KillRestart {
-		if err := restart("kill-restart", d.Kill); err != nil {
+		if err := r.restart(ctx, "kill-restart", d.Kill); err != nil {
 			_ = f.Close(30 * time.Second)
-			return s, err
+			return err
 		}
 	}
 	if o.GracefulRestart {
-		if err := restart("graceful-restart", func() error { return d.Terminate(o.ShutdownTimeout + 10*time.Second) }); err != nil {
+		if err := r.restart(ctx, "graceful-restart", func() error { return d.Terminate(o.ShutdownTimeout + 10*time.Second) }); err != nil {
 			_ = f.Close(30 * time.Second)
-			return s, err
+			return err
 		}
 	}
+	return nil
+}
 
-	// Drain: no new offers; every accepted lease must complete.
-	stopLeases()
-	<-leasesDone
-	accepted := leases.Accepted()
+// restart is one restart: the daemon stopped by stop and started again,
+// and the fleet's round back to it recorded.
+func (r *runner) restart(ctx context.Context, kind string, stop func() error) error {
+	o, s, d, f := r.o, r.s, r.d, r.f
+	if ctx.Err() != nil {
+		return nil
+	}
+	before, failedBefore := f.attempts.Load(), f.failed.Load()
+	rd := f.BeginRound(kind)
+	if err := stop(); err != nil {
+		s.Violations = append(s.Violations, fmt.Sprintf("%s: stopping the daemon: %v", kind, err))
+	}
+	if err := d.Restart(ctx); err != nil {
+		return fmt.Errorf("loadgen: %s: %w", kind, err)
+	}
+	ready := time.Since(rd.Start)
+	rr := RestartResult{Kind: kind, Round: s.waitRound(ctx, f, rd), Ready: ready}
+	notice := rd.Notice()
+	rr.Noticed = len(notice)
+	rr.NoticeP50, rr.NoticeMax = Percentile(notice, 50), Percentile(notice, 100)
+	rr.NoticeP50AfterReady, rr.NoticeMaxAfterReady = max(0, rr.NoticeP50-ready), max(0, rr.NoticeMax-ready)
+	rr.Round.AttemptsPerAgentMean = float64(f.attempts.Load()-before) / float64(o.N)
+	rr.Round.Failed = f.failed.Load() - failedBefore
+	s.Restarts = append(s.Restarts, rr)
+	return nil
+}
+
+// drain is the drain phase: the lease offers stopped, then every accepted
+// lease waited for until it completes (or the drain budget ends).
+func (r *runner) drain(ctx context.Context) {
+	o, s, f := r.o, r.s, r.f
+	r.stopLeases()
+	<-r.leasesDone
+	accepted := r.leases.Accepted()
 	// An agent may take 4 request timeouts for the logs-finalized barrier
 	// and as long for its uploads before it sends a completion
 	// (agent.finishData): lost means not recorded within that budget.
@@ -288,7 +426,13 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		<-tick.C
 	}
 	tick.Stop()
-	s.Leases = leases.Stats()
+}
+
+// closeFleet records the leases' and the fleet's counters and closes the
+// fleet.
+func (r *runner) closeFleet(ctx context.Context) {
+	s, f := r.s, r.f
+	s.Leases = r.leases.Stats()
 	st := f.AgentStats()
 	s.Reconnects, s.HeartbeatTimeouts, s.Drops = st.Reconnects, st.HeartbeatTimeouts, f.Drops()
 	s.LogFinalizeFailed, s.OutputsUploaded, s.OutputsFailed = st.LogFinalizeFailed, st.OutputsUploaded, st.OutputsFailed
@@ -300,40 +444,40 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		s.Violations = append(s.Violations, err.Error())
 	}
 	s.TimedOut = ctx.Err() != nil
+}
 
-	if o.Raw && !s.TimedOut {
-		rb := o.Backend
-		if rb == "webtransport" {
-			rb = "quic"
+// rawBaseline is the raw phase: the raw herd and the raw baseline of the
+// backend with N connections, and the fleet's ratios to them.
+func (r *runner) rawBaseline(ctx context.Context) {
+	o, s, d, p := r.o, r.s, r.d, r.p
+	rb := o.Backend
+	if rb == "webtransport" {
+		rb = "quic"
+	}
+	if o.DaemonBin != "" {
+		_ = d.Close() // the raw server gets the cores to itself too
+	}
+	budget := func() time.Duration { return min(max(time.Until(deadlineOf(ctx)), time.Second), 3*time.Minute) }
+	// The herd first: every client at once, as the fleet started
+	// (its memory is not the baseline's: transient handshake state).
+	if herd, err := RawBaseline(ctx, rb, p, o.N, o.N, max(o.SourceAddrs, 1), budget()); err != nil {
+		s.Violations = append(s.Violations, "raw herd: "+err.Error())
+	} else {
+		s.RawHerd = herd
+		s.Admission = admissionRatios(s)
+	}
+	raw, err := RawBaseline(ctx, rb, p, o.N, 64, max(o.SourceAddrs, 1), budget())
+	if err != nil {
+		s.Violations = append(s.Violations, "raw baseline: "+err.Error())
+	} else {
+		s.Raw = raw
+		if raw.RSSPerConn > 0 {
+			s.RSSRatio = s.Daemon.RSSPerAgent / raw.RSSPerConn
 		}
-		if o.DaemonBin != "" {
-			_ = d.Close() // the raw server gets the cores to itself too
-		}
-		budget := func() time.Duration { return min(max(time.Until(deadlineOf(ctx)), time.Second), 3*time.Minute) }
-		// The herd first: every client at once, as the fleet started
-		// (its memory is not the baseline's: transient handshake state).
-		if herd, err := RawBaseline(ctx, rb, p, o.N, o.N, max(o.SourceAddrs, 1), budget()); err != nil {
-			s.Violations = append(s.Violations, "raw herd: "+err.Error())
-		} else {
-			s.RawHerd = herd
-			s.Admission = admissionRatios(s)
-		}
-		raw, err := RawBaseline(ctx, rb, p, o.N, 64, max(o.SourceAddrs, 1), budget())
-		if err != nil {
-			s.Violations = append(s.Violations, "raw baseline: "+err.Error())
-		} else {
-			s.Raw = raw
-			if raw.RSSPerConn > 0 {
-				s.RSSRatio = s.Daemon.RSSPerAgent / raw.RSSPerConn
-			}
-			if raw.HeapPerConn > 0 && s.Daemon.HeapPerAgent > 0 {
-				s.HeapRatio = s.Daemon.HeapPerAgent / raw.HeapPerConn
-			}
+		if raw.HeapPerConn > 0 && s.Daemon.HeapPerAgent > 0 {
+			s.HeapRatio = s.Daemon.HeapPerAgent / raw.HeapPerConn
 		}
 	}
-	s.check()
-	s.Took = time.Since(s.Started)
-	return s, nil
 }
 
 func deadlineOf(ctx context.Context) time.Time {
