@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"forgeyard.dev/transport/internal/stats"
 )
 
 // LeaseOptions set the steady lease dispatch.
@@ -122,7 +124,7 @@ func (l *Leases) Stats() LeaseStats {
 	acc := int64(len(l.accepted))
 	l.mu.Unlock()
 	s := LeaseStats{Offered: l.offered.Load(), Accepted: acc, Rejected: l.rejected.Load(), Failed: l.failed.Load(), Skipped: l.skipped.Load()}
-	s.AcceptP50, s.AcceptP99 = Percentile(lat, 50), Percentile(lat, 99)
+	s.AcceptP50, s.AcceptP99 = stats.Percentile(lat, 50), stats.Percentile(lat, 99)
 	if len(lat) > 0 {
 		s.AcceptMax = lat[len(lat)-1]
 	}

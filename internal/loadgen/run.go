@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"forgeyard.dev/transport/internal/stats"
 	"forgeyard.dev/transport/semantics/agent"
 )
 
@@ -376,7 +377,7 @@ func (r *runner) restart(ctx context.Context, kind string, stop func() error) er
 	rr := RestartResult{Kind: kind, Round: s.waitRound(ctx, f, rd), Ready: ready}
 	notice := rd.Notice()
 	rr.Noticed = len(notice)
-	rr.NoticeP50, rr.NoticeMax = Percentile(notice, 50), Percentile(notice, 100)
+	rr.NoticeP50, rr.NoticeMax = stats.Percentile(notice, 50), stats.Percentile(notice, 100)
 	rr.NoticeP50AfterReady, rr.NoticeMaxAfterReady = max(0, rr.NoticeP50-ready), max(0, rr.NoticeMax-ready)
 	rr.Round.AttemptsPerAgentMean = float64(f.attempts.Load()-before) / float64(o.N)
 	rr.Round.Failed = f.failed.Load() - failedBefore
@@ -597,5 +598,5 @@ func (h *healthPoller) percentiles(phase string) (time.Duration, time.Duration) 
 	h.mu.Lock()
 	l := sortDurations(h.lat[phase])
 	h.mu.Unlock()
-	return Percentile(l, 50), Percentile(l, 99)
+	return stats.Percentile(l, 50), stats.Percentile(l, 99)
 }

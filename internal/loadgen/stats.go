@@ -55,16 +55,6 @@ func (h Histogram) Quantile(q float64) time.Duration {
 
 func secs(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
 
-// Percentile returns the p-th percentile (0–100) of sorted samples by the
-// nearest-rank method; 0 for none.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
 func sortDurations(d []time.Duration) []time.Duration {
 	out := append([]time.Duration(nil), d...)
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
