@@ -247,7 +247,8 @@ func (s *BucketSink) ReadDurable(a wire.JobAttemptId, fn func(rec Record) error)
 	return nil
 }
 
-// readRecords parses records until EOF.
+// readRecords parses records until EOF, for FileSink's data files and
+// BucketSink's segments alike; buf holds MaxLogChunk bytes.
 func readRecords(r io.Reader, buf []byte, fn func(Record) error) error {
 	var h [recHeadSize]byte
 	for {

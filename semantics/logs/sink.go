@@ -412,27 +412,7 @@ func (s *FileSink) ReadDurable(a wire.JobAttemptId, fn func(rec Record) error) e
 	}
 	defer f.Close()
 	r := bufio.NewReaderSize(io.LimitReader(f, off), 64<<10)
-	var h [recHeadSize]byte
-	buf := make([]byte, wlogs.MaxLogChunk)
-	for {
-		if _, err := io.ReadFull(r, h[:]); err == io.EOF {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("%w: %v", ErrCorruptSink, err)
-		}
-		n := binary.LittleEndian.Uint32(h[17:])
-		if n > wlogs.MaxLogChunk {
-			return fmt.Errorf("%w: record of %d bytes", ErrCorruptSink, n)
-		}
-		if _, err := io.ReadFull(r, buf[:n]); err != nil {
-			return fmt.Errorf("%w: %v", ErrCorruptSink, err)
-		}
-		rec := Record{Seq: binary.LittleEndian.Uint64(h[:]), Kind: wlogs.LogStreamKind(h[8]),
-			TimestampMs: binary.LittleEndian.Uint64(h[9:]), Data: buf[:n]}
-		if err := fn(rec); err != nil {
-			return err
-		}
-	}
+	return readRecords(r, make([]byte, wlogs.MaxLogChunk), fn)
 }
 
 // Logs implements Collector: one AttemptLog per "<attempt>.log" file (its
