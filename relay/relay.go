@@ -97,21 +97,21 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("relay: Config.Upstreams[%d] is empty", i)
 		}
 	}
-	switch {
-	case c.DialTimeout < 0:
-		return c, errors.New("relay: Config.DialTimeout is negative")
-	case c.MaxConns < 0:
-		return c, errors.New("relay: Config.MaxConns is negative")
-	case c.MaxStreamsPerConn < 0:
-		return c, errors.New("relay: Config.MaxStreamsPerConn is negative")
-	case c.CopyBuffer < 0:
-		return c, errors.New("relay: Config.CopyBuffer is negative")
-	case c.HeaderTimeout < 0:
-		return c, errors.New("relay: Config.HeaderTimeout is negative")
-	case c.CloseGrace < 0:
-		return c, errors.New("relay: Config.CloseGrace is negative")
-	case c.BulkMaxWait < 0:
-		return c, errors.New("relay: Config.BulkMaxWait is negative")
+	for _, f := range []struct {
+		name     string
+		negative bool
+	}{
+		{"DialTimeout", c.DialTimeout < 0},
+		{"MaxConns", c.MaxConns < 0},
+		{"MaxStreamsPerConn", c.MaxStreamsPerConn < 0},
+		{"CopyBuffer", c.CopyBuffer < 0},
+		{"HeaderTimeout", c.HeaderTimeout < 0},
+		{"CloseGrace", c.CloseGrace < 0},
+		{"BulkMaxWait", c.BulkMaxWait < 0},
+	} {
+		if f.negative {
+			return c, errors.New("relay: Config." + f.name + " is negative")
+		}
 	}
 	def := func(v *time.Duration, d time.Duration) {
 		if *v == 0 {
