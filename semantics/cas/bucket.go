@@ -77,15 +77,9 @@ func NewBucketStore(cfg BucketStoreConfig) (*BucketStore, error) {
 	}
 	s := &BucketStore{b: cfg.Bucket, prefix: cfg.Prefix, chunk: cfg.ChunkSize, maxSize: cfg.MaxObjectSize,
 		maxPartials: cfg.MaxPartials, timeout: cfg.Timeout, busy: map[wire.CasObjectRef]struct{}{}}
-	if s.chunk == 0 {
-		s.chunk = DefaultChunkSize
-	}
-	if s.maxSize == 0 {
-		s.maxSize = DefaultMaxObjectSize
-	}
-	if s.maxPartials == 0 {
-		s.maxPartials = DefaultMaxPartials
-	}
+	orDefault(&s.chunk, DefaultChunkSize)
+	orDefault(&s.maxSize, DefaultMaxObjectSize)
+	orDefault(&s.maxPartials, DefaultMaxPartials)
 	if s.timeout <= 0 {
 		s.timeout = time.Minute
 	}

@@ -153,21 +153,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Compression > wcas.CasCompressionFlate {
 		return nil, fmt.Errorf("cas: unknown compression %s", cfg.Compression)
 	}
-	if cfg.MaxConcurrent == 0 {
-		cfg.MaxConcurrent = DefaultServerMaxConcurrent
-	}
-	if cfg.MaxPerConn == 0 {
-		cfg.MaxPerConn = DefaultServerMaxPerConn
-	}
-	if cfg.BufferSize == 0 {
-		cfg.BufferSize = DefaultBufferSize
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	if cfg.HeaderTimeout == 0 {
-		cfg.HeaderTimeout = DefaultHeaderTimeout
-	}
+	orDefault(&cfg.MaxConcurrent, DefaultServerMaxConcurrent)
+	orDefault(&cfg.MaxPerConn, DefaultServerMaxPerConn)
+	orDefault(&cfg.BufferSize, DefaultBufferSize)
+	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&cfg.HeaderTimeout, DefaultHeaderTimeout)
 	return &Server{cfg: cfg, global: newSem(cfg.MaxConcurrent)}, nil
 }
 
@@ -488,4 +478,14 @@ func (s *Server) download(ctx context.Context, st *semantics.Stream) error {
 		s.failed.Add(1)
 	}
 	return nil
+}
+
+// orDefault sets *v to def when it is zero: the zero-means-default fields
+// of the package's configs (Uploader, Downloader, Server, FSStore,
+// BucketStore).
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }

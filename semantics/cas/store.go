@@ -127,12 +127,8 @@ func NewFSStore(cfg FSStoreConfig) (*FSStore, error) {
 		maxPartials: cfg.MaxPartials,
 		busy:        map[wire.CasObjectRef]struct{}{},
 	}
-	if s.maxSize == 0 {
-		s.maxSize = DefaultMaxObjectSize
-	}
-	if s.maxPartials == 0 {
-		s.maxPartials = DefaultMaxPartials
-	}
+	orDefault(&s.maxSize, DefaultMaxObjectSize)
+	orDefault(&s.maxPartials, DefaultMaxPartials)
 	for _, d := range []string{s.objDir, s.tmpDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
