@@ -353,14 +353,8 @@ func (s *Server) upload(ctx context.Context, st *semantics.Stream) error {
 		return fmt.Errorf("%w: upload stream opened with %T", ErrProtocol, m)
 	}
 	ref, lease := hdr.Object, hdr.Lease
-	if forbidden, err := s.authorize(ctx, lease, ref, AccessWrite); err != nil {
-		return s.ack(st, lease, ref, wcas.CasAborted, hdr.Offset, semantics.StreamCancelled, false)
-	} else if forbidden {
-		return s.ack(st, lease, ref, wcas.CasForbidden, 0, semantics.StreamForbidden, false)
-	}
-	if ref.Algorithm != wire.DigestSHA256 {
-		s.unsupported.Add(1)
-		return s.ack(st, lease, ref, wcas.CasAborted, 0, semantics.StreamCancelled, false)
+	if ok, err := s.admit(ctx, st, lease, ref, AccessWrite, hdr.Offset, wcas.CasAborted); !ok {
+		return err
 	}
 	if hdr.Offset+hdr.Length != ref.Size {
 		return s.ack(st, lease, ref, wcas.CasSizeMismatch, 0, semantics.StreamProtocolError, false)
@@ -416,6 +410,24 @@ func (s *Server) upload(ctx context.Context, st *semantics.Stream) error {
 	return s.ack(st, lease, ref, o, 0, code, drained)
 }
 
+// admit answers an upload or download request the server will not serve,
+// as both do: an authorization that failed (Aborted, at offset), a
+// forbidden one (Forbidden) or an unsupported algorithm (unsupported: an
+// upload answers Aborted, a download NotFound). ok false means the
+// request was answered; err is the answer's.
+func (s *Server) admit(ctx context.Context, st *semantics.Stream, lease wire.LeaseId, ref wire.CasObjectRef, access Access, offset uint64, unsupported wcas.CasOutcome) (bool, error) {
+	if forbidden, err := s.authorize(ctx, lease, ref, access); err != nil {
+		return false, s.ack(st, lease, ref, wcas.CasAborted, offset, semantics.StreamCancelled, false)
+	} else if forbidden {
+		return false, s.ack(st, lease, ref, wcas.CasForbidden, 0, semantics.StreamForbidden, false)
+	}
+	if ref.Algorithm != wire.DigestSHA256 {
+		s.unsupported.Add(1)
+		return false, s.ack(st, lease, ref, unsupported, 0, semantics.StreamCancelled, false)
+	}
+	return true, nil
+}
+
 func (s *Server) download(ctx context.Context, st *semantics.Stream) error {
 	m, err := readMsg(&st.RecvStream, s.cfg.HeaderTimeout)
 	if err != nil {
@@ -426,14 +438,8 @@ func (s *Server) download(ctx context.Context, st *semantics.Stream) error {
 		return fmt.Errorf("%w: download stream opened with %T", ErrProtocol, m)
 	}
 	ref, lease := req.Object, req.Lease
-	if forbidden, err := s.authorize(ctx, lease, ref, AccessRead); err != nil {
-		return s.ack(st, lease, ref, wcas.CasAborted, req.Offset, semantics.StreamCancelled, false)
-	} else if forbidden {
-		return s.ack(st, lease, ref, wcas.CasForbidden, 0, semantics.StreamForbidden, false)
-	}
-	if ref.Algorithm != wire.DigestSHA256 {
-		s.unsupported.Add(1)
-		return s.ack(st, lease, ref, wcas.CasNotFound, 0, semantics.StreamCancelled, false)
+	if ok, err := s.admit(ctx, st, lease, ref, AccessRead, req.Offset, wcas.CasNotFound); !ok {
+		return err
 	}
 	src, err := s.cfg.Store.Open(ref, req.Offset)
 	switch {
