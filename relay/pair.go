@@ -188,19 +188,22 @@ func (p *pair) refuse(d direction) {
 	}
 }
 
-// acceptBidi relays bidirectional streams opened by the source of d.
-func (p *pair) acceptBidi(d direction) {
+// acceptLoop accepts the streams the source of d opens (accept is its
+// AcceptStream or AcceptUniStream) until the pair ends. A stream over the
+// per-connection limit is counted and logged by p.refuse and reset by
+// refuse; every other one is relayed by relay in its own goroutine, which
+// holds a stream slot and is counted as a pump of d from its start (relay
+// ends that pump).
+func acceptLoop[S any](p *pair, d direction, accept func(context.Context) (S, error), refuse func(S), relay func(S)) {
 	defer p.wg.Done()
-	src, dst := p.side(d)
 	for {
-		s, err := src.AcceptStream(p.ctx)
+		s, err := accept(p.ctx)
 		if err != nil {
 			return
 		}
 		if !p.acquire() {
 			p.refuse(d)
-			s.CancelRead(semantics.StreamRefused)
-			s.CancelWrite(semantics.StreamRefused)
+			refuse(s)
 			continue
 		}
 		p.wg.Add(1)
@@ -208,71 +211,68 @@ func (p *pair) acceptBidi(d direction) {
 		go func() {
 			defer p.wg.Done()
 			defer p.release()
-			hdr, kind, ok := p.readHeader(s, func(c semantics.StreamErrorCode) { s.CancelRead(c); s.CancelWrite(c) })
-			if !ok {
-				p.pumpEnd(d)
-				return
-			}
-			out, err := dst.OpenStream(p.ctx)
-			if err != nil {
-				s.CancelRead(semantics.StreamCancelled)
-				s.CancelWrite(semantics.StreamCancelled)
-				p.pumpEnd(d)
-				return
-			}
-			p.counted(d)
-			rev := toAgent
-			if d == toAgent {
-				rev = toDaemon
-			}
-			p.pumpStart(rev)
-			var inner sync.WaitGroup
-			inner.Add(1)
-			go func() {
-				defer inner.Done()
-				defer p.pumpEnd(rev)
-				p.copy(rev, s, out, nil, kind)
-			}()
-			p.copy(d, out, s, hdr, kind)
-			p.pumpEnd(d)
-			inner.Wait()
+			relay(s)
 		}()
 	}
 }
 
-// acceptUni relays unidirectional streams opened by the source of d.
-func (p *pair) acceptUni(d direction) {
-	defer p.wg.Done()
+// acceptBidi relays bidirectional streams opened by the source of d.
+func (p *pair) acceptBidi(d direction) {
 	src, dst := p.side(d)
-	for {
-		s, err := src.AcceptUniStream(p.ctx)
-		if err != nil {
+	acceptLoop(p, d, src.AcceptStream, func(s semantics.RawStream) {
+		s.CancelRead(semantics.StreamRefused)
+		s.CancelWrite(semantics.StreamRefused)
+	}, func(s semantics.RawStream) {
+		hdr, kind, ok := p.readHeader(s, func(c semantics.StreamErrorCode) { s.CancelRead(c); s.CancelWrite(c) })
+		if !ok {
+			p.pumpEnd(d)
 			return
 		}
-		if !p.acquire() {
-			p.refuse(d)
-			s.CancelRead(semantics.StreamRefused)
-			continue
+		out, err := dst.OpenStream(p.ctx)
+		if err != nil {
+			s.CancelRead(semantics.StreamCancelled)
+			s.CancelWrite(semantics.StreamCancelled)
+			p.pumpEnd(d)
+			return
 		}
-		p.wg.Add(1)
-		p.pumpStart(d)
+		p.counted(d)
+		rev := toAgent
+		if d == toAgent {
+			rev = toDaemon
+		}
+		p.pumpStart(rev)
+		var inner sync.WaitGroup
+		inner.Add(1)
 		go func() {
-			defer p.wg.Done()
-			defer p.release()
-			defer p.pumpEnd(d)
-			hdr, kind, ok := p.readHeader(s, s.CancelRead)
-			if !ok {
-				return
-			}
-			out, err := dst.OpenUniStream(p.ctx)
-			if err != nil {
-				s.CancelRead(semantics.StreamCancelled)
-				return
-			}
-			p.counted(d)
-			p.copy(d, out, s, hdr, kind)
+			defer inner.Done()
+			defer p.pumpEnd(rev)
+			p.copy(rev, s, out, nil, kind)
 		}()
-	}
+		p.copy(d, out, s, hdr, kind)
+		p.pumpEnd(d)
+		inner.Wait()
+	})
+}
+
+// acceptUni relays unidirectional streams opened by the source of d.
+func (p *pair) acceptUni(d direction) {
+	src, dst := p.side(d)
+	acceptLoop(p, d, src.AcceptUniStream, func(s semantics.RawRecvStream) {
+		s.CancelRead(semantics.StreamRefused)
+	}, func(s semantics.RawRecvStream) {
+		defer p.pumpEnd(d)
+		hdr, kind, ok := p.readHeader(s, s.CancelRead)
+		if !ok {
+			return
+		}
+		out, err := dst.OpenUniStream(p.ctx)
+		if err != nil {
+			s.CancelRead(semantics.StreamCancelled)
+			return
+		}
+		p.counted(d)
+		p.copy(d, out, s, hdr, kind)
+	})
 }
 
 func (p *pair) counted(d direction) {

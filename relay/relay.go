@@ -88,6 +88,15 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// orDefault sets *v to def when it is zero (Config's zero-means-default
+// fields).
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
 func (c Config) withDefaults() (Config, error) {
 	if len(c.Upstreams) == 0 {
 		return c, errors.New("relay: Config.Upstreams is empty")
@@ -97,43 +106,30 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("relay: Config.Upstreams[%d] is empty", i)
 		}
 	}
-	switch {
-	case c.DialTimeout < 0:
-		return c, errors.New("relay: Config.DialTimeout is negative")
-	case c.MaxConns < 0:
-		return c, errors.New("relay: Config.MaxConns is negative")
-	case c.MaxStreamsPerConn < 0:
-		return c, errors.New("relay: Config.MaxStreamsPerConn is negative")
-	case c.CopyBuffer < 0:
-		return c, errors.New("relay: Config.CopyBuffer is negative")
-	case c.HeaderTimeout < 0:
-		return c, errors.New("relay: Config.HeaderTimeout is negative")
-	case c.CloseGrace < 0:
-		return c, errors.New("relay: Config.CloseGrace is negative")
-	case c.BulkMaxWait < 0:
-		return c, errors.New("relay: Config.BulkMaxWait is negative")
-	}
-	def := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
+	for _, f := range []struct {
+		name     string
+		negative bool
+	}{
+		{"DialTimeout", c.DialTimeout < 0},
+		{"MaxConns", c.MaxConns < 0},
+		{"MaxStreamsPerConn", c.MaxStreamsPerConn < 0},
+		{"CopyBuffer", c.CopyBuffer < 0},
+		{"HeaderTimeout", c.HeaderTimeout < 0},
+		{"CloseGrace", c.CloseGrace < 0},
+		{"BulkMaxWait", c.BulkMaxWait < 0},
+	} {
+		if f.negative {
+			return c, errors.New("relay: Config." + f.name + " is negative")
 		}
 	}
-	def(&c.DialTimeout, DefaultDialTimeout)
-	def(&c.HeaderTimeout, DefaultHeaderTimeout)
-	def(&c.CloseGrace, DefaultCloseGrace)
-	def(&c.BulkMaxWait, semantics.DefaultBulkMaxWait)
-	if c.MaxConns == 0 {
-		c.MaxConns = DefaultMaxConns
-	}
-	if c.MaxStreamsPerConn == 0 {
-		c.MaxStreamsPerConn = DefaultMaxStreamsPerConn
-	}
-	if c.CopyBuffer == 0 {
-		c.CopyBuffer = DefaultCopyBuffer
-	}
-	if c.BulkQueueThreshold == 0 {
-		c.BulkQueueThreshold = semantics.DefaultBulkQueueThreshold
-	}
+	orDefault(&c.DialTimeout, DefaultDialTimeout)
+	orDefault(&c.HeaderTimeout, DefaultHeaderTimeout)
+	orDefault(&c.CloseGrace, DefaultCloseGrace)
+	orDefault(&c.BulkMaxWait, semantics.DefaultBulkMaxWait)
+	orDefault(&c.MaxConns, DefaultMaxConns)
+	orDefault(&c.MaxStreamsPerConn, DefaultMaxStreamsPerConn)
+	orDefault(&c.CopyBuffer, DefaultCopyBuffer)
+	orDefault(&c.BulkQueueThreshold, semantics.DefaultBulkQueueThreshold)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -150,9 +150,13 @@ func (a *Admission) release(w *handshakeWatch) {
 }
 
 // rateMeter is the same meter as semantics/daemon's backlogMeter, kept
-// as a copy on purpose for now: the layering lets neither package import
-// the other, and semantics/internal is closed to backends. One shared
-// home (an exported contract helper) is for the readability issue (28).
+// as a copy on purpose: the layering lets neither package import the
+// other, semantics/internal is closed to backends, and semantics imports
+// nothing of the module's internal/. The one home both may import is the
+// stable package semantics (or wire), where the meter would be a new
+// exported identifier, an API change recorded in docs/api-changes.md;
+// issue 28 item 3 is a pure refactor, so the two copies stay until an API
+// change adopts one (keep them alike meanwhile).
 //
 // rateMeter measures slots given back per second over windows of at
 // least rateWindow in which attempts waited (an idle gate says nothing of

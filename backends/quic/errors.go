@@ -5,10 +5,10 @@ import (
 	"errors"
 	"io"
 	"math"
-	"strings"
 
 	quicgo "github.com/quic-go/quic-go"
 
+	"forgeyard.dev/transport/backends/internal/errpair"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/wire"
 )
@@ -50,10 +50,10 @@ func TranslateError(err error) error {
 		return err
 	}
 	if se, ok := errors.AsType[*quicgo.StreamError](err); ok {
-		return &translated{sem: &semantics.StreamError{Code: streamCode(uint64(se.ErrorCode)), Remote: se.Remote}, orig: err}
+		return newTranslated(&semantics.StreamError{Code: streamCode(uint64(se.ErrorCode)), Remote: se.Remote}, err)
 	}
 	if ce := ConnErrorOf(err); ce != nil {
-		return &translated{sem: ce, orig: err}
+		return newTranslated(ce, err)
 	}
 	return err
 }
@@ -117,21 +117,15 @@ func streamCode(c uint64) semantics.StreamErrorCode {
 	return semantics.StreamErrorCode(c)
 }
 
-// translated carries a semantics error and the library error it came from.
-// Error reads like the semantics error; Unwrap exposes both.
-type translated struct {
-	sem  error // *semantics.StreamError or *semantics.ConnError
-	orig error
-}
+// translated carries a semantics error and the library error it came from
+// (errpair.Pair: Error reads like the semantics error; Unwrap exposes
+// both). It is this package's own type, so an error backends/webtransport
+// translated is not taken for one translated here.
+type translated struct{ errpair.Pair }
 
-func (e *translated) Error() string {
-	s, o := e.sem.Error(), e.orig.Error()
-	if strings.Contains(s, o) {
-		return s
-	}
-	return s + " (" + o + ")"
+func newTranslated(sem, orig error) *translated {
+	return &translated{errpair.Pair{Sem: sem, Orig: orig}}
 }
-func (e *translated) Unwrap() []error { return []error{e.sem, e.orig} }
 
 // closeError corrects one quic-go quirk at the same place as the rest of the
 // translation: Close on a stream whose send side the peer has stopped

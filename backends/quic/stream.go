@@ -17,6 +17,15 @@ var (
 
 // stream adapts *quicgo.Stream. Like quic-go, Read and Write may run
 // concurrently with each other but not with themselves.
+//
+// stream, sendStream and recvStream look like backends/webtransport's
+// adapters but stay separate: they wrap other library types (quic-go's
+// streams, with 62-bit error codes, against webtransport-go's, with 32-bit
+// ones), Close here corrects a quic-go quirk (closeError) that
+// webtransport-go's streams do not have, and a shared generic adapter
+// would put an indirect call on every Read and Write of the data path.
+// What is backend-neutral in them, the error pairing, is shared
+// (backends/internal/errpair).
 type stream struct {
 	s *quicgo.Stream
 	c *conn

@@ -162,7 +162,10 @@ func (c *conn) ConnectionState() tls.ConnectionState {
 
 func (c *conn) Backend() string { return "webtransport" }
 
-// stream adapts *wt.Stream.
+// stream adapts *wt.Stream. It and sendStream and recvStream stay apart
+// from backends/quic's look-alike adapters on purpose (see there: other
+// library types and error-code widths, no closeError quirk, no indirect
+// call on the data path).
 type stream struct {
 	s *wt.Stream
 	c *conn

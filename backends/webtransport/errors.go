@@ -5,11 +5,11 @@ import (
 	"errors"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	wt "github.com/quic-go/webtransport-go"
 
+	"forgeyard.dev/transport/backends/internal/errpair"
 	fyquic "forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/wire"
@@ -47,11 +47,11 @@ func (c *conn) translate(err error) error {
 		return err
 	}
 	if se, ok := errors.AsType[*wt.StreamError](err); ok {
-		return &translated{sem: &semantics.StreamError{Code: semantics.StreamErrorCode(se.ErrorCode), Remote: se.Remote}, orig: err}
+		return newTranslated(&semantics.StreamError{Code: semantics.StreamErrorCode(se.ErrorCode), Remote: se.Remote}, err)
 	}
 	if ce := sessionConnError(err); ce != nil {
 		c.settle(ce)
-		return &translated{sem: ce, orig: err}
+		return newTranslated(ce, err)
 	}
 	if isDeadline(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err // the caller's deadline or context, not the connection's
@@ -65,7 +65,7 @@ func (c *conn) translate(err error) error {
 	select {
 	case <-c.ctx.Done():
 		if ce, ok := context.Cause(c.ctx).(*semantics.ConnError); ok {
-			return &translated{sem: ce, orig: err}
+			return newTranslated(ce, err)
 		}
 	case <-t.C:
 	}
@@ -80,20 +80,15 @@ func (c *conn) settle(ce *semantics.ConnError) {
 	}
 }
 
-// translated pairs a semantics error with the library error it came from.
-type translated struct {
-	sem  error
-	orig error
-}
+// translated carries a semantics error and the library error it came from
+// (errpair.Pair: Error reads like the semantics error; Unwrap exposes
+// both). It is this package's own type, so an error backends/quic
+// translated is not taken for one translated here.
+type translated struct{ errpair.Pair }
 
-func (e *translated) Error() string {
-	s, o := e.sem.Error(), e.orig.Error()
-	if strings.Contains(s, o) {
-		return s
-	}
-	return s + " (" + o + ")"
+func newTranslated(sem, orig error) *translated {
+	return &translated{errpair.Pair{Sem: sem, Orig: orig}}
 }
-func (e *translated) Unwrap() []error { return []error{e.sem, e.orig} }
 
 // fallbackConnError is the cause when a session ended without a
 // WebTransport close and without the QUIC connection closing.

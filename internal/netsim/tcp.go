@@ -106,11 +106,7 @@ func (p *TCPProxy) Restore() { p.gate.set(false) }
 // many were cut. New connections are accepted afterwards.
 func (p *TCPProxy) Cut() int {
 	p.mu.Lock()
-	pairs := make([]*tcpPair, 0, len(p.pairs))
-	for t := range p.pairs {
-		pairs = append(pairs, t)
-		delete(p.pairs, t)
-	}
+	pairs := p.takePairs()
 	p.mu.Unlock()
 	for _, t := range pairs {
 		t.close(true)
@@ -134,26 +130,43 @@ func (p *TCPProxy) Stats() Stats { return p.c.snapshot() }
 // Close stops accepting, closes every connection and waits for all
 // goroutines. Idempotent.
 func (p *TCPProxy) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !beginClose(&p.mu, &p.closed, p.done) {
 		return nil
 	}
-	p.closed = true
-	close(p.done)
 	p.cancel()
 	p.ln.Close()
-	pairs := make([]*tcpPair, 0, len(p.pairs))
-	for t := range p.pairs {
-		pairs = append(pairs, t)
-		delete(p.pairs, t)
-	}
+	pairs := p.takePairs()
 	p.mu.Unlock()
 	for _, t := range pairs {
 		t.close(false)
 	}
 	p.wg.Wait()
 	return nil
+}
+
+// beginClose starts a proxy's idempotent Close (TCPProxy and UDPProxy):
+// it locks mu and, unless *closed is already set (then it unlocks and
+// returns false), sets it and closes done, returning true with mu held.
+func beginClose(mu *sync.Mutex, closed *bool, done chan struct{}) bool {
+	mu.Lock()
+	if *closed {
+		mu.Unlock()
+		return false
+	}
+	*closed = true
+	close(done)
+	return true
+}
+
+// takePairs removes every current connection from p.pairs and returns
+// them (Cut and Close); under p.mu.
+func (p *TCPProxy) takePairs() []*tcpPair {
+	pairs := make([]*tcpPair, 0, len(p.pairs))
+	for t := range p.pairs {
+		pairs = append(pairs, t)
+		delete(p.pairs, t)
+	}
+	return pairs
 }
 
 func (p *TCPProxy) acceptLoop() {

@@ -136,13 +136,9 @@ func (p *UDPProxy) Stats() Stats { return p.c.snapshot() }
 
 // Close stops the proxy and waits for its goroutines. Idempotent.
 func (p *UDPProxy) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !beginClose(&p.mu, &p.closed, p.done) {
 		return nil
 	}
-	p.closed = true
-	close(p.done)
 	p.ln.Close()
 	for k, f := range p.flows {
 		f.conn.Close()

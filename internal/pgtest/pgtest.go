@@ -28,6 +28,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"forgeyard.dev/transport/internal/sharedsrv"
 )
 
 // Server is a running PostgreSQL server.
@@ -45,29 +47,17 @@ type Server struct {
 	down    bool // StopServer stopped it; Restart starts it again
 }
 
-var (
-	once   sync.Once
-	shared *Server
-	errSt  error
-)
+var shared = sharedsrv.New("pgtest", Start, (*Server).Stop)
 
 // Shared starts one server per test binary on first use. Call StopShared
 // from TestMain after m.Run.
 func Shared(t testing.TB) *Server {
 	t.Helper()
-	once.Do(func() { shared, errSt = Start() })
-	if errSt != nil {
-		t.Fatalf("pgtest: %v", errSt)
-	}
-	return shared
+	return shared.Get(t)
 }
 
 // StopShared stops the server started by Shared, if any.
-func StopShared() {
-	if shared != nil {
-		shared.Stop()
-	}
-}
+func StopShared() { shared.Stop() }
 
 func findBin() (string, error) {
 	if d := os.Getenv("FORGEYARD_PG_BIN"); d != "" {

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/sharedsrv"
 	"forgeyard.dev/transport/semantics/objstore/s3store"
 )
 
@@ -48,29 +49,17 @@ type Server struct {
 	logPath, dataPath string
 }
 
-var (
-	once   sync.Once
-	shared *Server
-	errSt  error
-)
+var shared = sharedsrv.New("s3test", Start, (*Server).Stop)
 
 // Shared starts one server per test binary on first use. Call StopShared
 // from TestMain after m.Run.
 func Shared(t testing.TB) *Server {
 	t.Helper()
-	once.Do(func() { shared, errSt = Start() })
-	if errSt != nil {
-		t.Fatalf("s3test: %v", errSt)
-	}
-	return shared
+	return shared.Get(t)
 }
 
 // StopShared stops the server started by Shared, if any.
-func StopShared() {
-	if shared != nil {
-		shared.Stop()
-	}
-}
+func StopShared() { shared.Stop() }
 
 var buildMu sync.Mutex
 

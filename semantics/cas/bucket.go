@@ -77,15 +77,9 @@ func NewBucketStore(cfg BucketStoreConfig) (*BucketStore, error) {
 	}
 	s := &BucketStore{b: cfg.Bucket, prefix: cfg.Prefix, chunk: cfg.ChunkSize, maxSize: cfg.MaxObjectSize,
 		maxPartials: cfg.MaxPartials, timeout: cfg.Timeout, busy: map[wire.CasObjectRef]struct{}{}}
-	if s.chunk == 0 {
-		s.chunk = DefaultChunkSize
-	}
-	if s.maxSize == 0 {
-		s.maxSize = DefaultMaxObjectSize
-	}
-	if s.maxPartials == 0 {
-		s.maxPartials = DefaultMaxPartials
-	}
+	orDefault(&s.chunk, DefaultChunkSize)
+	orDefault(&s.maxSize, DefaultMaxObjectSize)
+	orDefault(&s.maxPartials, DefaultMaxPartials)
 	if s.timeout <= 0 {
 		s.timeout = time.Minute
 	}
@@ -298,29 +292,11 @@ func (r *chunkReader) Close() error {
 
 // Create implements ContentStore.
 func (s *BucketStore) Create(ref wire.CasObjectRef) (PartialObject, error) {
-	if ref.Algorithm != wire.DigestSHA256 {
-		return nil, fmt.Errorf("%w: %s", ErrUnsupportedAlgorithm, ref.Algorithm)
-	}
-	if ref.Size > s.maxSize {
-		return nil, ErrTooLarge
-	}
-	s.mu.Lock()
-	if _, ok := s.busy[ref]; ok {
-		s.mu.Unlock()
-		return nil, ErrBusy
-	}
-	if len(s.busy) >= s.maxPartials {
-		s.mu.Unlock()
-		return nil, ErrTooManyPartials
-	}
-	s.busy[ref] = struct{}{}
-	s.mu.Unlock()
-	p, err := s.create(ref)
-	if err != nil {
-		s.release(ref)
-		return nil, err
-	}
-	return p, nil
+	return createHeld[*bucketPartial](s, ref)
+}
+
+func (s *BucketStore) holds() (*sync.Mutex, map[wire.CasObjectRef]struct{}, uint64, int) {
+	return &s.mu, s.busy, s.maxSize, s.maxPartials
 }
 
 func (s *BucketStore) create(ref wire.CasObjectRef) (*bucketPartial, error) {

@@ -87,18 +87,10 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 	if cfg.Concurrency < 0 || cfg.BufferSize < 0 || cfg.IdleTimeout < 0 || cfg.AckTimeout < 0 || cfg.Compression > wcas.CasCompressionFlate {
 		return nil, errors.New("cas: invalid UploaderConfig")
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultClientConcurrency
-	}
-	if cfg.BufferSize == 0 {
-		cfg.BufferSize = DefaultBufferSize
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	if cfg.AckTimeout == 0 {
-		cfg.AckTimeout = DefaultHeaderTimeout
-	}
+	orDefault(&cfg.Concurrency, DefaultClientConcurrency)
+	orDefault(&cfg.BufferSize, DefaultBufferSize)
+	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&cfg.AckTimeout, DefaultHeaderTimeout)
 	return &Uploader{cfg: cfg, sem: newSem(cfg.Concurrency), interrupted: map[wire.CasObjectRef]struct{}{}}, nil
 }
 
@@ -349,18 +341,10 @@ func NewDownloader(cfg DownloaderConfig) (*Downloader, error) {
 	if cfg.Concurrency < 0 || cfg.BufferSize < 0 || cfg.IdleTimeout < 0 || cfg.HeaderTimeout < 0 {
 		return nil, errors.New("cas: invalid DownloaderConfig")
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = DefaultClientConcurrency
-	}
-	if cfg.BufferSize == 0 {
-		cfg.BufferSize = DefaultBufferSize
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	if cfg.HeaderTimeout == 0 {
-		cfg.HeaderTimeout = DefaultHeaderTimeout
-	}
+	orDefault(&cfg.Concurrency, DefaultClientConcurrency)
+	orDefault(&cfg.BufferSize, DefaultBufferSize)
+	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&cfg.HeaderTimeout, DefaultHeaderTimeout)
 	return &Downloader{cfg: cfg, sem: newSem(cfg.Concurrency)}, nil
 }
 

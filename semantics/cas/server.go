@@ -153,21 +153,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Compression > wcas.CasCompressionFlate {
 		return nil, fmt.Errorf("cas: unknown compression %s", cfg.Compression)
 	}
-	if cfg.MaxConcurrent == 0 {
-		cfg.MaxConcurrent = DefaultServerMaxConcurrent
-	}
-	if cfg.MaxPerConn == 0 {
-		cfg.MaxPerConn = DefaultServerMaxPerConn
-	}
-	if cfg.BufferSize == 0 {
-		cfg.BufferSize = DefaultBufferSize
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	if cfg.HeaderTimeout == 0 {
-		cfg.HeaderTimeout = DefaultHeaderTimeout
-	}
+	orDefault(&cfg.MaxConcurrent, DefaultServerMaxConcurrent)
+	orDefault(&cfg.MaxPerConn, DefaultServerMaxPerConn)
+	orDefault(&cfg.BufferSize, DefaultBufferSize)
+	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&cfg.HeaderTimeout, DefaultHeaderTimeout)
 	return &Server{cfg: cfg, global: newSem(cfg.MaxConcurrent)}, nil
 }
 
@@ -363,14 +353,8 @@ func (s *Server) upload(ctx context.Context, st *semantics.Stream) error {
 		return fmt.Errorf("%w: upload stream opened with %T", ErrProtocol, m)
 	}
 	ref, lease := hdr.Object, hdr.Lease
-	if forbidden, err := s.authorize(ctx, lease, ref, AccessWrite); err != nil {
-		return s.ack(st, lease, ref, wcas.CasAborted, hdr.Offset, semantics.StreamCancelled, false)
-	} else if forbidden {
-		return s.ack(st, lease, ref, wcas.CasForbidden, 0, semantics.StreamForbidden, false)
-	}
-	if ref.Algorithm != wire.DigestSHA256 {
-		s.unsupported.Add(1)
-		return s.ack(st, lease, ref, wcas.CasAborted, 0, semantics.StreamCancelled, false)
+	if ok, err := s.admit(ctx, st, lease, ref, AccessWrite, hdr.Offset, wcas.CasAborted); !ok {
+		return err
 	}
 	if hdr.Offset+hdr.Length != ref.Size {
 		return s.ack(st, lease, ref, wcas.CasSizeMismatch, 0, semantics.StreamProtocolError, false)
@@ -426,6 +410,24 @@ func (s *Server) upload(ctx context.Context, st *semantics.Stream) error {
 	return s.ack(st, lease, ref, o, 0, code, drained)
 }
 
+// admit answers an upload or download request the server will not serve,
+// as both do: an authorization that failed (Aborted, at offset), a
+// forbidden one (Forbidden) or an unsupported algorithm (unsupported: an
+// upload answers Aborted, a download NotFound). ok false means the
+// request was answered; err is the answer's.
+func (s *Server) admit(ctx context.Context, st *semantics.Stream, lease wire.LeaseId, ref wire.CasObjectRef, access Access, offset uint64, unsupported wcas.CasOutcome) (bool, error) {
+	if forbidden, err := s.authorize(ctx, lease, ref, access); err != nil {
+		return false, s.ack(st, lease, ref, wcas.CasAborted, offset, semantics.StreamCancelled, false)
+	} else if forbidden {
+		return false, s.ack(st, lease, ref, wcas.CasForbidden, 0, semantics.StreamForbidden, false)
+	}
+	if ref.Algorithm != wire.DigestSHA256 {
+		s.unsupported.Add(1)
+		return false, s.ack(st, lease, ref, unsupported, 0, semantics.StreamCancelled, false)
+	}
+	return true, nil
+}
+
 func (s *Server) download(ctx context.Context, st *semantics.Stream) error {
 	m, err := readMsg(&st.RecvStream, s.cfg.HeaderTimeout)
 	if err != nil {
@@ -436,14 +438,8 @@ func (s *Server) download(ctx context.Context, st *semantics.Stream) error {
 		return fmt.Errorf("%w: download stream opened with %T", ErrProtocol, m)
 	}
 	ref, lease := req.Object, req.Lease
-	if forbidden, err := s.authorize(ctx, lease, ref, AccessRead); err != nil {
-		return s.ack(st, lease, ref, wcas.CasAborted, req.Offset, semantics.StreamCancelled, false)
-	} else if forbidden {
-		return s.ack(st, lease, ref, wcas.CasForbidden, 0, semantics.StreamForbidden, false)
-	}
-	if ref.Algorithm != wire.DigestSHA256 {
-		s.unsupported.Add(1)
-		return s.ack(st, lease, ref, wcas.CasNotFound, 0, semantics.StreamCancelled, false)
+	if ok, err := s.admit(ctx, st, lease, ref, AccessRead, req.Offset, wcas.CasNotFound); !ok {
+		return err
 	}
 	src, err := s.cfg.Store.Open(ref, req.Offset)
 	switch {
@@ -488,4 +484,14 @@ func (s *Server) download(ctx context.Context, st *semantics.Stream) error {
 		s.failed.Add(1)
 	}
 	return nil
+}
+
+// orDefault sets *v to def when it is zero: the zero-means-default fields
+// of the package's configs (Uploader, Downloader, Server, FSStore,
+// BucketStore).
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }

@@ -44,12 +44,9 @@ type BucketSink struct {
 }
 
 type bucketLog struct {
-	mu       sync.Mutex
-	appended uint64
-	durable  uint64
-	first    uint64 // seq of buf's first record
-	buf      bytes.Buffer
-	err      error // sticky: the attempt is re-read after Forget
+	attemptSeq        // sticky err: the attempt is re-read after Forget
+	first      uint64 // seq of buf's first record
+	buf        bytes.Buffer
 }
 
 // BucketSinkConfig configures a BucketSink.
@@ -145,24 +142,20 @@ func (s *BucketSink) open(a wire.JobAttemptId) (*bucketLog, error) {
 	if l := s.m[a]; l != nil { // opened concurrently
 		return l, nil
 	}
-	l := &bucketLog{appended: dur, durable: dur}
+	l := &bucketLog{attemptSeq: attemptSeq{appended: dur, durable: dur}}
 	s.m[a] = l
 	return l, nil
 }
 
 // Append implements LogSink. It fails when seq is not the next one.
 func (s *BucketSink) Append(a wire.JobAttemptId, seq uint64, kind wlogs.LogStreamKind, ts uint64, data []byte) error {
-	l, err := s.open(a)
+	l, err := openLocked(s.open, a)
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
-		return l.err
-	}
-	if seq != l.appended+1 {
-		return fmt.Errorf("logs: bucket sink: append seq %d after %d", seq, l.appended)
+	if err := l.checkNext("bucket sink", seq); err != nil {
+		return err
 	}
 	if l.buf.Len() == 0 {
 		l.first = seq
@@ -177,27 +170,17 @@ func (s *BucketSink) Append(a wire.JobAttemptId, seq uint64, kind wlogs.LogStrea
 
 // Durable implements LogSink; 0 when the bucket cannot be listed.
 func (s *BucketSink) Durable(a wire.JobAttemptId) uint64 {
-	l, err := s.open(a)
-	if err != nil {
-		return 0
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.durable
+	return durableOf(s.open, a)
 }
 
 // Sync implements Syncer: one segment object for the frames appended
 // since the last Sync. A failed write keeps them buffered for the next.
 func (s *BucketSink) Sync(a wire.JobAttemptId) error {
-	l, err := s.open(a)
+	l, err := openLocked(s.open, a)
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
-		return l.err
-	}
 	if l.appended == l.durable {
 		return nil
 	}
@@ -264,7 +247,8 @@ func (s *BucketSink) ReadDurable(a wire.JobAttemptId, fn func(rec Record) error)
 	return nil
 }
 
-// readRecords parses records until EOF.
+// readRecords parses records until EOF, for FileSink's data files and
+// BucketSink's segments alike; buf holds MaxLogChunk bytes.
 func readRecords(r io.Reader, buf []byte, fn func(Record) error) error {
 	var h [recHeadSize]byte
 	for {

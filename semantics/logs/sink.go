@@ -186,14 +186,11 @@ type FileSink struct {
 }
 
 type sinkFile struct {
-	mu       sync.Mutex
-	f        *os.File
-	w        *bufio.Writer
-	size     int64 // bytes written (including buffered)
-	appended uint64
-	durable  uint64
-	durOff   int64
-	err      error // sticky I/O error
+	attemptSeq // sticky err: an I/O error
+	f          *os.File
+	w          *bufio.Writer
+	size       int64 // bytes written (including buffered)
+	durOff     int64
 }
 
 // NewFileSink returns a sink storing files in dir, creating it if needed.
@@ -248,24 +245,20 @@ func (s *FileSink) open(a wire.JobAttemptId) (*sinkFile, error) {
 		f.Close()
 		return nil, fmt.Errorf("logs: file sink: %w", err)
 	}
-	sf := &sinkFile{f: f, size: off, appended: seq, durable: seq, durOff: off}
+	sf := &sinkFile{attemptSeq: attemptSeq{appended: seq, durable: seq}, f: f, size: off, durOff: off}
 	s.m[a] = sf
 	return sf, nil
 }
 
 // Append implements LogSink. It fails when seq is not the next one.
 func (s *FileSink) Append(a wire.JobAttemptId, seq uint64, kind wlogs.LogStreamKind, ts uint64, data []byte) error {
-	sf, err := s.open(a)
+	sf, err := openLocked(s.open, a)
 	if err != nil {
 		return err
 	}
-	sf.mu.Lock()
 	defer sf.mu.Unlock()
-	if sf.err != nil {
-		return sf.err
-	}
-	if seq != sf.appended+1 {
-		return fmt.Errorf("logs: file sink: append seq %d after %d", seq, sf.appended)
+	if err := sf.checkNext("file sink", seq); err != nil {
+		return err
 	}
 	if sf.w == nil {
 		sf.w = sinkWriters.Get().(*bufio.Writer)
@@ -289,26 +282,16 @@ func (s *FileSink) Append(a wire.JobAttemptId, seq uint64, kind wlogs.LogStreamK
 // Durable implements LogSink; it returns 0 when the attempt's files cannot
 // be opened.
 func (s *FileSink) Durable(a wire.JobAttemptId) uint64 {
-	sf, err := s.open(a)
-	if err != nil {
-		return 0
-	}
-	sf.mu.Lock()
-	defer sf.mu.Unlock()
-	return sf.durable
+	return durableOf(s.open, a)
 }
 
 // Sync implements Syncer (see the type's comment).
 func (s *FileSink) Sync(a wire.JobAttemptId) error {
-	sf, err := s.open(a)
+	sf, err := openLocked(s.open, a)
 	if err != nil {
 		return err
 	}
-	sf.mu.Lock()
 	defer sf.mu.Unlock()
-	if sf.err != nil {
-		return sf.err
-	}
 	if sf.appended == sf.durable {
 		return nil
 	}
@@ -429,27 +412,7 @@ func (s *FileSink) ReadDurable(a wire.JobAttemptId, fn func(rec Record) error) e
 	}
 	defer f.Close()
 	r := bufio.NewReaderSize(io.LimitReader(f, off), 64<<10)
-	var h [recHeadSize]byte
-	buf := make([]byte, wlogs.MaxLogChunk)
-	for {
-		if _, err := io.ReadFull(r, h[:]); err == io.EOF {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("%w: %v", ErrCorruptSink, err)
-		}
-		n := binary.LittleEndian.Uint32(h[17:])
-		if n > wlogs.MaxLogChunk {
-			return fmt.Errorf("%w: record of %d bytes", ErrCorruptSink, n)
-		}
-		if _, err := io.ReadFull(r, buf[:n]); err != nil {
-			return fmt.Errorf("%w: %v", ErrCorruptSink, err)
-		}
-		rec := Record{Seq: binary.LittleEndian.Uint64(h[:]), Kind: wlogs.LogStreamKind(h[8]),
-			TimestampMs: binary.LittleEndian.Uint64(h[9:]), Data: buf[:n]}
-		if err := fn(rec); err != nil {
-			return err
-		}
-	}
+	return readRecords(r, make([]byte, wlogs.MaxLogChunk), fn)
 }
 
 // Logs implements Collector: one AttemptLog per "<attempt>.log" file (its
