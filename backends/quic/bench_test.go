@@ -15,6 +15,7 @@ import (
 
 	quicgo "github.com/quic-go/quic-go"
 
+	"forgeyard.dev/transport/internal/stats"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
@@ -275,14 +276,6 @@ func oursBulk(tb testing.TB, c, s *semantics.Conn, n int) *bulk {
 	})
 }
 
-func percentile(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (len(sorted)*p+99)/100 - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
-
 // measurePings does b.N round trips (at least minPings) and reports
 // p50/p99 in µs.
 func measurePings(b *testing.B, p *pingStream) {
@@ -298,8 +291,8 @@ func measurePings(b *testing.B, p *pingStream) {
 	}
 	b.StopTimer()
 	slices.Sort(rtts)
-	b.ReportMetric(float64(percentile(rtts, 50).Nanoseconds())/1e3, "p50-µs")
-	b.ReportMetric(float64(percentile(rtts, 99).Nanoseconds())/1e3, "p99-µs")
+	b.ReportMetric(float64(stats.Percentile(rtts, 50).Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(stats.Percentile(rtts, 99).Nanoseconds())/1e3, "p99-µs")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -458,8 +451,8 @@ func BenchmarkWindowSweep(b *testing.B) {
 			mb := float64(bk.received.Load()-r0) / el.Seconds() / 1e6
 			bk.halt()
 			slices.Sort(rtts)
-			r.p50 = append(r.p50, float64(percentile(rtts, 50).Microseconds()))
-			r.p99 = append(r.p99, float64(percentile(rtts, 99).Microseconds()))
+			r.p50 = append(r.p50, float64(stats.Percentile(rtts, 50).Microseconds()))
+			r.p99 = append(r.p99, float64(stats.Percentile(rtts, 99).Microseconds()))
 			r.mbps = append(r.mbps, mb)
 		})
 	}
