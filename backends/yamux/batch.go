@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Write batching below TLS (issue 19 item 3).
@@ -41,6 +42,10 @@ type batchConn struct {
 	mu  sync.Mutex
 	on  bool
 	buf *[]byte // nil unless a batch holds bytes
+	// written counts the bytes the socket accepted, added after each
+	// write(2) returns; Conn.QueuedBytes bounds the socket's unsent bytes
+	// with it between two SIOCOUTQNSD reads (queue.go).
+	written atomic.Int64
 }
 
 // Write appends p to the open batch, or writes it to the socket.
@@ -51,7 +56,7 @@ func (b *batchConn) Write(p []byte) (int, error) {
 		if err := b.flushLocked(); err != nil {
 			return 0, err
 		}
-		return b.Conn.Write(p)
+		return b.write(p)
 	}
 	if b.buf != nil && len(*b.buf)+len(p) > batchMax {
 		if err := b.flushLocked(); err != nil {
@@ -59,7 +64,7 @@ func (b *batchConn) Write(p []byte) (int, error) {
 		}
 	}
 	if len(p) >= batchMax {
-		return b.Conn.Write(p) // nothing to gain from copying it
+		return b.write(p) // nothing to gain from copying it
 	}
 	if b.buf == nil {
 		b.buf = batchBufs.Get().(*[]byte)
@@ -83,13 +88,20 @@ func (b *batchConn) end() error {
 	return b.flushLocked()
 }
 
+// write writes p to the socket and counts what it accepted.
+func (b *batchConn) write(p []byte) (int, error) {
+	n, err := b.Conn.Write(p)
+	b.written.Add(int64(n))
+	return n, err
+}
+
 func (b *batchConn) flushLocked() error {
 	if b.buf == nil {
 		return nil
 	}
 	buf := b.buf
 	b.buf = nil
-	_, err := b.Conn.Write(*buf)
+	_, err := b.write(*buf)
 	*buf = (*buf)[:0]
 	if cap(*buf) <= 2*batchMax {
 		batchBufs.Put(buf)

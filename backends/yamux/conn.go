@@ -105,7 +105,9 @@ type Conn struct {
 	pingTimer  *time.Timer
 	pingEvery  time.Duration // pingMu; starts as cfg.KeepAliveInterval
 
-	inYamux atomic.Int64 // bytes inside yamux Stream.Write calls
+	inYamux  atomic.Int64 // bytes inside yamux Stream.Write calls
+	writeSeq atomic.Int64 // stream Write calls begun
+	nse      notSentEstimate
 }
 
 type pendingRec struct {
@@ -997,8 +999,10 @@ func (c *Conn) Backend() string { return "yamux" }
 // QueuedBytes estimates bytes accepted by stream writes but not yet on the
 // wire: bytes inside yamux's send path (Stream.Write returns only once its
 // frame was written to the socket) plus the socket's unsent bytes
-// (TCP_INFO tcpi_notsent_bytes; 0 where unsupported). One getsockopt per
-// call.
+// (SIOCOUTQNSD, the figure of TCP_INFO's tcpi_notsent_bytes; 0 where
+// unsupported) or, between two reads of it, an upper bound on them (the
+// last read plus what the socket accepted since; queue.go), so most calls
+// make no system call.
 func (c *Conn) QueuedBytes() int {
-	return int(c.inYamux.Load()) + notSentBytes(c.raw)
+	return int(c.inYamux.Load()) + c.notSent()
 }
