@@ -3,6 +3,7 @@ package yamux
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -113,5 +114,59 @@ func TestCutCtrlFrame(t *testing.T) {
 		if ok != c.ok || n != c.n || !bytes.Equal(body, c.body) {
 			t.Errorf("cutCtrlFrame(% x): %x, %d, %v; want %x, %d, %v", c.in[:min(len(c.in), 4)], body[:min(len(body), 4)], n, ok, c.body[:min(len(c.body), 4)], c.n, c.ok)
 		}
+	}
+}
+
+// TestBatchHeadWritev: over a TCP socket a data frame's held header leaves
+// with its body's first record in one writev(2); the peer reads header,
+// body and a large frame's further records in order, and written counts
+// every byte.
+func TestBatchHeadWritev(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		got <- b
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := &batchConn{Conn: nc}
+	sc := &sockConn{Conn: bc, bc: bc, idle: time.Minute, wto: time.Minute}
+	var want []byte
+	for _, size := range []int{5, 16 << 10, 2*batchMax + 100} {
+		hdr := yamuxHeader(yamuxTypeData, uint32(size))
+		body := make([]byte, size)
+		for i := range body {
+			body[i] = byte(i * size)
+		}
+		if _, err := sc.Write(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if bc.headN != len(hdr) {
+			t.Fatalf("header not held: headN %d", bc.headN)
+		}
+		if _, err := sc.Write(body); err != nil {
+			t.Fatal(err)
+		}
+		want = append(append(want, hdr...), body...)
+	}
+	if n := bc.written.Load(); n != int64(len(want)) {
+		t.Errorf("written %d, sent %d", n, len(want))
+	}
+	nc.Close()
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("peer read %d bytes, want %d in order", len(b), len(want))
 	}
 }

@@ -49,12 +49,15 @@ type Config struct {
 	// so the peer's idle deadline does not fire. 0 means the default (10 s).
 	KeepAliveInterval time.Duration
 	// IdleTimeout closes the connection with CloseIdleTimeout when nothing
-	// at all was received for this long. It must exceed KeepAliveInterval.
-	// 0 means the default (30 s).
+	// at all was received for this long (up to 1/64 longer: the socket's
+	// read deadline is moved a few times a second, not on every read). It
+	// must exceed KeepAliveInterval. 0 means the default (30 s).
 	IdleTimeout time.Duration
-	// WriteTimeout bounds every write to the socket and yamux's wait for its
-	// send queue (ConnectionWriteTimeout). A stalled write closes the
-	// connection with CloseIdleTimeout. 0 means the default (10 s).
+	// WriteTimeout bounds every write to the socket (to between it and 1/64
+	// more: the write deadline is moved a few times a second, not on every
+	// frame) and yamux's wait for its send queue (ConnectionWriteTimeout).
+	// A stalled write closes the connection with CloseIdleTimeout. 0 means
+	// the default (10 s).
 	WriteTimeout time.Duration
 	// Limits are the semantics.Limits the semantics.Conn over these
 	// connections enforces (zero: the defaults). AcceptBacklog and

@@ -105,7 +105,9 @@ type Conn struct {
 	pingTimer  *time.Timer
 	pingEvery  time.Duration // pingMu; starts as cfg.KeepAliveInterval
 
-	inYamux atomic.Int64 // bytes inside yamux Stream.Write calls
+	inYamux  atomic.Int64 // bytes inside yamux Stream.Write calls
+	writeSeq atomic.Int64 // stream Write calls begun
+	nse      notSentEstimate
 }
 
 type pendingRec struct {
@@ -137,6 +139,13 @@ type sockConn struct {
 	idle, wto    time.Duration
 	idleFired    atomic.Bool
 	writeStalled atomic.Bool
+	// rdl and wdl are the read and write deadlines set on Conn (UnixNano).
+	// A read or write moves its deadline only when it is less than idle or
+	// wto away: each is set idle+idle/64 (wto+wto/64) ahead, so a bulk
+	// stream resets the socket's timers a few times a second, not for every
+	// frame, and a read (write) still fails after between idle and
+	// idle+idle/64 (wto and wto+wto/64) without progress.
+	rdl, wdl int64
 	// lastActive is when bytes last moved either way (UnixNano); lostIdle,
 	// set by the first read that failed other than by the idle deadline
 	// (EOF, reset: the peer or a box on the path dropped the connection),
@@ -146,7 +155,10 @@ type sockConn struct {
 }
 
 func (sc *sockConn) Read(p []byte) (int, error) {
-	_ = sc.Conn.SetReadDeadline(time.Now().Add(sc.idle))
+	if t := time.Now().UnixNano() + int64(sc.idle); t > sc.rdl {
+		sc.rdl = t + int64(sc.idle/deadlineSlack)
+		_ = sc.Conn.SetReadDeadline(time.Unix(0, sc.rdl))
+	}
 	n, err := sc.Conn.Read(p)
 	if n > 0 {
 		sc.lastActive.Store(time.Now().UnixNano())
@@ -163,7 +175,7 @@ func (sc *sockConn) Read(p []byte) (int, error) {
 // the socket.
 func (sc *sockConn) Write(p []byte) (int, error) {
 	if sc.bc == nil {
-		_ = sc.Conn.SetWriteDeadline(time.Now().Add(sc.wto))
+		sc.armWrite()
 		n, err := sc.Conn.Write(p)
 		sc.wrote(n, err)
 		return n, err
@@ -180,8 +192,7 @@ func (sc *sockConn) Write(p []byte) (int, error) {
 		return n, err
 	}
 	sc.holding = false
-	now := time.Now()
-	_ = sc.Conn.SetWriteDeadline(now.Add(sc.wto))
+	sc.armWrite()
 	sc.bc.begin()
 	n, err := sc.Conn.Write(p)
 	if ferr := sc.bc.end(); err == nil && ferr != nil {
@@ -189,6 +200,17 @@ func (sc *sockConn) Write(p []byte) (int, error) {
 	}
 	sc.wrote(n, err)
 	return n, err
+}
+
+// deadlineSlack divides idle and wto into the slack of a socket deadline.
+const deadlineSlack = 64
+
+// armWrite makes the write deadline at least wto from now.
+func (sc *sockConn) armWrite() {
+	if t := time.Now().UnixNano() + int64(sc.wto); t > sc.wdl {
+		sc.wdl = t + int64(sc.wto/deadlineSlack)
+		_ = sc.Conn.SetWriteDeadline(time.Unix(0, sc.wdl))
+	}
 }
 
 func (sc *sockConn) wrote(n int, err error) {
@@ -997,8 +1019,10 @@ func (c *Conn) Backend() string { return "yamux" }
 // QueuedBytes estimates bytes accepted by stream writes but not yet on the
 // wire: bytes inside yamux's send path (Stream.Write returns only once its
 // frame was written to the socket) plus the socket's unsent bytes
-// (TCP_INFO tcpi_notsent_bytes; 0 where unsupported). One getsockopt per
-// call.
+// (SIOCOUTQNSD, the figure of TCP_INFO's tcpi_notsent_bytes; 0 where
+// unsupported) or, between two reads of it, an upper bound on them (the
+// last read plus what the socket accepted since; queue.go), so most calls
+// make no system call.
 func (c *Conn) QueuedBytes() int {
-	return int(c.inYamux.Load()) + notSentBytes(c.raw)
+	return int(c.inYamux.Load()) + c.notSent()
 }

@@ -56,7 +56,8 @@
 // Priorities survive TCP by bounding the kernel's unsent send queue with
 // TCP_NOTSENT_LOWAT (Config.NotSentLowat) and by implementing
 // semantics.BulkHinter: Conn.QueuedBytes reports bytes inside yamux's send
-// path plus the socket's unsent bytes (TCP_INFO tcpi_notsent_bytes), so the
-// semantics scheduler keeps bulk data from building a queue in front of
+// path plus the socket's unsent bytes (SIOCOUTQNSD, tcpi_notsent_bytes; read
+// about once per 64 KiB written, an upper bound in between: queue.go), so
+// the semantics scheduler keeps bulk data from building a queue in front of
 // control frames. docs/perf/backends-yamux.md has the measurements.
 package yamux

@@ -90,6 +90,7 @@ func (s *stream) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	s.mu.Unlock()
+	s.c.writeSeq.Add(1)
 	s.c.inYamux.Add(int64(len(p)))
 	n, err := s.ys.Write(p)
 	s.c.inYamux.Add(-int64(len(p)))
