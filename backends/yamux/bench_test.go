@@ -14,6 +14,7 @@ import (
 
 	hyamux "github.com/hashicorp/yamux"
 
+	"forgeyard.dev/transport/internal/stats"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
@@ -289,14 +290,6 @@ func oursBulk(tb testing.TB, c, s *semantics.Conn, n int) *bulk {
 	})
 }
 
-func percentile(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (len(sorted)*p+99)/100 - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
-
 // measurePings does max(b.N, 200) round trips and reports p50/p99 in µs.
 func measurePings(b *testing.B, p *pingStream) {
 	n := max(b.N, 200)
@@ -311,8 +304,8 @@ func measurePings(b *testing.B, p *pingStream) {
 	}
 	b.StopTimer()
 	slices.Sort(rtts)
-	b.ReportMetric(float64(percentile(rtts, 50).Nanoseconds())/1e3, "p50-µs")
-	b.ReportMetric(float64(percentile(rtts, 99).Nanoseconds())/1e3, "p99-µs")
+	b.ReportMetric(float64(stats.Percentile(rtts, 50).Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(stats.Percentile(rtts, 99).Nanoseconds())/1e3, "p99-µs")
 	b.ReportMetric(0, "ns/op")
 }
 
