@@ -103,6 +103,10 @@ type FrameReader struct {
 // frameReadSize is the read buffer of a FrameReader over a plain reader.
 const frameReadSize = 4096
 
+// idleBodyKeep is the largest body buffer an idle reader keeps: a
+// heartbeat's, not a registration's or a lease offer's.
+const idleBodyKeep = 512
+
 var framePool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, frameReadSize) }}
 
 // NewFrameReader returns a reader that rejects frames longer than limit
@@ -159,7 +163,12 @@ func (fr *FrameReader) Next() ([]byte, error) {
 	defer fr.release()
 	var first []byte
 	if fr.r == nil {
-		// Idle: wait for the next frame holding no buffer.
+		// Idle: wait for the next frame holding no buffer — neither the
+		// read buffer nor a body buffer grown by a large frame (the last
+		// body is invalid from this call on).
+		if cap(fr.buf) > idleBodyKeep {
+			fr.buf = nil
+		}
 		if _, err := io.ReadFull(fr.src, fr.first[:]); err != nil {
 			return nil, err
 		}

@@ -40,6 +40,14 @@ func TestFrameReaderIdleHoldsNoBuffer(t *testing.T) {
 			t.Fatalf("after %q with nothing buffered the reader still holds its buffer", body[:min(len(body), 12)])
 		}
 	}
+	// A large frame's body buffer is not kept while idle.
+	if cap(fr.buf) != 300 {
+		t.Fatalf("body buffer %d bytes after a 300-byte frame", cap(fr.buf))
+	}
+	send(frame("small"))
+	if got, err := fr.Next(); err != nil || string(got) != "small" || cap(fr.buf) > idleBodyKeep {
+		t.Fatalf("Next = %q, %v; body buffer %d bytes, want ≤ %d", got, err, cap(fr.buf), idleBodyKeep)
+	}
 	// Three frames in one write (a pipe delivers them in one Read): the
 	// buffer stays while frames are buffered, and goes after the last.
 	burst := append(append(frame("a"), frame("bb")...), frame("ccc")...)
@@ -100,4 +108,43 @@ func asTooLarge(err error, target **FrameTooLargeError) bool {
 		*target = e
 	}
 	return ok
+}
+
+// oneFrameReader hands out one frame per Read, as a stream does when
+// frames arrive one at a time (heartbeats).
+type oneFrameReader struct {
+	frame []byte
+	off   int
+}
+
+func (r *oneFrameReader) Read(p []byte) (int, error) {
+	n := copy(p, r.frame[r.off:])
+	r.off = (r.off + n) % len(r.frame)
+	return n, nil
+}
+
+// BenchmarkFrameReaderOneAtATime: the cost of a heartbeat-sized frame
+// that arrives alone, with the idle reader's pooled buffer ("pooled",
+// NewFrameReader over a plain reader) beside a reader that keeps its
+// buffer ("kept", over the caller's bufio.Reader: the old behaviour).
+func BenchmarkFrameReaderOneAtATime(b *testing.B) {
+	frame, err := AppendFrame(nil, 1<<10, func(b []byte) []byte { return append(b, bytes.Repeat([]byte{7}, 40)...) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []string{"pooled", "kept"} {
+		b.Run(mode, func(b *testing.B) {
+			var src io.Reader = &oneFrameReader{frame: frame}
+			if mode == "kept" {
+				src = bufio.NewReaderSize(src, frameReadSize)
+			}
+			fr := NewFrameReader(src, 1<<10)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := fr.Next(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
