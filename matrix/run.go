@@ -403,137 +403,188 @@ func (r *cellRun) session(ctx context.Context, name string) (*agentProc, driverS
 	return ag, s, nil
 }
 
+// run runs one scenario (scenarioDoc) with a fresh agent process.
 func (r *cellRun) run(ctx context.Context, name string) error {
 	ag, s, err := r.session(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer ag.stop(10 * time.Second)
-	c := r.cell
 	switch name {
 	case "negotiation":
-		c.Measured = Measured{Outcome: "compatible", Protocol: s.Protocol, Features: s.Features}
-		var info struct {
-			Protocol string   `json:"protocol"`
-			Features []string `json:"features"`
-		}
-		if err := r.d.call(ctx, "GET", "/v1/matrix/info", nil, &info); err != nil {
-			return err
-		}
-		dr, _ := r.releaseRange(c.Daemon)
-		if info.Protocol != dr {
-			return fmt.Errorf("daemon %s reports protocol range %s, manifest says %s", c.Daemon, info.Protocol, dr)
-		}
-		if s.Protocol != c.Expected.Protocol {
-			return fmt.Errorf("negotiated %s, manifest implies %s", s.Protocol, c.Expected.Protocol)
-		}
-		if s.AgentVersion == "" || s.Backend != backendName(c.Backend) {
-			return fmt.Errorf("session reports agent version %q over %q", s.AgentVersion, s.Backend)
-		}
-		return nil
+		return r.negotiation(ctx, s)
 	case "features":
-		var info struct {
-			Features []string `json:"features"`
-		}
-		if err := r.d.call(ctx, "GET", "/v1/matrix/info", nil, &info); err != nil {
-			return err
-		}
-		if !slices.Equal(info.Features, r.releaseFeatures(c.Daemon)) {
-			return fmt.Errorf("daemon %s offers %v, manifest says %v", c.Daemon, info.Features, r.releaseFeatures(c.Daemon))
-		}
-		if !slices.Equal(s.Features, c.Expected.Features) {
-			return fmt.Errorf("negotiated features %v, manifest implies %v", s.Features, c.Expected.Features)
-		}
-		// A negotiated behaviour must be visible: with LogCompressionV1
-		// the agent's log streams are Flate, without it Raw (drivers
-		// from 1.1 on report the encoding).
-		at, err := r.lease(ctx, s, "")
-		if err != nil {
-			return err
-		}
-		if err := checkCompleted(at, 1); err != nil {
-			return err
-		}
-		return checkLogEncoding(at, slices.Contains(c.Expected.Features, "LogCompressionV1"), r.releaseFeatures(c.Daemon), r.releaseFeatures(c.Agent))
+		return r.features(ctx, s)
 	case "lease":
-		at, err := r.lease(ctx, s, "")
-		if err != nil {
-			return err
-		}
-		if err := checkCompleted(at, 1); err != nil {
-			return err
-		}
-		return checkData(at, 4, 256)
+		return r.leaseScenario(ctx, s)
 	case "duplicate", "resync":
-		cut := map[string]string{"duplicate": "accept", "resync": "running"}[name]
-		at, err := r.lease(ctx, s, cut)
-		if err != nil {
-			return err
-		}
-		if err := checkCompleted(at, 1); err != nil {
-			return err
-		}
-		return r.checkReconnected(ctx, s)
+		return r.cutAndReconnect(ctx, s, name)
 	case "lost-ack":
-		at, err := r.lease(ctx, s, "completion")
-		if err != nil {
-			return err
-		}
-		if err := checkCompleted(at, 2); err != nil {
-			return err
-		}
-		if at.Completions[1].Ack != "DuplicateAccepted" {
-			return fmt.Errorf("resent completion acknowledged %s, want DuplicateAccepted", at.Completions[1].Ack)
-		}
-		return r.checkReconnected(ctx, s)
+		return r.lostAck(ctx, s)
 	case "cancel":
-		var off struct{ Attempt string }
-		if err := r.d.call(ctx, "POST", "/v1/matrix/offer", map[string]string{"runner": s.Runner}, &off); err != nil {
-			return err
-		}
-		if _, err := r.waitAttempt(ctx, off.Attempt, func(a *driverAttempt) bool { return len(a.Phases) > 0 }); err != nil {
-			return err
-		}
-		if err := r.d.call(ctx, "POST", "/v1/matrix/cancel", map[string]string{"attempt": off.Attempt}, nil); err != nil {
-			return err
-		}
-		at, err := r.waitAttempt(ctx, off.Attempt, func(a *driverAttempt) bool { return len(a.Completions) > 0 })
-		if err != nil {
-			return err
-		}
-		if cm := at.Completions[0]; cm.Result != "Cancelled" || cm.Ack != "Accepted" {
-			return fmt.Errorf("completion %s acknowledged %s, want Cancelled / Accepted", cm.Result, cm.Ack)
-		}
-		return nil
+		return r.cancel(ctx, s)
 	case "log-resume":
-		at, err := r.lease(ctx, s, "log")
-		if err != nil {
-			return err
-		}
-		if err := checkCompleted(at, 1); err != nil {
-			return err
-		}
-		if err := checkLog(at.Log, logResumeLines); err != nil {
-			return err
-		}
-		return r.checkReconnected(ctx, s)
+		return r.logResume(ctx, s)
 	case "cas-resume":
-		at, err := r.lease(ctx, s, "upload")
-		if err != nil {
-			return err
-		}
-		if err := checkCompleted(at, 1); err != nil {
-			return err
-		}
-		if err := checkData(at, 4, casResumeSize); err != nil {
-			return err
-		}
-		if got := at.Outputs[0].Received; got >= casResumeSize+1<<20 {
-			return fmt.Errorf("the daemon received %d bytes for a %d-byte output: the upload restarted instead of resuming", got, casResumeSize)
-		}
-		return r.checkReconnected(ctx, s)
+		return r.casResume(ctx, s)
 	}
 	return fmt.Errorf("unknown scenario %q", name)
+}
+
+// negotiation is the "negotiation" scenario: the negotiated version and
+// the daemon's reported range match the manifest.
+func (r *cellRun) negotiation(ctx context.Context, s driverSession) error {
+	c := r.cell
+	c.Measured = Measured{Outcome: "compatible", Protocol: s.Protocol, Features: s.Features}
+	var info struct {
+		Protocol string   `json:"protocol"`
+		Features []string `json:"features"`
+	}
+	if err := r.d.call(ctx, "GET", "/v1/matrix/info", nil, &info); err != nil {
+		return err
+	}
+	dr, _ := r.releaseRange(c.Daemon)
+	if info.Protocol != dr {
+		return fmt.Errorf("daemon %s reports protocol range %s, manifest says %s", c.Daemon, info.Protocol, dr)
+	}
+	if s.Protocol != c.Expected.Protocol {
+		return fmt.Errorf("negotiated %s, manifest implies %s", s.Protocol, c.Expected.Protocol)
+	}
+	if s.AgentVersion == "" || s.Backend != backendName(c.Backend) {
+		return fmt.Errorf("session reports agent version %q over %q", s.AgentVersion, s.Backend)
+	}
+	return nil
+}
+
+// features is the "features" scenario: the offered and negotiated
+// features match the manifest, and the log encoding shows them.
+func (r *cellRun) features(ctx context.Context, s driverSession) error {
+	c := r.cell
+	var info struct {
+		Features []string `json:"features"`
+	}
+	if err := r.d.call(ctx, "GET", "/v1/matrix/info", nil, &info); err != nil {
+		return err
+	}
+	if !slices.Equal(info.Features, r.releaseFeatures(c.Daemon)) {
+		return fmt.Errorf("daemon %s offers %v, manifest says %v", c.Daemon, info.Features, r.releaseFeatures(c.Daemon))
+	}
+	if !slices.Equal(s.Features, c.Expected.Features) {
+		return fmt.Errorf("negotiated features %v, manifest implies %v", s.Features, c.Expected.Features)
+	}
+	// A negotiated behaviour must be visible: with LogCompressionV1
+	// the agent's log streams are Flate, without it Raw (drivers
+	// from 1.1 on report the encoding).
+	at, err := r.lease(ctx, s, "")
+	if err != nil {
+		return err
+	}
+	if err := checkCompleted(at, 1); err != nil {
+		return err
+	}
+	return checkLogEncoding(at, slices.Contains(c.Expected.Features, "LogCompressionV1"), r.releaseFeatures(c.Daemon), r.releaseFeatures(c.Agent))
+}
+
+// leaseScenario is the "lease" scenario: one attempt completes once with
+// its logs and output stored.
+func (r *cellRun) leaseScenario(ctx context.Context, s driverSession) error {
+	at, err := r.lease(ctx, s, "")
+	if err != nil {
+		return err
+	}
+	if err := checkCompleted(at, 1); err != nil {
+		return err
+	}
+	return checkData(at, 4, 256)
+}
+
+// cutAndReconnect is the "duplicate" and "resync" scenarios: the
+// connection is cut at the agent's accept or while the attempt runs, and
+// the attempt completes once after the reconnect.
+func (r *cellRun) cutAndReconnect(ctx context.Context, s driverSession, name string) error {
+	cut := map[string]string{"duplicate": "accept", "resync": "running"}[name]
+	at, err := r.lease(ctx, s, cut)
+	if err != nil {
+		return err
+	}
+	if err := checkCompleted(at, 1); err != nil {
+		return err
+	}
+	return r.checkReconnected(ctx, s)
+}
+
+// lostAck is the "lost-ack" scenario: the resent completion is
+// acknowledged DuplicateAccepted.
+func (r *cellRun) lostAck(ctx context.Context, s driverSession) error {
+	at, err := r.lease(ctx, s, "completion")
+	if err != nil {
+		return err
+	}
+	if err := checkCompleted(at, 2); err != nil {
+		return err
+	}
+	if at.Completions[1].Ack != "DuplicateAccepted" {
+		return fmt.Errorf("resent completion acknowledged %s, want DuplicateAccepted", at.Completions[1].Ack)
+	}
+	return r.checkReconnected(ctx, s)
+}
+
+// cancel is the "cancel" scenario: a running attempt is cancelled and
+// completes Cancelled.
+func (r *cellRun) cancel(ctx context.Context, s driverSession) error {
+	var off struct{ Attempt string }
+	if err := r.d.call(ctx, "POST", "/v1/matrix/offer", map[string]string{"runner": s.Runner}, &off); err != nil {
+		return err
+	}
+	if _, err := r.waitAttempt(ctx, off.Attempt, func(a *driverAttempt) bool { return len(a.Phases) > 0 }); err != nil {
+		return err
+	}
+	if err := r.d.call(ctx, "POST", "/v1/matrix/cancel", map[string]string{"attempt": off.Attempt}, nil); err != nil {
+		return err
+	}
+	at, err := r.waitAttempt(ctx, off.Attempt, func(a *driverAttempt) bool { return len(a.Completions) > 0 })
+	if err != nil {
+		return err
+	}
+	if cm := at.Completions[0]; cm.Result != "Cancelled" || cm.Ack != "Accepted" {
+		return fmt.Errorf("completion %s acknowledged %s, want Cancelled / Accepted", cm.Result, cm.Ack)
+	}
+	return nil
+}
+
+// logResume is the "log-resume" scenario: after a cut during the log the
+// stored log is every line exactly once.
+func (r *cellRun) logResume(ctx context.Context, s driverSession) error {
+	at, err := r.lease(ctx, s, "log")
+	if err != nil {
+		return err
+	}
+	if err := checkCompleted(at, 1); err != nil {
+		return err
+	}
+	if err := checkLog(at.Log, logResumeLines); err != nil {
+		return err
+	}
+	return r.checkReconnected(ctx, s)
+}
+
+// casResume is the "cas-resume" scenario: after a cut during an upload the
+// output is stored and was resumed, not re-sent from the start.
+func (r *cellRun) casResume(ctx context.Context, s driverSession) error {
+	at, err := r.lease(ctx, s, "upload")
+	if err != nil {
+		return err
+	}
+	if err := checkCompleted(at, 1); err != nil {
+		return err
+	}
+	if err := checkData(at, 4, casResumeSize); err != nil {
+		return err
+	}
+	if got := at.Outputs[0].Received; got >= casResumeSize+1<<20 {
+		return fmt.Errorf("the daemon received %d bytes for a %d-byte output: the upload restarted instead of resuming", got, casResumeSize)
+	}
+	return r.checkReconnected(ctx, s)
 }
 
 // backendName is the backend the daemon sees for a cell's backend: a

@@ -22,6 +22,15 @@ import (
 )
 
 func runConn(t *testing.T, f Factory) {
+	runConnTransfer(t, f)
+	runConnErrors(t, f)
+	runConnHeaders(t, f)
+	runConnLifecycle(t, f)
+}
+
+// runConnTransfer is the data transfer group: bidirectional and
+// unidirectional streams, many at once, large transfers and frames.
+func runConnTransfer(t *testing.T, f Factory) {
 	t.Run("BidiBothWays", func(t *testing.T) {
 		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
 		connBidi(t, c, s, wire.StreamControl)
@@ -54,6 +63,10 @@ func runConn(t *testing.T, f Factory) {
 		c, s := newEnv(t, f).conns(t, big, semantics.Config{})
 		connFrames(t, c, s)
 	})
+}
+
+// runConnErrors is the reset, close, deadline and stream limit group.
+func runConnErrors(t *testing.T, f Factory) {
 	t.Run("ResetCodes", func(t *testing.T) {
 		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
 		connResets(t, c, s)
@@ -82,6 +95,11 @@ func runConn(t *testing.T, f Factory) {
 		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
 		connOpenerLimit(t, c, s)
 	})
+}
+
+// runConnHeaders is the stream header group: unknown kinds, garbage, a
+// kind in the wrong direction and a header that never arrives.
+func runConnHeaders(t *testing.T, f Factory) {
 	t.Run("UnknownKind", func(t *testing.T) {
 		e := newEnv(t, f)
 		// Kind 9, the first unknown one, version 1.0.
@@ -111,45 +129,18 @@ func runConn(t *testing.T, f Factory) {
 		// Only the length prefix of a 3-byte header arrives.
 		connBadHeader(t, newEnv(t, f), cfg, false, []byte{3}, semantics.StreamProtocolError)
 	})
+}
+
+// runConnLifecycle is the connection group: Close unblocking waiters,
+// control frames under bulk data and the peer's certificates.
+func runConnLifecycle(t *testing.T, f Factory) {
 	t.Run("CloseUnblocks", func(t *testing.T) {
 		opts := []goleak.Option{goleak.IgnoreCurrent()}
 		t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
 		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
 		connCloseUnblocks(t, c, s)
 	})
-	t.Run("ControlUnderBulk", func(t *testing.T) {
-		if f.Caps.SkipControlUnderBulk != "" {
-			t.Skip(f.Caps.SkipControlUnderBulk)
-		}
-		c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
-		r := MeasureControlUnderBulk(t, c, s, 200)
-		// The bound is relative to the bulk stream's own rate in the same
-		// run, so it holds on a loaded machine (everything slows down
-		// alike) yet fails when control frames queue behind bulk data: the
-		// queueing delay of the 99th-percentile ping, converted to bytes at
-		// the measured bulk rate, must stay below one bulk Write (8 MiB).
-		// With priorities working it is one chunk plus the backend's
-		// bounded queue: 0.1–1.2 MiB on a quiet machine; but a CPU stall
-		// inflates the p99 while the rate is an average, so under -race
-		// with two test binaries and a CI run on two cores it reached
-		// 4.0–5.6 MiB (2026-12-01, before and after that session's changes
-		// alike; the old limit of half a Write failed 1 run in ~30 there).
-		// Without priorities a FIFO backend puts a whole write frame (up to
-		// the Write) ahead of it (yamux: 12–20 MiB), still well over this.
-		limit := float64(r.WriteSize)
-		t.Logf("control RTT idle p50 %v p99 %v; under bulk p50 %v p99 %v; bulk %.1f MB/s; queue ahead of p99 ≈ %.0f KiB (limit %.0f KiB)",
-			r.IdleP50, r.IdleP99, r.P50, r.P99, r.BulkMBps, r.QueueBytes/1024, limit/1024)
-		if r.BulkBytes == 0 {
-			t.Fatal("the bulk stream moved no data: the test measured nothing")
-		}
-		if r.QueueBytes > limit {
-			t.Fatalf("control p99 %v under bulk waited behind ≈ %.0f KiB of bulk data (%.1f MB/s), over the limit of %.0f KiB: control frames queue behind bulk writes",
-				r.P99, r.QueueBytes/1024, r.BulkMBps, limit/1024)
-		}
-		if f.Caps.ControlP99 > 0 && r.P99 > f.Caps.ControlP99 {
-			t.Fatalf("control p99 %v under bulk exceeds Caps.ControlP99 %v", r.P99, f.Caps.ControlP99)
-		}
-	})
+	t.Run("ControlUnderBulk", func(t *testing.T) { connControlUnderBulk(t, f) })
 	t.Run("PeerCertificates", func(t *testing.T) {
 		e := newEnv(t, f)
 		runner := wire.NewRunnerId()
@@ -170,6 +161,42 @@ func runConn(t *testing.T, f Factory) {
 			t.Fatalf("Conn.Backend() = %q, want %q", c.Backend(), bc.Backend())
 		}
 	})
+}
+
+// connControlUnderBulk is the ControlUnderBulk case: the 99th-percentile
+// control round trip under a bulk transfer, in bytes of bulk data queued ahead.
+func connControlUnderBulk(t *testing.T, f Factory) {
+	if f.Caps.SkipControlUnderBulk != "" {
+		t.Skip(f.Caps.SkipControlUnderBulk)
+	}
+	c, s := newEnv(t, f).conns(t, semantics.Config{}, semantics.Config{})
+	r := MeasureControlUnderBulk(t, c, s, 200)
+	// The bound is relative to the bulk stream's own rate in the same
+	// run, so it holds on a loaded machine (everything slows down
+	// alike) yet fails when control frames queue behind bulk data: the
+	// queueing delay of the 99th-percentile ping, converted to bytes at
+	// the measured bulk rate, must stay below one bulk Write (8 MiB).
+	// With priorities working it is one chunk plus the backend's
+	// bounded queue: 0.1–1.2 MiB on a quiet machine; but a CPU stall
+	// inflates the p99 while the rate is an average, so under -race
+	// with two test binaries and a CI run on two cores it reached
+	// 4.0–5.6 MiB (2026-12-01, before and after that session's changes
+	// alike; the old limit of half a Write failed 1 run in ~30 there).
+	// Without priorities a FIFO backend puts a whole write frame (up to
+	// the Write) ahead of it (yamux: 12–20 MiB), still well over this.
+	limit := float64(r.WriteSize)
+	t.Logf("control RTT idle p50 %v p99 %v; under bulk p50 %v p99 %v; bulk %.1f MB/s; queue ahead of p99 ≈ %.0f KiB (limit %.0f KiB)",
+		r.IdleP50, r.IdleP99, r.P50, r.P99, r.BulkMBps, r.QueueBytes/1024, limit/1024)
+	if r.BulkBytes == 0 {
+		t.Fatal("the bulk stream moved no data: the test measured nothing")
+	}
+	if r.QueueBytes > limit {
+		t.Fatalf("control p99 %v under bulk waited behind ≈ %.0f KiB of bulk data (%.1f MB/s), over the limit of %.0f KiB: control frames queue behind bulk writes",
+			r.P99, r.QueueBytes/1024, r.BulkMBps, limit/1024)
+	}
+	if f.Caps.ControlP99 > 0 && r.P99 > f.Caps.ControlP99 {
+		t.Fatalf("control p99 %v under bulk exceeds Caps.ControlP99 %v", r.P99, f.Caps.ControlP99)
+	}
 }
 
 // wrap returns semantics.NewConn(bc, cfg), closed at cleanup.
@@ -354,9 +381,20 @@ func connMany(t *testing.T, f Factory, n int) {
 	lim.MaxStreamsPerKind[wire.StreamCasUpload] = n
 	cfg := semantics.Config{Limits: lim}
 	a, b := newEnvLimits(t, f, lim).conns(t, cfg, cfg)
-	ctx := testCtx(t)
+	opened, held := connManyOpen(t, a, b, n)
+	if !connManyEcho(t, opened, held) {
+		return
+	}
+	connManyClose(t, a, b, opened, held)
+}
 
-	opened := make([]*semantics.Stream, n)
+// connManyOpen is connMany's open step: the client opens n streams at once,
+// each sending its index, and the server accepts and holds all n with no
+// refusal. It returns the client's streams (by index) and the server's.
+func connManyOpen(t *testing.T, a, b *semantics.Conn, n int) (opened, held []*semantics.Stream) {
+	t.Helper()
+	ctx := testCtx(t)
+	opened = make([]*semantics.Stream, n)
 	openErrs := make(chan error, n)
 	var openers sync.WaitGroup
 	for i := range n {
@@ -389,7 +427,7 @@ func connMany(t *testing.T, f Factory, n int) {
 			accepted <- st
 		}
 	}()
-	held := make([]*semantics.Stream, 0, n)
+	held = make([]*semantics.Stream, 0, n)
 	for len(held) < n {
 		select {
 		case st := <-accepted:
@@ -409,10 +447,16 @@ func connMany(t *testing.T, f Factory, n int) {
 	if got := st.OpenIncoming[wire.StreamCasUpload]; got != n || st.Refused != 0 {
 		t.Fatalf("server holds %d open streams (want all %d at once), %d refused", got, n, st.Refused)
 	}
+	return opened, held
+}
 
+// connManyEcho is connMany's echo step: every stream is usable while all n
+// are open. It reports whether every stream answered.
+func connManyEcho(t *testing.T, opened, held []*semantics.Stream) bool {
+	t.Helper()
 	// Every stream is usable while all n are open: each server stream
 	// reads its index and echoes it; each client stream reads its own.
-	errs := make(chan error, 2*n)
+	errs := make(chan error, 2*len(opened))
 	var wg sync.WaitGroup
 	for _, s := range held {
 		wg.Add(1)
@@ -447,9 +491,13 @@ func connMany(t *testing.T, f Factory, n int) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if t.Failed() {
-		return
-	}
+	return !t.Failed()
+}
+
+// connManyClose is connMany's close step: all n end; their slots are freed
+// on both sides.
+func connManyClose(t *testing.T, a, b *semantics.Conn, opened, held []*semantics.Stream) {
+	t.Helper()
 	// All n end; their slots are freed on both sides.
 	for _, s := range held {
 		_ = s.Close()

@@ -381,32 +381,64 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 	stop := context.AfterFunc(ctx, func() { rs.CancelRead(semantics.StreamCancelled) })
 	defer stop()
 
-	reject := func(reason RejectReason, code semantics.StreamErrorCode, a wire.JobAttemptId, err error) error {
-		r.rejected.Add(1)
-		rs.CancelRead(code)
-		return &RejectError{Reason: reason, Code: code, Attempt: a, Err: err}
+	hdr, at, err := r.admit(ctx, rs)
+	if err != nil {
+		return err
 	}
 
+	// Take over the attempt from an older stream.
+	me := &serveOwner{cancel: cancel, done: make(chan struct{})}
+	defer close(me.done)
+	if err := r.takeOver(ctx, at, me); err != nil {
+		return err
+	}
+	defer r.release(at, me)
+
+	answersResume, err := r.startPoint(rs, at, hdr)
+	if err != nil {
+		return err
+	}
+
+	// Periodic acknowledgement while the stream is open.
+	ackDone := make(chan struct{})
+	defer close(ackDone)
+	go r.ackLoop(at, ackDone)
+
+	return r.readFrames(ctx, rs, at, hdr, answersResume)
+}
+
+// reject counts a rejected stream, resets rs with code and returns the
+// *RejectError.
+func (r *Receiver) reject(rs *semantics.RecvStream, reason RejectReason, code semantics.StreamErrorCode, a wire.JobAttemptId, err error) error {
+	r.rejected.Add(1)
+	rs.CancelRead(code)
+	return &RejectError{Reason: reason, Code: code, Attempt: a, Err: err}
+}
+
+// admit is Serve's header step: it reads and validates the stream's
+// LogStreamHeaderV1, authorizes its attempt and lease, and returns the
+// attempt's log (a *RejectError when any of them fails).
+func (r *Receiver) admit(ctx context.Context, rs *semantics.RecvStream) (wlogs.LogStreamHeaderV1, *attemptLog, error) {
+	var hdr wlogs.LogStreamHeaderV1
 	body, err := rs.ReadFrame()
 	if err != nil {
-		return r.readErr(ctx, err)
+		return hdr, nil, r.readErr(ctx, err)
 	}
 	r.hold(int64(len(body)))
-	var hdr wlogs.LogStreamHeaderV1
 	err = decodeMessage(body, &hdr)
 	r.hold(-int64(len(body)))
 	if err == nil {
 		err = hdr.Validate()
 	}
 	if err != nil {
-		return reject(RejectBadHeader, semantics.StreamProtocolError, hdr.Attempt, err)
+		return hdr, nil, r.reject(rs, RejectBadHeader, semantics.StreamProtocolError, hdr.Attempt, err)
 	}
 	if auth := r.authorize(ctx); auth != nil {
 		if err := auth(hdr.Attempt, hdr.Lease); err != nil {
 			if errors.Is(err, ErrUnavailable) {
-				return reject(RejectUnavailable, semantics.StreamInternalError, hdr.Attempt, err)
+				return hdr, nil, r.reject(rs, RejectUnavailable, semantics.StreamInternalError, hdr.Attempt, err)
 			}
-			return reject(RejectUnauthorized, semantics.StreamForbidden, hdr.Attempt, err)
+			return hdr, nil, r.reject(rs, RejectUnauthorized, semantics.StreamForbidden, hdr.Attempt, err)
 		}
 	}
 	if r.cfg.OnStream != nil {
@@ -414,19 +446,21 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 	}
 	at := r.attempt(hdr.Attempt)
 	if at == nil {
-		return reject(RejectQuota, semantics.StreamRefused, hdr.Attempt, errors.New("too many attempts"))
+		return hdr, nil, r.reject(rs, RejectQuota, semantics.StreamRefused, hdr.Attempt, errors.New("too many attempts"))
 	}
+	return hdr, at, nil
+}
 
-	// Take over the attempt from an older stream.
-	me := &serveOwner{cancel: cancel, done: make(chan struct{})}
-	defer close(me.done)
+// takeOver is Serve's take-over step: it makes me the attempt's owner,
+// cancelling an older stream still being served and waiting for it to end.
+func (r *Receiver) takeOver(ctx context.Context, at *attemptLog, me *serveOwner) error {
 	for {
 		at.mu.Lock()
 		old := at.owner
 		if old == nil {
 			at.owner = me
 			at.mu.Unlock()
-			break
+			return nil
 		}
 		at.mu.Unlock()
 		r.superseded.Add(1)
@@ -442,14 +476,21 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 		}
 		at.mu.Unlock()
 	}
-	defer func() {
-		at.mu.Lock()
-		if at.owner == me {
-			at.owner = nil
-		}
-		at.mu.Unlock()
-	}()
+}
 
+// release ends me's ownership of the attempt (unless a newer stream took it).
+func (r *Receiver) release(at *attemptLog, me *serveOwner) {
+	at.mu.Lock()
+	if at.owner == me {
+		at.owner = nil
+	}
+	at.mu.Unlock()
+}
+
+// startPoint is Serve's first-sequence step: it refuses a refused attempt
+// and a gap before hdr.FirstSeq (asking the agent to resume at the expected
+// sequence), and reports whether the stream answers a LogResumeRequestV1.
+func (r *Receiver) startPoint(rs *semantics.RecvStream, at *attemptLog, hdr wlogs.LogStreamHeaderV1) (answersResume bool, err error) {
 	at.mu.Lock()
 	refused, next := at.refused, at.appended+1
 	at.epoch = hdr.Epoch
@@ -457,36 +498,41 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 	// A stream that starts where this receiver asked the agent to resume
 	// must carry that frame first: if it skips ahead, the agent no longer
 	// holds the frames in between.
-	answersResume := at.resumeFrom != 0 && hdr.FirstSeq == at.resumeFrom && hdr.FirstSeq == next
+	answersResume = at.resumeFrom != 0 && hdr.FirstSeq == at.resumeFrom && hdr.FirstSeq == next
 	at.mu.Unlock()
 	if refused {
-		return reject(RejectQuota, semantics.StreamRefused, at.id, errors.New("attempt refused"))
+		return false, r.reject(rs, RejectQuota, semantics.StreamRefused, at.id, errors.New("attempt refused"))
 	}
 	if hdr.FirstSeq > next || hdr.FirstSeq == 0 {
 		r.gaps.Add(1)
-		err := reject(RejectGap, semantics.StreamProtocolError, at.id,
+		err := r.reject(rs, RejectGap, semantics.StreamProtocolError, at.id,
 			fmt.Errorf("first_seq %d, expected at most %d", hdr.FirstSeq, next))
 		err.(*RejectError).NextSeq = next
 		r.resume(at, next)
-		return err
+		return false, err
 	}
+	return answersResume, nil
+}
 
-	// Periodic acknowledgement while the stream is open.
-	ackDone := make(chan struct{})
-	defer close(ackDone)
-	go func() {
-		t := time.NewTicker(r.cfg.AckInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				r.syncAck(at, false)
-			case <-ackDone:
-				return
-			}
+// ackLoop is Serve's periodic acknowledgement while the stream is open,
+// until done is closed.
+func (r *Receiver) ackLoop(at *attemptLog, done <-chan struct{}) {
+	t := time.NewTicker(r.cfg.AckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			r.syncAck(at, false)
+		case <-done:
+			return
 		}
-	}()
+	}
+}
 
+// readFrames is Serve's frame step: it appends the stream's frames until a
+// clean end of stream (then syncs, acknowledges and marks the attempt
+// drained) or an error.
+func (r *Receiver) readFrames(ctx context.Context, rs *semantics.RecvStream, at *attemptLog, hdr wlogs.LogStreamHeaderV1, answersResume bool) error {
 	var f wlogs.LogFrameV1
 	payload := make([]byte, 0, wlogs.MaxLogChunk+1)
 	expect := hdr.FirstSeq // the lowest seq the next frame may carry
@@ -512,34 +558,42 @@ func (r *Receiver) Serve(ctx context.Context, rs *semantics.RecvStream) error {
 		if err != nil {
 			var re *RejectError
 			if errors.As(err, &re) {
-				r.rejected.Add(1)
-				if re.Reason == RejectGap && answersResume && re.NextSeq == hdr.FirstSeq {
-					// Asked for them, the agent skipped the frames: it
-					// released them when a daemon acknowledged them as
-					// durable. Asking again would loop; the log is refused.
-					r.lost.Add(1)
-					at.mu.Lock()
-					at.refused = true
-					at.notifyLocked()
-					at.mu.Unlock()
-					re.Reason, re.Code = RejectLost, semantics.StreamRefused
-				}
-				rs.CancelRead(re.Code)
-				if re.Reason == RejectGap {
-					r.resume(at, re.NextSeq)
-				}
-				if re.Reason == RejectSink && r.cfg.Resume != nil {
-					// The sink failed (disk full, I/O error): the agent
-					// still spools everything after the durable point and
-					// resends it on a new stream.
-					at.mu.Lock()
-					next := r.cfg.Sink.Durable(at.id) + 1
-					at.mu.Unlock()
-					r.resume(at, next)
-				}
+				r.rejectFrame(rs, at, re, answersResume && re.NextSeq == hdr.FirstSeq)
 			}
 			return err
 		}
+	}
+}
+
+// rejectFrame resets the stream for a frame's *RejectError and asks the
+// agent to resume where it must: after a gap, at the expected sequence
+// (unless skipped answers a LogResumeRequestV1: the frames are lost), and
+// after a sink failure, after the durable point.
+func (r *Receiver) rejectFrame(rs *semantics.RecvStream, at *attemptLog, re *RejectError, skipped bool) {
+	r.rejected.Add(1)
+	if re.Reason == RejectGap && skipped {
+		// Asked for them, the agent skipped the frames: it
+		// released them when a daemon acknowledged them as
+		// durable. Asking again would loop; the log is refused.
+		r.lost.Add(1)
+		at.mu.Lock()
+		at.refused = true
+		at.notifyLocked()
+		at.mu.Unlock()
+		re.Reason, re.Code = RejectLost, semantics.StreamRefused
+	}
+	rs.CancelRead(re.Code)
+	if re.Reason == RejectGap {
+		r.resume(at, re.NextSeq)
+	}
+	if re.Reason == RejectSink && r.cfg.Resume != nil {
+		// The sink failed (disk full, I/O error): the agent
+		// still spools everything after the durable point and
+		// resends it on a new stream.
+		at.mu.Lock()
+		next := r.cfg.Sink.Durable(at.id) + 1
+		at.mu.Unlock()
+		r.resume(at, next)
 	}
 }
 

@@ -468,13 +468,41 @@ func (w *Writer) Attach(ctx context.Context, conn *semantics.Conn, fromSeq uint6
 	defer cancel(nil)
 	me := &attachment{cancel: cancel, done: make(chan struct{})}
 	defer close(me.done)
+	if err := w.supersede(ctx, me); err != nil {
+		return err
+	}
+	defer w.detach(me)
+
+	hdr, err := w.resumePoint(fromSeq)
+	if err != nil {
+		return err
+	}
+
+	s, err := conn.OpenUniStream(ctx, wire.StreamLog)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { s.CancelWrite(semantics.StreamCancelled) })
+	defer stop()
+	if err := s.WriteEnvelope(&wire.Envelope{Protocol: wire.Current, MessageID: wire.NewMessageId(),
+		SentAtMs: uint64(w.now().UnixMilli()), Payload: &hdr}); err != nil {
+		s.CancelWrite(semantics.StreamCancelled)
+		return w.sendErr(ctx, err)
+	}
+	return w.sendFrames(ctx, conn, s, hdr)
+}
+
+// supersede is Attach's take-over step: it makes me the writer's one
+// attachment, cancelling an older one (ErrSuperseded) and waiting for it
+// to end.
+func (w *Writer) supersede(ctx context.Context, me *attachment) error {
 	for {
 		w.mu.Lock()
 		old := w.att
 		if old == nil {
 			w.att = me
 			w.mu.Unlock()
-			break
+			return nil
 		}
 		w.mu.Unlock()
 		old.cancel(ErrSuperseded)
@@ -489,25 +517,31 @@ func (w *Writer) Attach(ctx context.Context, conn *semantics.Conn, fromSeq uint6
 		}
 		w.mu.Unlock()
 	}
-	defer func() {
-		w.mu.Lock()
-		if w.att == me {
-			w.att = nil
-		}
-		w.mu.Unlock()
-	}()
+}
 
+// detach ends me's attachment (unless a newer Attach took it).
+func (w *Writer) detach(me *attachment) {
 	w.mu.Lock()
+	if w.att == me {
+		w.att = nil
+	}
+	w.mu.Unlock()
+}
+
+// resumePoint is Attach's resume point step: it resolves fromSeq (0: after
+// the last Ack), acknowledges the frames before it and returns the stream's
+// LogStreamHeaderV1.
+func (w *Writer) resumePoint(fromSeq uint64) (wlogs.LogStreamHeaderV1, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.refused {
-		w.mu.Unlock()
-		return ErrRefused
+		return wlogs.LogStreamHeaderV1{}, ErrRefused
 	}
 	if fromSeq == 0 {
 		fromSeq = w.acked + 1
 	}
 	if fromSeq > w.next {
-		w.mu.Unlock()
-		return fmt.Errorf("%w: from %d, last %d", ErrResumeAhead, fromSeq, w.next-1)
+		return wlogs.LogStreamHeaderV1{}, fmt.Errorf("%w: from %d, last %d", ErrResumeAhead, fromSeq, w.next-1)
 	}
 	w.ackLocked(fromSeq - 1)
 	enc := wlogs.LogEncodingRaw
@@ -516,71 +550,21 @@ func (w *Writer) Attach(ctx context.Context, conn *semantics.Conn, fromSeq uint6
 	}
 	hdr := wlogs.LogStreamHeaderV1{Attempt: w.cfg.Attempt, Lease: w.cfg.Lease, FirstSeq: fromSeq, Encoding: enc, Epoch: w.cfg.Epoch}
 	w.st.Attaches++
-	w.mu.Unlock()
+	return hdr, nil
+}
 
-	s, err := conn.OpenUniStream(ctx, wire.StreamLog)
-	if err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, func() { s.CancelWrite(semantics.StreamCancelled) })
-	defer stop()
-	if err := s.WriteEnvelope(&wire.Envelope{Protocol: wire.Current, MessageID: wire.NewMessageId(),
-		SentAtMs: uint64(w.now().UnixMilli()), Payload: &hdr}); err != nil {
-		s.CancelWrite(semantics.StreamCancelled)
-		return w.sendErr(ctx, err)
-	}
-	fe := newFrameEncoder(enc, conn.Limits().MaxFrame[wire.StreamLog])
-	cursor := fromSeq
+// sendFrames is Attach's replay and live step: it sends every frame from
+// hdr.FirstSeq on, the held ones first and then each as it is written,
+// until the writer is closed and every frame is sent.
+func (w *Writer) sendFrames(ctx context.Context, conn *semantics.Conn, s *semantics.SendStream, hdr wlogs.LogStreamHeaderV1) error {
+	fe := newFrameEncoder(hdr.Encoding, conn.Limits().MaxFrame[wire.StreamLog])
+	cursor := hdr.FirstSeq
 	var rbuf []byte
 	for {
-		w.mu.Lock()
-		var c *chunk
-		var data []byte
-		for c == nil {
-			if w.refused {
-				w.mu.Unlock()
-				s.CancelWrite(semantics.StreamCancelled)
-				return ErrRefused
-			}
-			// Frames acknowledged meanwhile need not be sent; the
-			// receiver accepts increasing sequence numbers that do not
-			// pass its next expected one.
-			cursor = max(cursor, w.acked+1)
-			if cursor < w.next {
-				c = w.pend[cursor-w.pend[0].seq]
-				data = c.data
-				if data == nil {
-					var err error
-					if data, err = w.sp.read(c.seg, c.off, c.n, rbuf); err != nil {
-						w.mu.Unlock()
-						s.CancelWrite(semantics.StreamInternalError)
-						return err
-					}
-					rbuf = data
-				}
-				break
-			}
-			if len(w.tail) > 0 {
-				w.sealLocked()
-				continue
-			}
-			if w.closed {
-				w.mu.Unlock()
-				return w.sendErr(ctx, s.Close())
-			}
-			w.mu.Unlock()
-			select {
-			case <-w.kick:
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-conn.Done():
-				return conn.Err()
-			}
-			w.mu.Lock()
+		c, data, resent, err := w.nextFrame(ctx, conn, s, cursor, &rbuf)
+		if c == nil {
+			return err
 		}
-		resent := c.seq <= w.maxSent
-		w.maxSent = max(w.maxSent, c.seq)
-		w.mu.Unlock()
 
 		n, err := fe.send(s, c, data, uint64(w.now().UnixMilli()))
 		if err != nil {
@@ -597,6 +581,59 @@ func (w *Writer) Attach(ctx context.Context, conn *semantics.Conn, fromSeq uint6
 		w.mu.Unlock()
 		cursor = c.seq + 1
 	}
+}
+
+// nextFrame waits for the frame to send at cursor or after (read from the
+// spool into *rbuf when it is only there) and reports whether it was sent
+// before; a nil chunk ends the stream with the error returned (nil after
+// closing it cleanly).
+func (w *Writer) nextFrame(ctx context.Context, conn *semantics.Conn, s *semantics.SendStream, cursor uint64, rbuf *[]byte) (c *chunk, data []byte, resent bool, err error) {
+	w.mu.Lock()
+	for c == nil {
+		if w.refused {
+			w.mu.Unlock()
+			s.CancelWrite(semantics.StreamCancelled)
+			return nil, nil, false, ErrRefused
+		}
+		// Frames acknowledged meanwhile need not be sent; the
+		// receiver accepts increasing sequence numbers that do not
+		// pass its next expected one.
+		cursor = max(cursor, w.acked+1)
+		if cursor < w.next {
+			c = w.pend[cursor-w.pend[0].seq]
+			data = c.data
+			if data == nil {
+				if data, err = w.sp.read(c.seg, c.off, c.n, *rbuf); err != nil {
+					w.mu.Unlock()
+					s.CancelWrite(semantics.StreamInternalError)
+					return nil, nil, false, err
+				}
+				*rbuf = data
+			}
+			break
+		}
+		if len(w.tail) > 0 {
+			w.sealLocked()
+			continue
+		}
+		if w.closed {
+			w.mu.Unlock()
+			return nil, nil, false, w.sendErr(ctx, s.Close())
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.kick:
+		case <-ctx.Done():
+			return nil, nil, false, context.Cause(ctx)
+		case <-conn.Done():
+			return nil, nil, false, conn.Err()
+		}
+		w.mu.Lock()
+	}
+	resent = c.seq <= w.maxSent
+	w.maxSent = max(w.maxSent, c.seq)
+	w.mu.Unlock()
+	return c, data, resent, nil
 }
 
 // sendErr classifies a stream write error.
