@@ -320,10 +320,12 @@ func TestHandshakeWorkersHerd(t *testing.T) {
 	defer cancel()
 	const n = 60
 	accepted := make(chan semantics.BackendConn, n)
+	acceptErr := make(chan error, 1)
 	go func() {
 		for range n {
 			c, err := e.ln.Accept(ctx)
 			if err != nil {
+				acceptErr <- err
 				return
 			}
 			accepted <- c
@@ -348,9 +350,13 @@ func TestHandshakeWorkersHerd(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("dial: %v", err)
 	}
-	for range n { // every handshake reached Accept
-		c := <-accepted
-		defer c.CloseWithCode(wire.CloseNormal, "")
+	for i := range n { // every handshake reached Accept
+		select {
+		case c := <-accepted:
+			defer c.CloseWithCode(wire.CloseNormal, "")
+		case err := <-acceptErr:
+			t.Fatalf("Accept after %d of %d: %v (stats %+v)", i, n, err, e.ln.HandshakeStats())
+		}
 	}
 	for c := range conns {
 		defer c.CloseWithCode(wire.CloseNormal, "")
