@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/stats"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/wire"
 )
@@ -126,8 +127,8 @@ func benchRTT(b *testing.B, a, z duplex) {
 	}
 	b.StopTimer()
 	slices.Sort(rtts)
-	b.ReportMetric(float64(pct(rtts, 50).Nanoseconds())/1e3, "p50-µs")
-	b.ReportMetric(float64(pct(rtts, 99).Nanoseconds())/1e3, "p99-µs")
+	b.ReportMetric(float64(stats.Percentile(rtts, 50).Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(stats.Percentile(rtts, 99).Nanoseconds())/1e3, "p99-µs")
 	_ = a.Close()
 	_ = z.Close()
 	wg.Wait()
@@ -311,8 +312,8 @@ func benchControlUnderBulk(b *testing.B, f Factory, mode string) {
 	_ = bc.CloseWithCode(wire.CloseNormal, "")
 	wg.Wait()
 	slices.Sort(rtts)
-	b.ReportMetric(float64(pct(rtts, 50).Nanoseconds())/1e3, "p50-µs")
-	b.ReportMetric(float64(pct(rtts, 99).Nanoseconds())/1e3, "p99-µs")
+	b.ReportMetric(float64(stats.Percentile(rtts, 50).Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(stats.Percentile(rtts, 99).Nanoseconds())/1e3, "p99-µs")
 	b.ReportMetric(float64(w1-w0)/el.Seconds()/1e6, "bulk-MB/s")
 }
 

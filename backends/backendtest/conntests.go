@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"forgeyard.dev/transport/internal/stats"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
@@ -1042,7 +1043,7 @@ func MeasureControlUnderBulk(t testing.TB, a, b *semantics.Conn, n int) ControlR
 	}
 	var r ControlResult
 	idle := rtts()
-	r.IdleP50, r.IdleP99 = pct(idle, 50), pct(idle, 99)
+	r.IdleP50, r.IdleP99 = stats.Percentile(idle, 50), stats.Percentile(idle, 99)
 
 	cas, err := a.OpenUniStream(ctx, wire.StreamCasUpload)
 	if err != nil {
@@ -1091,23 +1092,12 @@ func MeasureControlUnderBulk(t testing.TB, a, b *semantics.Conn, n int) ControlR
 	peer.CancelWrite(semantics.StreamCancelled)
 	bg.Wait()
 	_ = moved
-	r.P50, r.P99 = pct(loaded, 50), pct(loaded, 99)
+	r.P50, r.P99 = stats.Percentile(loaded, 50), stats.Percentile(loaded, 99)
 	r.BulkBytes = w1 - w0
 	r.BulkMBps = float64(r.BulkBytes) / el.Seconds() / 1e6
 	r.WriteSize = bulkWriteSize
 	r.QueueBytes = max(0, (r.P99-r.IdleP99).Seconds()) * float64(r.BulkBytes) / el.Seconds()
 	return r
-}
-
-func pct(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (len(sorted)*p + 99) / 100
-	if i > 0 {
-		i--
-	}
-	return sorted[min(i, len(sorted)-1)]
 }
 
 func connDeadlines(t *testing.T, a, b *semantics.Conn) {
