@@ -1,15 +1,12 @@
 package daemon_test
 
 import (
-	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/semantics"
-	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -101,56 +98,5 @@ func TestRegistrationHeld(t *testing.T) {
 	rc.Hello(agentwire.RoleAgent) // fails the test unless acknowledged
 	if st := w.D.HardeningStats(); st.HeldRegistrations != 1 || st.RefusedRegistrations != 0 {
 		t.Fatalf("stats held %d refused %d, want 1 and 0", st.HeldRegistrations, st.RefusedRegistrations)
-	}
-}
-
-// timedDialer records when each dial started.
-type timedDialer struct {
-	inner semantics.BackendDialer
-	mu    sync.Mutex
-	at    []time.Time
-}
-
-func (d *timedDialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, error) {
-	d.mu.Lock()
-	d.at = append(d.at, time.Now())
-	d.mu.Unlock()
-	return d.inner.Dial(ctx, addr)
-}
-
-func (d *timedDialer) times() []time.Time {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]time.Time(nil), d.at...)
-}
-
-// TestAgentObeysRetryHint (real loopback QUIC, the library agent): a
-// deferred agent does not dial again before the daemon's hint — at least
-// the ~4 s wait for a registration token, far above its own 5–50 ms
-// backoff — and then registers.
-func TestAgentObeysRetryHint(t *testing.T) {
-	w := enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat, slowRegistrations(0.25))
-	w.DialRaw(w.NewIdentity()).Hello(agentwire.RoleAgent) // takes the burst token
-	var td *timedDialer
-	id := w.NewIdentity()
-	a, _, _ := w.StartAgent(id, agent.ExecutorFunc(func(context.Context, agent.Job, agent.Output) agent.Result { return agent.Result{} }),
-		func(c *agent.Config) {
-			c.RequestTimeout = 5 * time.Second
-			td = &timedDialer{inner: c.Endpoints[0].Dialer}
-			c.Endpoints[0].Dialer = td
-		})
-	w.AwaitRegistered(id.Runner)
-	at := td.times()
-	if len(at) < 2 {
-		t.Fatalf("%d dials: the agent was never deferred", len(at))
-	}
-	if gap := at[1].Sub(at[0]); gap < 2*time.Second {
-		t.Fatalf("the agent dialed again %v after its deferral: it did not obey the retry hint", gap)
-	}
-	if n := a.Stats().RetryHintsObeyed; n < 1 {
-		t.Fatalf("RetryHintsObeyed = %d", n)
-	}
-	if st := w.D.HardeningStats(); st.DeferredRegistrations < 1 {
-		t.Fatalf("daemon deferred %d registrations", st.DeferredRegistrations)
 	}
 }
