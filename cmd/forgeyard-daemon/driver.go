@@ -301,128 +301,147 @@ func featureNames(s wire.FeatureSet) []string {
 	return out
 }
 
+// handler is the matrix driver's admin API (/v1/matrix/), one method a route.
 func (m *matrixDriver) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/matrix/info", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"driver": driverVersion, "protocol": m.proto.String(), "features": featureNames(m.feats)})
-	})
-	mux.HandleFunc("GET /v1/matrix/sessions", func(w http.ResponseWriter, _ *http.Request) {
-		out := []map[string]any{}
-		for _, s := range m.d.Sessions() {
-			if s.Runner == (wire.RunnerId{}) {
-				continue // not registered yet
-			}
-			m.mu.Lock()
-			m.runners[s.Runner.String()] = s.Runner
-			m.mu.Unlock()
-			out = append(out, map[string]any{"runner": s.Runner.String(), "session": s.Session.String(),
-				"transport": s.Transport.String(), "epoch": s.Epoch, "backend": s.Backend, "protocol": s.Protocol.String(),
-				"features": featureNames(s.Features), "agent_version": s.AgentVersion, "state": s.State})
-		}
-		writeJSON(w, http.StatusOK, out)
-	})
-	mux.HandleFunc("POST /v1/matrix/offer", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Runner string `json:"runner"`
-			CutOn  string `json:"cut_on"`
-		}
-		runner, ok := m.decodeRunner(w, r, &req, &req.Runner)
-		if !ok {
-			return
-		}
-		switch req.CutOn {
-		case "", "accept", "running", "uploading", "log", "upload", "completion":
-		default:
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "cut_on must be accept, running, uploading, log, upload or completion"})
-			return
-		}
-		o := daemon.LeaseOffer{Job: wire.NewJobId(), Attempt: wire.NewJobAttemptId()}
-		copy(o.Spec.Digest[:], o.Attempt.ULID[:]) // distinct per attempt
-		o.Payload = demoscheduler.SyntheticPayload(o.Spec)
-		m.mu.Lock()
-		at := m.attempt(o.Attempt)
-		at.runner, at.cutOn = runner, req.CutOn
-		m.mu.Unlock()
-		ctx, cancel := context.WithTimeout(r.Context(), 25*time.Second)
-		defer cancel()
-		l, err := m.d.OfferLease(ctx, runner, o)
-		if err != nil {
-			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"job": o.Job.String(), "lease": l.ID.String(), "attempt": o.Attempt.String()})
-	})
-	mux.HandleFunc("POST /v1/matrix/cancel", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Attempt string `json:"attempt"`
-		}
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad request: " + err.Error()})
-			return
-		}
-		m.mu.Lock()
-		a, ok := m.byID[req.Attempt]
-		m.mu.Unlock()
-		if !ok {
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown attempt " + req.Attempt})
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), 25*time.Second)
-		defer cancel()
-		if err := m.d.CancelAttempt(ctx, a, agentwire.CancelUserRequested); err != nil {
-			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{})
-	})
-	mux.HandleFunc("POST /v1/matrix/cut", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Runner string `json:"runner"`
-		}
-		runner, ok := m.decodeRunner(w, r, &req, &req.Runner)
-		if !ok {
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]int{"closed": m.cutRunner(runner)})
-	})
-	mux.HandleFunc("GET /v1/matrix/attempt", func(w http.ResponseWriter, r *http.Request) {
-		id := r.URL.Query().Get("id")
-		m.mu.Lock()
-		a, ok := m.byID[id]
-		var phases []string
-		var compl []driverCompletion
-		var enc string
-		if ok {
-			at := m.atts[id]
-			enc = at.logEncoding
-			phases = append([]string{}, at.phases...)
-			compl = append([]driverCompletion{}, at.completions...)
-		}
-		m.mu.Unlock()
-		if !ok {
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown attempt " + id})
-			return
-		}
-		var text strings.Builder
-		recs := m.sink.Records(a)
-		for _, rec := range recs {
-			if text.Len() < 1<<20 {
-				text.Write(rec.Data)
-			}
-		}
-		outs, fin := m.d.FinalizedOutputs(a)
-		jo := []map[string]any{}
-		for _, o := range outs {
-			st, err := m.store.Stat(o)
-			m.mu.Lock()
-			recv := m.received[o]
-			m.mu.Unlock()
-			jo = append(jo, map[string]any{"digest": o.Digest.String(), "size": o.Size, "stored": err == nil && st.Complete, "received": recv})
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"phases": phases, "completions": compl, "log": text.String(),
-			"log_frames": len(recs), "outputs": jo, "outputs_finalized": fin, "log_encoding": enc})
-	})
+	mux.HandleFunc("GET /v1/matrix/info", m.serveInfo)
+	mux.HandleFunc("GET /v1/matrix/sessions", m.serveSessions)
+	mux.HandleFunc("POST /v1/matrix/offer", m.serveOffer)
+	mux.HandleFunc("POST /v1/matrix/cancel", m.serveCancel)
+	mux.HandleFunc("POST /v1/matrix/cut", m.serveCut)
+	mux.HandleFunc("GET /v1/matrix/attempt", m.serveAttempt)
 	return mux
+}
+
+// serveInfo is GET /v1/matrix/info: the driver's version, protocol and features.
+func (m *matrixDriver) serveInfo(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"driver": driverVersion, "protocol": m.proto.String(), "features": featureNames(m.feats)})
+}
+
+// serveSessions is GET /v1/matrix/sessions: the registered sessions (remembering their runners).
+func (m *matrixDriver) serveSessions(w http.ResponseWriter, _ *http.Request) {
+	out := []map[string]any{}
+	for _, s := range m.d.Sessions() {
+		if s.Runner == (wire.RunnerId{}) {
+			continue // not registered yet
+		}
+		m.mu.Lock()
+		m.runners[s.Runner.String()] = s.Runner
+		m.mu.Unlock()
+		out = append(out, map[string]any{"runner": s.Runner.String(), "session": s.Session.String(),
+			"transport": s.Transport.String(), "epoch": s.Epoch, "backend": s.Backend, "protocol": s.Protocol.String(),
+			"features": featureNames(s.Features), "agent_version": s.AgentVersion, "state": s.State})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// serveOffer is POST /v1/matrix/offer: offers a synthetic lease to a runner, cut at cut_on.
+func (m *matrixDriver) serveOffer(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Runner string `json:"runner"`
+		CutOn  string `json:"cut_on"`
+	}
+	runner, ok := m.decodeRunner(w, r, &req, &req.Runner)
+	if !ok {
+		return
+	}
+	switch req.CutOn {
+	case "", "accept", "running", "uploading", "log", "upload", "completion":
+	default:
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "cut_on must be accept, running, uploading, log, upload or completion"})
+		return
+	}
+	o := daemon.LeaseOffer{Job: wire.NewJobId(), Attempt: wire.NewJobAttemptId()}
+	copy(o.Spec.Digest[:], o.Attempt.ULID[:]) // distinct per attempt
+	o.Payload = demoscheduler.SyntheticPayload(o.Spec)
+	m.mu.Lock()
+	at := m.attempt(o.Attempt)
+	at.runner, at.cutOn = runner, req.CutOn
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(r.Context(), 25*time.Second)
+	defer cancel()
+	l, err := m.d.OfferLease(ctx, runner, o)
+	if err != nil {
+		writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"job": o.Job.String(), "lease": l.ID.String(), "attempt": o.Attempt.String()})
+}
+
+// serveCancel is POST /v1/matrix/cancel: cancels an attempt (user requested).
+func (m *matrixDriver) serveCancel(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Attempt string `json:"attempt"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad request: " + err.Error()})
+		return
+	}
+	m.mu.Lock()
+	a, ok := m.byID[req.Attempt]
+	m.mu.Unlock()
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown attempt " + req.Attempt})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 25*time.Second)
+	defer cancel()
+	if err := m.d.CancelAttempt(ctx, a, agentwire.CancelUserRequested); err != nil {
+		writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{})
+}
+
+// serveCut is POST /v1/matrix/cut: cuts a runner's connections.
+func (m *matrixDriver) serveCut(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Runner string `json:"runner"`
+	}
+	runner, ok := m.decodeRunner(w, r, &req, &req.Runner)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"closed": m.cutRunner(runner)})
+}
+
+// serveAttempt is GET /v1/matrix/attempt: an attempt's phases, completions, log and outputs.
+func (m *matrixDriver) serveAttempt(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	m.mu.Lock()
+	a, ok := m.byID[id]
+	var phases []string
+	var compl []driverCompletion
+	var enc string
+	if ok {
+		at := m.atts[id]
+		enc = at.logEncoding
+		phases = append([]string{}, at.phases...)
+		compl = append([]driverCompletion{}, at.completions...)
+	}
+	m.mu.Unlock()
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown attempt " + id})
+		return
+	}
+	var text strings.Builder
+	recs := m.sink.Records(a)
+	for _, rec := range recs {
+		if text.Len() < 1<<20 {
+			text.Write(rec.Data)
+		}
+	}
+	outs, fin := m.d.FinalizedOutputs(a)
+	jo := []map[string]any{}
+	for _, o := range outs {
+		st, err := m.store.Stat(o)
+		m.mu.Lock()
+		recv := m.received[o]
+		m.mu.Unlock()
+		jo = append(jo, map[string]any{"digest": o.Digest.String(), "size": o.Size, "stored": err == nil && st.Complete, "received": recv})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"phases": phases, "completions": compl, "log": text.String(),
+		"log_frames": len(recs), "outputs": jo, "outputs_finalized": fin, "log_encoding": enc})
 }
 
 // decodeRunner decodes a JSON body into req and resolves *field (a runner

@@ -30,11 +30,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,6 +56,7 @@ import (
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
+	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/semantics/telemetry/authmetrics"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
@@ -296,6 +300,9 @@ func defaultID(l config.Listen) string {
 	return host + "/" + config.DefaultDaemonListen
 }
 
+// serve runs the daemon: its start-up steps (TLS, authority, session
+// tickets, the daemon's configuration and stores, hooks, telemetry, the
+// daemon, listeners, admin API, accepting), then waits and shuts down.
 func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, th *testHooks) error {
 	// The server certificate is served from its files and reloaded when
 	// they are replaced (checked every tls.reload_interval) or on SIGHUP.
@@ -317,64 +324,15 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		return err
 	}
 	defer au.Close()
-	// TLS session tickets under keys kept in the authority (shared by HA
-	// daemons, rotated, surviving restarts), installed before the
-	// listeners clone tlsConf; refreshed every rotation period / 4.
-	if ks := authority.TicketKeysOf(au); ks != nil && !cfg.TLS.DisableSessionTickets {
-		tickets, err := serversetup.NewSessionTickets(ctx, ks.TicketKeys, cfg.TLS.SessionTicketRotation.Duration, log)
-		if err != nil {
-			return err
-		}
-		tickets.Install(tlsConf)
-		tctx, stopTickets := context.WithCancel(context.Background())
-		tdone := make(chan struct{})
-		go func() { defer close(tdone); tickets.Run(tctx) }()
-		defer func() { stopTickets(); <-tdone }()
-	}
-
-	var demo *demoscheduler.Scheduler
-	dcfg := daemon.Config{
-		ID: cfg.ID, Authority: au, RunnerCAs: runnerCAs, Protocol: cfg.Protocol(), MinProtocol: cfg.ProtocolMin.ProtocolVersion,
-		Timing: daemon.Timing{
-			HeartbeatInterval: cfg.Timing.HeartbeatInterval.Duration, RenewInterval: cfg.Timing.RenewInterval.Duration,
-			LeaseTTL: cfg.Timing.LeaseTTL.Duration, RevokeGrace: cfg.Timing.RevokeGrace.Duration, MaxBackoff: cfg.Timing.MaxBackoff.Duration,
-			MaxHeartbeatsPerSecond: cfg.Timing.MaxHeartbeatsPerSecond, MaxHeartbeatInterval: cfg.Timing.MaxHeartbeatInterval.Duration,
-			HeartbeatGrace: cfg.Timing.HeartbeatGrace.Duration,
-		},
-		OpenFiles:          daemonsetup.OpenFiles(),
-		AlternateEndpoints: cfg.Alternates(),
-		LogDir:             cfg.Data.LogDir,
-		Logger:             log,
-		Features:           wire.Implemented,
-		Identity:           identity,
-	}
-	lim, err := daemonsetup.Limits(cfg) // [limits], [admission], [data]
+	stopTickets, err := startSessionTickets(ctx, cfg, au, tlsConf, log)
 	if err != nil {
 		return err
 	}
-	dcfg.SetLimits(lim)
-	r := cfg.Data.Retention // [data.retention]
-	dcfg.Retention = daemon.Retention{MaxAge: r.MaxAge.Duration, MaxBytes: r.MaxBytes, Interval: r.Interval.Duration,
-		PartialMaxAge: r.PartialMaxAge.Duration}
-	if cfg.Data.Store == config.StoreS3 {
-		// The shared data plane: logs and objects in the bucket every HA
-		// daemon sees (docs/operations.md "HA deployment").
-		ds, err := daemonsetup.OpenData(ctx, cfg.Data)
-		if err != nil {
-			return err
-		}
-		dcfg.LogSink, dcfg.ContentStore = ds.Sink, ds.Store
-		log.Info("data plane on S3", "endpoint", cfg.Data.S3.Endpoint, "bucket", cfg.Data.S3.Bucket, "prefix", cfg.Data.S3.Prefix)
-	} else if dir := cfg.Data.CASDir; dir != "" {
-		store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: dir})
-		if err != nil {
-			return fmt.Errorf("data.cas_dir: %w", err)
-		}
-		dcfg.ContentStore = store
-		log.Info("content store: a local directory (data.cas_dir; by default beside --dev-pki or the SQLite authority)", "dir", dir)
-	}
-	if cfg.Data.Store != config.StoreS3 && cfg.Data.LogDir != "" {
-		log.Info("log store: a local directory (data.log_dir; by default beside --dev-pki or the SQLite authority)", "dir", cfg.Data.LogDir)
+	defer stopTickets()
+
+	dcfg, err := daemonConfig(ctx, cfg, au, runnerCAs, identity, log)
+	if err != nil {
+		return err
 	}
 	var drv *matrixDriver
 	if f.matrixDriver {
@@ -387,58 +345,14 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		}
 		log.Warn("--matrix-driver is a testing feature: /v1/matrix/ on the admin endpoint offers leases and cuts connections")
 	}
-	dcfg.Hooks.OnRegistered = func(s daemon.SessionInfo) {
-		log.Info("agent registered", "runner", s.Runner, "session", s.Session, "epoch", s.Epoch, "backend", s.Backend, "remote", s.Remote, "protocol", s.Protocol, "agent_version", s.AgentVersion)
-		if demo != nil {
-			demo.Registered(s)
-		}
-	}
-	dcfg.Hooks.OnDisconnect = func(s daemon.SessionInfo, err error) {
-		log.Info("agent disconnected", "runner", s.Runner, "session", s.Session, "transport", s.Transport, "err", err)
-	}
-	dcfg.Hooks.OnCapabilities = func(s daemon.SessionInfo, c agentwire.RunnerCapabilitiesV1) {
-		if demo != nil {
-			demo.Capabilities(s, c)
-		}
-	}
-	dcfg.Hooks.OnOutputs = func(e daemon.OutputsEvent) {
-		refs, size := make([]string, len(e.Outputs)), uint64(0)
-		for i, r := range e.Outputs {
-			refs[i], size = r.String(), size+r.Size
-		}
-		log.Info("outputs stored", "runner", e.Runner, "attempt", e.Attempt, "lease", e.Lease, "outputs", refs, "bytes", size)
-	}
-	dcfg.Hooks.OnCompletion = func(e daemon.CompletionEvent) {
-		log.Info("attempt completed", "runner", e.Runner, "attempt", e.Attempt, "lease", e.Lease, "ack", e.Ack)
-		if demo != nil {
-			demo.Completed(e)
-		}
-		if th != nil && th.onCompletion != nil {
-			th.onCompletion(e)
-		}
-	}
+	var demo *demoscheduler.Scheduler
+	logHooks(&dcfg, log, th, &demo)
 	tel := newDaemonTelemetry()
-	dcfg.Hooks = tel.hooks(dcfg.Hooks)
-	if drv != nil {
-		dcfg.Hooks = drv.hooks(dcfg.Hooks)
-	}
-	tracing, export, err := otlpsetup.TracingEnv(ctx, cfg.Telemetry, "forgeyard-daemon", os.Getenv)
+	tracing, err := instrument(ctx, cfg, &dcfg, tel, drv, au, log)
 	if err != nil {
 		return err
 	}
-	if export.Endpoint != "" {
-		log.Info("trace export", "endpoint", export.Endpoint, "protocol", export.Protocol, "from", export.Source, "sampler", export.Sampler)
-	}
 	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
-	// The engine feeds the metrics and starts the spans; the trace context
-	// travels to agents that offer it too (§211).
-	dcfg.Metrics, dcfg.Tracing = tel.m, tracing
-	// Every authority call's latency and error (the store is the daemon's
-	// one shared dependency).
-	dcfg.Authority = authmetrics.Instrument(tel.m, au)
-	watchFileOnce(tel.m, "client_ca", cfg.TLS.ClientCA) // read at start only, like the pool
-	watchFileOnce(tel.m, "issuer", cfg.Enrollment.IssuerCertificate)
-	dcfg.Features = dcfg.Features.With(wire.FeatureTraceContextV1)
 	d, err := daemon.New(dcfg)
 	if err != nil {
 		return err
@@ -458,36 +372,12 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	hsf := serversetup.NewHandshakeFailures(log, tel.m, 0, 0)
 	defer hsf.Close()
 	tel.setHandshakeFailures(hsf)
-	qcfg, ycfg := listenerConfigs(dcfg.Limits, log, hsf.Report)
-	qcfg.Admit = d.AdmitEarly // the connection cap, before the QUIC handshake
-	if qcfg.StatelessResetKey, err = serversetup.ResetKey(cfg.Listen.StatelessResetKeyFile, cfg.TLS); err != nil {
-		_ = d.Shutdown(context.Background())
+	ls, restartPeers, err := openListeners(ctx, cfg, &dcfg, d, au, tlsConf, hsf, log)
+	if err != nil {
 		return err
 	}
-	// Where the agents of a previous process that crashed were: read
-	// before anything registers (registrations overwrite the rows), told
-	// once the listeners accept.
-	restartPeers, err := daemonsetup.RestartPeers(ctx, authority.PeersOf(au), cfg.ID)
+	stopAdmin, err := startAdmin(cfg, &dcfg, tel, d, ls, certs, au, drv, log, th)
 	if err != nil {
-		log.Warn("restart hints skipped: the authority did not list the previous process's agents", "err", err)
-	}
-	ls, err := serversetup.Listen(cfg.Listen, tlsConf, qcfg, ycfg)
-	if err != nil {
-		_ = d.Shutdown(context.Background())
-		return err
-	}
-	tel.attach(d, ls, certs.Leaf)
-	tel.info = adminInfo{id: cfg.ID, startedAt: time.Now(), au: au, auBackend: authorityBackend(cfg.Authority),
-		protocol: dcfg.Protocol, minProtocol: dcfg.MinProtocol, features: dcfg.Features}
-	if drv != nil {
-		tel.matrix = drv.handler()
-	}
-	stopAdmin, err := tel.startAdminEndpoints(cfg.Admin, cfg.AdminListen(), log, th)
-	if err != nil {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-		_ = d.Shutdown(context.Background())
 		return err
 	}
 	defer stopAdmin() // after the drain: /healthz and /status report it
@@ -502,22 +392,214 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	connCtx, cancelConns := context.WithCancel(context.Background())
 	defer cancelConns()
 	var conns sync.WaitGroup
-	errc := make(chan error, len(ls))
-	for i, l := range ls {
-		log.Info("listening", "backend", l.Backend, "addr", l.Addr().String())
-		go func() {
-			err := acceptLoop(connCtx, d, l, &conns, track)
-			tel.listenerDone(i, err)
-			errc <- err
-		}()
-	}
+	errc := startAccepting(connCtx, d, ls, &conns, track, tel, log)
 	if th != nil && th.ready != nil {
 		th.ready(d, ls)
 	}
 	if len(restartPeers) > 0 {
 		go serversetup.HintRestart(connCtx, log, restartPeers, ls, 0)
 	}
+	return waitAndShutdown(ctx, f, d, ls, errc, &conns, cancelConns, demo, tel, log)
+}
 
+// startSessionTickets is the session-ticket step: TLS session tickets
+// under keys kept in the authority (shared by HA daemons, rotated,
+// surviving restarts), installed before the listeners clone tlsConf;
+// refreshed every rotation period / 4. stop ends the refresh.
+func startSessionTickets(ctx context.Context, cfg *config.Daemon, au authority.Authority, tlsConf *tls.Config, log *slog.Logger) (stop func(), err error) {
+	ks := authority.TicketKeysOf(au)
+	if ks == nil || cfg.TLS.DisableSessionTickets {
+		return func() {}, nil
+	}
+	tickets, err := serversetup.NewSessionTickets(ctx, ks.TicketKeys, cfg.TLS.SessionTicketRotation.Duration, log)
+	if err != nil {
+		return nil, err
+	}
+	tickets.Install(tlsConf)
+	tctx, stopTickets := context.WithCancel(context.Background())
+	tdone := make(chan struct{})
+	go func() { defer close(tdone); tickets.Run(tctx) }()
+	return func() { stopTickets(); <-tdone }, nil
+}
+
+// daemonConfig is the configuration step: the daemon's timing, limits,
+// retention and its stores (the S3 data plane or local directories).
+func daemonConfig(ctx context.Context, cfg *config.Daemon, au authority.Authority, runnerCAs *x509.CertPool, identity daemon.IdentityConfig, log *slog.Logger) (daemon.Config, error) {
+	dcfg := daemon.Config{
+		ID: cfg.ID, Authority: au, RunnerCAs: runnerCAs, Protocol: cfg.Protocol(), MinProtocol: cfg.ProtocolMin.ProtocolVersion,
+		Timing: daemon.Timing{
+			HeartbeatInterval: cfg.Timing.HeartbeatInterval.Duration, RenewInterval: cfg.Timing.RenewInterval.Duration,
+			LeaseTTL: cfg.Timing.LeaseTTL.Duration, RevokeGrace: cfg.Timing.RevokeGrace.Duration, MaxBackoff: cfg.Timing.MaxBackoff.Duration,
+			MaxHeartbeatsPerSecond: cfg.Timing.MaxHeartbeatsPerSecond, MaxHeartbeatInterval: cfg.Timing.MaxHeartbeatInterval.Duration,
+			HeartbeatGrace: cfg.Timing.HeartbeatGrace.Duration,
+		},
+		OpenFiles:          daemonsetup.OpenFiles(),
+		AlternateEndpoints: cfg.Alternates(),
+		LogDir:             cfg.Data.LogDir,
+		Logger:             log,
+		Features:           wire.Implemented,
+		Identity:           identity,
+	}
+	lim, err := daemonsetup.Limits(cfg) // [limits], [admission], [data]
+	if err != nil {
+		return dcfg, err
+	}
+	dcfg.SetLimits(lim)
+	r := cfg.Data.Retention // [data.retention]
+	dcfg.Retention = daemon.Retention{MaxAge: r.MaxAge.Duration, MaxBytes: r.MaxBytes, Interval: r.Interval.Duration,
+		PartialMaxAge: r.PartialMaxAge.Duration}
+	if cfg.Data.Store == config.StoreS3 {
+		// The shared data plane: logs and objects in the bucket every HA
+		// daemon sees (docs/operations.md "HA deployment").
+		ds, err := daemonsetup.OpenData(ctx, cfg.Data)
+		if err != nil {
+			return dcfg, err
+		}
+		dcfg.LogSink, dcfg.ContentStore = ds.Sink, ds.Store
+		log.Info("data plane on S3", "endpoint", cfg.Data.S3.Endpoint, "bucket", cfg.Data.S3.Bucket, "prefix", cfg.Data.S3.Prefix)
+	} else if dir := cfg.Data.CASDir; dir != "" {
+		store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: dir})
+		if err != nil {
+			return dcfg, fmt.Errorf("data.cas_dir: %w", err)
+		}
+		dcfg.ContentStore = store
+		log.Info("content store: a local directory (data.cas_dir; by default beside --dev-pki or the SQLite authority)", "dir", dir)
+	}
+	if cfg.Data.Store != config.StoreS3 && cfg.Data.LogDir != "" {
+		log.Info("log store: a local directory (data.log_dir; by default beside --dev-pki or the SQLite authority)", "dir", cfg.Data.LogDir)
+	}
+	return dcfg, nil
+}
+
+// logHooks is the hooks step: the daemon's events logged and passed to
+// the demo scheduler (*demo, once it exists) and the test hooks.
+func logHooks(dcfg *daemon.Config, log *slog.Logger, th *testHooks, demo **demoscheduler.Scheduler) {
+	dcfg.Hooks.OnRegistered = func(s daemon.SessionInfo) {
+		log.Info("agent registered", "runner", s.Runner, "session", s.Session, "epoch", s.Epoch, "backend", s.Backend, "remote", s.Remote, "protocol", s.Protocol, "agent_version", s.AgentVersion)
+		if *demo != nil {
+			(*demo).Registered(s)
+		}
+	}
+	dcfg.Hooks.OnDisconnect = func(s daemon.SessionInfo, err error) {
+		log.Info("agent disconnected", "runner", s.Runner, "session", s.Session, "transport", s.Transport, "err", err)
+	}
+	dcfg.Hooks.OnCapabilities = func(s daemon.SessionInfo, c agentwire.RunnerCapabilitiesV1) {
+		if *demo != nil {
+			(*demo).Capabilities(s, c)
+		}
+	}
+	dcfg.Hooks.OnOutputs = func(e daemon.OutputsEvent) {
+		refs, size := make([]string, len(e.Outputs)), uint64(0)
+		for i, r := range e.Outputs {
+			refs[i], size = r.String(), size+r.Size
+		}
+		log.Info("outputs stored", "runner", e.Runner, "attempt", e.Attempt, "lease", e.Lease, "outputs", refs, "bytes", size)
+	}
+	dcfg.Hooks.OnCompletion = func(e daemon.CompletionEvent) {
+		log.Info("attempt completed", "runner", e.Runner, "attempt", e.Attempt, "lease", e.Lease, "ack", e.Ack)
+		if *demo != nil {
+			(*demo).Completed(e)
+		}
+		if th != nil && th.onCompletion != nil {
+			th.onCompletion(e)
+		}
+	}
+}
+
+// instrument is the telemetry step: metrics hooks (and the matrix
+// driver's), trace export, the authority's call metrics and the watched
+// files. The caller flushes the returned tracing at its end.
+func instrument(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, tel *daemonTelemetry, drv *matrixDriver, au authority.Authority, log *slog.Logger) (*telemetry.Tracing, error) {
+	dcfg.Hooks = tel.hooks(dcfg.Hooks)
+	if drv != nil {
+		dcfg.Hooks = drv.hooks(dcfg.Hooks)
+	}
+	tracing, export, err := otlpsetup.TracingEnv(ctx, cfg.Telemetry, "forgeyard-daemon", os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if export.Endpoint != "" {
+		log.Info("trace export", "endpoint", export.Endpoint, "protocol", export.Protocol, "from", export.Source, "sampler", export.Sampler)
+	}
+	// The engine feeds the metrics and starts the spans; the trace context
+	// travels to agents that offer it too (§211).
+	dcfg.Metrics, dcfg.Tracing = tel.m, tracing
+	// Every authority call's latency and error (the store is the daemon's
+	// one shared dependency).
+	dcfg.Authority = authmetrics.Instrument(tel.m, au)
+	watchFileOnce(tel.m, "client_ca", cfg.TLS.ClientCA) // read at start only, like the pool
+	watchFileOnce(tel.m, "issuer", cfg.Enrollment.IssuerCertificate)
+	dcfg.Features = dcfg.Features.With(wire.FeatureTraceContextV1)
+	return tracing, nil
+}
+
+// openListeners is the listener step: the listeners' configurations and
+// stateless reset key, the previous process's agents (restart hints),
+// then the listeners. On failure it shuts d down.
+func openListeners(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, d *daemon.Daemon, au authority.Authority, tlsConf *tls.Config, hsf *serversetup.HandshakeFailures, log *slog.Logger) ([]serversetup.Listener, map[string][]netip.AddrPort, error) {
+	qcfg, ycfg := listenerConfigs(dcfg.Limits, log, hsf.Report)
+	qcfg.Admit = d.AdmitEarly // the connection cap, before the QUIC handshake
+	var err error
+	if qcfg.StatelessResetKey, err = serversetup.ResetKey(cfg.Listen.StatelessResetKeyFile, cfg.TLS); err != nil {
+		_ = d.Shutdown(context.Background())
+		return nil, nil, err
+	}
+	// Where the agents of a previous process that crashed were: read
+	// before anything registers (registrations overwrite the rows), told
+	// once the listeners accept.
+	restartPeers, err := daemonsetup.RestartPeers(ctx, authority.PeersOf(au), cfg.ID)
+	if err != nil {
+		log.Warn("restart hints skipped: the authority did not list the previous process's agents", "err", err)
+	}
+	ls, err := serversetup.Listen(cfg.Listen, tlsConf, qcfg, ycfg)
+	if err != nil {
+		_ = d.Shutdown(context.Background())
+		return nil, nil, err
+	}
+	return ls, restartPeers, nil
+}
+
+// startAdmin is the admin API step: the telemetry's view of the daemon
+// and listeners, then the admin endpoints. On failure it closes the
+// listeners and shuts d down.
+func startAdmin(cfg *config.Daemon, dcfg *daemon.Config, tel *daemonTelemetry, d *daemon.Daemon, ls []serversetup.Listener, certs *serversetup.CertReloader, au authority.Authority, drv *matrixDriver, log *slog.Logger, th *testHooks) (stop func(), err error) {
+	tel.attach(d, ls, certs.Leaf)
+	tel.info = adminInfo{id: cfg.ID, startedAt: time.Now(), au: au, auBackend: authorityBackend(cfg.Authority),
+		protocol: dcfg.Protocol, minProtocol: dcfg.MinProtocol, features: dcfg.Features}
+	if drv != nil {
+		tel.matrix = drv.handler()
+	}
+	stopAdmin, err := tel.startAdminEndpoints(cfg.Admin, cfg.AdminListen(), log, th)
+	if err != nil {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+		_ = d.Shutdown(context.Background())
+		return nil, err
+	}
+	return stopAdmin, nil
+}
+
+// startAccepting is the accepting step: one accept loop per listener on
+// connCtx; each loop's end is reported to tel and sent on the returned
+// channel.
+func startAccepting(connCtx context.Context, d *daemon.Daemon, ls []serversetup.Listener, conns *sync.WaitGroup, track func(semantics.BackendConn) func(), tel *daemonTelemetry, log *slog.Logger) chan error {
+	errc := make(chan error, len(ls))
+	for i, l := range ls {
+		log.Info("listening", "backend", l.Backend, "addr", l.Addr().String())
+		go func() {
+			err := acceptLoop(connCtx, d, l, conns, track)
+			tel.listenerDone(i, err)
+			errc <- err
+		}()
+	}
+	return errc
+}
+
+// waitAndShutdown is the wait and shutdown step: until ctx ends or a
+// listener fails, then the drain (stop accepting, Shutdown within
+// --shutdown-timeout, the connections' end) and the final stats.
+func waitAndShutdown(ctx context.Context, f *flags, d *daemon.Daemon, ls []serversetup.Listener, errc chan error, conns *sync.WaitGroup, cancelConns context.CancelFunc, demo *demoscheduler.Scheduler, tel *daemonTelemetry, log *slog.Logger) error {
 	var failed error
 	select {
 	case <-ctx.Done():

@@ -89,6 +89,29 @@ const (
 	hintWindow = time.Second
 )
 
+// heartbeatState is one link's heartbeat loop state (heartbeatLoop):
+// its pacing, the dead-link rule and restart hints.
+type heartbeatState struct {
+	a           *Agent
+	l           *link
+	every       time.Duration
+	misses      int
+	start       time.Time
+	lv          *liveness
+	t           *time.Ticker
+	dead        *time.Timer
+	calls       sync.WaitGroup
+	wait        time.Duration // how long each heartbeat waits for its ack
+	quickEvery  time.Duration
+	quick       bool
+	outstanding atomic.Int64
+	hintDead    *time.Timer // hintWindow after the last answered hint
+	hintDeadC   <-chan time.Time
+	probes      int           // heartbeats left to send for the last hint
+	hintAt      time.Duration // offset of the last hint answered
+	cur         time.Duration // the ticker's period
+}
+
 // heartbeatLoop sends a heartbeat every interval (the daemon's) and
 // watches the link's liveness: when no heartbeat was acked for
 // heartbeatMisses intervals it closes l.dead and returns (serve ends the
@@ -97,27 +120,28 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 	a.mu.Lock()
 	every := a.hbEvery
 	a.mu.Unlock()
-	misses := a.cfg.heartbeatMisses()
-	start := time.Now()
-	lv := newLiveness(misses, every)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	var dead *time.Timer
+	h := &heartbeatState{a: a, l: l, every: every, misses: a.cfg.heartbeatMisses(), start: time.Now()}
+	h.lv = newLiveness(h.misses, every)
+	h.t = time.NewTicker(every)
+	defer h.t.Stop()
 	var deadC <-chan time.Time // nil when the rule is off
-	if lv.window > 0 {
-		dead = time.NewTimer(lv.window)
-		defer dead.Stop()
-		deadC = dead.C
+	if h.lv.window > 0 {
+		h.dead = time.NewTimer(h.lv.window)
+		defer h.dead.Stop()
+		deadC = h.dead.C
 	}
-	var calls sync.WaitGroup
-	defer calls.Wait()
-	var outstanding atomic.Int64
+	defer h.calls.Wait()
+	defer func() {
+		if h.hintDead != nil {
+			h.hintDead.Stop()
+		}
+	}()
 	// Each heartbeat waits for its ack up to the liveness window (one
 	// interval when the rule is off), in its own goroutine: a late ack
 	// still counts, and the next heartbeat is not held back by it.
-	wait := lv.window
-	if wait <= 0 {
-		wait = every
+	h.wait = h.lv.window
+	if h.wait <= 0 {
+		h.wait = every
 	}
 	// Quickened heartbeats: while no heartbeat was acked for more than an
 	// interval and a quarter, the agent sends them every quarter interval
@@ -128,8 +152,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 	// reset the restarted daemon dropped under load (quic-go queues only a
 	// few) is asked for again soon; the dead-link rule is unchanged, so a
 	// slow but live daemon still keeps the link.
-	quickEvery := max(every/4, 100*time.Millisecond)
-	quick := false
+	h.quickEvery = max(every/4, 100*time.Millisecond)
 	// Restart hints (semantics.PeerHinter): the backend heard that the
 	// daemon may have restarted and lost this connection. The agent sends
 	// a heartbeat within hintSpread and then about every probeEvery until
@@ -140,113 +163,156 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 	if ph, ok := l.bc.(semantics.PeerHinter); ok {
 		hintC = ph.PeerHints()
 	}
-	var hintDead *time.Timer // hintWindow after the last answered hint
-	var hintDeadC <-chan time.Time
-	probes := 0              // heartbeats left to send for the last hint
-	var hintAt time.Duration // offset of the last hint answered
-	cur := every             // the ticker's period
+	h.cur = every
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hintC:
-			now := time.Since(start)
-			if probes > 0 || (hintAt > 0 && now-hintAt < probeEvery) {
-				continue
-			}
-			a.st.restartHints.Add(1)
-			hintAt, probes = now, maxProbes
-			// The first heartbeat within hintSpread, not at once: agents
-			// behind one socket (a NAT, a load generator) hear one hint
-			// together, and a restarted daemon drops the stateless resets
-			// of a burst (quic-go queues 4).
-			cur = 0
-			t.Reset(1 + time.Duration(rand.Int64N(int64(hintSpread))))
-			if hintDead == nil {
-				hintDead = time.NewTimer(hintWindow)
-				defer hintDead.Stop()
-			} else {
-				hintDead.Reset(hintWindow)
-			}
-			hintDeadC = hintDead.C
+			h.onRestartHint()
 			continue
-		case <-hintDeadC:
-			hintDeadC = nil
-			if time.Duration(lv.last.Load()) > hintAt {
-				continue // acked: a live daemon
-			}
-			a.st.hintTimeouts.Add(1)
-			a.log.Info("restart hint and no heartbeat ack: link considered dead, reconnecting",
-				"backend", l.ep.Backend, "endpoint", l.ep.Address, "window", hintWindow.String())
-			l.deadOnce.Do(func() { l.deadErr = ErrRestartHinted; close(l.dead) })
-			return
-		case <-deadC:
-			now := time.Since(start)
-			if r := lv.remaining(now); r > 0 {
-				dead.Reset(r) // an ack moved the deadline
-				continue
-			}
-			last := time.Duration(lv.last.Load())
-			a.st.hbTimeouts.Add(1)
-			a.log.Warn("no heartbeat ack: link considered dead, reconnecting",
-				"backend", l.ep.Backend, "endpoint", l.ep.Address, "interval", every.String(), "misses", misses,
-				"since_last_ack", (now - last).String(), "acked_any", last > 0, "outstanding", outstanding.Load())
-			l.deadOnce.Do(func() { l.deadErr = ErrHeartbeatTimeout; close(l.dead) })
-			return
-		case <-t.C:
-		}
-		if probes > 0 && time.Duration(lv.last.Load()) > hintAt {
-			probes = 0 // the daemon answered a heartbeat sent after the hint
-		}
-		if q := time.Since(start)-time.Duration(lv.last.Load()) > every+every/4; q != quick && quickEvery < every {
-			quick = q
-			if quick {
-				a.st.hbQuickened.Add(1)
-			}
-		}
-		next := every
-		if quick {
-			next = quickEvery
-		}
-		if probes > 0 {
-			probes--
-			next = min(next, probeEvery/2+time.Duration(rand.Int64N(int64(probeEvery)))) // spread, as above
-		}
-		if next != cur {
-			cur = next
-			t.Reset(next)
-		}
-		a.mu.Lock()
-		a.hbSeq++
-		hb := &agentwire.HeartbeatV1{Runner: a.cfg.Runner, Session: a.session, Seq: a.hbSeq, CapabilityDigest: a.digest} // a.digest: under a.mu
-		for id, at := range a.attempts {
-			if !at.finished && len(hb.ActiveAttempts) < agentwire.MaxActiveAttempts {
-				hb.ActiveAttempts = append(hb.ActiveAttempts, agentwire.ActiveAttemptV1{Attempt: id, Lease: at.job.Lease, Phase: at.phase})
-			}
-		}
-		hb.Resources.RunningJobs = uint16(len(hb.ActiveAttempts))
-		a.mu.Unlock()
-		a.st.hbSent.Add(1)
-		// Heartbeats are never replayed (§235): one send, one wait.
-		calls.Add(1)
-		outstanding.Add(1)
-		go func() {
-			defer calls.Done()
-			defer outstanding.Add(-1)
-			sent := time.Now()
-			env, err := l.ch.Call(ctx, control.Out{Msg: hb, Priority: semantics.PriorityLease, UsePriority: true}, wait)
-			if err != nil {
+		case <-h.hintDeadC:
+			if h.hintUnanswered() {
 				return
 			}
-			if ack, ok := env.Payload.(*agentwire.HeartbeatAckV1); ok {
-				a.observeServerTime(ack.ServerTimeMs, a.now().Add(-time.Since(sent)), a.now())
-				lv.acked(time.Since(start))
-				a.cfg.Metrics.ObserveHeartbeatRTT(time.Since(sent))
-				a.st.hbAcked.Add(1)
-				a.mu.Lock()
-				a.lastAck = a.now()
-				a.mu.Unlock()
+			continue
+		case <-deadC:
+			if h.linkDead() {
+				return
 			}
-		}()
+			continue
+		case <-h.t.C:
+		}
+		h.pace()
+		h.send(ctx, h.heartbeat())
 	}
+}
+
+// onRestartHint is the restart-hint step: it starts probing (maxProbes
+// heartbeats) and the hint's window, unless a hint is being answered.
+func (h *heartbeatState) onRestartHint() {
+	now := time.Since(h.start)
+	if h.probes > 0 || (h.hintAt > 0 && now-h.hintAt < probeEvery) {
+		return
+	}
+	h.a.st.restartHints.Add(1)
+	h.hintAt, h.probes = now, maxProbes
+	// The first heartbeat within hintSpread, not at once: agents
+	// behind one socket (a NAT, a load generator) hear one hint
+	// together, and a restarted daemon drops the stateless resets
+	// of a burst (quic-go queues 4).
+	h.cur = 0
+	h.t.Reset(1 + time.Duration(rand.Int64N(int64(hintSpread))))
+	if h.hintDead == nil {
+		h.hintDead = time.NewTimer(hintWindow)
+	} else {
+		h.hintDead.Reset(hintWindow)
+	}
+	h.hintDeadC = h.hintDead.C
+}
+
+// hintUnanswered is the restart hint's liveness judgement at the end of
+// its window: it reports whether the link is dead (no ack since the
+// hint), closing l.dead with ErrRestartHinted.
+func (h *heartbeatState) hintUnanswered() bool {
+	h.hintDeadC = nil
+	if time.Duration(h.lv.last.Load()) > h.hintAt {
+		return false // acked: a live daemon
+	}
+	h.a.st.hintTimeouts.Add(1)
+	h.a.log.Info("restart hint and no heartbeat ack: link considered dead, reconnecting",
+		"backend", h.l.ep.Backend, "endpoint", h.l.ep.Address, "window", hintWindow.String())
+	h.l.deadOnce.Do(func() { h.l.deadErr = ErrRestartHinted; close(h.l.dead) })
+	return true
+}
+
+// linkDead is the dead-link rule's judgement when its timer fires: it
+// reports whether the link is dead, closing l.dead with
+// ErrHeartbeatTimeout, or moves the deadline after a later ack.
+func (h *heartbeatState) linkDead() bool {
+	now := time.Since(h.start)
+	if r := h.lv.remaining(now); r > 0 {
+		h.dead.Reset(r) // an ack moved the deadline
+		return false
+	}
+	last := time.Duration(h.lv.last.Load())
+	h.a.st.hbTimeouts.Add(1)
+	h.a.log.Warn("no heartbeat ack: link considered dead, reconnecting",
+		"backend", h.l.ep.Backend, "endpoint", h.l.ep.Address, "interval", h.every.String(), "misses", h.misses,
+		"since_last_ack", (now - last).String(), "acked_any", last > 0, "outstanding", h.outstanding.Load())
+	h.l.deadOnce.Do(func() { h.l.deadErr = ErrHeartbeatTimeout; close(h.l.dead) })
+	return true
+}
+
+// pace is the pacing step before each heartbeat: it ends answered hint
+// probes, quickens or relaxes heartbeats, and resets the ticker to the
+// next period.
+func (h *heartbeatState) pace() {
+	every := h.every
+	if h.probes > 0 && time.Duration(h.lv.last.Load()) > h.hintAt {
+		h.probes = 0 // the daemon answered a heartbeat sent after the hint
+	}
+	if q := time.Since(h.start)-time.Duration(h.lv.last.Load()) > every+every/4; q != h.quick && h.quickEvery < every {
+		h.quick = q
+		if h.quick {
+			h.a.st.hbQuickened.Add(1)
+		}
+	}
+	next := every
+	if h.quick {
+		next = h.quickEvery
+	}
+	if h.probes > 0 {
+		h.probes--
+		next = min(next, probeEvery/2+time.Duration(rand.Int64N(int64(probeEvery)))) // spread, as above
+	}
+	if next != h.cur {
+		h.cur = next
+		h.t.Reset(next)
+	}
+}
+
+// heartbeat builds the next HeartbeatV1: its sequence number, capability
+// digest and the active attempts.
+func (h *heartbeatState) heartbeat() *agentwire.HeartbeatV1 {
+	a := h.a
+	a.mu.Lock()
+	a.hbSeq++
+	hb := &agentwire.HeartbeatV1{Runner: a.cfg.Runner, Session: a.session, Seq: a.hbSeq, CapabilityDigest: a.digest} // a.digest: under a.mu
+	for id, at := range a.attempts {
+		if !at.finished && len(hb.ActiveAttempts) < agentwire.MaxActiveAttempts {
+			hb.ActiveAttempts = append(hb.ActiveAttempts, agentwire.ActiveAttemptV1{Attempt: id, Lease: at.job.Lease, Phase: at.phase})
+		}
+	}
+	hb.Resources.RunningJobs = uint16(len(hb.ActiveAttempts))
+	a.mu.Unlock()
+	return hb
+}
+
+// send is the send-heartbeat step: it sends hb and, in its own goroutine,
+// waits for and handles its ack (server time, liveness, RTT).
+func (h *heartbeatState) send(ctx context.Context, hb *agentwire.HeartbeatV1) {
+	a, l, lv, start, wait := h.a, h.l, h.lv, h.start, h.wait
+	a.st.hbSent.Add(1)
+	// Heartbeats are never replayed (§235): one send, one wait.
+	h.calls.Add(1)
+	h.outstanding.Add(1)
+	go func() {
+		defer h.calls.Done()
+		defer h.outstanding.Add(-1)
+		sent := time.Now()
+		env, err := l.ch.Call(ctx, control.Out{Msg: hb, Priority: semantics.PriorityLease, UsePriority: true}, wait)
+		if err != nil {
+			return
+		}
+		if ack, ok := env.Payload.(*agentwire.HeartbeatAckV1); ok {
+			a.observeServerTime(ack.ServerTimeMs, a.now().Add(-time.Since(sent)), a.now())
+			lv.acked(time.Since(start))
+			a.cfg.Metrics.ObserveHeartbeatRTT(time.Since(sent))
+			a.st.hbAcked.Add(1)
+			a.mu.Lock()
+			a.lastAck = a.now()
+			a.mu.Unlock()
+		}
+	}()
 }

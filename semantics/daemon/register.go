@@ -135,8 +135,9 @@ func (c *conn) abandoned(m *agentwire.RegisterAgentV1, when string) bool {
 	return true
 }
 
+// onRegister handles RegisterAgentV1: authenticate, record with the
+// authority, fence older transports, accept.
 func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
-	d := c.d
 	_, sp := c.span(env, telemetry.SpanRegister, telemetry.AttrRunner(m.Runner))
 	defer func() {
 		if c.getState() < session.Registered {
@@ -145,72 +146,15 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 		}
 		sp.End()
 	}()
-	if c.helloSession != (wire.AgentSessionId{}) && c.helloSession != m.Session {
-		c.reject(env, wire.ErrCodeInvalidValue, wire.RetryNever, "session differs from the hello's agent_session", wire.CloseProtocolError)
-		return
-	}
-	leaf, err := c.identity(m)
-	if err != nil {
-		msg := authRefusal(err) // the peer gets a fixed text; the log and audit get err
-		if errors.Is(err, trust.ErrCertExpired) {
-			d.idst.expiredRejected.Add(1)
-		}
-		c.logger().Info("registration certificate refused", "err", err)
-		reason := telemetry.ReasonBadCertificate
-		if errors.Is(err, trust.ErrCertExpired) {
-			reason = telemetry.ReasonCertificateExpired
-		}
-		c.auditAuth(m, reason, telemetry.ErrorText(err))
-		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, msg, wire.CloseAuthenticationFailure)
-		return
-	}
-	runner, err := trust.RunnerIDFromCert(leaf)
-	if err != nil || runner != m.Runner {
-		c.auditAuth(m, telemetry.ReasonRunnerMismatch)
-		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: certificate does not name this runner", wire.CloseAuthenticationFailure)
-		return
-	}
-	if err := session.VerifyKeyProof(leaf.PublicKey, m.KeyProof, c.challenge, c.transport, m.Session); err != nil {
-		c.auditAuth(m, telemetry.ReasonKeyProofFailed)
-		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: key proof does not verify", wire.CloseAuthenticationFailure)
-		return
-	}
-	if revoked, err := c.checkCredentialRevoked(m.Runner, trust.SerialString(leaf)); err != nil {
-		c.ch.SetOutcome(d.authorityFailed("check_credentials", err, "runner", m.Runner.String()))
-		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, wire.CloseInternalError)
-		return
-	} else if revoked {
-		c.d.audit.Emit(context.Background(), telemetry.EventRunnerRevoked, telemetry.Runner(m.Runner), telemetry.Session(m.Session),
-			telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeForbidden),
-			telemetry.Reason(telemetry.ReasonRevoked), telemetry.CertSerial(leaf))
-		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, trust.MsgCredentialRevoked, wire.CloseAuthenticationFailure)
+	leaf, ok := c.authenticate(env, m)
+	if !ok {
 		return
 	}
 	if c.abandoned(m, "before the authority recorded it") {
 		return
 	}
-	actx, acancel := c.authCtx()
-	defer acancel()
-	grant, err := d.auth.RegisterSession(actx, authority.Registration{Runner: m.Runner, Session: m.Session,
-		Transport: c.transport, Daemon: d.cfg.ID, Remote: c.bc.RemoteAddr().String(), Now: d.now()})
-	switch {
-	case errors.Is(err, authority.ErrRunnerDisabled):
-		d.audit.Emit(context.Background(), telemetry.EventRunnerRevoked, telemetry.Runner(m.Runner), telemetry.Session(m.Session),
-			telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeRunnerDisabled),
-			telemetry.Reason(telemetry.ReasonRevoked))
-		c.reject(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, trust.MsgRunnerDisabled, wire.CloseRunnerDisabled)
-		return
-	case errors.Is(err, authority.ErrStaleSession):
-		c.auditEvent(telemetry.EventSessionFenced, wire.ErrCodeStaleSession, telemetry.ReasonNewerRegistration)
-		c.reject(env, wire.ErrCodeStaleSession, wire.RetryNever, "agent session ended or superseded; start a new session", wire.CloseProtocolError)
-		return
-	case errors.Is(err, authority.ErrSessionOwnership):
-		c.auditAuth(m, telemetry.ReasonRunnerMismatch)
-		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "agent session belongs to another runner", wire.CloseAuthenticationFailure)
-		return
-	case err != nil:
-		c.ch.SetOutcome(d.authorityFailed("register", err, "runner", m.Runner.String()))
-		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, wire.CloseInternalError)
+	grant, ok := c.recordRegistration(env, m)
+	if !ok {
 		return
 	}
 	// The agent may have given up meanwhile (its registration timeout, a
@@ -227,6 +171,96 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	c.mu.Unlock()
 	c.noteCredential(leaf)
 
+	c.fenceOlder(m, grant.Epoch)
+	c.accept(env, m, leaf, grant)
+}
+
+// authenticate is registration's authentication step: the hello's
+// session, the certificate, the runner it names, the key proof and
+// revocation. It rejects env and reports false when one fails.
+func (c *conn) authenticate(env *wire.Envelope, m *agentwire.RegisterAgentV1) (*x509.Certificate, bool) {
+	d := c.d
+	if c.helloSession != (wire.AgentSessionId{}) && c.helloSession != m.Session {
+		c.reject(env, wire.ErrCodeInvalidValue, wire.RetryNever, "session differs from the hello's agent_session", wire.CloseProtocolError)
+		return nil, false
+	}
+	leaf, err := c.identity(m)
+	if err != nil {
+		msg := authRefusal(err) // the peer gets a fixed text; the log and audit get err
+		if errors.Is(err, trust.ErrCertExpired) {
+			d.idst.expiredRejected.Add(1)
+		}
+		c.logger().Info("registration certificate refused", "err", err)
+		reason := telemetry.ReasonBadCertificate
+		if errors.Is(err, trust.ErrCertExpired) {
+			reason = telemetry.ReasonCertificateExpired
+		}
+		c.auditAuth(m, reason, telemetry.ErrorText(err))
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, msg, wire.CloseAuthenticationFailure)
+		return nil, false
+	}
+	runner, err := trust.RunnerIDFromCert(leaf)
+	if err != nil || runner != m.Runner {
+		c.auditAuth(m, telemetry.ReasonRunnerMismatch)
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: certificate does not name this runner", wire.CloseAuthenticationFailure)
+		return nil, false
+	}
+	if err := session.VerifyKeyProof(leaf.PublicKey, m.KeyProof, c.challenge, c.transport, m.Session); err != nil {
+		c.auditAuth(m, telemetry.ReasonKeyProofFailed)
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "authentication failed: key proof does not verify", wire.CloseAuthenticationFailure)
+		return nil, false
+	}
+	if revoked, err := c.checkCredentialRevoked(m.Runner, trust.SerialString(leaf)); err != nil {
+		c.ch.SetOutcome(d.authorityFailed("check_credentials", err, "runner", m.Runner.String()))
+		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, wire.CloseInternalError)
+		return nil, false
+	} else if revoked {
+		c.d.audit.Emit(context.Background(), telemetry.EventRunnerRevoked, telemetry.Runner(m.Runner), telemetry.Session(m.Session),
+			telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeForbidden),
+			telemetry.Reason(telemetry.ReasonRevoked), telemetry.CertSerial(leaf))
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, trust.MsgCredentialRevoked, wire.CloseAuthenticationFailure)
+		return nil, false
+	}
+	return leaf, true
+}
+
+// recordRegistration is registration's authority step: the authority
+// records the session and grants its epoch. It rejects env and reports
+// false when the authority refuses or fails.
+func (c *conn) recordRegistration(env *wire.Envelope, m *agentwire.RegisterAgentV1) (authority.SessionGrant, bool) {
+	d := c.d
+	actx, acancel := c.authCtx()
+	defer acancel()
+	grant, err := d.auth.RegisterSession(actx, authority.Registration{Runner: m.Runner, Session: m.Session,
+		Transport: c.transport, Daemon: d.cfg.ID, Remote: c.bc.RemoteAddr().String(), Now: d.now()})
+	switch {
+	case errors.Is(err, authority.ErrRunnerDisabled):
+		d.audit.Emit(context.Background(), telemetry.EventRunnerRevoked, telemetry.Runner(m.Runner), telemetry.Session(m.Session),
+			telemetry.Transport(c.transport), telemetry.Remote(c.bc.RemoteAddr()), telemetry.Code(wire.ErrCodeRunnerDisabled),
+			telemetry.Reason(telemetry.ReasonRevoked))
+		c.reject(env, wire.ErrCodeRunnerDisabled, wire.RetryNever, trust.MsgRunnerDisabled, wire.CloseRunnerDisabled)
+		return authority.SessionGrant{}, false
+	case errors.Is(err, authority.ErrStaleSession):
+		c.auditEvent(telemetry.EventSessionFenced, wire.ErrCodeStaleSession, telemetry.ReasonNewerRegistration)
+		c.reject(env, wire.ErrCodeStaleSession, wire.RetryNever, "agent session ended or superseded; start a new session", wire.CloseProtocolError)
+		return authority.SessionGrant{}, false
+	case errors.Is(err, authority.ErrSessionOwnership):
+		c.auditAuth(m, telemetry.ReasonRunnerMismatch)
+		c.reject(env, wire.ErrCodeForbidden, wire.RetryNever, "agent session belongs to another runner", wire.CloseAuthenticationFailure)
+		return authority.SessionGrant{}, false
+	case err != nil:
+		c.ch.SetOutcome(d.authorityFailed("register", err, "runner", m.Runner.String()))
+		c.reject(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, wire.CloseInternalError)
+		return authority.SessionGrant{}, false
+	}
+	return grant, true
+}
+
+// fenceOlder is registration's fencing step (§15, §61): it indexes c under
+// its runner and session and fences the runner's other registered
+// transports with epoch.
+func (c *conn) fenceOlder(m *agentwire.RegisterAgentV1, epoch uint64) {
+	d := c.d
 	// Fence older transports of this session on this daemon, and close
 	// transports of superseded sessions of the same runner (§15, §61).
 	d.mu.Lock()
@@ -245,9 +279,15 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	}
 	d.mu.Unlock()
 	for _, o := range fence {
-		o.fence(c, grant.Epoch)
+		o.fence(c, epoch)
 	}
+}
 
+// accept is registration's acceptance step: counting, the session's
+// state and heartbeat interval, hooks and inventory, then
+// RegistrationAcceptedV1 (and the server time when no resync follows).
+func (c *conn) accept(env *wire.Envelope, m *agentwire.RegisterAgentV1, leaf *x509.Certificate, grant authority.SessionGrant) {
+	d := c.d
 	d.st.registrations.Add(1)
 	if grant.Epoch > 1 {
 		d.st.reconnects.Add(1)
