@@ -80,7 +80,7 @@ scale: deps
 		echo "== $$p"; $(GO) tool pprof -top -nodecount=25 $$bin "$$p" 2>/dev/null; \
 	done > $(OUT)/scale-profiles.txt; echo "daemon and loadgen profiles (top 25 of each): $(OUT)/scale-profiles.txt"; exit $$rc
 
-# ---- fault-injection soak (issue 15 item 6; internal/soak, docs/perf.md
+# ---- fault-injection soak (issue 15 item 6; internal/testkit/soak, docs/perf.md
 # "Fault-injection soak") ----
 # SOAK_N lifecycles over SOAK_BACKENDS with every fault kind (SOAK_SKIP
 # leaves kinds out), bounded by SOAK_TIMEOUT, then SOAK_BASELINE_N of the same
@@ -96,9 +96,9 @@ SOAK_SKIP ?=
 SOAK_INFLIGHT ?= 16
 SOAK_TIMEOUT ?= 10m
 soak: deps
-	$(GO) test ./internal/soak -run '^TestSoak$$' -count=1 -v -timeout 30m -soak.seed=$(SOAK_SEED) -soak.n=$(SOAK_N) \
+	$(GO) test ./internal/testkit/soak -run '^TestSoak$$' -count=1 -v -timeout 30m -soak.seed=$(SOAK_SEED) -soak.n=$(SOAK_N) \
 		-soak.backends=$(SOAK_BACKENDS) -soak.skip=$(SOAK_SKIP) -soak.inflight=$(SOAK_INFLIGHT) -soak.timeout=$(SOAK_TIMEOUT)
-	$(GO) test ./internal/soak -run '^TestSoak$$' -count=1 -v -timeout 30m -soak.seed=$(SOAK_SEED) -soak.n=$(SOAK_BASELINE_N) \
+	$(GO) test ./internal/testkit/soak -run '^TestSoak$$' -count=1 -v -timeout 30m -soak.seed=$(SOAK_SEED) -soak.n=$(SOAK_BASELINE_N) \
 		-soak.backends=$(SOAK_BACKENDS) -soak.faults=false -soak.inflight=$(SOAK_INFLIGHT) -soak.timeout=$(SOAK_TIMEOUT)
 # ---- end fault-injection soak ----
 
@@ -111,7 +111,7 @@ test: deps vet layering
 	$(GO) test -race -shuffle=on -timeout 10m ./...
 	@# The short fault-injection soak (issue 15 item 6): ≥ 500 seeded lifecycles over memory,
 	@# QUIC and TLS+yamux with every fault kind, alone so no other package starves it.
-	FORGEYARD_SOAK=1 $(GO) test -race -count=1 -timeout 6m -run '^TestSoak$$' ./internal/soak -soak.inflight=4
+	FORGEYARD_SOAK=1 $(GO) test -race -count=1 -timeout 6m -run '^TestSoak$$' ./internal/testkit/soak -soak.inflight=4
 
 test-short: deps
 	$(GO) test -short -timeout 10m ./...
@@ -119,11 +119,11 @@ test-short: deps
 vet:
 	$(GO) vet ./...
 
-# The layering rule has one copy, internal/deptest (ARCHITECTURE.md, docs/architecture.md):
+# The layering rule has one copy, internal/testkit/deptest (ARCHITECTURE.md, docs/architecture.md):
 # imports between wire, semantics, backends, relay and cmd, the map of semantics/ in
 # semantics/doc.go, the pure contract; each with the test proving it catches a planted fault.
 layering:
-	$(GO) test -count=1 -run '^(TestLayering|TestRuleCatchesViolations|TestSemanticsMap|TestSemanticsMapCatchesViolations|TestContractDeps|TestInternalMap|TestInternalMapCatchesViolations)$$' ./internal/deptest
+	$(GO) test -count=1 -run '^(TestLayering|TestRuleCatchesViolations|TestSemanticsMap|TestSemanticsMapCatchesViolations|TestContractDeps|TestInternalMap|TestInternalMapCatchesViolations|TestInternalPlaces|TestInternalPlacesCatchViolations)$$' ./internal/testkit/deptest
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
@@ -167,14 +167,14 @@ bench-authority: deps tools
 	benchstat $(OUT)/bench/authority.txt
 
 # --- bench-wan (issue 19): every backend and the relay beside the raw libraries on
-# emulated WAN paths (internal/netsim: RTT 0/10/50/100 ms x loss 0/0.5 %, 50 Mbit/s).
+# emulated WAN paths (internal/tools/netsim: RTT 0/10/50/100 ms x loss 0/0.5 %, 50 Mbit/s).
 # Also a quic row with 4 MiB/8 MiB receive windows (FY_WAN_VARIANTS=wan; "wan,hint" adds the
 # delay hint). Prints the tables and writes $(OUT)/bench-wan.md; about 17 minutes on 2 cores
-# (FY_WAN_PATHS, FY_WAN_BACKENDS, FY_WAN_MEASURE narrow it; see internal/wanbench).
+# (FY_WAN_PATHS, FY_WAN_BACKENDS, FY_WAN_MEASURE narrow it; see internal/testkit/wanbench).
 .PHONY: bench-wan
 bench-wan:
 	@mkdir -p $(OUT)
-	FY_WAN_OUT=$(abspath $(OUT))/bench-wan.md FY_WAN_VARIANTS=$${FY_WAN_VARIANTS-wan} $(GO) test ./internal/wanbench/ -run '^$$' -bench 'BenchmarkWAN$$' -benchtime 1x -count 1 -timeout 40m
+	FY_WAN_OUT=$(abspath $(OUT))/bench-wan.md FY_WAN_VARIANTS=$${FY_WAN_VARIANTS-wan} $(GO) test ./internal/testkit/wanbench/ -run '^$$' -bench 'BenchmarkWAN$$' -benchtime 1x -count 1 -timeout 40m
 	@echo "tables written to $(OUT)/bench-wan.md"
 # --- end bench-wan
 
@@ -195,12 +195,12 @@ CAPACITY_AUTH_COMMIT ?= 2343909
 CAPACITY_AUTH_DATE ?= 2026-12-02
 .PHONY: capacity capacity-inputs
 capacity:
-	$(GO) run ./internal/capacity/cmd/capacity model
-	$(GO) run ./internal/capacity/cmd/capacity sensitivity
-	$(GO) run ./internal/capacity/cmd/capacity simulate --k 15
-	$(GO) run ./internal/capacity/cmd/capacity simulate --k 15 --herd
+	$(GO) run ./internal/tools/capacity/cmd/capacity model
+	$(GO) run ./internal/tools/capacity/cmd/capacity sensitivity
+	$(GO) run ./internal/tools/capacity/cmd/capacity simulate --k 15
+	$(GO) run ./internal/tools/capacity/cmd/capacity simulate --k 15 --herd
 capacity-inputs:
-	$(GO) run ./internal/capacity/cmd/capacity import --scale docs/perf.md --authority docs/perf/authority-bench.txt \
+	$(GO) run ./internal/tools/capacity/cmd/capacity import --scale docs/perf.md --authority docs/perf/authority-bench.txt \
 		--authority-commit $(CAPACITY_AUTH_COMMIT) --authority-date $(CAPACITY_AUTH_DATE) > docs/perf/capacity-inputs.json.tmp
 	mv docs/perf/capacity-inputs.json.tmp docs/perf/capacity-inputs.json
 

@@ -76,7 +76,7 @@ for img in $IMAGES; do
   done
   ca=/etc/ssl/certs/ca-certificates.crt
   [ -f "$ca" ] || ca=""
-  "$GO" run ./internal/release/mkimage --name "$img" "${bins[@]}" --version "$VERSION" --revision "$COMMIT" --source "${SOURCE_URL:-}" \
+  "$GO" run ./internal/tools/mkimage --name "$img" "${bins[@]}" --version "$VERSION" --revision "$COMMIT" --source "${SOURCE_URL:-}" \
     --ca-certificates "$ca" --out "$OUT/${img}_${VERSION}_oci.tar"
 done
 

@@ -29,7 +29,7 @@
 // This package, semantics/session and semantics/control import only wire,
 // the standard library and golang.org/x: no backend, no metrics or
 // tracing library, no storage, no engine (ARCHITECTURE.md, layering rule;
-// checked by internal/deptest).
+// checked by internal/testkit/deptest).
 //
 // # The map of semantics/
 //
@@ -56,15 +56,15 @@
 //	| `semantics/authority` | store | `wire/...` | semantics/daemon, authmetrics, internal/setup, cmd/forgeyard-daemon, cmd/forgeyard |
 //	| `semantics/authority/authoritytest` | test kit | `wire/...`, `semantics/authority` | tests of semantics/authority (SQLite, PostgreSQL) |
 //	| `semantics/objstore` | store | — | data paths, semantics/daemon, s3store, internal/setup |
-//	| `semantics/objstore/s3store` | store | `semantics/objstore` | internal/setup, internal/s3test |
+//	| `semantics/objstore/s3store` | store | `semantics/objstore` | internal/setup, internal/testkit/s3test |
 //	| `semantics/objstore/objstoretest` | test kit | `semantics/objstore` | tests of objstore and s3store |
 //	| `semantics/retention` | store | `wire/...`, data path | semantics/daemon |
 //	| `semantics/logs` | data path | `wire/...`, contract, helper, `semantics/objstore`, `semantics/telemetry` | semantics/daemon, semantics/agent, retention, internal/setup |
 //	| `semantics/logs/logstest` | test kit | `wire/...`, `semantics/logs` | tests of logs and s3store |
 //	| `semantics/cas` | data path | `wire/...`, contract, helper, `semantics/objstore`, `semantics/telemetry` | engines, retention, internal/setup |
 //	| `semantics/cas/castest` | test kit | `wire/...`, `semantics/cas` | tests of cas, s3store, retention, daemonsetup |
-//	| `semantics/daemon` | engine | `wire/...`, contract, identity, data path, helper, `semantics/authority`, `semantics/objstore`, `semantics/retention`, `semantics/telemetry` | cmd/forgeyard-daemon, internal/setup, internal/demoscheduler, internal/enginetest |
-//	| `semantics/agent` | engine | `wire/...`, contract, identity, data path, `semantics/telemetry` | cmd/forgeyard-agent, semantics/signer, semantics/deviceagent, internal/setup, internal/loadgen |
+//	| `semantics/daemon` | engine | `wire/...`, contract, identity, data path, helper, `semantics/authority`, `semantics/objstore`, `semantics/retention`, `semantics/telemetry` | cmd/forgeyard-daemon, internal/setup, internal/demoscheduler, internal/testkit/enginetest |
+//	| `semantics/agent` | engine | `wire/...`, contract, identity, data path, `semantics/telemetry` | cmd/forgeyard-agent, semantics/signer, semantics/deviceagent, internal/setup, internal/tools/loadgen |
 //	| `semantics/signer` | engine | `wire/...`, contract, `semantics/agent` | cmd/forgeyard-signer, cmd/forgeyard-demo |
 //	| `semantics/deviceagent` | engine | `wire/...`, contract, data path, `semantics/agent` | cmd/forgeyard-demo |
 //
@@ -73,7 +73,7 @@
 // this module. It covers non-test imports of forgeyard.dev/transport/...
 // only, and whatever it says, nothing under semantics/ imports the module's
 // internal/ (semantics/internal/... is semantics' own). The "used by" column
-// is descriptive. internal/deptest (TestSemanticsMap) reads this table from
+// is descriptive. internal/testkit/deptest (TestSemanticsMap) reads this table from
 // this comment: every package under semantics/ has a row, every row is a
 // package, every import obeys its row, and docs/architecture.md carries the
 // same lines.

@@ -13,7 +13,7 @@ import (
 	"forgeyard.dev/transport/backends/yamux/proxy"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/doctor"
-	"forgeyard.dev/transport/internal/netsim"
+	"forgeyard.dev/transport/internal/tools/netsim"
 	"forgeyard.dev/transport/semantics/daemon"
 )
 

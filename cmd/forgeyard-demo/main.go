@@ -7,7 +7,7 @@
 //     ports, and an in-process forgeyard-relay (relay.New) that accepts
 //     agents over TLS+yamux and dials the daemon over QUIC;
 //  3. starts agents, each through its own impairment proxy
-//     (internal/netsim: UDP for QUIC and WebTransport, TCP for TLS+yamux),
+//     (internal/tools/netsim: UDP for QUIC and WebTransport, TCP for TLS+yamux),
 //     with roles in a fixed order (agentRoles): 1 QUIC (cut), 2 TLS+yamux
 //     through the relay, 3 WebTransport, 4 TLS+yamux, 5 and beyond QUIC;
 //  4. dispatches a batch of leases (offer → accept → phases → completion)

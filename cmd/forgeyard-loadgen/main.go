@@ -42,7 +42,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/cli"
-	"forgeyard.dev/transport/internal/loadgen"
+	"forgeyard.dev/transport/internal/tools/loadgen"
 )
 
 func main() {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/internal/enginetest"
-	"forgeyard.dev/transport/internal/netsim"
+	"forgeyard.dev/transport/internal/testkit/enginetest"
+	"forgeyard.dev/transport/internal/tools/netsim"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 )

@@ -12,8 +12,8 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
-	"forgeyard.dev/transport/internal/enginetest"
-	"forgeyard.dev/transport/internal/netsim"
+	"forgeyard.dev/transport/internal/testkit/enginetest"
+	"forgeyard.dev/transport/internal/tools/netsim"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"

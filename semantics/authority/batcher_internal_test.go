@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/internal/testkit/pgtest"
 )
 
 // batchStores opens an empty store of each dialect with a scratch table.

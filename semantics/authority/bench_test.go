@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/internal/testkit/pgtest"
 	"forgeyard.dev/transport/wire"
 )
 

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/internal/testkit/pgtest"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/wire"
 )

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/internal/testkit/pgtest"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/authority/authoritytest"
 )

@@ -9,7 +9,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/internal/testkit/pgtest"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/wire"
 )

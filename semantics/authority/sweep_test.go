@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"forgeyard.dev/transport/internal/pgtest"
+	"forgeyard.dev/transport/internal/testkit/pgtest"
 	"forgeyard.dev/transport/semantics/authority"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"forgeyard.dev/transport/backends/memory"
-	"forgeyard.dev/transport/internal/testbackends"
+	"forgeyard.dev/transport/internal/testkit/testbackends"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/wire"
 )

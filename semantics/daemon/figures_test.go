@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/internal/enginetest"
 	"forgeyard.dev/transport/internal/stats"
+	"forgeyard.dev/transport/internal/testkit/enginetest"
 	"forgeyard.dev/transport/semantics/daemon"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )

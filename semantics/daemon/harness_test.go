@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"forgeyard.dev/transport/internal/pgtest"
-	"forgeyard.dev/transport/internal/s3test"
+	"forgeyard.dev/transport/internal/testkit/pgtest"
+	"forgeyard.dev/transport/internal/testkit/s3test"
 )
 
 func TestMain(m *testing.M) {

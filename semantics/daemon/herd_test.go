@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
-	"forgeyard.dev/transport/internal/enginetest"
+	"forgeyard.dev/transport/internal/testkit/enginetest"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"forgeyard.dev/transport/backends/memory"
-	"forgeyard.dev/transport/internal/enginetest"
+	"forgeyard.dev/transport/internal/testkit/enginetest"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"

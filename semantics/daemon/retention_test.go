@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/internal/enginetest"
+	"forgeyard.dev/transport/internal/testkit/enginetest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"

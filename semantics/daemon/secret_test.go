@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/internal/enginetest"
+	"forgeyard.dev/transport/internal/testkit/enginetest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/cas"

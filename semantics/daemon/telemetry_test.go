@@ -9,7 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"forgeyard.dev/transport/internal/enginetest"
+	"forgeyard.dev/transport/internal/testkit/enginetest"
 	"forgeyard.dev/transport/internal/testkit/metricstest"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/cas"

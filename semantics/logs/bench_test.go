@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/memory"
-	"forgeyard.dev/transport/internal/testbackends"
+	"forgeyard.dev/transport/internal/testkit/testbackends"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/logs"
 	"forgeyard.dev/transport/wire"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"forgeyard.dev/transport/internal/s3test"
+	"forgeyard.dev/transport/internal/testkit/s3test"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/cas/castest"
 	"forgeyard.dev/transport/semantics/logs"

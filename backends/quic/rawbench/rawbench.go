@@ -1,5 +1,5 @@
 // Package rawbench is the raw quic-go baseline of the scale harness
-// (internal/loadgen, `make scale`): connections made with quic-go's
+// (internal/tools/loadgen, `make scale`): connections made with quic-go's
 // defaults (plus ALPN forgeyard/1 and, on the client, a keep-alive so an
 // idle connection outlives the idle timeout), each with one stream that
 // carried one byte, held idle. The daemon-side memory of our agents is
@@ -7,7 +7,7 @@
 // separate server process's /proc figures).
 //
 // It lives under backends/quic because only backends/quic and
-// backends/webtransport may import quic-go (internal/deptest); it is
+// backends/webtransport may import quic-go (internal/testkit/deptest); it is
 // a measuring tool, not a transport, and nothing in the product uses it.
 package rawbench
 

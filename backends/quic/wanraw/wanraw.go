@@ -1,9 +1,9 @@
 // Package wanraw is the raw quic-go baseline of the WAN benchmark
-// (internal/wanbench, `make bench-wan`): plain quic-go connections with
+// (internal/testkit/wanbench, `make bench-wan`): plain quic-go connections with
 // quic-go's default Config (plus ALPN forgeyard/1), whose bidirectional
 // streams are handed out as io.ReadWriteClosers so that the benchmark can
 // drive them exactly like the project's streams without importing quic-go
-// (only backends/quic and backends/webtransport may, internal/deptest).
+// (only backends/quic and backends/webtransport may, internal/testkit/deptest).
 //
 // It is a measuring tool, not a transport; nothing in the product uses it.
 package wanraw

@@ -1,5 +1,5 @@
 // Package rawbench is the raw TLS+yamux baseline of the scale harness
-// (internal/loadgen, `make scale`): TLS 1.3 over TCP with
+// (internal/tools/loadgen, `make scale`): TLS 1.3 over TCP with
 // hashicorp/yamux's DefaultConfig (keep-alive every 30 s), one stream per
 // session that carried one byte, held idle. The daemon-side memory of our
 // yamux agents is reported as a ratio of this one's, measured by the same
@@ -9,7 +9,7 @@
 // (relay, BenchmarkRelayCPU).
 //
 // It lives under backends/yamux because only backends/yamux may import
-// yamux (internal/deptest); nothing in the product uses it.
+// yamux (internal/testkit/deptest); nothing in the product uses it.
 package rawbench
 
 import (

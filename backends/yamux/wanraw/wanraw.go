@@ -1,10 +1,10 @@
 // Package wanraw is the raw TLS+yamux baseline of the WAN benchmark
-// (internal/wanbench, `make bench-wan`): hashicorp/yamux sessions over TLS
+// (internal/testkit/wanbench, `make bench-wan`): hashicorp/yamux sessions over TLS
 // 1.3 on TCP with no project code — yamux's DefaultConfig with a 16 MiB
 // stream window, the same raw configuration as the loopback benchmarks of
 // backends/yamux — whose streams are handed out as io.ReadWriteClosers so
 // that the benchmark can drive them without importing yamux (only
-// backends/yamux may, internal/deptest).
+// backends/yamux may, internal/testkit/deptest).
 //
 // It is a measuring tool, not a transport; nothing in the product uses it.
 package wanraw

@@ -7,7 +7,7 @@
 //
 // It knows no daemon and no authority (package daemonsetup) and no
 // server side (package serversetup): forgeyard-agent links neither the
-// engine of the daemon nor a database driver (internal/deptest checks
+// engine of the daemon nor a database driver (internal/testkit/deptest checks
 // it). It imports backends, so only cmd/ and internal test tooling use
 // it; semantics/ never does.
 package agentsetup

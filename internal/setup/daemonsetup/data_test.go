@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"forgeyard.dev/transport/internal/config"
-	"forgeyard.dev/transport/internal/s3test"
+	"forgeyard.dev/transport/internal/testkit/s3test"
 	"forgeyard.dev/transport/semantics/cas/castest"
 	"forgeyard.dev/transport/semantics/objstore/s3store"
 )

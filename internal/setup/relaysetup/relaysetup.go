@@ -3,7 +3,7 @@
 // PKI of both sides. What the relay shares with the daemon (server TLS,
 // certificate reloader, listeners) is package serversetup. forgeyard-relay
 // links no engine (neither semantics/daemon nor semantics/agent) and no
-// database driver (internal/deptest checks it).
+// database driver (internal/testkit/deptest checks it).
 package relaysetup
 
 import (

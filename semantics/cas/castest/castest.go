@@ -1,6 +1,6 @@
 // Package castest is the conformance suite of cas.ContentStore: FSStore,
 // and BucketStore over the filesystem objstore.Dir and over S3
-// (internal/s3test), run the same tests.
+// (internal/testkit/s3test), run the same tests.
 package castest
 
 import (

@@ -6,7 +6,7 @@
 // is fsynced so that the rename itself is on disk.
 //
 // It is semantics' own (semantics/logs, semantics/cas), so that semantics/
-// imports nothing of the module's internal/ (internal/deptest); it is the
+// imports nothing of the module's internal/ (internal/testkit/deptest); it is the
 // one atomic writer of durable data. The agent's status file, rewritten
 // every interval, uses renameio directly (no directory sync); semantics/trust
 // keeps its standard-library copy (its TestImports allow no dependency).

@@ -1,6 +1,6 @@
 // Package logstest is the conformance suite of the durable log sinks:
 // FileSink, and BucketSink over the filesystem objstore.Dir and over S3
-// (internal/s3test), run the same tests.
+// (internal/testkit/s3test), run the same tests.
 package logstest
 
 import (

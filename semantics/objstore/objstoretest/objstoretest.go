@@ -1,6 +1,6 @@
 // Package objstoretest is the conformance suite of objstore.Bucket: the
 // filesystem Dir and the S3 store (semantics/objstore/s3store, against a
-// real server from internal/s3test) run the same tests.
+// real server from internal/testkit/s3test) run the same tests.
 package objstoretest
 
 import (

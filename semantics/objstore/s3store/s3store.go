@@ -1,6 +1,6 @@
 // Package s3store is the objstore.Bucket of an S3-compatible object store
 // (AWS S3, MinIO, Ceph RGW, versitygw, SeaweedFS), through minio-go. It is
-// the only package that links an S3 SDK (internal/deptest): the
+// the only package that links an S3 SDK (internal/testkit/deptest): the
 // daemon's data plane sees only objstore.Bucket.
 //
 // Every object lives under Config.Prefix in Config.Bucket. PUT is atomic

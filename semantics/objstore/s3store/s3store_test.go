@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"forgeyard.dev/transport/internal/s3test"
+	"forgeyard.dev/transport/internal/testkit/s3test"
 	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/cas/castest"
 	"forgeyard.dev/transport/semantics/logs"
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 }
 
 // TestS3Conformance runs the Bucket suite against a real S3 server
-// (versitygw, internal/s3test).
+// (versitygw, internal/testkit/s3test).
 func TestS3Conformance(t *testing.T) {
 	srv := s3test.Shared(t)
 	objstoretest.Run(t, func(t *testing.T) objstore.Bucket { return srv.Open(t) })
