@@ -61,8 +61,13 @@ type Daemon struct {
 	// byRunner indexes the registered transports (of conns) by runner, so
 	// registration, fencing and lease offers cost the same at any fleet
 	// size instead of a walk over every connection.
-	byRunner  map[wire.RunnerId]map[*conn]struct{}
-	drained   map[wire.RunnerId]string
+	byRunner map[wire.RunnerId]map[*conn]struct{}
+	drained  map[wire.RunnerId]string
+	// drainMu orders what an agent is told of its drain state: held from
+	// reading (or storing) the state to sending DrainV1/ResumeV1, so a
+	// drain re-sent to a resynced agent cannot arrive after the resume
+	// that ended it (drain.go, inventory.go resendDrain, runnerevent.go).
+	drainMu   sync.Mutex
 	offers    map[wire.LeaseId]*offer
 	probing   map[wire.LeaseId]time.Time
 	hbSeq     map[wint]uint64

@@ -19,10 +19,12 @@ import (
 // is connected to this daemon (the drain is still recorded).
 func (d *Daemon) DrainRunner(ctx context.Context, runner wire.RunnerId, reason string) error {
 	reason = wire.TruncateUTF8(reason, admin.MaxText)
+	d.drainMu.Lock()
 	err := d.storeDrain(ctx, runner, true, reason)
 	if err == nil {
 		err = d.sendRunner(runner, &admin.DrainV1{Reason: reason})
 	}
+	d.drainMu.Unlock()
 	d.adminAudit(ctx, runner, telemetry.ReasonAdminDrain, err)
 	return err
 }
@@ -30,10 +32,12 @@ func (d *Daemon) DrainRunner(ctx context.Context, runner wire.RunnerId, reason s
 // ResumeRunner ends a drain (here and in the authority inventory) and
 // sends admin ResumeV1; audited like DrainRunner.
 func (d *Daemon) ResumeRunner(ctx context.Context, runner wire.RunnerId) error {
+	d.drainMu.Lock()
 	err := d.storeDrain(ctx, runner, false, "")
 	if err == nil {
 		err = d.sendRunner(runner, &admin.ResumeV1{})
 	}
+	d.drainMu.Unlock()
 	d.adminAudit(ctx, runner, telemetry.ReasonAdminResume, err)
 	return err
 }

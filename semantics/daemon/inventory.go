@@ -484,6 +484,13 @@ func (c *conn) resendDrain() {
 	defer cancel()
 	st, err := d.drainState(ctx, runner)
 	if err != nil || !st.Drained {
+		return // the common case reads without the lock: a later drain reaches this conn through sendRunner
+	}
+	// Drained: read again under drainMu, so a resume stored meanwhile
+	// (and sent) is not overtaken by this drain.
+	d.drainMu.Lock()
+	defer d.drainMu.Unlock()
+	if st, err = d.drainState(ctx, runner); err != nil || !st.Drained {
 		return
 	}
 	if ch := c.channel(); ch != nil {

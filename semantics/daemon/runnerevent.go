@@ -22,6 +22,8 @@ func (d *Daemon) onRunnerEvent(ev authority.Event) {
 	if len(conns) == 0 {
 		return
 	}
+	d.drainMu.Lock()
+	defer d.drainMu.Unlock()
 	switch ev.Reason {
 	case authority.RunnerEventDrained:
 		ctx, cancel := context.WithTimeout(d.ctx, d.timing.RequestTimeout)
