@@ -43,7 +43,7 @@ func (s *store) DatabaseNow(ctx context.Context) (time.Time, error) {
 		return time.Now(), nil
 	}
 	var t time.Time
-	if err := s.db.QueryRowContext(ctx, `SELECT clock_timestamp()`).Scan(&t); err != nil {
+	if err := s.read(func() error { return s.db.QueryRowContext(ctx, `SELECT clock_timestamp()`).Scan(&t) }); err != nil {
 		return time.Time{}, err
 	}
 	return t, nil

@@ -316,8 +316,10 @@ func (s *store) SetDrain(ctx context.Context, runner wire.RunnerId, drained bool
 func (s *store) DrainState(ctx context.Context, runner wire.RunnerId) (Drain, error) {
 	var d Drain
 	var changed int64
-	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT drained, reason, changed_ms FROM fy_runner_drain WHERE runner_id = ?`), idb(runner.ULID)).
-		Scan(&d.Drained, &d.Reason, &changed)
+	err := s.read(func() error {
+		return s.db.QueryRowContext(ctx, s.rebind(`SELECT drained, reason, changed_ms FROM fy_runner_drain WHERE runner_id = ?`), idb(runner.ULID)).
+			Scan(&d.Drained, &d.Reason, &changed)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Drain{}, nil
 	}

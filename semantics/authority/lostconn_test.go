@@ -63,19 +63,32 @@ func TestWriteAfterConnectionsEnded(t *testing.T) {
 	defer admin.Close()
 	admin.SetMaxOpenConns(1)
 	others := `FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`
-	var ended int
-	if err := admin.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) `+others).Scan(&ended); err != nil {
-		t.Fatal(err)
-	}
-	if ended == 0 {
-		t.Fatal("the handle held no idle connection to end")
-	}
-	for left := 1; left > 0; {
-		if err := admin.QueryRowContext(ctx, `SELECT count(*) `+others).Scan(&left); err != nil {
+	endConns := func() {
+		t.Helper()
+		var ended int
+		if err := admin.QueryRowContext(ctx, `SELECT count(pg_terminate_backend(pid)) `+others).Scan(&ended); err != nil {
 			t.Fatal(err)
 		}
+		if ended == 0 {
+			t.Fatal("the handle held no idle connection to end")
+		}
+		for left := 1; left > 0; {
+			if err := admin.QueryRowContext(ctx, `SELECT count(*) `+others).Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("ended %d pooled connections", ended)
 	}
-	t.Logf("ended %d pooled connections", ended)
+	endConns()
+	// Reads outside a transaction, at once: the clock and a drain state.
+	if _, err := authority.ClockOf(a).DatabaseNow(ctx); err != nil {
+		t.Fatalf("DatabaseNow on ended connections: %v", err)
+	}
+	if _, err := authority.InventoryOf(a).DrainState(ctx, wire.NewRunnerId()); err != nil {
+		t.Fatalf("DrainState on ended connections: %v", err)
+	}
+	register(4) // the pool holds idle connections again
+	endConns()
 
 	// At once (pgx pings an idle connection only after a second): one write
 	// alone, then a batch.

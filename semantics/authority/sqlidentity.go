@@ -161,7 +161,11 @@ func (s *store) EnrollmentTokens(ctx context.Context, limit int) ([]EnrollmentTo
 	if limit <= 0 || limit > 10000 {
 		limit = 10000
 	}
-	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT `+tokenCols+` FROM fy_enroll_tokens ORDER BY created_ms DESC, token_id LIMIT ?`), limit)
+	var rows *sql.Rows
+	err := s.read(func() (err error) {
+		rows, err = s.db.QueryContext(ctx, s.rebind(`SELECT `+tokenCols+` FROM fy_enroll_tokens ORDER BY created_ms DESC, token_id LIMIT ?`), limit)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +245,11 @@ func (s *store) RevokeCertificate(ctx context.Context, serial, reason string, no
 }
 
 func (s *store) Certificates(ctx context.Context, runner wire.RunnerId) ([]IssuedCertificate, error) {
-	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT serial, not_after_ms, issued_ms, revoked, reason FROM fy_certs WHERE runner_id = ? ORDER BY issued_ms DESC, serial LIMIT 1000`), idb(runner.ULID))
+	var rows *sql.Rows
+	err := s.read(func() (err error) {
+		rows, err = s.db.QueryContext(ctx, s.rebind(`SELECT serial, not_after_ms, issued_ms, revoked, reason FROM fy_certs WHERE runner_id = ? ORDER BY issued_ms DESC, serial LIMIT 1000`), idb(runner.ULID))
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +335,11 @@ func placeholders(n int) string {
 }
 
 func (s *store) query(ctx context.Context, q string, args []any, each func(*sql.Rows) error) error {
-	rows, err := s.db.QueryContext(ctx, s.rebind(q), args...)
+	var rows *sql.Rows
+	err := s.read(func() (err error) {
+		rows, err = s.db.QueryContext(ctx, s.rebind(q), args...)
+		return err
+	})
 	if err != nil {
 		return err
 	}

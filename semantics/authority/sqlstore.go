@@ -196,6 +196,23 @@ func beforeCommit(err error) error {
 	return &errLostConn{err}
 }
 
+// read runs a read outside a transaction (fn), again on a fresh
+// connection when the server had ended the pooled one (errLostConn): a
+// read is always safe to repeat.
+func (s *store) read(fn func() error) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if err = fn(); err == nil {
+			return nil
+		}
+		var lost *errLostConn
+		if !errors.As(beforeCommit(err), &lost) {
+			return err
+		}
+	}
+	return err
+}
+
 func (s *store) exec(ctx context.Context, t *sql.Tx, q string, args ...any) (sql.Result, error) {
 	traceWrite(ctx)
 	return t.ExecContext(ctx, s.rebind(q), args...)
