@@ -35,20 +35,15 @@ func internalPlaceViolations(rows map[string]string) []string {
 			ok = false
 		}
 		if !ok {
-			out = append(out, p+" ("+k+") is not under "+strings.Join(placeOf[k], " or ")+kindExclusion(k))
+			where := strings.Join(placeOf[k], " or ")
+			if k == kindPlumbing {
+				where += " (outside internal/testkit/ and internal/tools/)"
+			}
+			out = append(out, p+" ("+k+") is not under "+where)
 		}
 	}
 	sort.Strings(out)
 	return out
-}
-
-func kindExclusion(k string) string {
-	if k == kindPlumbing {
-		if len(placeOf[k]) > 0 {
-			return " (outside internal/testkit/ and internal/tools/)"
-		}
-	}
-	return ""
 }
 
 func TestInternalPlaces(t *testing.T) {
