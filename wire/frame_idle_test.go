@@ -3,6 +3,7 @@ package wire
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"testing"
 )
@@ -97,17 +98,9 @@ func TestFrameReaderIdleEdges(t *testing.T) {
 	}
 	fr = NewFrameReader(bytes.NewReader([]byte{0x41}), 64)
 	var tooLarge *FrameTooLargeError
-	if _, err := fr.Next(); err == nil || !asTooLarge(err, &tooLarge) || tooLarge.Size != 0x41 {
+	if _, err := fr.Next(); err == nil || !errors.As(err, &tooLarge) || tooLarge.Size != 0x41 {
 		t.Fatalf("over-limit length from idle: %v", err)
 	}
-}
-
-func asTooLarge(err error, target **FrameTooLargeError) bool {
-	e, ok := err.(*FrameTooLargeError)
-	if ok {
-		*target = e
-	}
-	return ok
 }
 
 // oneFrameReader hands out one frame per Read, as a stream does when
