@@ -73,10 +73,73 @@ type Admission struct {
 	maxWorking atomic.Int64
 
 	started, completed, refused, timedOut, failed, signed atomic.Int64
+
+	// filtered: the Transport's socket is an initialFilter, which
+	// decides about every new unverified attempt (refuse.go); quic-go's
+	// ConnContext then only counts them.
+	filtered bool
+	admit    func(net.Addr) error
+	onRefuse func(remote net.Addr, err error)
+
+	// The appointments of refused attempts (appointment).
+	apMu sync.Mutex
+	next time.Time
 }
 
 func newAdmission(cfg Config) *Admission {
-	return &Admission{max: cfg.MaxHandshakes, maxWait: cfg.HandshakeQueueWait, slots: make(chan struct{}, cfg.HandshakeWorkers)}
+	return &Admission{max: cfg.MaxHandshakes, maxWait: cfg.HandshakeQueueWait, slots: make(chan struct{}, cfg.HandshakeWorkers), admit: cfg.Admit}
+}
+
+// check reports why a new attempt from remote is refused (nil: admit
+// it): the handshake bound and queue (full), then Config.Admit.
+func (a *Admission) check(remote net.Addr) error {
+	if err := a.full(); err != nil {
+		return err
+	}
+	if a.admit != nil {
+		return a.admit(remote)
+	}
+	return nil
+}
+
+// decideNew is the initialFilter's decision on a new attempt from
+// remote: whether it is refused, and the reason phrase of the refusal
+// with its retry hint (appointment).
+func (a *Admission) decideNew(remote net.Addr) (string, bool) {
+	err := a.check(remote)
+	if err == nil {
+		return "", false
+	}
+	a.refused.Add(1)
+	if a.onRefuse != nil {
+		a.onRefuse(remote, err)
+	}
+	if after := a.appointment(time.Now()); after > 0 {
+		return fmt.Sprintf("overloaded; %s%d", refusalHintKey, after.Milliseconds()), true
+	}
+	return "overloaded", true
+}
+
+// appointment is the retry hint of an attempt refused at now: the time
+// at which the attempts waiting now will have shrunk to half the queue's
+// bound at the measured rate, and no earlier than one handshake after
+// the previous appointment — so the refused attempts come back spread at
+// the rate the workers take them, into a queue with room. 0 while no
+// rate is measured (the dialer's own backoff applies).
+func (a *Admission) appointment(now time.Time) time.Duration {
+	r := a.rate.get()
+	if r <= 0 {
+		return 0
+	}
+	drain := time.Duration(float64(a.waiting.Load())/r*float64(time.Second)) - a.maxWait/2
+	a.apMu.Lock()
+	defer a.apMu.Unlock()
+	at := now.Add(max(drain, 0))
+	if a.next.After(at) {
+		at = a.next
+	}
+	a.next = at.Add(time.Duration(float64(time.Second) / r))
+	return min(at.Sub(now), maxRetryHint)
 }
 
 // AdmissionStats are a listener's handshake counters since it started.
@@ -301,24 +364,30 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) *A
 	if a.max > 0 {
 		tr.VerifySourceAddress = a.verifySourceAddress
 	}
-	hook, admit := cfg.OnHandshakeFailure, cfg.Admit
+	hook := cfg.OnHandshakeFailure
+	if hook != nil {
+		a.onRefuse = func(remote net.Addr, err error) {
+			f := semantics.NewHandshakeFailure(backend, remote, err, false)
+			f.Reason = semantics.HandshakeOverloaded
+			hook(f)
+		}
+	}
+	if udp, ok := tr.Conn.(*net.UDPConn); ok {
+		tr.Conn = newInitialFilter(udp, a.decideNew)
+		a.filtered = true
+	}
 	tr.ConnContext = func(ctx context.Context, info *quicgo.ClientInfo) (context.Context, error) {
 		remote := info.RemoteAddr
-		refuse := func(err error) (context.Context, error) {
-			a.refused.Add(1)
-			if hook != nil {
-				f := semantics.NewHandshakeFailure(backend, remote, err, false)
-				f.Reason = semantics.HandshakeOverloaded
-				hook(f)
-			}
-			return nil, err
-		}
-		if err := a.full(); err != nil {
-			return refuse(err)
-		}
-		if admit != nil {
-			if err := admit(remote); err != nil {
-				return refuse(err)
+		// An unverified attempt on a filtered socket was admitted by the
+		// filter already; one after a Retry (or without the filter) is
+		// decided here, and refused by quic-go's own CONNECTION_REFUSED.
+		if !a.filtered || info.AddrVerified {
+			if err := a.check(remote); err != nil {
+				a.refused.Add(1)
+				if a.onRefuse != nil {
+					a.onRefuse(remote, err)
+				}
+				return nil, err
 			}
 		}
 		a.inFlight.Add(1)

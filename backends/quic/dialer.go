@@ -3,7 +3,6 @@ package quic
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -108,10 +107,14 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
-	qc, err := dialPaced(ctx, ep.tr, ua, tc, cfg)
+	qc, retry, err := dialPaced(ctx, ep.tr, ua, tc, cfg)
 	if err != nil {
 		ep.release()
-		return nil, fmt.Errorf("quic: dial %s: %w", addr, TranslateError(err))
+		err = fmt.Errorf("quic: dial %s: %w", addr, TranslateError(err))
+		if retry > 0 {
+			err = &retryError{After: retry, Err: err}
+		}
+		return nil, err
 	}
 	checkUDPBuffers(ep.udp, cfg.Logger)
 	if err := checkALPN(qc); err != nil {
@@ -128,32 +131,35 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 
 // dialPaced dials through tr; with Config.RefusalBackoff a refusal before
 // the handshake (the server's CONNECTION_REFUSED) is waited out and the
-// dial tried again while ctx allows.
-func dialPaced(ctx context.Context, tr *quicgo.Transport, ua *net.UDPAddr, tc *tls.Config, cfg Config) (*quicgo.Conn, error) {
+// dial tried again while ctx allows: after the refusal's retry hint (plus
+// up to a tenth of it of jitter) when it carries one, else after
+// refusalWait. A hint beyond ctx's deadline ends the dial with a
+// *retryError carrying it.
+func dialPaced(ctx context.Context, tr *quicgo.Transport, ua *net.UDPAddr, tc *tls.Config, cfg Config) (*quicgo.Conn, time.Duration, error) {
 	for n := 0; ; n++ {
 		qc, err := tr.Dial(ctx, ua, tc, cfg.quicConfig())
-		if err == nil || cfg.RefusalBackoff <= 0 || !refusedByServer(err) {
-			return qc, err
+		if err == nil || cfg.RefusalBackoff <= 0 {
+			return qc, 0, err
+		}
+		hint, refused := refusalHint(err)
+		if !refused {
+			return nil, 0, err
 		}
 		wait := refusalWait(cfg.RefusalBackoff, n, rand.Int64N)
+		if hint > 0 {
+			wait = hint + time.Duration(rand.Int64N(int64(hint/10)+1))
+		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			return nil, err // no time left for another try: the refusal is the answer
+			return nil, wait, err // no time left for another try: the refusal is the answer
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, err
+			return nil, 0, err
 		case <-t.C:
 		}
 	}
-}
-
-// refusedByServer reports whether err is the server refusing the attempt
-// before its handshake (CONNECTION_REFUSED from the peer).
-func refusedByServer(err error) bool {
-	te, ok := errors.AsType[*quicgo.TransportError](err)
-	return ok && te.Remote && te.ErrorCode == quicgo.ConnectionRefused
 }
 
 // refusalWait is the n-th wait after a refusal: uniform in [d/2, d],

@@ -142,11 +142,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// retryHint returns the retry hint err carries (a RegistrationDeferredV1
-// answer), or 0.
+// retryHint returns the retry hint err carries, or 0: a
+// RegistrationDeferredV1 answer, or a backend's refusal before the
+// handshake that says when to come back (an error with a RetryAfter()
+// time.Duration method, as backends/quic's dial returns for a
+// CONNECTION_REFUSED whose hint outlasts the dial).
 func retryHint(err error) time.Duration {
 	if re, ok := errors.AsType[*RejectedError](err); ok {
 		return re.RetryAfter
+	}
+	if h, ok := errors.AsType[interface {
+		error
+		RetryAfter() time.Duration
+	}](err); ok {
+		return h.RetryAfter()
 	}
 	return 0
 }
