@@ -91,8 +91,12 @@ type conn struct {
 	workDone chan struct{}
 	// invQ carries the inventory's authority writes in order
 	// (inventory.go inventoryLater); read goroutine, created on first use.
-	invQ    chan func()
-	invDone chan struct{}
+	// Its goroutine runs only while writes are queued (invRun, under invMu)
+	// and invWG counts it, so an idle connection holds none.
+	invQ   chan func()
+	invMu  sync.Mutex
+	invRun bool
+	invWG  sync.WaitGroup
 }
 
 // workQueue bounds the messages queued for the work goroutine; when it is

@@ -1,0 +1,131 @@
+package daemon_test
+
+import (
+	"context"
+	"crypto/tls"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/pprof"
+	"testing"
+
+	"forgeyard.dev/transport/backends/quic/rawbench"
+	"forgeyard.dev/transport/internal/testkit/enginetest"
+	"forgeyard.dev/transport/semantics/trust/trusttest"
+	"forgeyard.dev/transport/wire"
+)
+
+// idleAgents is how many idle connections each side of
+// TestIdleConnMemory holds.
+const idleAgents = 200
+
+// idleMemRatio bounds OURS/RAW heap bytes per idle connection, both ends
+// counted. When the test was added it measured 2.00× (2.40× under -race;
+// see docs/perf.md §10, "Idle connection memory"); the bound sits above
+// that so that it catches a regression, not the distance still to the 1.2×
+// goal of issue 26 item 1. Lower it as the holders are removed. About
+// 64 KiB of ours per agent is the agent's own answer ring (agent.New,
+// ansRing preallocated to answerRetention), not the daemon's.
+const idleMemRatio = 3.0
+
+// idleGoroutineExcess bounds goroutines per idle agent (both ends, in this
+// process) over raw quic-go's, as an absolute excess: 16 when the test was
+// added (ours 20, raw 4; each library agent has its own quic.Transport, 3
+// goroutines, where rawbench's clients share one).
+const idleGoroutineExcess = 18.0
+
+// heapAndGoroutines is HeapInuse and the goroutine count after two
+// forced collections.
+func heapAndGoroutines() (uint64, int) {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse, runtime.NumGoroutine()
+}
+
+// TestIdleConnMemory holds idleAgents idle agents on a daemon over the
+// real QUIC backend and, in the same process, as many raw quic-go
+// connections (backends/quic/rawbench: one stream, one echoed byte), and
+// bounds the heap bytes and goroutines each costs, ours against raw. Both
+// figures include both ends (daemon and agent, server and client share
+// this process), so the ratio is of whole connections. It asserts on
+// memory and counts after awaited events, never on time.
+func TestIdleConnMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds 2×200 connections")
+	}
+	if os.Getenv("IDLEMEM_CHILD") == "" {
+		// Measure in a process of its own: the package's other tests
+		// (parallel ones, and garbage they leave) would move HeapInuse.
+		cmd := exec.Command(os.Args[0], "-test.run=^TestIdleConnMemory$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), "IDLEMEM_CHILD=1")
+		out, err := cmd.CombinedOutput()
+		t.Logf("child:\n%s", out)
+		if err != nil {
+			t.Fatalf("the measuring child failed: %v", err)
+		}
+		return
+	}
+	pki := trusttest.NewPKI(t)
+
+	// Raw quic-go first.
+	h0, g0 := heapAndGoroutines()
+	srv, err := rawbench.Listen("127.0.0.1:0", pki.ServerConfig(t, "localhost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	confs := make([]*tls.Config, idleAgents)
+	for i := range confs {
+		confs[i] = pki.ClientConfigWith(t, pki.IssueClient(t, wire.NewRunnerId(), trusttest.LeafOptions{}), "localhost")
+	}
+	cl, err := rawbench.DialN(ctx, srv.Addr().String(), idleAgents, 8, 1, func(i int) *tls.Config { return confs[i] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	confs = nil
+	h1, g1 := heapAndGoroutines()
+	rawBytes := float64(int64(h1)-int64(h0)) / idleAgents
+	rawG := float64(g1-g0) / idleAgents
+	cl.Close()
+	cancel()
+	<-served
+
+	// Ours: a daemon engine and idleAgents library agents.
+	w := enginetest.NewWorld(t, enginetest.QuicBackend())
+	ids := make([]enginetest.Identity, idleAgents)
+	for i := range ids {
+		ids[i] = w.NewIdentity()
+	}
+	exec := enginetest.NewCountingExec(false) // one for all: it is sized for many attempts
+	h2, g2 := heapAndGoroutines()
+	for _, id := range ids {
+		a, _, _ := w.StartAgent(id, exec)
+		enginetest.AwaitConnected(t, a)
+	}
+	ids = nil
+	h3, g3 := heapAndGoroutines()
+	ourBytes := float64(int64(h3)-int64(h2)) / idleAgents
+	ourG := float64(g3-g2) / idleAgents
+	if f := os.Getenv("IDLEMEM_GOROUTINES"); f != "" {
+		if out, err := os.Create(f); err == nil {
+			_ = pprof.Lookup("goroutine").WriteTo(out, 1)
+			_ = out.Close()
+		}
+	}
+
+	t.Logf("per idle connection, both ends: ours %.1f KiB, %.1f goroutines; raw quic-go %.1f KiB, %.1f goroutines; ours/raw %.2f×",
+		ourBytes/1024, ourG, rawBytes/1024, rawG, ourBytes/rawBytes)
+	if rawBytes <= 0 {
+		t.Fatalf("raw quic-go measured %.0f bytes per connection", rawBytes)
+	}
+	if ourBytes > rawBytes*idleMemRatio {
+		t.Errorf("an idle agent costs %.1f KiB, more than %.1f× raw quic-go's %.1f KiB", ourBytes/1024, idleMemRatio, rawBytes/1024)
+	}
+	if ourG > rawG+idleGoroutineExcess {
+		t.Errorf("an idle agent holds %.1f goroutines, raw quic-go %.1f (allowed excess %.0f)", ourG, rawG, idleGoroutineExcess)
+	}
+}
