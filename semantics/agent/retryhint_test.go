@@ -78,3 +78,54 @@ func TestAgentObeysRetryHint(t *testing.T) {
 		t.Fatalf("daemon deferred %d registrations", st.DeferredRegistrations)
 	}
 }
+
+// laterError is a backend's refusal before the handshake with an
+// appointment (as backends/quic's dial returns for a CONNECTION_REFUSED
+// whose retry_after_ms outlasts the dial).
+type laterError struct{ after time.Duration }
+
+func (e laterError) Error() string             { return "refused: come back later" }
+func (e laterError) RetryAfter() time.Duration { return e.after }
+
+// refusingDialer refuses its first dial with a laterError, then dials.
+type refusingDialer struct {
+	timedDialer
+	after time.Duration
+}
+
+func (d *refusingDialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, error) {
+	d.mu.Lock()
+	d.at = append(d.at, time.Now())
+	first := len(d.at) == 1
+	d.mu.Unlock()
+	if first {
+		return nil, laterError{d.after}
+	}
+	return d.inner.Dial(ctx, addr)
+}
+
+// TestAgentObeysDialRetryAfter (real loopback QUIC): a dial refused with an
+// appointment (an error with RetryAfter) is not retried before it — far
+// above the agent's own first backoff — and the agent then registers.
+func TestAgentObeysDialRetryAfter(t *testing.T) {
+	const after = 1500 * time.Millisecond
+	w := enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat)
+	var rd *refusingDialer
+	id := w.NewIdentity()
+	a, _, _ := w.StartAgent(id, agent.ExecutorFunc(func(context.Context, agent.Job, agent.Output) agent.Result { return agent.Result{} }),
+		func(c *agent.Config) {
+			rd = &refusingDialer{timedDialer: timedDialer{inner: c.Endpoints[0].Dialer}, after: after}
+			c.Endpoints[0].Dialer = rd
+		})
+	w.AwaitRegistered(id.Runner)
+	at := rd.times()
+	if len(at) < 2 {
+		t.Fatalf("%d dials: the refusal was never seen", len(at))
+	}
+	if gap := at[1].Sub(at[0]); gap < after {
+		t.Fatalf("the agent dialed again %v after a refusal that said %v: it did not obey the appointment", gap, after)
+	}
+	if n := a.Stats().RetryHintsObeyed; n < 1 {
+		t.Fatalf("RetryHintsObeyed = %d", n)
+	}
+}
