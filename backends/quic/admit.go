@@ -62,6 +62,13 @@ var (
 // that rate (below the clients' 5 s handshake idle timeout) is refused
 // before its handshake (CONNECTION_REFUSED), as is one beyond
 // Config.MaxHandshakes (the memory bound).
+//
+// When the Transport's socket is a *net.UDPConn, the decision is taken in
+// its read path instead (refuse.go), so that every refusal is heard: the
+// daemon answers each refused Initial with its own CONNECTION_REFUSED
+// packet carrying an appointment (retry_after_ms, spread at the measured
+// handshake rate), where quic-go's refusal queue drops all but 4
+// (docs/protocols/internal/admission.md).
 type Admission struct {
 	max      int           // attempts in progress, queued or working; ≤ 0: unbounded
 	maxWait  time.Duration // the longest an attempt may wait for a worker
@@ -347,7 +354,9 @@ func (s releasingSigner) Sign(rand io.Reader, digest []byte, opts crypto.SignerO
 // says: the stateless reset and token keys (Config.StatelessResetKey), the
 // handshake admission (Config.MaxHandshakes, HandshakeWorkers,
 // HandshakeQueueWait, Admit) and the failed-handshake reports to
-// cfg.OnHandshakeFailure as backend. Call it before tr.Listen, and listen
+// cfg.OnHandshakeFailure as backend. When tr.Conn is a *net.UDPConn it is
+// wrapped so that refused Initials are answered before quic-go reads them
+// (see Admission). Call it before tr.Listen, and listen
 // with the returned Admission's GateTLS of the server's tls.Config; pass
 // every connection tr's listener returns to HandshakeAccepted. Listen does
 // this itself; it is exported for backends/webtransport, which runs its
