@@ -36,6 +36,7 @@ import (
 var (
 	errTooManyHandshakes = errors.New("too many handshakes in progress")
 	errQueueFull         = errors.New("handshake queue full")
+	errWindowFull        = errors.New("admission window full")
 	errQueueWait         = errors.New("waited too long for a handshake worker")
 )
 
@@ -86,6 +87,7 @@ type Admission struct {
 	// ConnContext then only counts them.
 	filtered bool
 	admit    func(net.Addr) error
+	backlog  func() (int, float64)
 	onRefuse func(remote net.Addr, err error)
 
 	// The appointments of refused attempts (appointment).
@@ -94,7 +96,7 @@ type Admission struct {
 }
 
 func newAdmission(cfg Config) *Admission {
-	return &Admission{max: cfg.MaxHandshakes, maxWait: cfg.HandshakeQueueWait, slots: make(chan struct{}, cfg.HandshakeWorkers), admit: cfg.Admit}
+	return &Admission{max: cfg.MaxHandshakes, maxWait: cfg.HandshakeQueueWait, slots: make(chan struct{}, cfg.HandshakeWorkers), admit: cfg.Admit, backlog: cfg.Backlog}
 }
 
 // check reports why a new attempt from remote is refused (nil: admit
@@ -128,26 +130,52 @@ func (a *Admission) decideNew(remote net.Addr) (string, bool) {
 }
 
 // appointment is the retry hint of an attempt refused at now: the time
-// at which the attempts waiting now will have shrunk to half the queue's
-// bound at the measured rate, and no earlier than one handshake after
-// the previous appointment — so the refused attempts come back spread at
-// the rate the workers take them, into a queue with room. 0 while no
-// rate is measured (the dialer's own backoff applies).
+// at which the attempts in progress will have shrunk to half their bound
+// at the measured rate (the handshake workers', or the host's intake when
+// it is slower: Config.Backlog), and no earlier than one attempt after the
+// previous appointment — so the refused attempts come back spread at the
+// rate they can be taken, into a queue with room. 0 while no rate is
+// measured (the dialer's own backoff applies).
+//
+// The book is kept from running away: the drain is at most a window (a
+// dip of the measured rate cannot push every later appointment far out),
+// and when the book reaches appointmentHorizon it starts again from the
+// drain. An agent
+// that comes back to a full window is refused again at the cost of one
+// packet; a book that only grew would hand every later agent the same
+// far appointment, and they would return as one herd.
 func (a *Admission) appointment(now time.Time) time.Duration {
 	r := a.rate.get()
+	drain := time.Duration(0)
+	if r > 0 {
+		drain = time.Duration(float64(a.waiting.Load())/r*float64(time.Second)) - a.maxWait/2
+		drain = min(drain, a.maxWait/2)
+	}
+	if a.backlog != nil {
+		// The host's intake, when it is the slower: the attempts in
+		// progress down to half the window at its rate.
+		if pending, hr := a.backlog(); hr > 0 && (r <= 0 || hr < r) {
+			r = hr
+			total := float64(a.inFlight.Load() + int64(pending))
+			drain = max(drain, min(time.Duration(total/hr*float64(time.Second))-AdmissionWindow/2, AdmissionWindow))
+		}
+	}
 	if r <= 0 {
 		return 0
 	}
-	drain := time.Duration(float64(a.waiting.Load())/r*float64(time.Second)) - a.maxWait/2
 	a.apMu.Lock()
 	defer a.apMu.Unlock()
 	at := now.Add(max(drain, 0))
-	if a.next.After(at) {
+	if a.next.After(at) && a.next.Sub(now) < appointmentHorizon {
 		at = a.next
 	}
 	a.next = at.Add(time.Duration(float64(time.Second) / r))
 	return min(at.Sub(now), maxRetryHint)
 }
+
+// appointmentHorizon bounds the book of appointments (see appointment):
+// at 540 registrations/s it holds 16,200 agents.
+const appointmentHorizon = 30 * time.Second
 
 // AdmissionStats are a listener's handshake counters since it started.
 type AdmissionStats = semantics.HandshakeStats
@@ -158,11 +186,23 @@ func (a *Admission) Stats() AdmissionStats {
 		TimedOut: a.timedOut.Load(), Failed: a.failed.Load(), Signed: a.signed.Load(), Waiting: a.waiting.Load(), InFlight: a.inFlight.Load(), Rate: a.rate.get()}
 }
 
+// windowLimit is the end-to-end bound on attempts in progress at the
+// host's intake rate (Config.Backlog).
+func windowLimit(perSecond float64) int64 {
+	return max(MinAdmissionWindow, int64(perSecond*AdmissionWindow.Seconds()))
+}
+
 // full reports why a new attempt is refused ("": admit it).
 func (a *Admission) full() error {
 	n := a.inFlight.Load()
 	if a.max > 0 && n >= int64(a.max) {
 		return fmt.Errorf("%w (%d of at most %d)", errTooManyHandshakes, n, a.max)
+	}
+	if a.backlog != nil {
+		pending, hr := a.backlog()
+		if total, limit := n+int64(pending), windowLimit(hr); total >= limit {
+			return fmt.Errorf("%w (%d handshaking, %d awaiting registration at %.0f/s: at most %d)", errWindowFull, n, pending, hr, limit)
+		}
 	}
 	if w := a.waiting.Load(); w > 0 {
 		if r := a.rate.get(); r > 0 {

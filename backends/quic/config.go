@@ -66,6 +66,16 @@ const (
 	// quic-go clients' default handshake idle timeout (5 s), so that an
 	// attempt that waited still finishes before its client gives up.
 	DefaultHandshakeQueueWait = 3 * time.Second
+
+	// AdmissionWindow is how many seconds of the host's measured intake
+	// (Config.Backlog) may be in progress at once, from the first
+	// Initial to registration: short against the agents' 5 s handshake
+	// idle timeout and 10 s request timeout, long enough that the
+	// pipeline never runs dry while the rate can still grow.
+	AdmissionWindow = 2 * time.Second
+	// MinAdmissionWindow is the end-to-end bound before the host's rate
+	// is measured, and its floor.
+	MinAdmissionWindow = 512
 	// DefaultRefusalBackoff is the agents' Config.RefusalBackoff.
 	DefaultRefusalBackoff = 250 * time.Millisecond
 	// MaxRefusalBackoff bounds one wait after a refusal.
@@ -181,6 +191,18 @@ type Config struct {
 	// semantics.HandshakeOverloaded with this error). The daemon uses it
 	// for its connection cap. Dialers ignore it.
 	Admit func(remote net.Addr) error
+	// Backlog, when not nil, reports the host's part of an attempt's way
+	// in: the connections this listener handed over that the host has not
+	// yet taken in (the daemon: awaiting registration), and the rate at
+	// which it takes them in while some wait (0: not measured yet). A new
+	// attempt is then also refused while the attempts in progress — queued,
+	// handshaking, and the host's — exceed what the host takes in within
+	// AdmissionWindow (at least MinAdmissionWindow attempts), and a refused
+	// attempt's appointment is spread at the slower of the two rates. So
+	// the way in is bounded end to end: an admitted attempt registers well
+	// within its agent's timeouts and no paid handshake waits them out.
+	// It runs on the packet path, like Admit. Dialers ignore it.
+	Backlog func() (pending int, perSecond float64)
 	// Logger receives the backend's few log lines (nil: slog.Default()).
 	Logger *slog.Logger
 	// OnHandshakeFailure, when not nil, is called once for every incoming

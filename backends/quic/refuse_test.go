@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,5 +203,62 @@ func TestRefusalHint(t *testing.T) {
 	}
 	if !strings.HasPrefix(refusalHintKey, "retry_after_ms") {
 		t.Fatal("the hint key is part of the protocol (docs/protocols/internal/admission.md)")
+	}
+}
+
+// TestAdmissionWindow (real loopback QUIC): with the host's backlog
+// reported (Config.Backlog), attempts are refused once those in progress
+// reach AdmissionWindow of the host's intake rate, and the refusal's
+// appointment is spread at that rate when it is the slower one.
+func TestAdmissionWindow(t *testing.T) {
+	var mu sync.Mutex
+	pending, rate := 0, 0.0
+	cfg := testConfig
+	cfg.Backlog = func() (int, float64) { mu.Lock(); defer mu.Unlock(); return pending, rate }
+	e := newTenv(t, cfg)
+	client := e.pki.ClientConfig(t, wire.NewRunnerId(), serverName)
+	client.NextProtos = []string{ALPN}
+	ua := e.ln.Addr().(*net.UDPAddr)
+	dial := func() error {
+		tr := &quicgo.Transport{Conn: mustUDP(t)}
+		defer tr.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		qc, err := tr.Dial(ctx, ua, client, &quicgo.Config{HandshakeIdleTimeout: 2 * time.Second})
+		if err == nil {
+			_ = qc.CloseWithError(0, "")
+		}
+		return err
+	}
+	// Below the floor (512 before any rate is measured): admitted.
+	mu.Lock()
+	pending = MinAdmissionWindow - 1
+	mu.Unlock()
+	if err := dial(); err != nil {
+		t.Fatalf("dial with %d awaiting registration (window %d): %v", MinAdmissionWindow-1, MinAdmissionWindow, err)
+	}
+	// At it: refused before the handshake, with no hint while no rate is known.
+	mu.Lock()
+	pending = MinAdmissionWindow
+	mu.Unlock()
+	if h, refused := refusalHint(dial()); !refused || h != 0 {
+		t.Fatalf("at the window: refused %v, hint %v; want refused, no hint", refused, h)
+	}
+	// A measured intake of 1,000/s makes the window 2,000; at 2,000 the
+	// refusal's appointment is the backlog drained to half the window
+	// (1 s), then 1 ms apart.
+	mu.Lock()
+	pending, rate = 2000, 1000
+	mu.Unlock()
+	h1, refused := refusalHint(dial())
+	h2, _ := refusalHint(dial())
+	if !refused || h1 < 800*time.Millisecond || h1 > 1100*time.Millisecond {
+		t.Fatalf("window 2,000 full at 1,000/s: refused %v, hint %v; want ≈ 1 s", refused, h1)
+	}
+	if h2 < h1 {
+		t.Fatalf("second appointment %v before the first %v", h2, h1)
+	}
+	if st := e.ln.adm.Stats(); st.Refused != 3 {
+		t.Fatalf("refused %d attempts, want 3", st.Refused)
 	}
 }

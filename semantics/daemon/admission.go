@@ -166,6 +166,19 @@ func (d *Daemon) AdmitEarly(net.Addr) error {
 	return nil
 }
 
+// RegistrationBacklog reports the connections awaiting registration and
+// the rate at which the daemon registers them while some wait (0: not
+// measured yet). A QUIC listener bounds the attempts in progress by it,
+// from the first Initial to registration (backends/quic Config.Backlog).
+// It is cheap: one lock, one count.
+func (d *Daemon) RegistrationBacklog() (pending int, perSecond float64) {
+	h := &d.hard
+	h.mu.Lock()
+	pending = h.handshakes
+	h.mu.Unlock()
+	return pending, h.regRate.get()
+}
+
 // backlogFull refuses a new attempt when n connections awaiting
 // registration would take longer than registrationQueueWait at rate
 // registrations/s (0: not measured yet, no bound).
