@@ -9,8 +9,10 @@ import (
 	"time"
 )
 
-// Group commit. The lease operations agents drive at fleet rates (register,
-// create/accept/reject/renew/complete, resync) do not each run their own
+// Group commit. The operations agents drive at fleet rates (register,
+// create/accept/reject/renew/complete, resync and its lease reads, the
+// inventory's presence, capability, health and heartbeat writes) do not
+// each run their own
 // transaction: they queue on the store's batcher, and a worker runs a whole
 // batch in ONE transaction with a savepoint per operation, then commits once.
 // The commit's fsync (SQLite synchronous=FULL, PostgreSQL with fsync on) is

@@ -224,7 +224,7 @@ func (s *store) PutCapabilities(ctx context.Context, runner wire.RunnerId, c Cap
 			return e
 		}
 	}
-	return s.tx(ctx, func(t *sql.Tx) error {
+	return s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		_, err := s.exec(ctx, t, `INSERT INTO fy_runner_caps (runner_id, os, arch, labels, max_parallel, cpu_millis, mem_bytes, disk_bytes, tools, digest, updated_ms)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (runner_id) DO UPDATE SET os = excluded.os, arch = excluded.arch, labels = excluded.labels,
@@ -242,7 +242,7 @@ func (s *store) PutPresence(ctx context.Context, p Presence) error {
 			return e
 		}
 	}
-	return s.tx(ctx, func(t *sql.Tx) error {
+	return s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		if !p.Connected {
 			// Only the transport that wrote the presence may mark it gone.
 			_, err := s.exec(ctx, t, `UPDATE fy_runner_presence SET connected = ?, heartbeat_ms = CASE WHEN heartbeat_ms < ? THEN ? ELSE heartbeat_ms END
@@ -262,7 +262,7 @@ func (s *store) PutPresence(ctx context.Context, p Presence) error {
 }
 
 func (s *store) TouchHeartbeat(ctx context.Context, runner wire.RunnerId, session wire.AgentSessionId, at time.Time) error {
-	return s.tx(ctx, func(t *sql.Tx) error {
+	return s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		_, err := s.exec(ctx, t, `UPDATE fy_runner_presence SET heartbeat_ms = ? WHERE runner_id = ? AND session_id = ? AND heartbeat_ms < ?`,
 			ms(at), idb(runner.ULID), idb(session.ULID), ms(at))
 		return err
@@ -286,7 +286,7 @@ func (s *store) PutHealth(ctx context.Context, runner wire.RunnerId, h Health) e
 	if err := checkText("probe", h.Probe); err != nil {
 		return err
 	}
-	return s.tx(ctx, func(t *sql.Tx) error {
+	return s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		_, err := s.exec(ctx, t, `INSERT INTO fy_runner_health (runner_id, status, checks, uptime_ms, probe, reported_ms) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (runner_id) DO UPDATE SET status = excluded.status, checks = excluded.checks, uptime_ms = excluded.uptime_ms,
 				probe = excluded.probe, reported_ms = excluded.reported_ms`,

@@ -848,11 +848,14 @@ func (s *store) SessionLeases(ctx context.Context, session wire.AgentSessionId, 
 }
 
 // queryLeases runs q (lease columns) in one transaction and returns its
-// rows. With max > 0, a result of more than max rows is ErrTooManyLiveLeases
+// rows. It queues on the group commit with the writes (batcher.go): on
+// SQLite's one connection a read transaction of its own waits for the
+// write lock like any write (_txlock=immediate), so a registration herd's
+// resync reads would each take a turn of their own. With max > 0, a result of more than max rows is ErrTooManyLiveLeases
 // (q must then ask for max+1).
 func (s *store) queryLeases(ctx context.Context, q string, args []any, max int) ([]Lease, error) {
 	var out []Lease
-	err := s.tx(ctx, func(t *sql.Tx) error {
+	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
 		out = out[:0]
 		rows, err := t.QueryContext(ctx, s.rebind(q), args...)
 		if err != nil {
