@@ -1,7 +1,12 @@
 package daemonsetup
 
 import (
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/semantics"
@@ -59,4 +64,128 @@ certificate_rate_per_min = 2
 	if got := el.WithDefaults(); got != daemon.DefaultLimits() {
 		t.Errorf("empty sections: %+v, want daemon.DefaultLimits() %+v", got, daemon.DefaultLimits())
 	}
+}
+
+// TestLimitKeys checks the table limitKeys against the conversion: each
+// TOML key of the daemon's configuration is set alone (every key of
+// config.Daemon, found by its toml tags), and the field of daemon.Limits
+// that changes (found by walking daemon.Limits) must be the table's entry
+// for that key; every entry must be reached so, and a value of -2 at its
+// key must be refused naming the key.
+func TestLimitKeys(t *testing.T) {
+	byField := map[string]string{}
+	byKey := map[string]bool{}
+	for _, k := range limitKeys {
+		if _, dup := byField[k.field]; dup || byKey[k.key] {
+			t.Errorf("limitKeys: %s → %s is a second entry of its field or key", k.field, k.key)
+		}
+		byField[k.field], byKey[k.key] = k.key, true
+	}
+	zero := fieldsOf(limits(&config.Daemon{}))
+	reached := map[string]string{}
+	for _, key := range tomlKeys(reflect.TypeFor[config.Daemon](), "") {
+		var d config.Daemon
+		v, _ := tomlValue(&d, key)
+		if !setSample(v) {
+			continue
+		}
+		var changed []string
+		for path, got := range fieldsOf(limits(&d)) {
+			if !reflect.DeepEqual(got, zero[path]) {
+				changed = append(changed, path)
+			}
+		}
+		slices.Sort(changed)
+		switch {
+		case len(changed) > 1:
+			t.Errorf("%s sets %d fields of daemon.Limits (%v); limitKeys maps a field to one key", key, len(changed), changed)
+		case len(changed) == 1 && byField[changed[0]] != key:
+			t.Errorf("%s sets daemon.Limits.%s, whose limitKeys entry is %q: add or correct {field: %q, key: %q}", key, changed[0], byField[changed[0]], changed[0], key)
+		case len(changed) == 1:
+			reached[changed[0]] = key
+		}
+	}
+	for _, k := range limitKeys {
+		if reached[k.field] != k.key {
+			t.Errorf("limitKeys entry %s → %s: no TOML key sets that field through the conversion (a stale entry, or a misspelt field or key)", k.field, k.key)
+			continue
+		}
+		var d config.Daemon
+		v, _ := tomlValue(&d, k.key)
+		if v.CanInt() {
+			v.SetInt(-2)
+		} else {
+			v.SetFloat(-2)
+		}
+		_, err := Limits(&d)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Key != k.key || !strings.HasSuffix(ce.Msg, "; got -2") {
+			t.Errorf("%s = -2: %v, want an error naming %s and the value", k.key, err, k.key)
+		}
+	}
+	if len(reached) < 20 {
+		t.Errorf("only %d fields reached: the walk proves nothing", len(reached))
+	}
+}
+
+// fieldsOf returns the leaf fields of l by their path from daemon.Limits
+// (as semantics.InvalidLimitError.Field names them): every struct is walked,
+// arrays, pointers and scalars are leaves.
+func fieldsOf(l daemon.Limits) map[string]any {
+	out := map[string]any{}
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		if v.Kind() != reflect.Struct {
+			out[strings.TrimSuffix(prefix, ".")] = v.Interface()
+			return
+		}
+		for i := range v.NumField() {
+			walk(v.Field(i), prefix+v.Type().Field(i).Name+".")
+		}
+	}
+	walk(reflect.ValueOf(l), "")
+	return out
+}
+
+// tomlKeys returns the dotted TOML key of every leaf of t: fields with a
+// toml tag, walking the structs that have tagged fields (tables).
+func tomlKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		if sub := f.Type; sub.Kind() == reflect.Struct && len(tomlKeys(sub, "")) > 0 {
+			keys = append(keys, tomlKeys(sub, prefix+tag+".")...)
+			continue
+		}
+		keys = append(keys, prefix+tag)
+	}
+	return keys
+}
+
+// setSample sets v to a non-zero value that passes every limit rule and
+// reports whether it could.
+func setSample(v reflect.Value) bool {
+	switch {
+	case v.CanInt():
+		v.SetInt(7)
+	case v.CanUint():
+		v.SetUint(7)
+	case v.CanFloat():
+		v.SetFloat(7.5)
+	case v.Kind() == reflect.String:
+		v.SetString("x")
+	case v.Kind() == reflect.Bool:
+		v.SetBool(true)
+	case v.Type() == reflect.TypeFor[config.Duration]():
+		v.Set(reflect.ValueOf(config.Duration{Duration: 7 * time.Second}))
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
+		v.Set(reflect.ValueOf([]string{"x"}).Convert(v.Type()))
+	default:
+		return false
+	}
+	return true
 }
