@@ -17,11 +17,12 @@ import (
 // the daemon's defaults apply: neither package keeps a copy of them. Give
 // Conn to the backends' Config too (their stream credit derives from it).
 //
-// daemon.Limits.Validate holds the rules; its *semantics.InvalidLimitError
-// becomes a *config.Error naming the TOML key of the field (limitKeys), the
-// rule and the value as written, e.g. "limits.max_streams: must not be
-// negative (0: the default); got -3". The one rule of the TOML's own is its
-// spelling of "none": -1 where the daemon takes any negative value
+// daemon.Limits.Validate holds the only copy of the rules (internal/config
+// checks none of these keys); its *semantics.InvalidLimitError becomes a
+// *config.Error naming the TOML key of the field (limitKeys), the rule and
+// the value as written, e.g. "limits.max_streams: must not be negative
+// (0: the default); got -3". The one rule of the TOML's own is its spelling
+// of "none": -1 where the daemon takes any negative value
 // (admission.max_connections, data.max_attempt_log_bytes).
 //
 // The conversion lives here, not in internal/config, so that the agent and

@@ -66,6 +66,48 @@ certificate_rate_per_min = 2
 	}
 }
 
+// TestLimitErrors: an invalid limit value is refused by daemon.Limits'
+// rules (the only copy) with a *config.Error naming its TOML key, the rule
+// and the value as written; -1 is "none" where the daemon takes a negative
+// value as none, and only -1.
+func TestLimitErrors(t *testing.T) {
+	for _, c := range []struct{ toml, key, msg string }{
+		{"[limits]\nmax_streams = -3", "limits.max_streams", "must not be negative (0: the default); got -3"},
+		{"[limits]\ncas_burst = -1", "limits.cas_burst", "must not be negative (0: the default); got -1"},
+		{"[limits]\ncontrol_rate = nan", "limits.control_rate", "must be a number, not negative (0: the default); got NaN"},
+		{"[limits]\ncertificate_rate_per_min = -0.5", "limits.certificate_rate_per_min", "must be a number, not negative (0: the default); got -0.5"},
+		{"[admission]\nmax_handshakes = -5", "admission.max_handshakes", "must not be negative (0: the default); got -5"},
+		{"[admission]\nregistration_burst = -1", "admission.registration_burst", "must not be negative (0: the default); got -1"},
+		{"[admission]\nmax_conns_per_ip = -1", "admission.max_conns_per_ip", "must not be negative (0: off); got -1"},
+		{"[admission]\nmax_connections = -2", "admission.max_connections", "must be ≥ 0, or -1 for none (0: the default); got -2"},
+		{"[data]\nlog_rate_bytes = -1", "data.log_rate_bytes", "must be a number, not negative (0: unlimited); got -1"},
+		{"[data]\nmax_attempt_log_bytes = -2", "data.max_attempt_log_bytes", "must be ≥ 0, or -1 for none (0: the default); got -2"},
+		{"[data]\ncas_max_per_conn = -1", "data.cas_max_per_conn", "must not be negative (0: the default); got -1"},
+	} {
+		d, err := config.ParseDaemon("d.toml", []byte(daemonBase+c.toml))
+		if err != nil {
+			t.Errorf("%q: ParseDaemon: %v (limit keys are daemonsetup.Limits' to check)", c.toml, err)
+			continue
+		}
+		_, err = Limits(d)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Key != c.key || ce.Msg != c.msg {
+			t.Errorf("%q: %v, want a *config.Error %s: %s", c.toml, err, c.key, c.msg)
+		}
+		if !config.IsInvalid(err) {
+			t.Errorf("%q: %v is not config.IsInvalid (a usage error)", c.toml, err)
+		}
+	}
+	d, err := config.ParseDaemon("d.toml", []byte(daemonBase+"[admission]\nmax_connections = -1\n[data]\nmax_attempt_log_bytes = -1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Limits(d)
+	if err != nil || l.Admission.MaxConnections != -1 || l.Data.MaxAttemptLogBytes != -1 {
+		t.Errorf("-1 (none): %+v, %v", l, err)
+	}
+}
+
 // TestLimitKeys checks the table limitKeys against the conversion: each
 // TOML key of the daemon's configuration is set alone (every key of
 // config.Daemon, found by its toml tags), and the field of daemon.Limits
