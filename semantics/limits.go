@@ -3,6 +3,7 @@ package semantics
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"forgeyard.dev/transport/wire"
@@ -171,37 +172,115 @@ func (l Limits) StreamCredit() int {
 	return l.MaxStreams + l.MaxRefusals
 }
 
-// Validate reports the first negative field by name.
+// InvalidLimitError is the error of a limit that breaks its rule: the one
+// error type of Limits.Validate, Rate.Validate and semantics/daemon's
+// Limits.Validate, which hold the rules of every limit (a configuration
+// layer keeps no copy of them; it maps Field to its own key, e.g.
+// internal/setup/daemonsetup to the TOML key of forgeyard-daemon).
+type InvalidLimitError struct {
+	// Type is the validated type: "semantics.Limits", "daemon.Limits".
+	Type string
+	// Field is the Go path of the field from Type: "MaxStreams",
+	// "ControlRate.Burst", "MaxFrame[log]" (an array element names its
+	// index); from daemon.Limits "Conn.MaxStreams",
+	// "Admission.MaxHandshakes", "Data.LogRateBytes".
+	Field string
+	// Value is the field's value.
+	Value any
+	// Rule is what the value must be and what zero means, e.g. "must not
+	// be negative (0: the default)".
+	Rule string
+}
+
+// Error returns "TYPE.FIELD = VALUE: RULE".
+func (e *InvalidLimitError) Error() string {
+	return fmt.Sprintf("%s.%s = %v: %s", e.Type, e.Field, e.Value, e.Rule)
+}
+
+// The rules of the limits.
+const (
+	ruleNotNegative       = "must not be negative (0: the default)"
+	ruleNotNegativeNumber = "must be a number, not negative (0: the default)"
+)
+
+// Validate reports the first field that breaks its rule (every field in
+// declaration order; negative values, a frame limit above
+// wire.MaxAnyFrame, a NaN rate) as an *InvalidLimitError.
 func (l *Limits) Validate() error {
+	if e := l.check(); e != nil {
+		e.Type = "semantics.Limits"
+		return e
+	}
+	return nil
+}
+
+// check is Validate with an *InvalidLimitError whose Type is not set.
+func (l *Limits) check() *InvalidLimitError {
+	bad := func(field string, v any, rule string) *InvalidLimitError {
+		return &InvalidLimitError{Field: field, Value: v, Rule: rule}
+	}
 	if l.MaxStreams < 0 {
-		return fmt.Errorf("semantics: Limits.MaxStreams is negative (%d)", l.MaxStreams)
+		return bad("MaxStreams", l.MaxStreams, ruleNotNegative)
 	}
 	for k, v := range l.MaxStreamsPerKind {
 		if v < 0 {
-			return fmt.Errorf("semantics: Limits.MaxStreamsPerKind[%s] is negative (%d)", wire.StreamKind(k), v)
+			return bad(fmt.Sprintf("MaxStreamsPerKind[%s]", wire.StreamKind(k)), v, ruleNotNegative)
 		}
 	}
 	for k, v := range l.MaxFrame {
 		if v < 0 || v > wire.MaxAnyFrame {
-			return fmt.Errorf("semantics: Limits.MaxFrame[%s] = %d is outside 0..%d", wire.StreamKind(k), v, wire.MaxAnyFrame)
+			return bad(fmt.Sprintf("MaxFrame[%s]", wire.StreamKind(k)), v,
+				fmt.Sprintf("must be within 0..%d (0: the stream kind's frame limit)", wire.MaxAnyFrame))
 		}
 	}
-	if l.ControlQueue < 0 || l.LogQueue < 0 || l.CasQueue < 0 {
-		return fmt.Errorf("semantics: Limits queue depths must not be negative")
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"ControlQueue", l.ControlQueue}, {"LogQueue", l.LogQueue}, {"CasQueue", l.CasQueue}, {"MaxRefusals", l.MaxRefusals}} {
+		if f.v < 0 {
+			return bad(f.name, f.v, ruleNotNegative)
+		}
 	}
-	if l.MaxRefusals < 0 || l.HeaderTimeout < 0 || l.BulkChunk < 0 {
-		return fmt.Errorf("semantics: Limits.MaxRefusals, HeaderTimeout and BulkChunk must not be negative")
+	if l.HeaderTimeout < 0 {
+		return bad("HeaderTimeout", l.HeaderTimeout, ruleNotNegative)
+	}
+	if l.BulkChunk < 0 {
+		return bad("BulkChunk", l.BulkChunk, ruleNotNegative)
 	}
 	for _, r := range []struct {
 		name string
 		r    Rate
 	}{{"ControlRate", l.ControlRate}, {"HeartbeatRate", l.HeartbeatRate}, {"HealthRate", l.HealthRate}, {"CasRate", l.CasRate}, {"IdentityRate", l.IdentityRate}} {
-		if r.r.PerSecond < 0 || r.r.Burst < 0 || r.r.PerSecond != r.r.PerSecond {
-			return fmt.Errorf("semantics: Limits.%s (%s) must not be negative", r.name, r.r)
+		if e := r.r.check(r.name + "."); e != nil {
+			return e
 		}
 	}
 	if l.MaxRateStrikes < 0 {
-		return fmt.Errorf("semantics: Limits.MaxRateStrikes is negative (%d)", l.MaxRateStrikes)
+		return bad("MaxRateStrikes", l.MaxRateStrikes, ruleNotNegative)
+	}
+	return nil
+}
+
+// Validate reports a negative or NaN PerSecond or a negative Burst as a
+// *InvalidLimitError (Type "semantics.Rate", Field "PerSecond" or "Burst"): the
+// rule of every Rate field of a limits type, here and in
+// semantics/daemon.
+func (r Rate) Validate() error {
+	if e := r.check(""); e != nil {
+		e.Type = "semantics.Rate"
+		return e
+	}
+	return nil
+}
+
+// check is Validate with fields named prefix+"PerSecond" and
+// prefix+"Burst" and no Type.
+func (r Rate) check(prefix string) *InvalidLimitError {
+	if r.PerSecond < 0 || math.IsNaN(r.PerSecond) {
+		return &InvalidLimitError{Field: prefix + "PerSecond", Value: r.PerSecond, Rule: ruleNotNegativeNumber}
+	}
+	if r.Burst < 0 {
+		return &InvalidLimitError{Field: prefix + "Burst", Value: r.Burst, Rule: ruleNotNegative}
 	}
 	return nil
 }

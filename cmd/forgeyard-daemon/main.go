@@ -252,6 +252,13 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The limit keys ([limits], [admission], [data]) are checked by the
+	// daemon's own rules, which config.Daemon.Validate does not link:
+	// refuse an invalid one here, naming the file and key, before anything
+	// starts (serve converts them again for the engine).
+	if _, err := daemonsetup.Limits(cfg); err != nil {
+		return nil, config.WithFile(err, f.configFile)
+	}
 	if f.matrixDriver && (cfg.AdminListen() == "" || cfg.Admin.AllowRemote) {
 		return nil, errors.New("--matrix-driver needs a loopback --admin-listen (and no admin.allow_remote)")
 	}

@@ -51,6 +51,8 @@ func TestUsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.toml")
 	os.WriteFile(bad, []byte("[tls]\ncertificate = \"s.pem\"\nprivate_key = \"-----BEGIN PRIVATE KEY-----\"\nclient_ca = \"ca.pem\"\n[authority]\nsqlite = \"a.db\"\n"), 0o600)
+	badLimit := filepath.Join(dir, "limit.toml")
+	os.WriteFile(badLimit, []byte("[admission]\nmax_handshakes = -5\n"), 0o600)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -62,6 +64,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--config", filepath.Join(dir, "missing.toml")}, "no such file"},
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--listen", "nope"}, "listen.quic"},
 		{[]string{"--demo-leases", "-1"}, "--demo-leases"},
+		{[]string{"--config", badLimit, "--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db")},
+			"limit.toml: admission.max_handshakes: must not be negative (0: the default); got -5"},
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db"), "--matrix-driver"}, "--matrix-driver needs a loopback --admin-listen"},
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db"), "--protocol", "1.x"}, "--protocol: protocol version"},
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db"), "--protocol", "2.0-2.0"}, "does not overlap"},

@@ -220,8 +220,8 @@ func (t Timing) WithDefaults() Timing {
 	return t
 }
 
-// LoadDaemon reads, parses, defaults and validates a daemon configuration
-// file. Errors are *Error values naming the file and key.
+// LoadDaemon reads, parses, defaults and validates (Validate) a daemon
+// configuration file. Errors are *Error values naming the file and key.
 func LoadDaemon(path string) (*Daemon, error) {
 	data, err := readFile(path)
 	if err != nil {
@@ -279,6 +279,12 @@ func (d *Daemon) ApplyDefaults() {
 
 // Validate checks d after ApplyDefaults (call ApplyDefaults first when d
 // was built in code). It returns the first problem as an *Error.
+//
+// The limit keys of [limits], [admission] and [data] are not checked here:
+// internal/setup/daemonsetup.Limits converts them to daemon.Limits and
+// validates them with its rules, the only copy (this package must not link
+// the daemon engine, which the agent and the relay do not link either),
+// naming the TOML key of an invalid value.
 func (d *Daemon) Validate() error {
 	if err := d.Telemetry.Validate(); err != nil {
 		return err
@@ -368,12 +374,6 @@ func (d *Daemon) Validate() error {
 		}
 	}
 	if err := d.Data.Validate(); err != nil {
-		return err
-	}
-	if err := d.Admission.Validate(); err != nil {
-		return err
-	}
-	if err := d.Limits.Validate(); err != nil {
 		return err
 	}
 	if err := d.Admin.Validate(); err != nil {

@@ -10,7 +10,7 @@ import (
 
 // Data configures the daemon's data plane: where received logs and CAS
 // objects go, and the per-attempt and per-connection limits on them
-// (§127, §134, §268, §277), daemon.Limits.Data (daemonsetup.Limits converts it). Zero values
+// (§127, §134, §268, §277), daemon.Limits.Data (daemonsetup.Limits converts and validates it). Zero values
 // take the daemon's defaults, shown here.
 //
 //	[data]
@@ -82,7 +82,10 @@ const (
 	StoreS3    = "s3"
 )
 
-// Validate reports the first out-of-range value, naming its key.
+// Validate reports the first out-of-range value of the store and retention
+// keys, naming its key. The limit keys (log_rate_bytes, log_burst_bytes,
+// max_attempt_log_bytes, cas_max_concurrent, cas_max_per_conn) are
+// validated with the daemon's rules by daemonsetup.Limits.
 func (d Data) Validate() error {
 	switch d.Store {
 	case "", StoreLocal:
@@ -118,21 +121,11 @@ func (d Data) Validate() error {
 	case r.PartialMaxAge.Duration < 0:
 		return errors.New("data.retention.partial_max_age must be ≥ 0 (0: 24h)")
 	}
-	switch {
-	case d.LogRateBytes < 0:
-		return errors.New("data.log_rate_bytes must be ≥ 0 (0: unlimited)")
-	case d.LogBurstBytes < 0:
-		return errors.New("data.log_burst_bytes must be ≥ 0")
-	case d.MaxAttemptLogBytes < -1:
-		return fmt.Errorf("data.max_attempt_log_bytes %d: use a size in bytes, 0 for the default or -1 for no cap", d.MaxAttemptLogBytes)
-	case d.CASMaxConcurrent < 0 || d.CASMaxPerConn < 0:
-		return errors.New("data.cas_max_concurrent and data.cas_max_per_conn must be ≥ 0 (0: default)")
-	}
 	return nil
 }
 
 // Admission configures the daemon's admission control (§220–223),
-// daemon.Limits.Admission (daemonsetup.Limits converts it). Zero values take the
+// daemon.Limits.Admission (daemonsetup.Limits converts and validates it). Zero values take the
 // daemon's defaults, shown here; the per-IP limit is off unless set.
 //
 //	[admission]
@@ -151,25 +144,15 @@ type Admission struct {
 	FDHeadroom        int     `toml:"fd_headroom"`
 }
 
-// Validate reports the first out-of-range value, naming its key.
-func (a Admission) Validate() error {
-	if a.MaxHandshakes < 0 || a.RegistrationRate < 0 || a.RegistrationBurst < 0 || a.MaxConnsPerIP < 0 || a.FDHeadroom < 0 {
-		return errors.New("admission: max_handshakes, registration_rate, registration_burst, max_conns_per_ip and fd_headroom must be ≥ 0 (0: default / off)")
-	}
-	if a.MaxConnections < -1 {
-		return fmt.Errorf("admission.max_connections %d: use a count, 0 for the default or -1 for no cap", a.MaxConnections)
-	}
-	return nil
-}
-
 // ConnLimits configures what one connection may send (§126–137,
-// §266–269), semantics.Limits (SemanticsLimits; daemon.Limits.Conn). A
-// message over its rate is answered WireErrorV1{RateLimited,
-// RetryBackoff} and not acted on; a connection that keeps exceeding them
-// (max_rate_strikes) is closed with LimitExceeded. Zero values take the
-// defaults shown (semantics.Default*). max_streams also sets the
-// backends' stream credit (max_streams + 16 refusals per direction type).
-// A burst left 0 scales the default burst with the rate.
+// §266–269), semantics.Limits (SemanticsLimits; daemon.Limits.Conn, which
+// daemonsetup.Limits validates). A message over its rate is answered
+// WireErrorV1{RateLimited, RetryBackoff} and not acted on; a connection
+// that keeps exceeding them (max_rate_strikes) is closed with
+// LimitExceeded. Zero values take the defaults shown (semantics.Default*).
+// max_streams also sets the backends' stream credit (max_streams + 16
+// refusals per direction type). A burst left 0 scales the default burst
+// with the rate.
 //
 //	[limits]
 //	max_streams = 256                  # concurrently open incoming streams
@@ -211,25 +194,4 @@ func (l ConnLimits) SemanticsLimits() semantics.Limits {
 		IdentityRate:   semantics.Rate{PerSecond: l.CertificateRatePerMin / 60, Burst: l.CertificateBurst},
 		MaxRateStrikes: l.MaxRateStrikes,
 	}
-}
-
-// Validate reports the first negative value, naming its key.
-func (l ConnLimits) Validate() error {
-	for _, f := range []struct {
-		key string
-		v   float64
-	}{
-		{"max_streams", float64(l.MaxStreams)},
-		{"control_rate", l.ControlRate}, {"control_burst", float64(l.ControlBurst)},
-		{"heartbeat_rate", l.HeartbeatRate}, {"heartbeat_burst", float64(l.HeartbeatBurst)},
-		{"health_rate", l.HealthRate}, {"health_burst", float64(l.HealthBurst)},
-		{"cas_rate", l.CASRate}, {"cas_burst", float64(l.CASBurst)},
-		{"certificate_rate_per_min", l.CertificateRatePerMin}, {"certificate_burst", float64(l.CertificateBurst)},
-		{"max_rate_strikes", float64(l.MaxRateStrikes)},
-	} {
-		if f.v < 0 || f.v != f.v {
-			return fmt.Errorf("limits.%s = %v: must be ≥ 0 (0: default)", f.key, f.v)
-		}
-	}
-	return nil
 }

@@ -1,7 +1,7 @@
 package daemon
 
 import (
-	"fmt"
+	"errors"
 	"math"
 
 	"forgeyard.dev/transport/semantics"
@@ -64,15 +64,45 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
-// Validate reports the first invalid field by name.
+// Validate reports the first field that breaks its rule, in the order
+// Conn, Admission, Data, as a *semantics.InvalidLimitError whose Field is the
+// path from Limits ("Conn.MaxStreams", "Admission.RegistrationRate.Burst",
+// "Data.LogRateBytes"). These are the only copy of the rules: a
+// configuration layer maps Field to its own key
+// (internal/setup/daemonsetup to the TOML key).
 func (l *Limits) Validate() error {
 	if err := l.Conn.Validate(); err != nil {
-		return err
+		return under("Conn.", err)
 	}
 	if err := l.Admission.validate(); err != nil {
+		return under("Admission.", err)
+	}
+	if err := l.Data.validate(); err != nil {
+		return under("Data.", err)
+	}
+	return nil
+}
+
+// under returns err, a *semantics.InvalidLimitError of a part of Limits, as one
+// of Limits: Type "daemon.Limits", Field prefixed with the part.
+func under(prefix string, err error) error {
+	var le *semantics.InvalidLimitError
+	if !errors.As(err, &le) {
 		return err
 	}
-	return l.Data.validate()
+	return &semantics.InvalidLimitError{Type: limitsType, Field: prefix + le.Field, Value: le.Value, Rule: le.Rule}
+}
+
+// limitsType is InvalidLimitError.Type of Limits and its parts.
+const limitsType = "daemon.Limits"
+
+// notNegative is a *semantics.InvalidLimitError of field (of a part of Limits)
+// when v is negative; zero says what 0 means.
+func notNegative[T int | int64](field string, v T, zero string) error {
+	if v < 0 {
+		return &semantics.InvalidLimitError{Type: limitsType, Field: field, Value: v, Rule: "must not be negative (0: " + zero + ")"}
+	}
+	return nil
 }
 
 // AllLimits returns the limits c carries (Limits, Admission, Data) as one
@@ -164,12 +194,20 @@ func (a Admission) withDefaults() Admission {
 	return a
 }
 
+// validate reports the first negative field (MaxConnections may be:
+// no cap) or NaN rate as a *semantics.InvalidLimitError with Field relative to
+// Admission.
 func (a Admission) validate() error {
-	r := a.RegistrationRate
-	if a.MaxHandshakes < 0 || a.MaxConnsPerIP < 0 || a.FDHeadroom < 0 || r.PerSecond < 0 || r.Burst < 0 || math.IsNaN(r.PerSecond) {
-		return fmt.Errorf("daemon: Admission %+v: no field may be negative (0: default / off)", a)
+	if err := notNegative("MaxHandshakes", a.MaxHandshakes, "the default"); err != nil {
+		return err
 	}
-	return nil
+	if err := a.RegistrationRate.Validate(); err != nil {
+		return under("RegistrationRate.", err)
+	}
+	if err := notNegative("MaxConnsPerIP", a.MaxConnsPerIP, "off"); err != nil {
+		return err
+	}
+	return notNegative("FDHeadroom", a.FDHeadroom, "the default")
 }
 
 // DataLimits are the daemon's quotas and rate limits on data streams. Every
@@ -221,16 +259,22 @@ func (d DataLimits) withDefaults() DataLimits {
 	return d
 }
 
+// validate reports the first negative field (MaxAttemptLogBytes may be:
+// no cap) or a NaN LogRateBytes as a *semantics.InvalidLimitError with Field
+// relative to DataLimits.
 func (d DataLimits) validate() error {
-	switch {
-	case d.LogRateBytes < 0 || math.IsNaN(d.LogRateBytes):
-		return fmt.Errorf("daemon: DataLimits.LogRateBytes (%v) must not be negative (0: unlimited)", d.LogRateBytes)
-	case d.LogBurstBytes < 0:
-		return fmt.Errorf("daemon: DataLimits.LogBurstBytes (%d) is negative", d.LogBurstBytes)
-	case d.MaxLogAttempts < 0:
-		return fmt.Errorf("daemon: DataLimits.MaxLogAttempts (%d) is negative", d.MaxLogAttempts)
-	case d.CASMaxConcurrent < 0 || d.CASMaxPerConn < 0:
-		return fmt.Errorf("daemon: DataLimits.CASMaxConcurrent (%d) and CASMaxPerConn (%d) must not be negative", d.CASMaxConcurrent, d.CASMaxPerConn)
+	if d.LogRateBytes < 0 || math.IsNaN(d.LogRateBytes) {
+		return &semantics.InvalidLimitError{Type: limitsType, Field: "LogRateBytes", Value: d.LogRateBytes, Rule: "must be a number, not negative (0: unlimited)"}
+	}
+	for _, err := range []error{
+		notNegative("LogBurstBytes", d.LogBurstBytes, "the default"),
+		notNegative("MaxLogAttempts", d.MaxLogAttempts, "the default"),
+		notNegative("CASMaxConcurrent", d.CASMaxConcurrent, "the default"),
+		notNegative("CASMaxPerConn", d.CASMaxPerConn, "the default"),
+	} {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

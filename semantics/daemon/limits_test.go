@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"errors"
 	"testing"
 
 	"forgeyard.dev/transport/semantics"
@@ -10,7 +11,8 @@ import (
 )
 
 // TestDefaultLimits: the zero Limits fill to the defaults the Limits doc
-// lists, and Validate refuses a negative field of each part.
+// lists, and Validate reports a field that breaks its rule as a
+// *semantics.InvalidLimitError naming its path from Limits.
 func TestDefaultLimits(t *testing.T) {
 	d := daemon.DefaultLimits()
 	if d.Conn != semantics.DefaultLimits() {
@@ -36,15 +38,35 @@ func TestDefaultLimits(t *testing.T) {
 	if got := cfg.AllLimits(); got != d {
 		t.Errorf("SetLimits/AllLimits: %+v, want %+v", got, d)
 	}
-	for name, l := range map[string]daemon.Limits{
-		"conn":      {Conn: semantics.Limits{MaxStreams: -1}},
-		"admission": {Admission: daemon.Admission{MaxConnsPerIP: -1}},
-		"rate":      {Admission: daemon.Admission{RegistrationRate: semantics.Rate{PerSecond: -1}}},
-		"data":      {Data: daemon.DataLimits{CASMaxPerConn: -1}},
-		"log rate":  {Data: daemon.DataLimits{LogRateBytes: -1}},
+	for _, c := range []struct {
+		l     daemon.Limits
+		field string
+		value any
+	}{
+		{daemon.Limits{Conn: semantics.Limits{MaxStreams: -1}}, "Conn.MaxStreams", -1},
+		{daemon.Limits{Conn: semantics.Limits{HeartbeatRate: semantics.Rate{Burst: -1}}}, "Conn.HeartbeatRate.Burst", -1},
+		{daemon.Limits{Admission: daemon.Admission{MaxHandshakes: -1}}, "Admission.MaxHandshakes", -1},
+		{daemon.Limits{Admission: daemon.Admission{MaxConnsPerIP: -1}}, "Admission.MaxConnsPerIP", -1},
+		{daemon.Limits{Admission: daemon.Admission{RegistrationRate: semantics.Rate{PerSecond: -1}}}, "Admission.RegistrationRate.PerSecond", -1.0},
+		{daemon.Limits{Admission: daemon.Admission{FDHeadroom: -1}}, "Admission.FDHeadroom", -1},
+		{daemon.Limits{Data: daemon.DataLimits{CASMaxPerConn: -1}}, "Data.CASMaxPerConn", -1},
+		{daemon.Limits{Data: daemon.DataLimits{LogRateBytes: -1}}, "Data.LogRateBytes", -1.0},
+		{daemon.Limits{Data: daemon.DataLimits{LogBurstBytes: -1}}, "Data.LogBurstBytes", int64(-1)},
+		{daemon.Limits{Data: daemon.DataLimits{MaxLogAttempts: -1}}, "Data.MaxLogAttempts", -1},
 	} {
-		if err := l.Validate(); err == nil {
-			t.Errorf("%s: a negative limit validated", name)
+		err := c.l.Validate()
+		var le *semantics.InvalidLimitError
+		if !errors.As(err, &le) {
+			t.Errorf("%s: Validate = %v, want an *InvalidLimitError", c.field, err)
+			continue
 		}
+		if le.Type != "daemon.Limits" || le.Field != c.field || le.Value != c.value || le.Rule == "" {
+			t.Errorf("%s: %#v, want Type daemon.Limits, Field %s, Value %#v and a rule", c.field, le, c.field, c.value)
+		}
+	}
+	// Negative is "none" for these two.
+	none := daemon.Limits{Admission: daemon.Admission{MaxConnections: -1}, Data: daemon.DataLimits{MaxAttemptLogBytes: -1}}
+	if err := none.Validate(); err != nil {
+		t.Errorf("MaxConnections and MaxAttemptLogBytes -1 (none): %v", err)
 	}
 }
