@@ -86,17 +86,29 @@ type Admission struct {
 	// decides about every new unverified attempt (refuse.go); quic-go's
 	// ConnContext then only counts them.
 	filtered bool
+	// The hooks (Config.Admit, Config.Backlog, the refusal report),
+	// behind a pointer so that Admission stays comparable.
+	hooks *admissionHooks
+
+	// The appointments of refused attempts (appointment): the intake
+	// (admissions per second while others are refused), the last refusal
+	// (unix ns), the book.
+	intake      rateMeter
+	lastRefusal atomic.Int64
+	apMu        sync.Mutex
+	next        time.Time
+}
+
+// admissionHooks are an Admission's callbacks.
+type admissionHooks struct {
 	admit    func(net.Addr) error
 	backlog  func() (int, float64)
 	onRefuse func(remote net.Addr, err error)
-
-	// The appointments of refused attempts (appointment).
-	apMu sync.Mutex
-	next time.Time
 }
 
 func newAdmission(cfg Config) *Admission {
-	return &Admission{max: cfg.MaxHandshakes, maxWait: cfg.HandshakeQueueWait, slots: make(chan struct{}, cfg.HandshakeWorkers), admit: cfg.Admit, backlog: cfg.Backlog}
+	return &Admission{max: cfg.MaxHandshakes, maxWait: cfg.HandshakeQueueWait, slots: make(chan struct{}, cfg.HandshakeWorkers),
+		hooks: &admissionHooks{admit: cfg.Admit, backlog: cfg.Backlog}}
 }
 
 // check reports why a new attempt from remote is refused (nil: admit
@@ -105,8 +117,8 @@ func (a *Admission) check(remote net.Addr) error {
 	if err := a.full(); err != nil {
 		return err
 	}
-	if a.admit != nil {
-		return a.admit(remote)
+	if a.hooks.admit != nil {
+		return a.hooks.admit(remote)
 	}
 	return nil
 }
@@ -117,11 +129,15 @@ func (a *Admission) check(remote net.Addr) error {
 func (a *Admission) decideNew(remote net.Addr) (string, bool) {
 	err := a.check(remote)
 	if err == nil {
+		// Admitted while others are refused: room freed up (the intake).
+		now := time.Now()
+		a.intake.tick(now, now.UnixNano()-a.lastRefusal.Load() < int64(time.Second))
 		return "", false
 	}
 	a.refused.Add(1)
-	if a.onRefuse != nil {
-		a.onRefuse(remote, err)
+	a.lastRefusal.Store(time.Now().UnixNano())
+	if a.hooks.onRefuse != nil {
+		a.hooks.onRefuse(remote, err)
 	}
 	if after := a.appointment(time.Now()); after > 0 {
 		return fmt.Sprintf("overloaded; %s%d", refusalHintKey, after.Milliseconds()), true
@@ -130,38 +146,44 @@ func (a *Admission) decideNew(remote net.Addr) (string, bool) {
 }
 
 // appointment is the retry hint of an attempt refused at now: the time
-// at which the attempts in progress will have shrunk to half their bound
-// at the measured rate (the handshake workers', or the host's intake when
-// it is slower: Config.Backlog), and no earlier than one attempt after the
-// previous appointment — so the refused attempts come back spread at the
-// rate they can be taken, into a queue with room. 0 while no rate is
+// at which the attempts in progress will have shrunk to half their bound,
+// and no earlier than one admission after the previous appointment — so
+// the refused attempts come back spread at the rate they are taken in,
+// into room. The rate is the intake: attempts admitted per second while
+// others are being refused (the bound is then what limits them, so that
+// is the rate at which room frees up, whatever limits it: the workers,
+// the agents' own side of the handshake, registration). Before it is
+// measured, the workers' rate or the host's, the slower; 0 while none is
 // measured (the dialer's own backoff applies).
 //
-// The book is kept from running away: the drain is at most a window (a
-// dip of the measured rate cannot push every later appointment far out),
-// and when the book reaches appointmentHorizon it starts again from the
-// drain. An agent
-// that comes back to a full window is refused again at the cost of one
-// packet; a book that only grew would hand every later agent the same
-// far appointment, and they would return as one herd.
+// The book is kept from running away: the drain is at most a window, and
+// when the book reaches appointmentHorizon it starts again from the
+// drain. An agent that comes back to a full window is refused again at
+// the cost of one packet; a book that only grew would hand every later
+// agent the same far appointment, and they would return as one herd.
 func (a *Admission) appointment(now time.Time) time.Duration {
-	r := a.rate.get()
-	drain := time.Duration(0)
-	if r > 0 {
-		drain = time.Duration(float64(a.waiting.Load())/r*float64(time.Second)) - a.maxWait/2
-		drain = min(drain, a.maxWait/2)
-	}
-	if a.backlog != nil {
-		// The host's intake, when it is the slower: the attempts in
-		// progress down to half the window at its rate.
-		if pending, hr := a.backlog(); hr > 0 && (r <= 0 || hr < r) {
-			r = hr
-			total := float64(a.inFlight.Load() + int64(pending))
-			drain = max(drain, min(time.Duration(total/hr*float64(time.Second))-AdmissionWindow/2, AdmissionWindow))
+	hsRate := a.rate.get()
+	r := hsRate
+	var pending int
+	var hostRate float64
+	if a.hooks.backlog != nil {
+		pending, hostRate = a.hooks.backlog()
+		if hostRate > 0 && (r <= 0 || hostRate < r) {
+			r = hostRate
 		}
+	}
+	if in := a.intake.get(); in > 0 {
+		r = in
 	}
 	if r <= 0 {
 		return 0
+	}
+	var drain time.Duration
+	if a.hooks.backlog != nil {
+		over := float64(a.inFlight.Load()+int64(pending)) - float64(windowLimit(hostRate))/2
+		drain = min(time.Duration(over/r*float64(time.Second)), AdmissionWindow)
+	} else {
+		drain = min(time.Duration(float64(a.waiting.Load())/r*float64(time.Second))-a.maxWait/2, a.maxWait/2)
 	}
 	a.apMu.Lock()
 	defer a.apMu.Unlock()
@@ -198,8 +220,8 @@ func (a *Admission) full() error {
 	if a.max > 0 && n >= int64(a.max) {
 		return fmt.Errorf("%w (%d of at most %d)", errTooManyHandshakes, n, a.max)
 	}
-	if a.backlog != nil {
-		pending, hr := a.backlog()
+	if a.hooks.backlog != nil {
+		pending, hr := a.hooks.backlog()
 		if total, limit := n+int64(pending), windowLimit(hr); total >= limit {
 			return fmt.Errorf("%w (%d handshaking, %d awaiting registration at %.0f/s: at most %d)", errWindowFull, n, pending, hr, limit)
 		}
@@ -415,7 +437,7 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) *A
 	}
 	hook := cfg.OnHandshakeFailure
 	if hook != nil {
-		a.onRefuse = func(remote net.Addr, err error) {
+		a.hooks.onRefuse = func(remote net.Addr, err error) {
 			f := semantics.NewHandshakeFailure(backend, remote, err, false)
 			f.Reason = semantics.HandshakeOverloaded
 			hook(f)
@@ -433,8 +455,8 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) *A
 		if !a.filtered || info.AddrVerified {
 			if err := a.check(remote); err != nil {
 				a.refused.Add(1)
-				if a.onRefuse != nil {
-					a.onRefuse(remote, err)
+				if a.hooks.onRefuse != nil {
+					a.hooks.onRefuse(remote, err)
 				}
 				return nil, err
 			}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -223,10 +224,33 @@ type initialFilter struct {
 	decide func(remote net.Addr) (refusal string, refused bool)
 
 	// Read by one goroutine (quic-go's read loop): no lock.
-	seen    map[string]seenInitial
-	swept   time.Time
-	scratch []byte
+	seen  map[string]seenInitial
+	swept time.Time
+
+	// The refusals are sealed and written by a goroutine of their own
+	// (sendRefusals), never on the read path: a read loop that paid a
+	// refusal's key derivation and write per refused Initial fell behind
+	// a herd, and the socket's queue (megabytes of Initials) then delayed
+	// the admitted handshakes' own packets by seconds, and overflowed.
+	// Full queue: the refusal is dropped (counted); the client's
+	// retransmitted Initial is refused again.
+	out     chan refusalJob
+	sending atomic.Bool
+	dropped atomic.Int64
 }
+
+// refusalJob is one refusal to send: the client Initial's header, copied
+// out of the read buffer that quic-go reuses.
+type refusalJob struct {
+	version    uint32
+	dcid, scid [20]byte
+	dl, sl     uint8
+	reason     string
+	to         net.Addr
+}
+
+// refusalQueue bounds the refusals waiting to be sent (≈ 100 B each).
+const refusalQueue = 8192
 
 // seenInitial remembers the decision on an attempt's connection ID, so
 // that its retransmitted Initials get the same one.
@@ -245,7 +269,7 @@ const (
 )
 
 func newInitialFilter(udp *net.UDPConn, decide func(net.Addr) (string, bool)) *initialFilter {
-	return &initialFilter{UDPConn: udp, batch: ipv4.NewPacketConn(udp), decide: decide, seen: map[string]seenInitial{}}
+	return &initialFilter{UDPConn: udp, batch: ipv4.NewPacketConn(udp), decide: decide, seen: map[string]seenInitial{}, out: make(chan refusalJob, refusalQueue)}
 }
 
 // ReadBatch reads like ipv4.PacketConn.ReadBatch, then answers and hides
@@ -292,11 +316,46 @@ func (f *initialFilter) refuse(p []byte, remote net.Addr) bool {
 			return false
 		}
 	}
-	var err error
-	if f.scratch, err = appendRefusal(f.scratch[:0], h, reason); err == nil {
-		_, _ = f.UDPConn.WriteTo(f.scratch, remote)
+	j := refusalJob{version: h.version, dl: uint8(len(h.dcid)), sl: uint8(len(h.scid)), reason: reason, to: remote}
+	copy(j.dcid[:], h.dcid)
+	copy(j.scid[:], h.scid)
+	select {
+	case f.out <- j:
+		if f.sending.CompareAndSwap(false, true) {
+			go f.sendRefusals()
+		}
+	default:
+		f.dropped.Add(1)
 	}
 	return true
+}
+
+// sendRefusals seals and writes the queued refusals; it returns once the
+// queue stayed empty for a second (started again by the next refusal),
+// so an idle listener holds no goroutine for it.
+func (f *initialFilter) sendRefusals() {
+	var buf []byte
+	idle := time.NewTimer(time.Second)
+	defer idle.Stop()
+	for {
+		select {
+		case j := <-f.out:
+			h := initialHeader{version: j.version, dcid: j.dcid[:j.dl], scid: j.scid[:j.sl]}
+			var err error
+			if buf, err = appendRefusal(buf[:0], h, j.reason); err == nil {
+				_, _ = f.UDPConn.WriteTo(buf, j.to)
+			}
+			idle.Reset(time.Second) // Go ≥ 1.23: no stale tick after Reset
+		case <-idle.C:
+			f.sending.Store(false)
+			// A refusal queued after the timer fired and before the flag
+			// was cleared saw the flag set and started no sender.
+			if len(f.out) == 0 || !f.sending.CompareAndSwap(false, true) {
+				return
+			}
+			idle.Reset(time.Second)
+		}
+	}
 }
 
 // full reports whether the table of decisions is full, after dropping
