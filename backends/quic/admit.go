@@ -99,6 +99,15 @@ type Admission struct {
 	next        time.Time
 }
 
+// listenerReceiveBuffer is the SO_RCVBUF a listener asks for (32 MiB,
+// beyond quic-go's 7 MiB): every agent's packets arrive on this one
+// socket, and under a herd the Go scheduler can leave quic-go's read loop
+// runnable but not running for hundreds of milliseconds (docs/perf.md
+// §10, sixth ladder); a deeper queue delays those packets instead of
+// dropping them (a dropped handshake packet costs its sender a PTO, about
+// a second). It is memory only while packets wait.
+const listenerReceiveBuffer = 32 << 20
+
 // admissionHooks are an Admission's callbacks.
 type admissionHooks struct {
 	admit    func(net.Addr) error
@@ -444,6 +453,7 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) *A
 		}
 	}
 	if udp, ok := tr.Conn.(*net.UDPConn); ok {
+		growReceiveBuffer(udp, listenerReceiveBuffer)
 		tr.Conn = newInitialFilter(udp, a.decideNew)
 		a.filtered = true
 	}
