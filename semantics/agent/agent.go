@@ -46,7 +46,7 @@ type Agent struct {
 	linkCh       chan struct{} // closed and replaced when link changes
 	attempts     map[wire.JobAttemptId]*attempt
 	answers      map[wire.LeaseId]OfferEvent // the last answerRetention answers (ansRing)
-	ansRing      []wire.LeaseId              // fixed capacity answerRetention, oldest at ansNext once full
+	ansRing      []wire.LeaseId              // grows with the answers (an idle agent holds none) up to answerRetention, then a ring: oldest at ansNext
 	ansNext      int
 	draining     bool
 	epoch        uint64
@@ -120,8 +120,7 @@ func New(cfg Config) (*Agent, error) {
 	cfg.Endpoints = append([]Endpoint(nil), cfg.Endpoints...)
 	a := &Agent{cfg: cfg, session: wire.NewAgentSessionId(), log: cfg.Logger, now: cfg.Now,
 		linkCh: make(chan struct{}), attempts: map[wire.JobAttemptId]*attempt{}, answers: map[wire.LeaseId]OfferEvent{},
-		ansRing: make([]wire.LeaseId, 0, answerRetention),
-		fb:      cfg.Fallback.withDefaults(), memory: map[string]remembered{}, changes: map[BackendChange]int64{},
+		fb: cfg.Fallback.withDefaults(), memory: map[string]remembered{}, changes: map[BackendChange]int64{},
 		hbEvery: 10 * time.Second, renewEvery: 10 * time.Second, maxBackoff: cfg.Backoff.Max,
 		execs:  cfg.Role == agentwire.RoleAgent || cfg.Role == agentwire.RoleInternalWorker,
 		svcSem: make(chan struct{}, MaxServiceRequests)}

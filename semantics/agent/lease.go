@@ -90,8 +90,9 @@ func (a *Agent) onOffer(l *link, env *wire.Envelope, m *agentwire.LeaseOfferV1) 
 }
 
 // rememberAnswer records an offer's answer for duplicate offers, keeping
-// the last answerRetention (a ring of lease ids, allocated once, and the
-// map: fixed memory, no re-sliced queue); under a.mu.
+// the last answerRetention (a ring of lease ids and the map: bounded
+// memory, no re-sliced queue; the ring grows with the answers, so an agent
+// that was offered nothing holds none of its 64 KiB); under a.mu.
 func (a *Agent) rememberAnswer(ev OfferEvent) {
 	if _, ok := a.answers[ev.Lease]; !ok {
 		if len(a.ansRing) < answerRetention {
