@@ -374,7 +374,7 @@ func AwaitConnected(t *testing.T, a *agent.Agent) agent.Status {
 		select {
 		case <-v.(chan struct{}):
 		case <-deadline:
-			t.Fatal("agent never connected")
+			t.Fatalf("agent never connected: %+v", a.Status())
 			return agent.Status{}
 		}
 	}
