@@ -107,26 +107,6 @@ func examples() []example {
 	}
 }
 
-var leafTypes = []reflect.Type{reflect.TypeFor[config.Duration](), reflect.TypeFor[config.Version]()}
-
-// structKeys returns every dotted TOML key of t (tables are not keys).
-func structKeys(t reflect.Type, prefix string) []string {
-	var keys []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-		if tag == "" || tag == "-" {
-			continue
-		}
-		if f.Type.Kind() == reflect.Struct && !slices.Contains(leafTypes, f.Type) {
-			keys = append(keys, structKeys(f.Type, prefix+tag+".")...)
-			continue
-		}
-		keys = append(keys, prefix+tag)
-	}
-	return keys
-}
-
 // fieldByKey returns the field of v (a struct) at a dotted key.
 func fieldByKey(v reflect.Value, key string) reflect.Value {
 	for _, part := range strings.Split(key, ".") {
@@ -300,7 +280,7 @@ func TestExamplesCompleteAndDefault(t *testing.T) {
 				t.Fatalf("the example does not load: %v", err)
 			}
 			byKey, commented := lines(t, data)
-			keys := structKeys(ex.typ, "")
+			keys := config.Keys(ex.typ)
 			for _, k := range keys {
 				if _, ok := byKey[k]; !ok {
 					t.Errorf("key %s is missing from docs/examples/%s", k, ex.file)
@@ -382,8 +362,8 @@ func TestExampleCatchesDrift(t *testing.T) {
 	if _, ok := byKey["t.b"]; !ok || len(byKey) != 2 {
 		t.Errorf("lines = %v", byKey)
 	}
-	if keys := structKeys(reflect.TypeFor[config.Daemon](), ""); !slices.Contains(keys, "admission.max_handshakes") || !slices.Contains(keys, "protocol_min") {
-		t.Errorf("structKeys = %v", keys)
+	if keys := config.Keys(reflect.TypeFor[config.Daemon]()); !slices.Contains(keys, "admission.max_handshakes") || !slices.Contains(keys, "protocol_min") {
+		t.Errorf("config.Keys = %v", keys)
 	}
 }
 

@@ -125,7 +125,7 @@ func TestLimitKeys(t *testing.T) {
 	}
 	zero := fieldsOf(limits(&config.Daemon{}))
 	reached := map[string]string{}
-	for _, key := range tomlKeys(reflect.TypeFor[config.Daemon](), "") {
+	for _, key := range config.Keys(reflect.TypeFor[config.Daemon]()) {
 		var d config.Daemon
 		v, _ := tomlValue(&d, key)
 		if !setSample(v) {
@@ -187,25 +187,6 @@ func fieldsOf(l daemon.Limits) map[string]any {
 	}
 	walk(reflect.ValueOf(l), "")
 	return out
-}
-
-// tomlKeys returns the dotted TOML key of every leaf of t: fields with a
-// toml tag, walking the structs that have tagged fields (tables).
-func tomlKeys(t reflect.Type, prefix string) []string {
-	var keys []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-		if tag == "" || tag == "-" {
-			continue
-		}
-		if sub := f.Type; sub.Kind() == reflect.Struct && len(tomlKeys(sub, "")) > 0 {
-			keys = append(keys, tomlKeys(sub, prefix+tag+".")...)
-			continue
-		}
-		keys = append(keys, prefix+tag)
-	}
-	return keys
 }
 
 // setSample sets v to a non-zero value that passes every limit rule and
