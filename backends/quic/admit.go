@@ -67,8 +67,8 @@ var (
 // When the Transport's socket is a *net.UDPConn, the decision is taken in
 // its read path instead (refuse.go), so that every refusal is heard: the
 // daemon answers each refused Initial with its own CONNECTION_REFUSED
-// packet carrying an appointment (retry_after_ms, spread at the measured
-// handshake rate), where quic-go's refusal queue drops all but 4
+// packet carrying an appointment (retry_after_ms, spread at the rate
+// attempts are taken in: appointment), where quic-go's refusal queue drops all but 4
 // (docs/protocols/internal/admission.md).
 type Admission struct {
 	max      int           // attempts in progress, queued or working; ≤ 0: unbounded
@@ -136,22 +136,28 @@ func (a *Admission) check(remote net.Addr) error {
 // remote: whether it is refused, and the reason phrase of the refusal
 // with its retry hint (appointment).
 func (a *Admission) decideNew(remote net.Addr) (string, bool) {
+	now := time.Now()
 	err := a.check(remote)
 	if err == nil {
 		// Admitted while others are refused: room freed up (the intake).
-		now := time.Now()
 		a.intake.tick(now, now.UnixNano()-a.lastRefusal.Load() < int64(time.Second))
 		return "", false
 	}
-	a.refused.Add(1)
-	a.lastRefusal.Store(time.Now().UnixNano())
-	if a.hooks.onRefuse != nil {
-		a.hooks.onRefuse(remote, err)
-	}
-	if after := a.appointment(time.Now()); after > 0 {
+	a.noteRefused(remote, err)
+	a.lastRefusal.Store(now.UnixNano())
+	if after := a.appointment(now); after > 0 {
 		return fmt.Sprintf("overloaded; %s%d", refusalHintKey, after.Milliseconds()), true
 	}
 	return "overloaded", true
+}
+
+// noteRefused counts a refused attempt and reports it (the filter's and
+// ConnContext's refusals alike).
+func (a *Admission) noteRefused(remote net.Addr, err error) {
+	a.refused.Add(1)
+	if a.hooks.onRefuse != nil {
+		a.hooks.onRefuse(remote, err)
+	}
 }
 
 // appointment is the retry hint of an attempt refused at now: the time
@@ -464,10 +470,7 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) *A
 		// decided here, and refused by quic-go's own CONNECTION_REFUSED.
 		if !a.filtered || info.AddrVerified {
 			if err := a.check(remote); err != nil {
-				a.refused.Add(1)
-				if a.hooks.onRefuse != nil {
-					a.hooks.onRefuse(remote, err)
-				}
+				a.noteRefused(remote, err)
 				return nil, err
 			}
 		}
