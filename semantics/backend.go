@@ -105,6 +105,21 @@ type BulkHinter interface {
 	QueuedBytes() int
 }
 
+// BulkChunkHinter is implemented by backend connections whose cost per
+// write is high enough that bulk data should be cut into larger chunks
+// than DefaultBulkChunk. TLS+yamux is one: each write is a yamux frame,
+// two channel hand-offs to its send loop and one wake-up of the peer's
+// reader, where QUIC packs any write into datagrams of its own. NewConn
+// uses the hint as Limits.BulkChunk when the configuration leaves
+// BulkChunk zero; a configured BulkChunk always wins. A larger chunk
+// lengthens how long a control frame may wait behind one bulk write (a
+// 64 KiB chunk is 0.5 ms on a 1 Gbit/s path).
+type BulkChunkHinter interface {
+	// PreferredBulkChunk returns the bulk chunk size in bytes (≤ 0: no
+	// preference).
+	PreferredBulkChunk() int
+}
+
 // PeerHinter is implemented by backend connections that can hear, from
 // outside the connection, that the peer may have lost it: a QUIC daemon
 // that restarted after a crash sends a restart hint (a non-QUIC datagram)

@@ -170,6 +170,11 @@ func NewConn(bc BackendConn, cfg Config) (*Conn, error) {
 		return nil, fmt.Errorf("semantics: Config.BulkMaxWait is negative (%v)", cfg.BulkMaxWait)
 	}
 	lim := cfg.Limits.WithDefaults()
+	if h, ok := bc.(BulkChunkHinter); ok && cfg.Limits.BulkChunk == 0 {
+		if n := h.PreferredBulkChunk(); n > 0 {
+			lim.BulkChunk = n
+		}
+	}
 	threshold := cfg.BulkQueueThreshold
 	if threshold == 0 {
 		threshold = DefaultBulkQueueThreshold

@@ -307,3 +307,37 @@ func TestAcceptStartsLazily(t *testing.T) {
 		t.Fatalf("Stats().Refused = %d, want 1", got)
 	}
 }
+
+// chunkyConn is a backend that asks for a bulk chunk of its own.
+type chunkyConn struct {
+	*memory.Conn
+	chunk int
+}
+
+func (c chunkyConn) PreferredBulkChunk() int { return c.chunk }
+
+func TestBulkChunkHint(t *testing.T) {
+	bc, bs := memory.Pipe(memory.Options{})
+	defer bs.CloseWithCode(0, "")
+	defer bc.CloseWithCode(0, "")
+	for _, tc := range []struct {
+		name       string
+		hint, conf int
+		want       int
+	}{
+		{"hint taken when BulkChunk is unset", 64 << 10, 0, 64 << 10},
+		{"configured BulkChunk wins", 64 << 10, 8 << 10, 8 << 10},
+		{"no preference", 0, 0, semantics.DefaultBulkChunk},
+		{"negative hint ignored", -1, 0, semantics.DefaultBulkChunk},
+	} {
+		var cfg semantics.Config
+		cfg.Limits.BulkChunk = tc.conf
+		c, err := semantics.NewConn(chunkyConn{bc, tc.hint}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Limits().BulkChunk; got != tc.want {
+			t.Errorf("%s: BulkChunk %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -34,7 +34,7 @@ import (
 //	MaxRefusals         16                            semantics.Conn: more refusals (less one per admitted stream)
 //	                                                  close the connection with CloseLimitExceeded
 //	HeaderTimeout       10s                           semantics.Conn: an accepted stream's StreamHeader deadline
-//	BulkChunk           16 KiB                        semantics.Stream: largest bulk write between control checks
+//	BulkChunk           16 KiB (TLS+yamux: 64 KiB)    semantics.Stream: largest bulk write between control checks
 //	ControlRate         2000/s burst 4000             semantics/daemon (ratelimit.go): every control message
 //	HeartbeatRate       20/s burst 40                 semantics/daemon: HeartbeatV1
 //	HealthRate          10/s burst 20                 semantics/daemon: health-family requests
@@ -71,7 +71,8 @@ type Limits struct {
 	// its StreamHeader.
 	HeaderTimeout time.Duration
 	// BulkChunk is the largest single write of a bulk (log/CAS) stream
-	// between two checks for pending control writes.
+	// between two checks for pending control writes. Zero takes the
+	// backend's BulkChunkHinter preference, else DefaultBulkChunk.
 	BulkChunk int
 
 	// Per-connection message rates (§266–269), enforced by the side that

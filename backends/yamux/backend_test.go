@@ -599,3 +599,21 @@ func TestStalledPeerEndsConnection(t *testing.T) {
 	}
 	<-bc.Context().Done()
 }
+
+// TestBulkChunkPreferred: a semantics.Conn over this backend cuts bulk
+// writes into BulkChunk pieces unless its Limits say otherwise.
+func TestBulkChunkPreferred(t *testing.T) {
+	c, s := oursPair(t, Config{}, semantics.Config{})
+	if got := c.Limits().BulkChunk; got != BulkChunk {
+		t.Fatalf("client BulkChunk %d, want the backend's %d", got, BulkChunk)
+	}
+	if got := s.Limits().BulkChunk; got != BulkChunk {
+		t.Fatalf("server BulkChunk %d, want the backend's %d", got, BulkChunk)
+	}
+	var scfg semantics.Config
+	scfg.Limits.BulkChunk = 4 << 10
+	c2, _ := oursPair(t, Config{}, scfg)
+	if got := c2.Limits().BulkChunk; got != 4<<10 {
+		t.Fatalf("configured BulkChunk %d, want 4096", got)
+	}
+}

@@ -1013,6 +1013,10 @@ func (c *Conn) RemoteAddr() net.Addr { return c.sc.RemoteAddr() }
 // ConnectionState returns the TLS state captured after the handshake.
 func (c *Conn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
 
+// PreferredBulkChunk returns BulkChunk: semantics.NewConn cuts bulk
+// writes into chunks of that size unless its Limits set BulkChunk.
+func (c *Conn) PreferredBulkChunk() int { return BulkChunk }
+
 // Backend returns "yamux".
 func (c *Conn) Backend() string { return "yamux" }
 
