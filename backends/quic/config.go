@@ -35,23 +35,28 @@ const (
 	// (Limits.StreamCredit).
 	DefaultMaxIncomingStreams = semantics.DefaultMaxStreams + semantics.DefaultMaxRefusals
 	// DefaultStreamReceiveWindow is the largest per-stream receive window
-	// (flow-control credit). It bounds the bulk bytes one stream can have
-	// in flight ahead of a control frame: quic-go's 6 MiB default gave a
-	// control p99 of ~3 ms under one saturating bulk stream on loopback,
-	// 256 KiB gives ~1.5 ms at the same or better bulk throughput. The
-	// price is per-stream throughput on long paths (≤ window/RTT, 13 MB/s
-	// at 20 ms). See docs/perf/backends-quic.md.
-	DefaultStreamReceiveWindow = 256 << 10
+	// (flow-control credit): the ceiling of quic-go's auto-tuning, which
+	// doubles a stream's window while half of it is read within two
+	// smoothed RTTs. What a stream can have in flight is also bounded by
+	// the connection's window, whose growth follows the path (see
+	// WindowRate), so on loopback and LANs a bulk stream keeps about its
+	// initial 256 KiB in flight ahead of a control frame, and on a 50 or
+	// 100 ms path it opens to the bandwidth-delay product (docs/perf.md §12).
+	DefaultStreamReceiveWindow = 8 << 20
 	// DefaultConnectionReceiveWindow is the largest per-connection receive
 	// window; it bounds the memory one peer can make this side buffer.
-	DefaultConnectionReceiveWindow = 4 << 20
+	DefaultConnectionReceiveWindow = 16 << 20
+	// DefaultWindowRate is Config.WindowRate's default: 1 Gbit/s.
+	DefaultWindowRate = 125_000_000
 	// RecommendedDelayHintMaxRTT is the Config.DelayHintMaxRTT to use
 	// when enabling the DelayHint: active on paths whose minimum RTT is at
 	// most 5 ms (loopback, LAN, a data centre).
 	RecommendedDelayHintMaxRTT = 5 * time.Millisecond
 	// initialReceiveWindow is where quic-go's auto-tuning starts (clipped
-	// to the max).
-	initialReceiveWindow = 512 << 10
+	// to the max), for streams and the connection alike: the in-flight
+	// bound of the old 256 KiB default, which halved the control p99 under
+	// bulk on loopback against quic-go's defaults (docs/perf/backends-quic.md).
+	initialReceiveWindow = 256 << 10
 	// minReceiveWindow keeps a window from being configured so small that
 	// a single packet cannot be received.
 	minReceiveWindow = 16 << 10
@@ -123,7 +128,8 @@ type Config struct {
 	// the derived credit.
 	MaxIncomingStreams, MaxIncomingUniStreams int64
 	// StreamReceiveWindow is the largest flow-control window of one stream
-	// in bytes (0: DefaultStreamReceiveWindow; ≥ 16 KiB). It bounds how
+	// in bytes (0: DefaultStreamReceiveWindow; ≥ 16 KiB). Windows start at
+	// 256 KiB (or this, if smaller) and grow towards it. It bounds how
 	// many bytes of one stream can be in flight or buffered unread, and so
 	// how much bulk data can sit ahead of a control frame.
 	StreamReceiveWindow uint64
@@ -132,9 +138,20 @@ type Config struct {
 	// StreamReceiveWindow). It bounds the receive memory one connection can
 	// make this side hold.
 	ConnectionReceiveWindow uint64
+	// WindowRate (bytes per second; 0: DefaultWindowRate) is the fastest
+	// path the connection's receive window grows for: beyond its initial
+	// 256 KiB the window grows (when quic-go's auto-tuning asks) only up to
+	// twice the bandwidth-delay product of a WindowRate path with the
+	// connection's minimum RTT, 2 × MinRTT × WindowRate. The minimum RTT
+	// leaves out queueing delay, so bulk on loopback or a LAN, where the
+	// smoothed RTT grows with the queue and would grow the window with it,
+	// keeps its initial window, while a 50 ms path may open to 12.5 MB at
+	// the default. Negative: no path bound (quic-go's auto-tuning alone, up
+	// to ConnectionReceiveWindow).
+	WindowRate int64
 	// Budget, when not nil, is a receive-memory budget shared by every
 	// connection using it (several Configs may share one). Window growth
-	// beyond the initial window (512 KiB or less) is granted only while
+	// beyond the initial window (256 KiB or less) is granted only while
 	// the budget has room; a connection's share is returned when it
 	// closes. Nil: each connection is bounded by ConnectionReceiveWindow
 	// only.
@@ -352,13 +369,64 @@ func (c Config) quicConfig() *quicgo.Config {
 		MaxIncomingUniStreams:          c.MaxIncomingUniStreams,
 		InitialStreamReceiveWindow:     min(initialReceiveWindow, c.StreamReceiveWindow),
 		MaxStreamReceiveWindow:         c.StreamReceiveWindow,
-		InitialConnectionReceiveWindow: min(initialReceiveWindow, c.ConnectionReceiveWindow),
+		InitialConnectionReceiveWindow: min(2*initialReceiveWindow, c.ConnectionReceiveWindow),
 		MaxConnectionReceiveWindow:     c.ConnectionReceiveWindow,
 	}
-	if c.Budget != nil {
-		qc.AllowConnectionWindowIncrease = c.Budget.allow
+	if c.WindowRate >= 0 || c.Budget != nil {
+		g := &windowGate{initial: qc.InitialConnectionReceiveWindow, rate: c.WindowRate, budget: c.Budget}
+		if g.rate == 0 {
+			g.rate = DefaultWindowRate
+		}
+		qc.AllowConnectionWindowIncrease = g.allow
 	}
 	return qc
+}
+
+// windowGate is quic-go's AllowConnectionWindowIncrease for one Config:
+// a connection's receive window may grow to 2 × MinRTT × rate (rate < 0:
+// no bound) and, with a budget, while the budget has room.
+type windowGate struct {
+	initial uint64
+	rate    int64
+	budget  *MemoryBudget
+
+	mu      sync.Mutex
+	granted map[*quicgo.Conn]uint64 // growth beyond initial per live connection; guarded by mu
+}
+
+// allow must not call into the connection beyond its atomic statistics
+// (quic-go holds the flow controller's lock).
+func (g *windowGate) allow(c *quicgo.Conn, delta uint64) bool {
+	if g.rate < 0 {
+		return g.budget.allow(c, delta)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	grown := g.granted[c]
+	if g.initial+grown+delta > pathWindow(c.ConnectionStats().MinRTT, g.rate) {
+		return false
+	}
+	if g.budget != nil && !g.budget.allow(c, delta) {
+		return false
+	}
+	if g.granted == nil {
+		g.granted = make(map[*quicgo.Conn]uint64)
+	}
+	if _, ok := g.granted[c]; !ok {
+		context.AfterFunc(c.Context(), func() {
+			g.mu.Lock()
+			delete(g.granted, c)
+			g.mu.Unlock()
+		})
+	}
+	g.granted[c] = grown + delta
+	return true
+}
+
+// pathWindow is the largest receive window for a path of minimum RTT rtt
+// and rate bytes per second: twice its bandwidth-delay product.
+func pathWindow(rtt time.Duration, rate int64) uint64 {
+	return uint64(2 * rtt.Seconds() * float64(rate))
 }
 
 // MemoryBudget is a receive-memory budget in bytes shared by connections

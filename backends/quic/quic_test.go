@@ -297,7 +297,9 @@ func TestListenerCloseKeepsConnections(t *testing.T) {
 // shared budget and returned when the connection closes.
 func TestMemoryBudget(t *testing.T) {
 	budget := NewMemoryBudget(2 << 20)
-	cfg := Config{HandshakeTimeout: 5 * time.Second, Budget: budget, StreamReceiveWindow: 4 << 20, ConnectionReceiveWindow: 8 << 20}
+	// WindowRate -1: growth bounded by the budget alone (on loopback the
+	// path bound would keep the initial window; TestWindowFitsPath).
+	cfg := Config{HandshakeTimeout: 5 * time.Second, Budget: budget, StreamReceiveWindow: 4 << 20, ConnectionReceiveWindow: 8 << 20, WindowRate: -1}
 	e := newTenv(t, cfg)
 	c, s := e.dial(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

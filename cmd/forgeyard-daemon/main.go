@@ -669,11 +669,18 @@ func boolInt(b bool) int {
 // take the library defaults).
 func connLimits(c config.ConnLimits) semantics.Limits { return c.SemanticsLimits() }
 
+// receiveBudget bounds the QUIC receive windows of all the daemon's
+// connections beyond their initial 256 KiB (quic.Config.Budget): a window
+// grows only on a long path (quic.Config.WindowRate) and only while the
+// budget has room, so 10,000 agents cannot make the daemon buffer 16 MiB
+// each. 256 MiB is 200 connections at a 50 ms path's 1.25 MiB at once.
+const receiveBudget = 256 << 20
+
 // listenerConfigs returns the QUIC (and WebTransport) and yamux
 // configurations of the daemon's listeners: their stream credit derives
 // from the daemon's per-connection limits lim ([limits]), their failed
-// handshakes go to hsf.
+// handshakes go to hsf, their window growth shares one receiveBudget.
 func listenerConfigs(lim semantics.Limits, log *slog.Logger, hsf func(semantics.HandshakeFailure)) (quic.Config, yamux.Config) {
-	return quic.Config{Logger: log, OnHandshakeFailure: hsf, Limits: lim},
+	return quic.Config{Logger: log, OnHandshakeFailure: hsf, Limits: lim, Budget: quic.NewMemoryBudget(receiveBudget)},
 		yamux.Config{OnHandshakeFailure: hsf, Limits: lim}
 }
