@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -299,10 +300,7 @@ func (m *AttemptCompletionV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Lease.ULID[:]...)
 	b = append(b, m.Spec.Digest[:]...)
 	b = m.Result.AppendPostcard(b)
-	b = postcard.AppendLen(b, len(m.Outputs))
-	for i := range m.Outputs {
-		b = m.Outputs[i].AppendPostcard(b)
-	}
+	b = seq.Append(b, m.Outputs, (*wire.CasObjectRef).AppendPostcard)
 	return postcard.AppendU64(b, m.LogLastSeq)
 }
 
@@ -314,15 +312,8 @@ func (m *AttemptCompletionV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Lease.ULID)
 	wire.ReadDigest(d, &m.Spec.Digest)
 	m.Result.DecodePostcard(d)
-	n := d.Len(MaxOutputs)
-	m.Outputs = postcard.Resize(m.Outputs, d.SeqCap(n, wire.CasObjectRefMinSize))
-	for i := range m.Outputs {
-		m.Outputs[i].DecodePostcard(d)
-	}
-	if len(m.Outputs) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next wire.CasObjectRef
-		next.DecodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for r := range seq.Decode(d, &m.Outputs, MaxOutputs, wire.CasObjectRefMinSize) {
+		r.DecodePostcard(d)
 	}
 	m.LogLastSeq = d.U64()
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -194,24 +195,14 @@ var truncateText = wire.TruncateUTF8
 
 // appendStrings appends a Vec<String>.
 func appendStrings(b []byte, ss []string) []byte {
-	b = postcard.AppendLen(b, len(ss))
-	for _, s := range ss {
-		b = postcard.AppendString(b, s)
-	}
-	return b
+	return seq.Append(b, ss, func(s *string, b []byte) []byte { return postcard.AppendString(b, *s) })
 }
 
 // readStrings reads a Vec<String> of at most maxN strings of at most maxLen
 // bytes, reusing the capacity of dst.
 func readStrings(d *postcard.Decoder, dst []string, maxN, maxLen int) []string {
-	n := d.Len(maxN)
-	dst = postcard.Resize(dst, d.SeqCap(n, 1))
-	for i := range dst {
-		dst[i] = d.String(maxLen)
-	}
-	if len(dst) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		_ = d.String(maxLen)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for s := range seq.Decode(d, &dst, maxN, 1) {
+		*s = d.String(maxLen)
 	}
 	return dst
 }

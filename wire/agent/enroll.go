@@ -2,6 +2,7 @@ package agent
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -113,25 +114,14 @@ func (*CertificateIssuedV1) MessageType() wire.MessageTypeId { return MsgCertifi
 // AppendPostcard implements wire.Message.
 func (m *CertificateIssuedV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Runner.ULID[:]...)
-	b = postcard.AppendLen(b, len(m.CertChain))
-	for _, c := range m.CertChain {
-		b = postcard.AppendBytes(b, c)
-	}
+	b = seq.AppendBytes(b, m.CertChain)
 	return postcard.AppendU64(b, m.NotAfterMs)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *CertificateIssuedV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Runner.ULID)
-	n := d.Len(MaxCertChain)
-	m.CertChain = postcard.Resize([][]byte(nil), d.SeqCap(n, 1))
-	for i := range m.CertChain {
-		m.CertChain[i] = d.Bytes(MaxCertDER)
-	}
-	if len(m.CertChain) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		_ = d.Bytes(MaxCertDER)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
-	}
+	m.CertChain = seq.DecodeBytes(d, MaxCertChain, MaxCertDER)
 	m.NotAfterMs = d.U64()
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -63,11 +64,7 @@ func (m *RegisterAgentV1) AppendPostcard(b []byte) []byte {
 	if m.HasResumeEpoch {
 		b = postcard.AppendU64(b, m.ResumeEpoch)
 	}
-	b = postcard.AppendLen(b, len(m.CertChain))
-	for _, c := range m.CertChain {
-		b = postcard.AppendBytes(b, c)
-	}
-	return b
+	return seq.AppendBytes(b, m.CertChain)
 }
 
 // DecodePostcard implements wire.Message. KeyProof is copied out of the input
@@ -84,15 +81,7 @@ func (m *RegisterAgentV1) DecodePostcard(d *postcard.Decoder) {
 	if m.HasResumeEpoch {
 		m.ResumeEpoch = d.U64()
 	}
-	n := d.Len(MaxCertChain)
-	m.CertChain = postcard.Resize([][]byte(nil), d.SeqCap(n, 1))
-	for i := range m.CertChain {
-		m.CertChain[i] = d.Bytes(MaxCertDER)
-	}
-	if len(m.CertChain) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		_ = d.Bytes(MaxCertDER)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
-	}
+	m.CertChain = seq.DecodeBytes(d, MaxCertChain, MaxCertDER)
 }
 
 // Validate implements wire.Message.
@@ -182,10 +171,7 @@ func (m *RegistrationAcceptedV1) AppendPostcard(b []byte) []byte {
 	b = postcard.AppendU32(b, m.LeaseRenewIntervalMs)
 	b = postcard.AppendU32(b, m.MaxBackoffMs)
 	b = appendStrings(b, m.AlternateEndpoints)
-	b = postcard.AppendLen(b, len(m.FallbackStaggerMs))
-	for _, v := range m.FallbackStaggerMs {
-		b = postcard.AppendU32(b, v)
-	}
+	b = seq.Append(b, m.FallbackStaggerMs, func(v *uint32, b []byte) []byte { return postcard.AppendU32(b, *v) })
 	return postcard.AppendU64(b, m.ServerTimeMs)
 }
 
@@ -198,14 +184,8 @@ func (m *RegistrationAcceptedV1) DecodePostcard(d *postcard.Decoder) {
 	m.LeaseRenewIntervalMs = d.U32()
 	m.MaxBackoffMs = d.U32()
 	m.AlternateEndpoints = readStrings(d, m.AlternateEndpoints, MaxAlternateEndpoints, MaxEndpoint)
-	n := d.Len(MaxFallbackStagger)
-	m.FallbackStaggerMs = postcard.Resize(m.FallbackStaggerMs, d.SeqCap(n, 1))
-	for i := range m.FallbackStaggerMs {
-		m.FallbackStaggerMs[i] = d.U32()
-	}
-	if len(m.FallbackStaggerMs) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		_ = d.U32()
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for v := range seq.Decode(d, &m.FallbackStaggerMs, MaxFallbackStagger, 1) {
+		*v = d.U32()
 	}
 	m.ServerTimeMs = d.U64()
 }

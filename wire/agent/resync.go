@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -112,10 +113,7 @@ func (*AgentResyncV1) MessageType() wire.MessageTypeId { return MsgAgentResync }
 func (m *AgentResyncV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Session.ULID[:]...)
 	b = postcard.AppendU64(b, m.Epoch)
-	b = postcard.AppendLen(b, len(m.ActiveAttempts))
-	for i := range m.ActiveAttempts {
-		b = m.ActiveAttempts[i].appendPostcard(b)
-	}
+	b = seq.Append(b, m.ActiveAttempts, (*ActiveAttemptResyncV1).appendPostcard)
 	b = append(b, m.CapabilityDigest.Digest[:]...)
 	return postcard.AppendU64(b, m.LastEventSeq)
 }
@@ -125,15 +123,8 @@ func (m *AgentResyncV1) AppendPostcard(b []byte) []byte {
 func (m *AgentResyncV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Session.ULID)
 	m.Epoch = d.U64()
-	n := d.Len(MaxActiveAttempts)
-	m.ActiveAttempts = postcard.Resize(m.ActiveAttempts, d.SeqCap(n, activeAttemptResyncMinSize))
-	for i := range m.ActiveAttempts {
-		m.ActiveAttempts[i].decodePostcard(d)
-	}
-	if len(m.ActiveAttempts) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next ActiveAttemptResyncV1
-		next.decodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for a := range seq.Decode(d, &m.ActiveAttempts, MaxActiveAttempts, activeAttemptResyncMinSize) {
+		a.decodePostcard(d)
 	}
 	wire.ReadDigest(d, &m.CapabilityDigest.Digest)
 	m.LastEventSeq = d.U64()
@@ -280,6 +271,12 @@ const (
 	resyncResultMaxSize = 2*idSize + variant1 + maxU64 + maxU32
 )
 
+func (r *ResyncResultV1) appendPostcard(b []byte) []byte {
+	b = append(b, r.Attempt.ULID[:]...)
+	b = append(b, r.Lease.ULID[:]...)
+	return r.Decision.appendPostcard(b)
+}
+
 func (r *ResyncResultV1) decodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &r.Attempt.ULID)
 	wire.ReadULID(d, &r.Lease.ULID)
@@ -307,28 +304,14 @@ func (*ResyncResponseV1) MessageType() wire.MessageTypeId { return MsgResyncResp
 
 // AppendPostcard implements wire.Message.
 func (m *ResyncResponseV1) AppendPostcard(b []byte) []byte {
-	b = postcard.AppendLen(b, len(m.Results))
-	for i := range m.Results {
-		r := &m.Results[i]
-		b = append(b, r.Attempt.ULID[:]...)
-		b = append(b, r.Lease.ULID[:]...)
-		b = r.Decision.appendPostcard(b)
-	}
-	return b
+	return seq.Append(b, m.Results, (*ResyncResultV1).appendPostcard)
 }
 
 // DecodePostcard implements wire.Message. It reuses the capacity of
 // m.Results.
 func (m *ResyncResponseV1) DecodePostcard(d *postcard.Decoder) {
-	n := d.Len(MaxActiveAttempts)
-	m.Results = postcard.Resize(m.Results, d.SeqCap(n, resyncResultMinSize))
-	for i := range m.Results {
-		m.Results[i].decodePostcard(d)
-	}
-	if len(m.Results) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next ResyncResultV1
-		next.decodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for r := range seq.Decode(d, &m.Results, MaxActiveAttempts, resyncResultMinSize) {
+		r.decodePostcard(d)
 	}
 }
 
