@@ -22,6 +22,7 @@ import (
 	"fmt"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -67,25 +68,14 @@ func validRefs(refs []wire.CasObjectRef, what string) error {
 }
 
 func appendRefs(b []byte, refs []wire.CasObjectRef) []byte {
-	b = postcard.AppendLen(b, len(refs))
-	for i := range refs {
-		b = refs[i].AppendPostcard(b)
-	}
-	return b
+	return seq.Append(b, refs, (*wire.CasObjectRef).AppendPostcard)
 }
 
 // decodeRefs reads a Vec<CasObjectRef> of at most MaxBatch elements, reusing
 // the capacity of refs.
 func decodeRefs(d *postcard.Decoder, refs []wire.CasObjectRef) []wire.CasObjectRef {
-	n := d.Len(MaxBatch)
-	refs = postcard.Resize(refs, d.SeqCap(n, wire.CasObjectRefMinSize))
-	for i := range refs {
-		refs[i].DecodePostcard(d)
-	}
-	if len(refs) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next wire.CasObjectRef
-		next.DecodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for r := range seq.Decode(d, &refs, MaxBatch, wire.CasObjectRefMinSize) {
+		r.DecodePostcard(d)
 	}
 	return refs
 }

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -105,25 +106,15 @@ func (*HealthSummaryV1) MessageType() wire.MessageTypeId { return MsgHealthSumma
 // AppendPostcard implements wire.Message.
 func (m *HealthSummaryV1) AppendPostcard(b []byte) []byte {
 	b = postcard.AppendVariant(b, uint32(m.Status))
-	b = postcard.AppendLen(b, len(m.Checks))
-	for i := range m.Checks {
-		b = m.Checks[i].appendPostcard(b)
-	}
+	b = seq.Append(b, m.Checks, (*HealthCheckV1).appendPostcard)
 	return postcard.AppendU64(b, m.UptimeMs)
 }
 
 // DecodePostcard implements wire.Message. It reuses the capacity of m.Checks.
 func (m *HealthSummaryV1) DecodePostcard(d *postcard.Decoder) {
 	m.Status = HealthStatus(d.Variant(numHealthStatuses))
-	n := d.Len(MaxChecks)
-	m.Checks = postcard.Resize(m.Checks, d.SeqCap(n, healthCheckMinSize))
-	for i := range m.Checks {
-		m.Checks[i].decodePostcard(d)
-	}
-	if len(m.Checks) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next HealthCheckV1
-		next.decodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for c := range seq.Decode(d, &m.Checks, MaxChecks, healthCheckMinSize) {
+		c.decodePostcard(d)
 	}
 	m.UptimeMs = d.U64()
 }

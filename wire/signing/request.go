@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -107,10 +108,7 @@ func (m *SignRequestV1) AppendPostcard(b []byte) []byte {
 	b = postcard.AppendString(b, m.KeyRef)
 	b = postcard.AppendVariant(b, uint32(m.Algorithm))
 	b = append(b, m.Subject[:]...)
-	b = postcard.AppendLen(b, len(m.MaterialRefs))
-	for i := range m.MaterialRefs {
-		b = m.MaterialRefs[i].AppendPostcard(b)
-	}
+	b = seq.Append(b, m.MaterialRefs, (*wire.CasObjectRef).AppendPostcard)
 	return m.Policy.appendPostcard(b)
 }
 
@@ -120,15 +118,8 @@ func (m *SignRequestV1) DecodePostcard(d *postcard.Decoder) {
 	m.KeyRef = d.String(MaxKeyRef)
 	m.Algorithm = SignatureAlgorithm(d.Variant(numSignatureAlgorithms))
 	wire.ReadDigest(d, &m.Subject)
-	n := d.Len(MaxMaterialRefs)
-	m.MaterialRefs = postcard.Resize(m.MaterialRefs, d.SeqCap(n, wire.CasObjectRefMinSize))
-	for i := range m.MaterialRefs {
-		m.MaterialRefs[i].DecodePostcard(d)
-	}
-	if len(m.MaterialRefs) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next wire.CasObjectRef
-		next.DecodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for r := range seq.Decode(d, &m.MaterialRefs, MaxMaterialRefs, wire.CasObjectRefMinSize) {
+		r.DecodePostcard(d)
 	}
 	m.Policy.decodePostcard(d)
 }

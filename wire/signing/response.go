@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -70,10 +71,7 @@ func (m *SignResponseV1) AppendPostcard(b []byte) []byte {
 	switch o.Kind {
 	case SignSigned:
 		b = postcard.AppendBytes(b, o.Signature)
-		b = postcard.AppendLen(b, len(o.Chain))
-		for _, c := range o.Chain {
-			b = postcard.AppendBytes(b, c)
-		}
+		b = seq.AppendBytes(b, o.Chain)
 	case SignRejected:
 		b = postcard.AppendString(b, o.Reason)
 	}
@@ -91,15 +89,7 @@ func (m *SignResponseV1) DecodePostcard(d *postcard.Decoder) {
 	switch o.Kind {
 	case SignSigned:
 		o.Signature = d.Bytes(MaxSignature)
-		n := d.Len(MaxChain)
-		o.Chain = postcard.Resize([][]byte(nil), d.SeqCap(n, 1))
-		for i := range o.Chain {
-			o.Chain[i] = d.Bytes(MaxChainCert)
-		}
-		if len(o.Chain) < n { // the input cannot hold n: the next element reports the error, as in Rust
-			_ = d.Bytes(MaxChainCert)
-			d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
-		}
+		o.Chain = seq.DecodeBytes(d, MaxChain, MaxChainCert)
 	case SignRejected:
 		o.Reason = d.String(MaxReason)
 	}
