@@ -276,53 +276,20 @@ type RenewOutcomeV1 struct {
 
 const maxRenewOutcomeSize = variant1 + maxU64 + maxU32
 
+// The layout is ResyncDecisionV1's too (verdict.go).
+
 func (o *RenewOutcomeV1) appendPostcard(b []byte) []byte {
-	b = postcard.AppendVariant(b, uint32(o.Kind))
-	switch o.Kind {
-	case RenewExtended:
-		b = postcard.AppendU64(b, o.ExpiresAtMs)
-		b = postcard.AppendU32(b, o.TTLMs)
-	case RenewRevoked:
-		b = postcard.AppendVariant(b, uint32(o.Reason))
-	}
-	return b
+	return appendVerdict(b, uint32(o.Kind), o.ExpiresAtMs, o.TTLMs, o.Reason)
 }
 
 func (o *RenewOutcomeV1) decodePostcard(d *postcard.Decoder) {
-	*o = RenewOutcomeV1{Kind: RenewOutcomeKind(d.Variant(numRenewOutcomes))}
-	switch o.Kind {
-	case RenewExtended:
-		o.ExpiresAtMs = d.U64()
-		o.TTLMs = d.U32()
-	case RenewRevoked:
-		o.Reason = CancellationReason(d.Variant(numCancellationReasons))
-	}
+	k, expiresAtMs, ttlMs, reason := decodeVerdict(d)
+	*o = RenewOutcomeV1{Kind: RenewOutcomeKind(k), ExpiresAtMs: expiresAtMs, TTLMs: ttlMs, Reason: reason}
 }
 
 func (o *RenewOutcomeV1) validate(msg string) error {
-	switch o.Kind {
-	case RenewExtended:
-		if o.ExpiresAtMs == 0 || o.TTLMs == 0 {
-			return invalid(msg, "outcome", "Extended with zero expires_at_ms or ttl_ms")
-		}
-		if o.Reason != 0 {
-			return invalid(msg, "outcome", "field set that its variant does not carry")
-		}
-	case RenewRevoked:
-		if !o.Reason.Valid() {
-			return invalid(msg, "outcome", "unknown cancellation reason")
-		}
-		if o.ExpiresAtMs != 0 || o.TTLMs != 0 {
-			return invalid(msg, "outcome", "field set that its variant does not carry")
-		}
-	case RenewUnknown:
-		if *o != (RenewOutcomeV1{Kind: RenewUnknown}) {
-			return invalid(msg, "outcome", "field set that its variant does not carry")
-		}
-	default:
-		return invalid(msg, "outcome", "unknown variant")
-	}
-	return nil
+	return checkVerdict(msg, "outcome", "Extended with zero expires_at_ms or ttl_ms",
+		uint32(o.Kind), o.ExpiresAtMs, o.TTLMs, o.Reason)
 }
 
 // LeaseRenewAckV1 answers a LeaseRenewV1 (§71).

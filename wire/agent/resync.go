@@ -207,54 +207,20 @@ type ResyncDecisionV1 struct {
 	Reason      CancellationReason // Cancel
 }
 
+// The layout is RenewOutcomeV1's too (verdict.go).
+
 func (r *ResyncDecisionV1) appendPostcard(b []byte) []byte {
-	b = postcard.AppendVariant(b, uint32(r.Kind))
-	switch r.Kind {
-	case DecisionContinue:
-		b = postcard.AppendU64(b, r.ExpiresAtMs)
-		b = postcard.AppendU32(b, r.TTLMs)
-	case DecisionCancel:
-		b = postcard.AppendVariant(b, uint32(r.Reason))
-	}
-	return b
+	return appendVerdict(b, uint32(r.Kind), r.ExpiresAtMs, r.TTLMs, r.Reason)
 }
 
 func (r *ResyncDecisionV1) decodePostcard(d *postcard.Decoder) {
-	*r = ResyncDecisionV1{Kind: ResyncDecisionKind(d.Variant(numResyncDecisions))}
-	switch r.Kind {
-	case DecisionContinue:
-		r.ExpiresAtMs = d.U64()
-		r.TTLMs = d.U32()
-	case DecisionCancel:
-		r.Reason = CancellationReason(d.Variant(numCancellationReasons))
-	}
+	k, expiresAtMs, ttlMs, reason := decodeVerdict(d)
+	*r = ResyncDecisionV1{Kind: ResyncDecisionKind(k), ExpiresAtMs: expiresAtMs, TTLMs: ttlMs, Reason: reason}
 }
 
 func (r *ResyncDecisionV1) validate(msg string) error {
-	const f = "results.decision"
-	switch r.Kind {
-	case DecisionContinue:
-		if r.ExpiresAtMs == 0 || r.TTLMs == 0 {
-			return invalid(msg, f, "Continue with zero expires_at_ms or ttl_ms")
-		}
-		if r.Reason != 0 {
-			return invalid(msg, f, "field set that its variant does not carry")
-		}
-	case DecisionCancel:
-		if !r.Reason.Valid() {
-			return invalid(msg, f, "unknown cancellation reason")
-		}
-		if r.ExpiresAtMs != 0 || r.TTLMs != 0 {
-			return invalid(msg, f, "field set that its variant does not carry")
-		}
-	case DecisionStale:
-		if *r != (ResyncDecisionV1{Kind: DecisionStale}) {
-			return invalid(msg, f, "field set that its variant does not carry")
-		}
-	default:
-		return invalid(msg, f, "unknown variant")
-	}
-	return nil
+	return checkVerdict(msg, "results.decision", "Continue with zero expires_at_ms or ttl_ms",
+		uint32(r.Kind), r.ExpiresAtMs, r.TTLMs, r.Reason)
 }
 
 // ResyncResultV1 is the decision for one attempt of an AgentResyncV1:
