@@ -78,11 +78,8 @@ func (m *CasObjectAckV1) DecodePostcard(d *postcard.Decoder) {
 // the outcome known, VerifiedOffset ≤ size, and a Verified outcome covers
 // the whole object.
 func (m *CasObjectAckV1) Validate() error {
-	if m.Lease.IsZero() {
-		return errInvalid("object ack: lease is required")
-	}
-	if !validRef(&m.Object) {
-		return errInvalid("object ack: object with unknown algorithm or zero digest")
+	if err := checkLeaseObject("object ack", m.Lease, &m.Object); err != nil {
+		return err
 	}
 	if m.Outcome >= numCasOutcomes {
 		return errInvalid("object ack: unknown outcome")

@@ -89,11 +89,8 @@ func (m *CasObjectStreamHeaderV1) DecodePostcard(d *postcard.Decoder) {
 // the range within the object (offset+length ≤ size, checked without
 // overflow) and the compression known.
 func (m *CasObjectStreamHeaderV1) Validate() error {
-	if m.Lease.IsZero() {
-		return errInvalid("object stream header: lease is required")
-	}
-	if !validRef(&m.Object) {
-		return errInvalid("object stream header: object with unknown algorithm or zero digest")
+	if err := checkLeaseObject("object stream header", m.Lease, &m.Object); err != nil {
+		return err
 	}
 	if !rangeWithin(m.Offset, m.Length, m.Object.Size) {
 		return errInvalid("object stream header: range beyond the object's size")
@@ -138,11 +135,8 @@ func (m *CasRangeResumeRequestV1) DecodePostcard(d *postcard.Decoder) {
 // Validate implements wire.Message: the lease is required, the object valid
 // and VerifiedOffset ≤ its size.
 func (m *CasRangeResumeRequestV1) Validate() error {
-	if m.Lease.IsZero() {
-		return errInvalid("range resume request: lease is required")
-	}
-	if !validRef(&m.Object) {
-		return errInvalid("range resume request: object with unknown algorithm or zero digest")
+	if err := checkLeaseObject("range resume request", m.Lease, &m.Object); err != nil {
+		return err
 	}
 	if m.VerifiedOffset > m.Object.Size {
 		return errInvalid("range resume request: verified offset beyond the object's size")
@@ -180,11 +174,8 @@ func (m *CasFetchRequestV1) DecodePostcard(d *postcard.Decoder) {
 // Validate implements wire.Message: the lease is required, the object valid
 // and Offset ≤ its size.
 func (m *CasFetchRequestV1) Validate() error {
-	if m.Lease.IsZero() {
-		return errInvalid("fetch request: lease is required")
-	}
-	if !validRef(&m.Object) {
-		return errInvalid("fetch request: object with unknown algorithm or zero digest")
+	if err := checkLeaseObject("fetch request", m.Lease, &m.Object); err != nil {
+		return err
 	}
 	if m.Offset > m.Object.Size {
 		return errInvalid("fetch request: offset beyond the object's size")

@@ -19,9 +19,8 @@
 package cas
 
 import (
-	"fmt"
-
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/check"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -45,14 +44,19 @@ const MaxBatch = 1024
 
 // errInvalid reports a Validate failure. It matches postcard.ErrInvalidValue
 // under errors.Is.
-func errInvalid(what string) error {
-	return fmt.Errorf("cas: %s (%w)", what, postcard.ErrInvalidValue)
-}
+func errInvalid(what string) error { return check.Invalid("cas", what) }
 
-// validRef reports whether r names a known digest algorithm and a non-zero
-// digest. Any size is valid (an empty object has size 0).
-func validRef(r *wire.CasObjectRef) bool {
-	return (r.Algorithm == wire.DigestSHA256 || r.Algorithm == wire.DigestBLAKE3) && !r.Digest.IsZero()
+// checkLeaseObject validates what every single-object message names: the
+// lease that scopes the access (§93) and a valid object reference. what
+// names the message in the error ("fetch request").
+func checkLeaseObject(what string, lease wire.LeaseId, object *wire.CasObjectRef) error {
+	if lease.IsZero() {
+		return errInvalid(what + ": lease is required")
+	}
+	if !check.ValidRef(object) {
+		return errInvalid(what + ": object with unknown algorithm or zero digest")
+	}
+	return nil
 }
 
 func validRefs(refs []wire.CasObjectRef, what string) error {
@@ -60,7 +64,7 @@ func validRefs(refs []wire.CasObjectRef, what string) error {
 		return errInvalid(what + ": more than MaxBatch objects")
 	}
 	for i := range refs {
-		if !validRef(&refs[i]) {
+		if !check.ValidRef(&refs[i]) {
 			return errInvalid(what + ": object with unknown algorithm or zero digest")
 		}
 	}

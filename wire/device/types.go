@@ -17,13 +17,13 @@
 package device
 
 import (
-	"fmt"
 	"log/slog"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/check"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -149,8 +149,32 @@ func (o DeviceOutcome) LogValue() slog.Value { return slog.StringValue(o.String(
 
 // errInvalid reports a Validate failure. It matches postcard.ErrInvalidValue
 // under errors.Is.
-func errInvalid(what string) error {
-	return fmt.Errorf("device: %s (%w)", what, postcard.ErrInvalidValue)
+func errInvalid(what string) error { return check.Invalid("device", what) }
+
+// checkOperation validates what every device operation names: a valid
+// device id and the lease that authorizes the operation. op names the
+// message in the error ("install", "run test").
+func checkOperation(op string, device DeviceId, lease wire.LeaseId) error {
+	if !device.Valid() {
+		return errInvalid(op + ": invalid device id")
+	}
+	if lease.IsZero() {
+		return errInvalid(op + ": lease is required")
+	}
+	return nil
+}
+
+// checkResult validates what every operation result names: a valid device
+// id and a known outcome. op names the message in the error ("install
+// result").
+func checkResult(op string, device DeviceId, outcome DeviceOutcome) error {
+	if !device.Valid() {
+		return errInvalid(op + ": invalid device id")
+	}
+	if outcome >= numDeviceOutcomes {
+		return errInvalid(op + ": unknown outcome")
+	}
+	return nil
 }
 
 // validText reports whether s is at most max bytes of UTF-8 without control
@@ -166,10 +190,4 @@ func validText(s string, max int, required bool) bool {
 		}
 	}
 	return true
-}
-
-// validRef reports whether r names a known digest algorithm and a non-zero
-// digest.
-func validRef(r *wire.CasObjectRef) bool {
-	return (r.Algorithm == wire.DigestSHA256 || r.Algorithm == wire.DigestBLAKE3) && !r.Digest.IsZero()
 }

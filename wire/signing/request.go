@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/check"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -141,7 +142,7 @@ func (m *SignRequestV1) Validate() error {
 		return errInvalid("sign request: more than 64 material refs")
 	}
 	for i := range m.MaterialRefs {
-		if !validRef(&m.MaterialRefs[i]) {
+		if !check.ValidRef(&m.MaterialRefs[i]) {
 			return errInvalid("sign request: material ref with unknown algorithm or zero digest")
 		}
 	}
