@@ -2,9 +2,9 @@ package agent
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -164,19 +164,12 @@ const (
 // String returns the variant name, or "ExecutionResultKind(n)" for a value this build
 // does not define.
 func (k ExecutionResultKind) String() string {
-	switch k {
-	case ResultSucceeded:
-		return "Succeeded"
-	case ResultFailed:
-		return "Failed"
-	case ResultCancelled:
-		return "Cancelled"
-	case ResultTimedOut:
-		return "TimedOut"
-	case ResultInfraError:
-		return "InfraError"
-	}
-	return "ExecutionResultKind(" + strconv.FormatUint(uint64(k), 10) + ")"
+	return enum.Name(executionResultKindNames[:], k, "ExecutionResultKind")
+}
+
+var executionResultKindNames = [...]string{
+	ResultSucceeded: "Succeeded", ResultFailed: "Failed", ResultCancelled: "Cancelled",
+	ResultTimedOut: "TimedOut", ResultInfraError: "InfraError",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers

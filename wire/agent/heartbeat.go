@@ -2,9 +2,9 @@ package agent
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -26,16 +26,11 @@ const (
 
 // String returns the variant name, or "AttemptPhase(n)" for a value this build
 // does not define.
-func (p AttemptPhase) String() string {
-	switch p {
-	case PhasePreparing:
-		return "Preparing"
-	case PhaseRunning:
-		return "Running"
-	case PhaseUploadingOutputs:
-		return "UploadingOutputs"
-	}
-	return "AttemptPhase(" + strconv.FormatUint(uint64(p), 10) + ")"
+func (p AttemptPhase) String() string { return enum.Name(attemptPhaseNames[:], p, "AttemptPhase") }
+
+var attemptPhaseNames = [...]string{
+	PhasePreparing: "Preparing", PhaseRunning: "Running",
+	PhaseUploadingOutputs: "UploadingOutputs",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers

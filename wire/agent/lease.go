@@ -2,9 +2,9 @@ package agent
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -241,15 +241,11 @@ const (
 // String returns the variant name, or "RenewOutcomeKind(n)" for a value this build
 // does not define.
 func (k RenewOutcomeKind) String() string {
-	switch k {
-	case RenewExtended:
-		return "Extended"
-	case RenewRevoked:
-		return "Revoked"
-	case RenewUnknown:
-		return "Unknown"
-	}
-	return "RenewOutcomeKind(" + strconv.FormatUint(uint64(k), 10) + ")"
+	return enum.Name(renewOutcomeKindNames[:], k, "RenewOutcomeKind")
+}
+
+var renewOutcomeKindNames = [...]string{
+	RenewExtended: "Extended", RenewRevoked: "Revoked", RenewUnknown: "Unknown",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers

@@ -2,9 +2,9 @@ package agent
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -174,15 +174,11 @@ const (
 // String returns the variant name, or "ResyncDecisionKind(n)" for a value this build
 // does not define.
 func (k ResyncDecisionKind) String() string {
-	switch k {
-	case DecisionContinue:
-		return "Continue"
-	case DecisionCancel:
-		return "Cancel"
-	case DecisionStale:
-		return "Stale"
-	}
-	return "ResyncDecisionKind(" + strconv.FormatUint(uint64(k), 10) + ")"
+	return enum.Name(resyncDecisionKindNames[:], k, "ResyncDecisionKind")
+}
+
+var resyncDecisionKindNames = [...]string{
+	DecisionContinue: "Continue", DecisionCancel: "Cancel", DecisionStale: "Stale",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers

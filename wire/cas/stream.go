@@ -2,9 +2,9 @@ package cas
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -26,14 +26,10 @@ const (
 
 // String returns the compression's name (None, Flate), or CasCompression(n) for an undefined value.
 func (c CasCompression) String() string {
-	switch c {
-	case CasCompressionNone:
-		return "None"
-	case CasCompressionFlate:
-		return "Flate"
-	}
-	return "CasCompression(" + strconv.FormatUint(uint64(c), 10) + ")"
+	return enum.Name(casCompressionNames[:], c, "CasCompression")
 }
+
+var casCompressionNames = [...]string{CasCompressionNone: "None", CasCompressionFlate: "Flate"}
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).

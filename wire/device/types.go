@@ -18,12 +18,12 @@ package device
 
 import (
 	"log/slog"
-	"strconv"
 	"unicode"
 	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/internal/check"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -94,18 +94,11 @@ const (
 )
 
 // String returns the state's name (Available, Reserved, …).
-func (s DeviceState) String() string {
-	switch s {
-	case StateAvailable:
-		return "Available"
-	case StateReserved:
-		return "Reserved"
-	case StateBusy:
-		return "Busy"
-	case StateOffline:
-		return "Offline"
-	}
-	return "DeviceState(" + strconv.FormatUint(uint64(s), 10) + ")"
+func (s DeviceState) String() string { return enum.Name(deviceStateNames[:], s, "DeviceState") }
+
+var deviceStateNames = [...]string{
+	StateAvailable: "Available", StateReserved: "Reserved", StateBusy: "Busy",
+	StateOffline: "Offline",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -127,20 +120,11 @@ const (
 )
 
 // String returns the outcome's name (Ok, NotFound, …).
-func (o DeviceOutcome) String() string {
-	switch o {
-	case OutcomeOk:
-		return "Ok"
-	case OutcomeNotFound:
-		return "NotFound"
-	case OutcomeBusy:
-		return "Busy"
-	case OutcomeFailed:
-		return "Failed"
-	case OutcomeTimeout:
-		return "Timeout"
-	}
-	return "DeviceOutcome(" + strconv.FormatUint(uint64(o), 10) + ")"
+func (o DeviceOutcome) String() string { return enum.Name(deviceOutcomeNames[:], o, "DeviceOutcome") }
+
+var deviceOutcomeNames = [...]string{
+	OutcomeOk: "Ok", OutcomeNotFound: "NotFound", OutcomeBusy: "Busy", OutcomeFailed: "Failed",
+	OutcomeTimeout: "Timeout",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers

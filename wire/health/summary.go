@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -30,16 +31,10 @@ const (
 )
 
 // String returns Healthy, Degraded or Unhealthy.
-func (s HealthStatus) String() string {
-	switch s {
-	case Healthy:
-		return "Healthy"
-	case Degraded:
-		return "Degraded"
-	case Unhealthy:
-		return "Unhealthy"
-	}
-	return "HealthStatus(" + strconv.FormatUint(uint64(s), 10) + ")"
+func (s HealthStatus) String() string { return enum.Name(healthStatusNames[:], s, "HealthStatus") }
+
+var healthStatusNames = [...]string{
+	Healthy: "Healthy", Degraded: "Degraded", Unhealthy: "Unhealthy",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -30,17 +31,9 @@ const (
 )
 
 // String returns Stdout, Stderr or System.
-func (k LogStreamKind) String() string {
-	switch k {
-	case LogStdout:
-		return "Stdout"
-	case LogStderr:
-		return "Stderr"
-	case LogSystem:
-		return "System"
-	}
-	return "LogStreamKind(" + strconv.FormatUint(uint64(k), 10) + ")"
-}
+func (k LogStreamKind) String() string { return enum.Name(logStreamKindNames[:], k, "LogStreamKind") }
+
+var logStreamKindNames = [...]string{LogStdout: "Stdout", LogStderr: "Stderr", LogSystem: "System"}
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).

@@ -2,10 +2,10 @@ package signing
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/internal/check"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -23,14 +23,10 @@ const (
 
 // String returns the algorithm's name (Ed25519, EcdsaP256Sha256).
 func (a SignatureAlgorithm) String() string {
-	switch a {
-	case Ed25519:
-		return "Ed25519"
-	case EcdsaP256Sha256:
-		return "EcdsaP256Sha256"
-	}
-	return "SignatureAlgorithm(" + strconv.FormatUint(uint64(a), 10) + ")"
+	return enum.Name(signatureAlgorithmNames[:], a, "SignatureAlgorithm")
 }
+
+var signatureAlgorithmNames = [...]string{Ed25519: "Ed25519", EcdsaP256Sha256: "EcdsaP256Sha256"}
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).

@@ -2,10 +2,10 @@ package signing
 
 import (
 	"log/slog"
-	"strconv"
 	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -23,14 +23,10 @@ const (
 
 // String returns Signed or Rejected, or SignOutcomeKind(n) for an undefined value.
 func (k SignOutcomeKind) String() string {
-	switch k {
-	case SignSigned:
-		return "Signed"
-	case SignRejected:
-		return "Rejected"
-	}
-	return "SignOutcomeKind(" + strconv.FormatUint(uint64(k), 10) + ")"
+	return enum.Name(signOutcomeKindNames[:], k, "SignOutcomeKind")
 }
+
+var signOutcomeKindNames = [...]string{SignSigned: "Signed", SignRejected: "Rejected"}
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).
