@@ -67,11 +67,7 @@ func (*LogFrameV1) MessageType() wire.MessageTypeId { return MsgLogFrame }
 
 // AppendPostcard implements wire.Message.
 func (m *LogFrameV1) AppendPostcard(b []byte) []byte {
-	b = postcard.AppendU64(b, m.Seq)
-	b = postcard.AppendVariant(b, uint32(m.Stream))
-	b = postcard.AppendU64(b, m.TimestampMs)
-	b = postcard.AppendU32(b, m.UncompressedLen)
-	return postcard.AppendBytes(b, m.Bytes)
+	return append((*frameHead)(m).AppendPostcard(b), m.Bytes...) // the head ends with the chunk's length
 }
 
 // frameHead encodes a LogFrameV1 without the chunk bytes themselves: every
