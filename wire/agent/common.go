@@ -169,6 +169,18 @@ func checkStrings(msg, field string, ss []string, maxN, maxLen int) error {
 	return nil
 }
 
+// checkCerts validates each DER certificate of a cert_chain: non-empty and
+// at most MaxCertDER bytes. (The chain's own length bound is the caller's:
+// the messages word it differently.)
+func checkCerts(msg string, chain [][]byte) error {
+	for _, c := range chain {
+		if len(c) == 0 || len(c) > MaxCertDER {
+			return invalid(msg, "cert_chain", "certificate empty or longer than its bound")
+		}
+	}
+	return nil
+}
+
 // checkCas validates a CAS reference: a known algorithm and a non-zero
 // digest (the empty object has a non-zero digest too).
 func checkCas(msg, field string, r *wire.CasObjectRef) error {

@@ -137,10 +137,8 @@ func (m *CertificateIssuedV1) Validate() error {
 	if len(m.CertChain) > MaxCertChain {
 		return invalid(n, "cert_chain", "more elements than its bound")
 	}
-	for _, c := range m.CertChain {
-		if len(c) == 0 || len(c) > MaxCertDER {
-			return invalid(n, "cert_chain", "certificate empty or longer than its bound")
-		}
+	if err := checkCerts(n, m.CertChain); err != nil {
+		return err
 	}
 	if m.NotAfterMs == 0 {
 		return invalid(n, "not_after_ms", "zero")

@@ -114,12 +114,7 @@ func (m *RegisterAgentV1) Validate() error {
 	if len(m.CertChain) > MaxCertChain {
 		return invalid(n, "cert_chain", "more certificates than its bound")
 	}
-	for _, c := range m.CertChain {
-		if len(c) == 0 || len(c) > MaxCertDER {
-			return invalid(n, "cert_chain", "certificate empty or longer than its bound")
-		}
-	}
-	return nil
+	return checkCerts(n, m.CertChain)
 }
 
 // RegistrationAcceptedV1 activates the control session (§57). Epoch is the
