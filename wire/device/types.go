@@ -19,7 +19,6 @@ package device
 import (
 	"log/slog"
 	"unicode"
-	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/internal/check"
@@ -165,7 +164,7 @@ func checkResult(op string, device DeviceId, outcome DeviceOutcome) error {
 // characters (so that no newline or NUL reaches a device tool), and non-empty
 // when required.
 func validText(s string, max int, required bool) bool {
-	if len(s) > max || (required && s == "") || !utf8.ValidString(s) {
+	if !check.Text(s, max, required) {
 		return false
 	}
 	for _, r := range s {

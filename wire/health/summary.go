@@ -3,9 +3,9 @@ package health
 import (
 	"log/slog"
 	"strconv"
-	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/check"
 	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
@@ -69,13 +69,13 @@ func (c *HealthCheckV1) decodePostcard(d *postcard.Decoder) {
 }
 
 func (c *HealthCheckV1) validate() error {
-	if c.Name == "" || len(c.Name) > MaxCheckName || !utf8.ValidString(c.Name) {
+	if !check.Text(c.Name, MaxCheckName, true) {
 		return errInvalid("health check: name must be 1..=64 bytes of UTF-8")
 	}
 	if c.Status >= numHealthStatuses {
 		return errInvalid("health check: unknown status")
 	}
-	if len(c.Message) > MaxCheckMessage || !utf8.ValidString(c.Message) {
+	if !check.Text(c.Message, MaxCheckMessage, false) {
 		return errInvalid("health check: message must be ≤ 256 bytes of UTF-8")
 	}
 	return nil

@@ -2,7 +2,6 @@ package signing
 
 import (
 	"log/slog"
-	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/internal/enum"
@@ -112,7 +111,7 @@ func (m *SignResponseV1) Validate() error {
 			return errInvalid("sign response: signed outcome with a reason")
 		}
 	case SignRejected:
-		if o.Reason == "" || len(o.Reason) > MaxReason || !utf8.ValidString(o.Reason) {
+		if !validText(o.Reason, MaxReason) {
 			return errInvalid("sign response: reason must be 1..=256 bytes of UTF-8")
 		}
 		if len(o.Signature) != 0 || len(o.Chain) != 0 {

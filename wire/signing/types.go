@@ -18,8 +18,6 @@
 package signing
 
 import (
-	"unicode/utf8"
-
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/internal/check"
 )
@@ -49,6 +47,4 @@ const (
 func errInvalid(what string) error { return check.Invalid("signing", what) }
 
 // validText reports whether s is 1..=max bytes of UTF-8.
-func validText(s string, max int) bool {
-	return s != "" && len(s) <= max && utf8.ValidString(s)
-}
+func validText(s string, max int) bool { return check.Text(s, max, true) }

@@ -6,6 +6,7 @@ package check
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/postcard"
@@ -16,6 +17,12 @@ import (
 // errors.Is. what is static text, never a value taken from the message.
 func Invalid(family, what string) error {
 	return fmt.Errorf("%s: %s (%w)", family, what, postcard.ErrInvalidValue)
+}
+
+// Text reports whether s is at most max bytes of valid UTF-8 and, when
+// required, non-empty.
+func Text(s string, max int, required bool) bool {
+	return len(s) <= max && (!required || s != "") && utf8.ValidString(s)
 }
 
 // ValidRef reports whether r names a known digest algorithm and a non-zero
