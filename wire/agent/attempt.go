@@ -116,7 +116,8 @@ var maxPhaseChangeSize = 2*idSize + variant1 + maxU64
 // MessageType implements wire.Message.
 func (*PhaseChangeV1) MessageType() wire.MessageTypeId { return MsgPhaseChange }
 
-// AppendPostcard implements wire.Message.
+// AppendPostcard implements wire.Message. (ActiveAttemptV1 has the same
+// layout but carries log_seq where this carries at_ms: not one type.)
 func (m *PhaseChangeV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Attempt.ULID[:]...)
 	b = append(b, m.Lease.ULID[:]...)
