@@ -5,6 +5,7 @@ import (
 
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/internal/enum"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -28,7 +29,7 @@ type CancelAttemptV1 struct {
 
 const nameCancelAttempt = "agent.CancelAttemptV1"
 
-var maxCancelAttemptSize = 2*idSize + variant1 + strMax(MaxMessage)
+var maxCancelAttemptSize = 2*maxsize.ID + maxsize.Enum + maxsize.Bytes(MaxMessage)
 
 // MessageType implements wire.Message.
 func (*CancelAttemptV1) MessageType() wire.MessageTypeId { return MsgCancelAttempt }
@@ -74,7 +75,7 @@ type CancelAckV1 struct {
 
 const nameCancelAck = "agent.CancelAckV1"
 
-var maxCancelAckSize = 2 * idSize
+var maxCancelAckSize = 2 * maxsize.ID
 
 // MessageType implements wire.Message.
 func (*CancelAckV1) MessageType() wire.MessageTypeId { return MsgCancelAck }
@@ -111,7 +112,7 @@ type PhaseChangeV1 struct {
 
 const namePhaseChange = "agent.PhaseChangeV1"
 
-var maxPhaseChangeSize = 2*idSize + variant1 + maxU64
+var maxPhaseChangeSize = 2*maxsize.ID + maxsize.Enum + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*PhaseChangeV1) MessageType() wire.MessageTypeId { return MsgPhaseChange }
@@ -195,7 +196,7 @@ type ExecutionResultV1 struct {
 	Message  string
 }
 
-var maxExecutionResultSize = variant1 + maxI32 + strMax(MaxMessage)
+var maxExecutionResultSize = maxsize.Enum + maxsize.I32 + maxsize.Bytes(MaxMessage)
 
 // AppendPostcard appends the result enum (discriminant, then the variant's
 // fields). Hosts store results in this encoding (e.g. the authority).
@@ -281,8 +282,8 @@ type AttemptCompletionV1 struct {
 
 const nameAttemptCompletion = "agent.AttemptCompletionV1"
 
-var maxAttemptCompletionSize = 3*idSize + digSize + maxExecutionResultSize +
-	seqMax(MaxOutputs, casMax) + maxU64
+var maxAttemptCompletionSize = 3*maxsize.ID + maxsize.Digest + maxExecutionResultSize +
+	maxsize.Seq(MaxOutputs, maxsize.Ref) + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*AttemptCompletionV1) MessageType() wire.MessageTypeId { return MsgAttemptCompletion }
@@ -355,7 +356,7 @@ type CompletionAckV1 struct {
 
 const nameCompletionAck = "agent.CompletionAckV1"
 
-var maxCompletionAckSize = 2*idSize + variant1 + strMax(MaxMessage)
+var maxCompletionAckSize = 2*maxsize.ID + maxsize.Enum + maxsize.Bytes(MaxMessage)
 
 // MessageType implements wire.Message.
 func (*CompletionAckV1) MessageType() wire.MessageTypeId { return MsgCompletionAck }

@@ -6,6 +6,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -56,32 +57,15 @@ const (
 	MaxCertDER            = 8192     // one DER certificate in RegisterAgentV1.cert_chain
 )
 
-// Encoded-size building blocks (Postcard varints of each width).
+// Encoded-size building blocks of this family beyond wire/internal/maxsize
+// (every discriminant of this family is below 128, so maxsize.Enum holds).
 const (
-	maxU16   = 3
-	maxU32   = 5
-	maxU64   = 10
-	maxI32   = 5
-	idSize   = 16
-	digSize  = 32
-	variant1 = 1 // every discriminant of this family is below 128
-	casMax   = variant1 + digSize + maxU64
-	rangeMax = 4 * maxU16
-	verMax   = 2 * maxU16
+	rangeMax = 4 * maxsize.U16
+	verMax   = 2 * maxsize.U16
 	// A FeatureSet may list up to wire.MaxFeatures u16 values on the wire
 	// (a newer peer may send numbers this build drops).
-	featuresMax = 1 + wire.MaxFeatures*maxU16
+	featuresMax = 1 + wire.MaxFeatures*maxsize.U16
 )
-
-// lenMax is the encoded size of a length prefix for a length up to n.
-func lenMax(n int) int { return postcard.UvarintLen(uint64(n)) }
-
-// strMax is the largest encoding of a string or byte string of at most n bytes.
-func strMax(n int) int { return lenMax(n) + n }
-
-// seqMax is the largest encoding of a sequence of at most n elements of at
-// most elem bytes each.
-func seqMax(n, elem int) int { return lenMax(n) + n*elem }
 
 // ValidationError reports a message that breaks a rule its encoding cannot
 // express: a zero identifier, an unknown enum value, an out-of-range number,

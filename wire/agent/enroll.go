@@ -2,6 +2,7 @@ package agent
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -43,7 +44,7 @@ type CertificateRequestV1 struct {
 
 const nameCertificateRequest = "agent.CertificateRequestV1"
 
-var maxCertificateRequestSize = strMax(MaxEnrollToken) + strMax(MaxCSR)
+var maxCertificateRequestSize = maxsize.Bytes(MaxEnrollToken) + maxsize.Bytes(MaxCSR)
 
 // MessageType implements wire.Message.
 func (*CertificateRequestV1) MessageType() wire.MessageTypeId { return MsgCertificateRequest }
@@ -106,7 +107,7 @@ type CertificateIssuedV1 struct {
 
 const nameCertificateIssued = "agent.CertificateIssuedV1"
 
-var maxCertificateIssuedSize = idSize + lenMax(MaxCertChain) + MaxCertChain*strMax(MaxCertDER) + maxU64
+var maxCertificateIssuedSize = maxsize.ID + maxsize.Seq(MaxCertChain, maxsize.Bytes(MaxCertDER)) + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*CertificateIssuedV1) MessageType() wire.MessageTypeId { return MsgCertificateIssued }

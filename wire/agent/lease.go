@@ -5,6 +5,7 @@ import (
 
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/internal/enum"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -41,7 +42,8 @@ type LeaseOfferV1 struct {
 
 const nameLeaseOffer = "agent.LeaseOfferV1"
 
-var maxLeaseOfferSize = 3*idSize + digSize + maxU64 + maxU32 + casMax + idSize + maxU64
+var maxLeaseOfferSize = 3*maxsize.ID + maxsize.Digest + maxsize.U64 + maxsize.U32 + maxsize.Ref +
+	maxsize.ID + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*LeaseOfferV1) MessageType() wire.MessageTypeId { return MsgLeaseOffer }
@@ -106,7 +108,7 @@ type LeaseAcceptedV1 struct {
 
 const nameLeaseAccepted = "agent.LeaseAcceptedV1"
 
-var maxLeaseAcceptedSize = 3 * idSize
+var maxLeaseAcceptedSize = 3 * maxsize.ID
 
 // MessageType implements wire.Message.
 func (*LeaseAcceptedV1) MessageType() wire.MessageTypeId { return MsgLeaseAccepted }
@@ -149,7 +151,7 @@ type LeaseRejectedV1 struct {
 
 const nameLeaseRejected = "agent.LeaseRejectedV1"
 
-var maxLeaseRejectedSize = 2*idSize + variant1 + strMax(MaxMessage)
+var maxLeaseRejectedSize = 2*maxsize.ID + maxsize.Enum + maxsize.Bytes(MaxMessage)
 
 // MessageType implements wire.Message.
 func (*LeaseRejectedV1) MessageType() wire.MessageTypeId { return MsgLeaseRejected }
@@ -196,7 +198,7 @@ type LeaseRenewV1 struct {
 
 const nameLeaseRenew = "agent.LeaseRenewV1"
 
-var maxLeaseRenewSize = 2*idSize + variant1
+var maxLeaseRenewSize = 2*maxsize.ID + maxsize.Enum
 
 // MessageType implements wire.Message.
 func (*LeaseRenewV1) MessageType() wire.MessageTypeId { return MsgLeaseRenew }
@@ -270,7 +272,7 @@ type RenewOutcomeV1 struct {
 	Reason      CancellationReason // Revoked
 }
 
-const maxRenewOutcomeSize = variant1 + maxU64 + maxU32
+const maxRenewOutcomeSize = maxsize.Enum + maxsize.U64 + maxsize.U32
 
 // The layout is ResyncDecisionV1's too (verdict.go).
 
@@ -301,7 +303,7 @@ type LeaseRenewAckV1 struct {
 
 const nameLeaseRenewAck = "agent.LeaseRenewAckV1"
 
-var maxLeaseRenewAckSize = 2*idSize + maxRenewOutcomeSize
+var maxLeaseRenewAckSize = 2*maxsize.ID + maxRenewOutcomeSize
 
 // MessageType implements wire.Message.
 func (*LeaseRenewAckV1) MessageType() wire.MessageTypeId { return MsgLeaseRenewAck }
@@ -344,7 +346,7 @@ type LeaseProbeV1 struct {
 
 const nameLeaseProbe = "agent.LeaseProbeV1"
 
-var maxLeaseProbeSize = 2*idSize + maxU64
+var maxLeaseProbeSize = 2*maxsize.ID + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*LeaseProbeV1) MessageType() wire.MessageTypeId { return MsgLeaseProbe }

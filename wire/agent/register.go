@@ -2,6 +2,7 @@ package agent
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -46,8 +47,8 @@ type RegisterAgentV1 struct {
 
 const nameRegisterAgent = "agent.RegisterAgentV1"
 
-var maxRegisterAgentSize = 2*idSize + strMax(MaxAgentVersion) + maxCapabilitiesSize + digSize +
-	strMax(MaxKeyProof) + 1 + maxU64 + lenMax(MaxCertChain) + MaxCertChain*strMax(MaxCertDER)
+var maxRegisterAgentSize = 2*maxsize.ID + maxsize.Bytes(MaxAgentVersion) + maxCapabilitiesSize + maxsize.Digest +
+	maxsize.Bytes(MaxKeyProof) + 1 + maxsize.U64 + maxsize.Seq(MaxCertChain, maxsize.Bytes(MaxCertDER))
 
 // MessageType implements wire.Message.
 func (*RegisterAgentV1) MessageType() wire.MessageTypeId { return MsgRegisterAgent }
@@ -151,8 +152,9 @@ type RegistrationAcceptedV1 struct {
 
 const nameRegistrationAccepted = "agent.RegistrationAcceptedV1"
 
-var maxRegistrationAcceptedSize = idSize + maxU64 + idSize + 3*maxU32 +
-	seqMax(MaxAlternateEndpoints, strMax(MaxEndpoint)) + seqMax(MaxFallbackStagger, maxU32) + maxU64
+var maxRegistrationAcceptedSize = maxsize.ID + maxsize.U64 + maxsize.ID + 3*maxsize.U32 +
+	maxsize.Seq(MaxAlternateEndpoints, maxsize.Bytes(MaxEndpoint)) + maxsize.Seq(MaxFallbackStagger, maxsize.U32) +
+	maxsize.U64
 
 // MessageType implements wire.Message.
 func (*RegistrationAcceptedV1) MessageType() wire.MessageTypeId { return MsgRegistrationAccepted }
@@ -237,7 +239,7 @@ const nameRegistrationRejected = "agent.RegistrationRejectedV1"
 // numRetryClasses mirrors wire's count of RetryClass values (RetryUnsupported+1).
 const numRetryClasses = uint32(wire.RetryUnsupported) + 1
 
-var maxRegistrationRejectedSize = maxU16 + variant1 + strMax(MaxRejectMessage) + 1 + rangeMax
+var maxRegistrationRejectedSize = maxsize.U16 + maxsize.Enum + maxsize.Bytes(MaxRejectMessage) + 1 + rangeMax
 
 // MessageType implements wire.Message.
 func (*RegistrationRejectedV1) MessageType() wire.MessageTypeId { return MsgRegistrationRejected }

@@ -5,6 +5,7 @@ import (
 
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/internal/enum"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
@@ -32,8 +33,8 @@ type ActiveAttemptResyncV1 struct {
 }
 
 const (
-	activeAttemptResyncMinSize = idSize + idSize + 1 + 1 + 1 + 1
-	activeAttemptResyncMaxSize = 2*idSize + maxU64 + variant1 + maxU64 + 1 + idSize
+	activeAttemptResyncMinSize = maxsize.ID + maxsize.ID + 1 + 1 + 1 + 1
+	activeAttemptResyncMaxSize = 2*maxsize.ID + maxsize.U64 + maxsize.Enum + maxsize.U64 + 1 + maxsize.ID
 )
 
 func (a *ActiveAttemptResyncV1) appendPostcard(b []byte) []byte {
@@ -103,8 +104,8 @@ type AgentResyncV1 struct {
 
 const nameAgentResync = "agent.AgentResyncV1"
 
-var maxAgentResyncSize = idSize + maxU64 + seqMax(MaxActiveAttempts, activeAttemptResyncMaxSize) +
-	digSize + maxU64
+var maxAgentResyncSize = maxsize.ID + maxsize.U64 + maxsize.Seq(MaxActiveAttempts, activeAttemptResyncMaxSize) +
+	maxsize.Digest + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*AgentResyncV1) MessageType() wire.MessageTypeId { return MsgAgentResync }
@@ -229,8 +230,8 @@ type ResyncResultV1 struct {
 }
 
 const (
-	resyncResultMinSize = 2*idSize + 1
-	resyncResultMaxSize = 2*idSize + variant1 + maxU64 + maxU32
+	resyncResultMinSize = 2*maxsize.ID + 1
+	resyncResultMaxSize = 2*maxsize.ID + maxsize.Enum + maxsize.U64 + maxsize.U32
 )
 
 func (r *ResyncResultV1) appendPostcard(b []byte) []byte {
@@ -259,7 +260,7 @@ type ResyncResponseV1 struct {
 
 const nameResyncResponse = "agent.ResyncResponseV1"
 
-var maxResyncResponseSize = seqMax(MaxActiveAttempts, resyncResultMaxSize)
+var maxResyncResponseSize = maxsize.Seq(MaxActiveAttempts, resyncResultMaxSize)
 
 // MessageType implements wire.Message.
 func (*ResyncResponseV1) MessageType() wire.MessageTypeId { return MsgResyncResponse }

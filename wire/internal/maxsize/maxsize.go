@@ -12,6 +12,7 @@ const (
 	U16    = 3                   // u16 varint
 	U32    = 5                   // u32 varint
 	U64    = 10                  // u64 varint
+	I32    = 5                   // zigzag i32 varint
 	Bool   = 1                   // bool
 	Option = 1                   // Option tag
 	Enum   = 1                   // enum discriminant below 128 (every family's)
