@@ -153,7 +153,9 @@ type CasFetchRequestV1 struct {
 // MessageType implements wire.Message.
 func (*CasFetchRequestV1) MessageType() wire.MessageTypeId { return MsgCasFetchRequest }
 
-// AppendPostcard implements wire.Message.
+// AppendPostcard implements wire.Message. (CasRangeResumeRequestV1 has the
+// same layout, but its offset is a verified prefix the sender holds, not
+// where a download starts: not one type.)
 func (m *CasFetchRequestV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Lease.ULID[:]...)
 	b = m.Object.AppendPostcard(b)
