@@ -2,8 +2,8 @@ package wire
 
 import (
 	"log/slog"
-	"strconv"
 
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -38,12 +38,7 @@ var closeNames = [numCloseCodes]string{
 }
 
 // String returns the code's name from the close-code table, or CloseCode(n) for a code this build does not define.
-func (c CloseCode) String() string {
-	if c < numCloseCodes {
-		return closeNames[c]
-	}
-	return "CloseCode(" + strconv.FormatUint(uint64(c), 10) + ")"
-}
+func (c CloseCode) String() string { return enum.Name(closeNames[:], c, "CloseCode") }
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).

@@ -1,9 +1,8 @@
 package admin
 
 import (
-	"unicode/utf8"
-
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/check"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -48,7 +47,7 @@ func (m *AdminAckV1) Validate() error {
 	if !IsCommand(m.Acked) {
 		return errInvalid("admin ack: acknowledged type is not an admin command")
 	}
-	if len(m.Message) > MaxText || !utf8.ValidString(m.Message) {
+	if !check.Text(m.Message, MaxText, false) {
 		return errInvalid("admin ack: message must be ≤ 256 bytes of UTF-8")
 	}
 	return nil

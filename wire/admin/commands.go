@@ -1,10 +1,9 @@
 package admin
 
 import (
-	"unicode/utf8"
-
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/health"
+	"forgeyard.dev/transport/wire/internal/check"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -36,7 +35,7 @@ func (m *DrainV1) DecodePostcard(d *postcard.Decoder) {
 
 // Validate implements wire.Message: Reason is at most MaxText bytes of UTF-8.
 func (m *DrainV1) Validate() error {
-	if len(m.Reason) > MaxText || !utf8.ValidString(m.Reason) {
+	if !check.Text(m.Reason, MaxText, false) {
 		return errInvalid("drain: reason must be ≤ 256 bytes of UTF-8")
 	}
 	return nil

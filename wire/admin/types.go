@@ -19,10 +19,8 @@
 package admin
 
 import (
-	"fmt"
-
 	"forgeyard.dev/transport/wire"
-	"forgeyard.dev/transport/wire/postcard"
+	"forgeyard.dev/transport/wire/internal/check"
 )
 
 func id(v uint8) wire.MessageTypeId { return wire.TypeID(wire.FamilyAdmin, v) }
@@ -42,9 +40,7 @@ const MaxText = 256
 
 // errInvalid reports a Validate failure. It matches postcard.ErrInvalidValue
 // under errors.Is.
-func errInvalid(what string) error {
-	return fmt.Errorf("admin: %s (%w)", what, postcard.ErrInvalidValue)
-}
+func errInvalid(what string) error { return check.Invalid("admin", what) }
 
 // IsCommand reports whether t is one of the admin commands that AdminAckV1
 // acknowledges (every admin message except AdminAckV1 itself).

@@ -2,9 +2,11 @@ package agent
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
+	"forgeyard.dev/transport/wire/internal/maxsize"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -27,7 +29,7 @@ type CancelAttemptV1 struct {
 
 const nameCancelAttempt = "agent.CancelAttemptV1"
 
-var maxCancelAttemptSize = 2*idSize + variant1 + strMax(MaxMessage)
+var maxCancelAttemptSize = 2*maxsize.ID + maxsize.Enum + maxsize.Bytes(MaxMessage)
 
 // MessageType implements wire.Message.
 func (*CancelAttemptV1) MessageType() wire.MessageTypeId { return MsgCancelAttempt }
@@ -73,7 +75,7 @@ type CancelAckV1 struct {
 
 const nameCancelAck = "agent.CancelAckV1"
 
-var maxCancelAckSize = 2 * idSize
+var maxCancelAckSize = 2 * maxsize.ID
 
 // MessageType implements wire.Message.
 func (*CancelAckV1) MessageType() wire.MessageTypeId { return MsgCancelAck }
@@ -110,12 +112,13 @@ type PhaseChangeV1 struct {
 
 const namePhaseChange = "agent.PhaseChangeV1"
 
-var maxPhaseChangeSize = 2*idSize + variant1 + maxU64
+var maxPhaseChangeSize = 2*maxsize.ID + maxsize.Enum + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*PhaseChangeV1) MessageType() wire.MessageTypeId { return MsgPhaseChange }
 
-// AppendPostcard implements wire.Message.
+// AppendPostcard implements wire.Message. (ActiveAttemptV1 has the same
+// layout but carries log_seq where this carries at_ms: not one type.)
 func (m *PhaseChangeV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Attempt.ULID[:]...)
 	b = append(b, m.Lease.ULID[:]...)
@@ -163,19 +166,12 @@ const (
 // String returns the variant name, or "ExecutionResultKind(n)" for a value this build
 // does not define.
 func (k ExecutionResultKind) String() string {
-	switch k {
-	case ResultSucceeded:
-		return "Succeeded"
-	case ResultFailed:
-		return "Failed"
-	case ResultCancelled:
-		return "Cancelled"
-	case ResultTimedOut:
-		return "TimedOut"
-	case ResultInfraError:
-		return "InfraError"
-	}
-	return "ExecutionResultKind(" + strconv.FormatUint(uint64(k), 10) + ")"
+	return enum.Name(executionResultKindNames[:], k, "ExecutionResultKind")
+}
+
+var executionResultKindNames = [...]string{
+	ResultSucceeded: "Succeeded", ResultFailed: "Failed", ResultCancelled: "Cancelled",
+	ResultTimedOut: "TimedOut", ResultInfraError: "InfraError",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -200,7 +196,7 @@ type ExecutionResultV1 struct {
 	Message  string
 }
 
-var maxExecutionResultSize = variant1 + maxI32 + strMax(MaxMessage)
+var maxExecutionResultSize = maxsize.Enum + maxsize.I32 + maxsize.Bytes(MaxMessage)
 
 // AppendPostcard appends the result enum (discriminant, then the variant's
 // fields). Hosts store results in this encoding (e.g. the authority).
@@ -286,8 +282,8 @@ type AttemptCompletionV1 struct {
 
 const nameAttemptCompletion = "agent.AttemptCompletionV1"
 
-var maxAttemptCompletionSize = 3*idSize + digSize + maxExecutionResultSize +
-	seqMax(MaxOutputs, casMax) + maxU64
+var maxAttemptCompletionSize = 3*maxsize.ID + maxsize.Digest + maxExecutionResultSize +
+	maxsize.Seq(MaxOutputs, maxsize.Ref) + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*AttemptCompletionV1) MessageType() wire.MessageTypeId { return MsgAttemptCompletion }
@@ -299,10 +295,7 @@ func (m *AttemptCompletionV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Lease.ULID[:]...)
 	b = append(b, m.Spec.Digest[:]...)
 	b = m.Result.AppendPostcard(b)
-	b = postcard.AppendLen(b, len(m.Outputs))
-	for i := range m.Outputs {
-		b = m.Outputs[i].AppendPostcard(b)
-	}
+	b = seq.Append(b, m.Outputs, (*wire.CasObjectRef).AppendPostcard)
 	return postcard.AppendU64(b, m.LogLastSeq)
 }
 
@@ -314,15 +307,8 @@ func (m *AttemptCompletionV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Lease.ULID)
 	wire.ReadDigest(d, &m.Spec.Digest)
 	m.Result.DecodePostcard(d)
-	n := d.Len(MaxOutputs)
-	m.Outputs = postcard.Resize(m.Outputs, d.SeqCap(n, wire.CasObjectRefMinSize))
-	for i := range m.Outputs {
-		m.Outputs[i].DecodePostcard(d)
-	}
-	if len(m.Outputs) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next wire.CasObjectRef
-		next.DecodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for r := range seq.Decode(d, &m.Outputs, MaxOutputs, wire.CasObjectRefMinSize) {
+		r.DecodePostcard(d)
 	}
 	m.LogLastSeq = d.U64()
 }
@@ -370,7 +356,7 @@ type CompletionAckV1 struct {
 
 const nameCompletionAck = "agent.CompletionAckV1"
 
-var maxCompletionAckSize = 2*idSize + variant1 + strMax(MaxMessage)
+var maxCompletionAckSize = 2*maxsize.ID + maxsize.Enum + maxsize.Bytes(MaxMessage)
 
 // MessageType implements wire.Message.
 func (*CompletionAckV1) MessageType() wire.MessageTypeId { return MsgCompletionAck }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -34,9 +35,9 @@ type RunnerCapabilitiesV1 struct {
 	Tools       []string
 }
 
-var maxCapabilitiesSize = strMax(MaxOSName) + strMax(MaxArchName) +
-	seqMax(MaxLabels, strMax(MaxLabel)) + maxU16 + maxU32 + maxU64 + maxU64 +
-	seqMax(MaxTools, strMax(MaxTool))
+var maxCapabilitiesSize = maxsize.Bytes(MaxOSName) + maxsize.Bytes(MaxArchName) +
+	maxsize.Seq(MaxLabels, maxsize.Bytes(MaxLabel)) + maxsize.U16 + maxsize.U32 + maxsize.U64 + maxsize.U64 +
+	maxsize.Seq(MaxTools, maxsize.Bytes(MaxTool))
 
 // AppendPostcard appends c.
 func (c *RunnerCapabilitiesV1) AppendPostcard(b []byte) []byte {
@@ -97,7 +98,7 @@ type CapabilityUpdateV1 struct {
 
 const nameCapabilityUpdate = "agent.CapabilityUpdateV1"
 
-var maxCapabilityUpdateSize = digSize + maxCapabilitiesSize
+var maxCapabilityUpdateSize = maxsize.Digest + maxCapabilitiesSize
 
 // MessageType implements wire.Message.
 func (*CapabilityUpdateV1) MessageType() wire.MessageTypeId { return MsgCapabilityUpdate }

@@ -6,6 +6,8 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -55,32 +57,15 @@ const (
 	MaxCertDER            = 8192     // one DER certificate in RegisterAgentV1.cert_chain
 )
 
-// Encoded-size building blocks (Postcard varints of each width).
+// Encoded-size building blocks of this family beyond wire/internal/maxsize
+// (every discriminant of this family is below 128, so maxsize.Enum holds).
 const (
-	maxU16   = 3
-	maxU32   = 5
-	maxU64   = 10
-	maxI32   = 5
-	idSize   = 16
-	digSize  = 32
-	variant1 = 1 // every discriminant of this family is below 128
-	casMax   = variant1 + digSize + maxU64
-	rangeMax = 4 * maxU16
-	verMax   = 2 * maxU16
+	rangeMax = 4 * maxsize.U16
+	verMax   = 2 * maxsize.U16
 	// A FeatureSet may list up to wire.MaxFeatures u16 values on the wire
 	// (a newer peer may send numbers this build drops).
-	featuresMax = 1 + wire.MaxFeatures*maxU16
+	featuresMax = 1 + wire.MaxFeatures*maxsize.U16
 )
-
-// lenMax is the encoded size of a length prefix for a length up to n.
-func lenMax(n int) int { return postcard.UvarintLen(uint64(n)) }
-
-// strMax is the largest encoding of a string or byte string of at most n bytes.
-func strMax(n int) int { return lenMax(n) + n }
-
-// seqMax is the largest encoding of a sequence of at most n elements of at
-// most elem bytes each.
-func seqMax(n, elem int) int { return lenMax(n) + n*elem }
 
 // ValidationError reports a message that breaks a rule its encoding cannot
 // express: a zero identifier, an unknown enum value, an out-of-range number,
@@ -168,6 +153,18 @@ func checkStrings(msg, field string, ss []string, maxN, maxLen int) error {
 	return nil
 }
 
+// checkCerts validates each DER certificate of a cert_chain: non-empty and
+// at most MaxCertDER bytes. (The chain's own length bound is the caller's:
+// the messages word it differently.)
+func checkCerts(msg string, chain [][]byte) error {
+	for _, c := range chain {
+		if len(c) == 0 || len(c) > MaxCertDER {
+			return invalid(msg, "cert_chain", "certificate empty or longer than its bound")
+		}
+	}
+	return nil
+}
+
 // checkCas validates a CAS reference: a known algorithm and a non-zero
 // digest (the empty object has a non-zero digest too).
 func checkCas(msg, field string, r *wire.CasObjectRef) error {
@@ -194,24 +191,14 @@ var truncateText = wire.TruncateUTF8
 
 // appendStrings appends a Vec<String>.
 func appendStrings(b []byte, ss []string) []byte {
-	b = postcard.AppendLen(b, len(ss))
-	for _, s := range ss {
-		b = postcard.AppendString(b, s)
-	}
-	return b
+	return seq.Append(b, ss, func(s *string, b []byte) []byte { return postcard.AppendString(b, *s) })
 }
 
 // readStrings reads a Vec<String> of at most maxN strings of at most maxLen
 // bytes, reusing the capacity of dst.
 func readStrings(d *postcard.Decoder, dst []string, maxN, maxLen int) []string {
-	n := d.Len(maxN)
-	dst = postcard.Resize(dst, d.SeqCap(n, 1))
-	for i := range dst {
-		dst[i] = d.String(maxLen)
-	}
-	if len(dst) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		_ = d.String(maxLen)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for s := range seq.Decode(d, &dst, maxN, 1) {
+		*s = d.String(maxLen)
 	}
 	return dst
 }

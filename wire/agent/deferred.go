@@ -2,6 +2,7 @@ package agent
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -45,7 +46,7 @@ type RegistrationDeferredV1 struct {
 const nameRegistrationDeferred = "agent.RegistrationDeferredV1"
 
 // retry_after_ms ≤ MaxRetryAfterMs (600000 < 2²¹) takes at most 3 varint bytes.
-var maxRegistrationDeferredSize = maxU16 + 3 + strMax(MaxRejectMessage)
+var maxRegistrationDeferredSize = maxsize.U16 + 3 + maxsize.Bytes(MaxRejectMessage)
 
 // MessageType implements wire.Message.
 func (*RegistrationDeferredV1) MessageType() wire.MessageTypeId { return MsgRegistrationDeferred }

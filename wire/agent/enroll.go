@@ -2,6 +2,8 @@ package agent
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -42,7 +44,7 @@ type CertificateRequestV1 struct {
 
 const nameCertificateRequest = "agent.CertificateRequestV1"
 
-var maxCertificateRequestSize = strMax(MaxEnrollToken) + strMax(MaxCSR)
+var maxCertificateRequestSize = maxsize.Bytes(MaxEnrollToken) + maxsize.Bytes(MaxCSR)
 
 // MessageType implements wire.Message.
 func (*CertificateRequestV1) MessageType() wire.MessageTypeId { return MsgCertificateRequest }
@@ -105,7 +107,7 @@ type CertificateIssuedV1 struct {
 
 const nameCertificateIssued = "agent.CertificateIssuedV1"
 
-var maxCertificateIssuedSize = idSize + lenMax(MaxCertChain) + MaxCertChain*strMax(MaxCertDER) + maxU64
+var maxCertificateIssuedSize = maxsize.ID + maxsize.Seq(MaxCertChain, maxsize.Bytes(MaxCertDER)) + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*CertificateIssuedV1) MessageType() wire.MessageTypeId { return MsgCertificateIssued }
@@ -113,25 +115,14 @@ func (*CertificateIssuedV1) MessageType() wire.MessageTypeId { return MsgCertifi
 // AppendPostcard implements wire.Message.
 func (m *CertificateIssuedV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Runner.ULID[:]...)
-	b = postcard.AppendLen(b, len(m.CertChain))
-	for _, c := range m.CertChain {
-		b = postcard.AppendBytes(b, c)
-	}
+	b = seq.AppendBytes(b, m.CertChain)
 	return postcard.AppendU64(b, m.NotAfterMs)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *CertificateIssuedV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Runner.ULID)
-	n := d.Len(MaxCertChain)
-	m.CertChain = postcard.Resize([][]byte(nil), d.SeqCap(n, 1))
-	for i := range m.CertChain {
-		m.CertChain[i] = d.Bytes(MaxCertDER)
-	}
-	if len(m.CertChain) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		_ = d.Bytes(MaxCertDER)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
-	}
+	m.CertChain = seq.DecodeBytes(d, MaxCertChain, MaxCertDER)
 	m.NotAfterMs = d.U64()
 }
 
@@ -147,10 +138,8 @@ func (m *CertificateIssuedV1) Validate() error {
 	if len(m.CertChain) > MaxCertChain {
 		return invalid(n, "cert_chain", "more elements than its bound")
 	}
-	for _, c := range m.CertChain {
-		if len(c) == 0 || len(c) > MaxCertDER {
-			return invalid(n, "cert_chain", "certificate empty or longer than its bound")
-		}
+	if err := checkCerts(n, m.CertChain); err != nil {
+		return err
 	}
 	if m.NotAfterMs == 0 {
 		return invalid(n, "not_after_ms", "zero")

@@ -2,7 +2,8 @@ package agent
 
 import (
 	"log/slog"
-	"strconv"
+
+	"forgeyard.dev/transport/wire/internal/enum"
 )
 
 // Unit-only enums of the agent family. Each is a Postcard enum: a u32 varint
@@ -29,18 +30,11 @@ func (r PeerRole) Valid() bool { return r < numPeerRoles }
 
 // String returns the variant name, or "PeerRole(n)" for a value this build
 // does not define.
-func (r PeerRole) String() string {
-	switch r {
-	case RoleAgent:
-		return "Agent"
-	case RoleDeviceAgent:
-		return "DeviceAgent"
-	case RoleSigningWorker:
-		return "SigningWorker"
-	case RoleInternalWorker:
-		return "InternalWorker"
-	}
-	return "PeerRole(" + strconv.FormatUint(uint64(r), 10) + ")"
+func (r PeerRole) String() string { return enum.Name(peerRoleNames[:], r, "PeerRole") }
+
+var peerRoleNames = [...]string{
+	RoleAgent: "Agent", RoleDeviceAgent: "DeviceAgent", RoleSigningWorker: "SigningWorker",
+	RoleInternalWorker: "InternalWorker",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -72,23 +66,13 @@ func (r LeaseRejectReason) Valid() bool { return r < numLeaseRejectReasons }
 // String returns the variant name, or "LeaseRejectReason(n)" for a value this build
 // does not define.
 func (r LeaseRejectReason) String() string {
-	switch r {
-	case RejectAtCapacity:
-		return "AtCapacity"
-	case RejectUnsupportedSpec:
-		return "UnsupportedSpec"
-	case RejectSpecUnavailable:
-		return "SpecUnavailable"
-	case RejectDraining:
-		return "Draining"
-	case RejectDuplicateAttempt:
-		return "DuplicateAttempt"
-	case RejectExpired:
-		return "Expired"
-	case RejectOther:
-		return "Other"
-	}
-	return "LeaseRejectReason(" + strconv.FormatUint(uint64(r), 10) + ")"
+	return enum.Name(leaseRejectReasonNames[:], r, "LeaseRejectReason")
+}
+
+var leaseRejectReasonNames = [...]string{
+	RejectAtCapacity: "AtCapacity", RejectUnsupportedSpec: "UnsupportedSpec",
+	RejectSpecUnavailable: "SpecUnavailable", RejectDraining: "Draining",
+	RejectDuplicateAttempt: "DuplicateAttempt", RejectExpired: "Expired", RejectOther: "Other",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -117,23 +101,14 @@ func (r CancellationReason) Valid() bool { return r < numCancellationReasons }
 // String returns the variant name, or "CancellationReason(n)" for a value this build
 // does not define.
 func (r CancellationReason) String() string {
-	switch r {
-	case CancelUserRequested:
-		return "UserRequested"
-	case CancelSuperseded:
-		return "Superseded"
-	case CancelTimeout:
-		return "Timeout"
-	case CancelLeaseRevoked:
-		return "LeaseRevoked"
-	case CancelRunnerDraining:
-		return "RunnerDraining"
-	case CancelPolicyViolation:
-		return "PolicyViolation"
-	case CancelOther:
-		return "Other"
-	}
-	return "CancellationReason(" + strconv.FormatUint(uint64(r), 10) + ")"
+	return enum.Name(cancellationReasonNames[:], r, "CancellationReason")
+}
+
+var cancellationReasonNames = [...]string{
+	CancelUserRequested: "UserRequested", CancelSuperseded: "Superseded",
+	CancelTimeout: "Timeout", CancelLeaseRevoked: "LeaseRevoked",
+	CancelRunnerDraining: "RunnerDraining", CancelPolicyViolation: "PolicyViolation",
+	CancelOther: "Other",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -159,17 +134,12 @@ func (k CompletionAckKind) Valid() bool { return k < numCompletionAckKinds }
 // String returns the variant name, or "CompletionAckKind(n)" for a value this build
 // does not define.
 func (k CompletionAckKind) String() string {
-	switch k {
-	case AckAccepted:
-		return "Accepted"
-	case AckDuplicateAccepted:
-		return "DuplicateAccepted"
-	case AckStaleRejected:
-		return "StaleRejected"
-	case AckInvalidRejected:
-		return "InvalidRejected"
-	}
-	return "CompletionAckKind(" + strconv.FormatUint(uint64(k), 10) + ")"
+	return enum.Name(completionAckKindNames[:], k, "CompletionAckKind")
+}
+
+var completionAckKindNames = [...]string{
+	AckAccepted: "Accepted", AckDuplicateAccepted: "DuplicateAccepted",
+	AckStaleRejected: "StaleRejected", AckInvalidRejected: "InvalidRejected",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers

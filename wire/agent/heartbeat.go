@@ -2,9 +2,10 @@ package agent
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -25,16 +26,11 @@ const (
 
 // String returns the variant name, or "AttemptPhase(n)" for a value this build
 // does not define.
-func (p AttemptPhase) String() string {
-	switch p {
-	case PhasePreparing:
-		return "Preparing"
-	case PhaseRunning:
-		return "Running"
-	case PhaseUploadingOutputs:
-		return "UploadingOutputs"
-	}
-	return "AttemptPhase(" + strconv.FormatUint(uint64(p), 10) + ")"
+func (p AttemptPhase) String() string { return enum.Name(attemptPhaseNames[:], p, "AttemptPhase") }
+
+var attemptPhaseNames = [...]string{
+	PhasePreparing: "Preparing", PhaseRunning: "Running",
+	PhaseUploadingOutputs: "UploadingOutputs",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -104,10 +100,7 @@ func (m *HeartbeatV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Runner.ULID[:]...)
 	b = append(b, m.Session.ULID[:]...)
 	b = postcard.AppendU64(b, m.Seq)
-	b = postcard.AppendLen(b, len(m.ActiveAttempts))
-	for i := range m.ActiveAttempts {
-		b = m.ActiveAttempts[i].appendPostcard(b)
-	}
+	b = seq.Append(b, m.ActiveAttempts, (*ActiveAttemptV1).appendPostcard)
 	b = append(b, m.CapabilityDigest.Digest[:]...)
 	b = postcard.AppendU32(b, m.Resources.CPUMillis)
 	b = postcard.AppendU64(b, m.Resources.MemBytes)
@@ -121,15 +114,8 @@ func (m *HeartbeatV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Runner.ULID)
 	wire.ReadULID(d, &m.Session.ULID)
 	m.Seq = d.U64()
-	n := d.Len(MaxActiveAttempts)
-	m.ActiveAttempts = postcard.Resize(m.ActiveAttempts, d.SeqCap(n, activeAttemptMinSize))
-	for i := range m.ActiveAttempts {
-		m.ActiveAttempts[i].decodePostcard(d)
-	}
-	if len(m.ActiveAttempts) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next ActiveAttemptV1
-		next.decodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for a := range seq.Decode(d, &m.ActiveAttempts, MaxActiveAttempts, activeAttemptMinSize) {
+		a.decodePostcard(d)
 	}
 	wire.ReadDigest(d, &m.CapabilityDigest.Digest)
 	m.Resources.CPUMillis = d.U32()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -30,7 +31,7 @@ type TransportHelloV1 struct {
 
 const nameTransportHello = "agent.TransportHelloV1"
 
-var maxTransportHelloSize = variant1 + rangeMax + featuresMax + 1 + idSize + strMax(MaxAgentVersion)
+var maxTransportHelloSize = maxsize.Enum + rangeMax + featuresMax + 1 + maxsize.ID + maxsize.Bytes(MaxAgentVersion)
 
 // MessageType implements wire.Message.
 func (*TransportHelloV1) MessageType() wire.MessageTypeId { return MsgTransportHello }
@@ -106,7 +107,7 @@ type HelloAckV1 struct {
 
 const nameHelloAck = "agent.HelloAckV1"
 
-var maxHelloAckSize = verMax + rangeMax + featuresMax + idSize + maxU64 + ChallengeSize
+var maxHelloAckSize = verMax + rangeMax + featuresMax + maxsize.ID + maxsize.U64 + ChallengeSize
 
 // MessageType implements wire.Message.
 func (*HelloAckV1) MessageType() wire.MessageTypeId { return MsgHelloAck }

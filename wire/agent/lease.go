@@ -2,9 +2,10 @@ package agent
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -41,7 +42,8 @@ type LeaseOfferV1 struct {
 
 const nameLeaseOffer = "agent.LeaseOfferV1"
 
-var maxLeaseOfferSize = 3*idSize + digSize + maxU64 + maxU32 + casMax + idSize + maxU64
+var maxLeaseOfferSize = 3*maxsize.ID + maxsize.Digest + maxsize.U64 + maxsize.U32 + maxsize.Ref +
+	maxsize.ID + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*LeaseOfferV1) MessageType() wire.MessageTypeId { return MsgLeaseOffer }
@@ -106,7 +108,7 @@ type LeaseAcceptedV1 struct {
 
 const nameLeaseAccepted = "agent.LeaseAcceptedV1"
 
-var maxLeaseAcceptedSize = 3 * idSize
+var maxLeaseAcceptedSize = 3 * maxsize.ID
 
 // MessageType implements wire.Message.
 func (*LeaseAcceptedV1) MessageType() wire.MessageTypeId { return MsgLeaseAccepted }
@@ -149,7 +151,7 @@ type LeaseRejectedV1 struct {
 
 const nameLeaseRejected = "agent.LeaseRejectedV1"
 
-var maxLeaseRejectedSize = 2*idSize + variant1 + strMax(MaxMessage)
+var maxLeaseRejectedSize = 2*maxsize.ID + maxsize.Enum + maxsize.Bytes(MaxMessage)
 
 // MessageType implements wire.Message.
 func (*LeaseRejectedV1) MessageType() wire.MessageTypeId { return MsgLeaseRejected }
@@ -196,7 +198,7 @@ type LeaseRenewV1 struct {
 
 const nameLeaseRenew = "agent.LeaseRenewV1"
 
-var maxLeaseRenewSize = 2*idSize + variant1
+var maxLeaseRenewSize = 2*maxsize.ID + maxsize.Enum
 
 // MessageType implements wire.Message.
 func (*LeaseRenewV1) MessageType() wire.MessageTypeId { return MsgLeaseRenew }
@@ -241,15 +243,11 @@ const (
 // String returns the variant name, or "RenewOutcomeKind(n)" for a value this build
 // does not define.
 func (k RenewOutcomeKind) String() string {
-	switch k {
-	case RenewExtended:
-		return "Extended"
-	case RenewRevoked:
-		return "Revoked"
-	case RenewUnknown:
-		return "Unknown"
-	}
-	return "RenewOutcomeKind(" + strconv.FormatUint(uint64(k), 10) + ")"
+	return enum.Name(renewOutcomeKindNames[:], k, "RenewOutcomeKind")
+}
+
+var renewOutcomeKindNames = [...]string{
+	RenewExtended: "Extended", RenewRevoked: "Revoked", RenewUnknown: "Unknown",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -274,55 +272,22 @@ type RenewOutcomeV1 struct {
 	Reason      CancellationReason // Revoked
 }
 
-const maxRenewOutcomeSize = variant1 + maxU64 + maxU32
+const maxRenewOutcomeSize = maxsize.Enum + maxsize.U64 + maxsize.U32
+
+// The layout is ResyncDecisionV1's too (verdict.go).
 
 func (o *RenewOutcomeV1) appendPostcard(b []byte) []byte {
-	b = postcard.AppendVariant(b, uint32(o.Kind))
-	switch o.Kind {
-	case RenewExtended:
-		b = postcard.AppendU64(b, o.ExpiresAtMs)
-		b = postcard.AppendU32(b, o.TTLMs)
-	case RenewRevoked:
-		b = postcard.AppendVariant(b, uint32(o.Reason))
-	}
-	return b
+	return appendVerdict(b, uint32(o.Kind), o.ExpiresAtMs, o.TTLMs, o.Reason)
 }
 
 func (o *RenewOutcomeV1) decodePostcard(d *postcard.Decoder) {
-	*o = RenewOutcomeV1{Kind: RenewOutcomeKind(d.Variant(numRenewOutcomes))}
-	switch o.Kind {
-	case RenewExtended:
-		o.ExpiresAtMs = d.U64()
-		o.TTLMs = d.U32()
-	case RenewRevoked:
-		o.Reason = CancellationReason(d.Variant(numCancellationReasons))
-	}
+	k, expiresAtMs, ttlMs, reason := decodeVerdict(d)
+	*o = RenewOutcomeV1{Kind: RenewOutcomeKind(k), ExpiresAtMs: expiresAtMs, TTLMs: ttlMs, Reason: reason}
 }
 
 func (o *RenewOutcomeV1) validate(msg string) error {
-	switch o.Kind {
-	case RenewExtended:
-		if o.ExpiresAtMs == 0 || o.TTLMs == 0 {
-			return invalid(msg, "outcome", "Extended with zero expires_at_ms or ttl_ms")
-		}
-		if o.Reason != 0 {
-			return invalid(msg, "outcome", "field set that its variant does not carry")
-		}
-	case RenewRevoked:
-		if !o.Reason.Valid() {
-			return invalid(msg, "outcome", "unknown cancellation reason")
-		}
-		if o.ExpiresAtMs != 0 || o.TTLMs != 0 {
-			return invalid(msg, "outcome", "field set that its variant does not carry")
-		}
-	case RenewUnknown:
-		if *o != (RenewOutcomeV1{Kind: RenewUnknown}) {
-			return invalid(msg, "outcome", "field set that its variant does not carry")
-		}
-	default:
-		return invalid(msg, "outcome", "unknown variant")
-	}
-	return nil
+	return checkVerdict(msg, "outcome", "Extended with zero expires_at_ms or ttl_ms",
+		uint32(o.Kind), o.ExpiresAtMs, o.TTLMs, o.Reason)
 }
 
 // LeaseRenewAckV1 answers a LeaseRenewV1 (§71).
@@ -338,7 +303,7 @@ type LeaseRenewAckV1 struct {
 
 const nameLeaseRenewAck = "agent.LeaseRenewAckV1"
 
-var maxLeaseRenewAckSize = 2*idSize + maxRenewOutcomeSize
+var maxLeaseRenewAckSize = 2*maxsize.ID + maxRenewOutcomeSize
 
 // MessageType implements wire.Message.
 func (*LeaseRenewAckV1) MessageType() wire.MessageTypeId { return MsgLeaseRenewAck }
@@ -381,7 +346,7 @@ type LeaseProbeV1 struct {
 
 const nameLeaseProbe = "agent.LeaseProbeV1"
 
-var maxLeaseProbeSize = 2*idSize + maxU64
+var maxLeaseProbeSize = 2*maxsize.ID + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*LeaseProbeV1) MessageType() wire.MessageTypeId { return MsgLeaseProbe }

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -45,8 +47,8 @@ type RegisterAgentV1 struct {
 
 const nameRegisterAgent = "agent.RegisterAgentV1"
 
-var maxRegisterAgentSize = 2*idSize + strMax(MaxAgentVersion) + maxCapabilitiesSize + digSize +
-	strMax(MaxKeyProof) + 1 + maxU64 + lenMax(MaxCertChain) + MaxCertChain*strMax(MaxCertDER)
+var maxRegisterAgentSize = 2*maxsize.ID + maxsize.Bytes(MaxAgentVersion) + maxCapabilitiesSize + maxsize.Digest +
+	maxsize.Bytes(MaxKeyProof) + 1 + maxsize.U64 + maxsize.Seq(MaxCertChain, maxsize.Bytes(MaxCertDER))
 
 // MessageType implements wire.Message.
 func (*RegisterAgentV1) MessageType() wire.MessageTypeId { return MsgRegisterAgent }
@@ -63,11 +65,7 @@ func (m *RegisterAgentV1) AppendPostcard(b []byte) []byte {
 	if m.HasResumeEpoch {
 		b = postcard.AppendU64(b, m.ResumeEpoch)
 	}
-	b = postcard.AppendLen(b, len(m.CertChain))
-	for _, c := range m.CertChain {
-		b = postcard.AppendBytes(b, c)
-	}
-	return b
+	return seq.AppendBytes(b, m.CertChain)
 }
 
 // DecodePostcard implements wire.Message. KeyProof is copied out of the input
@@ -84,15 +82,7 @@ func (m *RegisterAgentV1) DecodePostcard(d *postcard.Decoder) {
 	if m.HasResumeEpoch {
 		m.ResumeEpoch = d.U64()
 	}
-	n := d.Len(MaxCertChain)
-	m.CertChain = postcard.Resize([][]byte(nil), d.SeqCap(n, 1))
-	for i := range m.CertChain {
-		m.CertChain[i] = d.Bytes(MaxCertDER)
-	}
-	if len(m.CertChain) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		_ = d.Bytes(MaxCertDER)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
-	}
+	m.CertChain = seq.DecodeBytes(d, MaxCertChain, MaxCertDER)
 }
 
 // Validate implements wire.Message.
@@ -125,12 +115,7 @@ func (m *RegisterAgentV1) Validate() error {
 	if len(m.CertChain) > MaxCertChain {
 		return invalid(n, "cert_chain", "more certificates than its bound")
 	}
-	for _, c := range m.CertChain {
-		if len(c) == 0 || len(c) > MaxCertDER {
-			return invalid(n, "cert_chain", "certificate empty or longer than its bound")
-		}
-	}
-	return nil
+	return checkCerts(n, m.CertChain)
 }
 
 // RegistrationAcceptedV1 activates the control session (§57). Epoch is the
@@ -167,8 +152,9 @@ type RegistrationAcceptedV1 struct {
 
 const nameRegistrationAccepted = "agent.RegistrationAcceptedV1"
 
-var maxRegistrationAcceptedSize = idSize + maxU64 + idSize + 3*maxU32 +
-	seqMax(MaxAlternateEndpoints, strMax(MaxEndpoint)) + seqMax(MaxFallbackStagger, maxU32) + maxU64
+var maxRegistrationAcceptedSize = maxsize.ID + maxsize.U64 + maxsize.ID + 3*maxsize.U32 +
+	maxsize.Seq(MaxAlternateEndpoints, maxsize.Bytes(MaxEndpoint)) + maxsize.Seq(MaxFallbackStagger, maxsize.U32) +
+	maxsize.U64
 
 // MessageType implements wire.Message.
 func (*RegistrationAcceptedV1) MessageType() wire.MessageTypeId { return MsgRegistrationAccepted }
@@ -182,10 +168,7 @@ func (m *RegistrationAcceptedV1) AppendPostcard(b []byte) []byte {
 	b = postcard.AppendU32(b, m.LeaseRenewIntervalMs)
 	b = postcard.AppendU32(b, m.MaxBackoffMs)
 	b = appendStrings(b, m.AlternateEndpoints)
-	b = postcard.AppendLen(b, len(m.FallbackStaggerMs))
-	for _, v := range m.FallbackStaggerMs {
-		b = postcard.AppendU32(b, v)
-	}
+	b = seq.Append(b, m.FallbackStaggerMs, func(v *uint32, b []byte) []byte { return postcard.AppendU32(b, *v) })
 	return postcard.AppendU64(b, m.ServerTimeMs)
 }
 
@@ -198,14 +181,8 @@ func (m *RegistrationAcceptedV1) DecodePostcard(d *postcard.Decoder) {
 	m.LeaseRenewIntervalMs = d.U32()
 	m.MaxBackoffMs = d.U32()
 	m.AlternateEndpoints = readStrings(d, m.AlternateEndpoints, MaxAlternateEndpoints, MaxEndpoint)
-	n := d.Len(MaxFallbackStagger)
-	m.FallbackStaggerMs = postcard.Resize(m.FallbackStaggerMs, d.SeqCap(n, 1))
-	for i := range m.FallbackStaggerMs {
-		m.FallbackStaggerMs[i] = d.U32()
-	}
-	if len(m.FallbackStaggerMs) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		_ = d.U32()
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for v := range seq.Decode(d, &m.FallbackStaggerMs, MaxFallbackStagger, 1) {
+		*v = d.U32()
 	}
 	m.ServerTimeMs = d.U64()
 }
@@ -262,7 +239,7 @@ const nameRegistrationRejected = "agent.RegistrationRejectedV1"
 // numRetryClasses mirrors wire's count of RetryClass values (RetryUnsupported+1).
 const numRetryClasses = uint32(wire.RetryUnsupported) + 1
 
-var maxRegistrationRejectedSize = maxU16 + variant1 + strMax(MaxRejectMessage) + 1 + rangeMax
+var maxRegistrationRejectedSize = maxsize.U16 + maxsize.Enum + maxsize.Bytes(MaxRejectMessage) + 1 + rangeMax
 
 // MessageType implements wire.Message.
 func (*RegistrationRejectedV1) MessageType() wire.MessageTypeId { return MsgRegistrationRejected }

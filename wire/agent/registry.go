@@ -1,9 +1,13 @@
 package agent
 
-import "forgeyard.dev/transport/wire"
+import (
+	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
+)
 
-var maxHeartbeatSize = 2*idSize + maxU64 + seqMax(MaxActiveAttempts, 2*idSize+variant1+maxU64) +
-	digSize + maxU32 + 2*maxU64 + maxU16
+var maxHeartbeatSize = 2*maxsize.ID + maxsize.U64 +
+	maxsize.Seq(MaxActiveAttempts, 2*maxsize.ID+maxsize.Enum+maxsize.U64) + maxsize.Digest +
+	maxsize.U32 + 2*maxsize.U64 + maxsize.U16
 
 // Messages lists every V1 message of the agent family, for wire.NewRegistry.
 // MaxSize is the largest canonical encoding of the message body that the

@@ -2,9 +2,11 @@ package agent
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
+	"forgeyard.dev/transport/wire/internal/maxsize"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -31,8 +33,8 @@ type ActiveAttemptResyncV1 struct {
 }
 
 const (
-	activeAttemptResyncMinSize = idSize + idSize + 1 + 1 + 1 + 1
-	activeAttemptResyncMaxSize = 2*idSize + maxU64 + variant1 + maxU64 + 1 + idSize
+	activeAttemptResyncMinSize = maxsize.ID + maxsize.ID + 1 + 1 + 1 + 1
+	activeAttemptResyncMaxSize = 2*maxsize.ID + maxsize.U64 + maxsize.Enum + maxsize.U64 + 1 + maxsize.ID
 )
 
 func (a *ActiveAttemptResyncV1) appendPostcard(b []byte) []byte {
@@ -102,8 +104,8 @@ type AgentResyncV1 struct {
 
 const nameAgentResync = "agent.AgentResyncV1"
 
-var maxAgentResyncSize = idSize + maxU64 + seqMax(MaxActiveAttempts, activeAttemptResyncMaxSize) +
-	digSize + maxU64
+var maxAgentResyncSize = maxsize.ID + maxsize.U64 + maxsize.Seq(MaxActiveAttempts, activeAttemptResyncMaxSize) +
+	maxsize.Digest + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*AgentResyncV1) MessageType() wire.MessageTypeId { return MsgAgentResync }
@@ -112,10 +114,7 @@ func (*AgentResyncV1) MessageType() wire.MessageTypeId { return MsgAgentResync }
 func (m *AgentResyncV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Session.ULID[:]...)
 	b = postcard.AppendU64(b, m.Epoch)
-	b = postcard.AppendLen(b, len(m.ActiveAttempts))
-	for i := range m.ActiveAttempts {
-		b = m.ActiveAttempts[i].appendPostcard(b)
-	}
+	b = seq.Append(b, m.ActiveAttempts, (*ActiveAttemptResyncV1).appendPostcard)
 	b = append(b, m.CapabilityDigest.Digest[:]...)
 	return postcard.AppendU64(b, m.LastEventSeq)
 }
@@ -125,15 +124,8 @@ func (m *AgentResyncV1) AppendPostcard(b []byte) []byte {
 func (m *AgentResyncV1) DecodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &m.Session.ULID)
 	m.Epoch = d.U64()
-	n := d.Len(MaxActiveAttempts)
-	m.ActiveAttempts = postcard.Resize(m.ActiveAttempts, d.SeqCap(n, activeAttemptResyncMinSize))
-	for i := range m.ActiveAttempts {
-		m.ActiveAttempts[i].decodePostcard(d)
-	}
-	if len(m.ActiveAttempts) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next ActiveAttemptResyncV1
-		next.decodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for a := range seq.Decode(d, &m.ActiveAttempts, MaxActiveAttempts, activeAttemptResyncMinSize) {
+		a.decodePostcard(d)
 	}
 	wire.ReadDigest(d, &m.CapabilityDigest.Digest)
 	m.LastEventSeq = d.U64()
@@ -183,15 +175,11 @@ const (
 // String returns the variant name, or "ResyncDecisionKind(n)" for a value this build
 // does not define.
 func (k ResyncDecisionKind) String() string {
-	switch k {
-	case DecisionContinue:
-		return "Continue"
-	case DecisionCancel:
-		return "Cancel"
-	case DecisionStale:
-		return "Stale"
-	}
-	return "ResyncDecisionKind(" + strconv.FormatUint(uint64(k), 10) + ")"
+	return enum.Name(resyncDecisionKindNames[:], k, "ResyncDecisionKind")
+}
+
+var resyncDecisionKindNames = [...]string{
+	DecisionContinue: "Continue", DecisionCancel: "Cancel", DecisionStale: "Stale",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -216,54 +204,20 @@ type ResyncDecisionV1 struct {
 	Reason      CancellationReason // Cancel
 }
 
+// The layout is RenewOutcomeV1's too (verdict.go).
+
 func (r *ResyncDecisionV1) appendPostcard(b []byte) []byte {
-	b = postcard.AppendVariant(b, uint32(r.Kind))
-	switch r.Kind {
-	case DecisionContinue:
-		b = postcard.AppendU64(b, r.ExpiresAtMs)
-		b = postcard.AppendU32(b, r.TTLMs)
-	case DecisionCancel:
-		b = postcard.AppendVariant(b, uint32(r.Reason))
-	}
-	return b
+	return appendVerdict(b, uint32(r.Kind), r.ExpiresAtMs, r.TTLMs, r.Reason)
 }
 
 func (r *ResyncDecisionV1) decodePostcard(d *postcard.Decoder) {
-	*r = ResyncDecisionV1{Kind: ResyncDecisionKind(d.Variant(numResyncDecisions))}
-	switch r.Kind {
-	case DecisionContinue:
-		r.ExpiresAtMs = d.U64()
-		r.TTLMs = d.U32()
-	case DecisionCancel:
-		r.Reason = CancellationReason(d.Variant(numCancellationReasons))
-	}
+	k, expiresAtMs, ttlMs, reason := decodeVerdict(d)
+	*r = ResyncDecisionV1{Kind: ResyncDecisionKind(k), ExpiresAtMs: expiresAtMs, TTLMs: ttlMs, Reason: reason}
 }
 
 func (r *ResyncDecisionV1) validate(msg string) error {
-	const f = "results.decision"
-	switch r.Kind {
-	case DecisionContinue:
-		if r.ExpiresAtMs == 0 || r.TTLMs == 0 {
-			return invalid(msg, f, "Continue with zero expires_at_ms or ttl_ms")
-		}
-		if r.Reason != 0 {
-			return invalid(msg, f, "field set that its variant does not carry")
-		}
-	case DecisionCancel:
-		if !r.Reason.Valid() {
-			return invalid(msg, f, "unknown cancellation reason")
-		}
-		if r.ExpiresAtMs != 0 || r.TTLMs != 0 {
-			return invalid(msg, f, "field set that its variant does not carry")
-		}
-	case DecisionStale:
-		if *r != (ResyncDecisionV1{Kind: DecisionStale}) {
-			return invalid(msg, f, "field set that its variant does not carry")
-		}
-	default:
-		return invalid(msg, f, "unknown variant")
-	}
-	return nil
+	return checkVerdict(msg, "results.decision", "Continue with zero expires_at_ms or ttl_ms",
+		uint32(r.Kind), r.ExpiresAtMs, r.TTLMs, r.Reason)
 }
 
 // ResyncResultV1 is the decision for one attempt of an AgentResyncV1:
@@ -276,9 +230,15 @@ type ResyncResultV1 struct {
 }
 
 const (
-	resyncResultMinSize = 2*idSize + 1
-	resyncResultMaxSize = 2*idSize + variant1 + maxU64 + maxU32
+	resyncResultMinSize = 2*maxsize.ID + 1
+	resyncResultMaxSize = 2*maxsize.ID + maxsize.Enum + maxsize.U64 + maxsize.U32
 )
+
+func (r *ResyncResultV1) appendPostcard(b []byte) []byte {
+	b = append(b, r.Attempt.ULID[:]...)
+	b = append(b, r.Lease.ULID[:]...)
+	return r.Decision.appendPostcard(b)
+}
 
 func (r *ResyncResultV1) decodePostcard(d *postcard.Decoder) {
 	wire.ReadULID(d, &r.Attempt.ULID)
@@ -300,35 +260,21 @@ type ResyncResponseV1 struct {
 
 const nameResyncResponse = "agent.ResyncResponseV1"
 
-var maxResyncResponseSize = seqMax(MaxActiveAttempts, resyncResultMaxSize)
+var maxResyncResponseSize = maxsize.Seq(MaxActiveAttempts, resyncResultMaxSize)
 
 // MessageType implements wire.Message.
 func (*ResyncResponseV1) MessageType() wire.MessageTypeId { return MsgResyncResponse }
 
 // AppendPostcard implements wire.Message.
 func (m *ResyncResponseV1) AppendPostcard(b []byte) []byte {
-	b = postcard.AppendLen(b, len(m.Results))
-	for i := range m.Results {
-		r := &m.Results[i]
-		b = append(b, r.Attempt.ULID[:]...)
-		b = append(b, r.Lease.ULID[:]...)
-		b = r.Decision.appendPostcard(b)
-	}
-	return b
+	return seq.Append(b, m.Results, (*ResyncResultV1).appendPostcard)
 }
 
 // DecodePostcard implements wire.Message. It reuses the capacity of
 // m.Results.
 func (m *ResyncResponseV1) DecodePostcard(d *postcard.Decoder) {
-	n := d.Len(MaxActiveAttempts)
-	m.Results = postcard.Resize(m.Results, d.SeqCap(n, resyncResultMinSize))
-	for i := range m.Results {
-		m.Results[i].decodePostcard(d)
-	}
-	if len(m.Results) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next ResyncResultV1
-		next.decodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for r := range seq.Decode(d, &m.Results, MaxActiveAttempts, resyncResultMinSize) {
+		r.decodePostcard(d)
 	}
 }
 

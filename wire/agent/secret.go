@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -66,7 +67,7 @@ type SecretMaterialV1 struct {
 
 const nameSecretMaterial = "agent.SecretMaterialV1"
 
-var maxSecretMaterialSize = idSize + strMax(MaxSecretID) + strMax(MaxSecretBytes) + maxU64
+var maxSecretMaterialSize = maxsize.ID + maxsize.Bytes(MaxSecretID) + maxsize.Bytes(MaxSecretBytes) + maxsize.U64
 
 // MessageType implements wire.Message.
 func (*SecretMaterialV1) MessageType() wire.MessageTypeId { return MsgSecretMaterial }

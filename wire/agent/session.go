@@ -2,6 +2,7 @@ package agent
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/maxsize"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -19,7 +20,7 @@ type HeartbeatAckV1 struct {
 
 const nameHeartbeatAck = "agent.HeartbeatAckV1"
 
-var maxHeartbeatAckSize = 2 * maxU64
+var maxHeartbeatAckSize = 2 * maxsize.U64
 
 // MessageType implements wire.Message.
 func (*HeartbeatAckV1) MessageType() wire.MessageTypeId { return MsgHeartbeatAck }
@@ -56,7 +57,7 @@ type ServerTimeV1 struct {
 
 const nameServerTime = "agent.ServerTimeV1"
 
-var maxServerTimeSize = maxU64
+var maxServerTimeSize = maxsize.U64
 
 // MessageType implements wire.Message.
 func (*ServerTimeV1) MessageType() wire.MessageTypeId { return MsgServerTime }
@@ -102,7 +103,8 @@ type GoAwayV1 struct {
 
 const nameGoAway = "agent.GoAwayV1"
 
-var maxGoAwaySize = 3*maxU32 + seqMax(MaxAlternateEndpoints, strMax(MaxEndpoint)) + strMax(MaxMessage)
+var maxGoAwaySize = 3*maxsize.U32 + maxsize.Seq(MaxAlternateEndpoints, maxsize.Bytes(MaxEndpoint)) +
+	maxsize.Bytes(MaxMessage)
 
 // MessageType implements wire.Message.
 func (*GoAwayV1) MessageType() wire.MessageTypeId { return MsgGoAway }
@@ -164,7 +166,7 @@ type SessionFencedV1 struct {
 
 const nameSessionFenced = "agent.SessionFencedV1"
 
-var maxSessionFencedSize = 3*idSize + maxU64 + strMax(MaxRemoteAddr) + maxU32
+var maxSessionFencedSize = 3*maxsize.ID + maxsize.U64 + maxsize.Bytes(MaxRemoteAddr) + maxsize.U32
 
 // MessageType implements wire.Message.
 func (*SessionFencedV1) MessageType() wire.MessageTypeId { return MsgSessionFenced }

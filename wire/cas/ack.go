@@ -2,9 +2,9 @@ package cas
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -27,12 +27,7 @@ const (
 var outcomeNames = [numCasOutcomes]string{"Verified", "DigestMismatch", "Forbidden", "NotFound", "SizeMismatch", "Aborted"}
 
 // String returns the outcome's name, or CasOutcome(n) for an undefined value.
-func (o CasOutcome) String() string {
-	if o < numCasOutcomes {
-		return outcomeNames[o]
-	}
-	return "CasOutcome(" + strconv.FormatUint(uint64(o), 10) + ")"
-}
+func (o CasOutcome) String() string { return enum.Name(outcomeNames[:], o, "CasOutcome") }
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).
@@ -78,11 +73,8 @@ func (m *CasObjectAckV1) DecodePostcard(d *postcard.Decoder) {
 // the outcome known, VerifiedOffset ≤ size, and a Verified outcome covers
 // the whole object.
 func (m *CasObjectAckV1) Validate() error {
-	if m.Lease.IsZero() {
-		return errInvalid("object ack: lease is required")
-	}
-	if !validRef(&m.Object) {
-		return errInvalid("object ack: object with unknown algorithm or zero digest")
+	if err := checkLeaseObject("object ack", m.Lease, &m.Object); err != nil {
+		return err
 	}
 	if m.Outcome >= numCasOutcomes {
 		return errInvalid("object ack: unknown outcome")

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/sample"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -14,15 +15,15 @@ const (
 )
 
 var (
-	tAttempt = wire.JobAttemptId{ULID: sampleULID(1)}
-	tLease   = wire.LeaseId{ULID: sampleULID(2)}
-	tRef     = sampleRef(wire.DigestSHA256, 3, 1000)
+	tAttempt = wire.JobAttemptId{ULID: sample.ULID(1)}
+	tLease   = wire.LeaseId{ULID: sample.ULID(2)}
+	tRef     = sample.Ref(wire.DigestSHA256, 3, 1000)
 )
 
 func refs(n int) []wire.CasObjectRef {
 	r := make([]wire.CasObjectRef, n)
 	for i := range r {
-		r[i] = sampleRef(wire.DigestBLAKE3, byte(i+1), math.MaxUint64)
+		r[i] = sample.Ref(wire.DigestBLAKE3, byte(i+1), math.MaxUint64)
 	}
 	return r
 }
@@ -44,7 +45,7 @@ func badEncodings() []badEncoding {
 func invalidMessages() []invalidMessage {
 	zeroDigest := tRef
 	zeroDigest.Digest = wire.Digest{}
-	big := sampleRef(wire.DigestSHA256, 3, math.MaxUint64)
+	big := sample.Ref(wire.DigestSHA256, 3, math.MaxUint64)
 	return []invalidMessage{
 		{"need zero lease", &NeedObjectsV1{Objects: refs(1)}},
 		{"need empty", &NeedObjectsV1{Lease: tLease}},
@@ -76,7 +77,7 @@ func invalidMessages() []invalidMessage {
 }
 
 func maximalMessages() []wire.Message {
-	big := sampleRef(wire.DigestBLAKE3, 9, math.MaxUint64)
+	big := sample.Ref(wire.DigestBLAKE3, 9, math.MaxUint64)
 	return []wire.Message{
 		&NeedObjectsV1{Lease: tLease, Objects: refs(MaxBatch)},
 		&MissingObjectsV1{Lease: tLease, Objects: refs(MaxBatch)},

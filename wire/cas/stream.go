@@ -2,9 +2,9 @@ package cas
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -26,14 +26,10 @@ const (
 
 // String returns the compression's name (None, Flate), or CasCompression(n) for an undefined value.
 func (c CasCompression) String() string {
-	switch c {
-	case CasCompressionNone:
-		return "None"
-	case CasCompressionFlate:
-		return "Flate"
-	}
-	return "CasCompression(" + strconv.FormatUint(uint64(c), 10) + ")"
+	return enum.Name(casCompressionNames[:], c, "CasCompression")
 }
+
+var casCompressionNames = [...]string{CasCompressionNone: "None", CasCompressionFlate: "Flate"}
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).
@@ -89,11 +85,8 @@ func (m *CasObjectStreamHeaderV1) DecodePostcard(d *postcard.Decoder) {
 // the range within the object (offset+length ≤ size, checked without
 // overflow) and the compression known.
 func (m *CasObjectStreamHeaderV1) Validate() error {
-	if m.Lease.IsZero() {
-		return errInvalid("object stream header: lease is required")
-	}
-	if !validRef(&m.Object) {
-		return errInvalid("object stream header: object with unknown algorithm or zero digest")
+	if err := checkLeaseObject("object stream header", m.Lease, &m.Object); err != nil {
+		return err
 	}
 	if !rangeWithin(m.Offset, m.Length, m.Object.Size) {
 		return errInvalid("object stream header: range beyond the object's size")
@@ -138,11 +131,8 @@ func (m *CasRangeResumeRequestV1) DecodePostcard(d *postcard.Decoder) {
 // Validate implements wire.Message: the lease is required, the object valid
 // and VerifiedOffset ≤ its size.
 func (m *CasRangeResumeRequestV1) Validate() error {
-	if m.Lease.IsZero() {
-		return errInvalid("range resume request: lease is required")
-	}
-	if !validRef(&m.Object) {
-		return errInvalid("range resume request: object with unknown algorithm or zero digest")
+	if err := checkLeaseObject("range resume request", m.Lease, &m.Object); err != nil {
+		return err
 	}
 	if m.VerifiedOffset > m.Object.Size {
 		return errInvalid("range resume request: verified offset beyond the object's size")
@@ -163,7 +153,9 @@ type CasFetchRequestV1 struct {
 // MessageType implements wire.Message.
 func (*CasFetchRequestV1) MessageType() wire.MessageTypeId { return MsgCasFetchRequest }
 
-// AppendPostcard implements wire.Message.
+// AppendPostcard implements wire.Message. (CasRangeResumeRequestV1 has the
+// same layout, but its offset is a verified prefix the sender holds, not
+// where a download starts: not one type.)
 func (m *CasFetchRequestV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Lease.ULID[:]...)
 	b = m.Object.AppendPostcard(b)
@@ -180,11 +172,8 @@ func (m *CasFetchRequestV1) DecodePostcard(d *postcard.Decoder) {
 // Validate implements wire.Message: the lease is required, the object valid
 // and Offset ≤ its size.
 func (m *CasFetchRequestV1) Validate() error {
-	if m.Lease.IsZero() {
-		return errInvalid("fetch request: lease is required")
-	}
-	if !validRef(&m.Object) {
-		return errInvalid("fetch request: object with unknown algorithm or zero digest")
+	if err := checkLeaseObject("fetch request", m.Lease, &m.Object); err != nil {
+		return err
 	}
 	if m.Offset > m.Object.Size {
 		return errInvalid("fetch request: offset beyond the object's size")

@@ -19,9 +19,9 @@
 package cas
 
 import (
-	"fmt"
-
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/check"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -44,14 +44,19 @@ const MaxBatch = 1024
 
 // errInvalid reports a Validate failure. It matches postcard.ErrInvalidValue
 // under errors.Is.
-func errInvalid(what string) error {
-	return fmt.Errorf("cas: %s (%w)", what, postcard.ErrInvalidValue)
-}
+func errInvalid(what string) error { return check.Invalid("cas", what) }
 
-// validRef reports whether r names a known digest algorithm and a non-zero
-// digest. Any size is valid (an empty object has size 0).
-func validRef(r *wire.CasObjectRef) bool {
-	return (r.Algorithm == wire.DigestSHA256 || r.Algorithm == wire.DigestBLAKE3) && !r.Digest.IsZero()
+// checkLeaseObject validates what every single-object message names: the
+// lease that scopes the access (§93) and a valid object reference. what
+// names the message in the error ("fetch request").
+func checkLeaseObject(what string, lease wire.LeaseId, object *wire.CasObjectRef) error {
+	if lease.IsZero() {
+		return errInvalid(what + ": lease is required")
+	}
+	if !check.ValidRef(object) {
+		return errInvalid(what + ": object with unknown algorithm or zero digest")
+	}
+	return nil
 }
 
 func validRefs(refs []wire.CasObjectRef, what string) error {
@@ -59,7 +64,7 @@ func validRefs(refs []wire.CasObjectRef, what string) error {
 		return errInvalid(what + ": more than MaxBatch objects")
 	}
 	for i := range refs {
-		if !validRef(&refs[i]) {
+		if !check.ValidRef(&refs[i]) {
 			return errInvalid(what + ": object with unknown algorithm or zero digest")
 		}
 	}
@@ -67,25 +72,14 @@ func validRefs(refs []wire.CasObjectRef, what string) error {
 }
 
 func appendRefs(b []byte, refs []wire.CasObjectRef) []byte {
-	b = postcard.AppendLen(b, len(refs))
-	for i := range refs {
-		b = refs[i].AppendPostcard(b)
-	}
-	return b
+	return seq.Append(b, refs, (*wire.CasObjectRef).AppendPostcard)
 }
 
 // decodeRefs reads a Vec<CasObjectRef> of at most MaxBatch elements, reusing
 // the capacity of refs.
 func decodeRefs(d *postcard.Decoder, refs []wire.CasObjectRef) []wire.CasObjectRef {
-	n := d.Len(MaxBatch)
-	refs = postcard.Resize(refs, d.SeqCap(n, wire.CasObjectRefMinSize))
-	for i := range refs {
-		refs[i].DecodePostcard(d)
-	}
-	if len(refs) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next wire.CasObjectRef
-		next.DecodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for r := range seq.Decode(d, &refs, MaxBatch, wire.CasObjectRefMinSize) {
+		r.DecodePostcard(d)
 	}
 	return refs
 }

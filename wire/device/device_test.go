@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/sample"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -17,9 +18,9 @@ const (
 )
 
 var (
-	tLease  = wire.LeaseId{ULID: sampleULID(1)}
+	tLease  = wire.LeaseId{ULID: sample.ULID(1)}
 	tDevice = DeviceId("usb:1-1:SERIAL")
-	tRef    = sampleRef(wire.DigestSHA256, 2, 10)
+	tRef    = sample.Ref(wire.DigestSHA256, 2, 10)
 )
 
 func maxID(i int) DeviceId {
@@ -98,7 +99,7 @@ func maximalMessages() []wire.Message {
 		devices[i] = DeviceInfoV1{ID: maxID(i), Model: strings.Repeat("m", MaxModel),
 			Platform: strings.Repeat("p", MaxPlatform), State: StateOffline}
 	}
-	big := sampleRef(wire.DigestBLAKE3, 9, math.MaxUint64)
+	big := sample.Ref(wire.DigestBLAKE3, 9, math.MaxUint64)
 	id := maxID(0)
 	return []wire.Message{
 		&DiscoverV1{HasPlatformFilter: true, PlatformFilter: strings.Repeat("p", MaxPlatform)},

@@ -2,6 +2,7 @@ package device
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -112,25 +113,14 @@ func (*DiscoverResultV1) MessageType() wire.MessageTypeId { return MsgDiscoverRe
 
 // AppendPostcard implements wire.Message.
 func (m *DiscoverResultV1) AppendPostcard(b []byte) []byte {
-	b = postcard.AppendLen(b, len(m.Devices))
-	for i := range m.Devices {
-		b = m.Devices[i].appendPostcard(b)
-	}
-	return b
+	return seq.Append(b, m.Devices, (*DeviceInfoV1).appendPostcard)
 }
 
 // DecodePostcard implements wire.Message. It reuses the capacity of
 // m.Devices.
 func (m *DiscoverResultV1) DecodePostcard(d *postcard.Decoder) {
-	n := d.Len(MaxDevices)
-	m.Devices = postcard.Resize(m.Devices, d.SeqCap(n, deviceInfoMinSize))
-	for i := range m.Devices {
-		m.Devices[i].decodePostcard(d)
-	}
-	if len(m.Devices) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next DeviceInfoV1
-		next.decodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for i := range seq.Decode(d, &m.Devices, MaxDevices, deviceInfoMinSize) {
+		i.decodePostcard(d)
 	}
 }
 

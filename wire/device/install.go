@@ -2,6 +2,7 @@ package device
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/check"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -36,13 +37,10 @@ func (m *InstallV1) DecodePostcard(d *postcard.Decoder) {
 // Validate implements wire.Message: a valid device id, a lease and a valid
 // artifact reference are required.
 func (m *InstallV1) Validate() error {
-	if !m.Device.Valid() {
-		return errInvalid("install: invalid device id")
+	if err := checkOperation("install", m.Device, m.Lease); err != nil {
+		return err
 	}
-	if m.Lease.IsZero() {
-		return errInvalid("install: lease is required")
-	}
-	if !validRef(&m.Artifact) {
+	if !check.ValidRef(&m.Artifact) {
 		return errInvalid("install: artifact with unknown algorithm or zero digest")
 	}
 	return nil
@@ -78,11 +76,8 @@ func (m *InstallResultV1) DecodePostcard(d *postcard.Decoder) {
 // Validate implements wire.Message: a valid device id, a known outcome and a
 // message of at most MaxMessage bytes of UTF-8.
 func (m *InstallResultV1) Validate() error {
-	if !m.Device.Valid() {
-		return errInvalid("install result: invalid device id")
-	}
-	if m.Outcome >= numDeviceOutcomes {
-		return errInvalid("install result: unknown outcome")
+	if err := checkResult("install result", m.Device, m.Outcome); err != nil {
+		return err
 	}
 	if !validText(m.Message, MaxMessage, false) {
 		return errInvalid("install result: message must be ≤ 256 bytes of printable UTF-8")

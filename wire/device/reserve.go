@@ -35,11 +35,8 @@ func (m *ReserveV1) DecodePostcard(d *postcard.Decoder) {
 // Validate implements wire.Message: a valid device id, a lease and a non-zero
 // duration are required.
 func (m *ReserveV1) Validate() error {
-	if !m.Device.Valid() {
-		return errInvalid("reserve: invalid device id")
-	}
-	if m.Lease.IsZero() {
-		return errInvalid("reserve: lease is required")
+	if err := checkOperation("reserve", m.Device, m.Lease); err != nil {
+		return err
 	}
 	if m.DurationMs == 0 {
 		return errInvalid("reserve: zero duration")
@@ -78,11 +75,8 @@ func (m *ReserveResultV1) DecodePostcard(d *postcard.Decoder) {
 // Validate implements wire.Message: a valid device id and a known outcome;
 // an expiry exactly when the reservation succeeded.
 func (m *ReserveResultV1) Validate() error {
-	if !m.Device.Valid() {
-		return errInvalid("reserve result: invalid device id")
-	}
-	if m.Outcome >= numDeviceOutcomes {
-		return errInvalid("reserve result: unknown outcome")
+	if err := checkResult("reserve result", m.Device, m.Outcome); err != nil {
+		return err
 	}
 	if (m.Outcome == OutcomeOk) != (m.ReservationExpiresMs != 0) {
 		return errInvalid("reserve result: expiry must be set exactly when the outcome is Ok")
@@ -117,11 +111,8 @@ func (m *ResetV1) DecodePostcard(d *postcard.Decoder) {
 // Validate implements wire.Message: a valid device id and a lease are
 // required.
 func (m *ResetV1) Validate() error {
-	if !m.Device.Valid() {
-		return errInvalid("reset: invalid device id")
-	}
-	if m.Lease.IsZero() {
-		return errInvalid("reset: lease is required")
+	if err := checkOperation("reset", m.Device, m.Lease); err != nil {
+		return err
 	}
 	return nil
 }
@@ -151,11 +142,8 @@ func (m *ResetResultV1) DecodePostcard(d *postcard.Decoder) {
 
 // Validate implements wire.Message: a valid device id and a known outcome.
 func (m *ResetResultV1) Validate() error {
-	if !m.Device.Valid() {
-		return errInvalid("reset result: invalid device id")
-	}
-	if m.Outcome >= numDeviceOutcomes {
-		return errInvalid("reset result: unknown outcome")
+	if err := checkResult("reset result", m.Device, m.Outcome); err != nil {
+		return err
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package device
 
 import (
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/check"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -69,11 +70,8 @@ func (m *RunTestV1) DecodePostcard(d *postcard.Decoder) {
 // (ValidSuite), a filter of printable UTF-8 within MaxFilter and a non-zero
 // timeout are required.
 func (m *RunTestV1) Validate() error {
-	if !m.Device.Valid() {
-		return errInvalid("run test: invalid device id")
-	}
-	if m.Lease.IsZero() {
-		return errInvalid("run test: lease is required")
+	if err := checkOperation("run test", m.Device, m.Lease); err != nil {
+		return err
 	}
 	if !ValidSuite(m.Suite) {
 		return errInvalid("run test: suite must be a name of 1..=128 bytes of [A-Za-z0-9._:/@+#-]")
@@ -138,13 +136,10 @@ func (m *RunTestResultV1) DecodePostcard(d *postcard.Decoder) {
 // Validate implements wire.Message: a valid device id, a known outcome, and a
 // valid report reference exactly when HasReport.
 func (m *RunTestResultV1) Validate() error {
-	if !m.Device.Valid() {
-		return errInvalid("run test result: invalid device id")
+	if err := checkResult("run test result", m.Device, m.Outcome); err != nil {
+		return err
 	}
-	if m.Outcome >= numDeviceOutcomes {
-		return errInvalid("run test result: unknown outcome")
-	}
-	if m.HasReport && !validRef(&m.Report) {
+	if m.HasReport && !check.ValidRef(&m.Report) {
 		return errInvalid("run test result: report with unknown algorithm or zero digest")
 	}
 	if !m.HasReport && m.Report != (wire.CasObjectRef{}) {

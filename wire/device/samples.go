@@ -1,41 +1,20 @@
 package device
 
 import (
-	"github.com/oklog/ulid/v2"
-
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/sample"
 )
-
-// sampleULID returns a fixed ULID: the timestamp 2026-01-01T00:00:00Z and ten
-// bytes derived from tag.
-func sampleULID(tag byte) ulid.ULID {
-	u := ulid.ULID{0x01, 0x9b, 0x77, 0x2a, 0x3c, 0x00}
-	for i := 6; i < len(u); i++ {
-		u[i] = tag ^ byte(i*0x11)
-	}
-	return u
-}
-
-// sampleRef returns a fixed object reference whose digest bytes derive from
-// tag.
-func sampleRef(alg wire.DigestAlgorithm, tag byte, size uint64) wire.CasObjectRef {
-	r := wire.CasObjectRef{Algorithm: alg, Size: size}
-	for i := range r.Digest {
-		r.Digest[i] = tag + byte(i*7)
-	}
-	return r
-}
 
 // Samples returns one deterministic, fully populated, valid instance of every
 // device message, plus extra instances so that every enum variant (every
 // device state and outcome) appears. Ids and digests are fixed; nothing
 // depends on the clock or randomness. Each call returns fresh values.
 func Samples() []wire.Message {
-	lease := wire.LeaseId{ULID: sampleULID(0x71)}
+	lease := wire.LeaseId{ULID: sample.ULID(0x71)}
 	const pixel, iphone DeviceId = "usb:1-4.2:R58M123ABC", "sim:8A1F-42C9.iphone-15"
 	const t0 = 1767225600000 // 2026-01-01T00:00:00Z in unix ms
-	apk := sampleRef(wire.DigestSHA256, 0x72, 48_213_504)
-	report := sampleRef(wire.DigestBLAKE3, 0x73, 18_432)
+	apk := sample.Ref(wire.DigestSHA256, 0x72, 48_213_504)
+	report := sample.Ref(wire.DigestBLAKE3, 0x73, 18_432)
 	m := []wire.Message{
 		&DiscoverV1{HasPlatformFilter: true, PlatformFilter: "android"},
 		&DiscoverV1{},

@@ -17,13 +17,12 @@
 package device
 
 import (
-	"fmt"
 	"log/slog"
-	"strconv"
 	"unicode"
-	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/check"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -94,18 +93,11 @@ const (
 )
 
 // String returns the state's name (Available, Reserved, …).
-func (s DeviceState) String() string {
-	switch s {
-	case StateAvailable:
-		return "Available"
-	case StateReserved:
-		return "Reserved"
-	case StateBusy:
-		return "Busy"
-	case StateOffline:
-		return "Offline"
-	}
-	return "DeviceState(" + strconv.FormatUint(uint64(s), 10) + ")"
+func (s DeviceState) String() string { return enum.Name(deviceStateNames[:], s, "DeviceState") }
+
+var deviceStateNames = [...]string{
+	StateAvailable: "Available", StateReserved: "Reserved", StateBusy: "Busy",
+	StateOffline: "Offline",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -127,20 +119,11 @@ const (
 )
 
 // String returns the outcome's name (Ok, NotFound, …).
-func (o DeviceOutcome) String() string {
-	switch o {
-	case OutcomeOk:
-		return "Ok"
-	case OutcomeNotFound:
-		return "NotFound"
-	case OutcomeBusy:
-		return "Busy"
-	case OutcomeFailed:
-		return "Failed"
-	case OutcomeTimeout:
-		return "Timeout"
-	}
-	return "DeviceOutcome(" + strconv.FormatUint(uint64(o), 10) + ")"
+func (o DeviceOutcome) String() string { return enum.Name(deviceOutcomeNames[:], o, "DeviceOutcome") }
+
+var deviceOutcomeNames = [...]string{
+	OutcomeOk: "Ok", OutcomeNotFound: "NotFound", OutcomeBusy: "Busy", OutcomeFailed: "Failed",
+	OutcomeTimeout: "Timeout",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -149,15 +132,39 @@ func (o DeviceOutcome) LogValue() slog.Value { return slog.StringValue(o.String(
 
 // errInvalid reports a Validate failure. It matches postcard.ErrInvalidValue
 // under errors.Is.
-func errInvalid(what string) error {
-	return fmt.Errorf("device: %s (%w)", what, postcard.ErrInvalidValue)
+func errInvalid(what string) error { return check.Invalid("device", what) }
+
+// checkOperation validates what every device operation names: a valid
+// device id and the lease that authorizes the operation. op names the
+// message in the error ("install", "run test").
+func checkOperation(op string, device DeviceId, lease wire.LeaseId) error {
+	if !device.Valid() {
+		return errInvalid(op + ": invalid device id")
+	}
+	if lease.IsZero() {
+		return errInvalid(op + ": lease is required")
+	}
+	return nil
+}
+
+// checkResult validates what every operation result names: a valid device
+// id and a known outcome. op names the message in the error ("install
+// result").
+func checkResult(op string, device DeviceId, outcome DeviceOutcome) error {
+	if !device.Valid() {
+		return errInvalid(op + ": invalid device id")
+	}
+	if outcome >= numDeviceOutcomes {
+		return errInvalid(op + ": unknown outcome")
+	}
+	return nil
 }
 
 // validText reports whether s is at most max bytes of UTF-8 without control
 // characters (so that no newline or NUL reaches a device tool), and non-empty
 // when required.
 func validText(s string, max int, required bool) bool {
-	if len(s) > max || (required && s == "") || !utf8.ValidString(s) {
+	if !check.Text(s, max, required) {
 		return false
 	}
 	for _, r := range s {
@@ -166,10 +173,4 @@ func validText(s string, max int, required bool) bool {
 		}
 	}
 	return true
-}
-
-// validRef reports whether r names a known digest algorithm and a non-zero
-// digest.
-func validRef(r *wire.CasObjectRef) bool {
-	return (r.Algorithm == wire.DigestSHA256 || r.Algorithm == wire.DigestBLAKE3) && !r.Digest.IsZero()
 }

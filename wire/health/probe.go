@@ -2,9 +2,9 @@ package health
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -22,18 +22,10 @@ const (
 )
 
 // String returns the probe kind's name (Connectivity, Disk, …).
-func (k ProbeKind) String() string {
-	switch k {
-	case ProbeConnectivity:
-		return "Connectivity"
-	case ProbeDisk:
-		return "Disk"
-	case ProbeClock:
-		return "Clock"
-	case ProbeFull:
-		return "Full"
-	}
-	return "ProbeKind(" + strconv.FormatUint(uint64(k), 10) + ")"
+func (k ProbeKind) String() string { return enum.Name(probeKindNames[:], k, "ProbeKind") }
+
+var probeKindNames = [...]string{
+	ProbeConnectivity: "Connectivity", ProbeDisk: "Disk", ProbeClock: "Clock", ProbeFull: "Full",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers

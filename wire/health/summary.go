@@ -3,9 +3,11 @@ package health
 import (
 	"log/slog"
 	"strconv"
-	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/check"
+	"forgeyard.dev/transport/wire/internal/enum"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -29,16 +31,10 @@ const (
 )
 
 // String returns Healthy, Degraded or Unhealthy.
-func (s HealthStatus) String() string {
-	switch s {
-	case Healthy:
-		return "Healthy"
-	case Degraded:
-		return "Degraded"
-	case Unhealthy:
-		return "Unhealthy"
-	}
-	return "HealthStatus(" + strconv.FormatUint(uint64(s), 10) + ")"
+func (s HealthStatus) String() string { return enum.Name(healthStatusNames[:], s, "HealthStatus") }
+
+var healthStatusNames = [...]string{
+	Healthy: "Healthy", Degraded: "Degraded", Unhealthy: "Unhealthy",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -73,13 +69,13 @@ func (c *HealthCheckV1) decodePostcard(d *postcard.Decoder) {
 }
 
 func (c *HealthCheckV1) validate() error {
-	if c.Name == "" || len(c.Name) > MaxCheckName || !utf8.ValidString(c.Name) {
+	if !check.Text(c.Name, MaxCheckName, true) {
 		return errInvalid("health check: name must be 1..=64 bytes of UTF-8")
 	}
 	if c.Status >= numHealthStatuses {
 		return errInvalid("health check: unknown status")
 	}
-	if len(c.Message) > MaxCheckMessage || !utf8.ValidString(c.Message) {
+	if !check.Text(c.Message, MaxCheckMessage, false) {
 		return errInvalid("health check: message must be ≤ 256 bytes of UTF-8")
 	}
 	return nil
@@ -105,25 +101,15 @@ func (*HealthSummaryV1) MessageType() wire.MessageTypeId { return MsgHealthSumma
 // AppendPostcard implements wire.Message.
 func (m *HealthSummaryV1) AppendPostcard(b []byte) []byte {
 	b = postcard.AppendVariant(b, uint32(m.Status))
-	b = postcard.AppendLen(b, len(m.Checks))
-	for i := range m.Checks {
-		b = m.Checks[i].appendPostcard(b)
-	}
+	b = seq.Append(b, m.Checks, (*HealthCheckV1).appendPostcard)
 	return postcard.AppendU64(b, m.UptimeMs)
 }
 
 // DecodePostcard implements wire.Message. It reuses the capacity of m.Checks.
 func (m *HealthSummaryV1) DecodePostcard(d *postcard.Decoder) {
 	m.Status = HealthStatus(d.Variant(numHealthStatuses))
-	n := d.Len(MaxChecks)
-	m.Checks = postcard.Resize(m.Checks, d.SeqCap(n, healthCheckMinSize))
-	for i := range m.Checks {
-		m.Checks[i].decodePostcard(d)
-	}
-	if len(m.Checks) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next HealthCheckV1
-		next.decodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for c := range seq.Decode(d, &m.Checks, MaxChecks, healthCheckMinSize) {
+		c.decodePostcard(d)
 	}
 	m.UptimeMs = d.U64()
 }

@@ -12,10 +12,8 @@
 package health
 
 import (
-	"fmt"
-
 	"forgeyard.dev/transport/wire"
-	"forgeyard.dev/transport/wire/postcard"
+	"forgeyard.dev/transport/wire/internal/check"
 )
 
 func id(v uint8) wire.MessageTypeId { return wire.TypeID(wire.FamilyHealth, v) }
@@ -29,6 +27,4 @@ var (
 
 // errInvalid reports a Validate failure. It matches postcard.ErrInvalidValue
 // under errors.Is.
-func errInvalid(what string) error {
-	return fmt.Errorf("health: %s (%w)", what, postcard.ErrInvalidValue)
-}
+func errInvalid(what string) error { return check.Invalid("health", what) }

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -30,17 +31,9 @@ const (
 )
 
 // String returns Stdout, Stderr or System.
-func (k LogStreamKind) String() string {
-	switch k {
-	case LogStdout:
-		return "Stdout"
-	case LogStderr:
-		return "Stderr"
-	case LogSystem:
-		return "System"
-	}
-	return "LogStreamKind(" + strconv.FormatUint(uint64(k), 10) + ")"
-}
+func (k LogStreamKind) String() string { return enum.Name(logStreamKindNames[:], k, "LogStreamKind") }
+
+var logStreamKindNames = [...]string{LogStdout: "Stdout", LogStderr: "Stderr", LogSystem: "System"}
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).
@@ -74,11 +67,7 @@ func (*LogFrameV1) MessageType() wire.MessageTypeId { return MsgLogFrame }
 
 // AppendPostcard implements wire.Message.
 func (m *LogFrameV1) AppendPostcard(b []byte) []byte {
-	b = postcard.AppendU64(b, m.Seq)
-	b = postcard.AppendVariant(b, uint32(m.Stream))
-	b = postcard.AppendU64(b, m.TimestampMs)
-	b = postcard.AppendU32(b, m.UncompressedLen)
-	return postcard.AppendBytes(b, m.Bytes)
+	return append((*frameHead)(m).AppendPostcard(b), m.Bytes...) // the head ends with the chunk's length
 }
 
 // frameHead encodes a LogFrameV1 without the chunk bytes themselves: every

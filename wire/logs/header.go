@@ -2,9 +2,9 @@ package logs
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -24,15 +24,9 @@ const (
 )
 
 // String returns the encoding's name (Raw, Flate), or LogEncoding(n) for an undefined value.
-func (e LogEncoding) String() string {
-	switch e {
-	case LogEncodingRaw:
-		return "Raw"
-	case LogEncodingFlate:
-		return "Flate"
-	}
-	return "LogEncoding(" + strconv.FormatUint(uint64(e), 10) + ")"
-}
+func (e LogEncoding) String() string { return enum.Name(logEncodingNames[:], e, "LogEncoding") }
+
+var logEncodingNames = [...]string{LogEncodingRaw: "Raw", LogEncodingFlate: "Flate"}
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).

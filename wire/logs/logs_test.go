@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/sample"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -18,8 +19,8 @@ const (
 )
 
 var (
-	tAttempt = wire.JobAttemptId{ULID: sampleULID(1)}
-	tLease   = wire.LeaseId{ULID: sampleULID(2)}
+	tAttempt = wire.JobAttemptId{ULID: sample.ULID(1)}
+	tLease   = wire.LeaseId{ULID: sample.ULID(2)}
 )
 
 func badEncodings() []badEncoding {

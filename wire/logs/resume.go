@@ -52,7 +52,8 @@ type LogAckV1 struct {
 // MessageType implements wire.Message.
 func (*LogAckV1) MessageType() wire.MessageTypeId { return MsgLogAck }
 
-// AppendPostcard implements wire.Message.
+// AppendPostcard implements wire.Message. (LogResumeRequestV1 has the same
+// layout, but its u64 is where to resend from, not what is stored: not one type.)
 func (m *LogAckV1) AppendPostcard(b []byte) []byte {
 	b = append(b, m.Attempt.ULID[:]...)
 	return postcard.AppendU64(b, m.DurableSeq)

@@ -1,20 +1,9 @@
 package logs
 
 import (
-	"github.com/oklog/ulid/v2"
-
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/sample"
 )
-
-// sampleULID returns a fixed ULID: the timestamp 2026-01-01T00:00:00Z and ten
-// bytes derived from tag.
-func sampleULID(tag byte) ulid.ULID {
-	u := ulid.ULID{0x01, 0x9b, 0x77, 0x2a, 0x3c, 0x00}
-	for i := 6; i < len(u); i++ {
-		u[i] = tag ^ byte(i*0x11)
-	}
-	return u
-}
 
 // sampleFlateChunk is a raw DEFLATE (RFC 1951) chunk of sampleFlateText,
 // fixed here so that the samples never depend on a compressor's output.
@@ -35,8 +24,8 @@ const sampleFlateText = sampleFlateLine + sampleFlateLine + sampleFlateLine
 // are fixed; nothing depends on the clock or randomness. Each call returns
 // fresh values.
 func Samples() []wire.Message {
-	attempt := wire.JobAttemptId{ULID: sampleULID(0x21)}
-	lease := wire.LeaseId{ULID: sampleULID(0x22)}
+	attempt := wire.JobAttemptId{ULID: sample.ULID(0x21)}
+	lease := wire.LeaseId{ULID: sample.ULID(0x22)}
 	const t0 = 1767225600000 // 2026-01-01T00:00:00Z in unix ms
 	raw := []byte("2026-01-01T00:00:00Z starting job\n")
 	return []wire.Message{

@@ -19,10 +19,8 @@
 package logs
 
 import (
-	"fmt"
-
 	"forgeyard.dev/transport/wire"
-	"forgeyard.dev/transport/wire/postcard"
+	"forgeyard.dev/transport/wire/internal/check"
 )
 
 func id(v uint8) wire.MessageTypeId { return wire.TypeID(wire.FamilyLogs, v) }
@@ -39,6 +37,4 @@ var (
 
 // errInvalid reports a Validate failure. It matches postcard.ErrInvalidValue
 // under errors.Is.
-func errInvalid(what string) error {
-	return fmt.Errorf("logs: %s (%w)", what, postcard.ErrInvalidValue)
-}
+func errInvalid(what string) error { return check.Invalid("logs", what) }

@@ -114,22 +114,18 @@ func (d *Decoder) U8() uint8 {
 func (d *Decoder) I8() int8 { return int8(d.U8()) }
 
 // Bool reads 0x00 or 0x01.
-func (d *Decoder) Bool() bool {
-	off := d.off
-	c := d.U8()
-	if c > 1 {
-		d.failAt(CodeBadBool, off, "")
-		return false
-	}
-	return c == 1
-}
+func (d *Decoder) Bool() bool { return d.zeroOrOne(CodeBadBool) }
 
 // Option reads an Option tag and reports whether a value follows.
-func (d *Decoder) Option() bool {
+func (d *Decoder) Option() bool { return d.zeroOrOne(CodeBadOption) }
+
+// zeroOrOne reads a byte that must be 0x00 or 0x01 (a bool, an Option tag),
+// failing with bad at its offset otherwise.
+func (d *Decoder) zeroOrOne(bad Code) bool {
 	off := d.off
 	c := d.U8()
 	if c > 1 {
-		d.failAt(CodeBadOption, off, "")
+		d.failAt(bad, off, "")
 		return false
 	}
 	return c == 1

@@ -2,9 +2,11 @@ package signing
 
 import (
 	"log/slog"
-	"strconv"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/check"
+	"forgeyard.dev/transport/wire/internal/enum"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -21,14 +23,10 @@ const (
 
 // String returns the algorithm's name (Ed25519, EcdsaP256Sha256).
 func (a SignatureAlgorithm) String() string {
-	switch a {
-	case Ed25519:
-		return "Ed25519"
-	case EcdsaP256Sha256:
-		return "EcdsaP256Sha256"
-	}
-	return "SignatureAlgorithm(" + strconv.FormatUint(uint64(a), 10) + ")"
+	return enum.Name(signatureAlgorithmNames[:], a, "SignatureAlgorithm")
 }
+
+var signatureAlgorithmNames = [...]string{Ed25519: "Ed25519", EcdsaP256Sha256: "EcdsaP256Sha256"}
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).
@@ -107,10 +105,7 @@ func (m *SignRequestV1) AppendPostcard(b []byte) []byte {
 	b = postcard.AppendString(b, m.KeyRef)
 	b = postcard.AppendVariant(b, uint32(m.Algorithm))
 	b = append(b, m.Subject[:]...)
-	b = postcard.AppendLen(b, len(m.MaterialRefs))
-	for i := range m.MaterialRefs {
-		b = m.MaterialRefs[i].AppendPostcard(b)
-	}
+	b = seq.Append(b, m.MaterialRefs, (*wire.CasObjectRef).AppendPostcard)
 	return m.Policy.appendPostcard(b)
 }
 
@@ -120,15 +115,8 @@ func (m *SignRequestV1) DecodePostcard(d *postcard.Decoder) {
 	m.KeyRef = d.String(MaxKeyRef)
 	m.Algorithm = SignatureAlgorithm(d.Variant(numSignatureAlgorithms))
 	wire.ReadDigest(d, &m.Subject)
-	n := d.Len(MaxMaterialRefs)
-	m.MaterialRefs = postcard.Resize(m.MaterialRefs, d.SeqCap(n, wire.CasObjectRefMinSize))
-	for i := range m.MaterialRefs {
-		m.MaterialRefs[i].DecodePostcard(d)
-	}
-	if len(m.MaterialRefs) < n { // the input cannot hold n: the next element reports the error, as in Rust
-		var next wire.CasObjectRef
-		next.DecodePostcard(d)
-		d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
+	for r := range seq.Decode(d, &m.MaterialRefs, MaxMaterialRefs, wire.CasObjectRefMinSize) {
+		r.DecodePostcard(d)
 	}
 	m.Policy.decodePostcard(d)
 }
@@ -150,7 +138,7 @@ func (m *SignRequestV1) Validate() error {
 		return errInvalid("sign request: more than 64 material refs")
 	}
 	for i := range m.MaterialRefs {
-		if !validRef(&m.MaterialRefs[i]) {
+		if !check.ValidRef(&m.MaterialRefs[i]) {
 			return errInvalid("sign request: material ref with unknown algorithm or zero digest")
 		}
 	}

@@ -2,10 +2,10 @@ package signing
 
 import (
 	"log/slog"
-	"strconv"
-	"unicode/utf8"
 
 	"forgeyard.dev/transport/wire"
+	"forgeyard.dev/transport/wire/internal/enum"
+	"forgeyard.dev/transport/wire/internal/seq"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -22,14 +22,10 @@ const (
 
 // String returns Signed or Rejected, or SignOutcomeKind(n) for an undefined value.
 func (k SignOutcomeKind) String() string {
-	switch k {
-	case SignSigned:
-		return "Signed"
-	case SignRejected:
-		return "Rejected"
-	}
-	return "SignOutcomeKind(" + strconv.FormatUint(uint64(k), 10) + ")"
+	return enum.Name(signOutcomeKindNames[:], k, "SignOutcomeKind")
 }
+
+var signOutcomeKindNames = [...]string{SignSigned: "Signed", SignRejected: "Rejected"}
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).
@@ -70,10 +66,7 @@ func (m *SignResponseV1) AppendPostcard(b []byte) []byte {
 	switch o.Kind {
 	case SignSigned:
 		b = postcard.AppendBytes(b, o.Signature)
-		b = postcard.AppendLen(b, len(o.Chain))
-		for _, c := range o.Chain {
-			b = postcard.AppendBytes(b, c)
-		}
+		b = seq.AppendBytes(b, o.Chain)
 	case SignRejected:
 		b = postcard.AppendString(b, o.Reason)
 	}
@@ -91,15 +84,7 @@ func (m *SignResponseV1) DecodePostcard(d *postcard.Decoder) {
 	switch o.Kind {
 	case SignSigned:
 		o.Signature = d.Bytes(MaxSignature)
-		n := d.Len(MaxChain)
-		o.Chain = postcard.Resize([][]byte(nil), d.SeqCap(n, 1))
-		for i := range o.Chain {
-			o.Chain[i] = d.Bytes(MaxChainCert)
-		}
-		if len(o.Chain) < n { // the input cannot hold n: the next element reports the error, as in Rust
-			_ = d.Bytes(MaxChainCert)
-			d.Fail(postcard.CodeUnexpectedEnd, "count beyond input")
-		}
+		o.Chain = seq.DecodeBytes(d, MaxChain, MaxChainCert)
 	case SignRejected:
 		o.Reason = d.String(MaxReason)
 	}
@@ -126,7 +111,7 @@ func (m *SignResponseV1) Validate() error {
 			return errInvalid("sign response: signed outcome with a reason")
 		}
 	case SignRejected:
-		if o.Reason == "" || len(o.Reason) > MaxReason || !utf8.ValidString(o.Reason) {
+		if !validText(o.Reason, MaxReason) {
 			return errInvalid("sign response: reason must be 1..=256 bytes of UTF-8")
 		}
 		if len(o.Signature) != 0 || len(o.Chain) != 0 {

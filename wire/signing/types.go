@@ -18,11 +18,8 @@
 package signing
 
 import (
-	"fmt"
-	"unicode/utf8"
-
 	"forgeyard.dev/transport/wire"
-	"forgeyard.dev/transport/wire/postcard"
+	"forgeyard.dev/transport/wire/internal/check"
 )
 
 func id(v uint8) wire.MessageTypeId { return wire.TypeID(wire.FamilySigning, v) }
@@ -47,17 +44,7 @@ const (
 
 // errInvalid reports a Validate failure. It matches postcard.ErrInvalidValue
 // under errors.Is.
-func errInvalid(what string) error {
-	return fmt.Errorf("signing: %s (%w)", what, postcard.ErrInvalidValue)
-}
+func errInvalid(what string) error { return check.Invalid("signing", what) }
 
 // validText reports whether s is 1..=max bytes of UTF-8.
-func validText(s string, max int) bool {
-	return s != "" && len(s) <= max && utf8.ValidString(s)
-}
-
-// validRef reports whether r names a known digest algorithm and a non-zero
-// digest.
-func validRef(r *wire.CasObjectRef) bool {
-	return (r.Algorithm == wire.DigestSHA256 || r.Algorithm == wire.DigestBLAKE3) && !r.Digest.IsZero()
-}
+func validText(s string, max int) bool { return check.Text(s, max, true) }
