@@ -101,15 +101,16 @@ func TestFleet(t *testing.T) {
 // TestDaemonProfiles: with Options.Profile the loadgen starts the daemon
 // with /debug/pprof/ on its admin socket and writes CPU profiles of the
 // cold start (the daemon's and its own) and the daemon's heap profile
-// after the steady window, all in the pprof format (gzip-compressed
-// protobuf); the cold start's CPU seconds of both processes are reported.
+// after the steady window, and the daemon's CPU profile of the steady
+// window, all in the pprof format (gzip-compressed protobuf); the cold
+// start's CPU seconds of both processes are reported.
 func TestDaemonProfiles(t *testing.T) {
 	o := testOptions(t, "quic", 5)
 	o.Profile = time.Second
 	s, err := Run(context.Background(), o)
 	checkRun(t, s, err)
-	if len(s.Profiles) != 3 {
-		t.Fatalf("profiles %v, want the daemon's and the loadgen's herd CPU profiles and the daemon's steady heap profile", s.Profiles)
+	if len(s.Profiles) != 4 {
+		t.Fatalf("profiles %v, want the daemon's and the loadgen's herd CPU profiles and the daemon's steady CPU and heap profiles", s.Profiles)
 	}
 	if s.Cold.DaemonCPU <= 0 || s.Cold.LoadgenCPU <= 0 {
 		t.Errorf("cold-start CPU: daemon %v s, loadgen %v s; want both measured", s.Cold.DaemonCPU, s.Cold.LoadgenCPU)

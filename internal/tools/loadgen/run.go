@@ -65,8 +65,10 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Profile, with a daemon the loadgen starts, records the daemon's CPU
 	// profile over the first Profile (at most 25 s) of the cold start in
-	// Dir/herd-cpu.pprof and its heap after the steady window in
-	// Dir/steady-heap.pprof (read them with `go tool pprof`); 0: none.
+	// Dir/herd-cpu.pprof, over the steady window (at most 25 s; it starts
+	// once the herd's profile is written) in Dir/steady-cpu.pprof and its
+	// heap after the steady window in Dir/steady-heap.pprof (read them with
+	// `go tool pprof`); 0: none.
 	Profile time.Duration
 }
 
@@ -81,6 +83,12 @@ type runner struct {
 
 	prof               *profiling
 	herdProf, selfProf <-chan error
+	// herdErr is the herd profile's outcome once steady waited for it (the
+	// daemon records one CPU profile at a time); steadyProf the steady
+	// window's profile.
+	herdErr    error
+	herdWaited bool
+	steadyProf <-chan error
 
 	f          *Fleet
 	hz         *healthPoller
@@ -279,6 +287,10 @@ func (r *runner) coldStart(ctx context.Context, cm coldMarks) {
 func (r *runner) steady(ctx context.Context) {
 	o, s, d, f := r.o, r.s, r.d, r.f
 	if ctx.Err() == nil && o.Steady > 0 {
+		if r.herdProf != nil {
+			r.herdErr, r.herdWaited = <-r.herdProf, true
+			r.steadyProf = r.prof.cpu(ctx, o.Steady, filepath.Join(o.Dir, "steady-cpu.pprof"))
+		}
 		hb1, cpu1 := f.HeartbeatHistogram(), procCPU(d)
 		t := time.NewTimer(o.Steady)
 		select {
@@ -322,10 +334,20 @@ func (r *runner) measureSteady(ctx context.Context) {
 // daemon's heap profile.
 func (r *runner) collectProfiles(ctx context.Context) {
 	o, s := r.o, r.s
-	if err := <-r.herdProf; err != nil {
-		s.Violations = append(s.Violations, fmt.Sprintf("herd CPU profile: %v", err))
+	if !r.herdWaited {
+		r.herdErr = <-r.herdProf
+	}
+	if r.herdErr != nil {
+		s.Violations = append(s.Violations, fmt.Sprintf("herd CPU profile: %v", r.herdErr))
 	} else {
 		s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "herd-cpu.pprof"))
+	}
+	if r.steadyProf != nil {
+		if err := <-r.steadyProf; err != nil {
+			s.Violations = append(s.Violations, fmt.Sprintf("steady CPU profile: %v", err))
+		} else {
+			s.Profiles = append(s.Profiles, filepath.Join(o.Dir, "steady-cpu.pprof"))
+		}
 	}
 	if err := <-r.selfProf; err != nil {
 		s.Violations = append(s.Violations, fmt.Sprintf("loadgen CPU profile: %v", err))
