@@ -306,16 +306,7 @@ func (c *conn) issue(env *wire.Envelope, ctx context.Context, csr *x509.Certific
 // certificate was revoked in the authority, by any daemon.
 func (d *Daemon) revocationLoop(period time.Duration) {
 	defer d.wg.Done()
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.ctx.Done():
-			return
-		case <-t.C:
-		}
-		d.checkRevocations()
-	}
+	d.every(period, d.checkRevocations)
 }
 
 // checkRevocations runs one revocation check over the live transports.
