@@ -167,20 +167,11 @@ func (c *conn) enroll(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
 	ctx, cancel := c.authCtx()
 	defer cancel()
 	tok, err := ids.ConsumeEnrollmentToken(ctx, trust.HashEnrollmentToken(m.Token), runner, d.now())
-	switch {
-	case errors.Is(err, authority.ErrTokenUnknown):
-		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token unknown: check it was copied whole, or create a new one (forgeyard runner token create)", "token_id", tokenID)
+	if msg, refused := tokenRefusal(err); refused {
+		fail(wire.ErrCodeForbidden, wire.RetryNever, msg, "token_id", tokenID)
 		return
-	case errors.Is(err, authority.ErrTokenUsed):
-		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token already used: tokens are one-time; create a new one (forgeyard runner token create)", "token_id", tokenID)
-		return
-	case errors.Is(err, authority.ErrTokenExpired):
-		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token expired: create a new one (forgeyard runner token create --ttl ...)", "token_id", tokenID)
-		return
-	case errors.Is(err, authority.ErrTokenRevoked):
-		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token revoked by an operator", "token_id", tokenID)
-		return
-	case err != nil:
+	}
+	if err != nil {
 		fail(wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, "token_id", tokenID)
 		return
 	}
