@@ -41,6 +41,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		var perm error
 		permCount, registered, authRound := 0, false, false
 		var wait, hint time.Duration // hint: the largest retry hint of this round (RegistrationDeferredV1)
+		// permanent takes an endpoint's failure into the round (its retry
+		// hint; a permanent one is counted, the first kept) and reports
+		// whether it was permanent.
+		permanent := func(err error) bool {
+			hint = max(hint, retryHint(err))
+			if !isPermanent(err) {
+				return false
+			}
+			permCount++
+			if perm == nil {
+				perm = err
+			}
+			return true
+		}
 		remaining := eps
 		for len(remaining) > 0 && !registered {
 			p, memo := a.planRace(remaining)
@@ -52,12 +66,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				if IsAuthFailure(err) {
 					authRound = true
 				}
-				hint = max(hint, retryHint(err))
-				if isPermanent(err) {
-					permCount++
-					if perm == nil {
-						perm = err
-					}
+				if permanent(err) {
 					continue
 				}
 				a.st.dialFailures.Add(1) // logged by race as it happened
@@ -92,12 +101,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			hint = max(hint, retryHint(err))
-			if isPermanent(err) {
-				permCount++
-				if perm == nil {
-					perm = err
-				}
+			if permanent(err) {
 				continue
 			}
 			a.st.dialFailures.Add(1)

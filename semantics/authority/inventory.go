@@ -295,6 +295,8 @@ func (s *store) PutHealth(ctx context.Context, runner wire.RunnerId, h Health) e
 	})
 }
 
+// SetDrain's upsert and event look like SetRunnerEnabled's (sqlstore.go),
+// but draining is not disabling: it revokes no lease and ends no session.
 func (s *store) SetDrain(ctx context.Context, runner wire.RunnerId, drained bool, reason string, now time.Time) error {
 	if err := checkText("drain reason", reason); err != nil {
 		return err

@@ -635,6 +635,17 @@ func decodeRenew(b []byte) (RenewResult, error) {
 	return r, nil
 }
 
+// renewedExpiry is the expiry a renewal gives the live lease l at now (a
+// LeaseRenewV1, or a resync's Continue): TTL from now, never earlier than
+// the expiry it has.
+func renewedExpiry(l Lease, now time.Time) time.Time {
+	exp := now.Add(l.TTL)
+	if exp.Before(l.ExpiresAt) {
+		exp = l.ExpiresAt
+	}
+	return exp
+}
+
 func (s *store) RenewLease(ctx context.Context, msg wire.MessageId, id wire.LeaseId, attempt wire.JobAttemptId, ref SessionRef, now time.Time) (RenewResult, error) {
 	var res RenewResult
 	err := s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
@@ -658,10 +669,7 @@ func (s *store) RenewLease(ctx context.Context, msg wire.MessageId, id wire.Leas
 			// the renewal tells the agent to stop (§72–73).
 			res.Revoked, res.CancelReason = true, l.CancelReason
 		default:
-			exp := now.Add(l.TTL)
-			if exp.Before(l.ExpiresAt) {
-				exp = l.ExpiresAt
-			}
+			exp := renewedExpiry(l, now)
 			res.Extended, res.ExpiresAt = true, fromMs(ms(exp))
 			if s.d.cteWrites {
 				// The extension and its dedup record in one statement.
@@ -808,10 +816,7 @@ func (s *store) Resync(ctx context.Context, ref SessionRef, claims []AttemptClai
 			case l.Cancelled:
 				d.Kind, d.CancelReason = DecisionCancel, l.CancelReason
 			default:
-				exp := now.Add(l.TTL)
-				if exp.Before(l.ExpiresAt) {
-					exp = l.ExpiresAt
-				}
+				exp := renewedExpiry(l, now)
 				if _, err := s.exec(ctx, t, `UPDATE fy_leases SET expires_ms = ? WHERE lease_id = ?`, ms(exp), idb(l.ID.ULID)); err != nil {
 					return err
 				}

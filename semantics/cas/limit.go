@@ -38,14 +38,10 @@ func (b *Bandwidth) Wait(ctx context.Context, n int) error {
 	if wait <= 0 {
 		return nil
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if !tokenbucket.Sleep(ctx, wait) {
 		return ctx.Err()
 	}
+	return nil
 }
 
 // sem is a counting semaphore; a nil sem never blocks.

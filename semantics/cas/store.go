@@ -1,7 +1,6 @@
 package cas
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/semantics/internal/atomicfile"
+	"forgeyard.dev/transport/semantics/internal/probe"
 	"forgeyard.dev/transport/wire"
 )
 
@@ -534,46 +534,15 @@ func (s *FSStore) Delete(ref wire.CasObjectRef) error {
 	return nil
 }
 
-// probeSize is the write a Probe tests: one filesystem block or more.
-const probeSize = 4096
-
 // Probe tests that the store can write and sync a small file (a daemon
 // probes a store that failed, to notice its recovery).
-func (s *FSStore) Probe() error { return probeDir(s.tmpDir) }
+func (s *FSStore) Probe() error { return probe.Dir(s.tmpDir) }
 
-// probeDir is the same probe as semantics/logs' FileSink.Probe, kept as
-// a copy: neither package may import the other, and their one common home
-// would be a new semantics/internal package, outside issue 28 item 3's
-// scope.
-func probeDir(dir string) error {
-	f, err := os.CreateTemp(dir, ".probe-*")
-	if err != nil {
-		return err
-	}
-	name := f.Name()
-	defer os.Remove(name)
-	_, err = f.Write(make([]byte, probeSize))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// Probe tests that the bucket takes a small object. It is the same probe
-// as semantics/logs' BucketSink.Probe, kept as a copy for the reason given
-// at probeDir (its natural home, semantics/objstore, is outside this
-// change).
+// Probe tests that the bucket takes a small object.
 func (s *BucketStore) Probe() error {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	key := s.prefix + "probe/" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	if err := s.b.Put(ctx, key, bytes.NewReader(make([]byte, probeSize)), probeSize); err != nil {
-		return err
-	}
-	return s.b.Delete(ctx, key)
+	return probe.Bucket(ctx, s.b, s.prefix)
 }
 
 // Reachable reports whether the store's object directory is there: a

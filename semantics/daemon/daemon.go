@@ -353,16 +353,8 @@ func (d *Daemon) sessionConn(s wire.AgentSessionId) *conn {
 // (renew.go), the log sweep (data.go) and dedup pruning.
 func (d *Daemon) maintenance() {
 	defer d.wg.Done()
-	period := d.timing.RenewInterval
-	t := time.NewTicker(period)
-	defer t.Stop()
 	lastPrune := time.Time{}
-	for {
-		select {
-		case <-d.ctx.Done():
-			return
-		case <-t.C:
-		}
+	d.every(d.timing.RenewInterval, func() {
 		now := d.now()
 		d.expireLeases(now)
 		d.sweepLogs(time.Now())
@@ -373,5 +365,21 @@ func (d *Daemon) maintenance() {
 				d.st.dedupPruned.Add(int64(n))
 			}
 		}
+	})
+}
+
+// every calls f every period until the daemon stops, the first time one
+// period from now: the loop of the daemon's periodic goroutines
+// (maintenance, retention, revocation checks).
+func (d *Daemon) every(period time.Duration, f func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
 	}
 }

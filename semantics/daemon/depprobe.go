@@ -123,6 +123,8 @@ func (d *Daemon) runProber() {
 		name string
 		fn   func(context.Context) error
 	}{{DepAuthority, d.probeAuthority}, {DepObjectStore, d.objectStoreProbe()}}
+	// Not d.every: the first round is at once, a kick starts one early, and
+	// the next is one Interval after the round ends, not after it began.
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {

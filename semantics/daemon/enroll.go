@@ -167,20 +167,11 @@ func (c *conn) enroll(env *wire.Envelope, m *agentwire.CertificateRequestV1) {
 	ctx, cancel := c.authCtx()
 	defer cancel()
 	tok, err := ids.ConsumeEnrollmentToken(ctx, trust.HashEnrollmentToken(m.Token), runner, d.now())
-	switch {
-	case errors.Is(err, authority.ErrTokenUnknown):
-		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token unknown: check it was copied whole, or create a new one (forgeyard runner token create)", "token_id", tokenID)
+	if msg, refused := tokenRefusal(err); refused {
+		fail(wire.ErrCodeForbidden, wire.RetryNever, msg, "token_id", tokenID)
 		return
-	case errors.Is(err, authority.ErrTokenUsed):
-		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token already used: tokens are one-time; create a new one (forgeyard runner token create)", "token_id", tokenID)
-		return
-	case errors.Is(err, authority.ErrTokenExpired):
-		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token expired: create a new one (forgeyard runner token create --ttl ...)", "token_id", tokenID)
-		return
-	case errors.Is(err, authority.ErrTokenRevoked):
-		fail(wire.ErrCodeForbidden, wire.RetryNever, "enrollment token revoked by an operator", "token_id", tokenID)
-		return
-	case err != nil:
+	}
+	if err != nil {
 		fail(wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable, "token_id", tokenID)
 		return
 	}
@@ -306,16 +297,7 @@ func (c *conn) issue(env *wire.Envelope, ctx context.Context, csr *x509.Certific
 // certificate was revoked in the authority, by any daemon.
 func (d *Daemon) revocationLoop(period time.Duration) {
 	defer d.wg.Done()
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.ctx.Done():
-			return
-		case <-t.C:
-		}
-		d.checkRevocations()
-	}
+	d.every(period, d.checkRevocations)
 }
 
 // checkRevocations runs one revocation check over the live transports.

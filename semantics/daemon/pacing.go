@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"forgeyard.dev/transport/semantics/internal/tokenbucket"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -119,12 +120,5 @@ func (c *conn) deferRegistration(env *wire.Envelope, hello *agentwire.TransportH
 // the connection ended meanwhile.
 func (c *conn) holdHello(d time.Duration) bool {
 	c.d.hard.held.Add(1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-c.sc.Done():
-		return false
-	}
+	return tokenbucket.Sleep(c.sc.Context(), d)
 }

@@ -47,16 +47,7 @@ func (d *Daemon) runRetention() {
 	if iv <= 0 {
 		iv = retention.DefaultInterval
 	}
-	t := time.NewTicker(iv)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.ctx.Done():
-			return
-		case <-t.C:
-		}
-		d.CollectGarbage(d.ctx)
-	}
+	d.every(iv, func() { d.CollectGarbage(d.ctx) })
 }
 
 // CollectGarbage runs the retention policy once (also on the maintenance

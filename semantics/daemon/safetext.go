@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 
+	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/trust"
 )
 
@@ -34,4 +35,21 @@ func csrRefusal(err error) string {
 		return trust.ErrCSRKeyType.Error()
 	}
 	return trust.ErrBadCSR.Error()
+}
+
+// tokenRefusal is the peer's text for an enrollment token the authority
+// refused, with what to do about it; false for any other error (nil, or
+// the authority's own failure).
+func tokenRefusal(err error) (string, bool) {
+	switch {
+	case errors.Is(err, authority.ErrTokenUnknown):
+		return "enrollment token unknown: check it was copied whole, or create a new one (forgeyard runner token create)", true
+	case errors.Is(err, authority.ErrTokenUsed):
+		return "enrollment token already used: tokens are one-time; create a new one (forgeyard runner token create)", true
+	case errors.Is(err, authority.ErrTokenExpired):
+		return "enrollment token expired: create a new one (forgeyard runner token create --ttl ...)", true
+	case errors.Is(err, authority.ErrTokenRevoked):
+		return "enrollment token revoked by an operator", true
+	}
+	return "", false
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"forgeyard.dev/transport/semantics/internal/probe"
 	"forgeyard.dev/transport/semantics/objstore"
 	"forgeyard.dev/transport/wire"
 	wlogs "forgeyard.dev/transport/wire/logs"
@@ -356,9 +357,5 @@ func (s *BucketSink) DeleteLog(a wire.JobAttemptId) error {
 func (s *BucketSink) Probe() error {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	key := s.prefix + "probe/" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	if err := s.b.Put(ctx, key, bytes.NewReader(make([]byte, probeSize)), probeSize); err != nil {
-		return err
-	}
-	return s.b.Delete(ctx, key)
+	return probe.Bucket(ctx, s.b, s.prefix)
 }

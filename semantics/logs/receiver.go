@@ -692,14 +692,10 @@ func (r *Receiver) throttle(ctx context.Context, at *attemptLog, n int64) error 
 	}
 	r.waits.Add(1)
 	r.throttled.Add(int64(wait))
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if !tokenbucket.Sleep(ctx, wait) {
 		return context.Cause(ctx)
 	}
+	return nil
 }
 
 // syncAck makes the attempt's appended frames durable (Syncer) and

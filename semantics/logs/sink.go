@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"forgeyard.dev/transport/semantics/internal/atomicfile"
+	"forgeyard.dev/transport/semantics/internal/probe"
 	"forgeyard.dev/transport/wire"
 	wlogs "forgeyard.dev/transport/wire/logs"
 )
@@ -462,24 +463,6 @@ func (s *FileSink) DeleteLog(a wire.JobAttemptId) error {
 	return nil
 }
 
-// probeSize is the write a Probe tests.
-const probeSize = 4096
-
 // Probe tests that the sink's directory takes a small synced file (a
 // daemon probes a sink that failed, to notice its recovery).
-func (s *FileSink) Probe() error {
-	f, err := os.CreateTemp(s.dir, ".probe-*")
-	if err != nil {
-		return err
-	}
-	name := f.Name()
-	defer os.Remove(name)
-	_, err = f.Write(make([]byte, probeSize))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func (s *FileSink) Probe() error { return probe.Dir(s.dir) }

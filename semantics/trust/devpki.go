@@ -675,7 +675,8 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
-// syncDir fsyncs a directory, making the renames in it durable.
+// syncDir fsyncs a directory, making the renames in it durable: a copy of
+// atomicfile.SyncDir, for the reason writeAtomic gives.
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {

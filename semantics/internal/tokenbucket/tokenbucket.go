@@ -5,10 +5,12 @@
 // golang.org/x/time/rate.Limiter adding the two operations those limits
 // need: Take (one token or the wait for one, for retry-after hints) and
 // Reserve (n tokens, going into debt, n may exceed the burst, for pacing
-// bytes; the caller waits the delay it returns, with its own context).
+// bytes; the caller waits the delay it returns with Sleep, under its own
+// context).
 package tokenbucket
 
 import (
+	"context"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -64,4 +66,17 @@ func (b *Bucket) Reserve(now time.Time, n int) time.Duration {
 		n -= k
 	}
 	return d
+}
+
+// Sleep waits d (the delay Take or Reserve returned) or until ctx ends,
+// whichever comes first, and reports whether d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

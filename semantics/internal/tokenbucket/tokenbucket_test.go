@@ -1,6 +1,7 @@
 package tokenbucket
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -72,5 +73,18 @@ func TestReserve(t *testing.T) {
 	}
 	if d := b.Reserve(t0.Add(600*time.Millisecond), 100); d != 0 {
 		t.Fatalf("after the debt was repaid (100 tokens accrued): delay %v, want 0", d)
+	}
+}
+
+// TestSleep: Sleep reports true when the wait passes and false at once
+// when the context ends first.
+func TestSleep(t *testing.T) {
+	if !Sleep(context.Background(), time.Millisecond) {
+		t.Fatal("Sleep(1ms) = false under a live context")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if Sleep(ctx, time.Hour) {
+		t.Fatal("Sleep(1h) = true under an ended context")
 	}
 }
