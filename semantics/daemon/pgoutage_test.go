@@ -269,10 +269,24 @@ func TestAuthorityOutagePostgres(t *testing.T) {
 	collect(all)
 
 	// Exactly once: one accepted completion per attempt in the daemon's
-	// hooks, the agents' acks and the database; one execution each.
+	// hooks, the agents' acks and the database; one execution each. An
+	// agent whose ack was slow under load may send its completion again:
+	// the daemon then answers DuplicateAccepted (it recorded nothing new),
+	// which is the protocol working, not a second completion.
 	for _, a := range all {
-		if got := acks[a]; len(got) != 1 || got[0] != agentwire.AckAccepted {
-			t.Errorf("attempt %s: daemon acks %v, want one Accepted; its daemon log:\n%s", a, got, grepLines(w.LogBuf.String(), a.String()))
+		got := acks[a]
+		accepted := 0
+		for _, k := range got {
+			switch k {
+			case agentwire.AckAccepted:
+				accepted++
+			case agentwire.AckDuplicateAccepted:
+			default:
+				accepted = -1 << 10
+			}
+		}
+		if accepted != 1 || got[0] != agentwire.AckAccepted {
+			t.Errorf("attempt %s: daemon acks %v, want one Accepted first (then only DuplicateAccepted); its daemon log:\n%s", a, got, grepLines(w.LogBuf.String(), a.String()))
 		}
 		if n := exec.count(a); n != 1 {
 			t.Errorf("attempt %s ran %d times", a, n)
