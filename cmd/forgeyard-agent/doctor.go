@@ -97,7 +97,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if *timeout < 100*time.Millisecond || *timeout > time.Minute {
 		fmt.Fprintln(stderr, "forgeyard-agent doctor: --timeout must be 100ms–1m")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	r := &doctor.Report{}
 	cfg, err := buildConfig(fs, &f)
@@ -129,9 +129,9 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		_ = r.WriteText(stdout)
 	}
 	if r.Failed() {
-		return exitFail
+		return cli.ExitFail
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 type agentDoctor struct {

@@ -45,7 +45,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
@@ -72,12 +71,6 @@ const prog = "forgeyard-agent"
 // enrollment: forgeyard-agent/<module version> (internal/buildinfo).
 var Version = buildinfo.Get().UserAgent(prog)
 
-const (
-	exitOK    = cli.ExitOK
-	exitFail  = cli.ExitFail
-	exitUsage = cli.ExitUsage
-)
-
 func main() {
 	cli.Main(func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return run(ctx, args, stdout, stderr, nil)
@@ -94,21 +87,15 @@ type testHooks struct {
 	reloaded func(changed bool, err error)
 }
 
-// listFlag is a repeatable string flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
-
 type flags struct {
 	configFile    string
-	endpoints     listFlag
+	endpoints     cli.StringList
 	serverName    string
 	cert, key, ca string
 	devPKI        string
 	devAgent      string
 	maxParallel   int
-	labels        listFlag
+	labels        cli.StringList
 	logLevel      string
 	logFormat     string
 	seed          uint64
@@ -206,7 +193,7 @@ func newRoot(ctx context.Context) *cli.Command {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
 	if len(args) > 0 && args[0] == "connection" && (len(args) < 2 || args[1] != "status") {
 		fmt.Fprintln(stderr, "forgeyard-agent: usage: forgeyard-agent connection status [--json] [--status-file FILE]")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if code, ok := cli.Subcommand(newRoot(ctx), args, stdout, stderr); ok {
 		return code
@@ -218,34 +205,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	if f.synth.MinDuration < 0 || f.synth.MinDuration > time.Hour || f.synth.LogLines > 100000 || f.synth.LogInterval < 0 || f.synth.LogInterval > time.Minute {
 		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-duration must be 0–1h, --synthetic-log-lines at most 100000, --synthetic-log-interval 0–1m")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	f.synth.MaxDuration = f.synth.MinDuration
 	if f.synth.OutputSize < -1 || f.synth.OutputSize > 1<<30 {
 		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-output-size must be -1–1GiB")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	var protocol wire.ProtocolRange
 	if f.protocol != "" {
 		var err error
 		if protocol, err = wire.ParseRange(f.protocol); err != nil {
 			fmt.Fprintf(stderr, "forgeyard-agent: --protocol: %v\n", err)
-			return exitUsage
+			return cli.ExitUsage
 		}
 	}
 	if f.statusEvery < 100*time.Millisecond || f.statusEvery > time.Hour {
 		fmt.Fprintln(stderr, "forgeyard-agent: --status-interval must be 100ms–1h")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	metricsAddr, err := config.AdminAddr("--metrics-listen", f.metricsListen, false)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	cfg, err := buildConfig(fs, &f)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
@@ -257,7 +244,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	tracing, export, err := otlpsetup.TracingEnv(ctx, cfg.Telemetry, "forgeyard-agent", os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if export.Endpoint != "" {
 		log.Info("trace export", "endpoint", export.Endpoint, "protocol", export.Protocol, "from", export.Source, "sampler", export.Sampler)
@@ -269,7 +256,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 			err = fmt.Errorf("%w; %s; `forgeyard-agent doctor` shows the details", err, trust.MsgCredentialExpired)
 		}
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	defer a.Close()
 	telCtx, stopTel := context.WithCancel(context.Background())
@@ -283,7 +270,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		ln, err := net.Listen("tcp", metricsAddr)
 		if err != nil {
 			fmt.Fprintf(stderr, "forgeyard-agent: --metrics-listen: %v\n", err)
-			return exitFail
+			return cli.ExitFail
 		}
 		adm := cli.ServeAdmin(ln, "", tel.handler(), log)
 		defer adm.Stop(2 * time.Second)
@@ -310,11 +297,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	err = a.Run(ctx)
 	if ctx.Err() != nil {
 		log.Info("agent stopped", "session", a.Session())
-		return exitOK
+		return cli.ExitOK
 	}
 	log.Error("agent failed", "err", err)
 	fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-	return exitFail
+	return cli.ExitFail
 }
 
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {

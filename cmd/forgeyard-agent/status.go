@@ -349,7 +349,7 @@ func printConnectionStatus(path *string, asJSON *bool, staleFile *time.Duration,
 	h, err := readStatusFile(*path, now, *staleFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent connection status: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if *asJSON {
 		b, _ := json.MarshalIndent(&h, "", "  ")
@@ -359,9 +359,9 @@ func printConnectionStatus(path *string, asJSON *bool, staleFile *time.Duration,
 		fmt.Fprintf(stdout, "STATUS FILE         %s (written %s ago)\n", *path, now.Sub(h.CheckedAt).Round(100*time.Millisecond))
 	}
 	if h.Status == telemetry.StatusDown {
-		return exitFail
+		return cli.ExitFail
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // readStatusFile reads a status file at now: the status is the agent's own

@@ -62,12 +62,6 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
-const (
-	exitOK    = cli.ExitOK
-	exitFail  = cli.ExitFail
-	exitUsage = cli.ExitUsage
-)
-
 func main() {
 	cli.Main(func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return run(ctx, args, stdout, stderr, nil)
@@ -181,19 +175,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	if f.demoLeases < 0 || f.demoLeases > 10000 {
 		fmt.Fprintln(stderr, "forgeyard-daemon: --demo-leases must be 0–10000")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	cfg, err := buildConfig(fs, &f)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-daemon: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	log := cfg.Log.NewLogger(stderr)
 	if err := serve(ctx, cfg, &f, log, th); err != nil {
 		log.Error("daemon failed", "err", err)
 		return cli.ExitCodeOf(err) // 2 for a configured file that is missing or refused
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // buildConfig loads the file (if any), applies the flags that were set,

@@ -53,12 +53,6 @@ import (
 	"forgeyard.dev/transport/semantics/telemetry"
 )
 
-const (
-	exitOK    = cli.ExitOK
-	exitFail  = cli.ExitFail
-	exitUsage = cli.ExitUsage
-)
-
 func main() {
 	cli.Main(func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return run(ctx, args, stdout, stderr, nil)
@@ -161,14 +155,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	cfg, err := buildConfig(fs, &f)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-relay: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	log := cfg.Log.NewLogger(stderr)
 	if err := serve(ctx, cfg, log, th); err != nil {
 		log.Error("relay failed", "err", err)
 		return cli.ExitCodeOf(err) // 2 for a configured file that is missing or refused
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // buildConfig loads the file (if any), applies the dev PKI and the flags

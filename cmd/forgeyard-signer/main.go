@@ -57,21 +57,15 @@ func main() {
 	})
 }
 
-// listFlag is a repeatable string flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
-
 type flags struct {
 	configFile    string
-	endpoints     listFlag
+	endpoints     cli.StringList
 	serverName    string
 	cert, key, ca string
 	devPKI        string
 	devAgent      string
-	keyFiles      listFlag
-	policies      listFlag
+	keyFiles      cli.StringList
+	policies      cli.StringList
 	logLevel      string
 }
 

@@ -82,9 +82,9 @@ func (a *authorityFlags) open(ctx context.Context) (au authority.Authority, ids 
 	au, ids, err = a.openAuthority(ctx)
 	var oe *openError
 	if errors.As(err, &oe) {
-		return nil, nil, exitFail, oe.err
+		return nil, nil, cli.ExitFail, oe.err
 	}
-	return au, ids, exitUsage, err
+	return au, ids, cli.ExitUsage, err
 }
 
 // openError is a failure to open an authority that exists.
@@ -151,14 +151,14 @@ func openAuthority(prog string, af *authorityFlags, stderr io.Writer) (authority
 		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
 		return nil, nil, code
 	}
-	return au, ids, exitOK
+	return au, ids, cli.ExitOK
 }
 
 type tokenCreateOpts struct {
 	af     authorityFlags
 	name   string
 	ttl    time.Duration
-	labels stringList
+	labels cli.StringList
 }
 
 func tokenCreateFlags(o *tokenCreateOpts) *flag.FlagSet {
@@ -179,7 +179,7 @@ func runTokenCreate(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.ttl <= 0 || o.ttl > 30*24*time.Hour {
 		fmt.Fprintln(stderr, "forgeyard runner token create: --ttl must be between 1s and 720h")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
 	if au == nil {
@@ -190,18 +190,18 @@ func runTokenCreate(args []string, stdout, stderr io.Writer) int {
 	tok, err := trust.NewEnrollmentToken()
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner token create: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	now := time.Now().UTC()
 	rec := authority.EnrollmentToken{Hash: trust.HashEnrollmentToken(tok), ID: trust.EnrollmentTokenID(tok), Name: o.name,
 		Labels: o.labels, CreatedAt: now, ExpiresAt: now.Add(o.ttl)}
 	if err := ids.CreateEnrollmentToken(ctx, rec); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner token create: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	fmt.Fprintf(stdout, "token:   %s\nid:      %s\nexpires: %s\n\nThe token is shown once and works once. Enroll with:\n  forgeyard-agent enroll --token %s --endpoint quic://DAEMON:7443 --ca CA.pem --cert agent.pem --key agent-key.pem\n",
 		tok, rec.ID, rec.ExpiresAt.Format(time.RFC3339), tok)
-	return exitOK
+	return cli.ExitOK
 }
 
 // listOpts are the flags of the listings: the authority, --json and,
@@ -249,7 +249,7 @@ func runTokenList(args []string, stdout, stderr io.Writer) int {
 	toks, err := ids.EnrollmentTokens(context.Background(), 1000)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner token list: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	now := time.Now()
 	rows := make([]tokenJSON, 0, len(toks))
@@ -270,7 +270,7 @@ func runTokenList(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.asJSON {
 		printJSON(stdout, rows)
-		return exitOK
+		return cli.ExitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tEXPIRES\tRUNNER")
@@ -282,7 +282,7 @@ func runTokenList(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, state, r.ExpiresAt.Format(time.RFC3339), runner)
 	}
 	tw.Flush()
-	return exitOK
+	return cli.ExitOK
 }
 
 type tokenRevokeOpts struct {
@@ -306,7 +306,7 @@ func runTokenRevoke(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.id == "" {
 		fmt.Fprintln(stderr, "forgeyard runner token revoke: --id is required")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
 	if au == nil {
@@ -315,10 +315,10 @@ func runTokenRevoke(args []string, stdout, stderr io.Writer) int {
 	defer au.Close()
 	if err := ids.RevokeEnrollmentToken(context.Background(), o.id, time.Now()); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner token revoke: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	fmt.Fprintf(stdout, "token %s revoked\n", o.id)
-	return exitOK
+	return cli.ExitOK
 }
 
 func parseRunner(s string) (wire.RunnerId, error) {
@@ -362,7 +362,7 @@ func setRunner(verb string, enabled bool, args []string, stdout, stderr io.Write
 	runner, err := parseRunner(o.runner)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if !enabled && o.reason == "" {
 		o.reason = "disabled by an operator"
@@ -374,14 +374,14 @@ func setRunner(verb string, enabled bool, args []string, stdout, stderr io.Write
 	defer au.Close()
 	if err := au.SetRunnerEnabled(context.Background(), runner, enabled, o.reason, time.Now()); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if enabled {
 		fmt.Fprintf(stdout, "runner %s enabled\n", runner)
 	} else {
 		fmt.Fprintf(stdout, "runner %s disabled: its live sessions close on every daemon within the revocation poll (default 2s); its leases are revoked and reconnects refused\n", runner)
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // certJSON is one row of `runner cert list --json`.
@@ -403,7 +403,7 @@ func runCertList(args []string, stdout, stderr io.Writer) int {
 	runner, err := parseRunner(o.runner)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner cert list: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
 	if au == nil {
@@ -413,7 +413,7 @@ func runCertList(args []string, stdout, stderr io.Writer) int {
 	certs, err := ids.Certificates(context.Background(), runner)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner cert list: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if o.asJSON {
 		rows := make([]certJSON, 0, len(certs))
@@ -421,7 +421,7 @@ func runCertList(args []string, stdout, stderr io.Writer) int {
 			rows = append(rows, certJSON{Serial: c.Serial, IssuedAt: c.IssuedAt.UTC(), NotAfter: c.NotAfter.UTC(), Revoked: c.Revoked, Reason: c.Reason})
 		}
 		printJSON(stdout, rows)
-		return exitOK
+		return cli.ExitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERIAL\tISSUED\tNOT AFTER\tSTATE")
@@ -433,7 +433,7 @@ func runCertList(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Serial, c.IssuedAt.Format(time.RFC3339), c.NotAfter.Format(time.RFC3339), state)
 	}
 	tw.Flush()
-	return exitOK
+	return cli.ExitOK
 }
 
 type certRevokeOpts struct {
@@ -458,7 +458,7 @@ func runCertRevoke(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.serial == "" {
 		fmt.Fprintln(stderr, "forgeyard runner cert revoke: --serial is required")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
 	if au == nil {
@@ -467,8 +467,8 @@ func runCertRevoke(args []string, stdout, stderr io.Writer) int {
 	defer au.Close()
 	if err := ids.RevokeCertificate(context.Background(), o.serial, o.reason, time.Now()); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner cert revoke: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	fmt.Fprintf(stdout, "certificate %s revoked: sessions using it close on every daemon within the revocation poll; reconnects with it are refused\n", o.serial)
-	return exitOK
+	return cli.ExitOK
 }

@@ -72,10 +72,10 @@ func parseRunnerAdmin(name, help string, args []string, want int, extra func(*fl
 	switch {
 	case want == 1 && runner == "":
 		fmt.Fprintf(stderr, "%s: missing RUNNER (see forgeyard runner list)\n", prog)
-		return nil, nil, "", exitUsage
+		return nil, nil, "", cli.ExitUsage
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", prog, fs.Arg(0))
-		return nil, nil, "", exitUsage
+		return nil, nil, "", cli.ExitUsage
 	}
 	c, code := adminClient(prog, &f, stderr)
 	return c, &f, runner, code
@@ -90,17 +90,17 @@ func runRunnerList(args []string, stdout, stderr io.Writer) int {
 	var rs []adminapi.Runner
 	if err := c.Get(context.Background(), adminapi.PathRunners, &rs); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner list: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		if rs == nil {
 			rs = []adminapi.Runner{}
 		}
 		printJSON(stdout, rs)
-		return exitOK
+		return cli.ExitOK
 	}
 	writeRunners(stdout, rs, time.Now())
-	return exitOK
+	return cli.ExitOK
 }
 
 func ago(t, now time.Time) string {
@@ -159,14 +159,14 @@ func runRunnerShow(args []string, stdout, stderr io.Writer) int {
 	var r adminapi.Runner
 	if err := c.Get(context.Background(), runnerPath(runner), &r); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner show: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		printJSON(stdout, &r)
-		return exitOK
+		return cli.ExitOK
 	}
 	writeRunner(stdout, &r, time.Now())
-	return exitOK
+	return cli.ExitOK
 }
 
 func writeRunner(w io.Writer, r *adminapi.Runner, now time.Time) {
@@ -215,7 +215,7 @@ func runnerCommandRun(name, help string, args []string, extra func(*flag.FlagSet
 	var res adminapi.CommandResult
 	if err := c.Post(context.Background(), runnerPath(runner, name), body(), &res); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner %s: %v\n", name, err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		printJSON(stdout, &res)
@@ -223,9 +223,9 @@ func runnerCommandRun(name, help string, args []string, extra func(*flag.FlagSet
 		writeCommandResult(stdout, &res)
 	}
 	if res.Health != nil && res.Health.Status == "Unhealthy" {
-		return exitFail
+		return cli.ExitFail
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 func writeCommandResult(w io.Writer, res *adminapi.CommandResult) {

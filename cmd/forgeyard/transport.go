@@ -83,7 +83,7 @@ func adminClient(prog string, f *adminFlags, stderr io.Writer) (*adminapi.Client
 	name := prog
 	if f.timeout <= 0 || f.timeout > 10*time.Minute {
 		fmt.Fprintf(stderr, "%s: --timeout must be between 0 and 10m\n", name)
-		return nil, exitUsage
+		return nil, cli.ExitUsage
 	}
 	token, src := "", ""
 	switch {
@@ -91,7 +91,7 @@ func adminClient(prog string, f *adminFlags, stderr io.Writer) (*adminapi.Client
 		t, err := adminapi.ReadTokenFile(f.tokenFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: --token-file: %v\n", name, err)
-			return nil, exitUsage
+			return nil, cli.ExitUsage
 		}
 		token, src = t, "the token in "+f.tokenFile
 	case os.Getenv(adminapi.TokenEnv) != "":
@@ -100,7 +100,7 @@ func adminClient(prog string, f *adminFlags, stderr io.Writer) (*adminapi.Client
 	c, err := adminapi.NewClient(f.admin, token, src, f.timeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return nil, exitUsage
+		return nil, cli.ExitUsage
 	}
 	return c, -1
 }
@@ -126,7 +126,7 @@ func runTransportStatus(args []string, stdout, stderr io.Writer) int {
 	var st adminapi.Status
 	if err := c.Get(context.Background(), adminapi.PathStatus, &st); err != nil {
 		fmt.Fprintf(stderr, "forgeyard transport status: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		printJSON(stdout, &st)
@@ -134,9 +134,9 @@ func runTransportStatus(args []string, stdout, stderr io.Writer) int {
 		writeStatus(stdout, &st, time.Now())
 	}
 	if st.Status == telemetry.StatusDown {
-		return exitFail
+		return cli.ExitFail
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // daemonName is how status shows the daemon: its id, else its host (and
@@ -207,17 +207,17 @@ func runTransportSessions(args []string, stdout, stderr io.Writer) int {
 	var ss []adminapi.Session
 	if err := c.Get(context.Background(), adminapi.PathSessions, &ss); err != nil {
 		fmt.Fprintf(stderr, "forgeyard transport sessions: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		if ss == nil {
 			ss = []adminapi.Session{}
 		}
 		printJSON(stdout, ss)
-		return exitOK
+		return cli.ExitOK
 	}
 	writeSessions(stdout, ss, time.Now())
-	return exitOK
+	return cli.ExitOK
 }
 
 func writeSessions(w io.Writer, ss []adminapi.Session, now time.Time) {
@@ -257,11 +257,11 @@ func runTransportProtocols(args []string, stdout, stderr io.Writer) int {
 	var p adminapi.Protocols
 	if err := c.Get(context.Background(), adminapi.PathProtocols, &p); err != nil {
 		fmt.Fprintf(stderr, "forgeyard transport protocols: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		printJSON(stdout, &p)
-		return exitOK
+		return cli.ExitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "SUPPORTED\t%s–%s\n", p.Supported.Min, p.Supported.Max)
@@ -283,7 +283,7 @@ func runTransportProtocols(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "-\t0\n")
 	}
 	tw.Flush()
-	return exitOK
+	return cli.ExitOK
 }
 
 const doctorHelp = `Checks the daemon side of the transport through its admin endpoint and says
@@ -305,9 +305,9 @@ func runTransportDoctor(args []string, stdout, stderr io.Writer) int {
 		_ = r.WriteText(stdout)
 	}
 	if r.Failed() {
-		return exitFail
+		return cli.ExitFail
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // daemonDoctor runs the daemon-side checks.

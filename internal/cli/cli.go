@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"forgeyard.dev/transport/internal/config"
@@ -76,6 +77,12 @@ func ParseNoArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, name
 	}
 	return ExitOK, true
 }
+
+// StringList is a repeatable string flag: each use appends its value.
+type StringList []string
+
+func (l *StringList) String() string     { return strings.Join(*l, ",") }
+func (l *StringList) Set(s string) error { *l = append(*l, s); return nil }
 
 // Configuration is a role's configuration (*config.Daemon, *config.Agent,
 // *config.Relay).
