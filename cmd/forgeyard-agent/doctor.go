@@ -81,10 +81,7 @@ func doctorFlagSet(f *flags, out io.Writer) (fs *flag.FlagSet, asJSON *bool, tim
 	asJSON = fs.Bool("json", false, "print the findings as JSON")
 	timeout = fs.Duration("timeout", DefaultDoctorTimeout, "how long each network check of an endpoint may take")
 	maxSkew = fs.Duration("max-skew", DefaultMaxClockSkew, "warn when the daemon's clock differs from this machine's by more")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), doctorHelp)
-		fs.PrintDefaults()
-	}
+	cli.SetUsage(fs, doctorHelp, "")
 	return fs, asJSON, timeout, maxSkew
 }
 

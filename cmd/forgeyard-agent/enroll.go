@@ -52,10 +52,7 @@ func enrollFlagSet(o *enrollOpts, out io.Writer) *flag.FlagSet {
 	fl.StringVar(&o.keyOut, "key", "", "where to write the new private key (PEM `file`, mode 0600)")
 	fl.BoolVar(&o.force, "force", false, "replace existing --cert/--key files")
 	fl.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up after this long")
-	fl.Usage = func() {
-		fmt.Fprint(fl.Output(), enrollHelp)
-		fl.PrintDefaults()
-	}
+	cli.SetUsage(fl, enrollHelp, "")
 	return fl
 }
 

@@ -136,9 +136,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&f.synth.OutputSize, "synthetic-output-size", 0, "DEVELOPMENT ONLY: `bytes` of each synthetic attempt's one output (default 256; -1 none)")
 	fs.StringVar(&f.protocol, "protocol", "", "TESTING ONLY: protocol `range` MIN-MAX to advertise, e.g. 2.0-2.0 (default: all this build supports)")
 	fs.Uint64Var(&f.seed, "synthetic-seed", 1, "`seed` of the synthetic executor (durations and exit codes derive from it and the JobSpecId)")
-	fs.Usage = func() {
-		out := fs.Output()
-		fmt.Fprintf(out, `Usage: forgeyard-agent [--config FILE] [flags]
+	cli.SetUsage(fs, `Usage: forgeyard-agent [--config FILE] [flags]
        forgeyard-agent connection status [--json] [--status-file FILE]
        forgeyard-agent doctor [--config FILE] [flags] [--json]
        forgeyard-agent enroll --token TOKEN --endpoint URI --cert FILE --key FILE [flags]
@@ -149,16 +147,13 @@ from the TOML file given with --config; each flag below overrides one key of
 it. Credentials are always file paths. SIGINT/SIGTERM stop the agent.
 
 Flags:
-`)
-		fs.PrintDefaults()
-		fmt.Fprintf(out, `
+`, `
 Examples:
   forgeyard-agent --config /etc/forgeyard/agent.toml
   forgeyard-agent --dev-pki ./.dev-pki --dev-agent 1 --endpoint quic://127.0.0.1:7443
   forgeyard-agent --config /etc/forgeyard/agent.toml --status-file `+DefaultStatusFile+` --metrics-listen 127.0.0.1:9465
   forgeyard-agent connection status --status-file `+DefaultStatusFile+`
 `)
-	}
 	return fs
 }
 

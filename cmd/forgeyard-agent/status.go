@@ -328,8 +328,7 @@ func connectionStatusFlagSet(out io.Writer) (fs *flag.FlagSet, path *string, asJ
 	path = fs.String("status-file", DefaultStatusFile, "status `file` the agent writes (its --status-file)")
 	asJSON = fs.Bool("json", false, "print the report as JSON (telemetry.AgentHealth plus features, transport, epoch, fallback_reason) instead of a table")
 	staleFile = fs.Duration("stale-after", 30*time.Second, "report down when the file was last written longer ago than this (the agent is not running)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: forgeyard-agent connection status [--json] [--status-file FILE]
+	cli.SetUsage(fs, `Usage: forgeyard-agent connection status [--json] [--status-file FILE]
 
 Prints the connection health the running agent writes to its --status-file
 (connected, endpoint, backend and why it was chosen when the agent says,
@@ -339,9 +338,7 @@ when ok or degraded, 1 when down (not connected, agent not running, file
 missing), 2 on a usage error.
 
 Flags:
-`)
-		fs.PrintDefaults()
-	}
+`, "")
 	return fs, path, asJSON, staleFile
 }
 

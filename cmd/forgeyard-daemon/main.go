@@ -131,9 +131,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&f.matrixDriver, "matrix-driver", false, "TESTING ONLY: serve the compatibility-matrix driver under /v1/matrix/ on --admin-listen (offer, cancel, cut, read back; logs kept in memory)")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces over OTLP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
-	fs.Usage = func() {
-		out := fs.Output()
-		fmt.Fprintf(out, `Usage: forgeyard-daemon [--config FILE] [flags]
+	cli.SetUsage(fs, `Usage: forgeyard-daemon [--config FILE] [flags]
        forgeyard-daemon --version | version [--json] | completion bash|zsh|fish | man
 
 Runs the Forgeyard Transport daemon. Settings come from the TOML file given
@@ -141,16 +139,13 @@ with --config; each flag below overrides one key of it. Secrets (keys, DSNs)
 are always file paths. SIGINT/SIGTERM drain agents and exit.
 
 Flags:
-`)
-		fs.PrintDefaults()
-		fmt.Fprintf(out, `
+`, `
 Examples:
   forgeyard-daemon --config /etc/forgeyard/daemon.toml
   forgeyard-daemon --dev-pki ./.dev-pki --sqlite ./authority.db --listen 127.0.0.1:7443 --demo-leases 3
   forgeyard-daemon --config /etc/forgeyard/daemon.toml --admin-listen 127.0.0.1:9464 --admin-token-file /etc/forgeyard/admin.token
   forgeyard-daemon --config /etc/forgeyard/daemon.toml --admin-socket /run/forgeyard/admin.sock
 `)
-	}
 	return fs
 }
 

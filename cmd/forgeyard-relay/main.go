@@ -109,9 +109,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.adminListen, "metrics-listen", "", "alias of --admin-listen")
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 0, "how long a graceful shutdown waits for relayed connections to close (key: shutdown_timeout; default 10s)")
-	fs.Usage = func() {
-		out := fs.Output()
-		fmt.Fprintf(out, `Usage: forgeyard-relay [--config FILE] [flags]
+	cli.SetUsage(fs, `Usage: forgeyard-relay [--config FILE] [flags]
        forgeyard-relay --version | version [--json] | completion bash|zsh|fish | man
 
 Relays agents that cannot use QUIC (UDP blocked, or only UDP 443 open) to
@@ -121,15 +119,12 @@ from the TOML file given with --config; each flag overrides one key of it.
 SIGINT/SIGTERM close every relayed connection with CloseShutdown and exit.
 
 Flags:
-`)
-		fs.PrintDefaults()
-		fmt.Fprintf(out, `
+`, `
 Examples:
   forgeyard-relay --config /etc/forgeyard/relay.toml
   forgeyard-relay --dev-pki ./.dev-pki --listen-yamux 127.0.0.1:443 --upstream 127.0.0.1:7443 --admin-listen 127.0.0.1:9465
   (agents: --endpoint relay+yamux://relay.example:443, which passes proxies that allow CONNECT to 443 only)
 `)
-	}
 	return fs
 }
 

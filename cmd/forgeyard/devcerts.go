@@ -61,10 +61,7 @@ func devCertsFlags(o *devCertsOpts) *flag.FlagSet {
 	fs.BoolVar(&o.asJSON, "json", false, "print the result as JSON instead of a table")
 	fs.Var(&o.agents, "agent", "agent `NAME` (repeatable; letters, digits, '.', '_', '-')")
 	fs.Var(&o.serverNames, "server-name", "extra DNS name or IP `NAME` for the server certificate (repeatable)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), devCertsHelp)
-		fs.PrintDefaults()
-	}
+	cli.SetUsage(fs, devCertsHelp, "")
 	return fs
 }
 

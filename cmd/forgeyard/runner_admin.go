@@ -55,10 +55,7 @@ func parseRunnerAdmin(name, help string, args []string, want int, extra func(*fl
 	if want == 1 {
 		usage = "Usage: " + prog + " RUNNER [--admin URL] [--token-file FILE] [--json]"
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "%s\n\n%s\n\nFlags:\n", usage, help)
-		fs.PrintDefaults()
-	}
+	cli.SetUsage(fs, usage+"\n\n"+help+"\n\nFlags:\n", "")
 	if code, ok := cli.Parse(fs, args, stdout); !ok {
 		return nil, nil, "", code
 	}

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"forgeyard.dev/transport/internal/tablefmt"
 	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"forgeyard.dev/transport/internal/tablefmt"
 
 	"forgeyard.dev/transport/internal/adminapi"
 	"forgeyard.dev/transport/internal/cli"
@@ -59,10 +60,7 @@ func newAdminFlagSet(name, help string, f *adminFlags, stderr io.Writer) *flag.F
 	fs.StringVar(&f.tokenFile, "token-file", "", "`file` with the admin bearer token (the daemon's admin.token_file); default $"+adminapi.TokenEnv)
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON instead of a table")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait for the daemon")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: forgeyard transport %s [--admin URL] [--token-file FILE] [--json]\n\n%s\n\nFlags:\n", name, help)
-		fs.PrintDefaults()
-	}
+	cli.SetUsage(fs, "Usage: forgeyard transport "+name+" [--admin URL] [--token-file FILE] [--json]\n\n"+help+"\n\nFlags:\n", "")
 	return fs
 }
 

@@ -65,6 +65,15 @@ func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok bool
 	return ExitOK, true
 }
 
+// SetUsage sets fs's usage to head, the flags' defaults, then tail.
+func SetUsage(fs *flag.FlagSet, head, tail string) {
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), head)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), tail)
+	}
+}
+
 // ParseNoArgs is Parse for a command that takes flags only: a positional
 // argument is "name: unexpected argument ..." on stderr and ExitUsage.
 func ParseNoArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, name string) (code int, ok bool) {
