@@ -47,7 +47,6 @@ import (
 	"os"
 	"time"
 
-	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
@@ -89,11 +88,7 @@ type testHooks struct {
 
 type flags struct {
 	configFile    string
-	endpoints     cli.StringList
-	serverName    string
-	cert, key, ca string
-	devPKI        string
-	devAgent      string
+	cp            agentsetup.ControlPlaneFlags
 	maxParallel   int
 	labels        cli.StringList
 	logLevel      string
@@ -113,15 +108,15 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("forgeyard-agent", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
-	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable, raced in order by class (QUIC at 0, WebTransport +250ms, TLS+yamux +500ms, relays +1s): quic://host:7443, webtransport://host:443, yamux://host:7444, yamux+upgrade://host:443, relay+yamux://relay:443 (key: control_plane.endpoints; replaces the file's list)")
+	fs.Var((*cli.StringList)(&f.cp.Endpoints), "endpoint", "daemon endpoint `URI`, repeatable, raced in order by class (QUIC at 0, WebTransport +250ms, TLS+yamux +500ms, relays +1s): quic://host:7443, webtransport://host:443, yamux://host:7444, yamux+upgrade://host:443, relay+yamux://relay:443 (key: control_plane.endpoints; replaces the file's list)")
 	fs.StringVar(&f.proxy, "proxy", "", "HTTP CONNECT proxy `URL` http://[user:pass@]host:port for the TCP endpoints (yamux, yamux+upgrade, relays), or \"none\" (key: control_plane.proxy; default: HTTPS_PROXY/NO_PROXY from the environment)")
 	fs.StringVar(&f.noProxy, "no-proxy", "", "`hosts` reached without --proxy, NO_PROXY syntax (key: control_plane.no_proxy)")
-	fs.StringVar(&f.serverName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name; default: the endpoint host)")
-	fs.StringVar(&f.cert, "cert", "", "agent certificate PEM `file`, bound to the RunnerId (key: control_plane.credential.certificate)")
-	fs.StringVar(&f.key, "key", "", "agent private key PEM `file` (key: control_plane.credential.private_key)")
-	fs.StringVar(&f.ca, "ca", "", "CA PEM `file` that signs the daemon certificate (key: control_plane.credential.ca)")
-	fs.StringVar(&f.devPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` and use agent --dev-agent's certificate")
-	fs.StringVar(&f.devAgent, "dev-agent", "1", "agent `name` inside --dev-pki")
+	fs.StringVar(&f.cp.ServerName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name; default: the endpoint host)")
+	fs.StringVar(&f.cp.Cert, "cert", "", "agent certificate PEM `file`, bound to the RunnerId (key: control_plane.credential.certificate)")
+	fs.StringVar(&f.cp.Key, "key", "", "agent private key PEM `file` (key: control_plane.credential.private_key)")
+	fs.StringVar(&f.cp.CA, "ca", "", "CA PEM `file` that signs the daemon certificate (key: control_plane.credential.ca)")
+	fs.StringVar(&f.cp.DevPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` and use agent --dev-agent's certificate")
+	fs.StringVar(&f.cp.DevAgent, "dev-agent", "1", "agent `name` inside --dev-pki")
 	fs.IntVar(&f.maxParallel, "max-parallel", 0, "attempts run at once (key: max_parallel; default 1)")
 	fs.Var(&f.labels, "label", "capability `label`, repeatable (key: capabilities.labels; replaces the file's list)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
@@ -302,20 +297,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 	cfg, err := cli.LoadConfig(fs, f.configFile, config.ReadAgent, func(cfg *config.Agent, set config.SetFlags) error {
 		str := set.String
-		if set["endpoint"] {
-			cfg.ControlPlane.Endpoints = f.endpoints
+		if err := f.cp.Apply(&cfg.ControlPlane, set); err != nil {
+			return err
 		}
-		str("server-name", &cfg.ControlPlane.ServerName, f.serverName)
 		str("proxy", &cfg.ControlPlane.Proxy, f.proxy)
 		str("no-proxy", &cfg.ControlPlane.NoProxy, f.noProxy)
-		if f.devPKI != "" {
-			if _, err := agentsetup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
-				return fmt.Errorf("--dev-pki: %w", err)
-			}
-		}
-		str("cert", &cfg.ControlPlane.Credential.Certificate, f.cert)
-		str("key", &cfg.ControlPlane.Credential.PrivateKey, f.key)
-		str("ca", &cfg.ControlPlane.Credential.CA, f.ca)
 		if set["max-parallel"] {
 			cfg.MaxParallel = f.maxParallel
 		}
@@ -336,35 +322,22 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 // newAgent loads the credential and builds the agent with one dialer per
 // endpoint (internal/setup/agentsetup), the TCP ones through the configured proxy.
 func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, protocol wire.ProtocolRange, log *slog.Logger, hooks agent.Hooks, m *telemetry.Metrics, tr *telemetry.Tracing) (*agent.Agent, error) {
-	cred, err := agentsetup.LoadCredential(cfg.ControlPlane)
-	if err != nil {
-		return nil, err
-	}
-	// Rotatable credentials: the dialers ask for the current certificate
-	// at every handshake, and the agent renews it before expiry (§21),
-	// rewriting the files.
-	creds, err := trust.LoadCredentials(cfg.ControlPlane.Credential.Certificate, cfg.ControlPlane.Credential.PrivateKey)
-	if err != nil {
-		return nil, config.WithTrustKeys(err, config.AgentCredentialKeys)
-	}
-	// The expiry warning (§22) is logged at start and then periodically by
-	// watchCertExpiry (expiry.go).
-	px, err := agentsetup.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
-	if err != nil {
-		return nil, fmt.Errorf("control_plane.proxy: %w", err)
-	}
 	// One keepalive for every TCP endpoint: the proxy or NAT that cuts
 	// idle tunnels is on all their paths.
 	ka := agentsetup.NewKeepAlive(cfg.ControlPlane.KeepAliveInterval.Duration, !cfg.ControlPlane.DisableKeepAliveAdapt, log)
-	eps, err := agentsetup.Endpoints(cfg.Endpoints(), agentsetup.EndpointOptions{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px, KeepAlive: ka})
+	// Rotatable credentials: the dialers ask for the current certificate
+	// at every handshake, and the agent renews it before expiry (§21),
+	// rewriting the files. The expiry warning (§22) is logged at start and
+	// then periodically by watchCertExpiry (expiry.go).
+	d, err := agentsetup.NewDialing(cfg.ControlPlane, cfg.Endpoints(), log, ka)
 	if err != nil {
 		return nil, err
 	}
 	return agent.New(agent.Config{
 		Fallback:        agentsetup.Policy(cfg.Fallback),
 		FallbackStagger: agentsetup.EndpointStagger(cfg.Fallback),
-		Runner:          cred.Runner, Credentials: creds,
-		Endpoints: eps, Role: agentwire.RoleAgent,
+		Runner:          d.Credential.Runner, Credentials: d.Credentials,
+		Endpoints: d.Endpoints, Role: agentwire.RoleAgent,
 		Capabilities:    cfg.RunnerCapabilities(),
 		Executor:        agent.NewSyntheticExecutor(seed, synth),
 		Protocol:        protocol,
