@@ -99,7 +99,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	r := &doctor.Report{}
 	cfg, err := buildConfig(fs, &f)
 	if err != nil {
-		r.Add(doctor.Finding{Check: "config", Target: f.configFile, Result: doctor.Fail, Detail: err.Error(), Fix: "fix the configuration key named above"})
+		r.Add(doctor.Finding{Check: "config", Target: f.ConfigFile, Result: doctor.Fail, Detail: err.Error(), Fix: "fix the configuration key named above"})
 	} else {
 		eps := make([]string, 0, len(cfg.ControlPlane.Endpoints))
 		for _, e := range cfg.Endpoints() {
@@ -109,7 +109,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if len(eps) == 1 {
 			noun = "endpoint"
 		}
-		r.Add(doctor.Finding{Check: "config", Target: f.configFile, Result: doctor.OK, Detail: fmt.Sprintf("%d %s: %s", len(eps), noun, strings.Join(eps, ", "))})
+		r.Add(doctor.Finding{Check: "config", Target: f.ConfigFile, Result: doctor.OK, Detail: fmt.Sprintf("%d %s: %s", len(eps), noun, strings.Join(eps, ", "))})
 		d := &agentDoctor{cfg: cfg, timeout: *timeout, maxSkew: *maxSkew, now: time.Now, r: r}
 		px, err := agentsetup.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
 		if err != nil {

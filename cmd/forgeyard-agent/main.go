@@ -87,12 +87,10 @@ type testHooks struct {
 }
 
 type flags struct {
-	configFile    string
+	cli.RoleFlags // --config, --log-*
 	cp            agentsetup.ControlPlaneFlags
 	maxParallel   int
 	labels        cli.StringList
-	logLevel      string
-	logFormat     string
 	seed          uint64
 	synth         agent.SyntheticOptions
 	statusFile    string
@@ -105,9 +103,7 @@ type flags struct {
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("forgeyard-agent", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
+	fs := cli.NewRoleFlagSet("forgeyard-agent", out, &f.RoleFlags, true)
 	fs.Var((*cli.StringList)(&f.cp.Endpoints), "endpoint", "daemon endpoint `URI`, repeatable, raced in order by class (QUIC at 0, WebTransport +250ms, TLS+yamux +500ms, relays +1s): quic://host:7443, webtransport://host:443, yamux://host:7444, yamux+upgrade://host:443, relay+yamux://relay:443 (key: control_plane.endpoints; replaces the file's list)")
 	fs.StringVar(&f.proxy, "proxy", "", "HTTP CONNECT proxy `URL` http://[user:pass@]host:port for the TCP endpoints (yamux, yamux+upgrade, relays), or \"none\" (key: control_plane.proxy; default: HTTPS_PROXY/NO_PROXY from the environment)")
 	fs.StringVar(&f.noProxy, "no-proxy", "", "`hosts` reached without --proxy, NO_PROXY syntax (key: control_plane.no_proxy)")
@@ -119,8 +115,6 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.cp.DevAgent, "dev-agent", "1", "agent `name` inside --dev-pki")
 	fs.IntVar(&f.maxParallel, "max-parallel", 0, "attempts run at once (key: max_parallel; default 1)")
 	fs.Var(&f.labels, "label", "capability `label`, repeatable (key: capabilities.labels; replaces the file's list)")
-	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
-	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
 	fs.StringVar(&f.statusFile, "status-file", "", "rewrite `file` atomically with the connection health as JSON, read by `forgeyard-agent connection status` (e.g. "+DefaultStatusFile+")")
 	fs.DurationVar(&f.statusEvery, "status-interval", DefaultStatusInterval, "how often --status-file is rewritten (also on every connect and disconnect)")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces over OTLP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)")
@@ -295,7 +289,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 }
 
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
-	cfg, err := cli.LoadConfig(fs, f.configFile, config.ReadAgent, func(cfg *config.Agent, set config.SetFlags) error {
+	cfg, err := cli.LoadConfig(fs, f.ConfigFile, config.ReadAgent, func(cfg *config.Agent, set config.SetFlags) error {
 		str := set.String
 		if err := f.cp.Apply(&cfg.ControlPlane, set); err != nil {
 			return err
@@ -308,8 +302,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 		if set["label"] {
 			cfg.Capabilities.Labels = f.labels
 		}
-		str("log-level", &cfg.Log.Level, f.logLevel)
-		str("log-format", &cfg.Log.Format, f.logFormat)
+		f.ApplyLog(&cfg.Log, set)
 		str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
 		return nil
 	})

@@ -76,7 +76,7 @@ type testHooks struct {
 }
 
 type flags struct {
-	configFile      string
+	cli.RoleFlags   // --config, --log-*
 	id              string
 	listen          string
 	listenYamux     string
@@ -85,8 +85,6 @@ type flags struct {
 	devPKI          string
 	sqlite          string
 	pgDSNFile       string
-	logLevel        string
-	logFormat       string
 	demoLeases      int
 	logDir          string
 	casDir          string
@@ -103,9 +101,7 @@ type flags struct {
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("forgeyard-daemon", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
+	fs := cli.NewRoleFlagSet("forgeyard-daemon", out, &f.RoleFlags, true)
 	fs.StringVar(&f.id, "id", "", "daemon name in logs and session records (key: id)")
 	fs.StringVar(&f.listen, "listen", "", "QUIC listen `host:port` (key: listen.quic; default "+config.DefaultDaemonListen+" when no backend is configured)")
 	fs.StringVar(&f.listenYamux, "listen-yamux", "", "TLS+yamux listen `host:port` (key: listen.yamux)")
@@ -116,8 +112,6 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.devPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` and use its server certificate and CA")
 	fs.StringVar(&f.sqlite, "sqlite", "", "SQLite authority database `file` (key: authority.sqlite)")
 	fs.StringVar(&f.pgDSNFile, "postgres-dsn-file", "", "`file` holding the PostgreSQL DSN (key: authority.postgres_dsn_file)")
-	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
-	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
 	fs.StringVar(&f.logDir, "log-dir", "", "store the attempts' logs received on log streams in `dir` (key: data.log_dir; one file per attempt; default: logs beside --dev-pki or the SQLite authority; with PostgreSQL and no store, log streams are refused)")
 	fs.StringVar(&f.casDir, "cas-dir", "", "store CAS objects agents upload, and serve payloads from, `dir` (key: data.cas_dir; default: cas beside --dev-pki or the SQLite authority; with PostgreSQL and no store, CAS streams are refused)")
 	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
@@ -188,7 +182,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 // buildConfig loads the file (if any), applies the flags that were set,
 // the dev PKI and the defaults, and validates.
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
-	cfg, err := cli.LoadConfig(fs, f.configFile, config.ReadDaemon, func(cfg *config.Daemon, set config.SetFlags) error {
+	cfg, err := cli.LoadConfig(fs, f.ConfigFile, config.ReadDaemon, func(cfg *config.Daemon, set config.SetFlags) error {
 		str := set.String
 		str("id", &cfg.ID, f.id)
 		str("listen", &cfg.Listen.QUIC, f.listen)
@@ -214,8 +208,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 		}
 		str("log-dir", &cfg.Data.LogDir, f.logDir)
 		str("cas-dir", &cfg.Data.CASDir, f.casDir)
-		str("log-level", &cfg.Log.Level, f.logLevel)
-		str("log-format", &cfg.Log.Format, f.logFormat)
+		f.ApplyLog(&cfg.Log, set)
 		str("admin-listen", &cfg.Admin.Listen, f.adminListen)
 		if set["protocol"] {
 			r, err := wire.ParseRange(f.protocol)
@@ -246,7 +239,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	// refuse an invalid one here, naming the file and key, before anything
 	// starts (serve converts them again for the engine).
 	if _, err := daemonsetup.Limits(cfg); err != nil {
-		return nil, config.WithFile(err, f.configFile)
+		return nil, config.WithFile(err, f.ConfigFile)
 	}
 	if f.matrixDriver && (cfg.AdminListen() == "" || cfg.Admin.AllowRemote) {
 		return nil, errors.New("--matrix-driver needs a loopback --admin-listen (and no admin.allow_remote)")

@@ -65,7 +65,7 @@ type testHooks struct {
 }
 
 type flags struct {
-	configFile    string
+	cli.RoleFlags // --config, --log-*
 	listenYamux   string
 	listenWT      string
 	cert, key, ca string
@@ -78,17 +78,13 @@ type flags struct {
 	maxConns      int
 	maxStreams    int
 	devPKI        string
-	logLevel      string
-	logFormat     string
 	adminListen   string
 	adminRemote   bool
 	shutdown      time.Duration
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("forgeyard-relay", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
+	fs := cli.NewRoleFlagSet("forgeyard-relay", out, &f.RoleFlags, true)
 	fs.StringVar(&f.listenYamux, "listen-yamux", "", "agent-facing TLS+yamux listen `host:port`, raw and HTTP/1.1 Upgrade form on one port (key: listen.yamux; default "+config.DefaultRelayListenYamux+" when no listener is configured)")
 	fs.StringVar(&f.listenWT, "listen-webtransport", "", "agent-facing WebTransport listen `host:port`, UDP (key: listen.webtransport)")
 	fs.StringVar(&f.cert, "cert", "", "agent-facing server certificate PEM `file` (key: tls.certificate)")
@@ -103,8 +99,6 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&f.maxConns, "max-connections", 0, "agent connections relayed at once; beyond it agents get CloseOverloaded (key: limits.max_connections; default 10000)")
 	fs.IntVar(&f.maxStreams, "max-streams-per-connection", 0, "streams in flight per agent; beyond it streams are refused (key: limits.max_streams_per_connection; default 256)")
 	fs.StringVar(&f.devPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` for both sides (server certificate, CA, relay client certificate)")
-	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
-	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "serve /metrics and /healthz on `host:port` (key: admin.listen; alias --metrics-listen; loopback only unless --admin-allow-remote)")
 	fs.StringVar(&f.adminListen, "metrics-listen", "", "alias of --admin-listen")
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
@@ -163,7 +157,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 // buildConfig loads the file (if any), applies the dev PKI and the flags
 // that were set, the defaults, and validates.
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Relay, error) {
-	cfg, err := cli.LoadConfig(fs, f.configFile, config.ReadRelay, func(cfg *config.Relay, set config.SetFlags) error {
+	cfg, err := cli.LoadConfig(fs, f.ConfigFile, config.ReadRelay, func(cfg *config.Relay, set config.SetFlags) error {
 		str := set.String
 		if f.devPKI != "" {
 			if _, err := relaysetup.DevRelay(f.devPKI, cfg); err != nil {
@@ -199,8 +193,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Relay, error) {
 		if set["max-streams-per-connection"] {
 			cfg.Limits.MaxStreamsPerConnection = f.maxStreams
 		}
-		str("log-level", &cfg.Log.Level, f.logLevel)
-		str("log-format", &cfg.Log.Format, f.logFormat)
+		f.ApplyLog(&cfg.Log, set)
 		str("admin-listen", &cfg.Admin.Listen, f.adminListen)
 		str("metrics-listen", &cfg.Admin.Listen, f.adminListen)
 		if set["admin-allow-remote"] {

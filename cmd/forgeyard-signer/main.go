@@ -57,17 +57,14 @@ func main() {
 }
 
 type flags struct {
-	configFile string
-	cp         agentsetup.ControlPlaneFlags
-	keyFiles   cli.StringList
-	policies   cli.StringList
-	logLevel   string
+	cli.RoleFlags // --config, --log-*
+	cp            agentsetup.ControlPlaneFlags
+	keyFiles      cli.StringList
+	policies      cli.StringList
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("forgeyard-signer", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
+	fs := cli.NewRoleFlagSet("forgeyard-signer", out, &f.RoleFlags, false)
 	fs.Var((*cli.StringList)(&f.cp.Endpoints), "endpoint", "daemon endpoint `URI`, repeatable (key: control_plane.endpoints; replaces the file's list)")
 	fs.StringVar(&f.cp.ServerName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name)")
 	fs.StringVar(&f.cp.Cert, "cert", "", "worker certificate PEM `file`, bound to the RunnerId (key: control_plane.credential.certificate)")
@@ -77,7 +74,6 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.cp.DevAgent, "dev-agent", "signer", "agent `name` inside --dev-pki")
 	fs.Var(&f.keyFiles, "key-file", "signing key `ref=file`, repeatable (key: [[keys]]; replaces the file's list)")
 	fs.Var(&f.policies, "policy", "trusted policy `id=authority-public-key-file`, repeatable (key: [[policies]]; replaces the file's list)")
-	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
 	return fs
 }
 
@@ -144,11 +140,10 @@ func splitPairs(key string, l []string) ([][2]string, error) {
 }
 
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Signer, error) {
-	return cli.LoadConfig(fs, f.configFile, config.ReadSigner, func(cfg *config.Signer, set config.SetFlags) error {
+	return cli.LoadConfig(fs, f.ConfigFile, config.ReadSigner, func(cfg *config.Signer, set config.SetFlags) error {
 		if err := f.cp.Apply(&cfg.ControlPlane, set); err != nil {
 			return err
 		}
-		str := set.String
 		if set["key-file"] {
 			kp, err := splitPairs("key-file", f.keyFiles)
 			if err != nil {
@@ -169,7 +164,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Signer, error) {
 				cfg.Policies = append(cfg.Policies, config.SignerPolicy{ID: p[0], AuthorityKey: p[1]})
 			}
 		}
-		str("log-level", &cfg.Log.Level, f.logLevel)
+		f.ApplyLog(&cfg.Log, set)
 		return nil
 	})
 }
