@@ -2,7 +2,6 @@ package matrix
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"forgeyard.dev/transport/internal/matrixdriver"
 )
 
 // backendSchemes maps a backend to the agent's endpoint URI scheme and the
@@ -222,33 +223,7 @@ func startRelay(ctx context.Context, bin, pki, upstream string) (*proc, map[stri
 // call does one driver request; out receives the JSON answer. A non-2xx
 // status is an error carrying the driver's message.
 func (d *daemonProc) call(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+d.admin+path, rd)
-	if err != nil {
-		return err
-	}
-	resp, err := d.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct{ Error string }
-		_ = json.Unmarshal(b, &e)
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, e.Error)
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
+	return matrixdriver.Call(ctx, d.http, d.admin, method, path, body, out)
 }
 
 // driverSession is one entry of GET /v1/matrix/sessions.
