@@ -120,11 +120,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			d.run(ctx)
 		}
 	}
-	if *asJSON {
-		_ = r.WriteJSON(stdout)
-	} else {
-		_ = r.WriteText(stdout)
-	}
+	_ = r.Print(stdout, *asJSON)
 	if r.Failed() {
 		return cli.ExitFail
 	}

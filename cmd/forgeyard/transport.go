@@ -297,11 +297,7 @@ func runTransportDoctor(args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	r := daemonDoctor(context.Background(), c, time.Now())
-	if f.asJSON {
-		_ = r.WriteJSON(stdout)
-	} else {
-		_ = r.WriteText(stdout)
-	}
+	_ = r.Print(stdout, f.asJSON)
 	if r.Failed() {
 		return cli.ExitFail
 	}
