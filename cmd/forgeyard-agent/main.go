@@ -149,28 +149,24 @@ Examples:
 // newRoot is the command tree: the agent itself (the root's flags) and its
 // subcommands, for dispatch, completions and the man page.
 func newRoot(ctx context.Context) *cli.Command {
-	r := &cli.Command{Name: prog, Summary: "run a Forgeyard Transport build agent", Synopsis: "[--config FILE] [flags]",
-		Flags: func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) },
-		Sub: []*cli.Command{
-			{Name: "doctor", Summary: "check the configuration, endpoints, certificates and protocol, and say what to fix",
-				Synopsis: "[--config FILE] [flags] [--json]",
-				Run:      func(args []string, stdout, stderr io.Writer) int { return runDoctor(ctx, args, stdout, stderr) },
-				Flags:    func() *flag.FlagSet { fs, _, _, _ := doctorFlagSet(new(flags), io.Discard); return fs }},
-			{Name: "enroll", Summary: "exchange a one-time enrollment token for a runner certificate",
-				Synopsis: "--token TOKEN --endpoint URI --cert FILE --key FILE [flags]",
-				Run:      func(args []string, stdout, stderr io.Writer) int { return runEnroll(ctx, args, stdout, stderr) },
-				Flags:    func() *flag.FlagSet { return enrollFlagSet(new(enrollOpts), io.Discard) }},
-			{Name: "connection", Summary: "the running agent's connection", Sub: []*cli.Command{
-				{Name: "status", Summary: "print the connection health the running agent writes to its --status-file",
-					Synopsis: "[--json] [--status-file FILE]",
-					Run: func(args []string, stdout, stderr io.Writer) int {
-						return runConnectionStatus(args, stdout, stderr, time.Now())
-					},
-					Flags: func() *flag.FlagSet { fs, _, _, _ := connectionStatusFlagSet(io.Discard); return fs }},
-			}},
-		}}
-	cli.StandardCommands(r)
-	return r
+	return cli.RoleRoot(prog, "run a Forgeyard Transport build agent",
+		func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) },
+		&cli.Command{Name: "doctor", Summary: "check the configuration, endpoints, certificates and protocol, and say what to fix",
+			Synopsis: "[--config FILE] [flags] [--json]",
+			Run:      func(args []string, stdout, stderr io.Writer) int { return runDoctor(ctx, args, stdout, stderr) },
+			Flags:    func() *flag.FlagSet { fs, _, _, _ := doctorFlagSet(new(flags), io.Discard); return fs }},
+		&cli.Command{Name: "enroll", Summary: "exchange a one-time enrollment token for a runner certificate",
+			Synopsis: "--token TOKEN --endpoint URI --cert FILE --key FILE [flags]",
+			Run:      func(args []string, stdout, stderr io.Writer) int { return runEnroll(ctx, args, stdout, stderr) },
+			Flags:    func() *flag.FlagSet { return enrollFlagSet(new(enrollOpts), io.Discard) }},
+		&cli.Command{Name: "connection", Summary: "the running agent's connection", Sub: []*cli.Command{
+			{Name: "status", Summary: "print the connection health the running agent writes to its --status-file",
+				Synopsis: "[--json] [--status-file FILE]",
+				Run: func(args []string, stdout, stderr io.Writer) int {
+					return runConnectionStatus(args, stdout, stderr, time.Now())
+				},
+				Flags: func() *flag.FlagSet { fs, _, _, _ := connectionStatusFlagSet(io.Discard); return fs }},
+		}})
 }
 
 // run is main without the process; tests call it in-process.
@@ -179,12 +175,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		fmt.Fprintln(stderr, "forgeyard-agent: usage: forgeyard-agent connection status [--json] [--status-file FILE]")
 		return cli.ExitUsage
 	}
-	if code, ok := cli.Subcommand(newRoot(ctx), args, stdout, stderr); ok {
-		return code
-	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-agent"); !ok {
+	if code, ok := cli.ParseRoot(newRoot(ctx), fs, args, stdout, stderr); !ok {
 		return code
 	}
 	if f.synth.MinDuration < 0 || f.synth.MinDuration > time.Hour || f.synth.LogLines > 100000 || f.synth.LogInterval < 0 || f.synth.LogInterval > time.Minute {

@@ -146,20 +146,15 @@ Examples:
 // newRoot is the command tree: the daemon itself (the root's flags) and
 // the standard subcommands, for dispatch, completions and the man page.
 func newRoot() *cli.Command {
-	r := &cli.Command{Name: "forgeyard-daemon", Summary: "run the Forgeyard Transport daemon", Synopsis: "[--config FILE] [flags]",
-		Flags: func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) }}
-	cli.StandardCommands(r)
-	return r
+	return cli.RoleRoot("forgeyard-daemon", "run the Forgeyard Transport daemon",
+		func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) })
 }
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
-	if code, ok := cli.Subcommand(newRoot(), args, stdout, stderr); ok {
-		return code
-	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-daemon"); !ok {
+	if code, ok := cli.ParseRoot(newRoot(), fs, args, stdout, stderr); !ok {
 		return code
 	}
 	if f.demoLeases < 0 || f.demoLeases > 10000 {
