@@ -100,6 +100,8 @@ func runRunnerList(args []string, stdout, stderr io.Writer) int {
 	return cli.ExitOK
 }
 
+// ago is how long before now t was ("1.2s ago"), or "never" for the zero
+// time: the last heartbeat of runner list and transport sessions.
 func ago(t, now time.Time) string {
 	if t.IsZero() {
 		return "never"

@@ -230,11 +230,7 @@ func writeSessions(w io.Writer, ss []adminapi.Session, now time.Time) {
 		if s.Fenced {
 			state += " (fenced)"
 		}
-		hb := "never"
-		if !s.LastHeartbeat.IsZero() {
-			hb = now.Sub(s.LastHeartbeat).Round(100*time.Millisecond).String() + " ago"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Runner, s.Backend, s.Protocol, s.Remote, state, s.Epoch, hb,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Runner, s.Backend, s.Protocol, s.Remote, state, s.Epoch, ago(s.LastHeartbeat, now),
 			now.Sub(s.ConnectedAt).Round(time.Second).String()+" ago", tablefmt.Dash(s.AgentVersion))
 	}
 	tw.Flush()
