@@ -250,25 +250,27 @@ func (t *agentTelemetry) hooks() agent.Hooks {
 	}
 }
 
-func (t *agentTelemetry) health() telemetry.AgentHealth {
+// status is the agent's status and when its connection started (zero
+// values before the agent is attached).
+func (t *agentTelemetry) status() (agent.Status, time.Time) {
 	t.mu.Lock()
 	a, since := t.a, t.connectedAt
 	t.mu.Unlock()
 	if a == nil {
-		return agentHealth(agent.Status{}, time.Time{}, time.Now())
+		return agent.Status{}, time.Time{}
 	}
-	return agentHealth(a.Status(), since, time.Now())
+	return a.Status(), since
+}
+
+func (t *agentTelemetry) health() telemetry.AgentHealth {
+	st, since := t.status()
+	return agentHealth(st, since, time.Now())
 }
 
 // report is health plus the connection details, for the status file.
 func (t *agentTelemetry) report() statusReport {
-	t.mu.Lock()
-	a, since := t.a, t.connectedAt
-	t.mu.Unlock()
-	if a == nil {
-		return reportOf(agent.Status{}, time.Time{}, time.Now())
-	}
-	return reportOf(a.Status(), since, time.Now())
+	st, since := t.status()
+	return reportOf(st, since, time.Now())
 }
 
 // run writes the status file every interval and on connect/disconnect
@@ -367,20 +369,12 @@ func printConnectionStatus(path *string, asJSON *bool, staleFile *time.Duration,
 // CheckedAt stays the time the agent wrote it.
 func readStatusFile(path string, now time.Time, staleFile time.Duration) (statusReport, error) {
 	var h statusReport
-	f, err := os.Open(path)
+	data, err := readBounded(path, maxStatusFile, "status file")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return h, fmt.Errorf("%s does not exist: is the agent running with --status-file %s?", path, path)
 		}
 		return h, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxStatusFile+1))
-	if err != nil {
-		return h, err
-	}
-	if len(data) > maxStatusFile {
-		return h, fmt.Errorf("%s: larger than %d bytes; not a status file", path, maxStatusFile)
 	}
 	if err := json.Unmarshal(data, &h); err != nil {
 		return h, fmt.Errorf("%s: not a status file: %v", path, err)
