@@ -2,7 +2,6 @@ package matrix
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"forgeyard.dev/transport/internal/matrixdriver"
 )
 
 // backendSchemes maps a backend to the agent's endpoint URI scheme and the
@@ -109,6 +110,23 @@ func (p *proc) stop(grace time.Duration) {
 	}
 }
 
+// waitListening waits up to 30 s for ready, which the process's log lines
+// close once it listens; what names the process in the errors. A process
+// still not listening is stopped.
+func (p *proc) waitListening(ready <-chan struct{}, what string) error {
+	t := time.NewTimer(30 * time.Second)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return nil
+	case <-p.done:
+		return fmt.Errorf("%s exited (%v) before listening:\n%s", what, p.err, lastLines(p.stderr.String(), 10))
+	case <-t.C:
+		p.stop(5 * time.Second)
+		return fmt.Errorf("%s not listening after 30s:\n%s", what, lastLines(p.stderr.String(), 10))
+	}
+}
+
 // exitCode returns the exit code once exited (-1 when killed by a signal).
 func (p *proc) exitCode() int {
 	if p.cmd.ProcessState == nil {
@@ -161,19 +179,12 @@ func startDaemon(ctx context.Context, bin, dir string, extra []string) (*daemonP
 		return nil, err
 	}
 	d.proc = p
-	t := time.NewTimer(30 * time.Second)
-	defer t.Stop()
-	select {
-	case <-ready:
-		mu.Lock()
-		defer mu.Unlock()
-		return d, nil
-	case <-p.done:
-		return nil, fmt.Errorf("daemon exited (%v) before listening:\n%s", p.err, lastLines(p.stderr.String(), 10))
-	case <-t.C:
-		p.stop(5 * time.Second)
-		return nil, fmt.Errorf("daemon not listening after 30s:\n%s", lastLines(p.stderr.String(), 10))
+	if err := p.waitListening(ready, "daemon"); err != nil {
+		return nil, err
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	return d, nil
 }
 
 // startRelay starts forgeyard-relay with the daemon's dev PKI, agent-facing
@@ -204,51 +215,18 @@ func startRelay(ctx context.Context, bin, pki, upstream string) (*proc, map[stri
 	if err != nil {
 		return nil, nil, err
 	}
-	t := time.NewTimer(30 * time.Second)
-	defer t.Stop()
-	select {
-	case <-ready:
-		mu.Lock()
-		defer mu.Unlock()
-		return p, maps.Clone(addrs), nil
-	case <-p.done:
-		return nil, nil, fmt.Errorf("relay exited (%v) before listening:\n%s", p.err, lastLines(p.stderr.String(), 10))
-	case <-t.C:
-		p.stop(5 * time.Second)
-		return nil, nil, fmt.Errorf("relay not listening after 30s:\n%s", lastLines(p.stderr.String(), 10))
+	if err := p.waitListening(ready, "relay"); err != nil {
+		return nil, nil, err
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	return p, maps.Clone(addrs), nil
 }
 
 // call does one driver request; out receives the JSON answer. A non-2xx
 // status is an error carrying the driver's message.
 func (d *daemonProc) call(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+d.admin+path, rd)
-	if err != nil {
-		return err
-	}
-	resp, err := d.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct{ Error string }
-		_ = json.Unmarshal(b, &e)
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, e.Error)
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
+	return matrixdriver.Call(ctx, d.http, d.admin, method, path, body, out)
 }
 
 // driverSession is one entry of GET /v1/matrix/sessions.

@@ -35,19 +35,19 @@ func TestExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		{"bad flag", []string{"--no-such-flag"}, exitUsage, "flag provided but not defined"},
-		{"missing config file", []string{"--config", filepath.Join(dir, "nope.toml")}, exitUsage, "nope.toml"},
+		{"bad flag", []string{"--no-such-flag"}, cli.ExitUsage, "flag provided but not defined"},
+		{"missing config file", []string{"--config", filepath.Join(dir, "nope.toml")}, cli.ExitUsage, "nope.toml"},
 		{"missing certificate", []string{"--endpoint", "quic://127.0.0.1:7443", "--cert", "/nope/agent.pem", "--key", "/nope/agent-key.pem", "--ca", "/nope/ca.pem"},
-			exitUsage, `control_plane.credential.certificate "/nope/agent.pem"`},
-		{"metrics address taken", []string{"--dev-pki", pki, "--endpoint", "quic://" + closed, "--metrics-listen", taken.Addr().String()}, exitFail, "--metrics-listen"},
-		{"doctor bad flag", []string{"doctor", "--no-such-flag"}, exitUsage, "flag provided but not defined"},
-		{"doctor unreachable daemon", []string{"doctor", "--dev-pki", pki, "--endpoint", "quic://" + closed, "--timeout", "300ms"}, exitFail, ""},
-		{"enroll bad flag", []string{"enroll", "--no-such-flag"}, exitUsage, "flag provided but not defined"},
-		{"enroll missing token", []string{"enroll", "--endpoint", "quic://" + closed}, exitUsage, "--token is required"},
-		{"connection status bad flag", []string{"connection", "status", "--no-such-flag"}, exitUsage, "flag provided but not defined"},
-		{"connection status no agent", []string{"connection", "status", "--status-file", filepath.Join(dir, "none.json")}, exitFail, ""},
-		{"connection without status", []string{"connection"}, exitUsage, "usage"},
-		{"version stray argument", []string{"version", "x"}, exitUsage, "unexpected argument"},
+			cli.ExitUsage, `control_plane.credential.certificate "/nope/agent.pem"`},
+		{"metrics address taken", []string{"--dev-pki", pki, "--endpoint", "quic://" + closed, "--metrics-listen", taken.Addr().String()}, cli.ExitFail, "--metrics-listen"},
+		{"doctor bad flag", []string{"doctor", "--no-such-flag"}, cli.ExitUsage, "flag provided but not defined"},
+		{"doctor unreachable daemon", []string{"doctor", "--dev-pki", pki, "--endpoint", "quic://" + closed, "--timeout", "300ms"}, cli.ExitFail, ""},
+		{"enroll bad flag", []string{"enroll", "--no-such-flag"}, cli.ExitUsage, "flag provided but not defined"},
+		{"enroll missing token", []string{"enroll", "--endpoint", "quic://" + closed}, cli.ExitUsage, "--token is required"},
+		{"connection status bad flag", []string{"connection", "status", "--no-such-flag"}, cli.ExitUsage, "flag provided but not defined"},
+		{"connection status no agent", []string{"connection", "status", "--status-file", filepath.Join(dir, "none.json")}, cli.ExitFail, ""},
+		{"connection without status", []string{"connection"}, cli.ExitUsage, "usage"},
+		{"version stray argument", []string{"version", "x"}, cli.ExitUsage, "unexpected argument"},
 	} {
 		code, _, errOut := runAgentCmd(t, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {
@@ -69,7 +69,7 @@ func TestReportedVersion(t *testing.T) {
 
 func TestVersionAndDocs(t *testing.T) {
 	code, out, _ := runAgentCmd(t, "--version")
-	if code != exitOK || out != buildinfo.Get().String("forgeyard-agent")+"\n" {
+	if code != cli.ExitOK || out != buildinfo.Get().String("forgeyard-agent")+"\n" {
 		t.Errorf("--version: exit %d: %q", code, out)
 	}
 	root := newRoot(context.Background())
@@ -83,7 +83,7 @@ func TestVersionAndDocs(t *testing.T) {
 		}
 		args := append(strings.Fields(path)[1:], "--help")
 		code, out, errOut := runAgentCmd(t, args...)
-		if code != exitOK || errOut != "" || strings.Count(strings.ToLower(out), "usage") == 0 || strings.Count(out, "Usage: ") > 1 {
+		if code != cli.ExitOK || errOut != "" || strings.Count(strings.ToLower(out), "usage") == 0 || strings.Count(out, "Usage: ") > 1 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and the usage once on stdout", args, code, out, errOut)
 		}
 	})

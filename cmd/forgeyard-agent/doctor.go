@@ -81,10 +81,7 @@ func doctorFlagSet(f *flags, out io.Writer) (fs *flag.FlagSet, asJSON *bool, tim
 	asJSON = fs.Bool("json", false, "print the findings as JSON")
 	timeout = fs.Duration("timeout", DefaultDoctorTimeout, "how long each network check of an endpoint may take")
 	maxSkew = fs.Duration("max-skew", DefaultMaxClockSkew, "warn when the daemon's clock differs from this machine's by more")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), doctorHelp)
-		fs.PrintDefaults()
-	}
+	cli.SetUsage(fs, doctorHelp, "")
 	return fs, asJSON, timeout, maxSkew
 }
 
@@ -97,12 +94,12 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if *timeout < 100*time.Millisecond || *timeout > time.Minute {
 		fmt.Fprintln(stderr, "forgeyard-agent doctor: --timeout must be 100ms–1m")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	r := &doctor.Report{}
 	cfg, err := buildConfig(fs, &f)
 	if err != nil {
-		r.Add(doctor.Finding{Check: "config", Target: f.configFile, Result: doctor.Fail, Detail: err.Error(), Fix: "fix the configuration key named above"})
+		r.Add(doctor.Finding{Check: "config", Target: f.ConfigFile, Result: doctor.Fail, Detail: err.Error(), Fix: "fix the configuration key named above"})
 	} else {
 		eps := make([]string, 0, len(cfg.ControlPlane.Endpoints))
 		for _, e := range cfg.Endpoints() {
@@ -112,7 +109,7 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if len(eps) == 1 {
 			noun = "endpoint"
 		}
-		r.Add(doctor.Finding{Check: "config", Target: f.configFile, Result: doctor.OK, Detail: fmt.Sprintf("%d %s: %s", len(eps), noun, strings.Join(eps, ", "))})
+		r.Add(doctor.Finding{Check: "config", Target: f.ConfigFile, Result: doctor.OK, Detail: fmt.Sprintf("%d %s: %s", len(eps), noun, strings.Join(eps, ", "))})
 		d := &agentDoctor{cfg: cfg, timeout: *timeout, maxSkew: *maxSkew, now: time.Now, r: r}
 		px, err := agentsetup.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
 		if err != nil {
@@ -123,15 +120,11 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			d.run(ctx)
 		}
 	}
-	if *asJSON {
-		_ = r.WriteJSON(stdout)
-	} else {
-		_ = r.WriteText(stdout)
-	}
+	_ = r.Print(stdout, *asJSON)
 	if r.Failed() {
-		return exitFail
+		return cli.ExitFail
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 type agentDoctor struct {

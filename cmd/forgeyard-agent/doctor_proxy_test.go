@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"forgeyard.dev/transport/backends/yamux/proxy"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/doctor"
 	"forgeyard.dev/transport/internal/tools/netsim"
@@ -43,7 +44,7 @@ func TestDoctorQUICUnavailableHealthyOverRelay(t *testing.T) {
 	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+qaddr,
 		"--endpoint", relay, "--server-name", "localhost", "--timeout", "500ms", "--json")
 	r, m := findings(t, out)
-	if code != exitOK || r.Result != doctor.Warn {
+	if code != cli.ExitOK || r.Result != doctor.Warn {
 		t.Fatalf("exit %d, result %s; want 0 and WARN:\n%s", code, r.Result, out)
 	}
 	u := m["udp"]
@@ -81,7 +82,7 @@ func TestDoctorQUICUnavailableRelayDown(t *testing.T) {
 	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+qaddr,
 		"--endpoint", relay, "--server-name", "localhost", "--timeout", "500ms", "--json")
 	_, m := findings(t, out)
-	if code != exitFail || m["udp"].Result != doctor.Fail || m["tcp"].Result != doctor.Fail {
+	if code != cli.ExitFail || m["udp"].Result != doctor.Fail || m["tcp"].Result != doctor.Fail {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
 	if want := "check that forgeyard-relay runs on 127.0.0.1 and serves listen.yamux on port " + dport; m["tcp"].Fix != want {

@@ -27,6 +27,7 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/doctor"
 	"forgeyard.dev/transport/internal/setup/daemonsetup"
@@ -82,7 +83,7 @@ func TestDoctorOK(t *testing.T) {
 	args := []string{"doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://" + addr, "--server-name", "localhost"}
 
 	code, out, errOut := runAgentCmd(t, args...)
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	for _, want := range []string{"RESULT  CHECK", "OK      certificate", "runner " + a.Runner.String(), "OK      udp          quic://" + addr,
@@ -94,7 +95,7 @@ func TestDoctorOK(t *testing.T) {
 	}
 	code, out, _ = runAgentCmd(t, append(args, "--json")...)
 	r, m := findings(t, out)
-	if code != exitOK || r.Result != doctor.OK {
+	if code != cli.ExitOK || r.Result != doctor.OK {
 		t.Fatalf("json: exit %d %+v", code, r)
 	}
 	for _, c := range []string{"config", "certificate", "dns", "udp", "tls-trust", "client-cert", "protocol", "clock", "mtu"} {
@@ -127,7 +128,7 @@ func TestDoctorUDPBlocked(t *testing.T) {
 	// Issue 18: the detail says what was seen; the fix names the relay
 	// scheme and port that pass a stock proxy, not "yamux://relay:7444".
 	want := "UDP to 127.0.0.1:" + port + " is blocked or dropped (no answer within 500ms)"
-	if code != exitFail || m["udp"].Result != doctor.Fail || m["udp"].Detail != want {
+	if code != cli.ExitFail || m["udp"].Result != doctor.Fail || m["udp"].Detail != want {
 		t.Fatalf("exit %d, udp %+v; want FAIL %q", code, m["udp"], want)
 	}
 	if !strings.Contains(m["udp"].Fix, "allow UDP "+port) || !strings.Contains(m["udp"].Fix, `"relay+yamux://<relay>:443"`) || strings.Contains(m["udp"].Fix, "yamux://relay:7444") {
@@ -149,7 +150,7 @@ func TestDoctorWrongCA(t *testing.T) {
 		"--cert", a.CertFile, "--key", a.KeyFile, "--ca", other.CA.CertFile, "--json")
 	_, m := findings(t, out)
 	f := m["tls-trust"]
-	if code != exitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "x509: certificate signed by unknown authority") ||
+	if code != cli.ExitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "x509: certificate signed by unknown authority") ||
 		!strings.Contains(f.Fix, other.CA.CertFile) {
 		t.Fatalf("exit %d, tls-trust %+v", code, f)
 	}
@@ -160,7 +161,7 @@ func TestDoctorWrongCA(t *testing.T) {
 	// A server name the certificate does not hold: the hostname reason.
 	code, out, _ = runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+addr, "--server-name", "daemon.wrong.example", "--json")
 	_, m = findings(t, out)
-	if f := m["tls-trust"]; code != exitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "x509: certificate is valid for") ||
+	if f := m["tls-trust"]; code != cli.ExitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "x509: certificate is valid for") ||
 		!strings.Contains(f.Fix, "control_plane.server_name") {
 		t.Fatalf("wrong name: exit %d, tls-trust %+v", code, f)
 	}
@@ -255,7 +256,7 @@ func TestDoctorExpiredCert(t *testing.T) {
 	code, out, _ := runAgentCmd(t, "doctor", "--endpoint", "quic://"+addr, "--server-name", "localhost",
 		"--cert", cert, "--key", key, "--ca", pki.CA.CertFile, "--json")
 	_, m := findings(t, out)
-	if f := m["certificate"]; code != exitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "certificate expired at "+at) || !strings.Contains(f.Fix, "renew") {
+	if f := m["certificate"]; code != cli.ExitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "certificate expired at "+at) || !strings.Contains(f.Fix, "renew") {
 		t.Fatalf("exit %d, certificate %+v", code, f)
 	}
 	f := m["client-cert"]
@@ -279,7 +280,7 @@ func TestAgentExpiredCertRefused(t *testing.T) {
 	cert, key, notAfter := expiredAgentCert(t, pki)
 	code, _, errOut := runAgentCmd(t, "--endpoint", "quic://127.0.0.1:1", "--cert", cert, "--key", key, "--ca", pki.CA.CertFile)
 	at := notAfter.UTC().Format(time.RFC3339)
-	if code != exitUsage || !strings.Contains(errOut, "expired at "+at) || !strings.Contains(errOut, "renew it") {
+	if code != cli.ExitUsage || !strings.Contains(errOut, "expired at "+at) || !strings.Contains(errOut, "renew it") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }
@@ -312,7 +313,7 @@ func TestAgentWarnsBeforeExpiry(t *testing.T) {
 		t.Fatalf("no registration: %s", logs.String())
 	}
 	cancel()
-	if code := <-done; code != exitOK {
+	if code := <-done; code != cli.ExitOK {
 		t.Errorf("exit %d", code)
 	}
 	var warned bool
@@ -430,12 +431,12 @@ func TestDoctorThroughProxy(t *testing.T) {
 			t.Errorf("dns %+v", m["dns"])
 		}
 		if deny {
-			if code != exitFail || m["tcp"].Result != doctor.Fail || !strings.Contains(m["tcp"].Detail, "proxy authentication required by "+p.ln.Addr().String()+": set credentials in the proxy URL") {
+			if code != cli.ExitFail || m["tcp"].Result != doctor.Fail || !strings.Contains(m["tcp"].Detail, "proxy authentication required by "+p.ln.Addr().String()+": set credentials in the proxy URL") {
 				t.Errorf("407: exit %d tcp %+v", code, m["tcp"])
 			}
 			continue
 		}
-		if code != exitOK || m["tcp"].Result != doctor.OK || !strings.Contains(m["tcp"].Detail, "through proxy "+p.ln.Addr().String()) ||
+		if code != cli.ExitOK || m["tcp"].Result != doctor.OK || !strings.Contains(m["tcp"].Detail, "through proxy "+p.ln.Addr().String()) ||
 			m["tls-trust"].Result != doctor.OK || m["client-cert"].Result != doctor.OK || m["protocol"].Result != doctor.OK || m["clock"].Result != doctor.OK {
 			t.Errorf("through proxy: exit %d\n%s", code, out)
 		}
@@ -452,7 +453,7 @@ func TestDoctorVersionMismatch(t *testing.T) {
 	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+addr, "--server-name", "localhost", "--json")
 	_, m := findings(t, out)
 	f := m["protocol"]
-	if code != exitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "no common protocol version: daemon speaks "+v2.String()+", this agent "+wire.Supported.String()) ||
+	if code != cli.ExitFail || f.Result != doctor.Fail || !strings.Contains(f.Detail, "no common protocol version: daemon speaks "+v2.String()+", this agent "+wire.Supported.String()) ||
 		!strings.Contains(f.Fix, "upgrade the agent or the daemon") {
 		t.Fatalf("exit %d protocol %+v\n%s", code, f, out)
 	}
@@ -504,7 +505,7 @@ func TestDoctorClockSkew(t *testing.T) {
 	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "quic://"+addr, "--server-name", "localhost", "--json")
 	r, m := findings(t, out)
 	f := m["clock"]
-	if code != exitOK || r.Result != doctor.Warn || f.Result != doctor.Warn || !strings.Contains(f.Detail, "the daemon's clock is 5m0s ahead") ||
+	if code != cli.ExitOK || r.Result != doctor.Warn || f.Result != doctor.Warn || !strings.Contains(f.Detail, "the daemon's clock is 5m0s ahead") ||
 		!strings.Contains(f.Detail, "ahead of this machine's") || !strings.Contains(f.Fix, "NTP") {
 		t.Fatalf("exit %d clock %+v\n%s", code, f, out)
 	}
@@ -550,7 +551,7 @@ func TestDoctorWebTransport(t *testing.T) {
 	code, out, _ := runAgentCmd(t, "doctor", "--dev-pki", dir, "--dev-agent", "doc", "--endpoint", "webtransport://"+ls[0].Addr().String(),
 		"--server-name", "localhost", "--json")
 	r, m := findings(t, out)
-	if code != exitOK || r.Result != doctor.OK {
+	if code != cli.ExitOK || r.Result != doctor.OK {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
 	for _, c := range []string{"udp", "tls-trust", "client-cert", "protocol", "clock"} {

@@ -52,10 +52,7 @@ func enrollFlagSet(o *enrollOpts, out io.Writer) *flag.FlagSet {
 	fl.StringVar(&o.keyOut, "key", "", "where to write the new private key (PEM `file`, mode 0600)")
 	fl.BoolVar(&o.force, "force", false, "replace existing --cert/--key files")
 	fl.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up after this long")
-	fl.Usage = func() {
-		fmt.Fprint(fl.Output(), enrollHelp)
-		fl.PrintDefaults()
-	}
+	cli.SetUsage(fl, enrollHelp, "")
 	return fl
 }
 
@@ -68,7 +65,7 @@ func runEnroll(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	token, endpoint, ca, serverName, certOut, keyOut, force, timeout := &o.token, &o.endpoint, &o.ca, &o.serverName, &o.certOut, &o.keyOut, &o.force, &o.timeout
 	usage := func(msg string) int {
 		fmt.Fprintf(stderr, "forgeyard-agent enroll: %s\n", msg)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	switch {
 	case *token == "":
@@ -106,13 +103,13 @@ func runEnroll(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		Token: *token, Version: Version})
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent enroll: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if err := trust.WriteCredentialFiles(*certOut, *keyOut, en.Chain, en.Key); err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent enroll: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	fmt.Fprintf(stdout, "enrolled as runner %s\ncertificate %s (serial %s) valid until %s\nkey %s\n",
 		en.Runner, *certOut, trust.SerialString(en.Leaf), en.Leaf.NotAfter.UTC().Format(time.RFC3339), *keyOut)
-	return exitOK
+	return cli.ExitOK
 }

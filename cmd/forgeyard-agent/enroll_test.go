@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/quic"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/trust"
@@ -64,7 +65,7 @@ func TestEnrollCommand(t *testing.T) {
 	args := []string{"enroll", "--token", tok, "--endpoint", "quic://" + l.Addr().String(), "--ca", pki.CA.CertFile,
 		"--server-name", "localhost", "--cert", certOut, "--key", keyOut, "--timeout", "10s"}
 	var out, errOut bytes.Buffer
-	if code := run(ctx, args, &out, &errOut, nil); code != exitOK {
+	if code := run(ctx, args, &out, &errOut, nil); code != cli.ExitOK {
 		t.Fatalf("enroll: exit %d: %s", code, errOut.String())
 	}
 	creds, err := trust.LoadCredentials(certOut, keyOut)
@@ -77,11 +78,11 @@ func TestEnrollCommand(t *testing.T) {
 	}
 	out.Reset()
 	errOut.Reset()
-	if code := run(ctx, args, &out, &errOut, nil); code != exitUsage || !strings.Contains(errOut.String(), "already be enrolled") {
+	if code := run(ctx, args, &out, &errOut, nil); code != cli.ExitUsage || !strings.Contains(errOut.String(), "already be enrolled") {
 		t.Fatalf("existing files: exit %d: %s", code, errOut.String())
 	}
 	errOut.Reset()
-	if code := run(ctx, append(args, "--force"), &out, &errOut, nil); code != exitFail || !strings.Contains(errOut.String(), "already used") {
+	if code := run(ctx, append(args, "--force"), &out, &errOut, nil); code != cli.ExitFail || !strings.Contains(errOut.String(), "already used") {
 		t.Fatalf("second use: exit %d: %s", code, errOut.String())
 	}
 	// The refused attempt left the enrolled files alone.

@@ -75,17 +75,24 @@ const maxPEMFile = 1 << 20
 
 // readPEMFile reads a PEM file of at most maxPEMFile bytes.
 func readPEMFile(path string) ([]byte, error) {
+	return readBounded(path, maxPEMFile, "PEM certificate file")
+}
+
+// readBounded reads the file at path; one over limit bytes is refused as
+// "<path>: larger than <limit> bytes; not a <what>". A failure to open is
+// os.Open's error.
+func readBounded(path string, limit int, what string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxPEMFile+1))
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxPEMFile {
-		return nil, fmt.Errorf("%s: larger than %d bytes; not a PEM certificate file", path, maxPEMFile)
+	if len(b) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes; not a %s", path, limit, what)
 	}
 	return b, nil
 }

@@ -45,10 +45,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"time"
 
-	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
@@ -72,12 +70,6 @@ const prog = "forgeyard-agent"
 // enrollment: forgeyard-agent/<module version> (internal/buildinfo).
 var Version = buildinfo.Get().UserAgent(prog)
 
-const (
-	exitOK    = cli.ExitOK
-	exitFail  = cli.ExitFail
-	exitUsage = cli.ExitUsage
-)
-
 func main() {
 	cli.Main(func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return run(ctx, args, stdout, stderr, nil)
@@ -94,23 +86,11 @@ type testHooks struct {
 	reloaded func(changed bool, err error)
 }
 
-// listFlag is a repeatable string flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
-
 type flags struct {
-	configFile    string
-	endpoints     listFlag
-	serverName    string
-	cert, key, ca string
-	devPKI        string
-	devAgent      string
+	cli.RoleFlags // --config, --log-*
+	cp            agentsetup.ControlPlaneFlags
 	maxParallel   int
-	labels        listFlag
-	logLevel      string
-	logFormat     string
+	labels        cli.StringList
 	seed          uint64
 	synth         agent.SyntheticOptions
 	statusFile    string
@@ -123,22 +103,18 @@ type flags struct {
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("forgeyard-agent", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
-	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable, raced in order by class (QUIC at 0, WebTransport +250ms, TLS+yamux +500ms, relays +1s): quic://host:7443, webtransport://host:443, yamux://host:7444, yamux+upgrade://host:443, relay+yamux://relay:443 (key: control_plane.endpoints; replaces the file's list)")
+	fs := cli.NewRoleFlagSet("forgeyard-agent", out, &f.RoleFlags, true)
+	fs.Var((*cli.StringList)(&f.cp.Endpoints), "endpoint", "daemon endpoint `URI`, repeatable, raced in order by class (QUIC at 0, WebTransport +250ms, TLS+yamux +500ms, relays +1s): quic://host:7443, webtransport://host:443, yamux://host:7444, yamux+upgrade://host:443, relay+yamux://relay:443 (key: control_plane.endpoints; replaces the file's list)")
 	fs.StringVar(&f.proxy, "proxy", "", "HTTP CONNECT proxy `URL` http://[user:pass@]host:port for the TCP endpoints (yamux, yamux+upgrade, relays), or \"none\" (key: control_plane.proxy; default: HTTPS_PROXY/NO_PROXY from the environment)")
 	fs.StringVar(&f.noProxy, "no-proxy", "", "`hosts` reached without --proxy, NO_PROXY syntax (key: control_plane.no_proxy)")
-	fs.StringVar(&f.serverName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name; default: the endpoint host)")
-	fs.StringVar(&f.cert, "cert", "", "agent certificate PEM `file`, bound to the RunnerId (key: control_plane.credential.certificate)")
-	fs.StringVar(&f.key, "key", "", "agent private key PEM `file` (key: control_plane.credential.private_key)")
-	fs.StringVar(&f.ca, "ca", "", "CA PEM `file` that signs the daemon certificate (key: control_plane.credential.ca)")
-	fs.StringVar(&f.devPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` and use agent --dev-agent's certificate")
-	fs.StringVar(&f.devAgent, "dev-agent", "1", "agent `name` inside --dev-pki")
+	fs.StringVar(&f.cp.ServerName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name; default: the endpoint host)")
+	fs.StringVar(&f.cp.Cert, "cert", "", "agent certificate PEM `file`, bound to the RunnerId (key: control_plane.credential.certificate)")
+	fs.StringVar(&f.cp.Key, "key", "", "agent private key PEM `file` (key: control_plane.credential.private_key)")
+	fs.StringVar(&f.cp.CA, "ca", "", "CA PEM `file` that signs the daemon certificate (key: control_plane.credential.ca)")
+	fs.StringVar(&f.cp.DevPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` and use agent --dev-agent's certificate")
+	fs.StringVar(&f.cp.DevAgent, "dev-agent", "1", "agent `name` inside --dev-pki")
 	fs.IntVar(&f.maxParallel, "max-parallel", 0, "attempts run at once (key: max_parallel; default 1)")
 	fs.Var(&f.labels, "label", "capability `label`, repeatable (key: capabilities.labels; replaces the file's list)")
-	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
-	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
 	fs.StringVar(&f.statusFile, "status-file", "", "rewrite `file` atomically with the connection health as JSON, read by `forgeyard-agent connection status` (e.g. "+DefaultStatusFile+")")
 	fs.DurationVar(&f.statusEvery, "status-interval", DefaultStatusInterval, "how often --status-file is rewritten (also on every connect and disconnect)")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces over OTLP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)")
@@ -149,9 +125,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&f.synth.OutputSize, "synthetic-output-size", 0, "DEVELOPMENT ONLY: `bytes` of each synthetic attempt's one output (default 256; -1 none)")
 	fs.StringVar(&f.protocol, "protocol", "", "TESTING ONLY: protocol `range` MIN-MAX to advertise, e.g. 2.0-2.0 (default: all this build supports)")
 	fs.Uint64Var(&f.seed, "synthetic-seed", 1, "`seed` of the synthetic executor (durations and exit codes derive from it and the JobSpecId)")
-	fs.Usage = func() {
-		out := fs.Output()
-		fmt.Fprintf(out, `Usage: forgeyard-agent [--config FILE] [flags]
+	cli.SetUsage(fs, `Usage: forgeyard-agent [--config FILE] [flags]
        forgeyard-agent connection status [--json] [--status-file FILE]
        forgeyard-agent doctor [--config FILE] [flags] [--json]
        forgeyard-agent enroll --token TOKEN --endpoint URI --cert FILE --key FILE [flags]
@@ -162,90 +136,80 @@ from the TOML file given with --config; each flag below overrides one key of
 it. Credentials are always file paths. SIGINT/SIGTERM stop the agent.
 
 Flags:
-`)
-		fs.PrintDefaults()
-		fmt.Fprintf(out, `
+`, `
 Examples:
   forgeyard-agent --config /etc/forgeyard/agent.toml
   forgeyard-agent --dev-pki ./.dev-pki --dev-agent 1 --endpoint quic://127.0.0.1:7443
   forgeyard-agent --config /etc/forgeyard/agent.toml --status-file `+DefaultStatusFile+` --metrics-listen 127.0.0.1:9465
   forgeyard-agent connection status --status-file `+DefaultStatusFile+`
 `)
-	}
 	return fs
 }
 
 // newRoot is the command tree: the agent itself (the root's flags) and its
 // subcommands, for dispatch, completions and the man page.
 func newRoot(ctx context.Context) *cli.Command {
-	r := &cli.Command{Name: prog, Summary: "run a Forgeyard Transport build agent", Synopsis: "[--config FILE] [flags]",
-		Flags: func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) },
-		Sub: []*cli.Command{
-			{Name: "doctor", Summary: "check the configuration, endpoints, certificates and protocol, and say what to fix",
-				Synopsis: "[--config FILE] [flags] [--json]",
-				Run:      func(args []string, stdout, stderr io.Writer) int { return runDoctor(ctx, args, stdout, stderr) },
-				Flags:    func() *flag.FlagSet { fs, _, _, _ := doctorFlagSet(new(flags), io.Discard); return fs }},
-			{Name: "enroll", Summary: "exchange a one-time enrollment token for a runner certificate",
-				Synopsis: "--token TOKEN --endpoint URI --cert FILE --key FILE [flags]",
-				Run:      func(args []string, stdout, stderr io.Writer) int { return runEnroll(ctx, args, stdout, stderr) },
-				Flags:    func() *flag.FlagSet { return enrollFlagSet(new(enrollOpts), io.Discard) }},
-			{Name: "connection", Summary: "the running agent's connection", Sub: []*cli.Command{
-				{Name: "status", Summary: "print the connection health the running agent writes to its --status-file",
-					Synopsis: "[--json] [--status-file FILE]",
-					Run: func(args []string, stdout, stderr io.Writer) int {
-						return runConnectionStatus(args, stdout, stderr, time.Now())
-					},
-					Flags: func() *flag.FlagSet { fs, _, _, _ := connectionStatusFlagSet(io.Discard); return fs }},
-			}},
-		}}
-	cli.StandardCommands(r)
-	return r
+	return cli.RoleRoot(prog, "run a Forgeyard Transport build agent",
+		func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) },
+		&cli.Command{Name: "doctor", Summary: "check the configuration, endpoints, certificates and protocol, and say what to fix",
+			Synopsis: "[--config FILE] [flags] [--json]",
+			Run:      func(args []string, stdout, stderr io.Writer) int { return runDoctor(ctx, args, stdout, stderr) },
+			Flags:    func() *flag.FlagSet { fs, _, _, _ := doctorFlagSet(new(flags), io.Discard); return fs }},
+		&cli.Command{Name: "enroll", Summary: "exchange a one-time enrollment token for a runner certificate",
+			Synopsis: "--token TOKEN --endpoint URI --cert FILE --key FILE [flags]",
+			Run:      func(args []string, stdout, stderr io.Writer) int { return runEnroll(ctx, args, stdout, stderr) },
+			Flags:    func() *flag.FlagSet { return enrollFlagSet(new(enrollOpts), io.Discard) }},
+		&cli.Command{Name: "connection", Summary: "the running agent's connection", Sub: []*cli.Command{
+			{Name: "status", Summary: "print the connection health the running agent writes to its --status-file",
+				Synopsis: "[--json] [--status-file FILE]",
+				Run: func(args []string, stdout, stderr io.Writer) int {
+					return runConnectionStatus(args, stdout, stderr, time.Now())
+				},
+				Flags: func() *flag.FlagSet { fs, _, _, _ := connectionStatusFlagSet(io.Discard); return fs }},
+		}})
 }
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
 	if len(args) > 0 && args[0] == "connection" && (len(args) < 2 || args[1] != "status") {
 		fmt.Fprintln(stderr, "forgeyard-agent: usage: forgeyard-agent connection status [--json] [--status-file FILE]")
-		return exitUsage
-	}
-	if code, ok := cli.Subcommand(newRoot(ctx), args, stdout, stderr); ok {
-		return code
+		return cli.ExitUsage
 	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-agent"); !ok {
+	if code, ok := cli.ParseRoot(newRoot(ctx), fs, args, stdout, stderr); !ok {
 		return code
 	}
 	if f.synth.MinDuration < 0 || f.synth.MinDuration > time.Hour || f.synth.LogLines > 100000 || f.synth.LogInterval < 0 || f.synth.LogInterval > time.Minute {
 		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-duration must be 0–1h, --synthetic-log-lines at most 100000, --synthetic-log-interval 0–1m")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	f.synth.MaxDuration = f.synth.MinDuration
 	if f.synth.OutputSize < -1 || f.synth.OutputSize > 1<<30 {
 		fmt.Fprintln(stderr, "forgeyard-agent: --synthetic-output-size must be -1–1GiB")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	var protocol wire.ProtocolRange
 	if f.protocol != "" {
 		var err error
 		if protocol, err = wire.ParseRange(f.protocol); err != nil {
 			fmt.Fprintf(stderr, "forgeyard-agent: --protocol: %v\n", err)
-			return exitUsage
+			return cli.ExitUsage
 		}
 	}
 	if f.statusEvery < 100*time.Millisecond || f.statusEvery > time.Hour {
 		fmt.Fprintln(stderr, "forgeyard-agent: --status-interval must be 100ms–1h")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	metricsAddr, err := config.AdminAddr("--metrics-listen", f.metricsListen, false)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	cfg, err := buildConfig(fs, &f)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	log := cfg.Log.NewLogger(stderr)
 	tel := newAgentTelemetry(f.statusFile, f.statusEvery, metricsAddr != "", log)
@@ -257,7 +221,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	tracing, export, err := otlpsetup.TracingEnv(ctx, cfg.Telemetry, "forgeyard-agent", os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if export.Endpoint != "" {
 		log.Info("trace export", "endpoint", export.Endpoint, "protocol", export.Protocol, "from", export.Source, "sampler", export.Sampler)
@@ -269,7 +233,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 			err = fmt.Errorf("%w; %s; `forgeyard-agent doctor` shows the details", err, trust.MsgCredentialExpired)
 		}
 		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	defer a.Close()
 	telCtx, stopTel := context.WithCancel(context.Background())
@@ -283,7 +247,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 		ln, err := net.Listen("tcp", metricsAddr)
 		if err != nil {
 			fmt.Fprintf(stderr, "forgeyard-agent: --metrics-listen: %v\n", err)
-			return exitFail
+			return cli.ExitFail
 		}
 		adm := cli.ServeAdmin(ln, "", tel.handler(), log)
 		defer adm.Stop(2 * time.Second)
@@ -310,38 +274,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	err = a.Run(ctx)
 	if ctx.Err() != nil {
 		log.Info("agent stopped", "session", a.Session())
-		return exitOK
+		return cli.ExitOK
 	}
 	log.Error("agent failed", "err", err)
 	fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-	return exitFail
+	return cli.ExitFail
 }
 
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
-	cfg, err := cli.LoadConfig(fs, f.configFile, config.ReadAgent, func(cfg *config.Agent, set config.SetFlags) error {
+	cfg, err := cli.LoadConfig(fs, f.ConfigFile, config.ReadAgent, func(cfg *config.Agent, set config.SetFlags) error {
 		str := set.String
-		if set["endpoint"] {
-			cfg.ControlPlane.Endpoints = f.endpoints
+		if err := f.cp.Apply(&cfg.ControlPlane, set); err != nil {
+			return err
 		}
-		str("server-name", &cfg.ControlPlane.ServerName, f.serverName)
 		str("proxy", &cfg.ControlPlane.Proxy, f.proxy)
 		str("no-proxy", &cfg.ControlPlane.NoProxy, f.noProxy)
-		if f.devPKI != "" {
-			if _, err := agentsetup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
-				return fmt.Errorf("--dev-pki: %w", err)
-			}
-		}
-		str("cert", &cfg.ControlPlane.Credential.Certificate, f.cert)
-		str("key", &cfg.ControlPlane.Credential.PrivateKey, f.key)
-		str("ca", &cfg.ControlPlane.Credential.CA, f.ca)
 		if set["max-parallel"] {
 			cfg.MaxParallel = f.maxParallel
 		}
 		if set["label"] {
 			cfg.Capabilities.Labels = f.labels
 		}
-		str("log-level", &cfg.Log.Level, f.logLevel)
-		str("log-format", &cfg.Log.Format, f.logFormat)
+		f.ApplyLog(&cfg.Log, set)
 		str("otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, f.otlpEndpoint)
 		return nil
 	})
@@ -354,35 +308,22 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 // newAgent loads the credential and builds the agent with one dialer per
 // endpoint (internal/setup/agentsetup), the TCP ones through the configured proxy.
 func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, protocol wire.ProtocolRange, log *slog.Logger, hooks agent.Hooks, m *telemetry.Metrics, tr *telemetry.Tracing) (*agent.Agent, error) {
-	cred, err := agentsetup.LoadCredential(cfg.ControlPlane)
-	if err != nil {
-		return nil, err
-	}
-	// Rotatable credentials: the dialers ask for the current certificate
-	// at every handshake, and the agent renews it before expiry (§21),
-	// rewriting the files.
-	creds, err := trust.LoadCredentials(cfg.ControlPlane.Credential.Certificate, cfg.ControlPlane.Credential.PrivateKey)
-	if err != nil {
-		return nil, config.WithTrustKeys(err, config.AgentCredentialKeys)
-	}
-	// The expiry warning (§22) is logged at start and then periodically by
-	// watchCertExpiry (expiry.go).
-	px, err := agentsetup.ProxyFor(cfg.ControlPlane.Proxy, cfg.ControlPlane.NoProxy)
-	if err != nil {
-		return nil, fmt.Errorf("control_plane.proxy: %w", err)
-	}
 	// One keepalive for every TCP endpoint: the proxy or NAT that cuts
 	// idle tunnels is on all their paths.
 	ka := agentsetup.NewKeepAlive(cfg.ControlPlane.KeepAliveInterval.Duration, !cfg.ControlPlane.DisableKeepAliveAdapt, log)
-	eps, err := agentsetup.Endpoints(cfg.Endpoints(), agentsetup.EndpointOptions{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px, KeepAlive: ka})
+	// Rotatable credentials: the dialers ask for the current certificate
+	// at every handshake, and the agent renews it before expiry (§21),
+	// rewriting the files. The expiry warning (§22) is logged at start and
+	// then periodically by watchCertExpiry (expiry.go).
+	d, err := agentsetup.NewDialing(cfg.ControlPlane, cfg.Endpoints(), log, ka)
 	if err != nil {
 		return nil, err
 	}
 	return agent.New(agent.Config{
 		Fallback:        agentsetup.Policy(cfg.Fallback),
 		FallbackStagger: agentsetup.EndpointStagger(cfg.Fallback),
-		Runner:          cred.Runner, Credentials: creds,
-		Endpoints: eps, Role: agentwire.RoleAgent,
+		Runner:          d.Credential.Runner, Credentials: d.Credentials,
+		Endpoints: d.Endpoints, Role: agentwire.RoleAgent,
 		Capabilities:    cfg.RunnerCapabilities(),
 		Executor:        agent.NewSyntheticExecutor(seed, synth),
 		Protocol:        protocol,

@@ -14,6 +14,7 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/daemonsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
@@ -27,7 +28,7 @@ import (
 
 func TestHelp(t *testing.T) {
 	var o, e bytes.Buffer
-	if code := run(context.Background(), []string{"-h"}, &o, &e, nil); code != exitOK {
+	if code := run(context.Background(), []string{"-h"}, &o, &e, nil); code != cli.ExitOK {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{"-config", "-endpoint", "quic://", "yamux://", "webtransport://", "-cert", "-key", "-ca", "-server-name", "-dev-pki", "-log-level", "synthetic", "-status-file", "-status-interval", "-metrics-listen", "connection status", "forgeyard-agent doctor"} {
@@ -55,7 +56,7 @@ func TestUsageErrors(t *testing.T) {
 	} {
 		var o, e bytes.Buffer
 		code := run(context.Background(), c.args, &o, &e, nil)
-		if code != exitUsage || !strings.Contains(e.String(), c.want) {
+		if code != cli.ExitUsage || !strings.Contains(e.String(), c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 with %q", c.args, code, e.String(), c.want)
 		}
 	}
@@ -170,7 +171,7 @@ func testAgent(t *testing.T, backend string) {
 	cancel()
 	select {
 	case code := <-done:
-		if code != exitOK {
+		if code != cli.ExitOK {
 			t.Fatalf("exit %d; logs:\n%s", code, logs.String())
 		}
 	case <-time.After(10 * time.Second):
@@ -212,7 +213,7 @@ func TestVersionMismatchIsFatal(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("agent kept retrying after a version mismatch")
 	}
-	if code != exitFail || !strings.Contains(e.String(), "9.0") || !strings.Contains(e.String(), wire.Supported.Min.String()) {
+	if code != cli.ExitFail || !strings.Contains(e.String(), "9.0") || !strings.Contains(e.String(), wire.Supported.Min.String()) {
 		t.Errorf("exit %d, stderr:\n%s", code, e.String())
 	}
 }

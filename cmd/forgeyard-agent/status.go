@@ -250,25 +250,27 @@ func (t *agentTelemetry) hooks() agent.Hooks {
 	}
 }
 
-func (t *agentTelemetry) health() telemetry.AgentHealth {
+// status is the agent's status and when its connection started (zero
+// values before the agent is attached).
+func (t *agentTelemetry) status() (agent.Status, time.Time) {
 	t.mu.Lock()
 	a, since := t.a, t.connectedAt
 	t.mu.Unlock()
 	if a == nil {
-		return agentHealth(agent.Status{}, time.Time{}, time.Now())
+		return agent.Status{}, time.Time{}
 	}
-	return agentHealth(a.Status(), since, time.Now())
+	return a.Status(), since
+}
+
+func (t *agentTelemetry) health() telemetry.AgentHealth {
+	st, since := t.status()
+	return agentHealth(st, since, time.Now())
 }
 
 // report is health plus the connection details, for the status file.
 func (t *agentTelemetry) report() statusReport {
-	t.mu.Lock()
-	a, since := t.a, t.connectedAt
-	t.mu.Unlock()
-	if a == nil {
-		return reportOf(agent.Status{}, time.Time{}, time.Now())
-	}
-	return reportOf(a.Status(), since, time.Now())
+	st, since := t.status()
+	return reportOf(st, since, time.Now())
 }
 
 // run writes the status file every interval and on connect/disconnect
@@ -328,8 +330,7 @@ func connectionStatusFlagSet(out io.Writer) (fs *flag.FlagSet, path *string, asJ
 	path = fs.String("status-file", DefaultStatusFile, "status `file` the agent writes (its --status-file)")
 	asJSON = fs.Bool("json", false, "print the report as JSON (telemetry.AgentHealth plus features, transport, epoch, fallback_reason) instead of a table")
 	staleFile = fs.Duration("stale-after", 30*time.Second, "report down when the file was last written longer ago than this (the agent is not running)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: forgeyard-agent connection status [--json] [--status-file FILE]
+	cli.SetUsage(fs, `Usage: forgeyard-agent connection status [--json] [--status-file FILE]
 
 Prints the connection health the running agent writes to its --status-file
 (connected, endpoint, backend and why it was chosen when the agent says,
@@ -339,9 +340,7 @@ when ok or degraded, 1 when down (not connected, agent not running, file
 missing), 2 on a usage error.
 
 Flags:
-`)
-		fs.PrintDefaults()
-	}
+`, "")
 	return fs, path, asJSON, staleFile
 }
 
@@ -349,7 +348,7 @@ func printConnectionStatus(path *string, asJSON *bool, staleFile *time.Duration,
 	h, err := readStatusFile(*path, now, *staleFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-agent connection status: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if *asJSON {
 		b, _ := json.MarshalIndent(&h, "", "  ")
@@ -359,9 +358,9 @@ func printConnectionStatus(path *string, asJSON *bool, staleFile *time.Duration,
 		fmt.Fprintf(stdout, "STATUS FILE         %s (written %s ago)\n", *path, now.Sub(h.CheckedAt).Round(100*time.Millisecond))
 	}
 	if h.Status == telemetry.StatusDown {
-		return exitFail
+		return cli.ExitFail
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // readStatusFile reads a status file at now: the status is the agent's own
@@ -370,20 +369,12 @@ func printConnectionStatus(path *string, asJSON *bool, staleFile *time.Duration,
 // CheckedAt stays the time the agent wrote it.
 func readStatusFile(path string, now time.Time, staleFile time.Duration) (statusReport, error) {
 	var h statusReport
-	f, err := os.Open(path)
+	data, err := readBounded(path, maxStatusFile, "status file")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return h, fmt.Errorf("%s does not exist: is the agent running with --status-file %s?", path, path)
 		}
 		return h, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxStatusFile+1))
-	if err != nil {
-		return h, err
-	}
-	if len(data) > maxStatusFile {
-		return h, fmt.Errorf("%s: larger than %d bytes; not a status file", path, maxStatusFile)
 	}
 	if err := json.Unmarshal(data, &h); err != nil {
 		return h, fmt.Errorf("%s: not a status file: %v", path, err)

@@ -17,6 +17,7 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/internal/buildinfo"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/daemonsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
@@ -142,7 +143,7 @@ func TestStatusFileAndMetrics(t *testing.T) {
 	}
 
 	code, out, errOut := connectionStatus(t, "--status-file", statusFile)
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("connection status: exit %d %s", code, errOut)
 	}
 	for _, re := range []string{`(?m)^STATUS\s+ok$`, `(?m)^CONNECTED\s+yes$`, `(?m)^BACKEND\s+quic$`, `(?m)^PROTOCOL\s+` + regexp.QuoteMeta(wire.Current.String()) + `$`,
@@ -155,7 +156,7 @@ func TestStatusFileAndMetrics(t *testing.T) {
 	metricstest.WriteSample(t, "agent-status.txt", out)
 	code, out, _ = connectionStatus(t, "--json", "--status-file", statusFile)
 	var hj statusReport
-	if code != exitOK || json.Unmarshal([]byte(out), &hj) != nil || !hj.Connected || hj.Backend != "quic" || hj.LastHeartbeatAck.IsZero() ||
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &hj) != nil || !hj.Connected || hj.Backend != "quic" || hj.LastHeartbeatAck.IsZero() ||
 		len(hj.Transport) != 26 || hj.Epoch != 1 || !strings.Contains(hj.FallbackReason, "answered hello") {
 		t.Errorf("--json: exit %d %s", code, out)
 	}
@@ -198,14 +199,14 @@ func TestStatusFileAndMetrics(t *testing.T) {
 	cancel() // SIGINT
 	select {
 	case code := <-done:
-		if code != exitOK {
+		if code != cli.ExitOK {
 			t.Fatalf("exit %d; logs:\n%s", code, logs.String())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("agent did not stop")
 	}
 	code, out, _ = connectionStatus(t, "--status-file", statusFile)
-	if code != exitFail || !regexp.MustCompile(`(?m)^STATUS\s+down$`).MatchString(out) || !strings.Contains(out, "agent stopped") ||
+	if code != cli.ExitFail || !regexp.MustCompile(`(?m)^STATUS\s+down$`).MatchString(out) || !strings.Contains(out, "agent stopped") ||
 		!regexp.MustCompile(`(?m)^CONNECTED\s+no$`).MatchString(out) {
 		t.Errorf("after stop: exit %d\n%s", code, out)
 	}
@@ -241,14 +242,14 @@ func TestConnectionStatusErrors(t *testing.T) {
 	stale.CheckedAt = now.Add(-2 * time.Minute)
 
 	code, out, errOut := connectionStatus(t, "--status-file", write("fresh.json", fresh))
-	if code != exitOK || !regexp.MustCompile(`(?m)^BACKEND\s+yamux$`).MatchString(out) || !regexp.MustCompile(`\((3|4)\.\ds ago\)`).MatchString(out) {
+	if code != cli.ExitOK || !regexp.MustCompile(`(?m)^BACKEND\s+yamux$`).MatchString(out) || !regexp.MustCompile(`\((3|4)\.\ds ago\)`).MatchString(out) {
 		t.Errorf("fresh: %d %s %s", code, out, errOut)
 	}
 	code, out, _ = connectionStatus(t, "--status-file", write("stale.json", stale))
-	if code != exitFail || !strings.Contains(out, "is the agent running?") || !regexp.MustCompile(`(?m)^STATUS\s+down$`).MatchString(out) {
+	if code != cli.ExitFail || !strings.Contains(out, "is the agent running?") || !regexp.MustCompile(`(?m)^STATUS\s+down$`).MatchString(out) {
 		t.Errorf("stale: %d %s", code, out)
 	}
-	if code, out, _ = connectionStatus(t, "--stale-after", "5m", "--status-file", filepath.Join(dir, "stale.json")); code != exitOK {
+	if code, out, _ = connectionStatus(t, "--stale-after", "5m", "--status-file", filepath.Join(dir, "stale.json")); code != cli.ExitOK {
 		t.Errorf("stale within --stale-after: %d %s", code, out)
 	}
 	for _, c := range []struct {
@@ -256,12 +257,12 @@ func TestConnectionStatusErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"--status-file", filepath.Join(dir, "missing.json")}, exitFail, "is the agent running with --status-file"},
-		{[]string{"--status-file", write("garbage.json", "{not json")}, exitFail, "not a status file"},
-		{[]string{"--status-file", write("empty.json", "{}")}, exitFail, "no checked_at"},
-		{[]string{"--status-file", write("big.json", strings.Repeat(" ", maxStatusFile+1))}, exitFail, "larger than"},
-		{[]string{"--bogus"}, exitUsage, "flag provided but not defined"},
-		{[]string{"extra"}, exitUsage, "unexpected argument"},
+		{[]string{"--status-file", filepath.Join(dir, "missing.json")}, cli.ExitFail, "is the agent running with --status-file"},
+		{[]string{"--status-file", write("garbage.json", "{not json")}, cli.ExitFail, "not a status file"},
+		{[]string{"--status-file", write("empty.json", "{}")}, cli.ExitFail, "no checked_at"},
+		{[]string{"--status-file", write("big.json", strings.Repeat(" ", maxStatusFile+1))}, cli.ExitFail, "larger than"},
+		{[]string{"--bogus"}, cli.ExitUsage, "flag provided but not defined"},
+		{[]string{"extra"}, cli.ExitUsage, "unexpected argument"},
 	} {
 		code, _, errOut := connectionStatus(t, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {
@@ -269,18 +270,18 @@ func TestConnectionStatusErrors(t *testing.T) {
 		}
 	}
 	var o, e bytes.Buffer
-	if code := run(context.Background(), []string{"connection"}, &o, &e, nil); code != exitUsage || !strings.Contains(e.String(), "connection status") {
+	if code := run(context.Background(), []string{"connection"}, &o, &e, nil); code != cli.ExitUsage || !strings.Contains(e.String(), "connection status") {
 		t.Errorf("bare connection: %d %q", code, e.String())
 	}
 	for _, args := range [][]string{{"--metrics-listen", "0.0.0.0:9465"}, {"--status-interval", "1ms"}} {
 		o.Reset()
 		e.Reset()
-		if code := run(context.Background(), args, &o, &e, nil); code != exitUsage {
+		if code := run(context.Background(), args, &o, &e, nil); code != cli.ExitUsage {
 			t.Errorf("%v: exit %d %q", args, code, e.String())
 		}
 	}
 	o.Reset()
-	if code := run(context.Background(), []string{"connection", "status", "-h"}, &o, &e, nil); code != exitOK || !strings.Contains(o.String(), "--json") {
+	if code := run(context.Background(), []string{"connection", "status", "-h"}, &o, &e, nil); code != cli.ExitOK || !strings.Contains(o.String(), "--json") {
 		t.Errorf("help: %d %s", code, o.String())
 	}
 }
@@ -336,13 +337,13 @@ func TestStatusShowsLastDialError(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, _ := connectionStatus(t, "--status-file", path)
-	if code != exitFail || !regexp.MustCompile(`(?m)^LAST DIAL ERROR\s+relay\+yamux relay.example:443: proxy authentication required by proxy.corp:3128: .* \(`+regexp.QuoteMeta(failedAt.UTC().Format(time.RFC3339))+`\)$`).MatchString(out) ||
+	if code != cli.ExitFail || !regexp.MustCompile(`(?m)^LAST DIAL ERROR\s+relay\+yamux relay.example:443: proxy authentication required by proxy.corp:3128: .* \(`+regexp.QuoteMeta(failedAt.UTC().Format(time.RFC3339))+`\)$`).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^NEXT RETRY\s+\S+$`).MatchString(out) {
 		t.Fatalf("disconnected: exit %d\n%s", code, out)
 	}
 	code, out, _ = connectionStatus(t, "--json", "--status-file", path)
 	var got statusReport
-	if err := json.Unmarshal([]byte(out), &got); err != nil || code != exitFail {
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != cli.ExitFail {
 		t.Fatalf("--json: %d %v\n%s", code, err, out)
 	}
 	if got.LastDialError != st.LastDialError || !got.LastDialErrorAt.Equal(failedAt) || got.NextRetry.IsZero() {

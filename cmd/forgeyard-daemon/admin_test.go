@@ -20,6 +20,7 @@ import (
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/adminapi"
 	"forgeyard.dev/transport/internal/buildinfo"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
@@ -333,7 +334,7 @@ func TestAdminEndpoint(t *testing.T) {
 	cancel()
 	select {
 	case code := <-done:
-		if code != exitOK {
+		if code != cli.ExitOK {
 			t.Fatalf("exit %d; logs:\n%s", code, logs.String())
 		}
 	case <-time.After(10 * time.Second):
@@ -355,7 +356,7 @@ func TestAdminListenRefusesRemote(t *testing.T) {
 		{"--admin-listen", "192.0.2.1:9464", "--admin-allow-remote=false"},
 	} {
 		code, _, errOut := runDaemon(t, context.Background(), nil, append([]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db")}, args...)...)
-		if code != exitUsage || !strings.Contains(errOut, "admin.listen") || !strings.Contains(errOut, "allow_remote") {
+		if code != cli.ExitUsage || !strings.Contains(errOut, "admin.listen") || !strings.Contains(errOut, "allow_remote") {
 			t.Errorf("%v: exit %d %q", args, code, errOut)
 		}
 	}

@@ -28,13 +28,13 @@ func TestExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		{"bad flag", []string{"--no-such-flag"}, exitUsage, "flag provided but not defined"},
-		{"missing config file", []string{"--config", filepath.Join(dir, "nope.toml")}, exitUsage, "nope.toml"},
+		{"bad flag", []string{"--no-such-flag"}, cli.ExitUsage, "flag provided but not defined"},
+		{"missing config file", []string{"--config", filepath.Join(dir, "nope.toml")}, cli.ExitUsage, "nope.toml"},
 		{"missing certificate", []string{"--cert", "/nope/server.pem", "--key", "/nope/server-key.pem", "--client-ca", "/nope/ca.pem",
-			"--sqlite", filepath.Join(dir, "a.db"), "--listen", "127.0.0.1:0"}, exitUsage, `tls.certificate \"/nope/server.pem`}, // logged: quotes escaped
-		{"missing dsn file", []string{"--dev-pki", pki, "--postgres-dsn-file", "/nope/dsn", "--listen", "127.0.0.1:0"}, exitUsage, "authority.postgres_dsn_file"},
-		{"listen address taken", []string{"--dev-pki", pki, "--sqlite", filepath.Join(dir, "b.db"), "--listen", taken.LocalAddr().String()}, exitFail, "daemon failed"},
-		{"version stray argument", []string{"version", "x"}, exitUsage, "unexpected argument"},
+			"--sqlite", filepath.Join(dir, "a.db"), "--listen", "127.0.0.1:0"}, cli.ExitUsage, `tls.certificate \"/nope/server.pem`}, // logged: quotes escaped
+		{"missing dsn file", []string{"--dev-pki", pki, "--postgres-dsn-file", "/nope/dsn", "--listen", "127.0.0.1:0"}, cli.ExitUsage, "authority.postgres_dsn_file"},
+		{"listen address taken", []string{"--dev-pki", pki, "--sqlite", filepath.Join(dir, "b.db"), "--listen", taken.LocalAddr().String()}, cli.ExitFail, "daemon failed"},
+		{"version stray argument", []string{"version", "x"}, cli.ExitUsage, "unexpected argument"},
 	} {
 		code, _, errOut := runDaemon(t, context.Background(), nil, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {
@@ -48,23 +48,23 @@ func TestExitCodes(t *testing.T) {
 
 func TestVersionAndDocs(t *testing.T) {
 	code, out, _ := runDaemon(t, context.Background(), nil, "--version")
-	if code != exitOK || out != buildinfo.Get().String("forgeyard-daemon")+"\n" {
+	if code != cli.ExitOK || out != buildinfo.Get().String("forgeyard-daemon")+"\n" {
 		t.Errorf("--version: exit %d: %q", code, out)
 	}
 	code, out, _ = runDaemon(t, context.Background(), nil, "version", "--json")
-	if code != exitOK || !strings.Contains(out, `"program": "forgeyard-daemon"`) {
+	if code != cli.ExitOK || !strings.Contains(out, `"program": "forgeyard-daemon"`) {
 		t.Errorf("version --json: exit %d: %q", code, out)
 	}
 	if p := cli.DocProblems(newRoot()); len(p) > 0 {
 		t.Errorf("completions and man page out of step with the command tree:\n%s", strings.Join(p, "\n"))
 	}
 	code, out, _ = runDaemon(t, context.Background(), nil, "man")
-	if code != exitOK || !strings.Contains(out, `\fB\-\-admin\-socket\fR`) || !strings.Contains(out, ".SH EXIT STATUS") {
+	if code != cli.ExitOK || !strings.Contains(out, `\fB\-\-admin\-socket\fR`) || !strings.Contains(out, ".SH EXIT STATUS") {
 		t.Errorf("man: exit %d:\n%s", code, out)
 	}
 	// --help prints the usage once, on stdout.
 	code, out, errOut := runDaemon(t, context.Background(), nil, "--help")
-	if code != exitOK || errOut != "" || strings.Count(out, "Usage: forgeyard-daemon") != 1 {
+	if code != cli.ExitOK || errOut != "" || strings.Count(out, "Usage: forgeyard-daemon") != 1 {
 		t.Errorf("--help: exit %d, stderr %q, usage %d times", code, errOut, strings.Count(out, "Usage: forgeyard-daemon"))
 	}
 }

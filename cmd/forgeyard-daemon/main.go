@@ -62,12 +62,6 @@ import (
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
-const (
-	exitOK    = cli.ExitOK
-	exitFail  = cli.ExitFail
-	exitUsage = cli.ExitUsage
-)
-
 func main() {
 	cli.Main(func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return run(ctx, args, stdout, stderr, nil)
@@ -82,7 +76,7 @@ type testHooks struct {
 }
 
 type flags struct {
-	configFile      string
+	cli.RoleFlags   // --config, --log-*
 	id              string
 	listen          string
 	listenYamux     string
@@ -91,8 +85,6 @@ type flags struct {
 	devPKI          string
 	sqlite          string
 	pgDSNFile       string
-	logLevel        string
-	logFormat       string
 	demoLeases      int
 	logDir          string
 	casDir          string
@@ -109,9 +101,7 @@ type flags struct {
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("forgeyard-daemon", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
+	fs := cli.NewRoleFlagSet("forgeyard-daemon", out, &f.RoleFlags, true)
 	fs.StringVar(&f.id, "id", "", "daemon name in logs and session records (key: id)")
 	fs.StringVar(&f.listen, "listen", "", "QUIC listen `host:port` (key: listen.quic; default "+config.DefaultDaemonListen+" when no backend is configured)")
 	fs.StringVar(&f.listenYamux, "listen-yamux", "", "TLS+yamux listen `host:port` (key: listen.yamux)")
@@ -122,8 +112,6 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&f.devPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` and use its server certificate and CA")
 	fs.StringVar(&f.sqlite, "sqlite", "", "SQLite authority database `file` (key: authority.sqlite)")
 	fs.StringVar(&f.pgDSNFile, "postgres-dsn-file", "", "`file` holding the PostgreSQL DSN (key: authority.postgres_dsn_file)")
-	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
-	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
 	fs.StringVar(&f.logDir, "log-dir", "", "store the attempts' logs received on log streams in `dir` (key: data.log_dir; one file per attempt; default: logs beside --dev-pki or the SQLite authority; with PostgreSQL and no store, log streams are refused)")
 	fs.StringVar(&f.casDir, "cas-dir", "", "store CAS objects agents upload, and serve payloads from, `dir` (key: data.cas_dir; default: cas beside --dev-pki or the SQLite authority; with PostgreSQL and no store, CAS streams are refused)")
 	fs.IntVar(&f.demoLeases, "demo-leases", 0, "DEVELOPMENT ONLY: offer `N` synthetic leases to every newly registered agent session")
@@ -137,9 +125,7 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&f.matrixDriver, "matrix-driver", false, "TESTING ONLY: serve the compatibility-matrix driver under /v1/matrix/ on --admin-listen (offer, cancel, cut, read back; logs kept in memory)")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "export traces over OTLP to the collector at `URL`, e.g. http://127.0.0.1:4318 (key: telemetry.otlp_endpoint; default: OTEL_EXPORTER_OTLP_ENDPOINT, else off)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown waits for agents to leave")
-	fs.Usage = func() {
-		out := fs.Output()
-		fmt.Fprintf(out, `Usage: forgeyard-daemon [--config FILE] [flags]
+	cli.SetUsage(fs, `Usage: forgeyard-daemon [--config FILE] [flags]
        forgeyard-daemon --version | version [--json] | completion bash|zsh|fish | man
 
 Runs the Forgeyard Transport daemon. Settings come from the TOML file given
@@ -147,59 +133,51 @@ with --config; each flag below overrides one key of it. Secrets (keys, DSNs)
 are always file paths. SIGINT/SIGTERM drain agents and exit.
 
 Flags:
-`)
-		fs.PrintDefaults()
-		fmt.Fprintf(out, `
+`, `
 Examples:
   forgeyard-daemon --config /etc/forgeyard/daemon.toml
   forgeyard-daemon --dev-pki ./.dev-pki --sqlite ./authority.db --listen 127.0.0.1:7443 --demo-leases 3
   forgeyard-daemon --config /etc/forgeyard/daemon.toml --admin-listen 127.0.0.1:9464 --admin-token-file /etc/forgeyard/admin.token
   forgeyard-daemon --config /etc/forgeyard/daemon.toml --admin-socket /run/forgeyard/admin.sock
 `)
-	}
 	return fs
 }
 
 // newRoot is the command tree: the daemon itself (the root's flags) and
 // the standard subcommands, for dispatch, completions and the man page.
 func newRoot() *cli.Command {
-	r := &cli.Command{Name: "forgeyard-daemon", Summary: "run the Forgeyard Transport daemon", Synopsis: "[--config FILE] [flags]",
-		Flags: func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) }}
-	cli.StandardCommands(r)
-	return r
+	return cli.RoleRoot("forgeyard-daemon", "run the Forgeyard Transport daemon",
+		func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) })
 }
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
-	if code, ok := cli.Subcommand(newRoot(), args, stdout, stderr); ok {
-		return code
-	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-daemon"); !ok {
+	if code, ok := cli.ParseRoot(newRoot(), fs, args, stdout, stderr); !ok {
 		return code
 	}
 	if f.demoLeases < 0 || f.demoLeases > 10000 {
 		fmt.Fprintln(stderr, "forgeyard-daemon: --demo-leases must be 0–10000")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	cfg, err := buildConfig(fs, &f)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-daemon: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	log := cfg.Log.NewLogger(stderr)
 	if err := serve(ctx, cfg, &f, log, th); err != nil {
 		log.Error("daemon failed", "err", err)
 		return cli.ExitCodeOf(err) // 2 for a configured file that is missing or refused
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // buildConfig loads the file (if any), applies the flags that were set,
 // the dev PKI and the defaults, and validates.
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
-	cfg, err := cli.LoadConfig(fs, f.configFile, config.ReadDaemon, func(cfg *config.Daemon, set config.SetFlags) error {
+	cfg, err := cli.LoadConfig(fs, f.ConfigFile, config.ReadDaemon, func(cfg *config.Daemon, set config.SetFlags) error {
 		str := set.String
 		str("id", &cfg.ID, f.id)
 		str("listen", &cfg.Listen.QUIC, f.listen)
@@ -225,8 +203,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 		}
 		str("log-dir", &cfg.Data.LogDir, f.logDir)
 		str("cas-dir", &cfg.Data.CASDir, f.casDir)
-		str("log-level", &cfg.Log.Level, f.logLevel)
-		str("log-format", &cfg.Log.Format, f.logFormat)
+		f.ApplyLog(&cfg.Log, set)
 		str("admin-listen", &cfg.Admin.Listen, f.adminListen)
 		if set["protocol"] {
 			r, err := wire.ParseRange(f.protocol)
@@ -257,7 +234,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Daemon, error) {
 	// refuse an invalid one here, naming the file and key, before anything
 	// starts (serve converts them again for the engine).
 	if _, err := daemonsetup.Limits(cfg); err != nil {
-		return nil, config.WithFile(err, f.configFile)
+		return nil, config.WithFile(err, f.ConfigFile)
 	}
 	if f.matrixDriver && (cfg.AdminListen() == "" || cfg.Admin.AllowRemote) {
 		return nil, errors.New("--matrix-driver needs a loopback --admin-listen (and no admin.allow_remote)")

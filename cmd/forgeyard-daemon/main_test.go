@@ -16,6 +16,7 @@ import (
 
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
@@ -37,7 +38,7 @@ func runDaemon(t *testing.T, ctx context.Context, th *testHooks, args ...string)
 
 func TestHelp(t *testing.T) {
 	code, out, _ := runDaemon(t, context.Background(), nil, "--help")
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{"--config", "-listen", "-listen-yamux", "-cert", "-key", "-client-ca", "-sqlite", "-postgres-dsn-file", "-log-level", "-demo-leases", "DEVELOPMENT ONLY", "SIGINT", "-admin-listen", "-admin-allow-remote"} {
@@ -71,7 +72,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--dev-pki", filepath.Join(dir, "pki"), "--sqlite", filepath.Join(dir, "a.db"), "--protocol", "2.0-2.0"}, "does not overlap"},
 	} {
 		code, _, errOut := runDaemon(t, context.Background(), nil, c.args...)
-		if code != exitUsage || !strings.Contains(errOut, c.want) {
+		if code != cli.ExitUsage || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 containing %q", c.args, code, errOut, c.want)
 		}
 	}
@@ -238,7 +239,7 @@ func demoLeasesN(t *testing.T, n, maxParallel int, authorityFlags ...string) str
 	cancel() // SIGINT
 	select {
 	case code := <-done:
-		if code != exitOK {
+		if code != cli.ExitOK {
 			t.Fatalf("exit %d; logs:\n%s", code, logs.String())
 		}
 	case <-time.After(10 * time.Second):

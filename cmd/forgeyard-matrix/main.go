@@ -21,20 +21,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/matrix"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { cli.Main(run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmdRoot := &cli.Command{Name: "forgeyard-matrix", Sub: []*cli.Command{cli.VersionCommand("forgeyard-matrix")}}

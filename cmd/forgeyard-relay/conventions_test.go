@@ -35,12 +35,12 @@ func TestExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		{"bad flag", []string{"--no-such-flag"}, exitUsage, "flag provided but not defined"},
-		{"stray argument", []string{"extra"}, exitUsage, "unexpected argument"},
-		{"missing config file", []string{"--config", filepath.Join(dir, "nope.toml")}, exitUsage, "nope.toml"},
+		{"bad flag", []string{"--no-such-flag"}, cli.ExitUsage, "flag provided but not defined"},
+		{"stray argument", []string{"extra"}, cli.ExitUsage, "unexpected argument"},
+		{"missing config file", []string{"--config", filepath.Join(dir, "nope.toml")}, cli.ExitUsage, "nope.toml"},
 		{"missing certificate", []string{"--cert", "/nope/relay.pem", "--key", "/nope/relay-key.pem", "--client-ca", "/nope/ca.pem",
-			"--upstream", "quic://127.0.0.1:7443", "--listen-yamux", "127.0.0.1:0"}, exitUsage, `tls.certificate \"/nope/relay.pem`},
-		{"listen address taken", []string{"--dev-pki", pki, "--upstream", "quic://127.0.0.1:7443", "--listen-yamux", taken.Addr().String()}, exitFail, "relay failed"},
+			"--upstream", "quic://127.0.0.1:7443", "--listen-yamux", "127.0.0.1:0"}, cli.ExitUsage, `tls.certificate \"/nope/relay.pem`},
+		{"listen address taken", []string{"--dev-pki", pki, "--upstream", "quic://127.0.0.1:7443", "--listen-yamux", taken.Addr().String()}, cli.ExitFail, "relay failed"},
 	} {
 		code, _, errOut := runRelay(c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {
@@ -54,14 +54,14 @@ func TestExitCodes(t *testing.T) {
 
 func TestVersionAndDocs(t *testing.T) {
 	code, out, _ := runRelay("--version")
-	if code != exitOK || out != buildinfo.Get().String("forgeyard-relay")+"\n" {
+	if code != cli.ExitOK || out != buildinfo.Get().String("forgeyard-relay")+"\n" {
 		t.Errorf("--version: exit %d: %q", code, out)
 	}
 	if p := cli.DocProblems(newRoot()); len(p) > 0 {
 		t.Errorf("completions and man page out of step with the command tree:\n%s", strings.Join(p, "\n"))
 	}
 	code, out, errOut := runRelay("--help")
-	if code != exitOK || errOut != "" || strings.Count(out, "Usage: forgeyard-relay") != 1 {
+	if code != cli.ExitOK || errOut != "" || strings.Count(out, "Usage: forgeyard-relay") != 1 {
 		t.Errorf("--help: exit %d, stderr %q, usage %d times", code, errOut, strings.Count(out, "Usage: forgeyard-relay"))
 	}
 }

@@ -53,12 +53,6 @@ import (
 	"forgeyard.dev/transport/semantics/telemetry"
 )
 
-const (
-	exitOK    = cli.ExitOK
-	exitFail  = cli.ExitFail
-	exitUsage = cli.ExitUsage
-)
-
 func main() {
 	cli.Main(func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return run(ctx, args, stdout, stderr, nil)
@@ -71,7 +65,7 @@ type testHooks struct {
 }
 
 type flags struct {
-	configFile    string
+	cli.RoleFlags // --config, --log-*
 	listenYamux   string
 	listenWT      string
 	cert, key, ca string
@@ -84,17 +78,13 @@ type flags struct {
 	maxConns      int
 	maxStreams    int
 	devPKI        string
-	logLevel      string
-	logFormat     string
 	adminListen   string
 	adminRemote   bool
 	shutdown      time.Duration
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("forgeyard-relay", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
+	fs := cli.NewRoleFlagSet("forgeyard-relay", out, &f.RoleFlags, true)
 	fs.StringVar(&f.listenYamux, "listen-yamux", "", "agent-facing TLS+yamux listen `host:port`, raw and HTTP/1.1 Upgrade form on one port (key: listen.yamux; default "+config.DefaultRelayListenYamux+" when no listener is configured)")
 	fs.StringVar(&f.listenWT, "listen-webtransport", "", "agent-facing WebTransport listen `host:port`, UDP (key: listen.webtransport)")
 	fs.StringVar(&f.cert, "cert", "", "agent-facing server certificate PEM `file` (key: tls.certificate)")
@@ -109,15 +99,11 @@ func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&f.maxConns, "max-connections", 0, "agent connections relayed at once; beyond it agents get CloseOverloaded (key: limits.max_connections; default 10000)")
 	fs.IntVar(&f.maxStreams, "max-streams-per-connection", 0, "streams in flight per agent; beyond it streams are refused (key: limits.max_streams_per_connection; default 256)")
 	fs.StringVar(&f.devPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` for both sides (server certificate, CA, relay client certificate)")
-	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
-	fs.StringVar(&f.logFormat, "log-format", "", "text or json (key: log.format; default text)")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "serve /metrics and /healthz on `host:port` (key: admin.listen; alias --metrics-listen; loopback only unless --admin-allow-remote)")
 	fs.StringVar(&f.adminListen, "metrics-listen", "", "alias of --admin-listen")
 	fs.BoolVar(&f.adminRemote, "admin-allow-remote", false, "allow a non-loopback --admin-listen address; the endpoint has no authentication (key: admin.allow_remote)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 0, "how long a graceful shutdown waits for relayed connections to close (key: shutdown_timeout; default 10s)")
-	fs.Usage = func() {
-		out := fs.Output()
-		fmt.Fprintf(out, `Usage: forgeyard-relay [--config FILE] [flags]
+	cli.SetUsage(fs, `Usage: forgeyard-relay [--config FILE] [flags]
        forgeyard-relay --version | version [--json] | completion bash|zsh|fish | man
 
 Relays agents that cannot use QUIC (UDP blocked, or only UDP 443 open) to
@@ -127,54 +113,46 @@ from the TOML file given with --config; each flag overrides one key of it.
 SIGINT/SIGTERM close every relayed connection with CloseShutdown and exit.
 
 Flags:
-`)
-		fs.PrintDefaults()
-		fmt.Fprintf(out, `
+`, `
 Examples:
   forgeyard-relay --config /etc/forgeyard/relay.toml
   forgeyard-relay --dev-pki ./.dev-pki --listen-yamux 127.0.0.1:443 --upstream 127.0.0.1:7443 --admin-listen 127.0.0.1:9465
   (agents: --endpoint relay+yamux://relay.example:443, which passes proxies that allow CONNECT to 443 only)
 `)
-	}
 	return fs
 }
 
 // newRoot is the command tree: the relay itself (the root's flags) and
 // the standard subcommands, for dispatch, completions and the man page.
 func newRoot() *cli.Command {
-	r := &cli.Command{Name: "forgeyard-relay", Summary: "relay agents that cannot use QUIC to the daemons", Synopsis: "[--config FILE] [flags]",
-		Flags: func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) }}
-	cli.StandardCommands(r)
-	return r
+	return cli.RoleRoot("forgeyard-relay", "relay agents that cannot use QUIC to the daemons",
+		func() *flag.FlagSet { return newFlagSet(new(flags), io.Discard) })
 }
 
 // run is main without the process; tests call it in-process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
-	if code, ok := cli.Subcommand(newRoot(), args, stdout, stderr); ok {
-		return code
-	}
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-relay"); !ok {
+	if code, ok := cli.ParseRoot(newRoot(), fs, args, stdout, stderr); !ok {
 		return code
 	}
 	cfg, err := buildConfig(fs, &f)
 	if err != nil {
 		fmt.Fprintf(stderr, "forgeyard-relay: %v\n", err)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	log := cfg.Log.NewLogger(stderr)
 	if err := serve(ctx, cfg, log, th); err != nil {
 		log.Error("relay failed", "err", err)
 		return cli.ExitCodeOf(err) // 2 for a configured file that is missing or refused
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // buildConfig loads the file (if any), applies the dev PKI and the flags
 // that were set, the defaults, and validates.
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Relay, error) {
-	cfg, err := cli.LoadConfig(fs, f.configFile, config.ReadRelay, func(cfg *config.Relay, set config.SetFlags) error {
+	cfg, err := cli.LoadConfig(fs, f.ConfigFile, config.ReadRelay, func(cfg *config.Relay, set config.SetFlags) error {
 		str := set.String
 		if f.devPKI != "" {
 			if _, err := relaysetup.DevRelay(f.devPKI, cfg); err != nil {
@@ -210,8 +188,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Relay, error) {
 		if set["max-streams-per-connection"] {
 			cfg.Limits.MaxStreamsPerConnection = f.maxStreams
 		}
-		str("log-level", &cfg.Log.Level, f.logLevel)
-		str("log-format", &cfg.Log.Format, f.logFormat)
+		f.ApplyLog(&cfg.Log, set)
 		str("admin-listen", &cfg.Admin.Listen, f.adminListen)
 		str("metrics-listen", &cfg.Admin.Listen, f.adminListen)
 		if set["admin-allow-remote"] {

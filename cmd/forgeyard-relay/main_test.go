@@ -18,6 +18,7 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/buildinfo"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/internal/setup/daemonsetup"
@@ -50,7 +51,7 @@ func (s *syncBuffer) String() string {
 
 func TestHelp(t *testing.T) {
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"--help"}, &out, io.Discard, nil); code != exitOK {
+	if code := run(context.Background(), []string{"--help"}, &out, io.Discard, nil); code != cli.ExitOK {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{"--config", "-listen-yamux", "-listen-webtransport", "-cert", "-client-ca", "-upstream",
@@ -84,7 +85,7 @@ func TestUsageErrors(t *testing.T) {
 	} {
 		var errOut bytes.Buffer
 		code := run(context.Background(), c.args, io.Discard, &errOut, nil)
-		if code != exitUsage || !strings.Contains(errOut.String(), c.want) {
+		if code != cli.ExitUsage || !strings.Contains(errOut.String(), c.want) {
 			t.Errorf("%v: exit %d, stderr %q, want exit 2 with %q", c.args, code, errOut.String(), c.want)
 		}
 	}
@@ -271,7 +272,7 @@ func TestRunRelaysAgent(t *testing.T) {
 	stopRelay()
 	select {
 	case code := <-exited:
-		if code != exitOK {
+		if code != cli.ExitOK {
 			t.Fatalf("exit %d; logs:\n%s", code, logs.String())
 		}
 	case <-time.After(15 * time.Second):

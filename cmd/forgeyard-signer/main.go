@@ -35,7 +35,6 @@ import (
 	"os"
 	"strings"
 
-	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
@@ -57,38 +56,24 @@ func main() {
 	})
 }
 
-// listFlag is a repeatable string flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
-
 type flags struct {
-	configFile    string
-	endpoints     listFlag
-	serverName    string
-	cert, key, ca string
-	devPKI        string
-	devAgent      string
-	keyFiles      listFlag
-	policies      listFlag
-	logLevel      string
+	cli.RoleFlags // --config, --log-*
+	cp            agentsetup.ControlPlaneFlags
+	keyFiles      cli.StringList
+	policies      cli.StringList
 }
 
 func newFlagSet(f *flags, out io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("forgeyard-signer", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.StringVar(&f.configFile, "config", "", "TOML configuration `file` (flags below override its keys)")
-	fs.Var(&f.endpoints, "endpoint", "daemon endpoint `URI`, repeatable (key: control_plane.endpoints; replaces the file's list)")
-	fs.StringVar(&f.serverName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name)")
-	fs.StringVar(&f.cert, "cert", "", "worker certificate PEM `file`, bound to the RunnerId (key: control_plane.credential.certificate)")
-	fs.StringVar(&f.key, "key", "", "worker TLS private key PEM `file` (key: control_plane.credential.private_key)")
-	fs.StringVar(&f.ca, "ca", "", "CA PEM `file` that signs the daemon certificate (key: control_plane.credential.ca)")
-	fs.StringVar(&f.devPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` and use agent --dev-agent's certificate")
-	fs.StringVar(&f.devAgent, "dev-agent", "signer", "agent `name` inside --dev-pki")
+	fs := cli.NewRoleFlagSet("forgeyard-signer", out, &f.RoleFlags, false)
+	fs.Var((*cli.StringList)(&f.cp.Endpoints), "endpoint", "daemon endpoint `URI`, repeatable (key: control_plane.endpoints; replaces the file's list)")
+	fs.StringVar(&f.cp.ServerName, "server-name", "", "`name` checked against the daemon certificate (key: control_plane.server_name)")
+	fs.StringVar(&f.cp.Cert, "cert", "", "worker certificate PEM `file`, bound to the RunnerId (key: control_plane.credential.certificate)")
+	fs.StringVar(&f.cp.Key, "key", "", "worker TLS private key PEM `file` (key: control_plane.credential.private_key)")
+	fs.StringVar(&f.cp.CA, "ca", "", "CA PEM `file` that signs the daemon certificate (key: control_plane.credential.ca)")
+	fs.StringVar(&f.cp.DevPKI, "dev-pki", "", "DEVELOPMENT ONLY: create/reuse a dev PKI in `dir` and use agent --dev-agent's certificate")
+	fs.StringVar(&f.cp.DevAgent, "dev-agent", "signer", "agent `name` inside --dev-pki")
 	fs.Var(&f.keyFiles, "key-file", "signing key `ref=file`, repeatable (key: [[keys]]; replaces the file's list)")
 	fs.Var(&f.policies, "policy", "trusted policy `id=authority-public-key-file`, repeatable (key: [[policies]]; replaces the file's list)")
-	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
 	return fs
 }
 
@@ -155,20 +140,10 @@ func splitPairs(key string, l []string) ([][2]string, error) {
 }
 
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Signer, error) {
-	return cli.LoadConfig(fs, f.configFile, config.ReadSigner, func(cfg *config.Signer, set config.SetFlags) error {
-		str := set.String
-		if set["endpoint"] {
-			cfg.ControlPlane.Endpoints = f.endpoints
+	return cli.LoadConfig(fs, f.ConfigFile, config.ReadSigner, func(cfg *config.Signer, set config.SetFlags) error {
+		if err := f.cp.Apply(&cfg.ControlPlane, set); err != nil {
+			return err
 		}
-		str("server-name", &cfg.ControlPlane.ServerName, f.serverName)
-		if f.devPKI != "" {
-			if _, err := agentsetup.DevAgent(f.devPKI, f.devAgent, &cfg.ControlPlane); err != nil {
-				return fmt.Errorf("--dev-pki: %w", err)
-			}
-		}
-		str("cert", &cfg.ControlPlane.Credential.Certificate, f.cert)
-		str("key", &cfg.ControlPlane.Credential.PrivateKey, f.key)
-		str("ca", &cfg.ControlPlane.Credential.CA, f.ca)
 		if set["key-file"] {
 			kp, err := splitPairs("key-file", f.keyFiles)
 			if err != nil {
@@ -189,7 +164,7 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Signer, error) {
 				cfg.Policies = append(cfg.Policies, config.SignerPolicy{ID: p[0], AuthorityKey: p[1]})
 			}
 		}
-		str("log-level", &cfg.Log.Level, f.logLevel)
+		f.ApplyLog(&cfg.Log, set)
 		return nil
 	})
 }
@@ -230,25 +205,13 @@ func newWorker(cfg *config.Signer, log *slog.Logger) (*signer.Worker, error) {
 // service.
 func newAgent(cfg *config.Signer, w *signer.Worker, log *slog.Logger) (*agent.Agent, error) {
 	ac := cfg.Agent()
-	cred, err := agentsetup.LoadCredential(ac.ControlPlane)
-	if err != nil {
-		return nil, err
-	}
-	creds, err := trust.LoadCredentials(ac.ControlPlane.Credential.Certificate, ac.ControlPlane.Credential.PrivateKey)
-	if err != nil {
-		return nil, err
-	}
-	px, err := agentsetup.ProxyFor(ac.ControlPlane.Proxy, ac.ControlPlane.NoProxy)
-	if err != nil {
-		return nil, fmt.Errorf("control_plane.proxy: %w", err)
-	}
-	eps, err := agentsetup.Endpoints(ac.Endpoints(), agentsetup.EndpointOptions{TLS: creds.ClientConfigFor(cred.Client), QUIC: quic.Config{Logger: log}, Proxy: px})
+	d, err := agentsetup.NewDialing(ac.ControlPlane, ac.Endpoints(), log, nil)
 	if err != nil {
 		return nil, err
 	}
 	return agent.New(w.AgentConfig(agent.Config{
 		Fallback: agentsetup.Policy(ac.Fallback),
-		Runner:   cred.Runner, Credentials: creds, Endpoints: eps,
+		Runner:   d.Credential.Runner, Credentials: d.Credentials, Endpoints: d.Endpoints,
 		Capabilities: ac.RunnerCapabilities(),
 		Backoff:      agent.Backoff{Base: ac.Backoff.Base.Duration, Max: ac.Backoff.Max.Duration},
 		Logger:       log, Version: Version, Features: wire.Implemented,

@@ -24,7 +24,7 @@ func TestHelpAndBadFlagEveryCommand(t *testing.T) {
 	root.Walk(func(path string, c *cli.Command) {
 		args := strings.Fields(path)[1:]
 		code, out, errOut := runCLI(t, append(args, "--help")...)
-		if code != exitOK || errOut != "" || strings.Count(strings.ToLower(out), "usage") == 0 || strings.Count(out, "Usage: ") > 1 {
+		if code != cli.ExitOK || errOut != "" || strings.Count(strings.ToLower(out), "usage") == 0 || strings.Count(out, "Usage: ") > 1 {
 			t.Errorf("%s --help: exit %d, stdout %q, stderr %q; want 0 and the usage once on stdout", path, code, out, errOut)
 		}
 		if c.Run == nil || c.Name == "man" {
@@ -32,8 +32,8 @@ func TestHelpAndBadFlagEveryCommand(t *testing.T) {
 		}
 		n++
 		code, out, errOut = runCLI(t, append(args, "--no-such-flag")...)
-		if code != exitUsage || out != "" || !strings.Contains(errOut, "no-such-flag") {
-			t.Errorf("%s --no-such-flag: exit %d, stdout %q, stderr %q; want %d and the error on stderr", path, code, out, errOut, exitUsage)
+		if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, "no-such-flag") {
+			t.Errorf("%s --no-such-flag: exit %d, stdout %q, stderr %q; want %d and the error on stderr", path, code, out, errOut, cli.ExitUsage)
 		}
 	})
 	if n < 12 {
@@ -64,20 +64,20 @@ func TestExitCodes(t *testing.T) {
 		code int
 		want string // on stderr
 	}{
-		{"unknown command", []string{"nope"}, exitUsage, `unknown command "nope"`},
-		{"no command", nil, exitUsage, "Usage: forgeyard"},
-		{"stray argument", []string{"runner", "token", "list", "--sqlite", corrupt, "extra"}, exitUsage, `unexpected argument "extra"`},
-		{"dev-certs bad value", []string{"dev-certs", "--dir", dir, "--agents", "0"}, exitUsage, "--agents must be"},
-		{"dev-certs runtime", []string{"dev-certs", "--dir", notDir}, exitFail, "forgeyard dev-certs:"},
-		{"transport missing token file", []string{"transport", "status", "--admin", closed, "--token-file", "/nope/token"}, exitUsage, "--token-file"},
-		{"transport bad admin URL", []string{"transport", "sessions", "--admin", "gopher://x"}, exitUsage, "forgeyard transport sessions:"},
-		{"transport daemon unreachable", []string{"transport", "status", "--admin", closed}, exitFail, "forgeyard transport status:"},
-		{"transport doctor unreachable", []string{"transport", "doctor", "--admin", closed}, exitFail, ""},
-		{"runner missing config", []string{"runner", "token", "list", "--config", "/nope/daemon.toml"}, exitUsage, "/nope/daemon.toml"},
-		{"runner missing dsn file", []string{"runner", "cert", "list", "--postgres-dsn-file", "/nope/dsn", "--runner", runner}, exitUsage, "authority.postgres_dsn_file"},
-		{"runner corrupt authority", []string{"runner", "token", "list", "--sqlite", corrupt}, exitFail, "authority.sqlite"},
-		{"runner bad runner id", []string{"runner", "enable", "--sqlite", corrupt, "--runner", "x"}, exitUsage, "not a RunnerId"},
-		{"version stray argument", []string{"version", "x"}, exitUsage, "unexpected argument"},
+		{"unknown command", []string{"nope"}, cli.ExitUsage, `unknown command "nope"`},
+		{"no command", nil, cli.ExitUsage, "Usage: forgeyard"},
+		{"stray argument", []string{"runner", "token", "list", "--sqlite", corrupt, "extra"}, cli.ExitUsage, `unexpected argument "extra"`},
+		{"dev-certs bad value", []string{"dev-certs", "--dir", dir, "--agents", "0"}, cli.ExitUsage, "--agents must be"},
+		{"dev-certs runtime", []string{"dev-certs", "--dir", notDir}, cli.ExitFail, "forgeyard dev-certs:"},
+		{"transport missing token file", []string{"transport", "status", "--admin", closed, "--token-file", "/nope/token"}, cli.ExitUsage, "--token-file"},
+		{"transport bad admin URL", []string{"transport", "sessions", "--admin", "gopher://x"}, cli.ExitUsage, "forgeyard transport sessions:"},
+		{"transport daemon unreachable", []string{"transport", "status", "--admin", closed}, cli.ExitFail, "forgeyard transport status:"},
+		{"transport doctor unreachable", []string{"transport", "doctor", "--admin", closed}, cli.ExitFail, ""},
+		{"runner missing config", []string{"runner", "token", "list", "--config", "/nope/daemon.toml"}, cli.ExitUsage, "/nope/daemon.toml"},
+		{"runner missing dsn file", []string{"runner", "cert", "list", "--postgres-dsn-file", "/nope/dsn", "--runner", runner}, cli.ExitUsage, "authority.postgres_dsn_file"},
+		{"runner corrupt authority", []string{"runner", "token", "list", "--sqlite", corrupt}, cli.ExitFail, "authority.sqlite"},
+		{"runner bad runner id", []string{"runner", "enable", "--sqlite", corrupt, "--runner", "x"}, cli.ExitUsage, "not a RunnerId"},
+		{"version stray argument", []string{"version", "x"}, cli.ExitUsage, "unexpected argument"},
 	} {
 		code, _, errOut := runCLI(t, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {
@@ -89,11 +89,11 @@ func TestExitCodes(t *testing.T) {
 func TestVersion(t *testing.T) {
 	v := buildinfo.Get()
 	code, out, _ := runCLI(t, "--version")
-	if code != exitOK || out != v.String("forgeyard")+"\n" || !strings.Contains(out, "protocol "+wire.Supported.Min.String()+"-"+wire.Supported.Max.String()) {
+	if code != cli.ExitOK || out != v.String("forgeyard")+"\n" || !strings.Contains(out, "protocol "+wire.Supported.Min.String()+"-"+wire.Supported.Max.String()) {
 		t.Errorf("--version: exit %d: %q", code, out)
 	}
 	code, out, _ = runCLI(t, "version")
-	if code != exitOK || !strings.HasPrefix(out, "forgeyard "+v.Version+"\n") || !strings.Contains(out, "module:    forgeyard.dev/transport") {
+	if code != cli.ExitOK || !strings.HasPrefix(out, "forgeyard "+v.Version+"\n") || !strings.Contains(out, "module:    forgeyard.dev/transport") {
 		t.Errorf("version: exit %d: %q", code, out)
 	}
 }
@@ -115,12 +115,12 @@ func TestCompletionAndMan(t *testing.T) {
 	}
 	for _, sh := range cli.Shells {
 		code, out, errOut := runCLI(t, "completion", sh)
-		if code != exitOK || !strings.Contains(out, "runner token list") || !strings.Contains(out, "--postgres-dsn-file") {
+		if code != cli.ExitOK || !strings.Contains(out, "runner token list") || !strings.Contains(out, "--postgres-dsn-file") {
 			t.Errorf("completion %s: exit %d, stderr %q:\n%s", sh, code, errOut, out)
 		}
 	}
 	code, out, _ := runCLI(t, "man")
-	if code != exitOK || !strings.HasPrefix(out, `.\" Generated by`) || !strings.Contains(out, ".B forgeyard runner cert revoke") {
+	if code != cli.ExitOK || !strings.HasPrefix(out, `.\" Generated by`) || !strings.Contains(out, ".B forgeyard runner cert revoke") {
 		t.Errorf("man: exit %d:\n%s", code, out)
 	}
 }

@@ -44,21 +44,11 @@ everything, with new RunnerIds.
 Flags:
 `
 
-// stringList is a repeatable string flag.
-type stringList []string
-
-func (s *stringList) String() string { return strings.Join(*s, ",") }
-
-func (s *stringList) Set(v string) error {
-	*s = append(*s, v)
-	return nil
-}
-
 // devCertsOpts are dev-certs' flag values.
 type devCertsOpts struct {
 	dir                 string
 	count               int
-	agents, serverNames stringList
+	agents, serverNames cli.StringList
 	force, asJSON       bool
 }
 
@@ -71,10 +61,7 @@ func devCertsFlags(o *devCertsOpts) *flag.FlagSet {
 	fs.BoolVar(&o.asJSON, "json", false, "print the result as JSON instead of a table")
 	fs.Var(&o.agents, "agent", "agent `NAME` (repeatable; letters, digits, '.', '_', '-')")
 	fs.Var(&o.serverNames, "server-name", "extra DNS name or IP `NAME` for the server certificate (repeatable)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), devCertsHelp)
-		fs.PrintDefaults()
-	}
+	cli.SetUsage(fs, devCertsHelp, "")
 	return fs
 }
 
@@ -89,7 +76,7 @@ func runDevCerts(args []string, stdout, stderr io.Writer) int {
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "forgeyard dev-certs: "+format+"\n", a...)
 		fmt.Fprintln(stderr, "Run 'forgeyard dev-certs --help' for usage.")
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if fs.NArg() > 0 {
 		return usageErr("unexpected argument %q", fs.Arg(0))
@@ -121,14 +108,14 @@ func runDevCerts(args []string, stdout, stderr io.Writer) int {
 			return usageErr("%v", err)
 		}
 		fmt.Fprintf(stderr, "forgeyard dev-certs: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(pki); err != nil {
 			fmt.Fprintf(stderr, "forgeyard dev-certs: %v\n", err)
-			return exitFail
+			return cli.ExitFail
 		}
 	} else {
 		printDevPKI(stdout, pki)
@@ -136,7 +123,7 @@ func runDevCerts(args []string, stdout, stderr io.Writer) int {
 	for _, w := range pki.Warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 func printDevPKI(w io.Writer, p *trust.DevPKI) {

@@ -24,13 +24,6 @@ import (
 	"forgeyard.dev/transport/internal/cli"
 )
 
-// Exit codes.
-const (
-	exitOK    = cli.ExitOK
-	exitFail  = cli.ExitFail
-	exitUsage = cli.ExitUsage
-)
-
 // prog is the program name in messages.
 const prog = "forgeyard"
 

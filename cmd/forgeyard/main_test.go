@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 )
@@ -22,7 +23,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 func TestDevCertsJSONAndIdempotence(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "pki")
 	code, out, errOut := runCLI(t, "dev-certs", "--dir", dir, "--agent", "alpha", "--agent", "beta", "--server-name", "daemon.test", "--json")
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
 	var first trust.DevPKI
@@ -42,7 +43,7 @@ func TestDevCertsJSONAndIdempotence(t *testing.T) {
 
 	// Text output of a rerun: everything reused, RunnerIds printed and unchanged.
 	code, out, errOut = runCLI(t, "dev-certs", "--dir", dir, "--agent", "alpha", "--server-name", "daemon.test")
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("rerun exit %d, stderr %s", code, errOut)
 	}
 	for _, want := range []string{dir, "ca.pem", "server.pem", "agent-alpha.pem", "agent-beta.pem", first.Agents[0].Runner.String(), first.Agents[1].Runner.String(), "reused", "dev-pki.json"} {
@@ -65,7 +66,7 @@ func TestDevCertsJSONAndIdempotence(t *testing.T) {
 func TestDevCertsAgentsCount(t *testing.T) {
 	dir := t.TempDir()
 	code, out, errOut := runCLI(t, "dev-certs", "--dir", dir, "--agents", "3")
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, f := range []string{"agent-1.pem", "agent-2-key.pem", "agent-3.pem"} {
@@ -78,7 +79,7 @@ func TestDevCertsAgentsCount(t *testing.T) {
 	}
 	// Default: one agent.
 	dir2 := t.TempDir()
-	if code, _, errOut := runCLI(t, "dev-certs", "--dir", dir2); code != exitOK {
+	if code, _, errOut := runCLI(t, "dev-certs", "--dir", dir2); code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	if p, err := trust.LoadDevPKI(dir2); err != nil || len(p.Agents) != 1 || p.Agents[0].Name != "1" {
@@ -88,18 +89,18 @@ func TestDevCertsAgentsCount(t *testing.T) {
 
 func TestDevCertsConflictAndForce(t *testing.T) {
 	dir := t.TempDir()
-	if code, _, e := runCLI(t, "dev-certs", "--dir", dir); code != exitOK {
+	if code, _, e := runCLI(t, "dev-certs", "--dir", dir); code != cli.ExitOK {
 		t.Fatal(e)
 	}
 	if err := os.Remove(filepath.Join(dir, "ca-key.pem")); err != nil {
 		t.Fatal(err)
 	}
 	code, _, errOut := runCLI(t, "dev-certs", "--dir", dir)
-	if code != exitFail || !strings.Contains(errOut, "ca-key.pem") || !strings.Contains(errOut, "--force") {
+	if code != cli.ExitFail || !strings.Contains(errOut, "ca-key.pem") || !strings.Contains(errOut, "--force") {
 		t.Fatalf("exit %d, stderr %q; want 1 naming ca-key.pem and --force", code, errOut)
 	}
 	code, out, errOut := runCLI(t, "dev-certs", "--dir", dir, "--force")
-	if code != exitOK || strings.Contains(out, "reused") {
+	if code != cli.ExitOK || strings.Contains(out, "reused") {
 		t.Fatalf("force: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
@@ -121,8 +122,8 @@ func TestUsageErrors(t *testing.T) {
 		{"dev-certs", "--dir", ""},
 	} {
 		code, out, errOut := runCLI(t, args...)
-		if code != exitUsage {
-			t.Errorf("%q: exit %d, want %d (stderr %q)", args, code, exitUsage, errOut)
+		if code != cli.ExitUsage {
+			t.Errorf("%q: exit %d, want %d (stderr %q)", args, code, cli.ExitUsage, errOut)
 		}
 		if errOut == "" || out != "" {
 			t.Errorf("%q: usage errors belong on stderr only (stdout %q)", args, out)
@@ -135,7 +136,7 @@ func TestUsageErrors(t *testing.T) {
 
 func TestHelp(t *testing.T) {
 	code, out, _ := runCLI(t, "dev-certs", "--help")
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{"forgeyard://runner/<ULID>", "--force", "-server-name", "dev-pki.json", "NOT for production", "0600"} {
@@ -144,7 +145,7 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	code, out, _ = runCLI(t, "--help")
-	if code != exitOK || !strings.Contains(out, "dev-certs") {
+	if code != cli.ExitOK || !strings.Contains(out, "dev-certs") {
 		t.Fatalf("top-level help: exit %d\n%s", code, out)
 	}
 }

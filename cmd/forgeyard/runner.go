@@ -82,9 +82,9 @@ func (a *authorityFlags) open(ctx context.Context) (au authority.Authority, ids 
 	au, ids, err = a.openAuthority(ctx)
 	var oe *openError
 	if errors.As(err, &oe) {
-		return nil, nil, exitFail, oe.err
+		return nil, nil, cli.ExitFail, oe.err
 	}
-	return au, ids, exitUsage, err
+	return au, ids, cli.ExitUsage, err
 }
 
 // openError is a failure to open an authority that exists.
@@ -134,31 +134,42 @@ func (a *authorityFlags) openAuthority(ctx context.Context) (authority.Authority
 	return au, ids, nil
 }
 
-// parseFlags parses args (flags only); it returns -1 to continue, or an
-// exit code.
-func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) int {
+// authorityCommand is the frame of a command on the authority: it parses
+// args with fs (flags only, errors on stderr), runs check (nil or an error
+// printed as a usage error), opens af's authority and runs do with it,
+// closing it after. Errors print as "<fs.Name()>: <err>"; do's are
+// ExitFail.
+func authorityCommand(fs *flag.FlagSet, af *authorityFlags, args []string, stdout, stderr io.Writer,
+	check func() error, do func(ctx context.Context, au authority.Authority, ids authority.Identities) error) int {
+	fs.SetOutput(stderr)
 	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, fs.Name()); !ok {
 		return code
 	}
-	return -1
-}
-
-// openAuthority opens af's authority for prog; on failure it prints why
-// and returns the exit code (au nil).
-func openAuthority(prog string, af *authorityFlags, stderr io.Writer) (authority.Authority, authority.Identities, int) {
-	au, ids, code, err := af.open(context.Background())
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
-		return nil, nil, code
+	if check != nil {
+		if err := check(); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+			return cli.ExitUsage
+		}
 	}
-	return au, ids, exitOK
+	ctx := context.Background()
+	au, ids, code, err := af.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return code
+	}
+	defer au.Close()
+	if err := do(ctx, au, ids); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return cli.ExitFail
+	}
+	return cli.ExitOK
 }
 
 type tokenCreateOpts struct {
 	af     authorityFlags
 	name   string
 	ttl    time.Duration
-	labels stringList
+	labels cli.StringList
 }
 
 func tokenCreateFlags(o *tokenCreateOpts) *flag.FlagSet {
@@ -172,36 +183,27 @@ func tokenCreateFlags(o *tokenCreateOpts) *flag.FlagSet {
 
 func runTokenCreate(args []string, stdout, stderr io.Writer) int {
 	var o tokenCreateOpts
-	fs := tokenCreateFlags(&o)
-	fs.SetOutput(stderr)
-	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
-		return c
+	check := func() error {
+		if o.ttl <= 0 || o.ttl > 30*24*time.Hour {
+			return errors.New("--ttl must be between 1s and 720h")
+		}
+		return nil
 	}
-	if o.ttl <= 0 || o.ttl > 30*24*time.Hour {
-		fmt.Fprintln(stderr, "forgeyard runner token create: --ttl must be between 1s and 720h")
-		return exitUsage
-	}
-	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
-	if au == nil {
-		return code
-	}
-	defer au.Close()
-	ctx := context.Background()
-	tok, err := trust.NewEnrollmentToken()
-	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner token create: %v\n", err)
-		return exitFail
-	}
-	now := time.Now().UTC()
-	rec := authority.EnrollmentToken{Hash: trust.HashEnrollmentToken(tok), ID: trust.EnrollmentTokenID(tok), Name: o.name,
-		Labels: o.labels, CreatedAt: now, ExpiresAt: now.Add(o.ttl)}
-	if err := ids.CreateEnrollmentToken(ctx, rec); err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner token create: %v\n", err)
-		return exitFail
-	}
-	fmt.Fprintf(stdout, "token:   %s\nid:      %s\nexpires: %s\n\nThe token is shown once and works once. Enroll with:\n  forgeyard-agent enroll --token %s --endpoint quic://DAEMON:7443 --ca CA.pem --cert agent.pem --key agent-key.pem\n",
-		tok, rec.ID, rec.ExpiresAt.Format(time.RFC3339), tok)
-	return exitOK
+	return authorityCommand(tokenCreateFlags(&o), &o.af, args, stdout, stderr, check, func(ctx context.Context, _ authority.Authority, ids authority.Identities) error {
+		tok, err := trust.NewEnrollmentToken()
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		rec := authority.EnrollmentToken{Hash: trust.HashEnrollmentToken(tok), ID: trust.EnrollmentTokenID(tok), Name: o.name,
+			Labels: o.labels, CreatedAt: now, ExpiresAt: now.Add(o.ttl)}
+		if err := ids.CreateEnrollmentToken(ctx, rec); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "token:   %s\nid:      %s\nexpires: %s\n\nThe token is shown once and works once. Enroll with:\n  forgeyard-agent enroll --token %s --endpoint quic://DAEMON:7443 --ca CA.pem --cert agent.pem --key agent-key.pem\n",
+			tok, rec.ID, rec.ExpiresAt.Format(time.RFC3339), tok)
+		return nil
+	})
 }
 
 // listOpts are the flags of the listings: the authority, --json and,
@@ -236,21 +238,19 @@ type tokenJSON struct {
 
 func runTokenList(args []string, stdout, stderr io.Writer) int {
 	var o listOpts
-	fs := listFlags("forgeyard runner token list", &o, false)
-	fs.SetOutput(stderr)
-	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
-		return c
-	}
-	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
-	if au == nil {
-		return code
-	}
-	defer au.Close()
-	toks, err := ids.EnrollmentTokens(context.Background(), 1000)
-	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner token list: %v\n", err)
-		return exitFail
-	}
+	return authorityCommand(listFlags("forgeyard runner token list", &o, false), &o.af, args, stdout, stderr, nil,
+		func(ctx context.Context, _ authority.Authority, ids authority.Identities) error {
+			toks, err := ids.EnrollmentTokens(ctx, 1000)
+			if err != nil {
+				return err
+			}
+			printTokens(stdout, toks, o.asJSON)
+			return nil
+		})
+}
+
+// printTokens prints token list's rows, as JSON or a table.
+func printTokens(stdout io.Writer, toks []authority.EnrollmentToken, asJSON bool) {
 	now := time.Now()
 	rows := make([]tokenJSON, 0, len(toks))
 	for _, t := range toks {
@@ -268,9 +268,9 @@ func runTokenList(args []string, stdout, stderr io.Writer) int {
 		}
 		rows = append(rows, r)
 	}
-	if o.asJSON {
+	if asJSON {
 		printJSON(stdout, rows)
-		return exitOK
+		return
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tEXPIRES\tRUNNER")
@@ -282,7 +282,6 @@ func runTokenList(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Name, state, r.ExpiresAt.Format(time.RFC3339), runner)
 	}
 	tw.Flush()
-	return exitOK
 }
 
 type tokenRevokeOpts struct {
@@ -299,26 +298,19 @@ func tokenRevokeFlags(o *tokenRevokeOpts) *flag.FlagSet {
 
 func runTokenRevoke(args []string, stdout, stderr io.Writer) int {
 	var o tokenRevokeOpts
-	fs := tokenRevokeFlags(&o)
-	fs.SetOutput(stderr)
-	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
-		return c
+	check := func() error {
+		if o.id == "" {
+			return errors.New("--id is required")
+		}
+		return nil
 	}
-	if o.id == "" {
-		fmt.Fprintln(stderr, "forgeyard runner token revoke: --id is required")
-		return exitUsage
-	}
-	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
-	if au == nil {
-		return code
-	}
-	defer au.Close()
-	if err := ids.RevokeEnrollmentToken(context.Background(), o.id, time.Now()); err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner token revoke: %v\n", err)
-		return exitFail
-	}
-	fmt.Fprintf(stdout, "token %s revoked\n", o.id)
-	return exitOK
+	return authorityCommand(tokenRevokeFlags(&o), &o.af, args, stdout, stderr, check, func(ctx context.Context, _ authority.Authority, ids authority.Identities) error {
+		if err := ids.RevokeEnrollmentToken(ctx, o.id, time.Now()); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "token %s revoked\n", o.id)
+		return nil
+	})
 }
 
 func parseRunner(s string) (wire.RunnerId, error) {
@@ -352,36 +344,26 @@ func setRunnerFlags(prog string, o *setRunnerOpts) *flag.FlagSet {
 }
 
 func setRunner(verb string, enabled bool, args []string, stdout, stderr io.Writer) int {
-	prog := "forgeyard runner " + verb
 	var o setRunnerOpts
-	fs := setRunnerFlags(prog, &o)
-	fs.SetOutput(stderr)
-	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
-		return c
+	var runner wire.RunnerId
+	check := func() (err error) {
+		runner, err = parseRunner(o.runner)
+		return err
 	}
-	runner, err := parseRunner(o.runner)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
-		return exitUsage
-	}
-	if !enabled && o.reason == "" {
-		o.reason = "disabled by an operator"
-	}
-	au, _, code := openAuthority(prog, &o.af, stderr)
-	if au == nil {
-		return code
-	}
-	defer au.Close()
-	if err := au.SetRunnerEnabled(context.Background(), runner, enabled, o.reason, time.Now()); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
-		return exitFail
-	}
-	if enabled {
-		fmt.Fprintf(stdout, "runner %s enabled\n", runner)
-	} else {
-		fmt.Fprintf(stdout, "runner %s disabled: its live sessions close on every daemon within the revocation poll (default 2s); its leases are revoked and reconnects refused\n", runner)
-	}
-	return exitOK
+	return authorityCommand(setRunnerFlags("forgeyard runner "+verb, &o), &o.af, args, stdout, stderr, check, func(ctx context.Context, au authority.Authority, _ authority.Identities) error {
+		if !enabled && o.reason == "" {
+			o.reason = "disabled by an operator"
+		}
+		if err := au.SetRunnerEnabled(ctx, runner, enabled, o.reason, time.Now()); err != nil {
+			return err
+		}
+		if enabled {
+			fmt.Fprintf(stdout, "runner %s enabled\n", runner)
+		} else {
+			fmt.Fprintf(stdout, "runner %s disabled: its live sessions close on every daemon within the revocation poll (default 2s); its leases are revoked and reconnects refused\n", runner)
+		}
+		return nil
+	})
 }
 
 // certJSON is one row of `runner cert list --json`.
@@ -395,33 +377,31 @@ type certJSON struct {
 
 func runCertList(args []string, stdout, stderr io.Writer) int {
 	var o listOpts
-	fs := listFlags("forgeyard runner cert list", &o, true)
-	fs.SetOutput(stderr)
-	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
-		return c
+	var runner wire.RunnerId
+	check := func() (err error) {
+		runner, err = parseRunner(o.runner)
+		return err
 	}
-	runner, err := parseRunner(o.runner)
-	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner cert list: %v\n", err)
-		return exitUsage
-	}
-	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
-	if au == nil {
-		return code
-	}
-	defer au.Close()
-	certs, err := ids.Certificates(context.Background(), runner)
-	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner cert list: %v\n", err)
-		return exitFail
-	}
-	if o.asJSON {
+	return authorityCommand(listFlags("forgeyard runner cert list", &o, true), &o.af, args, stdout, stderr, check,
+		func(ctx context.Context, _ authority.Authority, ids authority.Identities) error {
+			certs, err := ids.Certificates(ctx, runner)
+			if err != nil {
+				return err
+			}
+			printCerts(stdout, certs, o.asJSON)
+			return nil
+		})
+}
+
+// printCerts prints cert list's rows, as JSON or a table.
+func printCerts(stdout io.Writer, certs []authority.IssuedCertificate, asJSON bool) {
+	if asJSON {
 		rows := make([]certJSON, 0, len(certs))
 		for _, c := range certs {
 			rows = append(rows, certJSON{Serial: c.Serial, IssuedAt: c.IssuedAt.UTC(), NotAfter: c.NotAfter.UTC(), Revoked: c.Revoked, Reason: c.Reason})
 		}
 		printJSON(stdout, rows)
-		return exitOK
+		return
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERIAL\tISSUED\tNOT AFTER\tSTATE")
@@ -433,7 +413,6 @@ func runCertList(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Serial, c.IssuedAt.Format(time.RFC3339), c.NotAfter.Format(time.RFC3339), state)
 	}
 	tw.Flush()
-	return exitOK
 }
 
 type certRevokeOpts struct {
@@ -451,24 +430,17 @@ func certRevokeFlags(o *certRevokeOpts) *flag.FlagSet {
 
 func runCertRevoke(args []string, stdout, stderr io.Writer) int {
 	var o certRevokeOpts
-	fs := certRevokeFlags(&o)
-	fs.SetOutput(stderr)
-	if c := parseFlags(fs, args, stdout, stderr); c >= 0 {
-		return c
+	check := func() error {
+		if o.serial == "" {
+			return errors.New("--serial is required")
+		}
+		return nil
 	}
-	if o.serial == "" {
-		fmt.Fprintln(stderr, "forgeyard runner cert revoke: --serial is required")
-		return exitUsage
-	}
-	au, ids, code := openAuthority(fs.Name(), &o.af, stderr)
-	if au == nil {
-		return code
-	}
-	defer au.Close()
-	if err := ids.RevokeCertificate(context.Background(), o.serial, o.reason, time.Now()); err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner cert revoke: %v\n", err)
-		return exitFail
-	}
-	fmt.Fprintf(stdout, "certificate %s revoked: sessions using it close on every daemon within the revocation poll; reconnects with it are refused\n", o.serial)
-	return exitOK
+	return authorityCommand(certRevokeFlags(&o), &o.af, args, stdout, stderr, check, func(ctx context.Context, _ authority.Authority, ids authority.Identities) error {
+		if err := ids.RevokeCertificate(ctx, o.serial, o.reason, time.Now()); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "certificate %s revoked: sessions using it close on every daemon within the revocation poll; reconnects with it are refused\n", o.serial)
+		return nil
+	})
 }

@@ -55,10 +55,7 @@ func parseRunnerAdmin(name, help string, args []string, want int, extra func(*fl
 	if want == 1 {
 		usage = "Usage: " + prog + " RUNNER [--admin URL] [--token-file FILE] [--json]"
 	}
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "%s\n\n%s\n\nFlags:\n", usage, help)
-		fs.PrintDefaults()
-	}
+	cli.SetUsage(fs, usage+"\n\n"+help+"\n\nFlags:\n", "")
 	if code, ok := cli.Parse(fs, args, stdout); !ok {
 		return nil, nil, "", code
 	}
@@ -72,10 +69,10 @@ func parseRunnerAdmin(name, help string, args []string, want int, extra func(*fl
 	switch {
 	case want == 1 && runner == "":
 		fmt.Fprintf(stderr, "%s: missing RUNNER (see forgeyard runner list)\n", prog)
-		return nil, nil, "", exitUsage
+		return nil, nil, "", cli.ExitUsage
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", prog, fs.Arg(0))
-		return nil, nil, "", exitUsage
+		return nil, nil, "", cli.ExitUsage
 	}
 	c, code := adminClient(prog, &f, stderr)
 	return c, &f, runner, code
@@ -90,19 +87,21 @@ func runRunnerList(args []string, stdout, stderr io.Writer) int {
 	var rs []adminapi.Runner
 	if err := c.Get(context.Background(), adminapi.PathRunners, &rs); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner list: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		if rs == nil {
 			rs = []adminapi.Runner{}
 		}
 		printJSON(stdout, rs)
-		return exitOK
+		return cli.ExitOK
 	}
 	writeRunners(stdout, rs, time.Now())
-	return exitOK
+	return cli.ExitOK
 }
 
+// ago is how long before now t was ("1.2s ago"), or "never" for the zero
+// time: the last heartbeat of runner list and transport sessions.
 func ago(t, now time.Time) string {
 	if t.IsZero() {
 		return "never"
@@ -159,14 +158,14 @@ func runRunnerShow(args []string, stdout, stderr io.Writer) int {
 	var r adminapi.Runner
 	if err := c.Get(context.Background(), runnerPath(runner), &r); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner show: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		printJSON(stdout, &r)
-		return exitOK
+		return cli.ExitOK
 	}
 	writeRunner(stdout, &r, time.Now())
-	return exitOK
+	return cli.ExitOK
 }
 
 func writeRunner(w io.Writer, r *adminapi.Runner, now time.Time) {
@@ -215,7 +214,7 @@ func runnerCommandRun(name, help string, args []string, extra func(*flag.FlagSet
 	var res adminapi.CommandResult
 	if err := c.Post(context.Background(), runnerPath(runner, name), body(), &res); err != nil {
 		fmt.Fprintf(stderr, "forgeyard runner %s: %v\n", name, err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		printJSON(stdout, &res)
@@ -223,9 +222,9 @@ func runnerCommandRun(name, help string, args []string, extra func(*flag.FlagSet
 		writeCommandResult(stdout, &res)
 	}
 	if res.Health != nil && res.Health.Status == "Unhealthy" {
-		return exitFail
+		return cli.ExitFail
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 func writeCommandResult(w io.Writer, res *adminapi.CommandResult) {

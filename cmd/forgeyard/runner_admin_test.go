@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/internal/adminapi"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/wire"
 )
 
@@ -27,7 +28,7 @@ func TestRunnerAdminCommands(t *testing.T) {
 	var rs []adminapi.Runner
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		code, out, errOut := runCLI(t, append([]string{"runner", "list", "--json"}, sock...)...)
-		if code != exitOK {
+		if code != cli.ExitOK {
 			t.Fatalf("list --json: exit %d: %s", code, errOut)
 		}
 		rs = nil
@@ -45,7 +46,7 @@ func TestRunnerAdminCommands(t *testing.T) {
 		t.Fatalf("list JSON %+v", rs)
 	}
 	code, out, errOut := runCLI(t, append([]string{"runner", "list"}, tcp...)...)
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("list: exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{"RUNNER", "OS/ARCH", "LABELS", "SLOTS", "CONNECTION", "LAST HEARTBEAT", "HEALTH", "DRAINED", r, "connected here", "quic", "cli-test/1", "1 runners"} {
@@ -56,52 +57,52 @@ func TestRunnerAdminCommands(t *testing.T) {
 
 	// drain (flag after the runner), then show says so.
 	code, out, errOut = runCLI(t, append([]string{"runner", "drain", r, "--reason", "kernel update"}, tcp...)...)
-	if code != exitOK || !strings.Contains(out, "drain "+r+": done") {
+	if code != cli.ExitOK || !strings.Contains(out, "drain "+r+": done") {
 		t.Fatalf("drain: exit %d: %s%s", code, out, errOut)
 	}
 	code, out, _ = runCLI(t, append([]string{"runner", "show", r}, sock...)...)
-	if code != exitOK || !strings.Contains(out, "drained               yes: kernel update") || !strings.Contains(out, "connected here") {
+	if code != cli.ExitOK || !strings.Contains(out, "drained               yes: kernel update") || !strings.Contains(out, "connected here") {
 		t.Errorf("show after drain: exit %d\n%s", code, out)
 	}
 	code, out, errOut = runCLI(t, append([]string{"runner", "resume", r, "--json"}, sock...)...)
 	var res adminapi.CommandResult
-	if err := json.Unmarshal([]byte(out), &res); err != nil || code != exitOK || !res.Delivered || res.Command != "resume" {
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != cli.ExitOK || !res.Delivered || res.Command != "resume" {
 		t.Fatalf("resume --json: exit %d %v: %s%s", code, err, out, errOut)
 	}
 	code, out, _ = runCLI(t, append([]string{"runner", "show", r, "--json"}, tcp...)...)
 	var one adminapi.Runner
-	if err := json.Unmarshal([]byte(out), &one); err != nil || code != exitOK || one.Drained || one.Runner != r {
+	if err := json.Unmarshal([]byte(out), &one); err != nil || code != cli.ExitOK || one.Drained || one.Runner != r {
 		t.Errorf("show --json after resume: %d %v %+v", code, err, one)
 	}
 
 	// refresh-capabilities and probe: the agent's answers.
 	code, out, errOut = runCLI(t, append([]string{"runner", "refresh-capabilities", r}, tcp...)...)
-	if code != exitOK || !strings.Contains(out, "refresh-capabilities "+r+": done") || !strings.Contains(out, "1 slots") {
+	if code != cli.ExitOK || !strings.Contains(out, "refresh-capabilities "+r+": done") || !strings.Contains(out, "1 slots") {
 		t.Fatalf("refresh-capabilities: exit %d: %s%s", code, out, errOut)
 	}
 	code, out, errOut = runCLI(t, append([]string{"runner", "probe", r, "--probe", "clock", "--json"}, tcp...)...)
 	res = adminapi.CommandResult{}
-	if err := json.Unmarshal([]byte(out), &res); err != nil || code != exitOK || res.Health == nil || res.Health.Probe != "Clock" ||
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != cli.ExitOK || res.Health == nil || res.Health.Probe != "Clock" ||
 		len(res.Health.Checks) != 1 || res.Health.Checks[0].Name != "clock" {
 		t.Fatalf("probe --json: exit %d %v: %s%s", code, err, out, errOut)
 	}
 	code, out, errOut = runCLI(t, append([]string{"runner", "probe", r}, sock...)...)
-	if code != exitOK || !strings.Contains(out, "health: ") || !strings.Contains(out, "connectivity") || !strings.Contains(out, "disk") {
+	if code != cli.ExitOK || !strings.Contains(out, "health: ") || !strings.Contains(out, "connectivity") || !strings.Contains(out, "disk") {
 		t.Fatalf("probe: exit %d: %s%s", code, out, errOut)
 	}
 
 	// Refusals: bad probe kind, unknown runner, usage.
-	if code, _, errOut := runCLI(t, append([]string{"runner", "probe", r, "--probe", "rm -rf"}, tcp...)...); code != exitFail || !strings.Contains(errOut, "unknown probe") {
+	if code, _, errOut := runCLI(t, append([]string{"runner", "probe", r, "--probe", "rm -rf"}, tcp...)...); code != cli.ExitFail || !strings.Contains(errOut, "unknown probe") {
 		t.Errorf("bad probe kind: exit %d: %s", code, errOut)
 	}
 	other := wire.NewRunnerId().String()
-	if code, _, errOut := runCLI(t, append([]string{"runner", "show", other}, tcp...)...); code != exitFail || !strings.Contains(errOut, "404: unknown runner "+other) {
+	if code, _, errOut := runCLI(t, append([]string{"runner", "show", other}, tcp...)...); code != cli.ExitFail || !strings.Contains(errOut, "404: unknown runner "+other) {
 		t.Errorf("unknown runner: exit %d: %s", code, errOut)
 	}
-	if code, _, errOut := runCLI(t, append([]string{"runner", "refresh-capabilities", other}, tcp...)...); code != exitFail || !strings.Contains(errOut, "not connected to this daemon") {
+	if code, _, errOut := runCLI(t, append([]string{"runner", "refresh-capabilities", other}, tcp...)...); code != cli.ExitFail || !strings.Contains(errOut, "not connected to this daemon") {
 		t.Errorf("refresh of an unconnected runner: exit %d: %s", code, errOut)
 	}
-	if code, _, errOut := runCLI(t, append([]string{"runner", "drain"}, tcp...)...); code != exitUsage || !strings.Contains(errOut, "missing RUNNER") {
+	if code, _, errOut := runCLI(t, append([]string{"runner", "drain"}, tcp...)...); code != cli.ExitUsage || !strings.Contains(errOut, "missing RUNNER") {
 		t.Errorf("drain without runner: exit %d: %s", code, errOut)
 	}
 

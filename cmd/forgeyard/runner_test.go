@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
@@ -21,7 +22,7 @@ func TestRunnerTokenLifecycle(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "authority.db")
 	createAuthority(t, db) // as the daemon's first start does
 	code, out, errOut := runCLI(t, "runner", "token", "create", "--sqlite", db, "--name", "build-9", "--label", "linux", "--ttl", "1h")
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("create: exit %d: %s", code, errOut)
 	}
 	tok := regexp.MustCompile(`token:\s+(fyet_\S+)`).FindStringSubmatch(out)
@@ -41,15 +42,15 @@ func TestRunnerTokenLifecycle(t *testing.T) {
 	}
 	au.Close()
 	code, out, _ = runCLI(t, "runner", "token", "list", "--sqlite", db)
-	if code != exitOK || !strings.Contains(out, id[1]) || !strings.Contains(out, runner.String()) || strings.Contains(out, tok[1]) {
+	if code != cli.ExitOK || !strings.Contains(out, id[1]) || !strings.Contains(out, runner.String()) || strings.Contains(out, tok[1]) {
 		t.Fatalf("list (exit %d):\n%s", code, out)
 	}
 	code, _, errOut = runCLI(t, "runner", "token", "revoke", "--sqlite", db, "--id", id[1])
-	if code != exitFail || !strings.Contains(errOut, "already used") {
+	if code != cli.ExitFail || !strings.Contains(errOut, "already used") {
 		t.Fatalf("revoke of a used token: exit %d: %s", code, errOut)
 	}
 	code, _, errOut = runCLI(t, "runner", "disable", "--sqlite", db, "--runner", runner.String(), "--reason", "stolen laptop")
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("disable: exit %d: %s", code, errOut)
 	}
 	au, err = authority.OpenSQLite(ctx, db)
@@ -61,17 +62,17 @@ func TestRunnerTokenLifecycle(t *testing.T) {
 	if err != nil || st.Enabled || st.Reason != "stolen laptop" {
 		t.Fatalf("status after disable: %+v, %v", st, err)
 	}
-	if code, _, _ := runCLI(t, "runner", "enable", "--sqlite", db, "--runner", runner.String()); code != exitOK {
+	if code, _, _ := runCLI(t, "runner", "enable", "--sqlite", db, "--runner", runner.String()); code != cli.ExitOK {
 		t.Fatal("enable failed")
 	}
 	code, _, errOut = runCLI(t, "runner", "cert", "revoke", "--sqlite", db, "--serial", "abcd")
-	if code != exitFail || !strings.Contains(errOut, "not found") {
+	if code != cli.ExitFail || !strings.Contains(errOut, "not found") {
 		t.Fatalf("revoke of an unknown serial: exit %d: %s", code, errOut)
 	}
-	if code, _, errOut := runCLI(t, "runner", "disable", "--runner", runner.String()); code != exitUsage || !strings.Contains(errOut, "no authority") {
+	if code, _, errOut := runCLI(t, "runner", "disable", "--runner", runner.String()); code != cli.ExitUsage || !strings.Contains(errOut, "no authority") {
 		t.Fatalf("no authority: exit %d: %s", code, errOut)
 	}
-	if code, _, _ := runCLI(t, "runner", "disable", "--sqlite", db, "--runner", "nope"); code != exitUsage {
+	if code, _, _ := runCLI(t, "runner", "disable", "--sqlite", db, "--runner", "nope"); code != cli.ExitUsage {
 		t.Fatal("bad runner id accepted")
 	}
 }
@@ -99,8 +100,8 @@ func TestRunnerCommandsNeverCreateAuthority(t *testing.T) {
 		{"runner", "token", "list", "--sqlite", typo},
 	} {
 		code, out, errOut := runCLI(t, args...)
-		if code != exitUsage || !strings.Contains(errOut, "authority.sqlite") || strings.Contains(out, "disabled") {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d naming authority.sqlite", args, code, out, errOut, exitUsage)
+		if code != cli.ExitUsage || !strings.Contains(errOut, "authority.sqlite") || strings.Contains(out, "disabled") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d naming authority.sqlite", args, code, out, errOut, cli.ExitUsage)
 		}
 		if _, err := os.Stat(typo); !os.IsNotExist(err) {
 			t.Fatalf("%v created %s (stat: %v)", args, typo, err)

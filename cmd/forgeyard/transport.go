@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"forgeyard.dev/transport/internal/tablefmt"
 	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"forgeyard.dev/transport/internal/tablefmt"
 
 	"forgeyard.dev/transport/internal/adminapi"
 	"forgeyard.dev/transport/internal/cli"
@@ -59,10 +60,7 @@ func newAdminFlagSet(name, help string, f *adminFlags, stderr io.Writer) *flag.F
 	fs.StringVar(&f.tokenFile, "token-file", "", "`file` with the admin bearer token (the daemon's admin.token_file); default $"+adminapi.TokenEnv)
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON instead of a table")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait for the daemon")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: forgeyard transport %s [--admin URL] [--token-file FILE] [--json]\n\n%s\n\nFlags:\n", name, help)
-		fs.PrintDefaults()
-	}
+	cli.SetUsage(fs, "Usage: forgeyard transport "+name+" [--admin URL] [--token-file FILE] [--json]\n\n"+help+"\n\nFlags:\n", "")
 	return fs
 }
 
@@ -83,7 +81,7 @@ func adminClient(prog string, f *adminFlags, stderr io.Writer) (*adminapi.Client
 	name := prog
 	if f.timeout <= 0 || f.timeout > 10*time.Minute {
 		fmt.Fprintf(stderr, "%s: --timeout must be between 0 and 10m\n", name)
-		return nil, exitUsage
+		return nil, cli.ExitUsage
 	}
 	token, src := "", ""
 	switch {
@@ -91,7 +89,7 @@ func adminClient(prog string, f *adminFlags, stderr io.Writer) (*adminapi.Client
 		t, err := adminapi.ReadTokenFile(f.tokenFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: --token-file: %v\n", name, err)
-			return nil, exitUsage
+			return nil, cli.ExitUsage
 		}
 		token, src = t, "the token in "+f.tokenFile
 	case os.Getenv(adminapi.TokenEnv) != "":
@@ -100,7 +98,7 @@ func adminClient(prog string, f *adminFlags, stderr io.Writer) (*adminapi.Client
 	c, err := adminapi.NewClient(f.admin, token, src, f.timeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return nil, exitUsage
+		return nil, cli.ExitUsage
 	}
 	return c, -1
 }
@@ -126,7 +124,7 @@ func runTransportStatus(args []string, stdout, stderr io.Writer) int {
 	var st adminapi.Status
 	if err := c.Get(context.Background(), adminapi.PathStatus, &st); err != nil {
 		fmt.Fprintf(stderr, "forgeyard transport status: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		printJSON(stdout, &st)
@@ -134,9 +132,9 @@ func runTransportStatus(args []string, stdout, stderr io.Writer) int {
 		writeStatus(stdout, &st, time.Now())
 	}
 	if st.Status == telemetry.StatusDown {
-		return exitFail
+		return cli.ExitFail
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // daemonName is how status shows the daemon: its id, else its host (and
@@ -207,17 +205,17 @@ func runTransportSessions(args []string, stdout, stderr io.Writer) int {
 	var ss []adminapi.Session
 	if err := c.Get(context.Background(), adminapi.PathSessions, &ss); err != nil {
 		fmt.Fprintf(stderr, "forgeyard transport sessions: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		if ss == nil {
 			ss = []adminapi.Session{}
 		}
 		printJSON(stdout, ss)
-		return exitOK
+		return cli.ExitOK
 	}
 	writeSessions(stdout, ss, time.Now())
-	return exitOK
+	return cli.ExitOK
 }
 
 func writeSessions(w io.Writer, ss []adminapi.Session, now time.Time) {
@@ -232,11 +230,7 @@ func writeSessions(w io.Writer, ss []adminapi.Session, now time.Time) {
 		if s.Fenced {
 			state += " (fenced)"
 		}
-		hb := "never"
-		if !s.LastHeartbeat.IsZero() {
-			hb = now.Sub(s.LastHeartbeat).Round(100*time.Millisecond).String() + " ago"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Runner, s.Backend, s.Protocol, s.Remote, state, s.Epoch, hb,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Runner, s.Backend, s.Protocol, s.Remote, state, s.Epoch, ago(s.LastHeartbeat, now),
 			now.Sub(s.ConnectedAt).Round(time.Second).String()+" ago", tablefmt.Dash(s.AgentVersion))
 	}
 	tw.Flush()
@@ -257,11 +251,11 @@ func runTransportProtocols(args []string, stdout, stderr io.Writer) int {
 	var p adminapi.Protocols
 	if err := c.Get(context.Background(), adminapi.PathProtocols, &p); err != nil {
 		fmt.Fprintf(stderr, "forgeyard transport protocols: %v\n", err)
-		return exitFail
+		return cli.ExitFail
 	}
 	if f.asJSON {
 		printJSON(stdout, &p)
-		return exitOK
+		return cli.ExitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "SUPPORTED\t%s–%s\n", p.Supported.Min, p.Supported.Max)
@@ -283,7 +277,7 @@ func runTransportProtocols(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "-\t0\n")
 	}
 	tw.Flush()
-	return exitOK
+	return cli.ExitOK
 }
 
 const doctorHelp = `Checks the daemon side of the transport through its admin endpoint and says
@@ -299,15 +293,11 @@ func runTransportDoctor(args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	r := daemonDoctor(context.Background(), c, time.Now())
-	if f.asJSON {
-		_ = r.WriteJSON(stdout)
-	} else {
-		_ = r.WriteText(stdout)
-	}
+	_ = r.Print(stdout, f.asJSON)
 	if r.Failed() {
-		return exitFail
+		return cli.ExitFail
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // daemonDoctor runs the daemon-side checks.

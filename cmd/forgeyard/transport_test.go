@@ -19,6 +19,7 @@ import (
 	"forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/adminapi"
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/doctor"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
@@ -175,7 +176,7 @@ func TestTransportCommands(t *testing.T) {
 	for _, via := range [][]string{tcp, sock} {
 		// status, table
 		code, out, errOut := runCLI(t, append([]string{"transport", "status"}, via...)...)
-		if code != exitOK {
+		if code != cli.ExitOK {
 			t.Fatalf("status %v: exit %d: %s", via, code, errOut)
 		}
 		for _, want := range []string{"DAEMON              daemon-test", "STATUS              ok", "CONNECTIONS         1 (quic=1)",
@@ -188,7 +189,7 @@ func TestTransportCommands(t *testing.T) {
 		// status, JSON
 		code, out, _ = runCLI(t, append([]string{"transport", "status", "--json"}, via...)...)
 		var st adminapi.Status
-		if err := json.Unmarshal([]byte(out), &st); err != nil || code != exitOK {
+		if err := json.Unmarshal([]byte(out), &st); err != nil || code != cli.ExitOK {
 			t.Fatalf("status --json: exit %d, %v\n%s", code, err, out)
 		}
 		if st.Status != telemetry.StatusOK || st.Daemon != "daemon-test" || st.Connections != 1 || st.ConnectionsByBackend["quic"] != 1 ||
@@ -200,7 +201,7 @@ func TestTransportCommands(t *testing.T) {
 
 	// sessions
 	code, out, errOut := runCLI(t, append([]string{"transport", "sessions"}, tcp...)...)
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("sessions: exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{"RUNNER", "BACKEND", "PROTOCOL", "REMOTE", "LAST HEARTBEAT", runner.String(), " quic ", " " + wire.Current.String() + " ", "cli-test/1", "1 transports"} {
@@ -210,7 +211,7 @@ func TestTransportCommands(t *testing.T) {
 	}
 	code, out, _ = runCLI(t, append([]string{"transport", "sessions", "--json"}, sock...)...)
 	var ss []adminapi.Session
-	if err := json.Unmarshal([]byte(out), &ss); err != nil || code != exitOK {
+	if err := json.Unmarshal([]byte(out), &ss); err != nil || code != cli.ExitOK {
 		t.Fatalf("sessions --json: %d %v\n%s", code, err, out)
 	}
 	if len(ss) != 1 || ss[0].Runner != runner.String() || ss[0].Backend != "quic" || ss[0].Protocol != wire.Current.String() || ss[0].AgentVersion != "cli-test/1" {
@@ -219,7 +220,7 @@ func TestTransportCommands(t *testing.T) {
 
 	// protocols
 	code, out, errOut = runCLI(t, append([]string{"transport", "protocols"}, tcp...)...)
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("protocols: exit %d: %s", code, errOut)
 	}
 	sup := wire.Supported.Min.String() + "–" + wire.Supported.Max.String()
@@ -230,7 +231,7 @@ func TestTransportCommands(t *testing.T) {
 	}
 	code, out, _ = runCLI(t, append([]string{"transport", "protocols", "--json"}, tcp...)...)
 	var p adminapi.Protocols
-	if err := json.Unmarshal([]byte(out), &p); err != nil || code != exitOK {
+	if err := json.Unmarshal([]byte(out), &p); err != nil || code != cli.ExitOK {
 		t.Fatalf("protocols --json: %d %v\n%s", code, err, out)
 	}
 	if len(p.Agents) != 1 || p.Agents[0] != (adminapi.VersionCount{Protocol: wire.Current.String(), Agents: 1}) || p.Supported.Max != wire.Supported.Max.String() {
@@ -239,7 +240,7 @@ func TestTransportCommands(t *testing.T) {
 
 	// doctor: everything up; QUIC only is a warning, not a failure.
 	code, out, errOut = runCLI(t, append([]string{"transport", "doctor"}, tcp...)...)
-	if code != exitOK {
+	if code != cli.ExitOK {
 		t.Fatalf("doctor: exit %d: %s\n%s", code, errOut, out)
 	}
 	for _, want := range []string{"RESULT  CHECK", "OK      listener", "quic " + td.quicAddr, "OK      certificate", "OK      authority",
@@ -250,7 +251,7 @@ func TestTransportCommands(t *testing.T) {
 	}
 	code, out, _ = runCLI(t, append([]string{"transport", "doctor", "--json"}, sock...)...)
 	var rep doctor.Report
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitOK {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != cli.ExitOK {
 		t.Fatalf("doctor --json: %d %v\n%s", code, err, out)
 	}
 	if rep.Result != doctor.Warn || len(rep.Findings) < 6 {
@@ -281,15 +282,15 @@ func TestTransportErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"status", "--admin", td.admin, "--token-file", wrong}, "", exitFail, "401: the token in " + wrong + " does not match the daemon's admin.token_file"},
-		{[]string{"sessions", "--admin", td.admin}, "", exitFail, "401: admin endpoint " + td.admin + " requires a token: pass --token-file FILE"},
-		{[]string{"protocols", "--admin", td.admin}, "bad-env-token", exitFail, "401: the token in $FORGEYARD_ADMIN_TOKEN does not match"},
-		{[]string{"status", "--admin", "http://" + dead}, "", exitFail, "admin endpoint " + dead + " refused the connection: is forgeyard-daemon running with --admin-listen " + dead + "?"},
-		{[]string{"status", "--admin", "unix://" + filepath.Join(dir, "nope.sock")}, "", exitFail, "does not exist: is forgeyard-daemon running with --admin-socket"},
-		{[]string{"status", "--admin", td.admin, "--token-file", empty}, "", exitUsage, "is empty"},
-		{[]string{"status", "--admin", "ftp://x"}, "", exitUsage, "want http://HOST:PORT or unix:///PATH"},
-		{[]string{"status", "extra"}, "", exitUsage, "unexpected argument"},
-		{[]string{"frobnicate"}, "", exitUsage, "unknown command"},
+		{[]string{"status", "--admin", td.admin, "--token-file", wrong}, "", cli.ExitFail, "401: the token in " + wrong + " does not match the daemon's admin.token_file"},
+		{[]string{"sessions", "--admin", td.admin}, "", cli.ExitFail, "401: admin endpoint " + td.admin + " requires a token: pass --token-file FILE"},
+		{[]string{"protocols", "--admin", td.admin}, "bad-env-token", cli.ExitFail, "401: the token in $FORGEYARD_ADMIN_TOKEN does not match"},
+		{[]string{"status", "--admin", "http://" + dead}, "", cli.ExitFail, "admin endpoint " + dead + " refused the connection: is forgeyard-daemon running with --admin-listen " + dead + "?"},
+		{[]string{"status", "--admin", "unix://" + filepath.Join(dir, "nope.sock")}, "", cli.ExitFail, "does not exist: is forgeyard-daemon running with --admin-socket"},
+		{[]string{"status", "--admin", td.admin, "--token-file", empty}, "", cli.ExitUsage, "is empty"},
+		{[]string{"status", "--admin", "ftp://x"}, "", cli.ExitUsage, "want http://HOST:PORT or unix:///PATH"},
+		{[]string{"status", "extra"}, "", cli.ExitUsage, "unexpected argument"},
+		{[]string{"frobnicate"}, "", cli.ExitUsage, "unknown command"},
 	} {
 		t.Setenv(adminapi.TokenEnv, c.env)
 		code, _, errOut := runCLI(t, append([]string{"transport"}, c.args...)...)
@@ -313,7 +314,7 @@ func TestTransportErrors(t *testing.T) {
 
 	// doctor against a dead endpoint: FAIL with the reason, exit 1.
 	code, out, _ := runCLI(t, "transport", "doctor", "--admin", dead)
-	if code != exitFail || !strings.Contains(out, "FAIL    admin") || !strings.Contains(out, "refused the connection") || !strings.Contains(out, "FAIL: 1 checks, 1 failed") {
+	if code != cli.ExitFail || !strings.Contains(out, "FAIL    admin") || !strings.Contains(out, "refused the connection") || !strings.Contains(out, "FAIL: 1 checks, 1 failed") {
 		t.Errorf("doctor on a dead endpoint: exit %d\n%s", code, out)
 	}
 

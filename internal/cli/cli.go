@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"forgeyard.dev/transport/internal/config"
@@ -64,6 +65,15 @@ func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, ok bool
 	return ExitOK, true
 }
 
+// SetUsage sets fs's usage to head, the flags' defaults, then tail.
+func SetUsage(fs *flag.FlagSet, head, tail string) {
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), head)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), tail)
+	}
+}
+
 // ParseNoArgs is Parse for a command that takes flags only: a positional
 // argument is "name: unexpected argument ..." on stderr and ExitUsage.
 func ParseNoArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, name string) (code int, ok bool) {
@@ -75,6 +85,39 @@ func ParseNoArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, name
 		return ExitUsage, false
 	}
 	return ExitOK, true
+}
+
+// StringList is a repeatable string flag: each use appends its value.
+type StringList []string
+
+func (l *StringList) String() string     { return strings.Join(*l, ",") }
+func (l *StringList) Set(s string) error { *l = append(*l, s); return nil }
+
+// RoleFlags are the flags every role's command has: --config, and the
+// [log] keys --log-level and --log-format.
+type RoleFlags struct {
+	ConfigFile          string
+	LogLevel, LogFormat string
+}
+
+// NewRoleFlagSet is the root flag set of a role's command name
+// (flag.ContinueOnError, output on out) with r's flags; --log-format only
+// when logFormat is set.
+func NewRoleFlagSet(name string, out io.Writer, r *RoleFlags, logFormat bool) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&r.ConfigFile, "config", "", "TOML configuration `file` (flags below override its keys)")
+	fs.StringVar(&r.LogLevel, "log-level", "", "debug, info, warn or error (key: log.level; default info)")
+	if logFormat {
+		fs.StringVar(&r.LogFormat, "log-format", "", "text or json (key: log.format; default text)")
+	}
+	return fs
+}
+
+// ApplyLog writes the --log-level and --log-format that were set into l.
+func (r *RoleFlags) ApplyLog(l *config.Logging, set config.SetFlags) {
+	set.String("log-level", &l.Level, r.LogLevel)
+	set.String("log-format", &l.Format, r.LogFormat)
 }
 
 // Configuration is a role's configuration (*config.Daemon, *config.Agent,

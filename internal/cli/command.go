@@ -181,6 +181,26 @@ func StandardCommands(root *Command) {
 	root.Sub = append(root.Sub, VersionCommand(root.Name), CompletionCommand(root), ManCommand(root))
 }
 
+// RoleRoot is the command tree of a role's command (forgeyard-daemon,
+// forgeyard-relay, forgeyard-agent): the role itself, run with the root
+// flags that flags returns, its subcommands sub, then StandardCommands.
+func RoleRoot(name, summary string, flags func() *flag.FlagSet, sub ...*Command) *Command {
+	r := &Command{Name: name, Summary: summary, Synopsis: "[--config FILE] [flags]", Flags: flags, Sub: sub}
+	StandardCommands(r)
+	return r
+}
+
+// ParseRoot reads the arguments of a command whose root takes flags: a
+// subcommand of root (Subcommand) runs and ends the command; anything else
+// is the root's own flags, parsed with fs and no positional argument
+// (ParseNoArgs). ok is false when the command must exit with code.
+func ParseRoot(root *Command, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	if code, done := Subcommand(root, args, stdout, stderr); done {
+		return code, false
+	}
+	return ParseNoArgs(fs, args, stdout, stderr, root.Name)
+}
+
 // Subcommand handles what a program whose root takes flags (a daemon, the
 // agent) accepts before them: --version as the first argument, or the name
 // of one of root's subcommands (groups dispatched further). ok is false

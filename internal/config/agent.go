@@ -212,38 +212,18 @@ type Backoff struct {
 // LoadAgent reads, parses, defaults and validates an agent configuration
 // file. Errors are *Error values naming the file and key.
 func LoadAgent(path string) (*Agent, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return ParseAgent(path, data)
+	return load[Agent](path)
 }
 
 // ReadAgent reads and parses an agent configuration file without applying
 // defaults or validating (see ReadDaemon).
 func ReadAgent(path string) (*Agent, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var a Agent
-	if err := decode(path, data, &a); err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return read[Agent](path)
 }
 
 // ParseAgent is LoadAgent on bytes; file only labels errors.
 func ParseAgent(file string, data []byte) (*Agent, error) {
-	var a Agent
-	if err := decode(file, data, &a); err != nil {
-		return nil, err
-	}
-	a.ApplyDefaults()
-	if err := a.Validate(); err != nil {
-		return nil, withFile(err, file)
-	}
-	return &a, nil
+	return parse[Agent](file, data)
 }
 
 // ApplyDefaults fills zero fields with their defaults.

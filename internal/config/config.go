@@ -158,6 +158,51 @@ func (l *Logging) validate(prefix string) error {
 	return nil
 }
 
+// read reads and decodes the file at path into a new T (a role's
+// configuration), without defaults or validation.
+func read[T any](path string) (*T, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	v := new(T)
+	if err := decode(path, data, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// load is parse on the file at path.
+func load[T any, P roleConfig[T]](path string) (*T, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parse[T, P](path, data)
+}
+
+// parse decodes data into a new T, applies the defaults and validates;
+// file labels the errors.
+func parse[T any, P roleConfig[T]](file string, data []byte) (*T, error) {
+	v := new(T)
+	if err := decode(file, data, v); err != nil {
+		return nil, err
+	}
+	P(v).ApplyDefaults()
+	if err := P(v).Validate(); err != nil {
+		return nil, withFile(err, file)
+	}
+	return v, nil
+}
+
+// roleConfig is a pointer to a role's configuration (*Agent, *Daemon,
+// *Relay).
+type roleConfig[T any] interface {
+	*T
+	ApplyDefaults()
+	Validate() error
+}
+
 // readFile reads a configuration file with the size bound.
 func readFile(path string) ([]byte, error) {
 	f, err := os.Open(path)

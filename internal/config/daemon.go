@@ -223,39 +223,19 @@ func (t Timing) WithDefaults() Timing {
 // LoadDaemon reads, parses, defaults and validates (Validate) a daemon
 // configuration file. Errors are *Error values naming the file and key.
 func LoadDaemon(path string) (*Daemon, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return ParseDaemon(path, data)
+	return load[Daemon](path)
 }
 
 // ReadDaemon reads and parses a daemon configuration file without
 // applying defaults or validating, for callers that override keys (command
 // flags) before calling ApplyDefaults and Validate.
 func ReadDaemon(path string) (*Daemon, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var d Daemon
-	if err := decode(path, data, &d); err != nil {
-		return nil, err
-	}
-	return &d, nil
+	return read[Daemon](path)
 }
 
 // ParseDaemon is LoadDaemon on bytes; file only labels errors.
 func ParseDaemon(file string, data []byte) (*Daemon, error) {
-	var d Daemon
-	if err := decode(file, data, &d); err != nil {
-		return nil, err
-	}
-	d.ApplyDefaults()
-	if err := d.Validate(); err != nil {
-		return nil, withFile(err, file)
-	}
-	return &d, nil
+	return parse[Daemon](file, data)
 }
 
 // ApplyDefaults fills zero fields with defaults: QUIC on

@@ -114,46 +114,18 @@ type RelayLimits struct {
 // LoadRelay reads, parses, defaults and validates a relay configuration
 // file. Errors are *Error values naming the file and key.
 func LoadRelay(path string) (*Relay, error) {
-	r, err := ReadRelay(path)
-	if err != nil {
-		return nil, err
-	}
-	r.ApplyDefaults()
-	if err := r.Validate(); err != nil {
-		return nil, withFile(err, path)
-	}
-	return r, nil
+	return load[Relay](path)
 }
 
 // ReadRelay reads and parses a relay configuration file without applying
 // defaults or validating (for callers that apply flags first).
 func ReadRelay(path string) (*Relay, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return decodeRelay(path, data)
+	return read[Relay](path)
 }
 
 // ParseRelay is LoadRelay on bytes; file only labels errors.
 func ParseRelay(file string, data []byte) (*Relay, error) {
-	r, err := decodeRelay(file, data)
-	if err != nil {
-		return nil, err
-	}
-	r.ApplyDefaults()
-	if err := r.Validate(); err != nil {
-		return nil, withFile(err, file)
-	}
-	return r, nil
-}
-
-func decodeRelay(file string, data []byte) (*Relay, error) {
-	var r Relay
-	if err := decode(file, data, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return parse[Relay](file, data)
 }
 
 // ApplyDefaults fills zero fields with the defaults.

@@ -65,15 +65,7 @@ type SignerRules struct {
 // ReadSigner reads and parses a signer configuration file without
 // applying defaults or validating.
 func ReadSigner(path string) (*Signer, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var s Signer
-	if err := decode(path, data, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return read[Signer](path)
 }
 
 // agent is the agent configuration the shared sections make.

@@ -122,4 +122,12 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
+// Print writes the report to w as JSON when asJSON is set, else as text.
+func (r *Report) Print(w io.Writer, asJSON bool) error {
+	if asJSON {
+		return r.WriteJSON(w)
+	}
+	return r.WriteText(w)
+}
+
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

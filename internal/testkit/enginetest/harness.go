@@ -260,9 +260,17 @@ func NewWorld(t *testing.T, b Backend, opts ...WorldOpt) *World {
 
 func NewWorldWith(t *testing.T, b Backend, pki *trusttest.PKI, auth authority.Authority, opts ...WorldOpt) *World {
 	t.Helper()
+	return newWorld(t, b, pki, auth, daemon.Config{Features: wire.Implemented}, pki.ServerConfig(t, "localhost"), opts)
+}
+
+// newWorld starts a world's daemon on b, serving with srv: cfg with the
+// world's authority, the PKI's CAs, FastTiming, the world's hooks and a
+// JSON logger into LogBuf, then opts.
+func newWorld(t *testing.T, b Backend, pki *trusttest.PKI, auth authority.Authority, cfg daemon.Config, srv *tls.Config, opts []WorldOpt) *World {
+	t.Helper()
 	w := &World{T: t, B: b, Pki: pki, Auth: auth, Ev: NewEvents(), LogBuf: &SyncBuffer{}}
-	cfg := daemon.Config{Authority: auth, RunnerCAs: pki.CAPool(), Timing: FastTiming(), Hooks: w.Ev.Hooks(), Features: wire.Implemented,
-		Logger: slog.New(slog.NewJSONHandler(w.LogBuf, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	cfg.Authority, cfg.RunnerCAs, cfg.Timing, cfg.Hooks = auth, pki.CAPool(), FastTiming(), w.Ev.Hooks()
+	cfg.Logger = slog.New(slog.NewJSONHandler(w.LogBuf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -271,7 +279,7 @@ func NewWorldWith(t *testing.T, b Backend, pki *trusttest.PKI, auth authority.Au
 		t.Fatal(err)
 	}
 	w.D = d
-	l, addr := b.Listen(t, pki.ServerConfig(t, "localhost"))
+	l, addr := b.Listen(t, srv)
 	w.Addr = addr
 	ServeUntilCleanup(t, d, l)
 	return w

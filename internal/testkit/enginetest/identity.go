@@ -3,7 +3,6 @@ package enginetest
 import (
 	"context"
 	"crypto/tls"
-	"log/slog"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -23,24 +22,10 @@ import (
 // with the PKI's CA and polls revocations every 50 ms.
 func NewIDWorld(t *testing.T, b Backend, pki *trusttest.PKI, auth authority.Authority, opts ...WorldOpt) *World {
 	t.Helper()
-	w := &World{T: t, B: b, Pki: pki, Auth: auth, Ev: NewEvents(), LogBuf: &SyncBuffer{}}
-	cfg := daemon.Config{Authority: auth, RunnerCAs: pki.CAPool(), Timing: FastTiming(), Hooks: w.Ev.Hooks(),
-		Logger:   slog.New(slog.NewJSONHandler(w.LogBuf, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Identity: daemon.IdentityConfig{Issuer: pki.Issuer(time.Hour), RevocationPoll: 50 * time.Millisecond}}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	d, err := daemon.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.D = d
 	srv := pki.ServerConfig(t, "localhost")
 	srv.ClientAuth = tls.VerifyClientCertIfGiven
-	l, addr := b.Listen(t, srv)
-	w.Addr = addr
-	ServeUntilCleanup(t, d, l)
-	return w
+	cfg := daemon.Config{Identity: daemon.IdentityConfig{Issuer: pki.Issuer(time.Hour), RevocationPoll: 50 * time.Millisecond}}
+	return newWorld(t, b, pki, auth, cfg, srv, opts)
 }
 
 // SqliteAuth opens an SQLite authority in a temporary directory, closed

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"forgeyard.dev/transport/internal/matrixdriver"
 )
 
 // DaemonOptions start a forgeyard-daemon process for the fleet.
@@ -424,33 +426,16 @@ func (d *Daemon) driverCall(ctx context.Context, path string, body, out any) err
 	if admin == "" {
 		return errors.New("loadgen: no admin endpoint")
 	}
-	method, rd := http.MethodGet, io.Reader(nil)
+	method := http.MethodGet
 	if body != nil {
-		b, _ := json.Marshal(body)
-		method, rd = http.MethodPost, bytes.NewReader(b)
+		method = http.MethodPost
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+admin+path, rd)
-	if err != nil {
-		return err
+	err := matrixdriver.Call(ctx, d.http, admin, method, path, body, out)
+	var me *matrixdriver.Error
+	if errors.As(err, &me) {
+		return &driverError{Status: me.Code, Msg: me.Msg}
 	}
-	resp, err := d.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct{ Error string }
-		_ = json.Unmarshal(b, &e)
-		return &driverError{Status: resp.StatusCode, Msg: e.Error}
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
+	return err
 }
 
 type driverError struct {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -618,22 +619,14 @@ func (f *Fleet) describeAttempt(a string) string {
 func (f *Fleet) Warnings() map[string]int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make(map[string]int64, len(f.warnings))
-	for k, v := range f.warnings {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(f.warnings)
 }
 
 // Reasons returns failed attempts by reason.
 func (f *Fleet) Reasons() map[string]int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make(map[string]int64, len(f.reasons))
-	for k, v := range f.reasons {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(f.reasons)
 }
 
 // PeakRegistrations is the highest number of registrations in one second

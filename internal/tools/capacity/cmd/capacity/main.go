@@ -90,7 +90,11 @@ func addCommon(fs *flag.FlagSet) *common {
 	return c
 }
 
-func (c *common) model() (*capacity.Model, error) {
+// parse parses args with fs (which has c's flags) and builds the model.
+func (c *common) parse(fs *flag.FlagSet, args []string) (*capacity.Model, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
 	in, err := capacity.LoadInputs(c.inputs)
 	if err != nil {
 		return nil, err
@@ -104,10 +108,7 @@ func cmdModel(args []string, out io.Writer) error {
 	c := addCommon(fs)
 	k := fs.Int("k", 0, "daemons (0: the least that keeps every resource under --target-util)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	m, err := c.model()
+	m, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -234,10 +235,7 @@ func human(b float64) string {
 func cmdSensitivity(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("sensitivity", flag.ContinueOnError)
 	c := addCommon(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	base, err := c.model()
+	base, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -285,10 +283,7 @@ func cmdSimulate(args []string, out io.Writer) error {
 	horizon := fs.Duration("horizon", 10*time.Minute, "simulated time")
 	seed := fs.Uint64("seed", 1, "random seed")
 	herd := fs.Bool("herd", false, "every daemon restarted at 0: agents register again at admission.registration_rate")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	m, err := c.model()
+	m, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -335,13 +330,12 @@ func cmdImport(args []string, out io.Writer) error {
 	}
 	var in capacity.Inputs
 	if *scale != "" {
-		f, err := os.Open(*scale)
-		if err != nil {
+		var pts []capacity.LadderPoint
+		var src capacity.Source
+		if err := readFile(*scale, func(r io.Reader) (err error) {
+			pts, src, err = capacity.ParseScaleTable(r)
 			return err
-		}
-		pts, src, err := capacity.ParseScaleTable(f)
-		f.Close()
-		if err != nil {
+		}); err != nil {
 			return err
 		}
 		src.File = *scale
@@ -349,14 +343,14 @@ func cmdImport(args []string, out io.Writer) error {
 		in.Ladder = pts
 	}
 	for _, j := range jsons {
-		f, err := os.Open(j)
-		if err != nil {
+		var p capacity.LadderPoint
+		if err := readFile(j, func(r io.Reader) (err error) {
+			if p, err = capacity.ParseLoadgenJSON(r); err != nil {
+				return fmt.Errorf("%s: %w", j, err)
+			}
+			return nil
+		}); err != nil {
 			return err
-		}
-		p, err := capacity.ParseLoadgenJSON(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", j, err)
 		}
 		replaced := false
 		for i := range in.Ladder {
@@ -370,16 +364,12 @@ func cmdImport(args []string, out io.Writer) error {
 		in.Sources = append(in.Sources, capacity.Source{What: "loadgen run " + p.Step, Commit: *jsonCommit, Command: "forgeyard-loadgen run --json", File: j})
 	}
 	if *auth != "" {
-		f, err := os.Open(*auth)
-		if err != nil {
+		if err := readFile(*auth, func(r io.Reader) (err error) {
+			in.Authority, in.RenewFleet, err = capacity.ParseAuthorityBench(r)
+			return err
+		}); err != nil {
 			return err
 		}
-		pts, fleet, err := capacity.ParseAuthorityBench(f)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		in.Authority, in.RenewFleet = pts, fleet
 		in.Sources = append(in.Sources, capacity.Source{What: "authority group commit and RenewFleet", Commit: *authCommit, Date: *authDate,
 			Command: "make bench-authority", File: *auth})
 	}
@@ -387,4 +377,14 @@ func cmdImport(args []string, out io.Writer) error {
 		return err
 	}
 	return in.WriteJSON(out)
+}
+
+// readFile opens path and hands it to read.
+func readFile(path string, read func(io.Reader) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return read(f)
 }
