@@ -44,12 +44,23 @@ import (
 // Batches form by themselves: a worker takes everything queued (up to
 // maxBatch) while it was busy, so an idle store runs each operation alone
 // with no added latency, and a loaded one commits hundreds at once.
+//
+// Lazy operations (a heartbeat's time in the inventory: written at most
+// every 30 s per connection, read by operators) may wait up to lazyLinger
+// for company: a batch of lazy operations only is held until maxBatch
+// operations, a non-lazy one or the linger's end, so 10,000 idle agents'
+// 333 heartbeat writes a second share a few commits (each an fsync) a
+// second instead of one each. A non-lazy operation never waits.
 
 const (
 	maxBatch      = 256
 	queueLen      = 4096
 	batchAttempts = 3
 )
+
+// lazyLinger is how long a batch of lazy operations waits for company (a
+// variable for tests).
+var lazyLinger = 100 * time.Millisecond
 
 // errClosed: the store was closed while the operation was queued.
 var errClosed = errors.New("authority: store closed")
@@ -59,6 +70,7 @@ type batchOp struct {
 	fn    func(ctx context.Context, t *sql.Tx) error
 	done  chan error   // buffered (1): the worker never blocks
 	state atomic.Int32 // opQueued → opRunning (worker) or opAbandoned (caller)
+	lazy  bool         // may wait lazyLinger for other operations
 }
 
 const (
@@ -74,6 +86,8 @@ type batcher struct {
 	stopped chan struct{} // closed once the workers ended and the queue was drained
 	wg      sync.WaitGroup
 	closing sync.Once
+	batches atomic.Int64 // batches run (tests)
+	onLinger func()      // called as a lazy batch starts to wait (tests; nil otherwise)
 }
 
 func newBatcher(s *store, workers int) *batcher {
@@ -105,12 +119,13 @@ func (b *batcher) close() {
 	})
 }
 
-// do queues fn and waits for the batch that ran it to commit.
-func (b *batcher) do(ctx context.Context, fn func(ctx context.Context, t *sql.Tx) error) error {
+// do queues fn and waits for the batch that ran it to commit. A lazy fn
+// may wait up to lazyLinger for other operations to share its commit.
+func (b *batcher) do(ctx context.Context, lazy bool, fn func(ctx context.Context, t *sql.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	op := &batchOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	op := &batchOp{ctx: ctx, fn: fn, done: make(chan error, 1), lazy: lazy}
 	select {
 	case b.queue <- op:
 	case <-b.quit:
@@ -156,9 +171,46 @@ func (b *batcher) run() {
 				break fill
 			}
 		}
+		if allLazy(ops) {
+			ops = b.linger(ops)
+		}
 		b.runBatch(ops)
 		clear(ops)
 	}
+}
+
+// allLazy reports whether every operation of ops is lazy.
+func allLazy(ops []*batchOp) bool {
+	for _, op := range ops {
+		if !op.lazy {
+			return false
+		}
+	}
+	return true
+}
+
+// linger adds to a batch of lazy operations what arrives within
+// lazyLinger, until the batch is full or a non-lazy operation joins it.
+func (b *batcher) linger(ops []*batchOp) []*batchOp {
+	t := time.NewTimer(lazyLinger)
+	defer t.Stop()
+	if b.onLinger != nil {
+		b.onLinger()
+	}
+	for len(ops) < maxBatch {
+		select {
+		case op := <-b.queue:
+			ops = append(ops, op)
+			if !op.lazy {
+				return ops
+			}
+		case <-t.C:
+			return ops
+		case <-b.quit:
+			return ops
+		}
+	}
+	return ops
 }
 
 // runBatch runs ops in one transaction and delivers each its result.
@@ -182,6 +234,7 @@ func (b *batcher) runBatch(ops []*batchOp) {
 	if len(live) == 0 {
 		return
 	}
+	b.batches.Add(1)
 	if len(live) == 1 {
 		// Alone: the plain transaction (no savepoint round trips).
 		op := live[0]
@@ -307,5 +360,15 @@ func (s *store) batch(ctx context.Context, fn func(ctx context.Context, t *sql.T
 	if s.b == nil {
 		return s.tx(ctx, func(t *sql.Tx) error { return fn(ctx, t) })
 	}
-	return s.b.do(ctx, fn)
+	return s.b.do(ctx, false, fn)
+}
+
+// batchLazy is batch for writes nobody waits on promptly (the inventory's
+// heartbeat times): the operation may wait up to lazyLinger to share a
+// commit with others.
+func (s *store) batchLazy(ctx context.Context, fn func(ctx context.Context, t *sql.Tx) error) error {
+	if s.b == nil {
+		return s.tx(ctx, func(t *sql.Tx) error { return fn(ctx, t) })
+	}
+	return s.b.do(ctx, true, fn)
 }

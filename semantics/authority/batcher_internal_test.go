@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"forgeyard.dev/transport/internal/testkit/pgtest"
 )
@@ -243,5 +244,58 @@ func TestBatchAfterClose(t *testing.T) {
 		if err := s.batch(context.Background(), func(context.Context, *sql.Tx) error { return nil }); !errors.Is(err, errClosed) {
 			t.Fatalf("batch after Close: %v, want errClosed", err)
 		}
+	}
+}
+
+// TestLazyOpsShareACommit: lazy operations (heartbeat times) queued a few
+// milliseconds apart, each finding the worker idle, share one commit; a
+// non-lazy operation ends a lazy batch's wait at once (with a linger of an
+// hour, the test would hang if it did not).
+func TestLazyOpsShareACommit(t *testing.T) {
+	for name, s := range batchStores(t) {
+		t.Run(name, func(t *testing.T) {
+			const n = 10
+			s.b.batches.Store(0)
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs <- s.batchLazy(context.Background(), insertOp(s, i))
+				}()
+				time.Sleep(2 * time.Millisecond) // spread the arrivals: the scenario, not a synchronization
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := len(scratchKeys(t, s)); got != n {
+				t.Fatalf("%d rows written, want %d", got, n)
+			}
+			// 10 arrivals within ~20 ms of a 100 ms linger: one batch, two
+			// if the first was taken alone before the second was queued.
+			if b := s.b.batches.Load(); b > 2 {
+				t.Errorf("%d lazy operations ran in %d batches, want at most 2", n, b)
+			}
+
+			old := lazyLinger
+			lazyLinger = time.Hour
+			lingering := make(chan struct{}, 1)
+			s.b.onLinger = func() { lingering <- struct{}{} }
+			defer func() { lazyLinger, s.b.onLinger = old, nil }()
+			lazyDone := make(chan error, 1)
+			go func() { lazyDone <- s.batchLazy(context.Background(), insertOp(s, 100)) }()
+			<-lingering // the worker took the lazy op and waits for company
+			if err := s.batch(context.Background(), insertOp(s, 101)); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-lazyDone; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -262,7 +262,7 @@ func (s *store) PutPresence(ctx context.Context, p Presence) error {
 }
 
 func (s *store) TouchHeartbeat(ctx context.Context, runner wire.RunnerId, session wire.AgentSessionId, at time.Time) error {
-	return s.batch(ctx, func(ctx context.Context, t *sql.Tx) error {
+	return s.batchLazy(ctx, func(ctx context.Context, t *sql.Tx) error {
 		_, err := s.exec(ctx, t, `UPDATE fy_runner_presence SET heartbeat_ms = ? WHERE runner_id = ? AND session_id = ? AND heartbeat_ms < ?`,
 			ms(at), idb(runner.ULID), idb(session.ULID), ms(at))
 		return err
