@@ -302,31 +302,8 @@ func TestMemoryBudget(t *testing.T) {
 	cfg := Config{HandshakeTimeout: 5 * time.Second, Budget: budget, StreamReceiveWindow: 4 << 20, ConnectionReceiveWindow: 8 << 20, WindowRate: -1}
 	e := newTenv(t, cfg)
 	c, s := e.dial(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st, err := c.OpenUniStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan int64, 1)
-	go func() {
-		rs, err := s.AcceptUniStream(ctx)
-		if err != nil {
-			done <- -1
-			return
-		}
-		n, _ := io.Copy(io.Discard, rs)
-		done <- n
-	}()
-	chunk := make([]byte, 64<<10)
 	const total = 16 << 20
-	for i := 0; i < total/len(chunk); i++ {
-		if _, err := st.Write(chunk); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_ = st.Close()
-	if n := <-done; n != total {
+	if n := sendUni(t, c, s, total); n != total {
 		t.Fatalf("received %d bytes, want %d", n, total)
 	}
 	if used := budget.Used(); used > 2<<20 {
