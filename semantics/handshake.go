@@ -214,8 +214,13 @@ type HandshakeStats struct {
 	Started   int64 `json:"started"`   // attempts admitted (their handshake began or queued)
 	Completed int64 `json:"completed"` // handshakes completed (handed to Accept)
 	Refused   int64 `json:"refused"`   // attempts refused before any cryptography (cap, queue full, admission)
-	TimedOut  int64 `json:"timed_out"` // admitted attempts that timed out (handshake timeout, or no worker in time)
-	Failed    int64 `json:"failed"`    // admitted attempts that ended otherwise (TLS alert, peer gone)
+	// RefusalsUnsent counts refusal packets the listener could not send
+	// because its refusal queue was full: the client heard nothing and
+	// retransmits, and its Initial is refused again. Refused counts the
+	// attempt once however many of its refusals were sent.
+	RefusalsUnsent int64 `json:"refusals_unsent"`
+	TimedOut       int64 `json:"timed_out"` // admitted attempts that timed out (handshake timeout, or no worker in time)
+	Failed         int64 `json:"failed"`    // admitted attempts that ended otherwise (TLS alert, peer gone)
 	// Signed counts the handshakes whose server signature (the costly
 	// part of the server's cryptography) was made: the work paid.
 	Signed   int64 `json:"signed"`

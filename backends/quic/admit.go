@@ -86,6 +86,9 @@ type Admission struct {
 	// decides about every new unverified attempt (refuse.go); quic-go's
 	// ConnContext then only counts them.
 	filtered bool
+	// unsent is the filter's count of refusals its queue had no room for
+	// (nil without the filter).
+	unsent *atomic.Int64
 	// The hooks (Config.Admit, Config.Backlog, the refusal report),
 	// behind a pointer so that Admission stays comparable.
 	hooks *admissionHooks
@@ -219,8 +222,12 @@ type AdmissionStats = semantics.HandshakeStats
 
 // Stats returns the admission's counters.
 func (a *Admission) Stats() AdmissionStats {
-	return AdmissionStats{Started: a.started.Load(), Completed: a.completed.Load(), Refused: a.refused.Load(),
+	st := AdmissionStats{Started: a.started.Load(), Completed: a.completed.Load(), Refused: a.refused.Load(),
 		TimedOut: a.timedOut.Load(), Failed: a.failed.Load(), Signed: a.signed.Load(), Waiting: a.waiting.Load(), InFlight: a.inFlight.Load(), Rate: a.rate.get()}
+	if a.unsent != nil {
+		st.RefusalsUnsent = a.unsent.Load()
+	}
+	return st
 }
 
 // windowLimit is the end-to-end bound on attempts in progress at the
@@ -460,8 +467,9 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) *A
 	}
 	if udp, ok := tr.Conn.(*net.UDPConn); ok {
 		growReceiveBuffer(udp, listenerReceiveBuffer)
-		tr.Conn = newInitialFilter(udp, a.decideNew)
-		a.filtered = true
+		f := newInitialFilter(udp, a.decideNew)
+		tr.Conn = f
+		a.filtered, a.unsent = true, &f.dropped
 	}
 	tr.ConnContext = func(ctx context.Context, info *quicgo.ClientInfo) (context.Context, error) {
 		remote := info.RemoteAddr

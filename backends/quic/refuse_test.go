@@ -67,6 +67,30 @@ func TestEveryRefusalHeard(t *testing.T) {
 	if int64(len(heard)) < refused {
 		t.Fatalf("%d refusals counted, %d heard: refused attempts heard nothing", refused, len(heard))
 	}
+	if u := e.ln.adm.Stats().RefusalsUnsent; u != 0 {
+		t.Fatalf("%d refusals unsent although every one was heard", u)
+	}
+}
+
+// A refusal the writer's queue has no room for is counted as unsent
+// (HandshakeStats.RefusalsUnsent), not lost silently.
+func TestRefusalsUnsentCounted(t *testing.T) {
+	c := mustUDP(t)
+	defer c.Close()
+	f := newInitialFilter(c, func(net.Addr) (string, bool) { return "overloaded", true })
+	f.out = make(chan refusalJob) // no room, and no writer: every refusal finds the queue full
+	f.sending.Store(true)
+	to := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9}
+	const n = 5
+	for i := range n {
+		if !f.refuse(craftedInitial(uint32(i)), to) {
+			t.Fatalf("Initial %d not refused", i)
+		}
+	}
+	a := &Admission{unsent: &f.dropped}
+	if got := a.Stats().RefusalsUnsent; got != n {
+		t.Fatalf("RefusalsUnsent %d, want %d", got, n)
+	}
 }
 
 // craftedInitial is a client Initial opening attempt id: QUIC v1, a fresh

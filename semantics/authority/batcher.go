@@ -80,14 +80,14 @@ const (
 )
 
 type batcher struct {
-	s       *store
-	queue   chan *batchOp
-	quit    chan struct{}
-	stopped chan struct{} // closed once the workers ended and the queue was drained
-	wg      sync.WaitGroup
-	closing sync.Once
-	batches atomic.Int64 // batches run (tests)
-	onLinger func()      // called as a lazy batch starts to wait (tests; nil otherwise)
+	s        *store
+	queue    chan *batchOp
+	quit     chan struct{}
+	stopped  chan struct{} // closed once the workers ended and the queue was drained
+	wg       sync.WaitGroup
+	closing  sync.Once
+	batches  atomic.Int64 // batches run (tests)
+	onLinger func()       // called as a lazy batch starts to wait (tests; nil otherwise)
 }
 
 func newBatcher(s *store, workers int) *batcher {
