@@ -16,7 +16,11 @@ import (
 // The growth is observed through a MemoryBudget, which every grant is
 // charged to: none on loopback, where the minimum RTT is microseconds
 // however long the queue makes the smoothed RTT, and some through a path
-// of 30 ms RTT, where 256 KiB per round trip is the limit.
+// of 30 ms RTT, where 256 KiB per round trip is the limit. The rate is
+// 25 MB/s rather than the default 1 Gbit/s so that a loaded machine's
+// loopback (a CI run measured a minimum RTT of a few milliseconds early in
+// a connection, enough for one doubling at 1 Gbit/s) cannot pass for a
+// long path: growing past 512 KiB then needs a minimum RTT of 15 ms.
 func TestWindowFitsPath(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -28,7 +32,7 @@ func TestWindowFitsPath(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			budget := NewMemoryBudget(64 << 20)
-			cfg := Config{HandshakeTimeout: 5 * time.Second}
+			cfg := Config{HandshakeTimeout: 5 * time.Second, WindowRate: 25_000_000}
 			scfg := cfg
 			scfg.Budget = budget // the receiving side's grants
 			e := newTenv(t, scfg)
