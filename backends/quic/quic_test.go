@@ -40,27 +40,7 @@ func newTenv(t *testing.T, cfg Config) *tenv {
 
 func (e *tenv) dial(t *testing.T, cfg Config) (client, server semantics.BackendConn) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	type res struct {
-		c   semantics.BackendConn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() { c, err := e.ln.Accept(ctx); ch <- res{c, err} }()
-	c, err := Dialer{TLS: e.pki.ClientConfig(t, wire.NewRunnerId(), serverName), Config: cfg}.Dial(ctx, e.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	t.Cleanup(func() {
-		_ = c.CloseWithCode(wire.CloseNormal, "")
-		_ = r.c.CloseWithCode(wire.CloseNormal, "")
-	})
-	return c, r.c
+	return dialAddr(t, e, cfg, e.ln.Addr().String())
 }
 
 func TestConfigValidate(t *testing.T) {
