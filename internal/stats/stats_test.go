@@ -20,7 +20,7 @@ func TestPercentileNearestRank(t *testing.T) {
 			t.Errorf("Percentile(1..10, %v) = %v, want %v", c.p, got, c.want)
 		}
 	}
-	if got := Percentile(nil, 50); got != 0 {
+	if got := Percentile[time.Duration](nil, 50); got != 0 {
 		t.Errorf("Percentile(none) = %v, want 0", got)
 	}
 	shuffled := []time.Duration{7, 3, 9, 1, 5}
