@@ -47,16 +47,16 @@
 //	| `semantics` | contract | `wire/...` | backends, relay, every engine, data path and command |
 //	| `semantics/session` | contract | `wire/...` | semantics/daemon, semantics/agent, semantics/signer |
 //	| `semantics/control` | contract | `wire/...`, contract | semantics/daemon, semantics/agent, cmd/forgeyard-agent |
-//	| `semantics/trust` | identity | `wire/...` | engines, backends/backendtest, commands, internal/setup, internal/config |
+//	| `semantics/trust` | identity | `wire/...`, helper | engines, backends/backendtest, commands, internal/setup, internal/config |
 //	| `semantics/trust/trusttest` | test kit | `wire/...`, `semantics/trust` | tests of backends, relay, engines and setup |
 //	| `semantics/telemetry` | telemetry | `wire/...`, contract, helper | engines, data paths, commands, internal/setup, internal/adminapi |
 //	| `semantics/telemetry/authmetrics` | telemetry | `wire/...`, `semantics/telemetry`, `semantics/authority` | cmd/forgeyard-daemon |
 //	| `semantics/internal/tokenbucket` | helper | — | semantics/daemon, data paths, semantics/telemetry |
-//	| `semantics/internal/atomicfile` | helper | — | semantics/logs, semantics/cas |
+//	| `semantics/internal/atomicfile` | helper | — | semantics/logs, semantics/cas, semantics/objstore, semantics/trust |
 //	| `semantics/internal/probe` | helper | `semantics/objstore` | semantics/logs, semantics/cas |
 //	| `semantics/authority` | store | `wire/...` | semantics/daemon, authmetrics, internal/setup, cmd/forgeyard-daemon, cmd/forgeyard |
 //	| `semantics/authority/authoritytest` | test kit | `wire/...`, `semantics/authority` | tests of semantics/authority (SQLite, PostgreSQL) |
-//	| `semantics/objstore` | store | — | data paths, semantics/daemon, s3store, internal/setup |
+//	| `semantics/objstore` | store | helper | data paths, semantics/daemon, s3store, internal/setup |
 //	| `semantics/objstore/s3store` | store | `semantics/objstore` | internal/setup, internal/testkit/s3test |
 //	| `semantics/objstore/objstoretest` | test kit | `semantics/objstore` | tests of objstore and s3store |
 //	| `semantics/retention` | store | `wire/...`, data path | semantics/daemon |

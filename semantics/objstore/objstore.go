@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"forgeyard.dev/transport/semantics/internal/atomicfile"
 	"io"
 	"io/fs"
 	"os"
@@ -147,28 +148,17 @@ func (d *Dir) Put(ctx context.Context, key string, r io.Reader, size int64) erro
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, p)
+		if d.NoFsync {
+			err = os.Rename(tmp, p)
+		} else {
+			err = atomicfile.Rename(tmp, p) // and fsyncs the directory
+		}
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
 		return err
 	}
-	if !d.NoFsync {
-		return syncDir(dir)
-	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Get implements Bucket.

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"forgeyard.dev/transport/semantics/internal/atomicfile"
+
 	"forgeyard.dev/transport/wire"
 )
 
@@ -85,7 +87,7 @@ func (c *Credentials) Reload() error {
 		next := c.certFile + ".next"
 		if cert2, err2 := loadKeyPair("CertFile", next, "KeyFile", c.keyFile, c.usage, time.Now()); err2 == nil {
 			if rerr := os.Rename(next, c.certFile); rerr == nil {
-				_ = syncDir(filepath.Dir(c.certFile))
+				_ = atomicfile.SyncDir(filepath.Dir(c.certFile))
 				cert, err = cert2, nil
 			}
 		}
@@ -240,7 +242,7 @@ func writeCredentialFiles(certFile, keyFile string, chain [][]byte, key crypto.S
 		}
 		return fmt.Errorf("trust: write %s: %w", certFile, err)
 	}
-	if err := syncDir(filepath.Dir(certFile)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Dir(certFile)); err != nil {
 		return fmt.Errorf("trust: write %s: sync directory: %w", certFile, err)
 	}
 	return nil

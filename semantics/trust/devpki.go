@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"forgeyard.dev/transport/semantics/internal/atomicfile"
 	"io/fs"
 	"math/big"
 	"net"
@@ -641,52 +642,15 @@ func (g *devGen) write(name string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
-// writeAtomic replaces path with data through a temporary file and rename,
-// crash-safely: the file is fsynced before the rename and the directory
-// after it, so a crash leaves the old or the new file, never an empty one,
-// and a write reported done stays done. (What semantics/internal/atomicfile does
-// with google/renameio; trust imports only the standard library, TestImports.)
+// writeAtomic replaces path with data crash-safely (atomicfile.WriteFile:
+// the file is fsynced before the rename and the directory after it, so a
+// crash leaves the old or the new file, never an empty one, and a write
+// reported done stays done), with exactly the permission bits mode.
 func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+	if err := atomicfile.WriteFile(path, data, mode); err != nil {
 		return fmt.Errorf("trust: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("trust: write %s: %w", path, err)
-	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return fmt.Errorf("trust: write %s: sync directory: %w", path, err)
 	}
 	return nil
-}
-
-// syncDir fsyncs a directory, making the renames in it durable: a copy of
-// atomicfile.SyncDir, for the reason writeAtomic gives.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 func (g *devGen) writeManifest() error {

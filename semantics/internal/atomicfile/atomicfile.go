@@ -5,11 +5,11 @@
 // the destination (github.com/google/renameio/v2), and then the directory
 // is fsynced so that the rename itself is on disk.
 //
-// It is semantics' own (semantics/logs, semantics/cas), so that semantics/
-// imports nothing of the module's internal/ (internal/testkit/deptest); it is the
-// one atomic writer of durable data. The agent's status file, rewritten
-// every interval, uses renameio directly (no directory sync); semantics/trust
-// keeps its standard-library copy (its TestImports allow no dependency).
+// It is semantics' own (semantics/logs, semantics/cas, semantics/objstore,
+// semantics/trust), so that semantics/ imports nothing of the module's
+// internal/ (internal/testkit/deptest); it is the one atomic writer of
+// durable data. The agent's status file, rewritten every interval, uses
+// renameio directly (no directory sync: a lost status is rewritten).
 package atomicfile
 
 import (
