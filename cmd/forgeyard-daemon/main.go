@@ -31,7 +31,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -54,7 +53,6 @@ import (
 	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
-	"forgeyard.dev/transport/semantics/cas"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
 	"forgeyard.dev/transport/semantics/telemetry/authmetrics"
@@ -284,40 +282,19 @@ func defaultID(l config.Listen) string {
 	return host + "/" + config.DefaultDaemonListen
 }
 
-// serve runs the daemon: its start-up steps (TLS, authority, session
-// tickets, the daemon's configuration and stores, hooks, telemetry, the
-// daemon, listeners, admin API, accepting), then waits and shuts down.
+// serve runs the daemon: its start-up steps (daemonsetup.Build: TLS,
+// authority, session tickets, the daemon's configuration and stores; then
+// hooks, telemetry, the daemon, listeners, admin API, accepting), then
+// waits and shuts down.
 func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, th *testHooks) error {
-	// The server certificate is served from its files and reloaded when
-	// they are replaced (checked every tls.reload_interval) or on SIGHUP.
-	tlsConf, certs, stopReload, err := serversetup.ReloadingServerTLS(cfg.TLS, log)
+	// TLS, runner CAs, identity, authority, session tickets and the
+	// daemon's configuration and stores: daemonsetup.Build's steps.
+	b, err := daemonsetup.Build(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer stopReload()
-	runnerCAs, err := daemonsetup.RunnerCAs(cfg.TLS.ClientCA)
-	if err != nil {
-		return err
-	}
-	identity, err := daemonsetup.Identity(cfg.Enrollment, tlsConf) // enrollment (§20): may relax ClientAuth
-	if err != nil {
-		return err
-	}
-	au, err := daemonsetup.OpenAuthorityWaiting(ctx, cfg.Authority, log) // a PostgreSQL still starting is waited for
-	if err != nil {
-		return err
-	}
-	defer au.Close()
-	stopTickets, err := startSessionTickets(ctx, cfg, au, tlsConf, log)
-	if err != nil {
-		return err
-	}
-	defer stopTickets()
-
-	dcfg, err := daemonConfig(ctx, cfg, au, runnerCAs, identity, log)
-	if err != nil {
-		return err
-	}
+	defer b.Close()
+	tlsConf, certs, au, dcfg := b.TLS, b.Certs, b.Authority, b.Config
 	var drv *matrixDriver
 	if f.matrixDriver {
 		if drv, err = newMatrixDriver(dcfg.Protocol, dcfg.Features); err != nil {
@@ -384,75 +361,6 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		go serversetup.HintRestart(connCtx, log, restartPeers, ls, 0)
 	}
 	return waitAndShutdown(ctx, f, d, ls, errc, &conns, cancelConns, demo, tel, log)
-}
-
-// startSessionTickets is the session-ticket step: TLS session tickets
-// under keys kept in the authority (shared by HA daemons, rotated,
-// surviving restarts), installed before the listeners clone tlsConf;
-// refreshed every rotation period / 4. stop ends the refresh.
-func startSessionTickets(ctx context.Context, cfg *config.Daemon, au authority.Authority, tlsConf *tls.Config, log *slog.Logger) (stop func(), err error) {
-	ks := authority.TicketKeysOf(au)
-	if ks == nil || cfg.TLS.DisableSessionTickets {
-		return func() {}, nil
-	}
-	tickets, err := serversetup.NewSessionTickets(ctx, ks.TicketKeys, cfg.TLS.SessionTicketRotation.Duration, log)
-	if err != nil {
-		return nil, err
-	}
-	tickets.Install(tlsConf)
-	tctx, stopTickets := context.WithCancel(context.Background())
-	tdone := make(chan struct{})
-	go func() { defer close(tdone); tickets.Run(tctx) }()
-	return func() { stopTickets(); <-tdone }, nil
-}
-
-// daemonConfig is the configuration step: the daemon's timing, limits,
-// retention and its stores (the S3 data plane or local directories).
-func daemonConfig(ctx context.Context, cfg *config.Daemon, au authority.Authority, runnerCAs *x509.CertPool, identity daemon.IdentityConfig, log *slog.Logger) (daemon.Config, error) {
-	dcfg := daemon.Config{
-		ID: cfg.ID, Authority: au, RunnerCAs: runnerCAs, Protocol: cfg.Protocol(), MinProtocol: cfg.ProtocolMin.ProtocolVersion,
-		Timing: daemon.Timing{
-			HeartbeatInterval: cfg.Timing.HeartbeatInterval.Duration, RenewInterval: cfg.Timing.RenewInterval.Duration,
-			LeaseTTL: cfg.Timing.LeaseTTL.Duration, RevokeGrace: cfg.Timing.RevokeGrace.Duration, MaxBackoff: cfg.Timing.MaxBackoff.Duration,
-			MaxHeartbeatsPerSecond: cfg.Timing.MaxHeartbeatsPerSecond, MaxHeartbeatInterval: cfg.Timing.MaxHeartbeatInterval.Duration,
-			HeartbeatGrace: cfg.Timing.HeartbeatGrace.Duration,
-		},
-		OpenFiles:          daemonsetup.OpenFiles(),
-		AlternateEndpoints: cfg.Alternates(),
-		LogDir:             cfg.Data.LogDir,
-		Logger:             log,
-		Features:           wire.Implemented,
-		Identity:           identity,
-	}
-	lim, err := daemonsetup.Limits(cfg) // [limits], [admission], [data]
-	if err != nil {
-		return dcfg, err
-	}
-	dcfg.SetLimits(lim)
-	r := cfg.Data.Retention // [data.retention]
-	dcfg.Retention = daemon.Retention{MaxAge: r.MaxAge.Duration, MaxBytes: r.MaxBytes, Interval: r.Interval.Duration,
-		PartialMaxAge: r.PartialMaxAge.Duration}
-	if cfg.Data.Store == config.StoreS3 {
-		// The shared data plane: logs and objects in the bucket every HA
-		// daemon sees (docs/operations.md "HA deployment").
-		ds, err := daemonsetup.OpenData(ctx, cfg.Data)
-		if err != nil {
-			return dcfg, err
-		}
-		dcfg.LogSink, dcfg.ContentStore = ds.Sink, ds.Store
-		log.Info("data plane on S3", "endpoint", cfg.Data.S3.Endpoint, "bucket", cfg.Data.S3.Bucket, "prefix", cfg.Data.S3.Prefix)
-	} else if dir := cfg.Data.CASDir; dir != "" {
-		store, err := cas.NewFSStore(cas.FSStoreConfig{Dir: dir})
-		if err != nil {
-			return dcfg, fmt.Errorf("data.cas_dir: %w", err)
-		}
-		dcfg.ContentStore = store
-		log.Info("content store: a local directory (data.cas_dir; by default beside --dev-pki or the SQLite authority)", "dir", dir)
-	}
-	if cfg.Data.Store != config.StoreS3 && cfg.Data.LogDir != "" {
-		log.Info("log store: a local directory (data.log_dir; by default beside --dev-pki or the SQLite authority)", "dir", cfg.Data.LogDir)
-	}
-	return dcfg, nil
 }
 
 // logHooks is the hooks step: the daemon's events logged and passed to

@@ -22,7 +22,7 @@ func slowHeartbeat(c *daemon.Config) { c.Timing.HeartbeatInterval = 10 * time.Se
 // deferred.
 func slowRegistrations(perSecond float64) enginetest.WorldOpt {
 	return func(c *daemon.Config) {
-		c.Admission.RegistrationRate = semantics.Rate{PerSecond: perSecond, Burst: 1}
+		c.Bounds.Admission.RegistrationRate = semantics.Rate{PerSecond: perSecond, Burst: 1}
 		c.Timing.RegistrationTimeout = 30 * time.Second
 		c.Timing.MaxBackoff = 30 * time.Second
 	}

@@ -41,7 +41,7 @@ type hardening struct {
 
 func (d *Daemon) initHardening() {
 	h := &d.hard
-	h.adm = d.cfg.Admission.withDefaults()
+	h.adm = d.cfg.Bounds.Admission.withDefaults()
 	h.perIP = map[netip.Addr]int{}
 	h.regs = newBucket(h.adm.RegistrationRate)
 }

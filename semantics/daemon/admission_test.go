@@ -139,7 +139,7 @@ func helloOutcome(w *enginetest.World, id enginetest.Identity, keep *[]semantics
 // keeps its heartbeat RTT under rttBound throughout.
 func TestRegistrationFloodAdmission(t *testing.T) {
 	w := enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat, func(c *daemon.Config) {
-		c.Admission = daemon.Admission{MaxHandshakes: 12, RegistrationRate: semantics.Rate{PerSecond: 0.2, Burst: 4}}
+		c.Bounds.Admission = daemon.Admission{MaxHandshakes: 12, RegistrationRate: semantics.Rate{PerSecond: 0.2, Burst: 4}}
 	})
 	good := w.DialRaw(w.NewIdentity())
 	good.Join(wire.NewAgentSessionId())
@@ -203,7 +203,7 @@ func TestRegistrationFloodAdmission(t *testing.T) {
 // its slot for a new connection.
 func TestHandshakeSlotsBounded(t *testing.T) {
 	w := enginetest.NewWorld(t, enginetest.MemoryBackend(), slowHeartbeat, func(c *daemon.Config) {
-		c.Admission.MaxHandshakes = 3
+		c.Bounds.Admission.MaxHandshakes = 3
 		c.Timing.RegistrationTimeout = 30 * time.Second
 	})
 	var rcs []*enginetest.RawClient
@@ -255,7 +255,7 @@ func TestPerIPLimit(t *testing.T) {
 		t.Fatalf("default config refused %d connections: the per-IP limit must be off by default", st.RefusedConns)
 	}
 
-	w = enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat, func(c *daemon.Config) { c.Admission.MaxConnsPerIP = 2 })
+	w = enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat, func(c *daemon.Config) { c.Bounds.Admission.MaxConnsPerIP = 2 })
 	a := w.DialRaw(w.NewIdentity())
 	a.Hello(agentwire.RoleAgent)
 	w.DialRaw(w.NewIdentity()).Hello(agentwire.RoleAgent)
@@ -356,8 +356,8 @@ func (ec *errCounter) awaitCount(t *testing.T, code wire.ProtocolErrorCode, n in
 // rttBound.
 func TestControlFloodRateLimited(t *testing.T) {
 	w := enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat, func(c *daemon.Config) {
-		c.Limits.ControlRate = semantics.Rate{PerSecond: 200, Burst: 100}
-		c.Limits.MaxRateStrikes = 1 << 20
+		c.Bounds.Conn.ControlRate = semantics.Rate{PerSecond: 200, Burst: 100}
+		c.Bounds.Conn.MaxRateStrikes = 1 << 20
 	})
 	good := w.DialRaw(w.NewIdentity())
 	good.Join(wire.NewAgentSessionId())
@@ -420,8 +420,8 @@ func TestPerConnectionRateLimits(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			w := enginetest.NewWorld(t, enginetest.MemoryBackend(), slowHeartbeat, func(c *daemon.Config) {
-				tc.limit(&c.Limits)
-				c.Limits.MaxRateStrikes = 200
+				tc.limit(&c.Bounds.Conn)
+				c.Bounds.Conn.MaxRateStrikes = 200
 			})
 			good := w.DialRaw(w.NewIdentity())
 			good.Join(wire.NewAgentSessionId())

@@ -140,16 +140,21 @@ type Config struct {
 	Timing Timing
 	// AlternateEndpoints are sent to agents for reconnects and GoAway.
 	AlternateEndpoints []string
-	// Limits for every connection (semantics.Limits; zero → defaults),
-	// including the per-connection message rates (§266–269). It, Admission
-	// and Data are the three parts of the daemon's Limits (limits.go: every
-	// limit, its default and what enforces it); SetLimits sets all three.
-	// Give the backends' Config the same Limits (their stream credit
-	// derives from it).
+	// Bounds are every limit the daemon enforces, in one value (Limits: what
+	// one connection may use, the daemon-wide admission control, the data
+	// plane's quotas; limits.go lists each with its default and what
+	// enforces it). Zero fields take the defaults. Give the backends'
+	// Config the same Bounds.Conn (their stream credit derives from it).
+	Bounds Limits
+	// Limits is the per-connection part of Bounds.
+	//
+	// Deprecated: set Bounds.Conn. It is used only while Bounds.Conn is
+	// the zero value.
 	Limits semantics.Limits
-	// Admission is the daemon-wide admission control (§220–223): bounded
-	// handshakes, a registration rate, an optional per-IP limit, a
-	// connection cap.
+	// Admission is the admission part of Bounds.
+	//
+	// Deprecated: set Bounds.Admission. It is used only while
+	// Bounds.Admission is the zero value.
 	Admission Admission
 	// OpenFiles, when not nil, reports the process's open file descriptors
 	// and their limit (RLIMIT_NOFILE) for Admission.FDHeadroom. It is asked
@@ -189,8 +194,10 @@ type Config struct {
 	// Identity configures enrollment, certificate renewal and the
 	// revocation check (enroll.go).
 	Identity IdentityConfig
-	// Data bounds what agents may push through log and CAS streams
-	// (§127, §134, §268, §277); zero fields take the defaults.
+	// Data is the data-plane part of Bounds.
+	//
+	// Deprecated: set Bounds.Data. It is used only while Bounds.Data is
+	// the zero value.
 	Data DataLimits
 	// Metrics, when set, is fed by the daemon and its connections: bytes,
 	// streams and queue depths (semantics.Config.Metrics), messages and

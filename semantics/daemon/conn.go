@@ -140,7 +140,7 @@ func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
 	c := &conn{d: d, bc: bc, transport: wire.NewTransportSessionId(), connectedAt: d.now(), done: make(chan struct{}),
 		tlsResumed: bc.ConnectionState().DidResume}
 	c.sendRole.Store(roleUnknown)
-	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Limits, Logger: d.log, Metrics: d.cfg.Metrics, SendCheck: c})
+	sc, err := semantics.NewConn(bc, semantics.Config{Limits: d.cfg.Bounds.Conn, Logger: d.log, Metrics: d.cfg.Metrics, SendCheck: c})
 	if err != nil {
 		return nil, err
 	}

@@ -66,7 +66,7 @@ func (d *Daemon) setupData() error {
 	d.dataHealth = newDataHealth()
 	d.logSink = sink
 	if sink != nil {
-		lim := d.cfg.Data.withDefaults()
+		lim := d.cfg.Bounds.Data.withDefaults()
 		r, err := logs.NewReceiver(logs.ReceiverConfig{Sink: watchedSink{sink, d}, AuthorizeContext: d.authorizeLog,
 			Ack:       func(m wlogs.LogAckV1) { d.sendToAttempt(m.Attempt, &m) },
 			Resume:    func(m wlogs.LogResumeRequestV1) { d.sendToAttempt(m.Attempt, &m) },
@@ -83,7 +83,7 @@ func (d *Daemon) setupData() error {
 		d.logRecv = r
 	}
 	if d.cfg.ContentStore != nil {
-		lim := d.cfg.Data.withDefaults()
+		lim := d.cfg.Bounds.Data.withDefaults()
 		s, err := cas.NewServer(cas.ServerConfig{Store: watchedStore{d.cfg.ContentStore, d}, Authorizer: cas.AuthorizerFunc(d.authorizeCAS),
 			MaxConcurrent: lim.CASMaxConcurrent, MaxPerConn: lim.CASMaxPerConn, Bandwidth: lim.CASBandwidth, Metrics: d.cfg.Metrics})
 		if err != nil {

@@ -56,7 +56,7 @@ func TestHeartbeatBudget(t *testing.T) {
 // a freed slot admits again.
 func TestConnectionCap(t *testing.T) {
 	w := enginetest.NewWorld(t, enginetest.MemoryBackend(), slowHeartbeat, func(c *daemon.Config) {
-		c.Admission.MaxConnections = 2
+		c.Bounds.Admission.MaxConnections = 2
 	})
 	first := w.DialRaw(w.NewIdentity())
 	first.Join(wire.NewAgentSessionId())
@@ -86,7 +86,7 @@ func TestConnectionCap(t *testing.T) {
 func TestFDHeadroom(t *testing.T) {
 	var open atomic.Int64
 	w := enginetest.NewWorld(t, enginetest.MemoryBackend(), slowHeartbeat, func(c *daemon.Config) {
-		c.Admission.FDHeadroom = 10
+		c.Bounds.Admission.FDHeadroom = 10
 		c.OpenFiles = func() (int, int) { return int(open.Load()), 100 }
 	})
 	open.Store(50)

@@ -60,7 +60,7 @@ func TestDataLogFloodBounded(t *testing.T) {
 		t.Cleanup(func() { _ = fsink.Close() })
 		w, _, _ := enginetest.DataWorld(t, b, func(c *daemon.Config) {
 			c.LogSink = fsink
-			c.Data = daemon.DataLimits{LogRateBytes: rate, LogBurstBytes: burst, MaxAttemptLogBytes: quota}
+			c.Bounds.Data = daemon.DataLimits{LogRateBytes: rate, LogBurstBytes: burst, MaxAttemptLogBytes: quota}
 			// A loaded 2-core CI machine under -race starves goroutines for
 			// a while: liveness here is 3×250 ms.
 			c.Timing.HeartbeatInterval = hb

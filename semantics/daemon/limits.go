@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"math"
+	"reflect"
 
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/cas"
@@ -13,8 +14,9 @@ import (
 // Limits are every limit the daemon enforces, decided in one place (in the
 // spirit of libp2p's resource manager): what one connection may use
 // (Conn), the daemon-wide admission control (Admission) and the data-plane
-// quotas (Data). Config carries them as its Limits, Admission and Data
-// fields (SetLimits, AllLimits); internal/config's [limits], [admission]
+// quotas (Data). Config carries them as its Bounds field (its older
+// Limits, Admission and Data fields are deprecated; AllLimits merges them);
+// internal/config's [limits], [admission]
 // and [data] sections convert to exactly this type. The zero value means
 // the default for every field (DefaultLimits returns them filled);
 // Validate reports the first invalid field; New validates them and fills
@@ -105,14 +107,29 @@ func notNegative[T int | int64](field string, v T, zero string) error {
 	return nil
 }
 
-// AllLimits returns the limits c carries (Limits, Admission, Data) as one
-// Limits.
+// AllLimits returns the limits c carries: Bounds, each part of it that is
+// the zero value taken from the deprecated field of that part (Limits,
+// Admission, Data), so a Config written before Bounds means what it meant.
 func (c *Config) AllLimits() Limits {
-	return Limits{Conn: c.Limits, Admission: c.Admission, Data: c.Data}
+	l := c.Bounds
+	if reflect.ValueOf(l.Conn).IsZero() {
+		l.Conn = c.Limits
+	}
+	if reflect.ValueOf(l.Admission).IsZero() {
+		l.Admission = c.Admission
+	}
+	if reflect.ValueOf(l.Data).IsZero() {
+		l.Data = c.Data
+	}
+	return l
 }
 
-// SetLimits sets c's Limits, Admission and Data from l.
-func (c *Config) SetLimits(l Limits) { c.Limits, c.Admission, c.Data = l.Conn, l.Admission, l.Data }
+// SetLimits sets c.Bounds to l and clears the deprecated Limits, Admission
+// and Data fields, so that l is the one copy.
+func (c *Config) SetLimits(l Limits) {
+	c.Bounds = l
+	c.Limits, c.Admission, c.Data = semantics.Limits{}, Admission{}, DataLimits{}
+}
 
 // Admission is the daemon-wide admission control of §220–223. Zero fields
 // take the defaults; the per-IP limit is off unless set.
@@ -279,8 +296,13 @@ func (d DataLimits) validate() error {
 	return nil
 }
 
-// validateLimits validates c's Limits, Admission and Data (New).
+// validateLimits validates c's limits (AllLimits) and makes Bounds their
+// one copy (New works on its own copy of the Config).
 func (c *Config) validateLimits() error {
 	l := c.AllLimits()
-	return l.Validate()
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	c.SetLimits(l)
+	return nil
 }

@@ -70,3 +70,4 @@ func TestDefaultLimits(t *testing.T) {
 		t.Errorf("MaxConnections and MaxAttemptLogBytes -1 (none): %v", err)
 	}
 }
+

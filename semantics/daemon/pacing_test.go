@@ -18,7 +18,7 @@ import (
 // deferred.
 func slowRegistrations(perSecond float64) enginetest.WorldOpt {
 	return func(c *daemon.Config) {
-		c.Admission.RegistrationRate = semantics.Rate{PerSecond: perSecond, Burst: 1}
+		c.Bounds.Admission.RegistrationRate = semantics.Rate{PerSecond: perSecond, Burst: 1}
 		c.Timing.RegistrationTimeout = 30 * time.Second
 		c.Timing.MaxBackoff = 30 * time.Second
 	}
@@ -91,7 +91,7 @@ func TestRegistrationDeferredHint(t *testing.T) {
 // acknowledged, not refused.
 func TestRegistrationHeld(t *testing.T) {
 	w := enginetest.NewWorld(t, enginetest.QuicBackend(), slowHeartbeat, func(c *daemon.Config) {
-		c.Admission.RegistrationRate = semantics.Rate{PerSecond: 0.55, Burst: 1} // next token 1.8 s away
+		c.Bounds.Admission.RegistrationRate = semantics.Rate{PerSecond: 0.55, Burst: 1} // next token 1.8 s away
 	})
 	w.DialRaw(w.NewIdentity()).Hello(agentwire.RoleAgent)
 	rc := w.DialRaw(w.NewIdentity())
