@@ -70,4 +70,3 @@ func TestDefaultLimits(t *testing.T) {
 		t.Errorf("MaxConnections and MaxAttemptLogBytes -1 (none): %v", err)
 	}
 }
-
