@@ -305,38 +305,20 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {
 	return cfg, nil
 }
 
-// newAgent loads the credential and builds the agent with one dialer per
-// endpoint (internal/setup/agentsetup), the TCP ones through the configured proxy.
+// newAgent builds the agent from its configuration (agentsetup.Build:
+// keepalive, credential, one dialer per endpoint, the file's settings)
+// with the synthetic executor and this binary's telemetry.
 func newAgent(cfg *config.Agent, seed uint64, synth agent.SyntheticOptions, protocol wire.ProtocolRange, log *slog.Logger, hooks agent.Hooks, m *telemetry.Metrics, tr *telemetry.Tracing) (*agent.Agent, error) {
-	// One keepalive for every TCP endpoint: the proxy or NAT that cuts
-	// idle tunnels is on all their paths.
-	ka := agentsetup.NewKeepAlive(cfg.ControlPlane.KeepAliveInterval.Duration, !cfg.ControlPlane.DisableKeepAliveAdapt, log)
-	// Rotatable credentials: the dialers ask for the current certificate
-	// at every handshake, and the agent renews it before expiry (§21),
-	// rewriting the files. The expiry warning (§22) is logged at start and
-	// then periodically by watchCertExpiry (expiry.go).
-	d, err := agentsetup.NewDialing(cfg.ControlPlane, cfg.Endpoints(), log, ka)
+	// The expiry warning (§22) is logged at start and then periodically by
+	// watchCertExpiry (expiry.go).
+	ac, err := agentsetup.Build(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	return agent.New(agent.Config{
-		Fallback:        agentsetup.Policy(cfg.Fallback),
-		FallbackStagger: agentsetup.EndpointStagger(cfg.Fallback),
-		Runner:          d.Credential.Runner, Credentials: d.Credentials,
-		Endpoints: d.Endpoints, Role: agentwire.RoleAgent,
-		Capabilities:    cfg.RunnerCapabilities(),
-		Executor:        agent.NewSyntheticExecutor(seed, synth),
-		Protocol:        protocol,
-		MaxParallel:     cfg.MaxParallel,
-		HeartbeatMisses: cfg.HeartbeatMisses,
-		Backoff: agent.Backoff{Base: cfg.Backoff.Base.Duration, Max: cfg.Backoff.Max.Duration,
-			AuthAfter: cfg.Backoff.AuthAfter, AuthMax: cfg.Backoff.AuthMax.Duration},
-		Logger:  log,
-		Version: Version,
-		Hooks:   hooks,
-		Metrics: m,
-		Tracing: tr,
-		// The daemon's trace continues here and back (§211).
-		Features: agentFeatures,
-	})
+	ac.Role = agentwire.RoleAgent
+	ac.Executor = agent.NewSyntheticExecutor(seed, synth)
+	ac.Protocol = protocol
+	ac.Version, ac.Hooks, ac.Metrics, ac.Tracing = Version, hooks, m, tr
+	ac.Features = agentFeatures // the daemon's trace continues here and back (§211)
+	return agent.New(ac)
 }

@@ -201,21 +201,14 @@ func newWorker(cfg *config.Signer, log *slog.Logger) (*signer.Worker, error) {
 }
 
 // newAgent assembles the worker's endpoint like forgeyard-agent's
-// (internal/setup/agentsetup), with the signing role and the worker as its
-// service.
+// (agentsetup.Build), with the signing role and the worker as its service.
 func newAgent(cfg *config.Signer, w *signer.Worker, log *slog.Logger) (*agent.Agent, error) {
-	ac := cfg.Agent()
-	d, err := agentsetup.NewDialing(ac.ControlPlane, ac.Endpoints(), log, nil)
+	ac, err := agentsetup.Build(cfg.Agent(), log)
 	if err != nil {
 		return nil, err
 	}
-	return agent.New(w.AgentConfig(agent.Config{
-		Fallback: agentsetup.Policy(ac.Fallback),
-		Runner:   d.Credential.Runner, Credentials: d.Credentials, Endpoints: d.Endpoints,
-		Capabilities: ac.RunnerCapabilities(),
-		Backoff:      agent.Backoff{Base: ac.Backoff.Base.Duration, Max: ac.Backoff.Max.Duration},
-		Logger:       log, Version: Version, Features: wire.Implemented,
-	}))
+	ac.Version, ac.Features = Version, wire.Implemented
+	return agent.New(w.AgentConfig(ac))
 }
 
 func runKeygen(args []string, stdout, stderr io.Writer) int {
