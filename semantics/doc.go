@@ -49,8 +49,9 @@
 //	| `semantics/control` | contract | `wire/...`, contract | semantics/daemon, semantics/agent, cmd/forgeyard-agent |
 //	| `semantics/trust` | identity | `wire/...`, helper | engines, backends/backendtest, commands, internal/setup, internal/config |
 //	| `semantics/trust/trusttest` | test kit | `wire/...`, `semantics/trust` | tests of backends, relay, engines and setup |
-//	| `semantics/telemetry` | telemetry | `wire/...`, contract, helper | engines, data paths, commands, internal/setup, internal/adminapi |
+//	| `semantics/telemetry` | telemetry | `wire/...`, contract, helper, `semantics/telemetry/tablecell` | engines, data paths, commands, internal/setup, internal/adminapi |
 //	| `semantics/telemetry/authmetrics` | telemetry | `wire/...`, `semantics/telemetry`, `semantics/authority` | cmd/forgeyard-daemon |
+//	| `semantics/telemetry/tablecell` | telemetry | — | semantics/telemetry, commands, internal/doctor, internal/tools/loadgen |
 //	| `semantics/internal/tokenbucket` | helper | — | semantics/daemon, data paths, semantics/telemetry |
 //	| `semantics/internal/atomicfile` | helper | — | semantics/logs, semantics/cas, semantics/objstore, semantics/trust |
 //	| `semantics/internal/probe` | helper | `semantics/objstore` | semantics/logs, semantics/cas |

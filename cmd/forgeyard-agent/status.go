@@ -20,9 +20,9 @@ import (
 
 	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
-	"forgeyard.dev/transport/internal/tablefmt"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/semantics/telemetry/tablecell"
 )
 
 // Status file defaults.
@@ -131,20 +131,20 @@ func (r *statusReport) writeTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTED\t%s\n", tablefmt.YesNo(h.Connected))
-	fmt.Fprintf(tw, "ENDPOINT\t%s\n", tablefmt.Dash(h.Endpoint))
-	fmt.Fprintf(tw, "BACKEND\t%s\n", tablefmt.Dash(h.Backend))
+	fmt.Fprintf(tw, "CONNECTED\t%s\n", tablecell.YesNo(h.Connected))
+	fmt.Fprintf(tw, "ENDPOINT\t%s\n", tablecell.Dash(h.Endpoint))
+	fmt.Fprintf(tw, "BACKEND\t%s\n", tablecell.Dash(h.Backend))
 	if r.FallbackReason != "" {
 		fmt.Fprintf(tw, "FALLBACK\t%s\n", r.FallbackReason)
 	}
-	fmt.Fprintf(tw, "PROTOCOL\t%s\n", tablefmt.Dash(h.Protocol))
+	fmt.Fprintf(tw, "PROTOCOL\t%s\n", tablecell.Dash(h.Protocol))
 	if h.Connected {
 		feats := "none"
 		if len(r.Features) > 0 {
 			feats = strings.Join(r.Features, ", ")
 		}
 		fmt.Fprintf(tw, "FEATURES\t%s\n", feats)
-		fmt.Fprintf(tw, "TRANSPORT\t%s (epoch %d)\n", tablefmt.Dash(r.Transport), r.Epoch)
+		fmt.Fprintf(tw, "TRANSPORT\t%s (epoch %d)\n", tablecell.Dash(r.Transport), r.Epoch)
 	}
 	if h.LastHeartbeatAck.IsZero() {
 		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\tnever\n")

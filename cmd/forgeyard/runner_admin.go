@@ -12,7 +12,7 @@ import (
 
 	"forgeyard.dev/transport/internal/adminapi"
 	"forgeyard.dev/transport/internal/cli"
-	"forgeyard.dev/transport/internal/tablefmt"
+	"forgeyard.dev/transport/semantics/telemetry/tablecell"
 )
 
 // The runner inventory and admin commands over the daemon's authenticated
@@ -133,9 +133,9 @@ func writeRunners(w io.Writer, rs []adminapi.Runner, now time.Time) {
 		if r.Drained {
 			drained = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Runner, tablefmt.Dash(r.Capabilities.OS), tablefmt.Dash(r.Capabilities.Arch),
-			tablefmt.Dash(strings.Join(r.Capabilities.Labels, ",")), r.Capabilities.MaxParallel, connState(&r), tablefmt.Dash(r.Backend),
-			tablefmt.Dash(r.Protocol), ago(r.LastHeartbeat, now), tablefmt.Dash(r.Health.Status), drained, tablefmt.Dash(r.AgentVersion))
+		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Runner, tablecell.Dash(r.Capabilities.OS), tablecell.Dash(r.Capabilities.Arch),
+			tablecell.Dash(strings.Join(r.Capabilities.Labels, ",")), r.Capabilities.MaxParallel, connState(&r), tablecell.Dash(r.Backend),
+			tablecell.Dash(r.Protocol), ago(r.LastHeartbeat, now), tablecell.Dash(r.Health.Status), drained, tablecell.Dash(r.AgentVersion))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d runners\n", len(rs))
@@ -173,21 +173,21 @@ func writeRunner(w io.Writer, r *adminapi.Runner, now time.Time) {
 	cp := &r.Capabilities
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("runner", r.Runner)
-	row("os/arch", tablefmt.Dash(cp.OS)+"/"+tablefmt.Dash(cp.Arch))
-	row("labels", tablefmt.Dash(strings.Join(cp.Labels, ", ")))
-	row("tools", tablefmt.Dash(strings.Join(cp.Tools, ", ")))
+	row("os/arch", tablecell.Dash(cp.OS)+"/"+tablecell.Dash(cp.Arch))
+	row("labels", tablecell.Dash(strings.Join(cp.Labels, ", ")))
+	row("tools", tablecell.Dash(strings.Join(cp.Tools, ", ")))
 	row("slots", fmt.Sprint(cp.MaxParallel))
 	row("resources", fmt.Sprintf("%d millicores, %d MiB memory, %d MiB disk", cp.CPUMillis, cp.MemBytes>>20, cp.DiskBytes>>20))
 	row("capabilities updated", ago(cp.Updated, now))
 	row("connection", connState(r))
-	row("backend", tablefmt.Dash(r.Backend))
-	row("protocol", tablefmt.Dash(r.Protocol))
-	row("agent version", tablefmt.Dash(r.AgentVersion))
-	row("role", tablefmt.Dash(r.Role))
+	row("backend", tablecell.Dash(r.Backend))
+	row("protocol", tablecell.Dash(r.Protocol))
+	row("agent version", tablecell.Dash(r.AgentVersion))
+	row("role", tablecell.Dash(r.Role))
 	row("last heartbeat", ago(r.LastHeartbeat, now))
 	drain := "no"
 	if r.Drained {
-		drain = "yes: " + tablefmt.Dash(r.DrainReason)
+		drain = "yes: " + tablecell.Dash(r.DrainReason)
 	}
 	row("drained", drain)
 	h := "never reported"
@@ -237,7 +237,7 @@ func writeCommandResult(w io.Writer, res *adminapi.CommandResult) {
 		fmt.Fprintln(w, res.Message)
 	}
 	if c := res.Capabilities; c != nil {
-		fmt.Fprintf(w, "capabilities: %s/%s, labels %s, %d slots\n", c.OS, c.Arch, tablefmt.Dash(strings.Join(c.Labels, ",")), c.MaxParallel)
+		fmt.Fprintf(w, "capabilities: %s/%s, labels %s, %d slots\n", c.OS, c.Arch, tablecell.Dash(strings.Join(c.Labels, ",")), c.MaxParallel)
 	}
 	if h := res.Health; h != nil {
 		fmt.Fprintf(w, "health: %s (probe %s, %d ms)\n", h.Status, h.Probe, res.DurationMs)

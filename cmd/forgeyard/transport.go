@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"forgeyard.dev/transport/internal/tablefmt"
+	"forgeyard.dev/transport/semantics/telemetry/tablecell"
 
 	"forgeyard.dev/transport/internal/adminapi"
 	"forgeyard.dev/transport/internal/cli"
@@ -160,8 +160,8 @@ func writeStatus(w io.Writer, st *adminapi.Status, now time.Time) {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
 	fmt.Fprintf(tw, "STARTED\t%s (up %s)\n", st.StartedAt.UTC().Format(time.RFC3339), now.Sub(st.StartedAt).Round(time.Second))
-	fmt.Fprintf(tw, "DRAINING\t%s\n", tablefmt.YesNo(st.Draining))
-	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", st.Connections, tablefmt.ByBackend(st.ConnectionsByBackend))
+	fmt.Fprintf(tw, "DRAINING\t%s\n", tablecell.YesNo(st.Draining))
+	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", st.Connections, tablecell.ByBackend(st.ConnectionsByBackend))
 	fmt.Fprintf(tw, "SESSIONS\t%d\n", st.Sessions)
 	fmt.Fprintf(tw, "HANDSHAKE FAILURES\t%d\n", st.HandshakeFailures)
 	fmt.Fprintf(tw, "REGISTER FAILURES\t%d\n", st.RegistrationFailures)
@@ -186,7 +186,7 @@ func writeStatus(w io.Writer, st *adminapi.Status, now time.Time) {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "LISTENER\tBACKEND\tSTATE\tERROR\n")
 	for _, l := range st.Listeners {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, l.State, tablefmt.Dash(l.Error))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, l.State, tablecell.Dash(l.Error))
 	}
 	tw.Flush()
 }
@@ -231,7 +231,7 @@ func writeSessions(w io.Writer, ss []adminapi.Session, now time.Time) {
 			state += " (fenced)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Runner, s.Backend, s.Protocol, s.Remote, state, s.Epoch, ago(s.LastHeartbeat, now),
-			now.Sub(s.ConnectedAt).Round(time.Second).String()+" ago", tablefmt.Dash(s.AgentVersion))
+			now.Sub(s.ConnectedAt).Round(time.Second).String()+" ago", tablecell.Dash(s.AgentVersion))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d transports\n", len(ss))
@@ -309,7 +309,7 @@ func daemonDoctor(ctx context.Context, c *adminapi.Client, now time.Time) *docto
 			Fix: "start forgeyard-daemon with --admin-listen/--admin-socket and point --admin at it (with --token-file for TCP)"})
 		return r
 	}
-	r.Add(doctor.Finding{Check: "admin", Target: c.Target(), Result: doctor.OK, Detail: "admin endpoint answers (daemon " + tablefmt.Dash(st.Daemon) + ")"})
+	r.Add(doctor.Finding{Check: "admin", Target: c.Target(), Result: doctor.OK, Detail: "admin endpoint answers (daemon " + tablecell.Dash(st.Daemon) + ")"})
 	if len(st.Listeners) == 0 {
 		r.Add(doctor.Finding{Check: "listeners", Result: doctor.Fail, Detail: "the daemon has no listener", Fix: "set listen.quic (and listen.yamux for networks that block UDP)"})
 	}
@@ -321,7 +321,7 @@ func daemonDoctor(ctx context.Context, c *adminapi.Client, now time.Time) *docto
 			r.Add(doctor.Finding{Check: "listener", Target: target, Result: doctor.OK, Detail: "accepting connections"})
 			continue
 		}
-		r.Add(doctor.Finding{Check: "listener", Target: target, Result: doctor.Fail, Detail: "not accepting: " + tablefmt.Dash(l.Error),
+		r.Add(doctor.Finding{Check: "listener", Target: target, Result: doctor.Fail, Detail: "not accepting: " + tablecell.Dash(l.Error),
 			Fix: "restart the daemon; check the port is free (ss -lunpt) and the address exists on this host"})
 	}
 	if len(backends) > 0 && !backends["yamux"] && !backends["webtransport"] {
@@ -363,7 +363,7 @@ func daemonDoctor(ctx context.Context, c *adminapi.Client, now time.Time) *docto
 		r.Add(doctor.Finding{Check: "agents", Result: doctor.Warn, Detail: "no agent is connected",
 			Fix: "run `forgeyard-agent doctor` on an agent host to see why it cannot connect"})
 	} else {
-		r.Add(doctor.Finding{Check: "agents", Result: doctor.OK, Detail: fmt.Sprintf("%d connections%s, %d sessions", st.Connections, tablefmt.ByBackend(st.ConnectionsByBackend), st.Sessions)})
+		r.Add(doctor.Finding{Check: "agents", Result: doctor.OK, Detail: fmt.Sprintf("%d connections%s, %d sessions", st.Connections, tablecell.ByBackend(st.ConnectionsByBackend), st.Sessions)})
 	}
 	if st.HandshakeFailures > 0 {
 		r.Add(doctor.Finding{Check: "handshakes", Result: doctor.Warn,

@@ -6,7 +6,7 @@ package doctor
 import (
 	"encoding/json"
 	"fmt"
-	"forgeyard.dev/transport/internal/tablefmt"
+	"forgeyard.dev/transport/semantics/telemetry/tablecell"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -87,7 +87,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "RESULT\tCHECK\tTARGET\tDETAIL\n")
 	for _, f := range r.Findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Result, f.Check, tablefmt.Dash(f.Target), oneLine(f.Detail))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Result, f.Check, tablecell.Dash(f.Target), oneLine(f.Detail))
 		if f.Fix != "" {
 			fmt.Fprintf(tw, "\t\t\t  fix: %s\n", oneLine(f.Fix))
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/telemetry/tablecell"
 	"io"
 	"net/http"
 	"text/tabwriter"
@@ -337,20 +338,20 @@ func (h *DaemonHealth) WriteTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", h.Connections, byBackend(h.ConnectionsByBackend))
+	fmt.Fprintf(tw, "CONNECTIONS\t%d%s\n", h.Connections, tablecell.ByBackend(h.ConnectionsByBackend))
 	fmt.Fprintf(tw, "SESSIONS\t%d\n", h.Sessions)
 	fmt.Fprintf(tw, "HANDSHAKE FAILURES\t%d\n", h.HandshakeFailures)
 	fmt.Fprintf(tw, "REGISTER FAILURES\t%d\n", h.RegistrationFailures)
 	if c := h.Certificate; c != nil {
 		fmt.Fprintf(tw, "CERTIFICATE\t%s\n", c.Subject)
-		fmt.Fprintf(tw, "  valid\t%s (%s → %s)\n", yesNo(c.Valid), day(c.NotBefore), day(c.NotAfter))
+		fmt.Fprintf(tw, "  valid\t%s (%s → %s)\n", tablecell.YesNo(c.Valid), day(c.NotBefore), day(c.NotAfter))
 		fmt.Fprintf(tw, "  days to expiry\t%d\n", c.DaysToExpiry)
 	} else {
 		fmt.Fprintf(tw, "CERTIFICATE\tnone\n")
 	}
 	fmt.Fprintf(tw, "\nLISTENER\tBACKEND\tACTIVE\tERROR\n")
 	for _, l := range h.Listeners {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, yesNo(l.Active), dash(l.Error))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, tablecell.YesNo(l.Active), tablecell.Dash(l.Error))
 	}
 	return tw.Flush()
 }
@@ -362,10 +363,10 @@ func (h *AgentHealth) WriteTable(w io.Writer) error {
 	for _, p := range h.Problems {
 		fmt.Fprintf(tw, "PROBLEM\t%s\n", p)
 	}
-	fmt.Fprintf(tw, "CONNECTED\t%s\n", yesNo(h.Connected))
-	fmt.Fprintf(tw, "ENDPOINT\t%s\n", dash(h.Endpoint))
-	fmt.Fprintf(tw, "BACKEND\t%s\n", dash(h.Backend))
-	fmt.Fprintf(tw, "PROTOCOL\t%s\n", dash(h.Protocol))
+	fmt.Fprintf(tw, "CONNECTED\t%s\n", tablecell.YesNo(h.Connected))
+	fmt.Fprintf(tw, "ENDPOINT\t%s\n", tablecell.Dash(h.Endpoint))
+	fmt.Fprintf(tw, "BACKEND\t%s\n", tablecell.Dash(h.Backend))
+	fmt.Fprintf(tw, "PROTOCOL\t%s\n", tablecell.Dash(h.Protocol))
 	if h.LastHeartbeatAck.IsZero() {
 		fmt.Fprintf(tw, "LAST HEARTBEAT ACK\tnever\n")
 	} else {

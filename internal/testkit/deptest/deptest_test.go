@@ -100,10 +100,10 @@ func TestRuleCatchesViolations(t *testing.T) {
 		{mod + "/backends/yamux", "github.com/hashicorp/yamux", false, false},
 		{mod + "/semantics", mod + "/wire", false, false},
 		{mod + "/semantics/logs", mod + "/internal/atomicfile", false, true},
-		{mod + "/semantics/telemetry", mod + "/internal/tablefmt", false, true},
-		{mod + "/semantics/telemetry", mod + "/internal/tablefmt", true, false},
+		{mod + "/semantics/telemetry", mod + "/internal/stats", false, true},
+		{mod + "/semantics/telemetry", mod + "/internal/stats", true, false},
 		{mod + "/semantics/cas", mod + "/semantics/internal/atomicfile", false, false},
-		{mod + "/cmd/forgeyard-agent", mod + "/internal/tablefmt", false, false},
+		{mod + "/cmd/forgeyard-agent", mod + "/internal/stats", false, false},
 	}
 	for _, c := range cases {
 		got := len(violations(c.pkg, []string{c.imp}, c.test)) > 0

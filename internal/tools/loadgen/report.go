@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"forgeyard.dev/transport/internal/tablefmt"
+	"forgeyard.dev/transport/semantics/telemetry/tablecell"
 )
 
 // Summary is one run's result; its JSON form is `forgeyard-loadgen --json`.
@@ -346,5 +346,5 @@ func reasons(m map[string]int64) string {
 	for k, v := range m {
 		c[k] = int(v)
 	}
-	return tablefmt.ByBackend(c)
+	return tablecell.ByBackend(c)
 }

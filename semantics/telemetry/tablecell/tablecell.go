@@ -1,10 +1,11 @@
-// Package tablefmt formats the cells of the operator tools' text tables
-// (forgeyard transport, forgeyard-agent connection status, the doctors,
-// the load generator's report), so every table spells counts, booleans and
-// empty values the same way. semantics/telemetry's health report spells
-// them identically with its own three helpers (semantics/ imports nothing
-// of internal/; its TestCellsMatchTablefmt keeps the two equal).
-package tablefmt
+// Package tablecell spells the cells of every operator text table the
+// same way: per-backend counts, booleans and empty values. The health
+// report of semantics/telemetry and the commands' tables (forgeyard
+// transport, forgeyard-agent connection status, the doctors, the load
+// generator's report) all use it. It imports only the standard library,
+// so a command that prints a table does not link telemetry's exporters.
+// Not part of the stable API (docs/api.md).
+package tablecell
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package tablefmt
+package tablecell
 
 import "testing"
 
