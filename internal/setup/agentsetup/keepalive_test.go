@@ -218,12 +218,14 @@ func idleCutter(t *testing.T, target string, cut time.Duration) (addr string, cu
 }
 
 // TestKeepAliveDialerAdaptsToIdleCuts: real TLS+yamux connections through
-// a forwarder that cuts them after 300 ms of silence (the test lowers the
+// a forwarder that cuts them after 800 ms of silence (the test lowers the
 // single-loss bound and the floor to fit). With a 2 s keepalive the first
-// connection is cut at about 300 ms idle; the dialer then pings every
-// ~150 ms, and the second connection outlives four cuts' worth of time.
+// connection is cut at about 800 ms idle; the dialer then pings every
+// ~400 ms, and the second connection outlives four cuts' worth of time.
+// (With a 300 ms cut, a 150 ms scheduling stall of a loaded machine
+// between two pings was enough for a second cut: 1 run in ~10 under load.)
 func TestKeepAliveDialerAdaptsToIdleCuts(t *testing.T) {
-	const cut = 300 * time.Millisecond
+	const cut = 800 * time.Millisecond
 	pki := trusttest.NewPKI(t)
 	ln, err := yamux.Listen("127.0.0.1:0", pki.ServerConfig(t, "localhost"), yamux.Config{})
 	if err != nil {
