@@ -484,8 +484,13 @@ func TestRateLimitBoundsMemory(t *testing.T) {
 	}
 	f.checkRecords(f.sink.(*logs.MemorySink).Records(f.attempt))
 	rs := f.r.Stats()
-	// 1.5 MiB at 1 MiB/s with a 1 MiB burst takes at least 0.5 s.
-	if rs.ThrottleWaits == 0 || rs.Throttled < 300*time.Millisecond || elapsed < 400*time.Millisecond {
+	// 1.5 MiB at 1 MiB/s with a 1 MiB burst takes at least 0.5 s, and the
+	// limiter waited at least once. How much of that half second was
+	// waiting depends on how fast the rest ran: on a loaded machine
+	// processing took most of it and the waits only 0.1 s (Throttled is
+	// logged, not bounded).
+	t.Logf("1.5 MiB in %v, throttled %v in %d waits", elapsed, rs.Throttled, rs.ThrottleWaits)
+	if rs.ThrottleWaits == 0 || rs.Throttled <= 0 || elapsed < 400*time.Millisecond {
 		t.Fatalf("not throttled: %+v in %v", rs, elapsed)
 	}
 	if rs.MaxBuffered > logs.StreamBufferBound || rs.MaxBuffered == 0 {
