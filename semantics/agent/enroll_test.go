@@ -37,6 +37,10 @@ func TestRotationKeepsRunnerAndSession(t *testing.T) {
 		exec := enginetest.NewCountingExec(true)
 		a, creds, _ := enginetest.StartEnrolled(w, en, t.TempDir(), exec, func(c *agent.Config) {
 			c.Hooks.OnCertificateRenewed = func(c *x509.Certificate) { renewed <- c }
+			// The renewal is a signature and a commit on the daemon: over
+			// the harness's 500 ms on a loaded machine (seen under -race
+			// with other packages' tests), within RenewCertificate's 5 s.
+			c.RequestTimeout = 5 * time.Second
 		})
 		first := w.AwaitRegistered(en.Runner)
 		w.AwaitActive(en.Runner)
