@@ -14,6 +14,7 @@ import (
 	"forgeyard.dev/transport/backends/quic/rawbench"
 	"forgeyard.dev/transport/internal/testkit/enginetest"
 	"forgeyard.dev/transport/semantics"
+	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
@@ -124,8 +125,11 @@ func TestIdleConnMemory(t *testing.T) {
 	}
 	exec := enginetest.NewCountingExec(false) // one for all: it is sized for many attempts
 	h2, g2 := heapAndGoroutines()
+	// A hello answered after the harness's 500 ms (a loaded machine,
+	// -race) made an agent redial until AwaitConnected gave up.
+	patient := func(c *agent.Config) { c.RequestTimeout = 5 * time.Second }
 	for _, id := range ids {
-		a, _, _ := w.StartAgent(id, exec)
+		a, _, _ := w.StartAgent(id, exec, patient)
 		enginetest.AwaitConnected(t, a)
 	}
 	ids = nil
