@@ -47,6 +47,10 @@ func TestSecondDaemonSharedPostgres(t *testing.T) {
 		// agent to daemon 2 instead of its next configured endpoint.
 		a, _, _ := w1.StartAgent(id, exec, func(c *agent.Config) {
 			c.Endpoints = append(c.Endpoints, agent.Endpoint{Address: w3.Addr, Dialer: c.Endpoints[0].Dialer, Backend: b.Name})
+			// Registrations and resyncs commit to a PostgreSQL three
+			// daemons share: on a loaded machine over the harness's
+			// 500 ms, and the agent redialed until the test gave up.
+			c.RequestTimeout = 5 * time.Second
 		})
 		w1.AwaitActive(id.Runner)
 		go func() { _, _ = w1.D.OfferLease(context.Background(), id.Runner, enginetest.Offer(20)) }()
