@@ -29,37 +29,23 @@ type CancelAttemptV1 struct {
 
 const nameCancelAttempt = "agent.CancelAttemptV1"
 
-var maxCancelAttemptSize = 2*maxsize.ID + maxsize.Enum + maxsize.Bytes(MaxMessage)
-
 // MessageType implements wire.Message.
 func (*CancelAttemptV1) MessageType() wire.MessageTypeId { return MsgCancelAttempt }
 
-// AppendPostcard implements wire.Message.
+// AppendPostcard implements wire.Message (the note layout, note.go).
 func (m *CancelAttemptV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Attempt.ULID[:]...)
-	b = append(b, m.Lease.ULID[:]...)
-	b = postcard.AppendVariant(b, uint32(m.Reason))
-	return postcard.AppendString(b, truncateText(m.Message, MaxMessage))
+	return appendNote(b, &m.Attempt.ULID, &m.Lease.ULID, uint32(m.Reason), m.Message)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *CancelAttemptV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Attempt.ULID)
-	wire.ReadULID(d, &m.Lease.ULID)
-	m.Reason = CancellationReason(d.Variant(numCancellationReasons))
-	m.Message = d.String(MaxMessage)
+	m.Reason = CancellationReason(decodeNote(d, &m.Attempt.ULID, &m.Lease.ULID, numCancellationReasons, &m.Message))
 }
 
 // Validate implements wire.Message.
 func (m *CancelAttemptV1) Validate() error {
-	const n = nameCancelAttempt
-	if err := checkIDs(n, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID}); err != nil {
-		return err
-	}
-	if !m.Reason.Valid() {
-		return invalid(n, "reason", "unknown reason")
-	}
-	return checkText(n, "message", m.Message)
+	return checkNote(nameCancelAttempt, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID},
+		"reason", m.Reason.Valid(), m.Message)
 }
 
 // CancelAckV1 acknowledges a CancelAttemptV1 once the agent has begun
@@ -356,35 +342,21 @@ type CompletionAckV1 struct {
 
 const nameCompletionAck = "agent.CompletionAckV1"
 
-var maxCompletionAckSize = 2*maxsize.ID + maxsize.Enum + maxsize.Bytes(MaxMessage)
-
 // MessageType implements wire.Message.
 func (*CompletionAckV1) MessageType() wire.MessageTypeId { return MsgCompletionAck }
 
-// AppendPostcard implements wire.Message.
+// AppendPostcard implements wire.Message (the note layout, note.go).
 func (m *CompletionAckV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Attempt.ULID[:]...)
-	b = append(b, m.Lease.ULID[:]...)
-	b = postcard.AppendVariant(b, uint32(m.Kind))
-	return postcard.AppendString(b, truncateText(m.Message, MaxMessage))
+	return appendNote(b, &m.Attempt.ULID, &m.Lease.ULID, uint32(m.Kind), m.Message)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *CompletionAckV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Attempt.ULID)
-	wire.ReadULID(d, &m.Lease.ULID)
-	m.Kind = CompletionAckKind(d.Variant(numCompletionAckKinds))
-	m.Message = d.String(MaxMessage)
+	m.Kind = CompletionAckKind(decodeNote(d, &m.Attempt.ULID, &m.Lease.ULID, numCompletionAckKinds, &m.Message))
 }
 
 // Validate implements wire.Message.
 func (m *CompletionAckV1) Validate() error {
-	const n = nameCompletionAck
-	if err := checkIDs(n, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID}); err != nil {
-		return err
-	}
-	if !m.Kind.Valid() {
-		return invalid(n, "kind", "unknown kind")
-	}
-	return checkText(n, "message", m.Message)
+	return checkNote(nameCompletionAck, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID},
+		"kind", m.Kind.Valid(), m.Message)
 }
