@@ -98,26 +98,19 @@ type PhaseChangeV1 struct {
 
 const namePhaseChange = "agent.PhaseChangeV1"
 
-var maxPhaseChangeSize = 2*maxsize.ID + maxsize.Enum + maxsize.U64
-
 // MessageType implements wire.Message.
 func (*PhaseChangeV1) MessageType() wire.MessageTypeId { return MsgPhaseChange }
 
 // AppendPostcard implements wire.Message. (ActiveAttemptV1 has the same
-// layout but carries log_seq where this carries at_ms: not one type.)
+// layout but carries log_seq where this carries at_ms: one encoding, below,
+// not one type.)
 func (m *PhaseChangeV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Attempt.ULID[:]...)
-	b = append(b, m.Lease.ULID[:]...)
-	b = postcard.AppendVariant(b, uint32(m.Phase))
-	return postcard.AppendU64(b, m.AtMs)
+	return appendAttemptPhase(b, &m.Attempt, &m.Lease, m.Phase, m.AtMs)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *PhaseChangeV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Attempt.ULID)
-	wire.ReadULID(d, &m.Lease.ULID)
-	m.Phase = AttemptPhase(d.Variant(numPhases))
-	m.AtMs = d.U64()
+	m.AtMs = decodeAttemptPhase(d, &m.Attempt, &m.Lease, &m.Phase)
 }
 
 // Validate implements wire.Message.
@@ -133,6 +126,28 @@ func (m *PhaseChangeV1) Validate() error {
 		return invalid(n, "at_ms", "zero")
 	}
 	return nil
+}
+
+// ActiveAttemptV1 and PhaseChangeV1 share one layout, {attempt: [u8;16],
+// lease: [u8;16], phase: AttemptPhase, u64}, encoded and decoded by the two
+// functions below. They stay two types: the u64 is log_seq in one and at_ms
+// in the other.
+const attemptPhaseMaxSize = 2*maxsize.ID + maxsize.Enum + maxsize.U64
+
+func appendAttemptPhase(b []byte, attempt *wire.JobAttemptId, lease *wire.LeaseId, phase AttemptPhase, n uint64) []byte {
+	b = append(b, attempt.ULID[:]...)
+	b = append(b, lease.ULID[:]...)
+	b = postcard.AppendVariant(b, uint32(phase))
+	return postcard.AppendU64(b, n)
+}
+
+// decodeAttemptPhase reads the layout into attempt, lease and phase and
+// returns the u64.
+func decodeAttemptPhase(d *postcard.Decoder, attempt *wire.JobAttemptId, lease *wire.LeaseId, phase *AttemptPhase) uint64 {
+	wire.ReadULID(d, &attempt.ULID)
+	wire.ReadULID(d, &lease.ULID)
+	*phase = AttemptPhase(d.Variant(numPhases))
+	return d.U64()
 }
 
 // ExecutionResultKind is the discriminant of ExecutionResultV1.

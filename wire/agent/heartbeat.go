@@ -50,17 +50,11 @@ type ActiveAttemptV1 struct {
 const activeAttemptMinSize = 16 + 16 + 1 + 1
 
 func (a *ActiveAttemptV1) appendPostcard(b []byte) []byte {
-	b = append(b, a.Attempt.ULID[:]...)
-	b = append(b, a.Lease.ULID[:]...)
-	b = postcard.AppendVariant(b, uint32(a.Phase))
-	return postcard.AppendU64(b, a.LogSeq)
+	return appendAttemptPhase(b, &a.Attempt, &a.Lease, a.Phase, a.LogSeq)
 }
 
 func (a *ActiveAttemptV1) decodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &a.Attempt.ULID)
-	wire.ReadULID(d, &a.Lease.ULID)
-	a.Phase = AttemptPhase(d.Variant(numPhases))
-	a.LogSeq = d.U64()
+	a.LogSeq = decodeAttemptPhase(d, &a.Attempt, &a.Lease, &a.Phase)
 }
 
 // ResourceSummaryV1 is a coarse resource report (§80):

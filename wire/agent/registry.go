@@ -6,7 +6,7 @@ import (
 )
 
 var maxHeartbeatSize = 2*maxsize.ID + maxsize.U64 +
-	maxsize.Seq(MaxActiveAttempts, 2*maxsize.ID+maxsize.Enum+maxsize.U64) + maxsize.Digest +
+	maxsize.Seq(MaxActiveAttempts, attemptPhaseMaxSize) + maxsize.Digest +
 	maxsize.U32 + 2*maxsize.U64 + maxsize.U16
 
 // Messages lists every V1 message of the agent family, for wire.NewRegistry.
@@ -41,7 +41,7 @@ var Messages = []wire.MessageInfo{
 		New: func() wire.Message { return new(CancelAttemptV1) }},
 	{Type: MsgCancelAck, Name: nameCancelAck, Since: wire.V(1, 0), MaxSize: maxCancelAckSize,
 		New: func() wire.Message { return new(CancelAckV1) }},
-	{Type: MsgPhaseChange, Name: namePhaseChange, Since: wire.V(1, 0), MaxSize: maxPhaseChangeSize,
+	{Type: MsgPhaseChange, Name: namePhaseChange, Since: wire.V(1, 0), MaxSize: attemptPhaseMaxSize,
 		New: func() wire.Message { return new(PhaseChangeV1) }},
 	{Type: MsgAttemptCompletion, Name: nameAttemptCompletion, Since: wire.V(1, 0), MaxSize: maxAttemptCompletionSize,
 		New: func() wire.Message { return new(AttemptCompletionV1) }},
