@@ -2,9 +2,9 @@ package wire
 
 import (
 	"log/slog"
-	"strconv"
 	"strings"
 
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -30,7 +30,7 @@ const (
 	maxKnownFeature = 63
 )
 
-var featureNames = map[ProtocolFeature]string{
+var featureNames = [...]string{
 	FeatureLogResumeV1:      "LogResumeV1",
 	FeatureCasRangeResumeV1: "CasRangeResumeV1",
 	FeatureDeviceControlV1:  "DeviceControlV1",
@@ -41,12 +41,7 @@ var featureNames = map[ProtocolFeature]string{
 }
 
 // String returns the feature's name, or Feature(n) for a number this build does not know.
-func (f ProtocolFeature) String() string {
-	if s, ok := featureNames[f]; ok {
-		return s
-	}
-	return "Feature(" + strconv.Itoa(int(f)) + ")"
-}
+func (f ProtocolFeature) String() string { return enum.Name(featureNames[:], f, "Feature") }
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).

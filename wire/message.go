@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
 
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -31,12 +31,7 @@ const (
 var familyNames = [NumFamilies]string{"common", "agent", "logs", "cas", "health", "admin", "signing", "device"}
 
 // String returns the family's name (agent, logs, …), or family(n) for an unknown number.
-func (f Family) String() string {
-	if int(f) < len(familyNames) {
-		return familyNames[f]
-	}
-	return "family(" + strconv.Itoa(int(f)) + ")"
-}
+func (f Family) String() string { return enum.Name(familyNames[:], f, "family") }
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).

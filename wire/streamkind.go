@@ -2,8 +2,8 @@ package wire
 
 import (
 	"log/slog"
-	"strconv"
 
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -31,12 +31,7 @@ var streamKindNames = [NumStreamKinds]string{
 }
 
 // String returns the kind's name, or stream-kind(n) for a kind this build does not know.
-func (k StreamKind) String() string {
-	if k < NumStreamKinds {
-		return streamKindNames[k]
-	}
-	return "stream-kind(" + strconv.Itoa(int(k)) + ")"
-}
+func (k StreamKind) String() string { return enum.Name(streamKindNames[:], k, "stream-kind") }
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).

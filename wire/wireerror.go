@@ -3,8 +3,8 @@ package wire
 import (
 	"errors"
 	"log/slog"
-	"strconv"
 
+	"forgeyard.dev/transport/wire/internal/enum"
 	"forgeyard.dev/transport/wire/postcard"
 )
 
@@ -48,12 +48,7 @@ var errCodeNames = [numErrCodes]string{"",
 }
 
 // String returns the code's name, or ErrorCode(n) for a code this build does not define.
-func (c ProtocolErrorCode) String() string {
-	if c > 0 && c < numErrCodes {
-		return errCodeNames[c]
-	}
-	return "ErrorCode(" + strconv.Itoa(int(c)) + ")"
-}
+func (c ProtocolErrorCode) String() string { return enum.Name(errCodeNames[:], c, "ErrorCode") }
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).
@@ -79,12 +74,7 @@ const (
 var retryNames = [numRetryClasses]string{"Never", "Immediately", "Backoff", "Resync", "Unsupported"}
 
 // String returns the retry class's name, or RetryClass(n) for an undefined value.
-func (r RetryClass) String() string {
-	if r < numRetryClasses {
-		return retryNames[r]
-	}
-	return "RetryClass(" + strconv.Itoa(int(r)) + ")"
-}
+func (r RetryClass) String() string { return enum.Name(retryNames[:], r, "RetryClass") }
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).

@@ -29,37 +29,23 @@ type CancelAttemptV1 struct {
 
 const nameCancelAttempt = "agent.CancelAttemptV1"
 
-var maxCancelAttemptSize = 2*maxsize.ID + maxsize.Enum + maxsize.Bytes(MaxMessage)
-
 // MessageType implements wire.Message.
 func (*CancelAttemptV1) MessageType() wire.MessageTypeId { return MsgCancelAttempt }
 
-// AppendPostcard implements wire.Message.
+// AppendPostcard implements wire.Message (the note layout, note.go).
 func (m *CancelAttemptV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Attempt.ULID[:]...)
-	b = append(b, m.Lease.ULID[:]...)
-	b = postcard.AppendVariant(b, uint32(m.Reason))
-	return postcard.AppendString(b, truncateText(m.Message, MaxMessage))
+	return appendNote(b, &m.Attempt.ULID, &m.Lease.ULID, uint32(m.Reason), m.Message)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *CancelAttemptV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Attempt.ULID)
-	wire.ReadULID(d, &m.Lease.ULID)
-	m.Reason = CancellationReason(d.Variant(numCancellationReasons))
-	m.Message = d.String(MaxMessage)
+	m.Reason = CancellationReason(decodeNote(d, &m.Attempt.ULID, &m.Lease.ULID, numCancellationReasons, &m.Message))
 }
 
 // Validate implements wire.Message.
 func (m *CancelAttemptV1) Validate() error {
-	const n = nameCancelAttempt
-	if err := checkIDs(n, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID}); err != nil {
-		return err
-	}
-	if !m.Reason.Valid() {
-		return invalid(n, "reason", "unknown reason")
-	}
-	return checkText(n, "message", m.Message)
+	return checkNote(nameCancelAttempt, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID},
+		"reason", m.Reason.Valid(), m.Message)
 }
 
 // CancelAckV1 acknowledges a CancelAttemptV1 once the agent has begun
@@ -112,26 +98,19 @@ type PhaseChangeV1 struct {
 
 const namePhaseChange = "agent.PhaseChangeV1"
 
-var maxPhaseChangeSize = 2*maxsize.ID + maxsize.Enum + maxsize.U64
-
 // MessageType implements wire.Message.
 func (*PhaseChangeV1) MessageType() wire.MessageTypeId { return MsgPhaseChange }
 
 // AppendPostcard implements wire.Message. (ActiveAttemptV1 has the same
-// layout but carries log_seq where this carries at_ms: not one type.)
+// layout but carries log_seq where this carries at_ms: one encoding, below,
+// not one type.)
 func (m *PhaseChangeV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Attempt.ULID[:]...)
-	b = append(b, m.Lease.ULID[:]...)
-	b = postcard.AppendVariant(b, uint32(m.Phase))
-	return postcard.AppendU64(b, m.AtMs)
+	return appendAttemptPhase(b, &m.Attempt, &m.Lease, m.Phase, m.AtMs)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *PhaseChangeV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Attempt.ULID)
-	wire.ReadULID(d, &m.Lease.ULID)
-	m.Phase = AttemptPhase(d.Variant(numPhases))
-	m.AtMs = d.U64()
+	m.AtMs = decodeAttemptPhase(d, &m.Attempt, &m.Lease, &m.Phase)
 }
 
 // Validate implements wire.Message.
@@ -147,6 +126,28 @@ func (m *PhaseChangeV1) Validate() error {
 		return invalid(n, "at_ms", "zero")
 	}
 	return nil
+}
+
+// ActiveAttemptV1 and PhaseChangeV1 share one layout, {attempt: [u8;16],
+// lease: [u8;16], phase: AttemptPhase, u64}, encoded and decoded by the two
+// functions below. They stay two types: the u64 is log_seq in one and at_ms
+// in the other.
+const attemptPhaseMaxSize = 2*maxsize.ID + maxsize.Enum + maxsize.U64
+
+func appendAttemptPhase(b []byte, attempt *wire.JobAttemptId, lease *wire.LeaseId, phase AttemptPhase, n uint64) []byte {
+	b = append(b, attempt.ULID[:]...)
+	b = append(b, lease.ULID[:]...)
+	b = postcard.AppendVariant(b, uint32(phase))
+	return postcard.AppendU64(b, n)
+}
+
+// decodeAttemptPhase reads the layout into attempt, lease and phase and
+// returns the u64.
+func decodeAttemptPhase(d *postcard.Decoder, attempt *wire.JobAttemptId, lease *wire.LeaseId, phase *AttemptPhase) uint64 {
+	wire.ReadULID(d, &attempt.ULID)
+	wire.ReadULID(d, &lease.ULID)
+	*phase = AttemptPhase(d.Variant(numPhases))
+	return d.U64()
 }
 
 // ExecutionResultKind is the discriminant of ExecutionResultV1.
@@ -356,35 +357,21 @@ type CompletionAckV1 struct {
 
 const nameCompletionAck = "agent.CompletionAckV1"
 
-var maxCompletionAckSize = 2*maxsize.ID + maxsize.Enum + maxsize.Bytes(MaxMessage)
-
 // MessageType implements wire.Message.
 func (*CompletionAckV1) MessageType() wire.MessageTypeId { return MsgCompletionAck }
 
-// AppendPostcard implements wire.Message.
+// AppendPostcard implements wire.Message (the note layout, note.go).
 func (m *CompletionAckV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Attempt.ULID[:]...)
-	b = append(b, m.Lease.ULID[:]...)
-	b = postcard.AppendVariant(b, uint32(m.Kind))
-	return postcard.AppendString(b, truncateText(m.Message, MaxMessage))
+	return appendNote(b, &m.Attempt.ULID, &m.Lease.ULID, uint32(m.Kind), m.Message)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *CompletionAckV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Attempt.ULID)
-	wire.ReadULID(d, &m.Lease.ULID)
-	m.Kind = CompletionAckKind(d.Variant(numCompletionAckKinds))
-	m.Message = d.String(MaxMessage)
+	m.Kind = CompletionAckKind(decodeNote(d, &m.Attempt.ULID, &m.Lease.ULID, numCompletionAckKinds, &m.Message))
 }
 
 // Validate implements wire.Message.
 func (m *CompletionAckV1) Validate() error {
-	const n = nameCompletionAck
-	if err := checkIDs(n, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID}); err != nil {
-		return err
-	}
-	if !m.Kind.Valid() {
-		return invalid(n, "kind", "unknown kind")
-	}
-	return checkText(n, "message", m.Message)
+	return checkNote(nameCompletionAck, idField{"attempt", m.Attempt.ULID}, idField{"lease", m.Lease.ULID},
+		"kind", m.Kind.Valid(), m.Message)
 }

@@ -125,6 +125,18 @@ func checkString(msg, field, s string, max int, required bool) error {
 	return nil
 }
 
+// checkBytes validates a required byte string: non-empty and at most max
+// bytes.
+func checkBytes[B ~[]byte](msg, field string, p B, max int) error {
+	switch {
+	case len(p) == 0:
+		return invalid(msg, field, "empty")
+	case len(p) > max:
+		return invalid(msg, field, "longer than its bound")
+	}
+	return nil
+}
+
 // checkText validates a free-text message field, which the encoder truncates
 // to its bound, so only UTF-8 validity matters.
 func checkText(msg, field, s string) error {

@@ -68,13 +68,7 @@ func (m *CertificateRequestV1) Validate() error {
 	if err := checkString(n, "token", m.Token, MaxEnrollToken, false); err != nil {
 		return err
 	}
-	switch {
-	case len(m.CSR) == 0:
-		return invalid(n, "csr", "empty")
-	case len(m.CSR) > MaxCSR:
-		return invalid(n, "csr", "longer than its bound")
-	}
-	return nil
+	return checkBytes(n, "csr", m.CSR, MaxCSR)
 }
 
 // String never shows the token.

@@ -12,6 +12,31 @@ import (
 // MaxActiveAttempts bounds the attempts listed in a heartbeat or resync.
 const MaxActiveAttempts = 256
 
+// checkAttemptList validates a per-attempt list (HeartbeatV1's and
+// AgentResyncV1's active_attempts, ResyncResponseV1's results): at most
+// MaxActiveAttempts elements, each valid by check, and, when attemptOf is
+// not nil, no attempt listed twice.
+func checkAttemptList[T any](msg, field string, list []T, check func(*T, string) error, attemptOf func(*T) wire.JobAttemptId) error {
+	if len(list) > MaxActiveAttempts {
+		return invalid(msg, field, "more elements than its bound")
+	}
+	for i := range list {
+		if err := check(&list[i], msg); err != nil {
+			return err
+		}
+		if attemptOf == nil {
+			continue
+		}
+		a := attemptOf(&list[i])
+		for j := range list[:i] {
+			if attemptOf(&list[j]) == a {
+				return invalid(msg, field+".attempt", "listed twice")
+			}
+		}
+	}
+	return nil
+}
+
 // AttemptPhase is an attempt's execution phase (§74). Postcard enum.
 type AttemptPhase uint32
 
@@ -50,17 +75,22 @@ type ActiveAttemptV1 struct {
 const activeAttemptMinSize = 16 + 16 + 1 + 1
 
 func (a *ActiveAttemptV1) appendPostcard(b []byte) []byte {
-	b = append(b, a.Attempt.ULID[:]...)
-	b = append(b, a.Lease.ULID[:]...)
-	b = postcard.AppendVariant(b, uint32(a.Phase))
-	return postcard.AppendU64(b, a.LogSeq)
+	return appendAttemptPhase(b, &a.Attempt, &a.Lease, a.Phase, a.LogSeq)
 }
 
 func (a *ActiveAttemptV1) decodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &a.Attempt.ULID)
-	wire.ReadULID(d, &a.Lease.ULID)
-	a.Phase = AttemptPhase(d.Variant(numPhases))
-	a.LogSeq = d.U64()
+	a.LogSeq = decodeAttemptPhase(d, &a.Attempt, &a.Lease, &a.Phase)
+}
+
+func (a *ActiveAttemptV1) validate(msg string) error {
+	if err := checkIDs(msg, idField{"active_attempts.attempt", a.Attempt.ULID},
+		idField{"active_attempts.lease", a.Lease.ULID}); err != nil {
+		return err
+	}
+	if !a.Phase.Valid() {
+		return invalid(msg, "active_attempts.phase", "unknown phase")
+	}
+	return nil
 }
 
 // ResourceSummaryV1 is a coarse resource report (§80):
@@ -132,18 +162,5 @@ func (m *HeartbeatV1) Validate() error {
 	if err := checkIDs(n, idField{"runner", m.Runner.ULID}, idField{"session", m.Session.ULID}); err != nil {
 		return err
 	}
-	if len(m.ActiveAttempts) > MaxActiveAttempts {
-		return invalid(n, "active_attempts", "more elements than its bound")
-	}
-	for i := range m.ActiveAttempts {
-		a := &m.ActiveAttempts[i]
-		if err := checkIDs(n, idField{"active_attempts.attempt", a.Attempt.ULID},
-			idField{"active_attempts.lease", a.Lease.ULID}); err != nil {
-			return err
-		}
-		if !a.Phase.Valid() {
-			return invalid(n, "active_attempts.phase", "unknown phase")
-		}
-	}
-	return nil
+	return checkAttemptList(n, "active_attempts", m.ActiveAttempts, (*ActiveAttemptV1).validate, nil)
 }

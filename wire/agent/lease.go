@@ -151,37 +151,23 @@ type LeaseRejectedV1 struct {
 
 const nameLeaseRejected = "agent.LeaseRejectedV1"
 
-var maxLeaseRejectedSize = 2*maxsize.ID + maxsize.Enum + maxsize.Bytes(MaxMessage)
-
 // MessageType implements wire.Message.
 func (*LeaseRejectedV1) MessageType() wire.MessageTypeId { return MsgLeaseRejected }
 
-// AppendPostcard implements wire.Message.
+// AppendPostcard implements wire.Message (the note layout, note.go).
 func (m *LeaseRejectedV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Lease.ULID[:]...)
-	b = append(b, m.Attempt.ULID[:]...)
-	b = postcard.AppendVariant(b, uint32(m.Reason))
-	return postcard.AppendString(b, truncateText(m.Message, MaxMessage))
+	return appendNote(b, &m.Lease.ULID, &m.Attempt.ULID, uint32(m.Reason), m.Message)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *LeaseRejectedV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Lease.ULID)
-	wire.ReadULID(d, &m.Attempt.ULID)
-	m.Reason = LeaseRejectReason(d.Variant(numLeaseRejectReasons))
-	m.Message = d.String(MaxMessage)
+	m.Reason = LeaseRejectReason(decodeNote(d, &m.Lease.ULID, &m.Attempt.ULID, numLeaseRejectReasons, &m.Message))
 }
 
 // Validate implements wire.Message.
 func (m *LeaseRejectedV1) Validate() error {
-	const n = nameLeaseRejected
-	if err := checkIDs(n, idField{"lease", m.Lease.ULID}, idField{"attempt", m.Attempt.ULID}); err != nil {
-		return err
-	}
-	if !m.Reason.Valid() {
-		return invalid(n, "reason", "unknown reason")
-	}
-	return checkText(n, "message", m.Message)
+	return checkNote(nameLeaseRejected, idField{"lease", m.Lease.ULID}, idField{"attempt", m.Attempt.ULID},
+		"reason", m.Reason.Valid(), m.Message)
 }
 
 // LeaseRenewV1 asks the daemon to extend a lease (§70) and reports the phase

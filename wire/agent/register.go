@@ -100,11 +100,8 @@ func (m *RegisterAgentV1) Validate() error {
 	if m.CapabilityDigest.IsZero() {
 		return invalid(n, "capability_digest", "zero digest")
 	}
-	switch {
-	case len(m.KeyProof) == 0:
-		return invalid(n, "key_proof", "empty")
-	case len(m.KeyProof) > MaxKeyProof:
-		return invalid(n, "key_proof", "longer than its bound")
+	if err := checkBytes(n, "key_proof", m.KeyProof, MaxKeyProof); err != nil {
+		return err
 	}
 	if m.HasResumeEpoch && m.ResumeEpoch == 0 {
 		return invalid(n, "resume_epoch", "zero")

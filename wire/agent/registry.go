@@ -6,7 +6,7 @@ import (
 )
 
 var maxHeartbeatSize = 2*maxsize.ID + maxsize.U64 +
-	maxsize.Seq(MaxActiveAttempts, 2*maxsize.ID+maxsize.Enum+maxsize.U64) + maxsize.Digest +
+	maxsize.Seq(MaxActiveAttempts, attemptPhaseMaxSize) + maxsize.Digest +
 	maxsize.U32 + 2*maxsize.U64 + maxsize.U16
 
 // Messages lists every V1 message of the agent family, for wire.NewRegistry.
@@ -31,21 +31,21 @@ var Messages = []wire.MessageInfo{
 		New: func() wire.Message { return new(LeaseOfferV1) }},
 	{Type: MsgLeaseAccepted, Name: nameLeaseAccepted, Since: wire.V(1, 0), MaxSize: maxLeaseAcceptedSize,
 		New: func() wire.Message { return new(LeaseAcceptedV1) }},
-	{Type: MsgLeaseRejected, Name: nameLeaseRejected, Since: wire.V(1, 0), MaxSize: maxLeaseRejectedSize,
+	{Type: MsgLeaseRejected, Name: nameLeaseRejected, Since: wire.V(1, 0), MaxSize: noteMaxSize,
 		New: func() wire.Message { return new(LeaseRejectedV1) }},
 	{Type: MsgLeaseRenew, Name: nameLeaseRenew, Since: wire.V(1, 0), MaxSize: maxLeaseRenewSize,
 		New: func() wire.Message { return new(LeaseRenewV1) }},
 	{Type: MsgLeaseRenewAck, Name: nameLeaseRenewAck, Since: wire.V(1, 0), MaxSize: maxLeaseRenewAckSize,
 		New: func() wire.Message { return new(LeaseRenewAckV1) }},
-	{Type: MsgCancelAttempt, Name: nameCancelAttempt, Since: wire.V(1, 0), MaxSize: maxCancelAttemptSize,
+	{Type: MsgCancelAttempt, Name: nameCancelAttempt, Since: wire.V(1, 0), MaxSize: noteMaxSize,
 		New: func() wire.Message { return new(CancelAttemptV1) }},
 	{Type: MsgCancelAck, Name: nameCancelAck, Since: wire.V(1, 0), MaxSize: maxCancelAckSize,
 		New: func() wire.Message { return new(CancelAckV1) }},
-	{Type: MsgPhaseChange, Name: namePhaseChange, Since: wire.V(1, 0), MaxSize: maxPhaseChangeSize,
+	{Type: MsgPhaseChange, Name: namePhaseChange, Since: wire.V(1, 0), MaxSize: attemptPhaseMaxSize,
 		New: func() wire.Message { return new(PhaseChangeV1) }},
 	{Type: MsgAttemptCompletion, Name: nameAttemptCompletion, Since: wire.V(1, 0), MaxSize: maxAttemptCompletionSize,
 		New: func() wire.Message { return new(AttemptCompletionV1) }},
-	{Type: MsgCompletionAck, Name: nameCompletionAck, Since: wire.V(1, 0), MaxSize: maxCompletionAckSize,
+	{Type: MsgCompletionAck, Name: nameCompletionAck, Since: wire.V(1, 0), MaxSize: noteMaxSize,
 		New: func() wire.Message { return new(CompletionAckV1) }},
 	{Type: MsgHeartbeat, Name: "agent.HeartbeatV1", Since: wire.V(1, 0), MaxSize: maxHeartbeatSize,
 		New: func() wire.Message { return new(HeartbeatV1) }},

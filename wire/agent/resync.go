@@ -140,19 +140,9 @@ func (m *AgentResyncV1) Validate() error {
 	if m.Epoch == 0 {
 		return invalid(n, "epoch", "zero")
 	}
-	if len(m.ActiveAttempts) > MaxActiveAttempts {
-		return invalid(n, "active_attempts", "more elements than its bound")
-	}
-	for i := range m.ActiveAttempts {
-		a := &m.ActiveAttempts[i]
-		if err := a.validate(n); err != nil {
-			return err
-		}
-		for j := range m.ActiveAttempts[:i] {
-			if m.ActiveAttempts[j].Attempt == a.Attempt {
-				return invalid(n, "active_attempts.attempt", "listed twice")
-			}
-		}
+	if err := checkAttemptList(n, "active_attempts", m.ActiveAttempts, (*ActiveAttemptResyncV1).validate,
+		func(a *ActiveAttemptResyncV1) wire.JobAttemptId { return a.Attempt }); err != nil {
+		return err
 	}
 	if m.CapabilityDigest.IsZero() {
 		return invalid(n, "capability_digest", "zero digest")
@@ -246,6 +236,14 @@ func (r *ResyncResultV1) decodePostcard(d *postcard.Decoder) {
 	r.Decision.decodePostcard(d)
 }
 
+func (r *ResyncResultV1) validate(msg string) error {
+	if err := checkIDs(msg, idField{"results.attempt", r.Attempt.ULID},
+		idField{"results.lease", r.Lease.ULID}); err != nil {
+		return err
+	}
+	return r.Decision.validate(msg)
+}
+
 // ResyncResponseV1 answers AgentResyncV1 with one decision per attempt the
 // agent listed. Attempts the daemon expects but the agent did not list are
 // handled by the daemon (lease expiry), not here.
@@ -280,24 +278,6 @@ func (m *ResyncResponseV1) DecodePostcard(d *postcard.Decoder) {
 
 // Validate implements wire.Message.
 func (m *ResyncResponseV1) Validate() error {
-	const n = nameResyncResponse
-	if len(m.Results) > MaxActiveAttempts {
-		return invalid(n, "results", "more elements than its bound")
-	}
-	for i := range m.Results {
-		r := &m.Results[i]
-		if err := checkIDs(n, idField{"results.attempt", r.Attempt.ULID},
-			idField{"results.lease", r.Lease.ULID}); err != nil {
-			return err
-		}
-		if err := r.Decision.validate(n); err != nil {
-			return err
-		}
-		for j := range m.Results[:i] {
-			if m.Results[j].Attempt == r.Attempt {
-				return invalid(n, "results.attempt", "listed twice")
-			}
-		}
-	}
-	return nil
+	return checkAttemptList(nameResyncResponse, "results", m.Results, (*ResyncResultV1).validate,
+		func(r *ResyncResultV1) wire.JobAttemptId { return r.Attempt })
 }

@@ -106,12 +106,10 @@ func (m *SecretMaterialV1) Validate() error {
 	if err := checkString(n, "secret_id", m.SecretID, MaxSecretID, true); err != nil {
 		return err
 	}
-	switch {
-	case len(m.Bytes) == 0:
-		return invalid(n, "bytes", "empty")
-	case len(m.Bytes) > MaxSecretBytes:
-		return invalid(n, "bytes", "longer than its bound")
-	case m.ExpiresAtMs == 0:
+	if err := checkBytes(n, "bytes", m.Bytes, MaxSecretBytes); err != nil {
+		return err
+	}
+	if m.ExpiresAtMs == 0 {
 		return invalid(n, "expires_at_ms", "zero")
 	}
 	return nil

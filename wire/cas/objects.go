@@ -19,26 +19,18 @@ func (*NeedObjectsV1) MessageType() wire.MessageTypeId { return MsgNeedObjects }
 
 // AppendPostcard implements wire.Message.
 func (m *NeedObjectsV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Lease.ULID[:]...)
-	return appendRefs(b, m.Objects)
+	return appendLeaseRefs(b, &m.Lease, m.Objects)
 }
 
 // DecodePostcard implements wire.Message. It reuses the capacity of m.Objects.
 func (m *NeedObjectsV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Lease.ULID)
-	m.Objects = decodeRefs(d, m.Objects)
+	m.Objects = decodeLeaseRefs(d, &m.Lease, m.Objects)
 }
 
 // Validate implements wire.Message: the lease is required, the batch holds
 // 1..=MaxBatch valid references.
 func (m *NeedObjectsV1) Validate() error {
-	if m.Lease.IsZero() {
-		return errInvalid("need objects: lease is required")
-	}
-	if len(m.Objects) == 0 {
-		return errInvalid("need objects: empty batch")
-	}
-	return validRefs(m.Objects, "need objects")
+	return checkLeaseRefs("need objects", m.Lease, m.Objects, true)
 }
 
 // MissingObjectsV1 answers NeedObjectsV1 with the subset the receiver does
@@ -55,23 +47,45 @@ func (*MissingObjectsV1) MessageType() wire.MessageTypeId { return MsgMissingObj
 
 // AppendPostcard implements wire.Message.
 func (m *MissingObjectsV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Lease.ULID[:]...)
-	return appendRefs(b, m.Objects)
+	return appendLeaseRefs(b, &m.Lease, m.Objects)
 }
 
 // DecodePostcard implements wire.Message. It reuses the capacity of m.Objects.
 func (m *MissingObjectsV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Lease.ULID)
-	m.Objects = decodeRefs(d, m.Objects)
+	m.Objects = decodeLeaseRefs(d, &m.Lease, m.Objects)
 }
 
 // Validate implements wire.Message: the lease is required, every reference
 // valid.
 func (m *MissingObjectsV1) Validate() error {
-	if m.Lease.IsZero() {
-		return errInvalid("missing objects: lease is required")
+	return checkLeaseRefs("missing objects", m.Lease, m.Objects, false)
+}
+
+// NeedObjectsV1 and MissingObjectsV1 share one layout, {lease: [u8;16],
+// objects: Vec<CasObjectRef> ≤ MaxBatch}, and one rule (a lease and valid
+// references; at least one for NeedObjectsV1), encoded, decoded and checked
+// once below. They stay two types: a request and its answer.
+func appendLeaseRefs(b []byte, lease *wire.LeaseId, refs []wire.CasObjectRef) []byte {
+	b = append(b, lease.ULID[:]...)
+	return appendRefs(b, refs)
+}
+
+// decodeLeaseRefs reads the layout into lease and returns the references,
+// reusing the capacity of refs.
+func decodeLeaseRefs(d *postcard.Decoder, lease *wire.LeaseId, refs []wire.CasObjectRef) []wire.CasObjectRef {
+	wire.ReadULID(d, &lease.ULID)
+	return decodeRefs(d, refs)
+}
+
+// checkLeaseRefs validates the layout; nonEmpty rejects an empty batch.
+func checkLeaseRefs(what string, lease wire.LeaseId, refs []wire.CasObjectRef, nonEmpty bool) error {
+	if lease.IsZero() {
+		return errInvalid(what + ": lease is required")
 	}
-	return validRefs(m.Objects, "missing objects")
+	if nonEmpty && len(refs) == 0 {
+		return errInvalid(what + ": empty batch")
+	}
+	return validRefs(refs, what)
 }
 
 // OutputsFinalizedV1 is the agent's outputs finalization barrier (§243):

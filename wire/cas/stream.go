@@ -116,28 +116,18 @@ func (*CasRangeResumeRequestV1) MessageType() wire.MessageTypeId {
 
 // AppendPostcard implements wire.Message.
 func (m *CasRangeResumeRequestV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Lease.ULID[:]...)
-	b = m.Object.AppendPostcard(b)
-	return postcard.AppendU64(b, m.VerifiedOffset)
+	return appendObjectOffset(b, &m.Lease, &m.Object, m.VerifiedOffset)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *CasRangeResumeRequestV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Lease.ULID)
-	m.Object.DecodePostcard(d)
-	m.VerifiedOffset = d.U64()
+	m.VerifiedOffset = decodeObjectOffset(d, &m.Lease, &m.Object)
 }
 
 // Validate implements wire.Message: the lease is required, the object valid
 // and VerifiedOffset ≤ its size.
 func (m *CasRangeResumeRequestV1) Validate() error {
-	if err := checkLeaseObject("range resume request", m.Lease, &m.Object); err != nil {
-		return err
-	}
-	if m.VerifiedOffset > m.Object.Size {
-		return errInvalid("range resume request: verified offset beyond the object's size")
-	}
-	return nil
+	return checkObjectOffset("range resume request", "verified offset", m.Lease, &m.Object, m.VerifiedOffset)
 }
 
 // CasFetchRequestV1 asks for a download of an object from Offset to its end;
@@ -153,30 +143,49 @@ type CasFetchRequestV1 struct {
 // MessageType implements wire.Message.
 func (*CasFetchRequestV1) MessageType() wire.MessageTypeId { return MsgCasFetchRequest }
 
-// AppendPostcard implements wire.Message. (CasRangeResumeRequestV1 has the
-// same layout, but its offset is a verified prefix the sender holds, not
-// where a download starts: not one type.)
+// AppendPostcard implements wire.Message.
 func (m *CasFetchRequestV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Lease.ULID[:]...)
-	b = m.Object.AppendPostcard(b)
-	return postcard.AppendU64(b, m.Offset)
+	return appendObjectOffset(b, &m.Lease, &m.Object, m.Offset)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *CasFetchRequestV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Lease.ULID)
-	m.Object.DecodePostcard(d)
-	m.Offset = d.U64()
+	m.Offset = decodeObjectOffset(d, &m.Lease, &m.Object)
 }
 
 // Validate implements wire.Message: the lease is required, the object valid
 // and Offset ≤ its size.
 func (m *CasFetchRequestV1) Validate() error {
-	if err := checkLeaseObject("fetch request", m.Lease, &m.Object); err != nil {
+	return checkObjectOffset("fetch request", "offset", m.Lease, &m.Object, m.Offset)
+}
+
+// CasRangeResumeRequestV1 and CasFetchRequestV1 share one layout, {lease:
+// [u8;16], object: CasObjectRef, u64}, and one rule (a lease, a valid object
+// and an offset within its size), encoded, decoded and checked once below.
+// They stay two types: the offset is a verified prefix the sender holds in
+// one and where a download starts in the other.
+func appendObjectOffset(b []byte, lease *wire.LeaseId, object *wire.CasObjectRef, offset uint64) []byte {
+	b = append(b, lease.ULID[:]...)
+	b = object.AppendPostcard(b)
+	return postcard.AppendU64(b, offset)
+}
+
+// decodeObjectOffset reads the layout into lease and object and returns the
+// offset.
+func decodeObjectOffset(d *postcard.Decoder, lease *wire.LeaseId, object *wire.CasObjectRef) uint64 {
+	wire.ReadULID(d, &lease.ULID)
+	object.DecodePostcard(d)
+	return d.U64()
+}
+
+// checkObjectOffset validates the layout; offsetName names the offset in
+// the error ("<what>: <offsetName> beyond the object's size").
+func checkObjectOffset(what, offsetName string, lease wire.LeaseId, object *wire.CasObjectRef, offset uint64) error {
+	if err := checkLeaseObject(what, lease, object); err != nil {
 		return err
 	}
-	if m.Offset > m.Object.Size {
-		return errInvalid("fetch request: offset beyond the object's size")
+	if offset > object.Size {
+		return errInvalid(what + ": " + offsetName + " beyond the object's size")
 	}
 	return nil
 }

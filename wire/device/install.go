@@ -22,15 +22,13 @@ func (*InstallV1) MessageType() wire.MessageTypeId { return MsgInstall }
 
 // AppendPostcard implements wire.Message.
 func (m *InstallV1) AppendPostcard(b []byte) []byte {
-	b = appendDeviceId(b, m.Device)
-	b = append(b, m.Lease.ULID[:]...)
+	b = appendOperation(b, m.Device, &m.Lease)
 	return m.Artifact.AppendPostcard(b)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *InstallV1) DecodePostcard(d *postcard.Decoder) {
-	m.Device = readDeviceId(d)
-	wire.ReadULID(d, &m.Lease.ULID)
+	m.Device = readOperation(d, &m.Lease)
 	m.Artifact.DecodePostcard(d)
 }
 
@@ -61,15 +59,13 @@ func (*InstallResultV1) MessageType() wire.MessageTypeId { return MsgInstallResu
 
 // AppendPostcard implements wire.Message.
 func (m *InstallResultV1) AppendPostcard(b []byte) []byte {
-	b = appendDeviceId(b, m.Device)
-	b = postcard.AppendVariant(b, uint32(m.Outcome))
+	b = appendResult(b, m.Device, m.Outcome)
 	return postcard.AppendString(b, m.Message)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *InstallResultV1) DecodePostcard(d *postcard.Decoder) {
-	m.Device = readDeviceId(d)
-	m.Outcome = DeviceOutcome(d.Variant(numDeviceOutcomes))
+	m.Device, m.Outcome = readResult(d)
 	m.Message = d.String(MaxMessage)
 }
 

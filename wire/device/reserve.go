@@ -20,15 +20,13 @@ func (*ReserveV1) MessageType() wire.MessageTypeId { return MsgReserve }
 
 // AppendPostcard implements wire.Message.
 func (m *ReserveV1) AppendPostcard(b []byte) []byte {
-	b = appendDeviceId(b, m.Device)
-	b = append(b, m.Lease.ULID[:]...)
+	b = appendOperation(b, m.Device, &m.Lease)
 	return postcard.AppendU32(b, m.DurationMs)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *ReserveV1) DecodePostcard(d *postcard.Decoder) {
-	m.Device = readDeviceId(d)
-	wire.ReadULID(d, &m.Lease.ULID)
+	m.Device = readOperation(d, &m.Lease)
 	m.DurationMs = d.U32()
 }
 
@@ -60,15 +58,13 @@ func (*ReserveResultV1) MessageType() wire.MessageTypeId { return MsgReserveResu
 
 // AppendPostcard implements wire.Message.
 func (m *ReserveResultV1) AppendPostcard(b []byte) []byte {
-	b = appendDeviceId(b, m.Device)
-	b = postcard.AppendVariant(b, uint32(m.Outcome))
+	b = appendResult(b, m.Device, m.Outcome)
 	return postcard.AppendU64(b, m.ReservationExpiresMs)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *ReserveResultV1) DecodePostcard(d *postcard.Decoder) {
-	m.Device = readDeviceId(d)
-	m.Outcome = DeviceOutcome(d.Variant(numDeviceOutcomes))
+	m.Device, m.Outcome = readResult(d)
 	m.ReservationExpiresMs = d.U64()
 }
 
@@ -98,14 +94,12 @@ func (*ResetV1) MessageType() wire.MessageTypeId { return MsgReset }
 
 // AppendPostcard implements wire.Message.
 func (m *ResetV1) AppendPostcard(b []byte) []byte {
-	b = appendDeviceId(b, m.Device)
-	return append(b, m.Lease.ULID[:]...)
+	return appendOperation(b, m.Device, &m.Lease)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *ResetV1) DecodePostcard(d *postcard.Decoder) {
-	m.Device = readDeviceId(d)
-	wire.ReadULID(d, &m.Lease.ULID)
+	m.Device = readOperation(d, &m.Lease)
 }
 
 // Validate implements wire.Message: a valid device id and a lease are
@@ -130,14 +124,12 @@ func (*ResetResultV1) MessageType() wire.MessageTypeId { return MsgResetResult }
 
 // AppendPostcard implements wire.Message.
 func (m *ResetResultV1) AppendPostcard(b []byte) []byte {
-	b = appendDeviceId(b, m.Device)
-	return postcard.AppendVariant(b, uint32(m.Outcome))
+	return appendResult(b, m.Device, m.Outcome)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *ResetResultV1) DecodePostcard(d *postcard.Decoder) {
-	m.Device = readDeviceId(d)
-	m.Outcome = DeviceOutcome(d.Variant(numDeviceOutcomes))
+	m.Device, m.Outcome = readResult(d)
 }
 
 // Validate implements wire.Message: a valid device id and a known outcome.

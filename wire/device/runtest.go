@@ -50,8 +50,7 @@ func (*RunTestV1) MessageType() wire.MessageTypeId { return MsgRunTest }
 
 // AppendPostcard implements wire.Message.
 func (m *RunTestV1) AppendPostcard(b []byte) []byte {
-	b = appendDeviceId(b, m.Device)
-	b = append(b, m.Lease.ULID[:]...)
+	b = appendOperation(b, m.Device, &m.Lease)
 	b = postcard.AppendString(b, m.Suite)
 	b = postcard.AppendString(b, m.Filter)
 	return postcard.AppendU32(b, m.TimeoutMs)
@@ -59,8 +58,7 @@ func (m *RunTestV1) AppendPostcard(b []byte) []byte {
 
 // DecodePostcard implements wire.Message.
 func (m *RunTestV1) DecodePostcard(d *postcard.Decoder) {
-	m.Device = readDeviceId(d)
-	wire.ReadULID(d, &m.Lease.ULID)
+	m.Device = readOperation(d, &m.Lease)
 	m.Suite = d.String(MaxSuite)
 	m.Filter = d.String(MaxFilter)
 	m.TimeoutMs = d.U32()
@@ -109,8 +107,7 @@ func (*RunTestResultV1) MessageType() wire.MessageTypeId { return MsgRunTestResu
 
 // AppendPostcard implements wire.Message.
 func (m *RunTestResultV1) AppendPostcard(b []byte) []byte {
-	b = appendDeviceId(b, m.Device)
-	b = postcard.AppendVariant(b, uint32(m.Outcome))
+	b = appendResult(b, m.Device, m.Outcome)
 	b = postcard.AppendU32(b, m.Passed)
 	b = postcard.AppendU32(b, m.Failed)
 	b = postcard.AppendOption(b, m.HasReport)
@@ -122,8 +119,7 @@ func (m *RunTestResultV1) AppendPostcard(b []byte) []byte {
 
 // DecodePostcard implements wire.Message.
 func (m *RunTestResultV1) DecodePostcard(d *postcard.Decoder) {
-	m.Device = readDeviceId(d)
-	m.Outcome = DeviceOutcome(d.Variant(numDeviceOutcomes))
+	m.Device, m.Outcome = readResult(d)
 	m.Passed = d.U32()
 	m.Failed = d.U32()
 	m.HasReport = d.Option()

@@ -134,6 +134,34 @@ func (o DeviceOutcome) LogValue() slog.Value { return slog.StringValue(o.String(
 // under errors.Is.
 func errInvalid(what string) error { return check.Invalid("device", what) }
 
+// Every device operation (InstallV1, ReserveV1, RunTestV1, ResetV1) opens
+// with {device: DeviceId, lease: [u8;16]} and every operation result with
+// {device: DeviceId, outcome: DeviceOutcome}; appendOperation, readOperation
+// and checkOperation, and appendResult, readResult and checkResult, encode,
+// decode and validate those heads once.
+
+func appendOperation(b []byte, device DeviceId, lease *wire.LeaseId) []byte {
+	b = appendDeviceId(b, device)
+	return append(b, lease.ULID[:]...)
+}
+
+// readOperation reads an operation's head into lease and returns the device.
+func readOperation(d *postcard.Decoder, lease *wire.LeaseId) DeviceId {
+	device := readDeviceId(d)
+	wire.ReadULID(d, &lease.ULID)
+	return device
+}
+
+func appendResult(b []byte, device DeviceId, outcome DeviceOutcome) []byte {
+	b = appendDeviceId(b, device)
+	return postcard.AppendVariant(b, uint32(outcome))
+}
+
+func readResult(d *postcard.Decoder) (DeviceId, DeviceOutcome) {
+	device := readDeviceId(d)
+	return device, DeviceOutcome(d.Variant(numDeviceOutcomes))
+}
+
 // checkOperation validates what every device operation names: a valid
 // device id and the lease that authorizes the operation. op names the
 // message in the error ("install", "run test").

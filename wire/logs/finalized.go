@@ -75,22 +75,17 @@ type LogsFinalizedAckV1 struct {
 // MessageType implements wire.Message.
 func (*LogsFinalizedAckV1) MessageType() wire.MessageTypeId { return MsgLogsFinalizedAck }
 
-// AppendPostcard implements wire.Message.
+// AppendPostcard implements wire.Message (the layout of LogAckV1, resume.go).
 func (m *LogsFinalizedAckV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Attempt.ULID[:]...)
-	return postcard.AppendU64(b, m.LastSeq)
+	return appendAttemptSeq(b, &m.Attempt, m.LastSeq)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *LogsFinalizedAckV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Attempt.ULID)
-	m.LastSeq = d.U64()
+	m.LastSeq = decodeAttemptSeq(d, &m.Attempt)
 }
 
 // Validate implements wire.Message: the attempt is required.
 func (m *LogsFinalizedAckV1) Validate() error {
-	if m.Attempt.IsZero() {
-		return errInvalid("logs finalized ack: attempt is required")
-	}
-	return nil
+	return checkAttempt("logs finalized ack", m.Attempt)
 }

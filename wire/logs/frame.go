@@ -151,20 +151,14 @@ const (
 )
 
 // String describes the reason in words, as used in PayloadError's message.
-func (r PayloadReason) String() string {
-	switch r {
-	case PayloadOverBound:
-		return "over bound"
-	case PayloadLengthMismatch:
-		return "length mismatch"
-	case PayloadOverflow:
-		return "decompressed size exceeds declared length"
-	case PayloadCorrupt:
-		return "corrupt compressed data"
-	case PayloadUnknownEncoding:
-		return "unknown encoding"
-	}
-	return "PayloadReason(" + strconv.Itoa(int(r)) + ")"
+func (r PayloadReason) String() string { return enum.Name(payloadReasonNames[:], r, "PayloadReason") }
+
+var payloadReasonNames = [...]string{
+	PayloadOverBound:       "over bound",
+	PayloadLengthMismatch:  "length mismatch",
+	PayloadOverflow:        "decompressed size exceeds declared length",
+	PayloadCorrupt:         "corrupt compressed data",
+	PayloadUnknownEncoding: "unknown encoding",
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers

@@ -21,22 +21,17 @@ func (*LogResumeRequestV1) MessageType() wire.MessageTypeId { return MsgLogResum
 
 // AppendPostcard implements wire.Message.
 func (m *LogResumeRequestV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Attempt.ULID[:]...)
-	return postcard.AppendU64(b, m.FromSeq)
+	return appendAttemptSeq(b, &m.Attempt, m.FromSeq)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *LogResumeRequestV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Attempt.ULID)
-	m.FromSeq = d.U64()
+	m.FromSeq = decodeAttemptSeq(d, &m.Attempt)
 }
 
 // Validate implements wire.Message: the attempt is required.
 func (m *LogResumeRequestV1) Validate() error {
-	if m.Attempt.IsZero() {
-		return errInvalid("log resume request: attempt is required")
-	}
-	return nil
+	return checkAttempt("log resume request", m.Attempt)
 }
 
 // LogAckV1 is sent by the daemon to the agent: every frame of the attempt up
@@ -52,23 +47,41 @@ type LogAckV1 struct {
 // MessageType implements wire.Message.
 func (*LogAckV1) MessageType() wire.MessageTypeId { return MsgLogAck }
 
-// AppendPostcard implements wire.Message. (LogResumeRequestV1 has the same
-// layout, but its u64 is where to resend from, not what is stored: not one type.)
+// AppendPostcard implements wire.Message.
 func (m *LogAckV1) AppendPostcard(b []byte) []byte {
-	b = append(b, m.Attempt.ULID[:]...)
-	return postcard.AppendU64(b, m.DurableSeq)
+	return appendAttemptSeq(b, &m.Attempt, m.DurableSeq)
 }
 
 // DecodePostcard implements wire.Message.
 func (m *LogAckV1) DecodePostcard(d *postcard.Decoder) {
-	wire.ReadULID(d, &m.Attempt.ULID)
-	m.DurableSeq = d.U64()
+	m.DurableSeq = decodeAttemptSeq(d, &m.Attempt)
 }
 
 // Validate implements wire.Message: the attempt is required.
 func (m *LogAckV1) Validate() error {
-	if m.Attempt.IsZero() {
-		return errInvalid("log ack: attempt is required")
+	return checkAttempt("log ack", m.Attempt)
+}
+
+// LogResumeRequestV1, LogAckV1 and LogsFinalizedAckV1 share one layout,
+// {attempt: [u8;16], u64}, and one rule, the attempt is required: the
+// functions below encode, decode and check them once. They stay three
+// types: the u64 is where to resend from, what is durably stored, and the
+// last frame of a finalized log.
+func appendAttemptSeq(b []byte, attempt *wire.JobAttemptId, seq uint64) []byte {
+	b = append(b, attempt.ULID[:]...)
+	return postcard.AppendU64(b, seq)
+}
+
+// decodeAttemptSeq reads the layout into attempt and returns the u64.
+func decodeAttemptSeq(d *postcard.Decoder, attempt *wire.JobAttemptId) uint64 {
+	wire.ReadULID(d, &attempt.ULID)
+	return d.U64()
+}
+
+// checkAttempt reports "<what>: attempt is required" for a zero attempt.
+func checkAttempt(what string, attempt wire.JobAttemptId) error {
+	if attempt.IsZero() {
+		return errInvalid(what + ": attempt is required")
 	}
 	return nil
 }

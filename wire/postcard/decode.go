@@ -304,8 +304,9 @@ func (d *Decoder) BytesLen(max int) int {
 // That early rejection does not match Rust's error order: postcard decodes
 // elements lazily, so an invalid element before the end of the input is
 // reported as that element's error (an unknown enum variant is SerdeDeCustom,
-// not DeserializeUnexpectedEnd). Decode sequences with DecodeSeq, or with
-// Len, SeqCap and an element loop that stops at the first failure; SeqLen
+// not DeserializeUnexpectedEnd). Decode sequences with Len, SeqCap and an
+// element loop that stops at the first failure, as SeqCap's example shows
+// (the wire message families do it through wire/internal/seq.Decode); SeqLen
 // remains for callers that only need a count that fits the input.
 func (d *Decoder) SeqLen(max, minElem int) int {
 	start := d.off
