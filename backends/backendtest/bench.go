@@ -83,6 +83,19 @@ func rawPair(b testing.TB, ctx context.Context, bc, bs semantics.BackendConn, he
 	return st, peer
 }
 
+// roundTrip writes msg on s and reads the echo back into it; it returns
+// how long that took.
+func roundTrip(b *testing.B, s duplex, msg []byte) time.Duration {
+	t0 := time.Now()
+	if _, err := s.Write(msg); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.ReadFull(s, msg); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0)
+}
+
 // echo copies 64-byte messages back until the stream ends.
 func echo(z duplex, wg *sync.WaitGroup) {
 	defer wg.Done()
@@ -105,14 +118,7 @@ func benchRTT(b *testing.B, a, z duplex) {
 	rtts := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if _, err := a.Write(msg); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(a, msg); err != nil {
-			b.Fatal(err)
-		}
-		rtts = append(rtts, time.Since(t0))
+		rtts = append(rtts, roundTrip(b, a, msg))
 	}
 	b.StopTimer()
 	slices.Sort(rtts)
@@ -225,14 +231,7 @@ func benchControlUnderBulk(b *testing.B, f Factory, mode string) {
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if _, err := ctl.Write(msg); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(ctl, msg); err != nil {
-			b.Fatal(err)
-		}
-		rtts = append(rtts, time.Since(t0))
+		rtts = append(rtts, roundTrip(b, ctl, msg))
 	}
 	el := time.Since(start)
 	b.StopTimer()

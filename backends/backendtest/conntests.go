@@ -692,22 +692,9 @@ func openRaw(t testing.TB, bc semantics.BackendConn, uni bool, hdr []byte) (sema
 	t.Helper()
 	ctx := testCtx(t)
 	if uni {
-		st, err := bc.OpenUniStream(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Write(hdr); err != nil {
-			t.Fatal(err)
-		}
-		return nil, st
+		return nil, rawWrite(t, ctx, bc.OpenUniStream, hdr)
 	}
-	st, err := bc.OpenStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Write(hdr); err != nil {
-		t.Fatal(err)
-	}
+	st := rawWrite(t, ctx, bc.OpenStream, hdr)
 	return st, st
 }
 
@@ -907,46 +894,19 @@ func connBadHeader(t *testing.T, e *env, cfg semantics.Config, uni bool, hdr []b
 func connCloseUnblocks(t *testing.T, c, s *semantics.Conn) {
 	t.Helper()
 	ctx := testCtx(t)
-	var wg sync.WaitGroup
-	errsC := make(chan error, 8)
-	errsS := make(chan error, 8)
-	run := func(ch chan error, fn func() error) {
-		wg.Add(1)
-		go func() { defer wg.Done(); ch <- fn() }()
-	}
+	calls := newBlockedCalls()
 	// A bulk writer blocked by flow control: the server never reads.
-	cas, err := c.OpenUniStream(ctx, wire.StreamCasUpload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.AcceptUniStream(ctx); err != nil {
-		t.Fatal(err)
-	}
-	run(errsC, func() error { _, err := c.AcceptStream(ctx); return err })
-	run(errsC, func() error { _, err := c.AcceptUniStream(ctx); return err })
-	run(errsS, func() error { _, err := s.AcceptUniStream(ctx); return err })
-	ctl, err := c.OpenStream(ctx, wire.StreamControl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := s.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(errsC, func() error { _, err := ctl.ReadFrame(); return err })
-	run(errsS, func() error { _, err := peer.ReadFrame(); return err })
+	cas, _ := openUniPair(t, ctx, c, s, wire.StreamCasUpload)
+	calls.closer(func() error { _, err := c.AcceptStream(ctx); return err })
+	calls.closer(func() error { _, err := c.AcceptUniStream(ctx); return err })
+	calls.peer(func() error { _, err := s.AcceptUniStream(ctx); return err })
+	ctl, peer := openPair(t, ctx, c, s, wire.StreamControl)
+	calls.closer(func() error { _, err := ctl.ReadFrame(); return err })
+	calls.peer(func() error { _, err := peer.ReadFrame(); return err })
 	// Opener blocked on its own control-stream limit (1).
-	run(errsC, func() error { _, err := c.OpenStream(ctx, wire.StreamControl); return err })
-	run(errsC, func() error {
-		chunk := make([]byte, 64<<10)
-		for i := 0; i < 1<<12; i++ {
-			if _, err := cas.Write(chunk); err != nil {
-				return err
-			}
-		}
-		return errors.New("256 MiB written without flow control blocking")
-	})
-	closeUnblocksAll(t, c.CloseWithCode, &wg, errsC, errsS)
+	calls.closer(func() error { _, err := c.OpenStream(ctx, wire.StreamControl); return err })
+	calls.closer(func() error { return writeUntilBlocked(cas, 64<<10, 1<<12) })
+	calls.closeUnblocksAll(t, c.CloseWithCode)
 }
 
 // ControlResult is what MeasureControlUnderBulk measured.

@@ -268,14 +268,8 @@ func rawLarge(t *testing.T, a, b semantics.BackendConn, size int) {
 // any failure fails t.
 func rawOpen(t testing.TB, ctx context.Context, a, b semantics.BackendConn, hello []byte) (st, peer semantics.RawStream) {
 	t.Helper()
-	st, err := a.OpenStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Write(hello); err != nil {
-		t.Fatal(err)
-	}
-	peer, err = b.AcceptStream(ctx)
+	st = rawWrite(t, ctx, a.OpenStream, hello)
+	peer, err := b.AcceptStream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,18 +279,39 @@ func rawOpen(t testing.TB, ctx context.Context, a, b semantics.BackendConn, hell
 // rawOpenUni is rawOpen for a uni stream.
 func rawOpenUni(t testing.TB, ctx context.Context, a, b semantics.BackendConn, hello []byte) (semantics.RawSendStream, semantics.RawRecvStream) {
 	t.Helper()
-	st, err := a.OpenUniStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Write(hello); err != nil {
-		t.Fatal(err)
-	}
+	st := rawWrite(t, ctx, a.OpenUniStream, hello)
 	rs, err := b.AcceptUniStream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st, rs
+}
+
+// rawWrite opens a raw stream with open (a BackendConn's OpenStream or
+// OpenUniStream) and writes p on it; any failure fails t.
+func rawWrite[S io.Writer](t testing.TB, ctx context.Context, open func(context.Context) (S, error), p []byte) S {
+	t.Helper()
+	st, err := open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// writeUntilBlocked writes n chunks of size bytes to w, whose peer does not
+// read, and returns the error that ended the writes (the test closes the
+// connection under the blocked writer); writing them all is an error.
+func writeUntilBlocked(w io.Writer, size, n int) error {
+	chunk := make([]byte, size)
+	for i := 0; i < n; i++ {
+		if _, err := w.Write(chunk); err != nil {
+			return err
+		}
+	}
+	return errors.New("256 MiB written without flow control blocking")
 }
 
 // hashed is what the receiver of a large transfer got: the SHA-256 of the
@@ -550,21 +565,15 @@ func rawDeadlines(t *testing.T, a, b semantics.BackendConn) {
 func rawCloseUnblocks(t *testing.T, c, s semantics.BackendConn) {
 	t.Helper()
 	ctx := testCtx(t)
-	var wg sync.WaitGroup
-	errsC := make(chan error, 8)
-	errsS := make(chan error, 8)
-	run := func(ch chan error, fn func() error) {
-		wg.Add(1)
-		go func() { defer wg.Done(); ch <- fn() }()
-	}
+	calls := newBlockedCalls()
 	// Accepts on both sides.
-	run(errsC, func() error { _, err := c.AcceptStream(ctx); return err })
-	run(errsC, func() error { _, err := c.AcceptUniStream(ctx); return err })
-	run(errsS, func() error { _, err := s.AcceptUniStream(ctx); return err })
+	calls.closer(func() error { _, err := c.AcceptStream(ctx); return err })
+	calls.closer(func() error { _, err := c.AcceptUniStream(ctx); return err })
+	calls.peer(func() error { _, err := s.AcceptUniStream(ctx); return err })
 	// A stream blocked in Read (client side) and in Read on the server side.
 	st, peer := rawOpen(t, ctx, c, s, []byte("x"))
-	run(errsC, func() error { _, err := io.ReadAll(st); return err })
-	run(errsS, func() error {
+	calls.closer(func() error { _, err := io.ReadAll(st); return err })
+	calls.peer(func() error {
 		b := make([]byte, 1)
 		if _, err := io.ReadFull(peer, b); err != nil {
 			return fmt.Errorf("unexpected: %w", err)
@@ -574,18 +583,10 @@ func rawCloseUnblocks(t *testing.T, c, s semantics.BackendConn) {
 	})
 	// A stream blocked in Write: the server accepts it but never reads.
 	ws, _ := rawOpen(t, ctx, c, s, []byte("w"))
-	run(errsC, func() error {
-		chunk := make([]byte, 16<<10)
-		for i := 0; i < 1<<14; i++ {
-			if _, err := ws.Write(chunk); err != nil {
-				return err
-			}
-		}
-		return errors.New("256 MiB written without flow control blocking")
-	})
+	calls.closer(func() error { return writeUntilBlocked(ws, 16<<10, 1<<14) })
 	// Wait until the writer is stuck: nothing else needs to be ready, since
 	// every blocked call must end whatever state it is in.
-	closeUnblocksAll(t, c.CloseWithCode, &wg, errsC, errsS)
+	calls.closeUnblocksAll(t, c.CloseWithCode)
 	_ = s.CloseWithCode(wire.CloseNormal, "")
 	_ = context.Cause(ctx)
 }
