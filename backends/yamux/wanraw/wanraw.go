@@ -67,12 +67,7 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 		nc.Close()
 		return nil, err
 	}
-	s, err := yamux.Server(tc, config())
-	if err != nil {
-		tc.Close()
-		return nil, err
-	}
-	return &Conn{s: s}, nil
+	return newConn(tc, yamux.Server)
 }
 
 // Dial connects to addr.
@@ -83,7 +78,13 @@ func Dial(ctx context.Context, addr string, conf *tls.Config) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := yamux.Client(nc, config())
+	return newConn(nc, yamux.Client)
+}
+
+// newConn starts yamux's side (yamux.Server or yamux.Client) of a session
+// on nc, closing nc if that fails.
+func newConn(nc net.Conn, side func(io.ReadWriteCloser, *yamux.Config) (*yamux.Session, error)) (*Conn, error) {
+	s, err := side(nc, config())
 	if err != nil {
 		nc.Close()
 		return nil, err
