@@ -287,6 +287,8 @@ func (r Rate) check(prefix string) *InvalidLimitError {
 }
 
 // WithDefaults returns a copy of l with zero fields set to defaults.
+// (backends/quic's and backends/yamux's Config.withDefaults look alike in
+// shape only: other fields, other defaults.)
 func (l Limits) WithDefaults() Limits {
 	if l.MaxStreams == 0 {
 		l.MaxStreams = DefaultMaxStreams

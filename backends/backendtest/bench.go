@@ -3,6 +3,7 @@ package backendtest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"runtime"
@@ -66,32 +67,33 @@ func benchStreams(b *testing.B, f Factory, mode string, kind semantics.StreamKin
 	bc, bs := e.pair(b)
 	ctx := testCtx(b)
 	if mode == "raw" {
-		st, err := bc.OpenStream(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := st.Write([]byte{0}); err != nil { // make it visible to the peer
-			b.Fatal(err)
-		}
-		peer, err := bs.AcceptStream(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(peer, make([]byte, 1)); err != nil {
-			b.Fatal(err)
-		}
-		return st, peer
+		return rawPair(b, ctx, bc, bs, 1)
 	}
 	c, s := wrap(b, bc, semantics.Config{}), wrap(b, bs, semantics.Config{})
-	st, err := c.OpenStream(ctx, kind)
-	if err != nil {
-		b.Fatal(err)
-	}
-	peer, err := s.AcceptStream(ctx)
-	if err != nil {
+	return openPair(b, ctx, c, s, kind)
+}
+
+// rawPair is rawOpen with hello zero bytes, read by the peer.
+func rawPair(b testing.TB, ctx context.Context, bc, bs semantics.BackendConn, hello int) (st, peer semantics.RawStream) {
+	b.Helper()
+	st, peer = rawOpen(b, ctx, bc, bs, make([]byte, hello))
+	if _, err := io.ReadFull(peer, make([]byte, hello)); err != nil {
 		b.Fatal(err)
 	}
 	return st, peer
+}
+
+// roundTrip writes msg on s and reads the echo back into it; it returns
+// how long that took.
+func roundTrip(b *testing.B, s duplex, msg []byte) time.Duration {
+	t0 := time.Now()
+	if _, err := s.Write(msg); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.ReadFull(s, msg); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0)
 }
 
 // echo copies 64-byte messages back until the stream ends.
@@ -116,14 +118,7 @@ func benchRTT(b *testing.B, a, z duplex) {
 	rtts := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if _, err := a.Write(msg); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(a, msg); err != nil {
-			b.Fatal(err)
-		}
-		rtts = append(rtts, time.Since(t0))
+		rtts = append(rtts, roundTrip(b, a, msg))
 	}
 	b.StopTimer()
 	slices.Sort(rtts)
@@ -148,27 +143,10 @@ func bulkPair(b *testing.B, f Factory, mode string, n int) (writers []io.WriteCl
 	for i := 0; i < n; i++ {
 		var r io.Reader
 		if mode == "raw" {
-			st, err := bc.OpenUniStream(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := st.Write([]byte{0}); err != nil {
-				b.Fatal(err)
-			}
-			rs, err := bs.AcceptUniStream(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
+			st, rs := rawOpenUni(b, ctx, bc, bs, []byte{0})
 			writers, r = append(writers, st), rs
 		} else {
-			st, err := ours[0].OpenUniStream(ctx, wire.StreamCasUpload)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rs, err := ours[1].AcceptUniStream(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
+			st, rs := openUniPair(b, ctx, ours[0], ours[1], wire.StreamCasUpload)
 			writers, r = append(writers, st), rs
 		}
 		wg.Add(1)
@@ -213,54 +191,13 @@ func benchControlUnderBulk(b *testing.B, f Factory, mode string) {
 	var written func() int64
 	var sent atomic.Int64
 	if mode == "raw" {
-		st, err := bc.OpenStream(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := st.Write(make([]byte, 64)); err != nil {
-			b.Fatal(err)
-		}
-		p, err := bs.AcceptStream(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(p, make([]byte, 64)); err != nil {
-			b.Fatal(err)
-		}
-		ctl, peer = st, p
-		us, err := bc.OpenUniStream(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := us.Write([]byte{0}); err != nil {
-			b.Fatal(err)
-		}
-		rs, err := bs.AcceptUniStream(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		bulk, bulkR = us, rs
+		ctl, peer = rawPair(b, ctx, bc, bs, 64)
+		bulk, bulkR = rawOpenUni(b, ctx, bc, bs, []byte{0})
 		written = sent.Load
 	} else {
 		c, s := wrap(b, bc, semantics.Config{}), wrap(b, bs, semantics.Config{})
-		st, err := c.OpenStream(ctx, wire.StreamControl)
-		if err != nil {
-			b.Fatal(err)
-		}
-		p, err := s.AcceptStream(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctl, peer = st, p
-		us, err := c.OpenUniStream(ctx, wire.StreamCasUpload)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rs, err := s.AcceptUniStream(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		bulk, bulkR = us, rs
+		ctl, peer = openPair(b, ctx, c, s, wire.StreamControl)
+		bulk, bulkR = openUniPair(b, ctx, c, s, wire.StreamCasUpload)
 		written = func() int64 { return c.Stats().Sched.Written[semantics.PriorityCAS] }
 	}
 	var wg sync.WaitGroup
@@ -294,14 +231,7 @@ func benchControlUnderBulk(b *testing.B, f Factory, mode string) {
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		if _, err := ctl.Write(msg); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(ctl, msg); err != nil {
-			b.Fatal(err)
-		}
-		rtts = append(rtts, time.Since(t0))
+		rtts = append(rtts, roundTrip(b, ctl, msg))
 	}
 	el := time.Since(start)
 	b.StopTimer()

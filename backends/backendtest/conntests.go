@@ -3,7 +3,6 @@ package backendtest
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -524,43 +523,10 @@ func connLarge(t *testing.T, a, b *semantics.Conn, size int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type res struct {
-		sum [32]byte
-		n   int64
-		err error
-	}
-	got := make(chan res, 1)
-	go func() {
-		rs, err := b.AcceptUniStream(ctx)
-		if err != nil {
-			got <- res{err: err}
-			return
-		}
-		h := sha256.New()
-		n, err := io.Copy(h, rs)
-		var r res
-		copy(r.sum[:], h.Sum(nil))
-		r.n, r.err = n, err
-		got <- r
-	}()
-	h := sha256.New()
-	chunk := payload(3, 64<<10)
+	got := receiveHashed(ctx, b.AcceptUniStream)
 	start := time.Now()
-	for sent := 0; sent < size; {
-		k := min(len(chunk), size-sent)
-		chunk[1] = byte(sent >> 16)
-		h.Write(chunk[:k])
-		if _, err := st.Write(chunk[:k]); err != nil {
-			t.Fatalf("Write at %d: %v", sent, err)
-		}
-		sent += k
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	want := sendHashed(t, st, size, 3, 1)
 	r := <-got
-	var want [32]byte
-	copy(want[:], h.Sum(nil))
 	if r.err != nil || r.n != int64(size) || r.sum != want {
 		t.Fatalf("received %d bytes (hash match %v), %v; want %d", r.n, r.sum == want, r.err, size)
 	}
@@ -598,14 +564,7 @@ func connFrames(t *testing.T, a, b *semantics.Conn) {
 	st.CancelRead(semantics.StreamCancelled)
 
 	// The reader's limit: b resets the stream with StreamFrameTooLarge.
-	st, err = a.OpenStream(ctx, wire.StreamDiagnostic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := b.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, peer := openPair(t, ctx, a, b, wire.StreamDiagnostic)
 	small := []byte("fits")
 	if err := st.WriteFrame(func(p []byte) []byte { return append(p, small...) }); err != nil {
 		t.Fatal(err)
@@ -626,20 +585,42 @@ func connFrames(t *testing.T, a, b *semantics.Conn) {
 	<-werr // may succeed (buffered) or fail with the reset; either is fine
 }
 
+// openPair opens a stream of kind on a and accepts it on b; either failing
+// fails t.
+func openPair(t testing.TB, ctx context.Context, a, b *semantics.Conn, kind semantics.StreamKind) (st, peer *semantics.Stream) {
+	t.Helper()
+	st, err := a.OpenStream(ctx, kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err = b.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, peer
+}
+
+// openUniPair is openPair for a unidirectional stream.
+func openUniPair(t testing.TB, ctx context.Context, a, b *semantics.Conn, kind semantics.StreamKind) (*semantics.SendStream, *semantics.RecvStream) {
+	t.Helper()
+	st, err := a.OpenUniStream(ctx, kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := b.AcceptUniStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, rs
+}
+
 func connResets(t *testing.T, a, b *semantics.Conn) {
 	t.Helper()
 	ctx := testCtx(t)
-	st, err := a.OpenStream(ctx, wire.StreamDevice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := b.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, peer := openPair(t, ctx, a, b, wire.StreamDevice)
 	st.CancelWrite(semantics.StreamForbidden)
 	_ = peer.SetReadDeadline(time.Now().Add(opTimeout))
-	_, err = peer.ReadFrame()
+	_, err := peer.ReadFrame()
 	wantStreamError(t, "ReadFrame after peer CancelWrite", err, semantics.StreamForbidden, true)
 	peer.CancelRead(semantics.StreamShutdown)
 	_ = st.SetWriteDeadline(time.Now().Add(opTimeout))
@@ -711,22 +692,9 @@ func openRaw(t testing.TB, bc semantics.BackendConn, uni bool, hdr []byte) (sema
 	t.Helper()
 	ctx := testCtx(t)
 	if uni {
-		st, err := bc.OpenUniStream(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Write(hdr); err != nil {
-			t.Fatal(err)
-		}
-		return nil, st
+		return nil, rawWrite(t, ctx, bc.OpenUniStream, hdr)
 	}
-	st, err := bc.OpenStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Write(hdr); err != nil {
-		t.Fatal(err)
-	}
+	st := rawWrite(t, ctx, bc.OpenStream, hdr)
 	return st, st
 }
 
@@ -926,46 +894,19 @@ func connBadHeader(t *testing.T, e *env, cfg semantics.Config, uni bool, hdr []b
 func connCloseUnblocks(t *testing.T, c, s *semantics.Conn) {
 	t.Helper()
 	ctx := testCtx(t)
-	var wg sync.WaitGroup
-	errsC := make(chan error, 8)
-	errsS := make(chan error, 8)
-	run := func(ch chan error, fn func() error) {
-		wg.Add(1)
-		go func() { defer wg.Done(); ch <- fn() }()
-	}
+	calls := newBlockedCalls()
 	// A bulk writer blocked by flow control: the server never reads.
-	cas, err := c.OpenUniStream(ctx, wire.StreamCasUpload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.AcceptUniStream(ctx); err != nil {
-		t.Fatal(err)
-	}
-	run(errsC, func() error { _, err := c.AcceptStream(ctx); return err })
-	run(errsC, func() error { _, err := c.AcceptUniStream(ctx); return err })
-	run(errsS, func() error { _, err := s.AcceptUniStream(ctx); return err })
-	ctl, err := c.OpenStream(ctx, wire.StreamControl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := s.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(errsC, func() error { _, err := ctl.ReadFrame(); return err })
-	run(errsS, func() error { _, err := peer.ReadFrame(); return err })
+	cas, _ := openUniPair(t, ctx, c, s, wire.StreamCasUpload)
+	calls.closer(func() error { _, err := c.AcceptStream(ctx); return err })
+	calls.closer(func() error { _, err := c.AcceptUniStream(ctx); return err })
+	calls.peer(func() error { _, err := s.AcceptUniStream(ctx); return err })
+	ctl, peer := openPair(t, ctx, c, s, wire.StreamControl)
+	calls.closer(func() error { _, err := ctl.ReadFrame(); return err })
+	calls.peer(func() error { _, err := peer.ReadFrame(); return err })
 	// Opener blocked on its own control-stream limit (1).
-	run(errsC, func() error { _, err := c.OpenStream(ctx, wire.StreamControl); return err })
-	run(errsC, func() error {
-		chunk := make([]byte, 64<<10)
-		for i := 0; i < 1<<12; i++ {
-			if _, err := cas.Write(chunk); err != nil {
-				return err
-			}
-		}
-		return errors.New("256 MiB written without flow control blocking")
-	})
-	closeUnblocksAll(t, c.CloseWithCode, &wg, errsC, errsS)
+	calls.closer(func() error { _, err := c.OpenStream(ctx, wire.StreamControl); return err })
+	calls.closer(func() error { return writeUntilBlocked(cas, 64<<10, 1<<12) })
+	calls.closeUnblocksAll(t, c.CloseWithCode)
 }
 
 // ControlResult is what MeasureControlUnderBulk measured.
@@ -1006,14 +947,7 @@ func MeasureControlUnderBulk(t testing.TB, a, b *semantics.Conn, n int) ControlR
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ctl, err := a.OpenStream(ctx, wire.StreamControl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := b.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctl, peer := openPair(t, ctx, a, b, wire.StreamControl)
 	var bg sync.WaitGroup
 	defer bg.Wait()
 	bg.Add(1)
@@ -1061,14 +995,7 @@ func MeasureControlUnderBulk(t testing.TB, a, b *semantics.Conn, n int) ControlR
 	idle := rtts()
 	r.IdleP50, r.IdleP99 = stats.Percentile(idle, 50), stats.Percentile(idle, 99)
 
-	cas, err := a.OpenUniStream(ctx, wire.StreamCasUpload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := b.AcceptUniStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cas, rs := openUniPair(t, ctx, a, b, wire.StreamCasUpload)
 	bg.Add(2)
 	go func() {
 		defer bg.Done()
@@ -1125,14 +1052,7 @@ func MeasureControlUnderBulk(t testing.TB, a, b *semantics.Conn, n int) ControlR
 func connDeadlines(t *testing.T, a, b *semantics.Conn) {
 	t.Helper()
 	ctx := testCtx(t)
-	st, err := a.OpenStream(ctx, wire.StreamControl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer, err := b.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, peer := openPair(t, ctx, a, b, wire.StreamControl)
 	_ = st.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
 	if _, err := st.ReadFrame(); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("ReadFrame past its deadline: %v", err)
@@ -1145,16 +1065,10 @@ func connDeadlines(t *testing.T, a, b *semantics.Conn) {
 		t.Fatalf("ReadFrame after extending the deadline: %q, %v", got, err)
 	}
 	// A bulk writer whose peer does not read hits its write deadline.
-	cas, err := a.OpenUniStream(ctx, wire.StreamCasUpload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := b.AcceptUniStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cas, rs := openUniPair(t, ctx, a, b, wire.StreamCasUpload)
 	_ = cas.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	chunk := make([]byte, 64<<10)
+	var err error
 	for i := 0; i < 1<<12; i++ {
 		if _, err = cas.Write(chunk); err != nil {
 			break

@@ -245,55 +245,125 @@ func rawConcurrentEcho(t *testing.T, a, b semantics.BackendConn, n int) {
 func rawLarge(t *testing.T, a, b semantics.BackendConn, size int) {
 	t.Helper()
 	ctx := testCtx(t)
-	type res struct {
-		sum [32]byte
-		n   int64
-		err error
-	}
-	got := make(chan res, 1)
-	go func() {
-		rs, err := b.AcceptUniStream(ctx)
-		if err != nil {
-			got <- res{err: err}
-			return
-		}
-		h := sha256.New()
-		n, err := io.Copy(h, rs)
-		var r res
-		copy(r.sum[:], h.Sum(nil))
-		r.n, r.err = n, err
-		got <- r
-	}()
+	got := receiveHashed(ctx, b.AcceptUniStream)
 	st, err := a.OpenUniStream(ctx)
 	if err != nil {
 		t.Fatalf("OpenUniStream: %v", err)
 	}
-	h := sha256.New()
-	chunk := payload(7, 64<<10)
 	start := time.Now()
-	for sent := 0; sent < size; {
-		n := min(len(chunk), size-sent)
-		chunk[0] = byte(sent >> 16) // vary the content between chunks
-		h.Write(chunk[:n])
-		if _, err := st.Write(chunk[:n]); err != nil {
-			t.Fatalf("Write at %d: %v", sent, err)
-		}
-		sent += n
-	}
-	if err := st.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	want := sendHashed(t, st, size, 7, 0)
 	r := <-got
 	if r.err != nil {
 		t.Fatalf("receiver: %v", r.err)
 	}
-	var want [32]byte
-	copy(want[:], h.Sum(nil))
 	if r.n != int64(size) || r.sum != want {
 		t.Fatalf("received %d bytes (hash match %v), want %d", r.n, r.sum == want, size)
 	}
 	el := time.Since(start)
 	t.Logf("%d MiB in %v (%.0f MB/s)", size>>20, el.Round(time.Millisecond), float64(size)/el.Seconds()/1e6)
+}
+
+// rawOpen opens a raw bidi stream on a, writes hello on it (which makes it
+// visible to the peer) and accepts it on b, where hello is left to read;
+// any failure fails t.
+func rawOpen(t testing.TB, ctx context.Context, a, b semantics.BackendConn, hello []byte) (st, peer semantics.RawStream) {
+	t.Helper()
+	st = rawWrite(t, ctx, a.OpenStream, hello)
+	peer, err := b.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, peer
+}
+
+// rawOpenUni is rawOpen for a uni stream.
+func rawOpenUni(t testing.TB, ctx context.Context, a, b semantics.BackendConn, hello []byte) (semantics.RawSendStream, semantics.RawRecvStream) {
+	t.Helper()
+	st := rawWrite(t, ctx, a.OpenUniStream, hello)
+	rs, err := b.AcceptUniStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, rs
+}
+
+// rawWrite opens a raw stream with open (a BackendConn's OpenStream or
+// OpenUniStream) and writes p on it; any failure fails t.
+func rawWrite[S io.Writer](t testing.TB, ctx context.Context, open func(context.Context) (S, error), p []byte) S {
+	t.Helper()
+	st, err := open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// writeUntilBlocked writes n chunks of size bytes to w, whose peer does not
+// read, and returns the error that ended the writes (the test closes the
+// connection under the blocked writer); writing them all is an error.
+func writeUntilBlocked(w io.Writer, size, n int) error {
+	chunk := make([]byte, size)
+	for i := 0; i < n; i++ {
+		if _, err := w.Write(chunk); err != nil {
+			return err
+		}
+	}
+	return errors.New("256 MiB written without flow control blocking")
+}
+
+// hashed is what the receiver of a large transfer got: the SHA-256 of the
+// bytes, how many, and the error that ended the stream (nil at EOF).
+type hashed struct {
+	sum [32]byte
+	n   int64
+	err error
+}
+
+// receiveHashed accepts a stream with accept and hashes all it delivers,
+// in a goroutine; the result arrives on the channel. rawLarge and
+// connLarge share it (over a semantics.BackendConn and a semantics.Conn).
+func receiveHashed[R io.Reader](ctx context.Context, accept func(context.Context) (R, error)) <-chan hashed {
+	got := make(chan hashed, 1)
+	go func() {
+		rs, err := accept(ctx)
+		if err != nil {
+			got <- hashed{err: err}
+			return
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, rs)
+		r := hashed{n: n, err: err}
+		copy(r.sum[:], h.Sum(nil))
+		got <- r
+	}()
+	return got
+}
+
+// sendHashed writes size bytes to w in 64 KiB chunks of payload(seed),
+// byte mark of each chunk varied so that the chunks differ, closes w and
+// returns the SHA-256 of what it wrote.
+func sendHashed(t *testing.T, w io.WriteCloser, size int, seed uint64, mark int) [32]byte {
+	t.Helper()
+	h := sha256.New()
+	chunk := payload(seed, 64<<10)
+	for sent := 0; sent < size; {
+		n := min(len(chunk), size-sent)
+		chunk[mark] = byte(sent >> 16)
+		h.Write(chunk[:n])
+		if _, err := w.Write(chunk[:n]); err != nil {
+			t.Fatalf("Write at %d: %v", sent, err)
+		}
+		sent += n
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
 }
 
 // rawHalfClose: a sends FIN after its request; b keeps sending afterwards
@@ -342,19 +412,9 @@ func rawResets(t *testing.T, a, b semantics.BackendConn, wcode, rcode semantics.
 	ctx := testCtx(t)
 
 	// CancelWrite → peer Read gets *StreamError{wcode, Remote: true}.
-	st, err := a.OpenStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Write([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	peer, err := b.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, peer := rawOpen(t, ctx, a, b, []byte("x"))
 	st.CancelWrite(wcode)
-	_, err = st.Write([]byte("y"))
+	_, err := st.Write([]byte("y"))
 	wantStreamError(t, "Write after own CancelWrite", err, wcode, false)
 	_ = peer.SetReadDeadline(time.Now().Add(opTimeout))
 	buf := make([]byte, 16)
@@ -366,17 +426,7 @@ func rawResets(t *testing.T, a, b semantics.BackendConn, wcode, rcode semantics.
 	wantStreamError(t, "peer Read after CancelWrite", err, wcode, true)
 
 	// CancelRead → peer Write gets *StreamError{rcode, Remote: true}.
-	st2, err := a.OpenStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st2.Write([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	peer2, err := b.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st2, peer2 := rawOpen(t, ctx, a, b, []byte("x"))
 	peer2.CancelRead(rcode)
 	_, err = peer2.Read(buf)
 	wantStreamError(t, "Read after own CancelRead", err, rcode, false)
@@ -390,17 +440,7 @@ func rawResets(t *testing.T, a, b semantics.BackendConn, wcode, rcode semantics.
 	wantStreamError(t, "Write after peer CancelRead", err, rcode, true)
 
 	// Uni stream reset.
-	us, err := a.OpenUniStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := us.Write([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	rs, err := b.AcceptUniStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	us, rs := rawOpenUni(t, ctx, a, b, []byte("x"))
 	us.CancelWrite(wcode)
 	_ = rs.SetReadDeadline(time.Now().Add(opTimeout))
 	for i := 0; ; i++ {
@@ -454,17 +494,7 @@ func rawCloseCode(t *testing.T, closer, peer semantics.BackendConn, code semanti
 func rawDeadlines(t *testing.T, a, b semantics.BackendConn) {
 	t.Helper()
 	ctx := testCtx(t)
-	st, err := a.OpenStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Write([]byte("hello")); err != nil {
-		t.Fatal(err)
-	}
-	peer, err := b.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, peer := rawOpen(t, ctx, a, b, []byte("hello"))
 	buf := make([]byte, 5)
 	if _, err := io.ReadFull(peer, buf); err != nil {
 		t.Fatal(err)
@@ -473,7 +503,7 @@ func rawDeadlines(t *testing.T, a, b semantics.BackendConn) {
 	// Read deadline.
 	_ = st.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
 	start := time.Now()
-	_, err = st.Read(buf)
+	_, err := st.Read(buf)
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Read past deadline: %v, want os.ErrDeadlineExceeded", err)
 	}
@@ -535,31 +565,15 @@ func rawDeadlines(t *testing.T, a, b semantics.BackendConn) {
 func rawCloseUnblocks(t *testing.T, c, s semantics.BackendConn) {
 	t.Helper()
 	ctx := testCtx(t)
-	var wg sync.WaitGroup
-	errsC := make(chan error, 8)
-	errsS := make(chan error, 8)
-	run := func(ch chan error, fn func() error) {
-		wg.Add(1)
-		go func() { defer wg.Done(); ch <- fn() }()
-	}
+	calls := newBlockedCalls()
 	// Accepts on both sides.
-	run(errsC, func() error { _, err := c.AcceptStream(ctx); return err })
-	run(errsC, func() error { _, err := c.AcceptUniStream(ctx); return err })
-	run(errsS, func() error { _, err := s.AcceptUniStream(ctx); return err })
+	calls.closer(func() error { _, err := c.AcceptStream(ctx); return err })
+	calls.closer(func() error { _, err := c.AcceptUniStream(ctx); return err })
+	calls.peer(func() error { _, err := s.AcceptUniStream(ctx); return err })
 	// A stream blocked in Read (client side) and in Read on the server side.
-	st, err := c.OpenStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Write([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	peer, err := s.AcceptStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(errsC, func() error { _, err := io.ReadAll(st); return err })
-	run(errsS, func() error {
+	st, peer := rawOpen(t, ctx, c, s, []byte("x"))
+	calls.closer(func() error { _, err := io.ReadAll(st); return err })
+	calls.peer(func() error {
 		b := make([]byte, 1)
 		if _, err := io.ReadFull(peer, b); err != nil {
 			return fmt.Errorf("unexpected: %w", err)
@@ -568,28 +582,11 @@ func rawCloseUnblocks(t *testing.T, c, s semantics.BackendConn) {
 		return err
 	})
 	// A stream blocked in Write: the server accepts it but never reads.
-	ws, err := c.OpenStream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ws.Write([]byte("w")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.AcceptStream(ctx); err != nil {
-		t.Fatal(err)
-	}
-	run(errsC, func() error {
-		chunk := make([]byte, 16<<10)
-		for i := 0; i < 1<<14; i++ {
-			if _, err := ws.Write(chunk); err != nil {
-				return err
-			}
-		}
-		return errors.New("256 MiB written without flow control blocking")
-	})
+	ws, _ := rawOpen(t, ctx, c, s, []byte("w"))
+	calls.closer(func() error { return writeUntilBlocked(ws, 16<<10, 1<<14) })
 	// Wait until the writer is stuck: nothing else needs to be ready, since
 	// every blocked call must end whatever state it is in.
-	closeUnblocksAll(t, c.CloseWithCode, &wg, errsC, errsS)
+	calls.closeUnblocksAll(t, c.CloseWithCode)
 	_ = s.CloseWithCode(wire.CloseNormal, "")
 	_ = context.Cause(ctx)
 }

@@ -204,6 +204,8 @@ func wantStreamError(t testing.TB, what string, err error, code semantics.Stream
 	}
 }
 
+// wantConnError is wantStreamError's twin for the other error type (the
+// two check different types' fields; alike in shape only).
 func wantConnError(t testing.TB, what string, err error, code semantics.CloseCode, remote bool) {
 	t.Helper()
 	var ce *semantics.ConnError
@@ -231,23 +233,46 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
+// blockedCalls runs calls that block until the connection closes, each on
+// its own goroutine, and keeps their errors by side: the closer's and the
+// peer's.
+type blockedCalls struct {
+	wg           sync.WaitGroup
+	errsC, errsS chan error
+}
+
+func newBlockedCalls() *blockedCalls {
+	return &blockedCalls{errsC: make(chan error, 8), errsS: make(chan error, 8)}
+}
+
+// closer runs fn, a call on the side that will close.
+func (b *blockedCalls) closer(fn func() error) { b.run(b.errsC, fn) }
+
+// peer runs fn, a call on the other side.
+func (b *blockedCalls) peer(fn func() error) { b.run(b.errsS, fn) }
+
+func (b *blockedCalls) run(ch chan error, fn func() error) {
+	b.wg.Add(1)
+	go func() { defer b.wg.Done(); ch <- fn() }()
+}
+
 // closeUnblocksAll closes the connection with CloseShutdown and checks that
-// every blocked call ends: the closer's (errsC) with a local *ConnError, the
-// peer's (errsS) with a remote one carrying the same code.
-func closeUnblocksAll(t testing.TB, closeWithCode func(semantics.CloseCode, string) error, wg *sync.WaitGroup, errsC, errsS chan error) {
+// every blocked call ends: the closer's with a local *ConnError, the
+// peer's with a remote one carrying the same code.
+func (b *blockedCalls) closeUnblocksAll(t testing.TB, closeWithCode func(semantics.CloseCode, string) error) {
 	t.Helper()
 	if err := closeWithCode(wire.CloseShutdown, "bye"); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { b.wg.Wait(); close(done) }()
 	waitDone(t, "blocked calls after close", done)
-	close(errsC)
-	close(errsS)
-	for err := range errsC {
+	close(b.errsC)
+	close(b.errsS)
+	for err := range b.errsC {
 		wantConnError(t, "closer's blocked call", err, wire.CloseShutdown, false)
 	}
-	for err := range errsS {
+	for err := range b.errsS {
 		wantConnError(t, "peer's blocked call", err, wire.CloseShutdown, true)
 	}
 }

@@ -142,6 +142,10 @@ func signal(ch *chan struct{}) {
 	*ch = make(chan struct{})
 }
 
+// OpenStream, OpenUniStream, AcceptStream and AcceptUniStream look alike
+// but hand out different ends (the opener sends on ab, the accepter on
+// ba); what they share is open and accept (and awaitLocked).
+//
 // OpenStream opens a bidirectional stream. The peer can accept it at once
 // (after Latency), before any data is written. It blocks while the peer has
 // MaxIncomingStreams bidirectional streams open, until ctx is done.
@@ -167,17 +171,9 @@ func (c *Conn) open(ctx context.Context, typ int) (*stream, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	peer := c.peer()
-	for {
-		if c.err != nil {
-			return nil, c.err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if peer.openIn[typ] < p.opts.MaxIncomingStreams {
-			break
-		}
-		p.waitLocked(peer.openCh, time.Time{}, ctx.Done())
+	err := c.awaitLocked(ctx, &peer.openCh, func() bool { return peer.openIn[typ] < p.opts.MaxIncomingStreams })
+	if err != nil {
+		return nil, err
 	}
 	peer.openIn[typ]++
 	c.nextSID++
@@ -216,20 +212,32 @@ func (c *Conn) accept(ctx context.Context, typ int) (*stream, error) {
 	p := c.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := c.awaitLocked(ctx, &c.acceptCh, func() bool { return len(c.acceptQ[typ]) > 0 }); err != nil {
+		return nil, err
+	}
+	q := c.acceptQ[typ]
+	s := q[0]
+	q[0] = nil
+	c.acceptQ[typ] = q[1:]
+	return s, nil
+}
+
+// awaitLocked waits, p.mu held, until ready reports true (nil), the
+// connection failed (its error) or ctx ended (ctx.Err()), checked in that
+// order; *ch is signalled whenever ready may have become true. open and
+// accept share it.
+func (c *Conn) awaitLocked(ctx context.Context, ch *chan struct{}, ready func() bool) error {
 	for {
 		if c.err != nil {
-			return nil, c.err
+			return c.err
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
-		if q := c.acceptQ[typ]; len(q) > 0 {
-			s := q[0]
-			q[0] = nil
-			c.acceptQ[typ] = q[1:]
-			return s, nil
+		if ready() {
+			return nil
 		}
-		p.waitLocked(c.acceptCh, time.Time{}, ctx.Done())
+		c.p.waitLocked(*ch, time.Time{}, ctx.Done())
 	}
 }
 

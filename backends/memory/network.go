@@ -8,8 +8,8 @@ import (
 	"net"
 	"sync"
 
+	"forgeyard.dev/transport/backends/internal/acceptq"
 	"forgeyard.dev/transport/semantics"
-	"forgeyard.dev/transport/wire"
 )
 
 // Network is an in-process registry of listeners by address. The zero value
@@ -155,14 +155,7 @@ func (l *Listener) Close() error {
 		}
 		close(l.closed)
 		l.net.mu.Unlock()
-		for {
-			select {
-			case c := <-l.incoming:
-				_ = c.CloseWithCode(wire.CloseShutdown, "listener closed")
-			default:
-				return
-			}
-		}
+		acceptq.CloseQueued(l.incoming)
 	})
 	return nil
 }

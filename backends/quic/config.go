@@ -290,6 +290,11 @@ func (c *Config) Validate() error {
 func (c Config) WithDefaults() Config { return c.withDefaults() }
 
 // withDefaults returns c with zero fields filled.
+//
+// Its zero-means-default fills look like backends/yamux's and
+// semantics.Limits.WithDefaults's, but each fills its own fields with its
+// own defaults (some derived, as from Limits): alike in shape only, nothing
+// to share.
 func (c Config) withDefaults() Config {
 	if c.KeepAlivePeriod == 0 {
 		c.KeepAlivePeriod = DefaultKeepAlivePeriod

@@ -70,6 +70,11 @@ func (e *endpoint) acquireShared() bool {
 }
 
 // release drops one user and closes the endpoint with the last.
+//
+// backends/webtransport's Listener counts its users alike (acquire,
+// release) but stays apart: here mu also guards ownerGone, dialled and
+// hintStop, which acquireShared and the dialler read together with closed,
+// and the last user stops the hint watcher too.
 func (e *endpoint) release() {
 	e.mu.Lock()
 	e.users--

@@ -13,6 +13,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	wt "github.com/quic-go/webtransport-go"
 
+	"forgeyard.dev/transport/backends/internal/acceptq"
 	fyquic "forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/wire"
@@ -173,15 +174,7 @@ func (l *Listener) Close() error {
 		close(l.closing)
 		_ = l.ln.Close()
 		<-l.serveDone
-		for {
-			select {
-			case c := <-l.sessions:
-				_ = c.CloseWithCode(wire.CloseShutdown, "listener closed")
-				continue
-			default:
-			}
-			break
-		}
+		acceptq.CloseQueued(l.sessions)
 		l.release()
 	})
 	return nil

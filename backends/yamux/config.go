@@ -128,27 +128,27 @@ func (c *Config) Validate() error {
 	if err := c.Limits.Validate(); err != nil {
 		return fmt.Errorf("yamux: Config.Limits: %w", err)
 	}
-	switch {
-	case c.MaxStreamWindow != 0 && c.MaxStreamWindow < MinStreamWindow:
+	if c.MaxStreamWindow != 0 && c.MaxStreamWindow < MinStreamWindow {
 		return fmt.Errorf("yamux: Config.MaxStreamWindow %d is below the minimum %d", c.MaxStreamWindow, MinStreamWindow)
-	case c.KeepAliveInterval < 0:
-		return fmt.Errorf("yamux: Config.KeepAliveInterval is negative")
-	case c.IdleTimeout < 0:
-		return fmt.Errorf("yamux: Config.IdleTimeout is negative")
-	case c.WriteTimeout < 0:
-		return fmt.Errorf("yamux: Config.WriteTimeout is negative")
-	case c.AcceptBacklog < 0:
-		return fmt.Errorf("yamux: Config.AcceptBacklog is negative")
-	case c.MaxIncomingStreams < 0:
-		return fmt.Errorf("yamux: Config.MaxIncomingStreams is negative")
-	case c.HandshakeTimeout < 0:
-		return fmt.Errorf("yamux: Config.HandshakeTimeout is negative")
-	case c.CloseTimeout < 0:
-		return fmt.Errorf("yamux: Config.CloseTimeout is negative")
-	case c.RecvBuffer < 0:
-		return fmt.Errorf("yamux: Config.RecvBuffer is negative")
-	case c.StreamCloseTimeout < 0:
-		return fmt.Errorf("yamux: Config.StreamCloseTimeout is negative")
+	}
+	// The fields that must not be negative, in the order they are checked.
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"KeepAliveInterval", int64(c.KeepAliveInterval)},
+		{"IdleTimeout", int64(c.IdleTimeout)},
+		{"WriteTimeout", int64(c.WriteTimeout)},
+		{"AcceptBacklog", int64(c.AcceptBacklog)},
+		{"MaxIncomingStreams", int64(c.MaxIncomingStreams)},
+		{"HandshakeTimeout", int64(c.HandshakeTimeout)},
+		{"CloseTimeout", int64(c.CloseTimeout)},
+		{"RecvBuffer", int64(c.RecvBuffer)},
+		{"StreamCloseTimeout", int64(c.StreamCloseTimeout)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("yamux: Config.%s is negative", f.name)
+		}
 	}
 	d := c.withDefaults()
 	if d.IdleTimeout <= d.KeepAliveInterval {
@@ -164,6 +164,11 @@ func (c *Config) Validate() error {
 func (c Config) WithDefaults() Config { return c.withDefaults() }
 
 // withDefaults returns a copy with zero fields filled.
+//
+// Its zero-means-default fills look like backends/quic's and
+// semantics.Limits.WithDefaults's, but each fills its own fields with its
+// own defaults (some derived, as from Limits): alike in shape only, nothing
+// to share.
 func (c Config) withDefaults() Config {
 	if c.MaxStreamWindow == 0 {
 		c.MaxStreamWindow = DefaultMaxStreamWindow

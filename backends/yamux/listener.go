@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"forgeyard.dev/transport/backends/internal/acceptq"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/wire"
 )
@@ -259,15 +260,7 @@ func (l *Listener) Close() error {
 		l.cancel()
 		err = l.ln.Close()
 		l.wg.Wait()
-		for {
-			select {
-			case c := <-l.ready:
-				_ = c.CloseWithCode(wire.CloseShutdown, "listener closed")
-				continue
-			default:
-			}
-			return
-		}
+		acceptq.CloseQueued(l.ready)
 	})
 	return err
 }

@@ -119,14 +119,11 @@ func (s *stream) Close() error {
 // *semantics.StreamError{Code: code, Remote: true}. No-op after Close.
 func (s *stream) CancelWrite(code semantics.StreamErrorCode) {
 	s.mu.Lock()
-	if s.wdone {
+	if !s.endWriteLocked(code, false) {
 		s.mu.Unlock()
 		return
 	}
-	s.wdone = true
-	s.werr = &semantics.StreamError{Code: code}
 	s.awaitAck = true
-	_ = s.ys.SetWriteDeadline(pastDeadline) // wake a blocked Write
 	s.mu.Unlock()
 	if err := s.c.writeStreamRecord(recReset, s.id, code); err != nil {
 		// The connection is failing; nothing will acknowledge.
@@ -141,16 +138,39 @@ func (s *stream) CancelWrite(code semantics.StreamErrorCode) {
 // *semantics.StreamError{Code: code, Remote: true}. No-op after io.EOF.
 func (s *stream) CancelRead(code semantics.StreamErrorCode) {
 	s.mu.Lock()
-	if s.rdone {
-		s.mu.Unlock()
+	ended := s.endReadLocked(code, false)
+	s.mu.Unlock()
+	if !ended {
 		return
 	}
-	s.rdone = true
-	s.rerr = &semantics.StreamError{Code: code}
-	_ = s.ys.SetReadDeadline(pastDeadline) // wake a blocked Read
-	s.mu.Unlock()
 	_ = s.c.writeStreamRecord(recStop, s.id, code)
 	s.maybeFinish()
+}
+
+// endReadLocked ends the read side with *semantics.StreamError{code,
+// remote} (a local CancelRead or the peer's ResetStream) and wakes a
+// blocked Read, unless the side already ended; it reports whether it did.
+// s.mu is held.
+func (s *stream) endReadLocked(code semantics.StreamErrorCode, remote bool) bool {
+	if s.rdone {
+		return false
+	}
+	s.rdone = true
+	s.rerr = &semantics.StreamError{Code: code, Remote: remote}
+	_ = s.ys.SetReadDeadline(pastDeadline) // wake a blocked Read
+	return true
+}
+
+// endWriteLocked is endReadLocked for the write side (a local CancelWrite
+// or the peer's StopSending). s.mu is held.
+func (s *stream) endWriteLocked(code semantics.StreamErrorCode, remote bool) bool {
+	if s.wdone {
+		return false
+	}
+	s.wdone = true
+	s.werr = &semantics.StreamError{Code: code, Remote: remote}
+	_ = s.ys.SetWriteDeadline(pastDeadline) // wake a blocked Write
+	return true
 }
 
 // SetReadDeadline sets the deadline for blocked and future Reads; the zero
@@ -225,29 +245,22 @@ func (s *stream) remoteRST() error {
 // remoteReset applies the peer's ResetStream record.
 func (s *stream) remoteReset(code semantics.StreamErrorCode) {
 	s.mu.Lock()
-	if s.rdone {
-		s.mu.Unlock()
-		return
-	}
-	s.rdone = true
-	s.rerr = &semantics.StreamError{Code: code, Remote: true}
-	_ = s.ys.SetReadDeadline(pastDeadline)
+	ended := s.endReadLocked(code, true)
 	s.mu.Unlock()
-	s.maybeFinish()
+	if ended {
+		s.maybeFinish()
+	}
 }
 
 // remoteStop applies the peer's StopSending record: writes fail with the
 // code and our FIN goes out at once (the peer no longer reads).
 func (s *stream) remoteStop(code semantics.StreamErrorCode) {
 	s.mu.Lock()
-	if s.wdone {
+	if !s.endWriteLocked(code, true) {
 		s.mu.Unlock()
 		return
 	}
-	s.wdone = true
-	s.werr = &semantics.StreamError{Code: code, Remote: true}
 	s.finSent = true
-	_ = s.ys.SetWriteDeadline(pastDeadline)
 	s.mu.Unlock()
 	_ = s.ys.Close()
 	s.maybeFinish()

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"forgeyard.dev/transport/backends/internal/bufconn"
 )
 
 // The HTTP/1.1 Upgrade form of the backend, for TLS port 443 behind
@@ -36,22 +38,6 @@ const (
 	maxUpgradeHeader = 8 << 10
 )
 
-// bufConn reads the bytes a header reader buffered first.
-type bufConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c *bufConn) Read(p []byte) (int, error) {
-	if c.r != nil {
-		if c.r.Buffered() > 0 {
-			return c.r.Read(p)
-		}
-		c.r = nil
-	}
-	return c.Conn.Read(p)
-}
-
 // limitedReader is io.LimitedReader with a limit that can be lifted.
 type limitedReader struct {
 	r net.Conn
@@ -72,14 +58,11 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 
 var errHeaderTooLarge = fmt.Errorf("header exceeds %d bytes", maxUpgradeHeader)
 
-// wrap returns nc, or a bufConn when br holds bytes past the header; the
-// limit no longer applies to either.
+// wrap returns nc, reading first what br holds past the header
+// (bufconn.Wrap); the limit no longer applies.
 func wrap(nc net.Conn, lr *limitedReader, br *bufio.Reader) net.Conn {
 	lr.n = 1 << 62
-	if br.Buffered() == 0 {
-		return nc
-	}
-	return &bufConn{Conn: nc, r: br}
+	return bufconn.Wrap(nc, br)
 }
 
 func hasToken(h http.Header, key, token string) bool {

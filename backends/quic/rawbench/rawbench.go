@@ -15,18 +15,18 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"forgeyard.dev/transport/backends/internal/rawkit"
 )
 
 // ALPN is the protocol both sides offer (the product's, so TLS does the
 // same work).
-const ALPN = "forgeyard/1"
+const ALPN = rawkit.ALPN
 
 // KeepAlive is the client's keep-alive period (a PING every 10 s, the
 // product's default heartbeat interval).
@@ -35,17 +35,17 @@ const KeepAlive = 10 * time.Second
 // Server accepts raw connections and holds them; it echoes the one byte
 // each connection's stream carries.
 type Server struct {
-	ln    *quic.Listener
-	held  atomic.Int64
-	mu    sync.Mutex
-	conns []*quic.Conn
+	ln   *quic.Listener
+	held rawkit.Server[*quic.Conn]
 }
 
+// Listen, Addr, Held and Serve are shaped like backends/yamux/rawbench's on purpose
+// (internal/tools/loadgen drives both through one interface); what is
+// not the library's is backends/internal/rawkit.
+//
 // Listen listens on addr ("127.0.0.1:0") with quic-go's default Config.
 func Listen(addr string, conf *tls.Config) (*Server, error) {
-	tc := conf.Clone()
-	tc.NextProtos = []string{ALPN}
-	ln, err := quic.ListenAddr(addr, tc, &quic.Config{})
+	ln, err := quic.ListenAddr(addr, rawkit.TLS(conf), &quic.Config{})
 	if err != nil {
 		return nil, err
 	}
@@ -56,53 +56,29 @@ func Listen(addr string, conf *tls.Config) (*Server, error) {
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Held is the number of connections whose stream delivered its byte.
-func (s *Server) Held() int64 { return s.held.Load() }
+func (s *Server) Held() int64 { return s.held.Held() }
 
 // Serve accepts until ctx ends or the listener fails, then closes every
 // connection.
 func (s *Server) Serve(ctx context.Context) error {
-	defer func() {
-		s.mu.Lock()
-		for _, c := range s.conns {
-			_ = c.CloseWithError(0, "")
-		}
-		s.mu.Unlock()
-	}()
-	stop := context.AfterFunc(ctx, func() { _ = s.ln.Close() })
-	defer stop()
-	for {
-		c, err := s.ln.Accept(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		s.mu.Lock()
-		s.conns = append(s.conns, c)
-		s.mu.Unlock()
+	defer s.held.Conns.CloseAll(closeConn)
+	return rawkit.Serve(ctx, s.ln, s.ln.Accept, func(c *quic.Conn) {
+		s.held.Conns.Add(c)
 		go func() {
-			st, err := c.AcceptStream(ctx)
-			if err != nil {
-				return
-			}
-			var b [1]byte
-			if _, err := st.Read(b[:]); err != nil {
-				return
-			}
-			if _, err := st.Write(b[:]); err == nil { // the echo tells the client it is held
-				s.held.Add(1)
+			if st, err := c.AcceptStream(ctx); err == nil {
+				s.held.Echo(st)
 			}
 		}()
-	}
+	})
 }
+
+func closeConn(c *quic.Conn) error { return c.CloseWithError(0, "") }
 
 // Client holds raw client connections, dialed over one shared UDP socket
 // (quic.Transport) per source address.
 type Client struct {
-	mu    sync.Mutex
 	trs   []*quic.Transport
-	conns []*quic.Conn
+	conns rawkit.Held[*quic.Conn]
 	dials atomic.Int64
 }
 
@@ -130,51 +106,21 @@ func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func
 		c.trs = append(c.trs, &quic.Transport{Conn: pc})
 	}
 	qc := &quic.Config{KeepAlivePeriod: KeepAlive}
-	sem := make(chan struct{}, max(parallel, 1))
-	var wg sync.WaitGroup
-	var first atomic.Pointer[error]
-	for i := range n {
-		if first.Load() != nil {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			var err error
-			// A handshake the server's accept queue refused fails the
-			// echo, not the dial: try again at once (up to maxTries
-			// times), as a plain client does.
-			for try := 0; try < maxTries; try++ {
-				if err = c.dialOne(ctx, c.trs[i%len(c.trs)], ua, conf(i), qc); err == nil || ctx.Err() != nil {
-					break
-				}
-			}
-			if err != nil {
-				e := fmt.Errorf("rawbench: connection %d: %w", i, err)
-				first.CompareAndSwap(nil, &e)
-			}
-		}()
-	}
-	wg.Wait()
-	if e := first.Load(); e != nil {
+	err = rawkit.DialN(ctx, n, parallel, "connection", func(i int) error {
+		return c.dialOne(ctx, c.trs[i%len(c.trs)], ua, conf(i), qc)
+	})
+	if err != nil {
 		c.Close()
-		return nil, *e
+		return nil, err
 	}
 	return c, nil
 }
 
-// maxTries bounds a connection's handshakes in DialN.
-const maxTries = 20
-
 func (c *Client) dialOne(ctx context.Context, tr *quic.Transport, ua *net.UDPAddr, conf *tls.Config, qc *quic.Config) error {
 	c.dials.Add(1)
-	tc := conf.Clone()
-	tc.NextProtos = []string{ALPN}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := tr.Dial(ctx, ua, tc, qc)
+	conn, err := tr.Dial(ctx, ua, rawkit.TLS(conf), qc)
 	if err != nil {
 		return err
 	}
@@ -183,9 +129,7 @@ func (c *Client) dialOne(ctx context.Context, tr *quic.Transport, ua *net.UDPAdd
 		_ = conn.CloseWithError(0, "")
 		return err
 	}
-	c.mu.Lock()
-	c.conns = append(c.conns, conn)
-	c.mu.Unlock()
+	c.conns.Add(conn)
 	return nil
 }
 
@@ -195,35 +139,18 @@ func echo(ctx context.Context, conn *quic.Conn) error {
 	if err != nil {
 		return err
 	}
-	if d, ok := ctx.Deadline(); ok {
-		_ = st.SetDeadline(d)
-	}
-	if _, err := st.Write([]byte{1}); err != nil {
-		return err
-	}
-	var b [1]byte
-	_, err = st.Read(b[:])
-	return err
+	return rawkit.Ping(ctx, st)
 }
 
 // Len is the number of connections held.
-func (c *Client) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.conns)
-}
+func (c *Client) Len() int { return c.conns.Len() }
 
 // Close closes every connection and socket.
 func (c *Client) Close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var errs []error
-	for _, conn := range c.conns {
-		errs = append(errs, conn.CloseWithError(0, ""))
-	}
+	errs := []error{c.conns.CloseAll(closeConn)}
 	for _, tr := range c.trs {
 		errs = append(errs, tr.Close())
 	}
 	_ = errors.Join(errs...)
-	c.conns, c.trs = nil, nil
+	c.trs = nil
 }

@@ -15,19 +15,20 @@ import (
 	"net"
 
 	"github.com/quic-go/quic-go"
+
+	"forgeyard.dev/transport/backends/internal/rawkit"
 )
 
 // ALPN is the protocol both sides offer (the product's, so TLS does the
 // same work).
-const ALPN = "forgeyard/1"
+const ALPN = rawkit.ALPN
 
 // Listener accepts raw connections.
 type Listener struct{ ln *quic.Listener }
 
 // Listen listens on addr ("127.0.0.1:0") with quic-go's default Config.
 func Listen(addr string, conf *tls.Config) (*Listener, error) {
-	tc := conf.Clone()
-	tc.NextProtos = []string{ALPN}
+	tc := rawkit.TLS(conf)
 	ln, err := quic.ListenAddr(addr, tc, &quic.Config{})
 	if err != nil {
 		return nil, err
@@ -52,8 +53,7 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 
 // Dial connects to addr with quic-go's default Config.
 func Dial(ctx context.Context, addr string, conf *tls.Config) (*Conn, error) {
-	tc := conf.Clone()
-	tc.NextProtos = []string{ALPN}
+	tc := rawkit.TLS(conf)
 	c, err := quic.DialAddr(ctx, addr, tc, &quic.Config{})
 	if err != nil {
 		return nil, err

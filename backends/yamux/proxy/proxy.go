@@ -38,6 +38,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpproxy"
+
+	"forgeyard.dev/transport/backends/internal/bufconn"
 )
 
 // Defaults.
@@ -334,10 +336,7 @@ func connect(ctx context.Context, nc net.Conn, pu *url.URL, target string) (net.
 	// it belongs to the tunnel. From here reads go to br (its buffer) and
 	// then straight to nc, without the limit.
 	lr.N = 1 << 62
-	if br.Buffered() == 0 {
-		return nc, nil
-	}
-	return &bufConn{Conn: nc, r: br}, nil
+	return bufconn.Wrap(nc, br), nil
 }
 
 func ctxErr(ctx context.Context, err error) error {
@@ -349,22 +348,6 @@ func ctxErr(ctx context.Context, err error) error {
 		return fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
 	}
 	return err
-}
-
-// bufConn reads the bytes buffered after the proxy's response first.
-type bufConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c *bufConn) Read(p []byte) (int, error) {
-	if c.r != nil {
-		if c.r.Buffered() > 0 {
-			return c.r.Read(p)
-		}
-		c.r = nil
-	}
-	return c.Conn.Read(p)
 }
 
 // IsProxyError reports whether err came from the proxy's answer (407 or

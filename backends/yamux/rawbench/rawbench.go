@@ -16,32 +16,32 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
+
+	"forgeyard.dev/transport/backends/internal/rawkit"
 )
 
 // ALPN is the protocol both sides offer (the product's).
-const ALPN = "forgeyard/1"
+const ALPN = rawkit.ALPN
 
 // Server accepts raw sessions and holds them.
 type Server struct {
 	ln   net.Listener
-	held atomic.Int64
-	mu   sync.Mutex
-	sess []*yamux.Session
+	held rawkit.Server[*yamux.Session]
 }
 
+// Listen, Addr, Held and Serve are shaped like backends/quic/rawbench's on purpose
+// (internal/tools/loadgen drives both through one interface); what is
+// not the library's is backends/internal/rawkit.
+//
 // Listen listens on addr ("127.0.0.1:0") for TLS.
 func Listen(addr string, conf *tls.Config) (*Server, error) {
-	tc := conf.Clone()
-	tc.NextProtos = []string{ALPN}
-	ln, err := tls.Listen("tcp", addr, tc)
+	ln, err := tls.Listen("tcp", addr, rawkit.TLS(conf))
 	if err != nil {
 		return nil, err
 	}
@@ -52,28 +52,14 @@ func Listen(addr string, conf *tls.Config) (*Server, error) {
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Held is the number of sessions whose stream delivered its byte.
-func (s *Server) Held() int64 { return s.held.Load() }
+func (s *Server) Held() int64 { return s.held.Held() }
 
 // Serve accepts until ctx ends or the listener fails, then closes every
 // session.
 func (s *Server) Serve(ctx context.Context) error {
-	defer func() {
-		s.mu.Lock()
-		for _, se := range s.sess {
-			_ = se.Close()
-		}
-		s.mu.Unlock()
-	}()
-	stop := context.AfterFunc(ctx, func() { _ = s.ln.Close() })
-	defer stop()
-	for {
-		nc, err := s.ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
+	defer s.held.Conns.CloseAll((*yamux.Session).Close)
+	accept := func(context.Context) (net.Conn, error) { return s.ln.Accept() }
+	return rawkit.Serve(ctx, s.ln, accept, func(nc net.Conn) {
 		go func() {
 			tc := nc.(*tls.Conn)
 			hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -87,36 +73,22 @@ func (s *Server) Serve(ctx context.Context) error {
 				_ = nc.Close()
 				return
 			}
-			s.mu.Lock()
-			s.sess = append(s.sess, se)
-			s.mu.Unlock()
-			st, err := se.AcceptStream()
-			if err != nil {
-				return
-			}
-			var b [1]byte
-			if _, err := st.Read(b[:]); err != nil {
-				return
-			}
-			if _, err := st.Write(b[:]); err == nil { // the echo tells the client it is held
-				s.held.Add(1)
+			s.held.Conns.Add(se)
+			if st, err := se.AcceptStream(); err == nil {
+				s.held.Echo(st)
 			}
 		}()
-	}
+	})
 }
 
 // Client holds raw client sessions.
 type Client struct {
-	mu    sync.Mutex
-	sess  []*yamux.Session
+	sess  rawkit.Held[*yamux.Session]
 	dials atomic.Int64
 }
 
 // Dials is the number of handshakes the client began (retries included).
 func (c *Client) Dials() int64 { return c.dials.Load() }
-
-// maxTries bounds a session's handshakes in DialN.
-const maxTries = 20
 
 // DialN dials n sessions to addr, parallel at a time, from the loopback
 // addresses 127.0.0.1 … 127.0.0.<sources>; conf(i) is session i's TLS
@@ -125,46 +97,22 @@ const maxTries = 20
 func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func(i int) *tls.Config) (*Client, error) {
 	sources = min(max(sources, 1), 254)
 	c := &Client{}
-	sem := make(chan struct{}, max(parallel, 1))
-	var wg sync.WaitGroup
-	var first atomic.Pointer[error]
-	for i := range n {
-		if first.Load() != nil {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i%sources))}
-			var err error
-			for try := 0; try < maxTries; try++ { // at once, as a plain client does
-				if err = c.dialOne(ctx, addr, src, conf(i)); err == nil || ctx.Err() != nil {
-					break
-				}
-			}
-			if err != nil {
-				e := fmt.Errorf("rawbench: session %d: %w", i, err)
-				first.CompareAndSwap(nil, &e)
-			}
-		}()
-	}
-	wg.Wait()
-	if e := first.Load(); e != nil {
+	err := rawkit.DialN(ctx, n, parallel, "session", func(i int) error {
+		src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i%sources))}
+		return c.dialOne(ctx, addr, src, conf(i))
+	})
+	if err != nil {
 		c.Close()
-		return nil, *e
+		return nil, err
 	}
 	return c, nil
 }
 
 func (c *Client) dialOne(ctx context.Context, addr string, src *net.TCPAddr, conf *tls.Config) error {
 	c.dials.Add(1)
-	tc := conf.Clone()
-	tc.NextProtos = []string{ALPN}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	d := tls.Dialer{NetDialer: &net.Dialer{LocalAddr: src}, Config: tc}
+	d := tls.Dialer{NetDialer: &net.Dialer{LocalAddr: src}, Config: rawkit.TLS(conf)}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return err
@@ -176,42 +124,21 @@ func (c *Client) dialOne(ctx context.Context, addr string, src *net.TCPAddr, con
 	}
 	st, err := se.OpenStream()
 	if err == nil {
-		if d, ok := ctx.Deadline(); ok {
-			_ = st.SetDeadline(d)
-		}
-		if _, err = st.Write([]byte{1}); err == nil {
-			var b [1]byte
-			_, err = st.Read(b[:]) // the server's echo: it holds the session
-		}
+		err = rawkit.Ping(ctx, st) // the server's echo: it holds the session
 	}
 	if err != nil {
 		_ = se.Close()
 		return err
 	}
-	c.mu.Lock()
-	c.sess = append(c.sess, se)
-	c.mu.Unlock()
+	c.sess.Add(se)
 	return nil
 }
 
 // Len is the number of sessions held.
-func (c *Client) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.sess)
-}
+func (c *Client) Len() int { return c.sess.Len() }
 
 // Close closes every session.
-func (c *Client) Close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var errs []error
-	for _, se := range c.sess {
-		errs = append(errs, se.Close())
-	}
-	_ = errors.Join(errs...)
-	c.sess = nil
-}
+func (c *Client) Close() { _ = c.sess.CloseAll((*yamux.Session).Close) }
 
 // StreamWindow is the stream window of StreamPair's sessions: the
 // backend's default (backends/yamux.DefaultMaxStreamWindow), so a raw leg
@@ -235,8 +162,7 @@ func (p *Pair) Close() error {
 // serverConf over 127.0.0.1 (yamux DefaultConfig but StreamWindow, logs
 // discarded) and opens one stream, bounded by ctx.
 func StreamPair(ctx context.Context, serverConf, clientConf *tls.Config) (*Pair, error) {
-	sconf, cconf := serverConf.Clone(), clientConf.Clone()
-	sconf.NextProtos, cconf.NextProtos = []string{ALPN}, []string{ALPN}
+	sconf, cconf := rawkit.TLS(serverConf), rawkit.TLS(clientConf)
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", sconf)
 	if err != nil {
 		return nil, err

@@ -16,11 +16,13 @@ import (
 	"net"
 
 	"github.com/hashicorp/yamux"
+
+	"forgeyard.dev/transport/backends/internal/rawkit"
 )
 
 // ALPN is the protocol both sides offer (the product's, so TLS does the
 // same work).
-const ALPN = "forgeyard/1"
+const ALPN = rawkit.ALPN
 
 // StreamWindow is the raw sessions' maximum stream window.
 const StreamWindow = 16 << 20
@@ -40,8 +42,7 @@ type Listener struct {
 
 // Listen listens on addr ("127.0.0.1:0").
 func Listen(addr string, conf *tls.Config) (*Listener, error) {
-	tc := conf.Clone()
-	tc.NextProtos = []string{ALPN}
+	tc := rawkit.TLS(conf)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -66,24 +67,24 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 		nc.Close()
 		return nil, err
 	}
-	s, err := yamux.Server(tc, config())
-	if err != nil {
-		tc.Close()
-		return nil, err
-	}
-	return &Conn{s: s}, nil
+	return newConn(tc, yamux.Server)
 }
 
 // Dial connects to addr.
 func Dial(ctx context.Context, addr string, conf *tls.Config) (*Conn, error) {
-	tc := conf.Clone()
-	tc.NextProtos = []string{ALPN}
+	tc := rawkit.TLS(conf)
 	d := tls.Dialer{Config: tc}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	s, err := yamux.Client(nc, config())
+	return newConn(nc, yamux.Client)
+}
+
+// newConn starts yamux's side (yamux.Server or yamux.Client) of a session
+// on nc, closing nc if that fails.
+func newConn(nc net.Conn, side func(io.ReadWriteCloser, *yamux.Config) (*yamux.Session, error)) (*Conn, error) {
+	s, err := side(nc, config())
 	if err != nil {
 		nc.Close()
 		return nil, err

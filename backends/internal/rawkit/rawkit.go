@@ -1,0 +1,174 @@
+// Package rawkit is the library-independent half of the raw baselines
+// (backends/quic/rawbench and backends/quic/wanraw over quic-go,
+// backends/yamux/rawbench and backends/yamux/wanraw over TLS+yamux): the
+// TLS configuration both sides offer, the accept loop, the one-byte echo
+// that marks a connection as held, and the parallel dialling with retries.
+// Each baseline keeps its own package for the library calls, since only
+// backends/quic, backends/webtransport and backends/yamux may import their
+// libraries (internal/testkit/deptest). Nothing in the product uses it.
+package rawkit
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ALPN is the protocol both sides offer (the product's, so TLS does the
+// same work).
+const ALPN = "forgeyard/1"
+
+// TLS returns a clone of conf that offers only ALPN.
+func TLS(conf *tls.Config) *tls.Config {
+	tc := conf.Clone()
+	tc.NextProtos = []string{ALPN}
+	return tc
+}
+
+// Held is the list of connections (or sessions) one side holds. It is safe
+// for concurrent use.
+type Held[C any] struct {
+	mu   sync.Mutex
+	list []C
+}
+
+// Add holds c.
+func (h *Held[C]) Add(c C) {
+	h.mu.Lock()
+	h.list = append(h.list, c)
+	h.mu.Unlock()
+}
+
+// Len is the number held.
+func (h *Held[C]) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.list)
+}
+
+// CloseAll closes every one held with closeOne and forgets them; it
+// returns their errors joined.
+func (h *Held[C]) CloseAll(closeOne func(C) error) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var errs []error
+	for _, c := range h.list {
+		errs = append(errs, closeOne(c))
+	}
+	h.list = nil
+	return errors.Join(errs...)
+}
+
+// Server is what a raw baseline server keeps: the connections it holds
+// and how many of them delivered their byte.
+type Server[C any] struct {
+	Conns Held[C]
+	held  atomic.Int64
+}
+
+// Held is the number of connections whose stream delivered its byte.
+func (s *Server[C]) Held() int64 { return s.held.Load() }
+
+// Echo runs Echo on st and counts the connection as held if the echo was
+// written.
+func (s *Server[C]) Echo(st io.ReadWriter) {
+	if Echo(st) {
+		s.held.Add(1)
+	}
+}
+
+// Serve calls accept until ctx ends (it then closes ln, which makes accept
+// fail, and returns nil) or accept fails (it returns that error), and hands
+// every accepted connection to handle, which must not block.
+func Serve[C any](ctx context.Context, ln io.Closer, accept func(context.Context) (C, error), handle func(C)) error {
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	for {
+		c, err := accept(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		handle(c)
+	}
+}
+
+// Echo is the server's side of a held connection's stream: it reads the
+// one byte the client wrote and writes it back, and reports whether the
+// echo was written (the echo tells the client it is held).
+func Echo(st io.ReadWriter) bool {
+	var b [1]byte
+	if _, err := st.Read(b[:]); err != nil {
+		return false
+	}
+	_, err := st.Write(b[:])
+	return err == nil
+}
+
+// Stream is what Ping needs of a library's stream.
+type Stream interface {
+	io.ReadWriter
+	SetDeadline(time.Time) error
+}
+
+// Ping is the client's side: it writes one byte on st and reads the
+// server's echo, bounded by ctx's deadline.
+func Ping(ctx context.Context, st Stream) error {
+	if d, ok := ctx.Deadline(); ok {
+		_ = st.SetDeadline(d)
+	}
+	if _, err := st.Write([]byte{1}); err != nil {
+		return err
+	}
+	var b [1]byte
+	_, err := st.Read(b[:])
+	return err
+}
+
+// MaxTries bounds one connection's handshakes in DialN.
+const MaxTries = 20
+
+// DialN calls dial(i) for every i in [0, n), parallel at a time. A failed
+// dial is tried again at once (up to MaxTries times, as a plain client
+// does: a handshake the server's accept queue refused fails the echo, not
+// the dial) unless ctx ended. After the first dial that failed for good
+// DialN starts no more and returns its error, as "rawbench: <what> <i>:
+// <err>", once the running ones finished.
+func DialN(ctx context.Context, n, parallel int, what string, dial func(i int) error) error {
+	sem := make(chan struct{}, max(parallel, 1))
+	var wg sync.WaitGroup
+	var first atomic.Pointer[error]
+	for i := range n {
+		if first.Load() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			var err error
+			for try := 0; try < MaxTries; try++ {
+				if err = dial(i); err == nil || ctx.Err() != nil {
+					break
+				}
+			}
+			if err != nil {
+				e := fmt.Errorf("rawbench: %s %d: %w", what, i, err)
+				first.CompareAndSwap(nil, &e)
+			}
+		}()
+	}
+	wg.Wait()
+	if e := first.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
