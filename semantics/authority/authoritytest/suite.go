@@ -94,26 +94,35 @@ func Run(t *testing.T, o Opener) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
 	}
-	t.Run("SharedStorage", func(t *testing.T) {
-		if o.Shared == nil {
-			t.Skip("implementation does not share storage between instances")
-		}
-		testShared(t, o)
-	})
-	t.Run("SharedExpireRacesRenewals", func(t *testing.T) {
-		if o.Shared == nil {
-			t.Skip("implementation does not share storage between instances")
-		}
+	runShared(t, o, "SharedStorage", testShared)
+	runShared(t, o, "SharedExpireRacesRenewals", func(t *testing.T, o Opener) {
 		// The sweep on one daemon, the renewals on another (HA, §227–230).
 		a := o.Open(t)
 		expireRace(t, a, o.Shared(t))
 	})
-	t.Run("SharedIdentities", func(t *testing.T) {
+	runShared(t, o, "SharedIdentities", testIdentityShared)
+}
+
+// runShared runs fn as the subtest name, skipped when the implementation
+// cannot share storage between instances (o.Shared nil).
+func runShared(t *testing.T, o Opener, name string, fn func(t *testing.T, o Opener)) {
+	t.Run(name, func(t *testing.T) {
 		if o.Shared == nil {
 			t.Skip("implementation does not share storage between instances")
 		}
-		testIdentityShared(t, o)
+		fn(t, o)
 	})
+}
+
+// facet returns the optional interface of(a) (authority.InventoryOf, say)
+// and fails the test, saying a's type "missing", when a lacks it.
+func facet[T any](t *testing.T, a authority.Authority, of func(authority.Authority) T, missing string) T {
+	t.Helper()
+	v := of(a)
+	if any(v) == nil {
+		t.Fatalf("%T %s", a, missing)
+	}
+	return v
 }
 
 func testEpochs(t *testing.T, o Opener) {
