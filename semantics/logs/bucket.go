@@ -65,9 +65,7 @@ func NewBucketSink(cfg BucketSinkConfig) (*BucketSink, error) {
 		return nil, fmt.Errorf("logs: BucketSinkConfig.Bucket is required")
 	}
 	s := &BucketSink{b: cfg.Bucket, prefix: cfg.Prefix, timeout: cfg.Timeout, m: map[wire.JobAttemptId]*bucketLog{}}
-	if s.timeout <= 0 {
-		s.timeout = time.Minute
-	}
+	positiveOr(&s.timeout, time.Minute)
 	return s, nil
 }
 

@@ -235,15 +235,9 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if cfg.MaxAttemptBytes == 0 {
 		cfg.MaxAttemptBytes = DefaultMaxAttemptBytes
 	}
-	if cfg.AckBytes <= 0 {
-		cfg.AckBytes = DefaultAckBytes
-	}
-	if cfg.AckInterval <= 0 {
-		cfg.AckInterval = DefaultAckInterval
-	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
+	positiveOr(&cfg.AckBytes, DefaultAckBytes)
+	positiveOr(&cfg.AckInterval, DefaultAckInterval)
+	positiveOr(&cfg.MaxAttempts, DefaultMaxAttempts)
 	if cfg.RateBytes < 0 {
 		return nil, errors.New("logs: ReceiverConfig.RateBytes is negative")
 	}
