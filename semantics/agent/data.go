@@ -131,11 +131,7 @@ func (a *Agent) attachLog(l *link, at *attempt, fromSeq uint64) {
 				return
 			}
 			a.log.Debug("log stream failed; reattaching", "attempt", at.job.Attempt.String(), "err", err)
-			t := time.NewTimer(pause)
-			select {
-			case <-t.C:
-			case <-l.ctx.Done():
-				t.Stop()
+			if !sleepCtx(l.ctx, pause) {
 				return
 			}
 			pause = min(2*pause, time.Second)
@@ -425,12 +421,7 @@ func (a *Agent) retryKept(at *attempt, err error, retryable func(error) bool, re
 		}
 		retries.Add(1)
 		a.log.Warn(msg, "attempt", at.job.Attempt.String(), "in", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-a.ctx.Done():
-		}
-		t.Stop()
+		sleepCtx(a.ctx, wait) // the agent stopping ends the loop at its top
 		err = op()
 	}
 	return err
