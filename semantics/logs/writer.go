@@ -497,27 +497,10 @@ func (w *Writer) Attach(ctx context.Context, conn *semantics.Conn, fromSeq uint6
 // attachment, cancelling an older one (ErrSuperseded) and waiting for it
 // to end.
 func (w *Writer) supersede(ctx context.Context, me *attachment) error {
-	for {
-		w.mu.Lock()
-		old := w.att
-		if old == nil {
-			w.att = me
-			w.mu.Unlock()
-			return nil
-		}
-		w.mu.Unlock()
+	return takeOver(ctx, &w.mu, &w.att, me, func(old *attachment) <-chan struct{} {
 		old.cancel(ErrSuperseded)
-		select {
-		case <-old.done:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		w.mu.Lock()
-		if w.att == old {
-			w.att = nil
-		}
-		w.mu.Unlock()
-	}
+		return old.done
+	})
 }
 
 // detach ends me's attachment (unless a newer Attach took it).
