@@ -62,6 +62,16 @@ func (f *fixture) lease(t *testing.T, ttl time.Duration) authority.Lease {
 	return l
 }
 
+// accepted is lease, then accepted by f's session at t0.
+func (f *fixture) accepted(t *testing.T, ttl time.Duration) authority.Lease {
+	t.Helper()
+	l := f.lease(t, ttl)
+	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // Run runs the suite.
 func Run(t *testing.T, o Opener) {
 	tests := []struct {
@@ -161,10 +171,7 @@ func testEpochs(t *testing.T, o Opener) {
 
 func testNewSession(t *testing.T, o Opener) {
 	f := newFixture(t, o.Open(t))
-	l := f.lease(t, time.Minute)
-	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
-		t.Fatal(err)
-	}
+	l := f.accepted(t, time.Minute)
 	// The agent restarts: new AgentSessionId (§15).
 	a2 := wire.NewAgentSessionId()
 	g, err := f.a.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: a2, Transport: wire.NewTransportSessionId(), Now: t0.Add(time.Second)})
@@ -317,10 +324,7 @@ func testCancel(t *testing.T, o Opener) {
 
 func testCompletion(t *testing.T, o Opener) {
 	f := newFixture(t, o.Open(t))
-	l := f.lease(t, time.Minute)
-	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
-		t.Fatal(err)
-	}
+	l := f.accepted(t, time.Minute)
 	c := authority.Completion{MessageID: wire.NewMessageId(), Attempt: l.Attempt, Lease: l.ID, Session: f.ref(),
 		Result: []byte{0, 0}, Outputs: []wire.CasObjectRef{{Size: 5}}, Now: t0}
 	if ack, err := f.a.CompleteAttempt(f.ctx, c); err != nil || ack != authority.AckAccepted {
@@ -622,10 +626,7 @@ func testShared(t *testing.T, o Opener) {
 	a := o.Open(t)
 	b := o.Shared(t)
 	f := newFixture(t, a)
-	l := f.lease(t, time.Minute)
-	if _, err := a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
-		t.Fatal(err)
-	}
+	l := f.accepted(t, time.Minute)
 	g, err := b.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: f.session, Transport: wire.NewTransportSessionId(), Daemon: "d2", Now: t0})
 	if err != nil || g.Epoch != 2 || g.Previous.Daemon != "d1" {
 		t.Fatalf("register on second daemon = %+v, %v", g, err)
@@ -645,10 +646,7 @@ func testShared(t *testing.T, o Opener) {
 // the row lock, reports not expired and leaves the renewed lease live.
 func testExpireRecheck(t *testing.T, o Opener) {
 	f := newFixture(t, o.Open(t))
-	l := f.lease(t, 10*time.Second)
-	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
-		t.Fatal(err)
-	}
+	l := f.accepted(t, 10*time.Second)
 	sweepNow := t0.Add(20 * time.Second)
 	exp, err := f.a.ExpiredLeases(f.ctx, sweepNow, 100)
 	if err != nil || len(exp) != 1 || exp[0].ID != l.ID {
