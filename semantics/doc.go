@@ -55,6 +55,7 @@
 //	| `semantics/internal/tokenbucket` | helper | — | semantics/daemon, data paths, semantics/telemetry |
 //	| `semantics/internal/atomicfile` | helper | — | semantics/logs, semantics/cas, semantics/objstore, semantics/trust |
 //	| `semantics/internal/probe` | helper | `semantics/objstore` | semantics/logs, semantics/cas |
+//	| `semantics/internal/pairkey` | helper | — | semantics/logs, semantics/cas |
 //	| `semantics/authority` | store | `wire/...` | semantics/daemon, authmetrics, internal/setup, cmd/forgeyard-daemon, cmd/forgeyard |
 //	| `semantics/authority/authoritytest` | test kit | `wire/...`, `semantics/authority` | tests of semantics/authority (SQLite, PostgreSQL) |
 //	| `semantics/objstore` | store | helper | data paths, semantics/daemon, s3store, internal/setup |

@@ -136,12 +136,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.mu.Lock()
 		a.retryAt = a.now().Add(wait)
 		a.mu.Unlock()
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleepCtx(ctx, wait) {
 			return nil
-		case <-t.C:
 		}
 	}
 }

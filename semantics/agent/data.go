@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"forgeyard.dev/transport/semantics"
@@ -130,11 +131,7 @@ func (a *Agent) attachLog(l *link, at *attempt, fromSeq uint64) {
 				return
 			}
 			a.log.Debug("log stream failed; reattaching", "attempt", at.job.Attempt.String(), "err", err)
-			t := time.NewTimer(pause)
-			select {
-			case <-t.C:
-			case <-l.ctx.Done():
-				t.Stop()
+			if !sleepCtx(l.ctx, pause) {
 				return
 			}
 			pause = min(2*pause, time.Second)
@@ -353,23 +350,9 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 		// ours (issue 15 items 4 and 6). A completion never goes out with a
 		// log the daemon has not durably stored while the lease is live; a
 		// final refusal (Forbidden: the lease is no longer ours) ends it.
-		for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && (linkFailure(err) || a.storageFaultSince(budget+time.Second)) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
-			a.mu.Lock()
-			discard := at.discard
-			a.mu.Unlock()
-			if discard || a.ctx.Err() != nil {
-				break
-			}
-			a.st.logStorageRetries.Add(1)
-			a.log.Warn("logs-finalized barrier failed; log kept, retrying", "attempt", job.Attempt.String(), "in", wait, "err", err)
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-a.ctx.Done():
-			}
-			t.Stop()
-			err = finalize()
-		}
+		err = a.retryKept(at, err, func(err error) bool {
+			return linkFailure(err) || a.storageFaultSince(budget+time.Second)
+		}, &a.st.logStorageRetries, "logs-finalized barrier failed; log kept, retrying", finalize)
 		if err != nil {
 			a.st.logFinalizeFailed.Add(1)
 			a.log.Warn("logs-finalized barrier failed", "attempt", job.Attempt.String(), "err", err)
@@ -406,23 +389,9 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 	// under the upload: keep the outputs in the local store and retry
 	// with backoff (issue 15 items 4 and 6), for at most storageRetryFor,
 	// while the attempt is ours.
-	for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && (storageUnavailable(err) || linkFailure(err)) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
-		a.mu.Lock()
-		discard := at.discard
-		a.mu.Unlock()
-		if discard || a.ctx.Err() != nil {
-			break
-		}
-		a.st.outputsStorageRetries.Add(1)
-		a.log.Warn("output upload failed; outputs kept, retrying", "attempt", job.Attempt.String(), "in", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-a.ctx.Done():
-		}
-		t.Stop()
-		err = upload()
-	}
+	err = a.retryKept(at, err, func(err error) bool {
+		return storageUnavailable(err) || linkFailure(err)
+	}, &a.st.outputsStorageRetries, "output upload failed; outputs kept, retrying", upload)
 	if err != nil {
 		a.st.outputsFailed.Add(int64(len(local)))
 		a.log.Warn("output upload failed; outputs not claimed", "attempt", job.Attempt.String(), "err", err)
@@ -434,6 +403,28 @@ func (a *Agent) finishData(at *attempt, outs []wire.CasObjectRef) []wire.CasObje
 		_, _ = l.ch.SendMsg(&wcas.OutputsFinalizedV1{Attempt: job.Attempt, Lease: job.Lease, Outputs: outs})
 	}
 	return outs
+}
+
+// retryKept is the backoff loop of finishData's two retries (the
+// logs-finalized barrier and the output upload), whose data stays kept
+// meanwhile: while err is not nil and retryable(err), for at most
+// storageRetryFor and while the attempt is ours and the agent runs, it
+// counts a retry in retries, logs msg, waits (100 ms doubling to 5 s) and
+// calls op again. It returns the last error.
+func (a *Agent) retryKept(at *attempt, err error, retryable func(error) bool, retries *atomic.Int64, msg string, op func() error) error {
+	for wait, until := 100*time.Millisecond, time.Now().Add(storageRetryFor); err != nil && retryable(err) && time.Now().Before(until); wait = min(2*wait, 5*time.Second) {
+		a.mu.Lock()
+		discard := at.discard
+		a.mu.Unlock()
+		if discard || a.ctx.Err() != nil {
+			break
+		}
+		retries.Add(1)
+		a.log.Warn(msg, "attempt", at.job.Attempt.String(), "in", wait, "err", err)
+		sleepCtx(a.ctx, wait) // the agent stopping ends the loop at its top
+		err = op()
+	}
+	return err
 }
 
 // errLogShort is the end of a logs-finalized barrier whose ack covers less

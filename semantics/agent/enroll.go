@@ -42,14 +42,8 @@ func (a *Agent) certRenewLoop(ctx context.Context, l *link) {
 	for {
 		leaf := a.cfg.Credentials.Leaf()
 		wait := trust.RenewAt(leaf, a.cfg.RenewWindow).Sub(a.now())
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
+		if wait > 0 && !sleepCtx(ctx, wait) {
+			return
 		}
 		err := a.renewOn(ctx, l)
 		if err == nil {
@@ -62,12 +56,8 @@ func (a *Agent) certRenewLoop(ctx context.Context, l *link) {
 		retry := min(max(leaf.NotAfter.Sub(a.now())/20, time.Second), 10*time.Minute)
 		a.log.Warn("certificate renewal failed; retrying", "err", err, "retry_in", retry,
 			"expiry_warning", trust.ExpiryWarning(leaf, a.cfg.RenewWindow, a.now()))
-		t := time.NewTimer(retry)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleepCtx(ctx, retry) {
 			return
-		case <-t.C:
 		}
 	}
 }

@@ -158,20 +158,11 @@ const (
 	AckInvalidRejected   AckKind = 3
 )
 
+var ackKindNames = [...]string{AckAccepted: "Accepted", AckDuplicateAccepted: "DuplicateAccepted",
+	AckStaleRejected: "StaleRejected", AckInvalidRejected: "InvalidRejected"}
+
 // String returns the kind's name (Accepted, DuplicateAccepted, …) for logs and metrics.
-func (k AckKind) String() string {
-	switch k {
-	case AckAccepted:
-		return "Accepted"
-	case AckDuplicateAccepted:
-		return "DuplicateAccepted"
-	case AckStaleRejected:
-		return "StaleRejected"
-	case AckInvalidRejected:
-		return "InvalidRejected"
-	}
-	return "AckKind?"
-}
+func (k AckKind) String() string { return kindName(ackKindNames[:], k, "AckKind?") }
 
 // LogValue renders the value by its String form in logs (JSON handlers
 // included, which would otherwise print the number or the struct).
@@ -212,17 +203,18 @@ const (
 	DecisionStale    DecisionKind = 2
 )
 
+var decisionKindNames = [...]string{DecisionContinue: "Continue", DecisionCancel: "Cancel", DecisionStale: "Stale"}
+
 // String returns the decision's name (Continue, Cancel, Stale).
-func (k DecisionKind) String() string {
-	switch k {
-	case DecisionContinue:
-		return "Continue"
-	case DecisionCancel:
-		return "Cancel"
-	case DecisionStale:
-		return "Stale"
+func (k DecisionKind) String() string { return kindName(decisionKindNames[:], k, "DecisionKind?") }
+
+// kindName is the String of AckKind and DecisionKind: names[k], or unknown
+// for a value without a name.
+func kindName[K ~uint8](names []string, k K, unknown string) string {
+	if int(k) < len(names) {
+		return names[k]
 	}
-	return "DecisionKind?"
+	return unknown
 }
 
 // LogValue renders the value by its String form in logs (JSON handlers

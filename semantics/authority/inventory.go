@@ -150,6 +150,8 @@ func InventorySchema(dialect string) []string {
 
 // inventorySchema is the inventory tables. Lists (labels, tools, checks)
 // are JSON text: they are bounded summaries read whole, never queried.
+// Like baseSchema's, its look-alike statements are each their own table's
+// DDL, frozen with the migration step.
 func (s *store) inventorySchema() []string {
 	b := s.d.blob
 	return []string{

@@ -149,6 +149,9 @@ func (s *store) versionIn(ctx context.Context, t *sql.Tx) (int, error) {
 }
 
 // baseSchema is migration 1's transport tables (identitySchema has the rest).
+// The CREATE TABLE texts here, in identitySchema and in inventorySchema
+// look alike column by column but each is its own table's DDL, written out
+// whole: a migration step's statements must never change once released.
 func baseSchema(d dialect) []string {
 	b := d.blob
 	return []string{

@@ -13,7 +13,7 @@ import (
 )
 
 // identitySchema is the identity tables, part of schema migration 1
-// (migrate.go).
+// (migrate.go; on its look-alike statements see baseSchema).
 func identitySchema(d dialect) []string {
 	b := d.blob
 	return []string{
@@ -161,24 +161,20 @@ func (s *store) EnrollmentTokens(ctx context.Context, limit int) ([]EnrollmentTo
 	if limit <= 0 || limit > 10000 {
 		limit = 10000
 	}
-	var rows *sql.Rows
-	err := s.read(func() (err error) {
-		rows, err = s.db.QueryContext(ctx, s.rebind(`SELECT `+tokenCols+` FROM fy_enroll_tokens ORDER BY created_ms DESC, token_id LIMIT ?`), limit)
-		return err
-	})
+	var out []EnrollmentToken
+	err := s.query(ctx, `SELECT `+tokenCols+` FROM fy_enroll_tokens ORDER BY created_ms DESC, token_id LIMIT ?`, []any{limit},
+		func(rows *sql.Rows) error {
+			t, err := scanToken(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, t)
+			return nil
+		})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []EnrollmentToken
-	for rows.Next() {
-		t, err := scanToken(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func checkSerial(serial string) error {
@@ -245,26 +241,22 @@ func (s *store) RevokeCertificate(ctx context.Context, serial, reason string, no
 }
 
 func (s *store) Certificates(ctx context.Context, runner wire.RunnerId) ([]IssuedCertificate, error) {
-	var rows *sql.Rows
-	err := s.read(func() (err error) {
-		rows, err = s.db.QueryContext(ctx, s.rebind(`SELECT serial, not_after_ms, issued_ms, revoked, reason FROM fy_certs WHERE runner_id = ? ORDER BY issued_ms DESC, serial LIMIT 1000`), idb(runner.ULID))
-		return err
-	})
+	var out []IssuedCertificate
+	err := s.query(ctx, `SELECT serial, not_after_ms, issued_ms, revoked, reason FROM fy_certs WHERE runner_id = ? ORDER BY issued_ms DESC, serial LIMIT 1000`, []any{idb(runner.ULID)},
+		func(rows *sql.Rows) error {
+			c := IssuedCertificate{Runner: runner}
+			var na, is int64
+			if err := rows.Scan(&c.Serial, &na, &is, &c.Revoked, &c.Reason); err != nil {
+				return err
+			}
+			c.NotAfter, c.IssuedAt = fromMs(na), fromMs(is)
+			out = append(out, c)
+			return nil
+		})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []IssuedCertificate
-	for rows.Next() {
-		c := IssuedCertificate{Runner: runner}
-		var na, is int64
-		if err := rows.Scan(&c.Serial, &na, &is, &c.Revoked, &c.Reason); err != nil {
-			return nil, err
-		}
-		c.NotAfter, c.IssuedAt = fromMs(na), fromMs(is)
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // checkChunk bounds the placeholders of one CheckCredentials query.

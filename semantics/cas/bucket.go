@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"forgeyard.dev/transport/semantics/internal/pairkey"
 	"forgeyard.dev/transport/semantics/objstore"
 	"forgeyard.dev/transport/wire"
 )
@@ -129,10 +130,8 @@ func (s *BucketStore) prefixOf(ctx context.Context, ref wire.CasObjectRef) ([]pi
 	dir := s.chunkDir(ref)
 	var chunks []piece
 	err := s.b.List(ctx, dir, func(in objstore.Info) error {
-		o, n, ok := strings.Cut(strings.TrimPrefix(in.Key, dir), "-")
-		off, err1 := strconv.ParseUint(o, 10, 64)
-		size, err2 := strconv.ParseUint(n, 10, 64)
-		if !ok || err1 != nil || err2 != nil || size == 0 || in.Size != int64(size) {
+		off, size, ok := pairkey.Split(in.Key, dir)
+		if !ok || size == 0 || in.Size != int64(size) {
 			return nil // not a chunk of ours
 		}
 		chunks = append(chunks, piece{Off: off, Size: size})

@@ -161,10 +161,7 @@ func (u *Uploader) UploadAll(ctx context.Context, conn *semantics.Conn, ctl Cont
 // non-Verified verdict, ErrUnsupportedAlgorithm, ErrProtocol, or a
 // transport error (the upload is then remembered as interrupted).
 func (u *Uploader) Upload(ctx context.Context, conn *semantics.Conn, lease wire.LeaseId, ref wire.CasObjectRef) error {
-	if ref.Algorithm != wire.DigestSHA256 {
-		return fmt.Errorf("%w: %s", ErrUnsupportedAlgorithm, ref.Algorithm)
-	}
-	if err := u.sem.acquire(ctx); err != nil {
+	if err := startTransfer(ctx, u.sem, ref); err != nil {
 		return err
 	}
 	defer u.sem.release()
@@ -318,6 +315,16 @@ type DownloaderConfig struct {
 	Metrics *telemetry.Metrics
 }
 
+// startTransfer opens Upload and Fetch: ref's algorithm must be one this
+// build implements (else ErrUnsupportedAlgorithm at once, without waiting),
+// then the transfer waits for a slot of s. The caller releases the slot.
+func startTransfer(ctx context.Context, s sem, ref wire.CasObjectRef) error {
+	if err := checkAlgorithm(ref.Algorithm); err != nil {
+		return err
+	}
+	return s.acquire(ctx)
+}
+
 // DownloaderStats are a Downloader's counters.
 type DownloaderStats struct {
 	Verified      int64 // objects committed
@@ -379,10 +386,7 @@ func (d *Downloader) FetchAll(ctx context.Context, conn *semantics.Conn, lease w
 // ErrUnsupportedAlgorithm, ErrProtocol, store errors, or a transport error
 // (the received prefix is kept for the next Fetch).
 func (d *Downloader) Fetch(ctx context.Context, conn *semantics.Conn, lease wire.LeaseId, ref wire.CasObjectRef) error {
-	if ref.Algorithm != wire.DigestSHA256 {
-		return fmt.Errorf("%w: %s", ErrUnsupportedAlgorithm, ref.Algorithm)
-	}
-	if err := d.sem.acquire(ctx); err != nil {
+	if err := startTransfer(ctx, d.sem, ref); err != nil {
 		return err
 	}
 	defer d.sem.release()

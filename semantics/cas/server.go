@@ -320,15 +320,8 @@ func (s *Server) upload(ctx context.Context, st *semantics.Stream) error {
 	}
 	if probe, ok := m.(*wcas.CasRangeResumeRequestV1); ok {
 		ref := probe.Object
-		forbidden, aerr := s.authorize(ctx, probe.Lease, ref, AccessWrite)
-		switch {
-		case aerr != nil:
-			return s.ack(st, probe.Lease, ref, wcas.CasAborted, probe.VerifiedOffset, semantics.StreamCancelled, false)
-		case forbidden:
-			return s.ack(st, probe.Lease, ref, wcas.CasForbidden, 0, semantics.StreamForbidden, false)
-		case ref.Algorithm != wire.DigestSHA256:
-			s.unsupported.Add(1)
-			return s.ack(st, probe.Lease, ref, wcas.CasAborted, 0, semantics.StreamCancelled, false)
+		if ok, err := s.admit(ctx, st, probe.Lease, ref, AccessWrite, probe.VerifiedOffset, wcas.CasAborted); !ok {
+			return err
 		}
 		stat, err := s.cfg.Store.Stat(ref)
 		if err != nil {
@@ -410,11 +403,11 @@ func (s *Server) upload(ctx context.Context, st *semantics.Stream) error {
 	return s.ack(st, lease, ref, o, 0, code, drained)
 }
 
-// admit answers an upload or download request the server will not serve,
-// as both do: an authorization that failed (Aborted, at offset), a
-// forbidden one (Forbidden) or an unsupported algorithm (unsupported: an
-// upload answers Aborted, a download NotFound). ok false means the
-// request was answered; err is the answer's.
+// admit answers an upload, resume probe or download request the server
+// will not serve, as all three do: an authorization that failed (Aborted,
+// at offset), a forbidden one (Forbidden) or an unsupported algorithm
+// (unsupported: an upload or probe answers Aborted, a download NotFound).
+// ok false means the request was answered; err is the answer's.
 func (s *Server) admit(ctx context.Context, st *semantics.Stream, lease wire.LeaseId, ref wire.CasObjectRef, access Access, offset uint64, unsupported wcas.CasOutcome) (bool, error) {
 	if forbidden, err := s.authorize(ctx, lease, ref, access); err != nil {
 		return false, s.ack(st, lease, ref, wcas.CasAborted, offset, semantics.StreamCancelled, false)

@@ -75,10 +75,19 @@ type PartialObject interface {
 
 // newHash returns the hash of alg, or ErrUnsupportedAlgorithm.
 func newHash(alg wire.DigestAlgorithm) (hash.Hash, error) {
-	if alg == wire.DigestSHA256 {
-		return sha256.New(), nil
+	if err := checkAlgorithm(alg); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%w: %s", ErrUnsupportedAlgorithm, alg)
+	return sha256.New(), nil
+}
+
+// checkAlgorithm returns ErrUnsupportedAlgorithm, naming alg, unless this
+// build implements alg (SHA-256 only).
+func checkAlgorithm(alg wire.DigestAlgorithm) error {
+	if alg != wire.DigestSHA256 {
+		return fmt.Errorf("%w: %s", ErrUnsupportedAlgorithm, alg)
+	}
+	return nil
 }
 
 // FSStore defaults.
@@ -233,8 +242,8 @@ type heldStore[P PartialObject] interface {
 // store's limits and held (ErrBusy for a second Create of it) while create
 // runs; a failed create releases it.
 func createHeld[P PartialObject](s heldStore[P], ref wire.CasObjectRef) (PartialObject, error) {
-	if ref.Algorithm != wire.DigestSHA256 {
-		return nil, fmt.Errorf("%w: %s", ErrUnsupportedAlgorithm, ref.Algorithm)
+	if err := checkAlgorithm(ref.Algorithm); err != nil {
+		return nil, err
 	}
 	mu, busy, maxSize, maxPartials := s.holds()
 	if ref.Size > maxSize {

@@ -157,6 +157,24 @@ func (c *conn) leaseOf(ctx context.Context, id wire.LeaseId) (authority.Lease, e
 	return l, nil
 }
 
+// barrierAllowed checks a data barrier (LogsFinalizedV1,
+// OutputsFinalizedV1) about attempt under lease: true when lease is c's
+// lease of that attempt (leaseOf); otherwise it answers env, Forbidden
+// ("lease does not authorize this attempt's <what>") or, when the authority
+// could not tell, a retryable internal error, and returns false.
+func (c *conn) barrierAllowed(ctx context.Context, env *wire.Envelope, lease wire.LeaseId, attempt wire.JobAttemptId, what string) bool {
+	l, err := c.leaseOf(ctx, lease)
+	if err == nil && l.Attempt == attempt {
+		return true
+	}
+	if errors.Is(err, ErrDataForbidden) || err == nil {
+		c.replyErr(env, wire.ErrCodeForbidden, wire.RetryNever, "lease does not authorize this attempt's "+what)
+	} else {
+		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
+	}
+	return false
+}
+
 // authorizeLog admits a log stream for attempt under lease when the lease
 // is an accepted lease of the connection's session for that attempt; the
 // connection then receives the attempt's LogAck/LogResume messages.
@@ -292,13 +310,7 @@ const lostFramesFix = `keep data.log_dir on durable storage, and give daemons th
 // it counts its log as dropped).
 func (c *conn) onLogsFinalized(env *wire.Envelope, m *wlogs.LogsFinalizedV1) {
 	ctx := c.dataCtx()
-	l, err := c.leaseOf(ctx, m.Lease)
-	if err != nil || l.Attempt != m.Attempt {
-		if errors.Is(err, ErrDataForbidden) || err == nil {
-			c.replyErr(env, wire.ErrCodeForbidden, wire.RetryNever, "lease does not authorize this attempt's log")
-		} else {
-			c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
-		}
+	if !c.barrierAllowed(ctx, env, m.Lease, m.Attempt, "log") {
 		return
 	}
 	r := c.d.logRecv
@@ -415,13 +427,7 @@ func (c *conn) onNeedObjects(env *wire.Envelope, m *wcas.NeedObjectsV1) {
 // onOutputsFinalized records the attempt's declared outputs (§243) when
 // the lease is the connection's.
 func (c *conn) onOutputsFinalized(env *wire.Envelope, m *wcas.OutputsFinalizedV1) {
-	l, err := c.leaseOf(c.dataCtx(), m.Lease)
-	if err != nil || l.Attempt != m.Attempt {
-		if errors.Is(err, ErrDataForbidden) || err == nil {
-			c.replyErr(env, wire.ErrCodeForbidden, wire.RetryNever, "lease does not authorize this attempt's outputs")
-		} else {
-			c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
-		}
+	if !c.barrierAllowed(c.dataCtx(), env, m.Lease, m.Attempt, "outputs") {
 		return
 	}
 	d := c.d

@@ -161,13 +161,9 @@ func (d *Daemon) DiscoverDevices(ctx context.Context, runner wire.RunnerId, plat
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("daemon: invalid discover: %w", err)
 	}
-	env, err := c.call(ctx, m)
+	r, err := askDevice[*device.DiscoverResultV1](ctx, c, m, nil)
 	if err != nil {
 		return nil, err
-	}
-	r, ok := env.Payload.(*device.DiscoverResultV1)
-	if !ok {
-		return nil, fmt.Errorf("daemon: device agent answered %s", nameOf(env.Payload.MessageType()))
 	}
 	return r.Devices, nil
 }
@@ -190,13 +186,9 @@ func (d *Daemon) ReserveDevice(ctx context.Context, req DeviceReserve) (DeviceRe
 	if err := m.Validate(); err != nil {
 		return DeviceReservation{}, fmt.Errorf("daemon: invalid reserve: %w", err)
 	}
-	env, err := c.call(ctx, m)
+	r, err := askDevice(ctx, c, m, func(r *device.ReserveResultV1) bool { return r.Device == req.Device })
 	if err != nil {
 		return DeviceReservation{}, err
-	}
-	r, ok := env.Payload.(*device.ReserveResultV1)
-	if !ok || r.Device != req.Device {
-		return DeviceReservation{}, fmt.Errorf("daemon: device agent answered %s", nameOf(env.Payload.MessageType()))
 	}
 	if r.Outcome != device.OutcomeOk {
 		return DeviceReservation{}, &DeviceError{Op: "reserve", Device: req.Device, Outcome: r.Outcome}
@@ -253,13 +245,9 @@ func (d *Daemon) InstallOnDevice(ctx context.Context, res DeviceReservation, art
 		delete(p.grants, g)
 		p.mu.Unlock()
 	}()
-	env, err := c.call(ctx, m)
+	r, err := askDevice(ctx, c, m, func(r *device.InstallResultV1) bool { return r.Device == res.Device })
 	if err != nil {
 		return "", err
-	}
-	r, ok := env.Payload.(*device.InstallResultV1)
-	if !ok || r.Device != res.Device {
-		return "", fmt.Errorf("daemon: device agent answered %s", nameOf(env.Payload.MessageType()))
 	}
 	if r.Outcome != device.OutcomeOk {
 		return r.Message, &DeviceError{Op: "install", Device: res.Device, Outcome: r.Outcome, Message: r.Message}
@@ -303,13 +291,9 @@ func (d *Daemon) RunDeviceTest(ctx context.Context, res DeviceReservation, t Dev
 		run.log = nil // the host's writer is not written after we return
 		run.logMu.Unlock()
 	}()
-	env, err := c.call(ctx, m)
+	r, err := askDevice(ctx, c, m, func(r *device.RunTestResultV1) bool { return r.Device == res.Device })
 	if err != nil {
 		return DeviceTestResult{}, err
-	}
-	r, ok := env.Payload.(*device.RunTestResultV1)
-	if !ok || r.Device != res.Device {
-		return DeviceTestResult{}, fmt.Errorf("daemon: device agent answered %s", nameOf(env.Payload.MessageType()))
 	}
 	out := DeviceTestResult{Passed: r.Passed, Failed: r.Failed, HasReport: r.HasReport, Report: r.Report}
 	switch r.Outcome {
@@ -350,18 +334,31 @@ func (d *Daemon) ResetDevice(ctx context.Context, res DeviceReservation) error {
 		}
 		p.mu.Unlock()
 	}()
-	env, err := c.call(ctx, &device.ResetV1{Device: res.Device, Lease: res.Lease})
+	r, err := askDevice(ctx, c, &device.ResetV1{Device: res.Device, Lease: res.Lease},
+		func(r *device.ResetResultV1) bool { return r.Device == res.Device })
 	if err != nil {
 		return err
-	}
-	r, ok := env.Payload.(*device.ResetResultV1)
-	if !ok || r.Device != res.Device {
-		return fmt.Errorf("daemon: device agent answered %s", nameOf(env.Payload.MessageType()))
 	}
 	if r.Outcome != device.OutcomeOk {
 		return &DeviceError{Op: "reset", Device: res.Device, Outcome: r.Outcome}
 	}
 	return nil
+}
+
+// askDevice sends the request m to c's device agent and returns the answer:
+// an R (about the request's device when same, given, says so) or else an
+// error naming the message that came.
+func askDevice[R wire.Message](ctx context.Context, c *conn, m wire.Message, same func(R) bool) (R, error) {
+	var zero R
+	env, err := c.call(ctx, m)
+	if err != nil {
+		return zero, err
+	}
+	r, ok := env.Payload.(R)
+	if !ok || same != nil && !same(r) {
+		return zero, fmt.Errorf("daemon: device agent answered %s", nameOf(env.Payload.MessageType()))
+	}
+	return r, nil
 }
 
 // deviceDataAllowed reports whether c is an active device-agent transport

@@ -7,11 +7,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"forgeyard.dev/transport/semantics/internal/pairkey"
 	"forgeyard.dev/transport/semantics/internal/probe"
 	"forgeyard.dev/transport/semantics/objstore"
 	"forgeyard.dev/transport/wire"
@@ -65,9 +65,7 @@ func NewBucketSink(cfg BucketSinkConfig) (*BucketSink, error) {
 		return nil, fmt.Errorf("logs: BucketSinkConfig.Bucket is required")
 	}
 	s := &BucketSink{b: cfg.Bucket, prefix: cfg.Prefix, timeout: cfg.Timeout, m: map[wire.JobAttemptId]*bucketLog{}}
-	if s.timeout <= 0 {
-		s.timeout = time.Minute
-	}
+	positiveOr(&s.timeout, time.Minute)
 	return s, nil
 }
 
@@ -95,10 +93,8 @@ func (s *BucketSink) segments(ctx context.Context, a wire.JobAttemptId) ([]logSe
 	dir := s.dir(a)
 	var out []logSegment
 	err := s.b.List(ctx, dir, func(in objstore.Info) error {
-		f, l, ok := strings.Cut(strings.TrimPrefix(in.Key, dir), "-")
-		first, err1 := strconv.ParseUint(f, 10, 64)
-		last, err2 := strconv.ParseUint(l, 10, 64)
-		if !ok || err1 != nil || err2 != nil || first == 0 || last < first {
+		first, last, ok := pairkey.Split(in.Key, dir)
+		if !ok || first == 0 || last < first {
 			return nil
 		}
 		out = append(out, logSegment{key: in.Key, first: first, last: last, size: in.Size, modified: in.Modified})

@@ -235,15 +235,9 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 	if cfg.MaxAttemptBytes == 0 {
 		cfg.MaxAttemptBytes = DefaultMaxAttemptBytes
 	}
-	if cfg.AckBytes <= 0 {
-		cfg.AckBytes = DefaultAckBytes
-	}
-	if cfg.AckInterval <= 0 {
-		cfg.AckInterval = DefaultAckInterval
-	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = DefaultMaxAttempts
-	}
+	positiveOr(&cfg.AckBytes, DefaultAckBytes)
+	positiveOr(&cfg.AckInterval, DefaultAckInterval)
+	positiveOr(&cfg.MaxAttempts, DefaultMaxAttempts)
 	if cfg.RateBytes < 0 {
 		return nil, errors.New("logs: ReceiverConfig.RateBytes is negative")
 	}
@@ -454,27 +448,41 @@ func (r *Receiver) admit(ctx context.Context, rs *semantics.RecvStream) (wlogs.L
 // takeOver is Serve's take-over step: it makes me the attempt's owner,
 // cancelling an older stream still being served and waiting for it to end.
 func (r *Receiver) takeOver(ctx context.Context, at *attemptLog, me *serveOwner) error {
-	for {
-		at.mu.Lock()
-		old := at.owner
-		if old == nil {
-			at.owner = me
-			at.mu.Unlock()
-			return nil
-		}
-		at.mu.Unlock()
+	return takeOver(ctx, &at.mu, &at.owner, me, func(old *serveOwner) <-chan struct{} {
 		r.superseded.Add(1)
 		old.cancel()
+		return old.done
+	})
+}
+
+// takeOver makes me the holder of *cur (guarded by mu), the one stream or
+// attachment that may work for an attempt or writer: while another holds
+// it, supersede cancels that one and returns a channel closed when it has
+// ended; takeOver waits for it (or returns ctx's cause), clears *cur if the
+// old holder still has it, and tries again. Receiver.takeOver and
+// Writer.supersede.
+func takeOver[T comparable](ctx context.Context, mu *sync.Mutex, cur *T, me T, supersede func(old T) <-chan struct{}) error {
+	var none T
+	for {
+		mu.Lock()
+		old := *cur
+		if old == none {
+			*cur = me
+			mu.Unlock()
+			return nil
+		}
+		mu.Unlock()
+		done := supersede(old)
 		select {
-		case <-old.done:
+		case <-done:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
-		at.mu.Lock()
-		if at.owner == old {
-			at.owner = nil
+		mu.Lock()
+		if *cur == old {
+			*cur = none
 		}
-		at.mu.Unlock()
+		mu.Unlock()
 	}
 }
 

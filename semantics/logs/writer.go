@@ -160,24 +160,25 @@ type attachment struct {
 	done   chan struct{}
 }
 
+// positiveOr sets *v to def unless it is positive: the fields of the
+// package's configs (Config, ReceiverConfig, BucketSinkConfig) where zero
+// or a negative value means the default.
+func positiveOr[T ~int | ~int64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // NewWriter returns a Writer for one attempt. With cfg.SpoolDir it creates
 // (emptying) the attempt's spool directory.
 func NewWriter(cfg Config) (*Writer, error) {
 	if cfg.Attempt.IsZero() || cfg.Lease.IsZero() {
 		return nil, errors.New("logs: Config.Attempt and Config.Lease are required")
 	}
-	if cfg.MemoryLimit <= 0 {
-		cfg.MemoryLimit = DefaultMemoryLimit
-	}
-	if cfg.SpoolLimit <= 0 {
-		cfg.SpoolLimit = DefaultSpoolLimit
-	}
-	if cfg.MaxPendingFrames <= 0 {
-		cfg.MaxPendingFrames = DefaultMaxPendingFrames
-	}
-	if cfg.SegmentSize <= 0 {
-		cfg.SegmentSize = DefaultSegmentSize
-	}
+	positiveOr(&cfg.MemoryLimit, DefaultMemoryLimit)
+	positiveOr(&cfg.SpoolLimit, DefaultSpoolLimit)
+	positiveOr(&cfg.MaxPendingFrames, DefaultMaxPendingFrames)
+	positiveOr(&cfg.SegmentSize, DefaultSegmentSize)
 	max := wlogs.MaxLogChunk
 	if cfg.Compress {
 		max = maxFlateChunk
@@ -496,27 +497,10 @@ func (w *Writer) Attach(ctx context.Context, conn *semantics.Conn, fromSeq uint6
 // attachment, cancelling an older one (ErrSuperseded) and waiting for it
 // to end.
 func (w *Writer) supersede(ctx context.Context, me *attachment) error {
-	for {
-		w.mu.Lock()
-		old := w.att
-		if old == nil {
-			w.att = me
-			w.mu.Unlock()
-			return nil
-		}
-		w.mu.Unlock()
+	return takeOver(ctx, &w.mu, &w.att, me, func(old *attachment) <-chan struct{} {
 		old.cancel(ErrSuperseded)
-		select {
-		case <-old.done:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		w.mu.Lock()
-		if w.att == old {
-			w.att = nil
-		}
-		w.mu.Unlock()
-	}
+		return old.done
+	})
 }
 
 // detach ends me's attachment (unless a newer Attach took it).

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"os"
 	"time"
 )
@@ -164,13 +165,7 @@ func readFile(field, path string) ([]byte, error) {
 // parseCertsPEM returns every CERTIFICATE block of data, in order.
 func parseCertsPEM(field, path string, data []byte) ([]*x509.Certificate, error) {
 	var certs []*x509.Certificate
-	rest := data
-	for {
-		var blk *pem.Block
-		blk, rest = pem.Decode(rest)
-		if blk == nil {
-			break
-		}
+	for blk := range pemBlocks(data) {
 		if blk.Type != "CERTIFICATE" {
 			if isKeyBlock(blk.Type) {
 				return nil, &FileError{Field: field, Path: path, Kind: ErrNotPEM,
@@ -190,6 +185,19 @@ func parseCertsPEM(field, path string, data []byte) ([]*x509.Certificate, error)
 	return certs, nil
 }
 
+// pemBlocks yields the PEM blocks of data in order, as pem.Decode finds
+// them one after the other (text between and around blocks is skipped).
+func pemBlocks(data []byte) iter.Seq[*pem.Block] {
+	return func(yield func(*pem.Block) bool) {
+		for rest := data; ; {
+			var blk *pem.Block
+			if blk, rest = pem.Decode(rest); blk == nil || !yield(blk) {
+				return
+			}
+		}
+	}
+}
+
 func isKeyBlock(t string) bool {
 	switch t {
 	case "PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY", "ENCRYPTED PRIVATE KEY":
@@ -201,14 +209,8 @@ func isKeyBlock(t string) bool {
 // parseKeyPEM returns the first private key in data.
 func parseKeyPEM(field, path string, data []byte) (crypto.Signer, error) {
 	fe := func(cause error) error { return &FileError{Field: field, Path: path, Kind: ErrNotPEM, Cause: cause} }
-	rest := data
 	sawCert := false
-	for {
-		var blk *pem.Block
-		blk, rest = pem.Decode(rest)
-		if blk == nil {
-			break
-		}
+	for blk := range pemBlocks(data) {
 		var key any
 		var err error
 		switch blk.Type {

@@ -15,11 +15,7 @@ import (
 
 func identities(t *testing.T, a authority.Authority) authority.Identities {
 	t.Helper()
-	id := authority.IdentitiesOf(a)
-	if id == nil {
-		t.Fatalf("%T does not implement authority.Identities", a)
-	}
-	return id
+	return facet(t, a, authority.IdentitiesOf, "does not implement authority.Identities")
 }
 
 func newToken(name string, ttl time.Duration) authority.EnrollmentToken {

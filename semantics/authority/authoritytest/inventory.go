@@ -15,11 +15,7 @@ import (
 
 func inventory(t *testing.T, a authority.Authority) authority.Inventory {
 	t.Helper()
-	inv := authority.InventoryOf(a)
-	if inv == nil {
-		t.Fatalf("%T has no runner inventory", a)
-	}
-	return inv
+	return facet(t, a, authority.InventoryOf, "has no runner inventory")
 }
 
 // RunInventory runs the runner-inventory conformance tests (capabilities,
@@ -33,12 +29,7 @@ func RunInventory(t *testing.T, o Opener) {
 	t.Run("Drain", func(t *testing.T) { testInvDrain(t, o) })
 	t.Run("ListAndBounds", func(t *testing.T) { testInvList(t, o) })
 	t.Run("PeersHeldBy", func(t *testing.T) { testPeers(t, o) })
-	t.Run("Shared", func(t *testing.T) {
-		if o.Shared == nil {
-			t.Skip("implementation does not share storage between instances")
-		}
-		testInvShared(t, o)
-	})
+	runShared(t, o, "Shared", testInvShared)
 }
 
 func sampleCaps(i int) authority.Capabilities {
@@ -262,10 +253,7 @@ func testInvShared(t *testing.T, o Opener) {
 // gone.
 func testPeers(t *testing.T, o Opener) {
 	a := o.Open(t)
-	ps := authority.PeersOf(a)
-	if ps == nil {
-		t.Fatalf("%T has no Peers", a)
-	}
+	ps := facet(t, a, authority.PeersOf, "has no Peers")
 	inv := inventory(t, a)
 	ctx := context.Background()
 	reg := func(daemon, remote string) (wire.RunnerId, wire.AgentSessionId) {

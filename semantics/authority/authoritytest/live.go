@@ -19,10 +19,7 @@ func testLiveLeases(t *testing.T, o Opener) {
 	}
 	f := newFixture(t, a)
 	offered := f.lease(t, time.Minute)
-	accepted := f.lease(t, time.Minute)
-	if _, err := a.AcceptLease(f.ctx, accepted.ID, accepted.Attempt, f.ref(), t0); err != nil {
-		t.Fatal(err)
-	}
+	accepted := f.accepted(t, time.Minute)
 	rejected := f.lease(t, time.Minute)
 	if err := a.RejectLease(f.ctx, rejected.ID, rejected.Attempt, f.ref(), t0); err != nil {
 		t.Fatal(err)

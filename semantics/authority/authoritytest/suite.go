@@ -62,6 +62,16 @@ func (f *fixture) lease(t *testing.T, ttl time.Duration) authority.Lease {
 	return l
 }
 
+// accepted is lease, then accepted by f's session at t0.
+func (f *fixture) accepted(t *testing.T, ttl time.Duration) authority.Lease {
+	t.Helper()
+	l := f.lease(t, ttl)
+	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // Run runs the suite.
 func Run(t *testing.T, o Opener) {
 	tests := []struct {
@@ -94,26 +104,35 @@ func Run(t *testing.T, o Opener) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, o) })
 	}
-	t.Run("SharedStorage", func(t *testing.T) {
-		if o.Shared == nil {
-			t.Skip("implementation does not share storage between instances")
-		}
-		testShared(t, o)
-	})
-	t.Run("SharedExpireRacesRenewals", func(t *testing.T) {
-		if o.Shared == nil {
-			t.Skip("implementation does not share storage between instances")
-		}
+	runShared(t, o, "SharedStorage", testShared)
+	runShared(t, o, "SharedExpireRacesRenewals", func(t *testing.T, o Opener) {
 		// The sweep on one daemon, the renewals on another (HA, §227–230).
 		a := o.Open(t)
 		expireRace(t, a, o.Shared(t))
 	})
-	t.Run("SharedIdentities", func(t *testing.T) {
+	runShared(t, o, "SharedIdentities", testIdentityShared)
+}
+
+// runShared runs fn as the subtest name, skipped when the implementation
+// cannot share storage between instances (o.Shared nil).
+func runShared(t *testing.T, o Opener, name string, fn func(t *testing.T, o Opener)) {
+	t.Run(name, func(t *testing.T) {
 		if o.Shared == nil {
 			t.Skip("implementation does not share storage between instances")
 		}
-		testIdentityShared(t, o)
+		fn(t, o)
 	})
+}
+
+// facet returns the optional interface of(a) (authority.InventoryOf, say)
+// and fails the test, saying a's type "missing", when a lacks it.
+func facet[T any](t *testing.T, a authority.Authority, of func(authority.Authority) T, missing string) T {
+	t.Helper()
+	v := of(a)
+	if any(v) == nil {
+		t.Fatalf("%T %s", a, missing)
+	}
+	return v
 }
 
 func testEpochs(t *testing.T, o Opener) {
@@ -152,10 +171,7 @@ func testEpochs(t *testing.T, o Opener) {
 
 func testNewSession(t *testing.T, o Opener) {
 	f := newFixture(t, o.Open(t))
-	l := f.lease(t, time.Minute)
-	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
-		t.Fatal(err)
-	}
+	l := f.accepted(t, time.Minute)
 	// The agent restarts: new AgentSessionId (§15).
 	a2 := wire.NewAgentSessionId()
 	g, err := f.a.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: a2, Transport: wire.NewTransportSessionId(), Now: t0.Add(time.Second)})
@@ -308,10 +324,7 @@ func testCancel(t *testing.T, o Opener) {
 
 func testCompletion(t *testing.T, o Opener) {
 	f := newFixture(t, o.Open(t))
-	l := f.lease(t, time.Minute)
-	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
-		t.Fatal(err)
-	}
+	l := f.accepted(t, time.Minute)
 	c := authority.Completion{MessageID: wire.NewMessageId(), Attempt: l.Attempt, Lease: l.ID, Session: f.ref(),
 		Result: []byte{0, 0}, Outputs: []wire.CasObjectRef{{Size: 5}}, Now: t0}
 	if ack, err := f.a.CompleteAttempt(f.ctx, c); err != nil || ack != authority.AckAccepted {
@@ -613,10 +626,7 @@ func testShared(t *testing.T, o Opener) {
 	a := o.Open(t)
 	b := o.Shared(t)
 	f := newFixture(t, a)
-	l := f.lease(t, time.Minute)
-	if _, err := a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
-		t.Fatal(err)
-	}
+	l := f.accepted(t, time.Minute)
 	g, err := b.RegisterSession(f.ctx, authority.Registration{Runner: f.runner, Session: f.session, Transport: wire.NewTransportSessionId(), Daemon: "d2", Now: t0})
 	if err != nil || g.Epoch != 2 || g.Previous.Daemon != "d1" {
 		t.Fatalf("register on second daemon = %+v, %v", g, err)
@@ -636,10 +646,7 @@ func testShared(t *testing.T, o Opener) {
 // the row lock, reports not expired and leaves the renewed lease live.
 func testExpireRecheck(t *testing.T, o Opener) {
 	f := newFixture(t, o.Open(t))
-	l := f.lease(t, 10*time.Second)
-	if _, err := f.a.AcceptLease(f.ctx, l.ID, l.Attempt, f.ref(), t0); err != nil {
-		t.Fatal(err)
-	}
+	l := f.accepted(t, 10*time.Second)
 	sweepNow := t0.Add(20 * time.Second)
 	exp, err := f.a.ExpiredLeases(f.ctx, sweepNow, 100)
 	if err != nil || len(exp) != 1 || exp[0].ID != l.ID {

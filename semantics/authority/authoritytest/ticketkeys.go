@@ -10,11 +10,7 @@ import (
 
 func ticketKeys(t *testing.T, a authority.Authority) authority.TicketKeyStore {
 	t.Helper()
-	k := authority.TicketKeysOf(a)
-	if k == nil {
-		t.Fatalf("%T keeps no TLS session ticket keys", a)
-	}
-	return k
+	return facet(t, a, authority.TicketKeysOf, "keeps no TLS session ticket keys")
 }
 
 // RunTicketKeys runs the TLS session ticket key tests (issue 25 item 4):
@@ -23,12 +19,7 @@ func ticketKeys(t *testing.T, a authority.Authority) authority.TicketKeyStore {
 // the same daemon after a restart) gets the same keys.
 func RunTicketKeys(t *testing.T, o Opener) {
 	t.Run("Rotation", func(t *testing.T) { testTicketRotation(t, o) })
-	t.Run("Shared", func(t *testing.T) {
-		if o.Shared == nil {
-			t.Skip("implementation does not share storage between instances")
-		}
-		testTicketShared(t, o)
-	})
+	runShared(t, o, "Shared", testTicketShared)
 }
 
 func testTicketRotation(t *testing.T, o Opener) {

@@ -60,6 +60,20 @@ func Put(t testing.TB, s cas.ContentStore, data []byte) wire.CasObjectRef {
 	return ref
 }
 
+// begin starts a transfer of data into s: it creates data's object and
+// appends its first n bytes.
+func begin(t *testing.T, s cas.ContentStore, data []byte, n int) cas.PartialObject {
+	t.Helper()
+	p, err := s.Create(Ref(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Append(data[:n]); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func read(t *testing.T, s cas.Source, ref wire.CasObjectRef, off uint64) []byte {
 	t.Helper()
 	r, err := s.Open(ref, off)
@@ -170,13 +184,7 @@ func testResumeAcrossStores(t *testing.T, newStore Factory) {
 	a, b := open(), open()
 	data := Data(40_000, 3)
 	ref := Ref(data)
-	p, err := a.Create(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Append(data[:17_000]); err != nil {
-		t.Fatal(err)
-	}
+	p := begin(t, a, data, 17_000)
 	if err := p.Close(); err != nil { // the transfer was cut: keep the prefix
 		t.Fatal(err)
 	}
@@ -216,13 +224,7 @@ func testLateWriterAfterResume(t *testing.T, newStore Factory) {
 	a, b := open(), open()
 	data := Data(30_000, 9)
 	ref := Ref(data)
-	p, err := a.Create(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Append(data[:10_000]); err != nil {
-		t.Fatal(err)
-	}
+	p := begin(t, a, data, 10_000)
 	q, err := b.Create(ref)
 	if err != nil {
 		t.Fatal(err)
@@ -249,10 +251,7 @@ func testAbort(t *testing.T, newStore Factory) {
 	s := newStore(t)()
 	data := Data(9000, 4)
 	ref := Ref(data)
-	p, _ := s.Create(ref)
-	if err := p.Append(data[:5000]); err != nil {
-		t.Fatal(err)
-	}
+	p := begin(t, s, data, 5000)
 	if err := p.Abort(); err != nil {
 		t.Fatal(err)
 	}
