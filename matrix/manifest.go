@@ -17,10 +17,8 @@
 package matrix
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
@@ -108,18 +106,14 @@ func featureByName(n string) (wire.ProtocolFeature, bool) {
 
 // LoadManifest reads and validates a manifest file.
 func LoadManifest(path string) (*Manifest, error) {
-	b, err := os.ReadFile(path)
+	m, err := readJSON[Manifest](path)
 	if err != nil {
 		return nil, err
-	}
-	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &m, nil
+	return m, nil
 }
 
 // Validate checks names are unique and ranges and features parse.

@@ -20,15 +20,20 @@ func (r *Results) JSON() []byte {
 
 // LoadResults reads a results file.
 func LoadResults(path string) (*Results, error) {
+	return readJSON[Results](path)
+}
+
+// readJSON reads the JSON file path into a T; a decoding error names path.
+func readJSON[T any](path string) (*T, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var r Results
-	if err := json.Unmarshal(b, &r); err != nil {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &r, nil
+	return &v, nil
 }
 
 // Doc markers delimit the generated part of docs/compatibility.md.

@@ -475,11 +475,8 @@ func (r *cellRun) features(ctx context.Context, s driverSession) error {
 	// A negotiated behaviour must be visible: with LogCompressionV1
 	// the agent's log streams are Flate, without it Raw (drivers
 	// from 1.1 on report the encoding).
-	at, err := r.lease(ctx, s, "")
+	at, err := r.completedLease(ctx, s, "", 1)
 	if err != nil {
-		return err
-	}
-	if err := checkCompleted(at, 1); err != nil {
 		return err
 	}
 	return checkLogEncoding(at, slices.Contains(c.Expected.Features, "LogCompressionV1"), r.releaseFeatures(c.Daemon), r.releaseFeatures(c.Agent))
@@ -488,11 +485,8 @@ func (r *cellRun) features(ctx context.Context, s driverSession) error {
 // leaseScenario is the "lease" scenario: one attempt completes once with
 // its logs and output stored.
 func (r *cellRun) leaseScenario(ctx context.Context, s driverSession) error {
-	at, err := r.lease(ctx, s, "")
+	at, err := r.completedLease(ctx, s, "", 1)
 	if err != nil {
-		return err
-	}
-	if err := checkCompleted(at, 1); err != nil {
 		return err
 	}
 	return checkData(at, 4, 256)
@@ -503,28 +497,45 @@ func (r *cellRun) leaseScenario(ctx context.Context, s driverSession) error {
 // the attempt completes once after the reconnect.
 func (r *cellRun) cutAndReconnect(ctx context.Context, s driverSession, name string) error {
 	cut := map[string]string{"duplicate": "accept", "resync": "running"}[name]
-	at, err := r.lease(ctx, s, cut)
-	if err != nil {
-		return err
-	}
-	if err := checkCompleted(at, 1); err != nil {
-		return err
-	}
-	return r.checkReconnected(ctx, s)
+	return r.cutLease(ctx, s, cut, 1, nil)
 }
 
 // lostAck is the "lost-ack" scenario: the resent completion is
 // acknowledged DuplicateAccepted.
 func (r *cellRun) lostAck(ctx context.Context, s driverSession) error {
-	at, err := r.lease(ctx, s, "completion")
+	return r.cutLease(ctx, s, "completion", 2, func(at *driverAttempt) error {
+		if at.Completions[1].Ack != "DuplicateAccepted" {
+			return fmt.Errorf("resent completion acknowledged %s, want DuplicateAccepted", at.Completions[1].Ack)
+		}
+		return nil
+	})
+}
+
+// completedLease is a lease (its connection cut at cut; "": not cut) that
+// completed completions times.
+func (r *cellRun) completedLease(ctx context.Context, s driverSession, cut string, completions int) (*driverAttempt, error) {
+	at, err := r.lease(ctx, s, cut)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCompleted(at, completions); err != nil {
+		return nil, err
+	}
+	return at, nil
+}
+
+// cutLease is the shape of the scenarios that cut the connection: a lease
+// whose connection is cut at cut completes with completions completions,
+// passes check (nil: no more), and the agent reconnected.
+func (r *cellRun) cutLease(ctx context.Context, s driverSession, cut string, completions int, check func(*driverAttempt) error) error {
+	at, err := r.completedLease(ctx, s, cut, completions)
 	if err != nil {
 		return err
 	}
-	if err := checkCompleted(at, 2); err != nil {
-		return err
-	}
-	if at.Completions[1].Ack != "DuplicateAccepted" {
-		return fmt.Errorf("resent completion acknowledged %s, want DuplicateAccepted", at.Completions[1].Ack)
+	if check != nil {
+		if err := check(at); err != nil {
+			return err
+		}
 	}
 	return r.checkReconnected(ctx, s)
 }
@@ -555,36 +566,21 @@ func (r *cellRun) cancel(ctx context.Context, s driverSession) error {
 // logResume is the "log-resume" scenario: after a cut during the log the
 // stored log is every line exactly once.
 func (r *cellRun) logResume(ctx context.Context, s driverSession) error {
-	at, err := r.lease(ctx, s, "log")
-	if err != nil {
-		return err
-	}
-	if err := checkCompleted(at, 1); err != nil {
-		return err
-	}
-	if err := checkLog(at.Log, logResumeLines); err != nil {
-		return err
-	}
-	return r.checkReconnected(ctx, s)
+	return r.cutLease(ctx, s, "log", 1, func(at *driverAttempt) error { return checkLog(at.Log, logResumeLines) })
 }
 
 // casResume is the "cas-resume" scenario: after a cut during an upload the
 // output is stored and was resumed, not re-sent from the start.
 func (r *cellRun) casResume(ctx context.Context, s driverSession) error {
-	at, err := r.lease(ctx, s, "upload")
-	if err != nil {
-		return err
-	}
-	if err := checkCompleted(at, 1); err != nil {
-		return err
-	}
-	if err := checkData(at, 4, casResumeSize); err != nil {
-		return err
-	}
-	if got := at.Outputs[0].Received; got >= casResumeSize+1<<20 {
-		return fmt.Errorf("the daemon received %d bytes for a %d-byte output: the upload restarted instead of resuming", got, casResumeSize)
-	}
-	return r.checkReconnected(ctx, s)
+	return r.cutLease(ctx, s, "upload", 1, func(at *driverAttempt) error {
+		if err := checkData(at, 4, casResumeSize); err != nil {
+			return err
+		}
+		if got := at.Outputs[0].Received; got >= casResumeSize+1<<20 {
+			return fmt.Errorf("the daemon received %d bytes for a %d-byte output: the upload restarted instead of resuming", got, casResumeSize)
+		}
+		return nil
+	})
 }
 
 // backendName is the backend the daemon sees for a cell's backend: a

@@ -250,6 +250,9 @@ func (r *Relay) Serve(ctx context.Context, l semantics.BackendListener) error {
 	defer cancel()
 	stop := context.AfterFunc(r.ctx, cancel)
 	defer stop()
+	// This accept loop has the shape of semantics/daemon's Serve, but the
+	// relay's own closed flag and context decide when an Accept error is the
+	// end (the relay does not import the daemon).
 	for {
 		bc, err := l.Accept(actx)
 		if err != nil {

@@ -86,7 +86,9 @@ type statusReport struct {
 	DialErrors []dialError `json:"dial_errors,omitempty"`
 }
 
-// protocolVersion is a protocol version as numbers.
+// protocolVersion is a protocol version as numbers: the shape of
+// adminapi.Version, kept here because the agent does not link the daemon's
+// admin API.
 type protocolVersion struct {
 	Major uint16 `json:"major"`
 	Minor uint16 `json:"minor"`

@@ -61,10 +61,7 @@ func (t *daemonTelemetry) runnersHandler() http.Handler {
 			}
 			writeJSON(w, http.StatusOK, out)
 		case len(parts) == 1:
-			if !method(w, r, http.MethodGet) {
-				return
-			}
-			id, ok := runnerID(w, parts[0])
+			id, ok := runnerRequest(w, r, http.MethodGet, parts[0])
 			if !ok {
 				return
 			}
@@ -78,10 +75,7 @@ func (t *daemonTelemetry) runnersHandler() http.Handler {
 				writeJSON(w, http.StatusOK, runnerJSON(ri))
 			}
 		case len(parts) == 2:
-			if !method(w, r, http.MethodPost) {
-				return
-			}
-			id, ok := runnerID(w, parts[0])
+			id, ok := runnerRequest(w, r, http.MethodPost, parts[0])
 			if !ok {
 				return
 			}
@@ -111,6 +105,15 @@ func method(w http.ResponseWriter, r *http.Request, m string) bool {
 	w.Header().Set("Allow", m)
 	writeError(w, http.StatusMethodNotAllowed, "method not allowed: use "+m)
 	return false
+}
+
+// runnerRequest checks a request for one runner (/runners/ID...): its
+// method is m and s is a runner id; otherwise it answers the error.
+func runnerRequest(w http.ResponseWriter, r *http.Request, m, s string) (wire.RunnerId, bool) {
+	if !method(w, r, m) {
+		return wire.RunnerId{}, false
+	}
+	return runnerID(w, s)
 }
 
 func runnerID(w http.ResponseWriter, s string) (wire.RunnerId, bool) {

@@ -295,7 +295,8 @@ type demoAgent struct {
 	done    chan struct{}
 }
 
-// syncWriter serializes writes to w.
+// syncWriter serializes writes to w (like enginetest.SyncBuffer, which a
+// command does not link: it is test plumbing).
 type syncWriter struct {
 	mu sync.Mutex
 	w  io.Writer

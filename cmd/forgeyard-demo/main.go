@@ -46,8 +46,7 @@ import (
 func main() { cli.Main(run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := &cli.Command{Name: "forgeyard-demo", Sub: []*cli.Command{cli.VersionCommand("forgeyard-demo")}}
-	if code, ok := cli.Subcommand(root, args, stdout, stderr); ok {
+	if code, ok := cli.VersionOnly("forgeyard-demo", args, stdout, stderr); ok {
 		return code
 	}
 	p := defaultParams()

@@ -31,8 +31,7 @@ import (
 func main() { cli.Main(run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmdRoot := &cli.Command{Name: "forgeyard-matrix", Sub: []*cli.Command{cli.VersionCommand("forgeyard-matrix")}}
-	if code, ok := cli.Subcommand(cmdRoot, args, stdout, stderr); ok {
+	if code, ok := cli.VersionOnly("forgeyard-matrix", args, stdout, stderr); ok {
 		return code
 	}
 	fs := flag.NewFlagSet("forgeyard-matrix", flag.ContinueOnError)

@@ -108,8 +108,7 @@ func (a *app) run(args []string) (code int) {
 	var err error
 	switch {
 	case len(args) > 0 && (args[0] == "version" || cli.IsVersionFlag(args[0])):
-		root := &cli.Command{Name: prog, Sub: []*cli.Command{cli.VersionCommand(prog)}}
-		code, _ := cli.Subcommand(root, args, a.stdout, a.stderr)
+		code, _ := cli.VersionOnly(prog, args, a.stdout, a.stderr)
 		return code
 	case len(args) > 0 && args[0] == "registry":
 		err = a.registryCmd(args[1:])

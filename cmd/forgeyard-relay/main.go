@@ -133,20 +133,9 @@ func newRoot() *cli.Command {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if code, ok := cli.ParseRoot(newRoot(), fs, args, stdout, stderr); !ok {
-		return code
-	}
-	cfg, err := buildConfig(fs, &f)
-	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard-relay: %v\n", err)
-		return cli.ExitUsage
-	}
-	log := cfg.Log.NewLogger(stderr)
-	if err := serve(ctx, cfg, log, th); err != nil {
-		log.Error("relay failed", "err", err)
-		return cli.ExitCodeOf(err) // 2 for a configured file that is missing or refused
-	}
-	return cli.ExitOK
+	return cli.RunRole(newRoot(), fs, args, stdout, stderr, "relay",
+		func() (*config.Relay, error) { return buildConfig(fs, &f) },
+		func(cfg *config.Relay, log *slog.Logger) error { return serve(ctx, cfg, log, th) })
 }
 
 // buildConfig loads the file (if any), applies the dev PKI and the flags

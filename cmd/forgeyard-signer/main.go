@@ -127,16 +127,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	return cli.ExitFail
 }
 
-func splitPairs(key string, l []string) ([][2]string, error) {
-	var out [][2]string
+// setPairs replaces *dst, when the repeatable flag --key was set, with its
+// NAME=FILE values l, each made into an entry by entry.
+func setPairs[T any](set config.SetFlags, key string, l []string, dst *[]T, entry func(name, file string) T) error {
+	if !set[key] {
+		return nil
+	}
+	var out []T
 	for _, s := range l {
 		a, b, ok := strings.Cut(s, "=")
 		if !ok || a == "" || b == "" {
-			return nil, fmt.Errorf("--%s %q: want NAME=FILE", key, s)
+			return fmt.Errorf("--%s %q: want NAME=FILE", key, s)
 		}
-		out = append(out, [2]string{a, b})
+		out = append(out, entry(a, b))
 	}
-	return out, nil
+	*dst = out
+	return nil
 }
 
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Signer, error) {
@@ -144,25 +150,15 @@ func buildConfig(fs *flag.FlagSet, f *flags) (*config.Signer, error) {
 		if err := f.cp.Apply(&cfg.ControlPlane, set); err != nil {
 			return err
 		}
-		if set["key-file"] {
-			kp, err := splitPairs("key-file", f.keyFiles)
-			if err != nil {
-				return err
-			}
-			cfg.Keys = nil
-			for _, p := range kp {
-				cfg.Keys = append(cfg.Keys, config.SignerKey{Ref: p[0], File: p[1]})
-			}
+		if err := setPairs(set, "key-file", f.keyFiles, &cfg.Keys, func(name, file string) config.SignerKey {
+			return config.SignerKey{Ref: name, File: file}
+		}); err != nil {
+			return err
 		}
-		if set["policy"] {
-			pp, err := splitPairs("policy", f.policies)
-			if err != nil {
-				return err
-			}
-			cfg.Policies = nil
-			for _, p := range pp {
-				cfg.Policies = append(cfg.Policies, config.SignerPolicy{ID: p[0], AuthorityKey: p[1]})
-			}
+		if err := setPairs(set, "policy", f.policies, &cfg.Policies, func(name, file string) config.SignerPolicy {
+			return config.SignerPolicy{ID: name, AuthorityKey: file}
+		}); err != nil {
+			return err
 		}
 		f.ApplyLog(&cfg.Log, set)
 		return nil

@@ -298,12 +298,7 @@ func tokenRevokeFlags(o *tokenRevokeOpts) *flag.FlagSet {
 
 func runTokenRevoke(args []string, stdout, stderr io.Writer) int {
 	var o tokenRevokeOpts
-	check := func() error {
-		if o.id == "" {
-			return errors.New("--id is required")
-		}
-		return nil
-	}
+	check := requiredFlag("id", &o.id)
 	return authorityCommand(tokenRevokeFlags(&o), &o.af, args, stdout, stderr, check, func(ctx context.Context, _ authority.Authority, ids authority.Identities) error {
 		if err := ids.RevokeEnrollmentToken(ctx, o.id, time.Now()); err != nil {
 			return err
@@ -311,6 +306,17 @@ func runTokenRevoke(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "token %s revoked\n", o.id)
 		return nil
 	})
+}
+
+// requiredFlag is the check of a command whose string flag --name (its
+// value *v) must be set.
+func requiredFlag(name string, v *string) func() error {
+	return func() error {
+		if *v == "" {
+			return errors.New("--" + name + " is required")
+		}
+		return nil
+	}
 }
 
 func parseRunner(s string) (wire.RunnerId, error) {
@@ -430,12 +436,7 @@ func certRevokeFlags(o *certRevokeOpts) *flag.FlagSet {
 
 func runCertRevoke(args []string, stdout, stderr io.Writer) int {
 	var o certRevokeOpts
-	check := func() error {
-		if o.serial == "" {
-			return errors.New("--serial is required")
-		}
-		return nil
-	}
+	check := requiredFlag("serial", &o.serial)
 	return authorityCommand(certRevokeFlags(&o), &o.af, args, stdout, stderr, check, func(ctx context.Context, _ authority.Authority, ids authority.Identities) error {
 		if err := ids.RevokeCertificate(ctx, o.serial, o.reason, time.Now()); err != nil {
 			return err

@@ -83,21 +83,8 @@ func runRunnerList(args []string, stdout, stderr io.Writer) int {
 	if c == nil {
 		return code
 	}
-	defer c.Close()
-	var rs []adminapi.Runner
-	if err := c.Get(context.Background(), adminapi.PathRunners, &rs); err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner list: %v\n", err)
-		return cli.ExitFail
-	}
-	if f.asJSON {
-		if rs == nil {
-			rs = []adminapi.Runner{}
-		}
-		printJSON(stdout, rs)
-		return cli.ExitOK
-	}
-	writeRunners(stdout, rs, time.Now())
-	return cli.ExitOK
+	return adminShow(c, f, "forgeyard runner list", adminapi.PathRunners, stdout, stderr,
+		func(w io.Writer, rs *[]adminapi.Runner) { writeRunners(w, *rs, time.Now()) }, nil)
 }
 
 // ago is how long before now t was ("1.2s ago"), or "never" for the zero
@@ -154,18 +141,8 @@ func runRunnerShow(args []string, stdout, stderr io.Writer) int {
 	if c == nil {
 		return code
 	}
-	defer c.Close()
-	var r adminapi.Runner
-	if err := c.Get(context.Background(), runnerPath(runner), &r); err != nil {
-		fmt.Fprintf(stderr, "forgeyard runner show: %v\n", err)
-		return cli.ExitFail
-	}
-	if f.asJSON {
-		printJSON(stdout, &r)
-		return cli.ExitOK
-	}
-	writeRunner(stdout, &r, time.Now())
-	return cli.ExitOK
+	return adminShow(c, f, "forgeyard runner show", runnerPath(runner), stdout, stderr,
+		func(w io.Writer, r *adminapi.Runner) { writeRunner(w, r, time.Now()) }, nil)
 }
 
 func writeRunner(w io.Writer, r *adminapi.Runner, now time.Time) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -109,6 +110,31 @@ func printJSON(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
+// adminShow is the rest of a read-only admin subcommand once parsed: GET
+// path into a T, then print it as JSON (--json; a nil list prints as []) or
+// with text, and return exit's status for it (nil exit: ExitOK). prog names
+// the command in messages. It closes c.
+func adminShow[T any](c *adminapi.Client, f *adminFlags, prog, path string, stdout, stderr io.Writer, text func(w io.Writer, v *T), exit func(v *T) int) int {
+	defer c.Close()
+	var v T
+	if err := c.Get(context.Background(), path, &v); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+		return cli.ExitFail
+	}
+	if f.asJSON {
+		if rv := reflect.ValueOf(&v).Elem(); rv.Kind() == reflect.Slice && rv.IsNil() {
+			rv.Set(reflect.MakeSlice(rv.Type(), 0, 0))
+		}
+		printJSON(stdout, &v)
+	} else {
+		text(stdout, &v)
+	}
+	if exit == nil {
+		return cli.ExitOK
+	}
+	return exit(&v)
+}
+
 const statusHelp = `Prints the daemon's transport status from its admin endpoint (GET /status):
 listeners with backend, address and state; the server certificate's validity
 and days to expiry; connections by backend; refused handshakes; the authority
@@ -120,21 +146,14 @@ func runTransportStatus(args []string, stdout, stderr io.Writer) int {
 	if c == nil {
 		return code
 	}
-	defer c.Close()
-	var st adminapi.Status
-	if err := c.Get(context.Background(), adminapi.PathStatus, &st); err != nil {
-		fmt.Fprintf(stderr, "forgeyard transport status: %v\n", err)
-		return cli.ExitFail
-	}
-	if f.asJSON {
-		printJSON(stdout, &st)
-	} else {
-		writeStatus(stdout, &st, time.Now())
-	}
-	if st.Status == telemetry.StatusDown {
-		return cli.ExitFail
-	}
-	return cli.ExitOK
+	return adminShow(c, f, "forgeyard transport status", adminapi.PathStatus, stdout, stderr,
+		func(w io.Writer, st *adminapi.Status) { writeStatus(w, st, time.Now()) },
+		func(st *adminapi.Status) int {
+			if st.Status == telemetry.StatusDown {
+				return cli.ExitFail
+			}
+			return cli.ExitOK
+		})
 }
 
 // daemonName is how status shows the daemon: its id, else its host (and
@@ -201,21 +220,8 @@ func runTransportSessions(args []string, stdout, stderr io.Writer) int {
 	if c == nil {
 		return code
 	}
-	defer c.Close()
-	var ss []adminapi.Session
-	if err := c.Get(context.Background(), adminapi.PathSessions, &ss); err != nil {
-		fmt.Fprintf(stderr, "forgeyard transport sessions: %v\n", err)
-		return cli.ExitFail
-	}
-	if f.asJSON {
-		if ss == nil {
-			ss = []adminapi.Session{}
-		}
-		printJSON(stdout, ss)
-		return cli.ExitOK
-	}
-	writeSessions(stdout, ss, time.Now())
-	return cli.ExitOK
+	return adminShow(c, f, "forgeyard transport sessions", adminapi.PathSessions, stdout, stderr,
+		func(w io.Writer, ss *[]adminapi.Session) { writeSessions(w, *ss, time.Now()) }, nil)
 }
 
 func writeSessions(w io.Writer, ss []adminapi.Session, now time.Time) {
@@ -247,17 +253,12 @@ func runTransportProtocols(args []string, stdout, stderr io.Writer) int {
 	if c == nil {
 		return code
 	}
-	defer c.Close()
-	var p adminapi.Protocols
-	if err := c.Get(context.Background(), adminapi.PathProtocols, &p); err != nil {
-		fmt.Fprintf(stderr, "forgeyard transport protocols: %v\n", err)
-		return cli.ExitFail
-	}
-	if f.asJSON {
-		printJSON(stdout, &p)
-		return cli.ExitOK
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	return adminShow(c, f, "forgeyard transport protocols", adminapi.PathProtocols, stdout, stderr, writeProtocols, nil)
+}
+
+// writeProtocols prints GET /protocols as two tables.
+func writeProtocols(w io.Writer, p *adminapi.Protocols) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "SUPPORTED\t%s–%s\n", p.Supported.Min, p.Supported.Max)
 	fmt.Fprintf(tw, "CONFIGURED\t%s–%s\n", p.Configured.Min, p.Configured.Max)
 	fmt.Fprintf(tw, "MIN PROTOCOL\t%s\n", p.MinProtocol)
@@ -267,8 +268,8 @@ func runTransportProtocols(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(tw, "FEATURES\t%s\n", feats)
 	tw.Flush()
-	fmt.Fprintln(stdout)
-	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "PROTOCOL\tAGENTS\n")
 	for _, v := range p.Agents {
 		fmt.Fprintf(tw, "%s\t%d\n", v.Protocol, v.Agents)
@@ -277,7 +278,6 @@ func runTransportProtocols(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "-\t0\n")
 	}
 	tw.Flush()
-	return cli.ExitOK
 }
 
 const doctorHelp = `Checks the daemon side of the transport through its admin endpoint and says

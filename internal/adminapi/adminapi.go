@@ -91,7 +91,8 @@ type Authority struct {
 }
 
 // Session is one /sessions entry: a transport and the agent session on it.
-// Ids are their canonical strings.
+// Ids are their canonical strings. Its fields overlap Runner's but not its
+// JSON: a session always has them (no omitempty), a runner may not.
 type Session struct {
 	Runner        string    `json:"runner"`
 	Session       string    `json:"session"`

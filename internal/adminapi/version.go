@@ -25,6 +25,10 @@ func versionOf(s string) *Version {
 	return &Version{Major: v.Major, Minor: v.Minor}
 }
 
+// The MarshalJSON methods below look alike but each must embed its own
+// plain copy of its type (Go cannot embed a type parameter, so no generic
+// one can add the fields).
+
 // MarshalJSON adds protocol_version.
 func (s Session) MarshalJSON() ([]byte, error) {
 	type plain Session

@@ -201,6 +201,13 @@ func ParseRoot(root *Command, fs *flag.FlagSet, args []string, stdout, stderr io
 	return ParseNoArgs(fs, args, stdout, stderr, root.Name)
 }
 
+// VersionOnly is Subcommand for a program whose only subcommand is
+// `version [--json]` (with --version): ok is false when args are for the
+// program itself.
+func VersionOnly(prog string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	return Subcommand(&Command{Name: prog, Sub: []*Command{VersionCommand(prog)}}, args, stdout, stderr)
+}
+
 // Subcommand handles what a program whose root takes flags (a daemon, the
 // agent) accepts before them: --version as the first argument, or the name
 // of one of root's subcommands (groups dispatched further). ok is false

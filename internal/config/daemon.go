@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -256,6 +258,9 @@ func (d *Daemon) ApplyDefaults() {
 		d.TLS.SessionTicketRotation.Duration = DefaultSessionTicketRotation
 	}
 }
+
+// NewLogger is the logger of d's [log] section (cli.RunRole).
+func (d *Daemon) NewLogger(w io.Writer) *slog.Logger { return d.Log.NewLogger(w) }
 
 // Validate checks d after ApplyDefaults (call ApplyDefaults first when d
 // was built in code). It returns the first problem as an *Error.

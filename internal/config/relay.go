@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"time"
 )
 
@@ -236,6 +238,9 @@ func (r *Relay) Validate() error {
 	}
 	return r.Log.validate("log.")
 }
+
+// NewLogger is the logger of r's [log] section (cli.RunRole).
+func (r *Relay) NewLogger(w io.Writer) *slog.Logger { return r.Log.NewLogger(w) }
 
 // UpstreamAddrs returns the upstream endpoints as "host:port" (Validate
 // must have passed).

@@ -101,30 +101,14 @@ func (s *Signer) Validate() error {
 	}
 	refs := map[string]bool{}
 	for i, k := range s.Keys {
-		key := fmt.Sprintf("keys[%d]", i)
-		if k.Ref == "" || len(k.Ref) > 52 || refs[k.Ref] {
-			return invalid(key+".ref", "%q must be 1–52 bytes and unique", k.Ref)
-		}
-		refs[k.Ref] = true
-		if err := checkFileRef(key+".file", k.File); err != nil {
+		if err := checkNamedFile(fmt.Sprintf("keys[%d]", i), refs, "ref", k.Ref, 52, "file", k.File, "the PEM private key"); err != nil {
 			return err
-		}
-		if k.File == "" {
-			return invalid(key+".file", "required: path of the PEM private key")
 		}
 	}
 	ids := map[string]bool{}
 	for i, p := range s.Policies {
-		key := fmt.Sprintf("policies[%d]", i)
-		if p.ID == "" || len(p.ID) > 128 || ids[p.ID] {
-			return invalid(key+".id", "%q must be 1–128 bytes and unique", p.ID)
-		}
-		ids[p.ID] = true
-		if err := checkFileRef(key+".authority_key", p.AuthorityKey); err != nil {
+		if err := checkNamedFile(fmt.Sprintf("policies[%d]", i), ids, "id", p.ID, 128, "authority_key", p.AuthorityKey, "the authority's PEM Ed25519 public key"); err != nil {
 			return err
-		}
-		if p.AuthorityKey == "" {
-			return invalid(key+".authority_key", "required: path of the authority's PEM Ed25519 public key")
 		}
 	}
 	if d := s.Policy.MaxProofLifetime.Duration; d < time.Second || d > 24*time.Hour {
@@ -132,6 +116,23 @@ func (s *Signer) Validate() error {
 	}
 	if d := s.Policy.ClockSkew.Duration; d < 0 || d > 10*time.Minute {
 		return invalid("policy.clock_skew", "%v must be 0–10m", d)
+	}
+	return nil
+}
+
+// checkNamedFile checks entry key of a list of named files (keys[i],
+// policies[i]): its name (key nameKey) is 1–maxName bytes and not in seen
+// (then added), and its file (key fileKey) is a required file path of what.
+func checkNamedFile(key string, seen map[string]bool, nameKey, name string, maxName int, fileKey, file, what string) error {
+	if name == "" || len(name) > maxName || seen[name] {
+		return invalid(key+"."+nameKey, "%q must be 1–%d bytes and unique", name, maxName)
+	}
+	seen[name] = true
+	if err := checkFileRef(key+"."+fileKey, file); err != nil {
+		return err
+	}
+	if file == "" {
+		return invalid(key+"."+fileKey, "required: path of %s", what)
 	}
 	return nil
 }

@@ -79,42 +79,40 @@ func MemoryBackend() Backend {
 }
 
 func QuicBackend() Backend {
-	return Backend{Name: "quic",
-		Listen: func(t *testing.T, conf *tls.Config) (semantics.BackendListener, string) {
-			l, err := quic.Listen("127.0.0.1:0", conf, quic.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			return l, l.Addr().String()
-		},
-		Dialer: func(t *testing.T, conf *tls.Config) semantics.BackendDialer { return quic.Dialer{TLS: conf} }}
+	return loopbackBackend("quic",
+		func(conf *tls.Config) (*quic.Listener, error) { return quic.Listen("127.0.0.1:0", conf, quic.Config{}) },
+		func(conf *tls.Config) semantics.BackendDialer { return quic.Dialer{TLS: conf} })
 }
 
 func YamuxBackend() Backend {
-	return Backend{Name: "yamux",
-		Listen: func(t *testing.T, conf *tls.Config) (semantics.BackendListener, string) {
-			l, err := yamux.Listen("127.0.0.1:0", conf, yamux.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = l.Close() })
-			return l, l.Addr().String()
+	return loopbackBackend("yamux",
+		func(conf *tls.Config) (*yamux.Listener, error) {
+			return yamux.Listen("127.0.0.1:0", conf, yamux.Config{})
 		},
-		Dialer: func(t *testing.T, conf *tls.Config) semantics.BackendDialer { return yamux.Dialer{TLS: conf} }}
+		func(conf *tls.Config) semantics.BackendDialer { return yamux.Dialer{TLS: conf} })
 }
 
 func WebtransportBackend() Backend {
-	return Backend{Name: "webtransport",
+	return loopbackBackend("webtransport",
+		func(conf *tls.Config) (*webtransport.Listener, error) {
+			return webtransport.Listen("127.0.0.1:0", conf, webtransport.Config{})
+		},
+		func(conf *tls.Config) semantics.BackendDialer { return webtransport.Dialer{TLS: conf} })
+}
+
+// loopbackBackend is a real backend: listen opens its listener on a
+// loopback port (closed when the test ends), dial makes its dialer.
+func loopbackBackend[L semantics.BackendListener](name string, listen func(*tls.Config) (L, error), dial func(*tls.Config) semantics.BackendDialer) Backend {
+	return Backend{Name: name,
 		Listen: func(t *testing.T, conf *tls.Config) (semantics.BackendListener, string) {
-			l, err := webtransport.Listen("127.0.0.1:0", conf, webtransport.Config{})
+			l, err := listen(conf)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = l.Close() })
 			return l, l.Addr().String()
 		},
-		Dialer: func(t *testing.T, conf *tls.Config) semantics.BackendDialer { return webtransport.Dialer{TLS: conf} }}
+		Dialer: func(t *testing.T, conf *tls.Config) semantics.BackendDialer { return dial(conf) }}
 }
 
 // Backends runs f on memory and on the real backends.

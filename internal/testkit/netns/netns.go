@@ -240,35 +240,17 @@ func (n *NS) DialContext(ctx context.Context, network, addr string) (net.Conn, e
 	if _, err := netip.ParseAddr(host); err != nil {
 		return nil, fmt.Errorf("netns: DialContext needs an IP literal, got %q", addr)
 	}
-	var c net.Conn
-	err = n.do(func() error {
-		var err error
-		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-		return err
-	})
-	return c, err
+	return inside(n, func() (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, network, addr) })
 }
 
 // Listen opens a listener inside the namespace (see DialContext).
 func (n *NS) Listen(network, addr string) (net.Listener, error) {
-	var l net.Listener
-	err := n.do(func() error {
-		var err error
-		l, err = net.Listen(network, addr)
-		return err
-	})
-	return l, err
+	return inside(n, func() (net.Listener, error) { return net.Listen(network, addr) })
 }
 
 // ListenPacket opens a packet listener inside the namespace.
 func (n *NS) ListenPacket(network, addr string) (net.PacketConn, error) {
-	var c net.PacketConn
-	err := n.do(func() error {
-		var err error
-		c, err = net.ListenPacket(network, addr)
-		return err
-	})
-	return c, err
+	return inside(n, func() (net.PacketConn, error) { return net.ListenPacket(network, addr) })
 }
 
 // HTTPClient returns an HTTP client whose connections are opened inside
@@ -314,6 +296,17 @@ func (n *NS) do(fn func() error) error {
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// inside is n.do for an fn that opens something: its value, opened inside n.
+func inside[T any](n *NS, fn func() (T, error)) (T, error) {
+	var v T
+	err := n.do(func() error {
+		var err error
+		v, err = fn()
+		return err
+	})
+	return v, err
 }
 
 func setns(f *os.File) error {

@@ -152,22 +152,9 @@ acl CONNECT method CONNECT
 		n.t.Fatal(err)
 	}
 	s := &Squid{Proc: n.Start("squid", bin, []string{"-N", "-f", path}), Addr: listen, dir: dir}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		c, err := n.DialContext(ctx, "tcp", listen.String())
-		if err == nil {
-			_ = c.Close()
-			return s
-		}
-		select {
-		case <-s.Done():
-			log, _ := os.ReadFile(filepath.Join(dir, "cache.log"))
-			n.t.Fatalf("netns: squid exited at start: %s\n%s", strings.Join(s.Lines(), "\n"), log)
-		case <-ctx.Done():
-			log, _ := os.ReadFile(filepath.Join(dir, "cache.log"))
-			n.t.Fatalf("netns: squid not accepting on %s after 20 s: %v\n%s", listen, err, log)
-		case <-time.After(50 * time.Millisecond): // no readiness event: poll
-		}
-	}
+	n.waitAccepting(s.Proc, "squid", listen, 20*time.Second, 50*time.Millisecond, func() string {
+		log, _ := os.ReadFile(filepath.Join(dir, "cache.log"))
+		return "\n" + string(log)
+	})
+	return s
 }

@@ -52,20 +52,36 @@ func (n *NS) StartTinyproxyTimeout(listen netip.AddrPort, allow netip.Prefix, id
 		n.t.Fatal(err)
 	}
 	tp := &Tinyproxy{Proc: n.Start("tinyproxy", bin, []string{"-d", "-c", path}), Addr: listen}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	n.waitAccepting(tp.Proc, "tinyproxy", listen, 10*time.Second, 20*time.Millisecond, nil)
+	return tp
+}
+
+// waitAccepting returns once something accepts TCP on listen inside n (a
+// proxy p that name started), polling every poll; it fails the test if p
+// exits first or after timeout, with p's output and detail's text (nil:
+// none) in the message.
+func (n *NS) waitAccepting(p *Proc, name string, listen netip.AddrPort, timeout, poll time.Duration, detail func() string) {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	more := func() string {
+		if detail == nil {
+			return ""
+		}
+		return detail()
+	}
 	for {
 		c, err := n.DialContext(ctx, "tcp", listen.String())
 		if err == nil {
 			_ = c.Close()
-			return tp
+			return
 		}
 		select {
-		case <-tp.Done():
-			n.t.Fatalf("netns: tinyproxy exited at start: %s", strings.Join(tp.Lines(), "\n"))
+		case <-p.Done():
+			n.t.Fatalf("netns: %s exited at start: %s%s", name, strings.Join(p.Lines(), "\n"), more())
 		case <-ctx.Done():
-			n.t.Fatalf("netns: tinyproxy not accepting on %s after 10 s: %v", listen, err)
-		case <-time.After(20 * time.Millisecond): // no readiness event: poll
+			n.t.Fatalf("netns: %s not accepting on %s after %d s: %v%s", name, listen, int(timeout/time.Second), err, more())
+		case <-time.After(poll): // no readiness event: poll
 		}
 	}
 }

@@ -48,27 +48,25 @@ func Pair(tb testing.TB, name string, opts memory.Options) (client, server seman
 		addr string
 		d    semantics.BackendDialer
 	)
+	// opened takes a backend's listener (or its error) and dialer.
+	opened := func(l semantics.BackendListener, err error, dialer semantics.BackendDialer) {
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ln, addr, d = l, l.Addr().String(), dialer
+	}
 	switch name {
 	case "quic":
 		cfg := quic.Config{HandshakeTimeout: 5 * time.Second}
 		l, err := quic.Listen("127.0.0.1:0", srvTLS, cfg)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ln, addr, d = l, l.Addr().String(), quic.Dialer{TLS: cliTLS, Config: cfg}
+		opened(l, err, quic.Dialer{TLS: cliTLS, Config: cfg})
 	case "yamux":
 		l, err := yamux.Listen("127.0.0.1:0", srvTLS, yamux.Config{})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ln, addr, d = l, l.Addr().String(), yamux.Dialer{TLS: cliTLS}
+		opened(l, err, yamux.Dialer{TLS: cliTLS})
 	case "webtransport":
 		cfg := webtransport.Config{HandshakeTimeout: 5 * time.Second}
 		l, err := webtransport.Listen("127.0.0.1:0", srvTLS, cfg)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ln, addr, d = l, l.Addr().String(), webtransport.Dialer{TLS: cliTLS, Config: cfg}
+		opened(l, err, webtransport.Dialer{TLS: cliTLS, Config: cfg})
 	default:
 		tb.Fatalf("testbackends: unknown backend %q", name)
 	}

@@ -363,14 +363,19 @@ func num(s string) float64 {
 	return v
 }
 
-// parseBytes reads "205.3 KiB", "1.2 MiB", "512 B"; 0 for "-" or junk.
-func parseBytes(s string) float64 {
+// numberUnit splits "NUMBER UNIT" (unit "" for another shape).
+func numberUnit(s string) (float64, string) {
 	f := strings.Fields(s)
 	if len(f) != 2 {
-		return 0
+		return 0, ""
 	}
-	v := num(f[0])
-	switch f[1] {
+	return num(f[0]), f[1]
+}
+
+// parseBytes reads "205.3 KiB", "1.2 MiB", "512 B"; 0 for "-" or junk.
+func parseBytes(s string) float64 {
+	v, unit := numberUnit(s)
+	switch unit {
 	case "B":
 		return v
 	case "KiB":
@@ -387,12 +392,8 @@ func parsePercent(s string) float64 { return num(strings.TrimSuffix(strings.Trim
 
 // parseMs reads the ladder's durations ("1.32 ms", "4418 ms", "42.3 s").
 func parseMs(s string) float64 {
-	f := strings.Fields(strings.TrimSpace(s))
-	if len(f) != 2 {
-		return 0
-	}
-	v := num(f[0])
-	switch f[1] {
+	v, unit := numberUnit(s)
+	switch unit {
 	case "ms":
 		return v
 	case "s":

@@ -189,13 +189,18 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 	case <-ctx.Done():
 		return nil, fmt.Errorf("loadgen: raw %s server did not start: %w", backend, ctx.Err())
 	}
-	// The first report after listening is the idle server.
-	select {
-	case <-update:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	// afterReport waits for the server's next report and reads its /proc
+	// figures.
+	afterReport := func() (ProcStats, error) {
+		select {
+		case <-update:
+		case <-ctx.Done():
+			return ProcStats{}, ctx.Err()
+		}
+		return ReadProc(cmd.Process.Pid)
 	}
-	before, err := ReadProc(cmd.Process.Pid)
+	// The first report after listening is the idle server.
+	before, err := afterReport()
 	if err != nil {
 		return nil, err
 	}
@@ -239,12 +244,7 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 		res.ServerCPU = ps.CPUSeconds - before.CPUSeconds
 	}
 	// One more report: the heap figure after the last connection.
-	select {
-	case <-update:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	after, err := ReadProc(cmd.Process.Pid)
+	after, err := afterReport()
 	if err != nil {
 		return nil, err
 	}

@@ -170,22 +170,28 @@ func (p *UDPProxy) readLoop() {
 			p.c.upDropped.Add(1)
 			continue
 		}
-		f.last.Store(time.Now().UnixNano())
-		if on, _ := p.gate.state(); on {
-			p.c.upDropped.Add(1)
-			continue
-		}
-		due, ok := p.up.schedule(n, time.Now(), true)
-		if !ok {
-			p.c.upDropped.Add(1)
-			continue
-		}
-		pkt := udpPacket{f: f, b: append([]byte(nil), buf[:n]...), due: due}
-		select {
-		case p.upQ <- pkt:
-		default:
-			p.c.upDropped.Add(1)
-		}
+		p.enqueue(f, buf[:n], p.up, p.upQ, false, &p.c.upDropped)
+	}
+}
+
+// enqueue passes a datagram b of f (copied) through shaper s into q,
+// unless the gate is closed or (with whenDead) f is cut: one direction of
+// the proxy. A datagram not queued counts in dropped.
+func (p *UDPProxy) enqueue(f *udpFlow, b []byte, s *shaper, q chan udpPacket, whenDead bool, dropped *atomic.Uint64) {
+	f.last.Store(time.Now().UnixNano())
+	if on, _ := p.gate.state(); on || (whenDead && f.dead.Load()) {
+		dropped.Add(1)
+		return
+	}
+	due, ok := s.schedule(len(b), time.Now(), true)
+	if !ok {
+		dropped.Add(1)
+		return
+	}
+	select {
+	case q <- udpPacket{f: f, b: append([]byte(nil), b...), due: due}:
+	default:
+		dropped.Add(1)
 	}
 }
 
@@ -251,21 +257,7 @@ func (p *UDPProxy) upstreamLoop(f *udpFlow) {
 				continue // ECONNREFUSED from an ICMP port unreachable, etc.
 			}
 		}
-		f.last.Store(time.Now().UnixNano())
-		if on, _ := p.gate.state(); on || f.dead.Load() {
-			p.c.downDropped.Add(1)
-			continue
-		}
-		due, ok := p.down.schedule(n, time.Now(), true)
-		if !ok {
-			p.c.downDropped.Add(1)
-			continue
-		}
-		select {
-		case p.downQ <- udpPacket{f: f, b: append([]byte(nil), buf[:n]...), due: due}:
-		default:
-			p.c.downDropped.Add(1)
-		}
+		p.enqueue(f, buf[:n], p.down, p.downQ, true, &p.c.downDropped)
 	}
 }
 
