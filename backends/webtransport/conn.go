@@ -192,7 +192,8 @@ func (s *stream) SetDeadline(t time.Time) error      { return s.s.SetDeadline(t)
 func (s *stream) SetReadDeadline(t time.Time) error  { return s.s.SetReadDeadline(t) }
 func (s *stream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
 
-// sendStream adapts *wt.SendStream.
+// sendStream adapts *wt.SendStream. It and recvStream repeat stream's
+// halves for the reason given at backends/quic's sendStream.
 type sendStream struct {
 	s *wt.SendStream
 	c *conn
