@@ -224,6 +224,9 @@ func (h *half) close() error {
 	return nil
 }
 
+// cancelWrite and cancelRead look alike but end opposite sides with other
+// state (the writer's cancel travels to the reader as a reset; the
+// reader's discards its buffer at once and travels as a stop).
 func (h *half) cancelWrite(code semantics.StreamErrorCode) {
 	p := h.s.p
 	p.mu.Lock()

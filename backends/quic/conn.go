@@ -10,6 +10,7 @@ import (
 
 	quicgo "github.com/quic-go/quic-go"
 
+	"forgeyard.dev/transport/backends/internal/qadapt"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/wire"
 )
@@ -71,36 +72,32 @@ func (c *conn) QueuedBytes() int {
 	return c.hint.QueuedBytes()
 }
 
+// OpenStream, OpenUniStream, AcceptStream and AcceptUniStream adapt the
+// library's stream or translate its error (qadapt.Stream).
 func (c *conn) OpenStream(ctx context.Context) (semantics.RawStream, error) {
-	s, err := c.qc.OpenStreamSync(ctx)
-	if err != nil {
-		return nil, c.translate(err)
-	}
-	return &stream{s: s, c: c}, nil
+	return qadapt.Stream(ctx, c.qc.OpenStreamSync, c.translate, c.newStream)
 }
 
 func (c *conn) OpenUniStream(ctx context.Context) (semantics.RawSendStream, error) {
-	s, err := c.qc.OpenUniStreamSync(ctx)
-	if err != nil {
-		return nil, c.translate(err)
-	}
-	return &sendStream{s: s, c: c}, nil
+	return qadapt.Stream(ctx, c.qc.OpenUniStreamSync, c.translate, c.newSendStream)
 }
 
 func (c *conn) AcceptStream(ctx context.Context) (semantics.RawStream, error) {
-	s, err := c.qc.AcceptStream(ctx)
-	if err != nil {
-		return nil, c.translate(err)
-	}
-	return &stream{s: s, c: c}, nil
+	return qadapt.Stream(ctx, c.qc.AcceptStream, c.translate, c.newStream)
 }
 
 func (c *conn) AcceptUniStream(ctx context.Context) (semantics.RawRecvStream, error) {
-	s, err := c.qc.AcceptUniStream(ctx)
-	if err != nil {
-		return nil, c.translate(err)
-	}
-	return &recvStream{s: s, c: c}, nil
+	return qadapt.Stream(ctx, c.qc.AcceptUniStream, c.translate, c.newRecvStream)
+}
+
+func (c *conn) newStream(s *quicgo.Stream) semantics.RawStream { return &stream{s: s, c: c} }
+
+func (c *conn) newSendStream(s *quicgo.SendStream) semantics.RawSendStream {
+	return &sendStream{s: s, c: c}
+}
+
+func (c *conn) newRecvStream(s *quicgo.ReceiveStream) semantics.RawRecvStream {
+	return &recvStream{s: s, c: c}
 }
 
 // CloseWithCode sends CONNECTION_CLOSE with application error code

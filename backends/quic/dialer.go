@@ -55,11 +55,7 @@ func (t *Transport) LocalAddr() net.Addr { return t.ep.udp.LocalAddr() }
 // Close drops the owner's reference: no new dials; the socket closes with
 // the last connection. Calling it more than once is a no-op.
 func (t *Transport) Close() error {
-	t.ep.mu.Lock()
-	owned := !t.ep.ownerGone
-	t.ep.ownerGone = true
-	t.ep.mu.Unlock()
-	if owned {
+	if t.ep.users.Disown() {
 		t.ep.release()
 	}
 	return nil

@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	quicgo "github.com/quic-go/quic-go"
+
+	"forgeyard.dev/transport/backends/internal/refcount"
 )
 
 // endpoint owns one UDP socket and the quic-go Transport on it. It closes
@@ -20,11 +22,11 @@ type endpoint struct {
 	udp *net.UDPConn
 	tr  *quicgo.Transport
 
-	mu        sync.Mutex
-	users     int  // live connections plus the owner; guarded by mu
-	closed    bool // guarded by mu
-	ownerGone bool // a shared Transport's Close was called; guarded by mu
+	// users counts the live connections plus the owner (a Listener, or a
+	// shared Transport until its Close: Disown).
+	users *refcount.Users
 
+	mu sync.Mutex
 	// The connections dialled from this socket, which hear restart
 	// hints (restarthint.go), and the watcher's stop; nil until the first
 	// dial. Guarded by mu.
@@ -43,47 +45,19 @@ func newEndpoint(network, addr string) (*endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &endpoint{udp: udp, tr: &quicgo.Transport{Conn: udp}, users: 1}, nil
+	return &endpoint{udp: udp, tr: &quicgo.Transport{Conn: udp}, users: refcount.New()}, nil
 }
 
 // acquire registers a connection; false if the endpoint already closed.
-func (e *endpoint) acquire() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return false
-	}
-	e.users++
-	return true
-}
+func (e *endpoint) acquire() bool { return e.users.Acquire() }
 
 // acquireShared is acquire for a dial through a shared Transport: false
 // also once the Transport's owner closed it.
-func (e *endpoint) acquireShared() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed || e.ownerGone {
-		return false
-	}
-	e.users++
-	return true
-}
+func (e *endpoint) acquireShared() bool { return e.users.AcquireOwned() }
 
 // release drops one user and closes the endpoint with the last.
-//
-// backends/webtransport's Listener counts its users alike (acquire,
-// release) but stays apart: here mu also guards ownerGone, dialled and
-// hintStop, which acquireShared and the dialler read together with closed,
-// and the last user stops the hint watcher too.
 func (e *endpoint) release() {
-	e.mu.Lock()
-	e.users--
-	last := e.users == 0 && !e.closed
-	if last {
-		e.closed = true
-	}
-	e.mu.Unlock()
-	if last {
+	if e.users.Release() {
 		if e.hintStop != nil {
 			e.hintStop()
 		}

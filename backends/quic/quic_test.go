@@ -260,10 +260,7 @@ func TestListenerCloseKeepsConnections(t *testing.T) {
 	// The UDP socket goes with the last connection.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		e.ln.ep.mu.Lock()
-		closed := e.ln.ep.closed
-		e.ln.ep.mu.Unlock()
-		if closed {
+		if e.ln.ep.users.Closed() {
 			break
 		}
 		if time.Now().After(deadline) {

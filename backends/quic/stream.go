@@ -56,6 +56,10 @@ func (s *stream) SetReadDeadline(t time.Time) error  { return s.s.SetReadDeadlin
 func (s *stream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
 
 // sendStream adapts *quicgo.SendStream (the opening side of a uni stream).
+// It and recvStream repeat stream's send and receive halves line for line
+// because quic-go's uni streams are other types than its bidi stream (whose
+// halves it does not expose); sharing them would take the type parameter,
+// and so the indirect Read and Write, that stream avoids.
 type sendStream struct {
 	s *quicgo.SendStream
 	c *conn

@@ -71,11 +71,7 @@ func TestSharedTransport(t *testing.T) {
 	}
 }
 
-func isClosed(e *endpoint) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
-}
+func isClosed(e *endpoint) bool { return e.users.Closed() }
 
 // Dialer.LocalAddr binds the dial's own socket: the server sees it.
 func TestDialerLocalAddr(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 	wt "github.com/quic-go/webtransport-go"
 
+	"forgeyard.dev/transport/backends/internal/qadapt"
 	fyquic "forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/wire"
@@ -103,36 +104,32 @@ func (c *conn) closeCause() *semantics.ConnError {
 	return fallbackConnError(serr)
 }
 
+// OpenStream, OpenUniStream, AcceptStream and AcceptUniStream adapt the
+// library's stream or translate its error (qadapt.Stream).
 func (c *conn) OpenStream(ctx context.Context) (semantics.RawStream, error) {
-	s, err := c.sess.OpenStreamSync(ctx)
-	if err != nil {
-		return nil, c.translate(err)
-	}
-	return &stream{s: s, c: c}, nil
+	return qadapt.Stream(ctx, c.sess.OpenStreamSync, c.translate, c.newStream)
 }
 
 func (c *conn) OpenUniStream(ctx context.Context) (semantics.RawSendStream, error) {
-	s, err := c.sess.OpenUniStreamSync(ctx)
-	if err != nil {
-		return nil, c.translate(err)
-	}
-	return &sendStream{s: s, c: c}, nil
+	return qadapt.Stream(ctx, c.sess.OpenUniStreamSync, c.translate, c.newSendStream)
 }
 
 func (c *conn) AcceptStream(ctx context.Context) (semantics.RawStream, error) {
-	s, err := c.sess.AcceptStream(ctx)
-	if err != nil {
-		return nil, c.translate(err)
-	}
-	return &stream{s: s, c: c}, nil
+	return qadapt.Stream(ctx, c.sess.AcceptStream, c.translate, c.newStream)
 }
 
 func (c *conn) AcceptUniStream(ctx context.Context) (semantics.RawRecvStream, error) {
-	s, err := c.sess.AcceptUniStream(ctx)
-	if err != nil {
-		return nil, c.translate(err)
-	}
-	return &recvStream{s: s, c: c}, nil
+	return qadapt.Stream(ctx, c.sess.AcceptUniStream, c.translate, c.newRecvStream)
+}
+
+func (c *conn) newStream(s *wt.Stream) semantics.RawStream { return &stream{s: s, c: c} }
+
+func (c *conn) newSendStream(s *wt.SendStream) semantics.RawSendStream {
+	return &sendStream{s: s, c: c}
+}
+
+func (c *conn) newRecvStream(s *wt.ReceiveStream) semantics.RawRecvStream {
+	return &recvStream{s: s, c: c}
 }
 
 // CloseWithCode closes the session with SessionErrorCode uint32(code) and
@@ -195,7 +192,8 @@ func (s *stream) SetDeadline(t time.Time) error      { return s.s.SetDeadline(t)
 func (s *stream) SetReadDeadline(t time.Time) error  { return s.s.SetReadDeadline(t) }
 func (s *stream) SetWriteDeadline(t time.Time) error { return s.s.SetWriteDeadline(t) }
 
-// sendStream adapts *wt.SendStream.
+// sendStream adapts *wt.SendStream. It and recvStream repeat stream's
+// halves for the reason given at backends/quic's sendStream.
 type sendStream struct {
 	s *wt.SendStream
 	c *conn

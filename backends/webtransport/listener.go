@@ -14,6 +14,7 @@ import (
 	wt "github.com/quic-go/webtransport-go"
 
 	"forgeyard.dev/transport/backends/internal/acceptq"
+	"forgeyard.dev/transport/backends/internal/refcount"
 	fyquic "forgeyard.dev/transport/backends/quic"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/wire"
@@ -34,9 +35,7 @@ type Listener struct {
 	sessions chan *conn
 	closing  chan struct{} // closed by Close
 
-	mu     sync.Mutex
-	users  int  // live QUIC connections plus the listener itself; guarded by mu
-	closed bool // endpoint shut down; guarded by mu
+	users *refcount.Users // live QUIC connections plus the listener itself
 
 	closeOnce sync.Once
 	serveDone chan struct{}
@@ -83,7 +82,7 @@ func Listen(addr string, tlsConf *tls.Config, cfg Config) (*Listener, error) {
 		udp: udp, tr: tr, ln: ln, cfg: cfg, adm: adm,
 		sessions:  make(chan *conn, acceptQueue),
 		closing:   make(chan struct{}),
-		users:     1,
+		users:     refcount.New(),
 		serveDone: make(chan struct{}),
 	}
 	mux := http.NewServeMux()
@@ -180,25 +179,11 @@ func (l *Listener) Close() error {
 	return nil
 }
 
-func (l *Listener) acquire() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.users++
-	return true
-}
+func (l *Listener) acquire() bool { return l.users.Acquire() }
 
+// release drops one user and closes the socket with the last.
 func (l *Listener) release() {
-	l.mu.Lock()
-	l.users--
-	last := l.users == 0 && !l.closed
-	if last {
-		l.closed = true
-	}
-	l.mu.Unlock()
-	if last {
+	if l.users.Release() {
 		_ = l.srv.Close()
 		_ = l.tr.Close()
 		_ = l.udp.Close()
