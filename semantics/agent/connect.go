@@ -38,101 +38,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.mu.Lock()
 		a.network = network
 		a.mu.Unlock()
-		var perm error
-		permCount, registered, authRound := 0, false, false
-		var wait, hint time.Duration // hint: the largest retry hint of this round (RegistrationDeferredV1)
-		// permanent takes an endpoint's failure into the round (its retry
-		// hint; a permanent one is counted, the first kept) and reports
-		// whether it was permanent.
-		permanent := func(err error) bool {
-			hint = max(hint, retryHint(err))
-			if !isPermanent(err) {
-				return false
-			}
-			permCount++
-			if perm == nil {
-				perm = err
-			}
-			return true
+		r, done := a.connectRound(ctx, eps)
+		if done {
+			return nil
 		}
-		remaining := eps
-		for len(remaining) > 0 && !registered {
-			p, memo := a.planRace(remaining)
-			w, failed := a.race(ctx, remaining, p)
-			for _, err := range failed {
-				if ctx.Err() != nil {
-					return nil
-				}
-				if IsAuthFailure(err) {
-					authRound = true
-				}
-				if permanent(err) {
-					continue
-				}
-				a.st.dialFailures.Add(1) // logged by race as it happened
-			}
-			if w == nil {
-				break
-			}
-			reason := describeRace(remaining, w, failed, memo)
-			var rest []Endpoint
-			for i := range remaining {
-				if _, bad := failed[i]; !bad && i != w.i {
-					rest = append(rest, remaining[i])
-				}
-			}
-			remaining = rest
-			l := w.l
-			err := a.register(ctx, l)
-			if err == nil {
-				registered, failures, authRounds = true, 0, 0
-				a.noteRegistered(l.ep, reason, eps)
-				for l != nil {
-					next, _ := a.serve(ctx, l, eps)
-					if l.reconnect > 0 {
-						wait = l.reconnect
-					}
-					if l = next; l != nil {
-						a.noteRegistered(l.ep, a.moveReason(l), eps)
-					}
-				}
-				break
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			if permanent(err) {
-				continue
-			}
-			a.st.dialFailures.Add(1)
-			a.log.Warn("endpoint failed", "endpoint", w.l.ep.Address, "backend", w.l.ep.Backend, "err", err)
-			a.noteDialError(w.l.ep, err)
+		if !r.registered && r.permCount == len(eps) && r.perm != nil {
+			return r.perm
 		}
-		if !registered && permCount == len(eps) && perm != nil {
-			return perm
+		if r.registered {
+			failures = 0
 		}
-		switch {
-		case registered || !authRound:
-			authRounds = 0
-		default:
-			authRounds++
-		}
-		if wait == 0 {
-			if d, ok := a.authBackoff(authRounds); ok {
-				wait = d
-				a.log.Error("authentication on the path keeps failing: backing off so the account is not locked; fix the credentials (the error names the proxy and the scheme it asks for)",
-					"consecutive_rounds", authRounds, "retry_in", wait.Round(time.Second), "err", a.Status().LastDialError)
-			} else {
-				wait = a.backoff(failures)
-			}
-			failures++
-		}
-		if !registered && hint > 0 {
-			// The daemon's retry hint: not before it, plus up to a tenth of
-			// it of our own jitter (the daemon already spread the hints).
-			wait = max(wait, hint+time.Duration(rand.Int64N(int64(hint/10)+1)))
-			a.st.deferrals.Add(1)
-		}
+		wait := a.roundWait(r, &failures, &authRounds)
 		a.mu.Lock()
 		a.retryAt = a.now().Add(wait)
 		a.mu.Unlock()
@@ -140,6 +56,123 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// round is what one connectRound learned of its endpoints.
+type round struct {
+	perm       error // the first permanent failure
+	permCount  int   // endpoints that failed permanently
+	registered bool  // one registered (and was served until its link ended)
+	auth       bool  // an endpoint failed authentication on the path
+	// wait: the reconnect delay the daemon asked for (GoAway); hint: the
+	// largest retry hint of a deferral (RegistrationDeferredV1).
+	wait, hint time.Duration
+}
+
+// failed takes an endpoint's failure into r (its retry hint; a permanent
+// one is counted, the first kept) and reports whether it was permanent.
+func (r *round) failed(err error) bool {
+	r.hint = max(r.hint, retryHint(err))
+	if !isPermanent(err) {
+		return false
+	}
+	r.permCount++
+	if r.perm == nil {
+		r.perm = err
+	}
+	return true
+}
+
+// connectRound is one pass over eps: race them (fallback.go), register on
+// the winner, and serve it — and every link it moves to — until the link
+// ends; a winner that fails to register leaves the others to race again.
+// done reports that ctx ended.
+func (a *Agent) connectRound(ctx context.Context, eps []Endpoint) (r round, done bool) {
+	remaining := eps
+	for len(remaining) > 0 {
+		p, memo := a.planRace(remaining)
+		w, failed := a.race(ctx, remaining, p)
+		for _, err := range failed {
+			if ctx.Err() != nil {
+				return r, true
+			}
+			if IsAuthFailure(err) {
+				r.auth = true
+			}
+			if r.failed(err) {
+				continue
+			}
+			a.st.dialFailures.Add(1) // logged by race as it happened
+		}
+		if w == nil {
+			return r, false
+		}
+		reason := describeRace(remaining, w, failed, memo)
+		var rest []Endpoint
+		for i := range remaining {
+			if _, bad := failed[i]; !bad && i != w.i {
+				rest = append(rest, remaining[i])
+			}
+		}
+		remaining = rest
+		l := w.l
+		err := a.register(ctx, l)
+		if err == nil {
+			r.registered = true
+			a.noteRegistered(l.ep, reason, eps)
+			for l != nil {
+				next, _ := a.serve(ctx, l, eps)
+				if l.reconnect > 0 {
+					r.wait = l.reconnect
+				}
+				if l = next; l != nil {
+					a.noteRegistered(l.ep, a.moveReason(l), eps)
+				}
+			}
+			return r, false
+		}
+		if ctx.Err() != nil {
+			return r, true
+		}
+		if r.failed(err) {
+			continue
+		}
+		a.st.dialFailures.Add(1)
+		a.log.Warn("endpoint failed", "endpoint", w.l.ep.Address, "backend", w.l.ep.Backend, "err", err)
+		a.noteDialError(w.l.ep, err)
+	}
+	return r, false
+}
+
+// roundWait is the wait before the next round after r: the daemon's
+// reconnect delay if it gave one, else the backoff (the long
+// authentication backoff after authRounds rounds that failed
+// authentication on the path), and never before a deferral's retry hint.
+func (a *Agent) roundWait(r round, failures, authRounds *int) time.Duration {
+	switch {
+	case r.registered || !r.auth:
+		*authRounds = 0
+	default:
+		*authRounds++
+	}
+	wait := r.wait
+	if wait == 0 {
+		if d, ok := a.authBackoff(*authRounds); ok {
+			wait = d
+			a.log.Error("authentication on the path keeps failing: backing off so the account is not locked; fix the credentials (the error names the proxy and the scheme it asks for)",
+				"consecutive_rounds", *authRounds, "retry_in", wait.Round(time.Second), "err", a.Status().LastDialError)
+		} else {
+			wait = a.backoff(*failures)
+		}
+		*failures++
+	}
+	if !r.registered && r.hint > 0 {
+		// The daemon's retry hint: not before it, plus up to a tenth of
+		// it of our own jitter (the daemon already spread the hints).
+		wait = max(wait, r.hint+time.Duration(rand.Int64N(int64(r.hint/10)+1)))
+		a.st.deferrals.Add(1)
+	}
+	return wait
 }
 
 // retryHint returns the retry hint err carries, or 0: a
