@@ -202,6 +202,7 @@ var (
 	descAdmission    = prometheus.NewDesc("forgeyard_daemon_admission_refused_total", "Peers refused by admission control ([admission]): connect (handshake slots, per-IP; closed Overloaded), registration (registration rate, connection cap; answered Overloaded), early (the connection cap, before the handshake completed).", []string{"stage"}, nil)
 	descPaced        = prometheus.NewDesc("forgeyard_daemon_registrations_paced_total", "Hellos over the registration rate: held (waited for their token, then admitted) or deferred (refused with a retry slot, RegistrationDeferredV1; also counted in forgeyard_daemon_admission_refused_total{stage=\"registration\"}).", []string{"action"}, nil)
 	descLimitCloses  = prometheus.NewDesc("forgeyard_daemon_limit_closes_total", "Connections closed LimitExceeded for persistent rate-limit violations (limits.max_rate_strikes).", nil, nil)
+	descRevSkipped   = prometheus.NewDesc("forgeyard_daemon_revocation_polls_skipped_total", "Periodic revocation checks that found the authority's revocation revision unchanged and checked only the sessions registered since (SQLite).", nil, nil)
 	descIdentity     = prometheus.NewDesc("forgeyard_daemon_identity_events_total", "Runner identity lifecycle: enrolled, renewed, revoked_closed (runner disabled or certificate revoked), expired_rejected, superseded_revoked (a renewed runner's previous certificate).", []string{"event"}, nil)
 	descHandshakes   = prometheus.NewDesc("forgeyard_transport_handshakes_total", "QUIC and WebTransport handshake admission, by listener backend and event: started (admitted), completed (handed to the daemon), refused (before any cryptography: CONNECTION_REFUSED), timed_out, failed, signed (the server's signature made: the handshake's CPU paid).", []string{"backend", "event"}, nil)
 	descHsWaiting    = prometheus.NewDesc("forgeyard_transport_handshakes_waiting", "Admitted handshakes waiting for a handshake worker now, by listener backend.", []string{"backend"}, nil)
@@ -213,7 +214,7 @@ var ackLabels = [4]string{"accepted", "duplicate_accepted", "stale_rejected", "i
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCompletions, descLeases, descRegistration, descCloned, descDaemonProto,
-		descRateLimited, descAdmission, descPaced, descLimitCloses, descIdentity, descSecrets, descHandshakes, descHsWaiting, descHsRate} {
+		descRateLimited, descAdmission, descPaced, descLimitCloses, descIdentity, descRevSkipped, descSecrets, descHandshakes, descHsWaiting, descHsRate} {
 		ch <- d
 	}
 }
@@ -256,6 +257,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descIdentity, st.id.RevokedClosed, "revoked_closed")
 	counter(descIdentity, st.id.ExpiredRejected, "expired_rejected")
 	counter(descIdentity, st.id.Superseded, "superseded_revoked")
+	counter(descRevSkipped, st.id.RevocationSkipped)
 	counter(descSecrets, st.hard.SecretsSent, "delivered")
 	counter(descSecrets, st.hard.SecretsRefused, "refused")
 	c.t.mu.Lock()

@@ -111,6 +111,36 @@ type Identities interface {
 	CheckCredentials(ctx context.Context, creds []Credential) ([]Revocation, error)
 }
 
+// RevocationRevisions is implemented by an authority that can tell, at
+// the price of one cheap query, whether a runner may have been disabled or
+// a certificate revoked since an earlier answer, so that a daemon's
+// periodic revocation check skips the full CheckCredentials pass over its
+// live transports while nothing changed. The SQLite store implements it
+// (the database's data_version, which commits of other processes — the
+// offline CLI — change, and a count of its own revoking writes); the
+// PostgreSQL store answers ok false (several daemons write it; they learn
+// of revocations by events, WatcherOf). Obtain it with
+// RevocationRevisionsOf.
+type RevocationRevisions interface {
+	// RevocationRevision returns the current revision. Two equal
+	// revisions mean that no SetRunnerEnabled and no RevokeCertificate
+	// committed between the two calls; a revision read before a check
+	// covers every revoking write that the check could not see. ok false:
+	// the authority cannot tell, check in full.
+	RevocationRevision(ctx context.Context) (rev Revision, ok bool, err error)
+}
+
+// Revision is an opaque, comparable revocation revision
+// (RevocationRevisions).
+type Revision struct{ db, local uint64 }
+
+// RevocationRevisionsOf returns a's RevocationRevisions, or nil. It looks
+// through decorators (Unwrapper).
+func RevocationRevisionsOf(a Authority) RevocationRevisions {
+	r, _ := optional[RevocationRevisions](a)
+	return r
+}
+
 // IdentitiesOf returns a's Identities, or nil if the implementation has
 // none (a test double, say). Like every XOf lookup it looks through
 // decorators (Unwrapper).

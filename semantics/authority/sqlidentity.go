@@ -217,6 +217,7 @@ func (s *store) RevokeCertificate(ctx context.Context, serial, reason string, no
 	if err := checkSerial(serial); err != nil {
 		return err
 	}
+	defer s.revoking.Add(1) // after the commit (RevocationRevision)
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		res, err := s.exec(ctx, tx, `UPDATE fy_certs SET revoked = ?, reason = ? WHERE serial = ?`, true, reason, serial)
 		if err != nil {
@@ -342,4 +343,22 @@ func (s *store) query(ctx context.Context, q string, args []any, each func(*sql.
 		}
 	}
 	return rows.Err()
+}
+
+// RevocationRevision implements RevocationRevisions for SQLite: one
+// connection (openSQLite), whose PRAGMA data_version changes when another
+// connection — another process — commits, and never for this connection's
+// own commits, which revoking counts instead (bumped after SetRunnerEnabled
+// and RevokeCertificate return, so a revision read before a check that
+// missed a write differs from the one read after it).
+func (s *store) RevocationRevision(ctx context.Context) (Revision, bool, error) {
+	if s.d.dollar { // PostgreSQL: events, not revisions
+		return Revision{}, false, nil
+	}
+	local := s.revoking.Load()
+	var v uint64
+	if err := s.db.QueryRowContext(ctx, `PRAGMA data_version`).Scan(&v); err != nil {
+		return Revision{}, false, err
+	}
+	return Revision{db: v, local: local}, true, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -47,6 +48,10 @@ type store struct {
 
 	leaderMu sync.Mutex
 	leader   *sql.Conn // PostgreSQL: the connection holding the sweep lock
+
+	// revoking counts this handle's revoking writes (SetRunnerEnabled,
+	// RevokeCertificate), bumped once each returns: RevocationRevision.
+	revoking atomic.Uint64
 }
 
 func (s *store) rebind(query string) string {
@@ -241,6 +246,7 @@ func (s *store) RunnerStatus(ctx context.Context, runner wire.RunnerId) (RunnerS
 }
 
 func (s *store) SetRunnerEnabled(ctx context.Context, runner wire.RunnerId, enabled bool, reason string, now time.Time) error {
+	defer s.revoking.Add(1) // after the commit (RevocationRevision)
 	return s.tx(ctx, func(t *sql.Tx) error {
 		if _, err := s.exec(ctx, t, `INSERT INTO fy_runners (runner_id, enabled, reason, changed_ms) VALUES (?, ?, ?, ?)
 			ON CONFLICT (runner_id) DO UPDATE SET enabled = excluded.enabled, reason = excluded.reason, changed_ms = excluded.changed_ms`,

@@ -45,8 +45,11 @@ type conn struct {
 	transport   wire.TransportSessionId
 	connectedAt time.Time
 	tlsResumed  bool // the TLS session was resumed from a ticket (set once)
-	done        chan struct{}
-	challenge   [agentwire.ChallengeSize]byte
+	// revChecked: a revocation check that completed included this
+	// transport (only the revocation loop touches it: enroll.go).
+	revChecked bool
+	done       chan struct{}
+	challenge  [agentwire.ChallengeSize]byte
 
 	// Set during the handshake on the read goroutine, then read-only.
 	role         agentwire.PeerRole

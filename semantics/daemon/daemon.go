@@ -107,6 +107,14 @@ type Daemon struct {
 	deps             *depProber // depprobe.go
 	retPager         retention.Pager
 	revocationEvents atomic.Int64 // authority.EventRunner events handled
+	// revocationSkips: full revocation checks skipped because the
+	// authority's revocation revision had not changed (revocation.go;
+	// only the transports registered since were checked).
+	revocationSkips atomic.Int64
+	// lastRevision is the revision read before the last full check that
+	// completed; only the revocation loop touches it (revocation.go).
+	lastRevision  authority.Revision
+	revisionKnown bool
 	// peers: what signing workers and device agents registered with, and
 	// the device reservations (peers.go, sign.go, device.go).
 	peers peerTable

@@ -301,23 +301,43 @@ func (d *Daemon) revocationLoop(period time.Duration) {
 }
 
 // checkRevocations runs one revocation check over the live transports.
+// While the authority's revocation revision has not moved since the last
+// full check that completed (revocation.go), only the transports that
+// registered since are checked: their registration may have checked their
+// credential just before a revocation whose revision the last check read.
 func (d *Daemon) checkRevocations() {
+	rev, ok := d.revocationRevision()
+	full := !ok || !d.revisionKnown || rev != d.lastRevision
+	var conns []*conn
 	d.mu.Lock()
-	conns := make([]*conn, 0, len(d.conns))
+	if full {
+		conns = make([]*conn, 0, len(d.conns))
+	}
 	for _, c := range d.conns {
-		if c.registered() {
+		if c.registered() && (full || !c.revChecked) {
 			conns = append(conns, c)
 		}
 	}
 	d.mu.Unlock()
-	d.checkRevocationsOf(conns)
+	if !full {
+		d.revocationSkips.Add(1)
+	}
+	if !d.checkRevocationsOf(conns) {
+		return
+	}
+	for _, c := range conns {
+		c.revChecked = true
+	}
+	if full {
+		d.lastRevision, d.revisionKnown = rev, ok
+	}
 }
 
 // checkRevocationsOf checks the credentials of conns against the authority
-// and closes the revoked ones.
-func (d *Daemon) checkRevocationsOf(conns []*conn) {
+// and closes the revoked ones; false if the authority could not answer.
+func (d *Daemon) checkRevocationsOf(conns []*conn) bool {
 	if len(conns) == 0 {
-		return
+		return true
 	}
 	ctx, cancel := context.WithTimeout(d.ctx, d.timing.RequestTimeout)
 	defer cancel()
@@ -340,7 +360,7 @@ func (d *Daemon) checkRevocationsOf(conns []*conn) {
 			rv, err := ids.CheckCredentials(ctx, creds[lo:min(lo+authority.MaxCheckCredentials, len(creds))])
 			if err != nil {
 				d.log.Warn("revocation check failed", "err", err)
-				return
+				return false
 			}
 			revs = append(revs, rv...)
 		}
@@ -349,7 +369,7 @@ func (d *Daemon) checkRevocationsOf(conns []*conn) {
 			st, err := d.auth.RunnerStatus(ctx, cr.Runner)
 			if err != nil {
 				d.log.Warn("revocation check failed", "err", err)
-				return
+				return false
 			}
 			if !st.Enabled {
 				revs = append(revs, authority.Revocation{Credential: cr, RunnerDisabled: true, Reason: st.Reason})
@@ -368,6 +388,7 @@ func (d *Daemon) checkRevocationsOf(conns []*conn) {
 			}
 		}
 	}
+	return true
 }
 
 type identityStats struct {
@@ -381,10 +402,15 @@ type IdentityStats struct {
 	RevokedClosed   int64 // transports closed because their runner was disabled or certificate revoked
 	ExpiredRejected int64 // registrations refused and transports closed for an expired certificate
 	Superseded      int64 // older certificates revoked after the runner registered with a renewed one
+	// RevocationSkipped counts periodic revocation checks that found the
+	// authority's revocation revision unchanged and so checked only the
+	// transports registered since the last one (SQLite; revocation.go).
+	RevocationSkipped int64
 }
 
 // IdentityStats returns the identity lifecycle counters.
 func (d *Daemon) IdentityStats() IdentityStats {
 	return IdentityStats{Enrolled: d.idst.enrolled.Load(), Renewed: d.idst.renewed.Load(),
-		RevokedClosed: d.idst.revokedClosed.Load(), ExpiredRejected: d.idst.expiredRejected.Load(), Superseded: d.idst.superseded.Load()}
+		RevokedClosed: d.idst.revokedClosed.Load(), ExpiredRejected: d.idst.expiredRejected.Load(), Superseded: d.idst.superseded.Load(),
+		RevocationSkipped: d.revocationSkips.Load()}
 }
