@@ -53,6 +53,7 @@
 //	| `semantics/telemetry/authmetrics` | telemetry | `wire/...`, `semantics/telemetry`, `semantics/authority` | cmd/forgeyard-daemon |
 //	| `semantics/telemetry/tablecell` | telemetry | — | semantics/telemetry, commands, internal/doctor, internal/tools/loadgen |
 //	| `semantics/internal/tokenbucket` | helper | — | semantics/daemon, data paths, semantics/telemetry |
+//	| `semantics/ratemeter` | helper | — | semantics/daemon, backends/quic |
 //	| `semantics/internal/atomicfile` | helper | — | semantics/logs, semantics/cas, semantics/objstore, semantics/trust |
 //	| `semantics/internal/probe` | helper | `semantics/objstore` | semantics/logs, semantics/cas |
 //	| `semantics/internal/pairkey` | helper | — | semantics/logs, semantics/cas |

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"forgeyard.dev/transport/semantics/ratemeter"
 	"io"
 	"net"
 	"os"
@@ -76,7 +77,7 @@ type Admission struct {
 	slots    chan struct{} // one token per working handshake
 	inFlight atomic.Int64  // attempts in progress (admitted, not yet accepted or ended)
 	waiting  atomic.Int64  // attempts waiting for a slot
-	rate     rateMeter
+	rate     ratemeter.Meter
 	// maxWorking is the most slots ever held at once (≤ HandshakeWorkers).
 	maxWorking atomic.Int64
 
@@ -96,7 +97,7 @@ type Admission struct {
 	// The appointments of refused attempts (appointment): the intake
 	// (admissions per second while others are refused), the last refusal
 	// (unix ns), the book.
-	intake      rateMeter
+	intake      ratemeter.Meter
 	lastRefusal atomic.Int64
 	apMu        sync.Mutex
 	next        time.Time
@@ -143,7 +144,7 @@ func (a *Admission) decideNew(remote net.Addr) (string, bool) {
 	err := a.check(remote)
 	if err == nil {
 		// Admitted while others are refused: room freed up (the intake).
-		a.intake.tick(now, now.UnixNano()-a.lastRefusal.Load() < int64(time.Second))
+		a.intake.Tick(now, now.UnixNano()-a.lastRefusal.Load() < int64(time.Second))
 		return "", false
 	}
 	a.noteRefused(remote, err)
@@ -180,7 +181,7 @@ func (a *Admission) noteRefused(remote net.Addr, err error) {
 // the cost of one packet; a book that only grew would hand every later
 // agent the same far appointment, and they would return as one herd.
 func (a *Admission) appointment(now time.Time) time.Duration {
-	hsRate := a.rate.get()
+	hsRate := a.rate.Rate()
 	r := hsRate
 	var pending int
 	var hostRate float64
@@ -190,7 +191,7 @@ func (a *Admission) appointment(now time.Time) time.Duration {
 			r = hostRate
 		}
 	}
-	if in := a.intake.get(); in > 0 {
+	if in := a.intake.Rate(); in > 0 {
 		r = in
 	}
 	if r <= 0 {
@@ -223,7 +224,7 @@ type AdmissionStats = semantics.HandshakeStats
 // Stats returns the admission's counters.
 func (a *Admission) Stats() AdmissionStats {
 	st := AdmissionStats{Started: a.started.Load(), Completed: a.completed.Load(), Refused: a.refused.Load(),
-		TimedOut: a.timedOut.Load(), Failed: a.failed.Load(), Signed: a.signed.Load(), Waiting: a.waiting.Load(), InFlight: a.inFlight.Load(), Rate: a.rate.get()}
+		TimedOut: a.timedOut.Load(), Failed: a.failed.Load(), Signed: a.signed.Load(), Waiting: a.waiting.Load(), InFlight: a.inFlight.Load(), Rate: a.rate.Rate()}
 	if a.unsent != nil {
 		st.RefusalsUnsent = a.unsent.Load()
 	}
@@ -249,7 +250,7 @@ func (a *Admission) full() error {
 		}
 	}
 	if w := a.waiting.Load(); w > 0 {
-		if r := a.rate.get(); r > 0 {
+		if r := a.rate.Rate(); r > 0 {
 			if wait := time.Duration(float64(w) / r * float64(time.Second)); wait > a.maxWait {
 				return fmt.Errorf("%w (%d waiting, %.0f handshakes/s: %v > %v)", errQueueFull, w, r, wait.Round(time.Millisecond), a.maxWait)
 			}
@@ -299,58 +300,8 @@ func (a *Admission) took(w *handshakeWatch) {
 func (a *Admission) release(w *handshakeWatch) {
 	if w.slot.CompareAndSwap(true, false) {
 		<-a.slots
-		a.rate.tick(time.Now(), a.waiting.Load() > 0)
+		a.rate.Tick(time.Now(), a.waiting.Load() > 0)
 	}
-}
-
-// rateMeter is the same meter as semantics/daemon's backlogMeter, kept
-// as a copy on purpose: the layering lets neither package import the
-// other, semantics/internal is closed to backends, and semantics imports
-// nothing of the module's internal/. The one home both may import is the
-// stable package semantics (or wire), where the meter would be a new
-// exported identifier, an API change recorded in docs/api-changes.md;
-// issue 28 item 3 is a pure refactor, so the two copies stay until an API
-// change adopts one (keep them alike meanwhile).
-//
-// rateMeter measures slots given back per second over windows of at
-// least rateWindow in which attempts waited (an idle gate says nothing of
-// the rate), smoothed.
-type rateMeter struct {
-	mu    sync.Mutex
-	start time.Time
-	n     int
-	rate  float64
-}
-
-const rateWindow = 250 * time.Millisecond
-
-func (m *rateMeter) tick(now time.Time, busy bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !busy { // the window closes without a sample
-		m.start, m.n = time.Time{}, 0
-		return
-	}
-	if m.start.IsZero() { // the first event of a busy spell opens a window
-		m.start, m.n = now, 0
-		return
-	}
-	m.n++
-	if d := now.Sub(m.start); d >= rateWindow {
-		r := float64(m.n) / d.Seconds()
-		if m.rate == 0 {
-			m.rate = r
-		} else {
-			m.rate = 0.7*m.rate + 0.3*r
-		}
-		m.start, m.n = now, 0
-	}
-}
-
-func (m *rateMeter) get() float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.rate
 }
 
 // verifySourceAddress asks for a Retry above half the handshake cap.

@@ -114,9 +114,7 @@ func TestRefusalCarriesAppointment(t *testing.T) {
 	cfg := testConfig
 	cfg.Admit = func(net.Addr) error { return errors.New("busy") }
 	e := newTenv(t, cfg)
-	e.ln.adm.rate.mu.Lock()
-	e.ln.adm.rate.rate = 0.5 // one handshake per 2 s: appointments 2 s apart
-	e.ln.adm.rate.mu.Unlock()
+	e.ln.adm.rate.Set(0.5) // one handshake per 2 s: appointments 2 s apart
 	client := e.pki.ClientConfig(t, wire.NewRunnerId(), serverName)
 	tr := &quicgo.Transport{Conn: mustUDP(t)}
 	defer tr.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"forgeyard.dev/transport/semantics/ratemeter"
 	"net"
 	"net/netip"
 	"sync"
@@ -28,7 +29,7 @@ type hardening struct {
 	// regRate measures registrations completed per second while others
 	// waited (handshakes > 0): the rate this daemon works through its
 	// backlog, measured, for AdmitEarly's time bound.
-	regRate backlogMeter
+	regRate ratemeter.Meter
 
 	refusedConns, refusedRegs, limitCloses, audits atomic.Int64
 	refusedEarly                                   atomic.Int64 // AdmitEarly refusals (before a handshake)
@@ -159,7 +160,7 @@ func (d *Daemon) AdmitEarly(net.Addr) error {
 	// admitted now would register after n/rate. Beyond registrationQueueWait
 	// it would wait out its agent's request timeout (and the daemon's
 	// RegistrationTimeout) with its handshake paid: refuse it before.
-	if err := backlogFull(n, h.regRate.get()); err != nil {
+	if err := backlogFull(n, h.regRate.Rate()); err != nil {
 		h.refusedEarly.Add(1)
 		return err
 	}
@@ -176,7 +177,7 @@ func (d *Daemon) RegistrationBacklog() (pending int, perSecond float64) {
 	h.mu.Lock()
 	pending = h.handshakes
 	h.mu.Unlock()
-	return pending, h.regRate.get()
+	return pending, h.regRate.Rate()
 }
 
 // backlogFull refuses a new attempt when n connections awaiting
@@ -198,50 +199,6 @@ func backlogFull(n int, rate float64) error {
 // QUIC listener's handshake queue (at most 3 s) it stays below the
 // agents' 10 s request timeout and the daemon's RegistrationTimeout.
 const registrationQueueWait = 4 * time.Second
-
-// backlogMeter is backends/quic's rateMeter, copied (see there: the
-// layering lets neither import the other).
-//
-// backlogMeter measures events per second over windows of at least
-// backlogWindow in which a backlog existed, smoothed (an EWMA); windows
-// without a backlog say nothing of the rate and restart the window.
-type backlogMeter struct {
-	mu    sync.Mutex
-	start time.Time
-	n     int
-	rate  float64
-}
-
-const backlogWindow = 250 * time.Millisecond
-
-func (m *backlogMeter) tick(now time.Time, busy bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !busy { // the window closes without a sample
-		m.start, m.n = time.Time{}, 0
-		return
-	}
-	if m.start.IsZero() { // the first event of a busy spell opens a window
-		m.start, m.n = now, 0
-		return
-	}
-	m.n++
-	if d := now.Sub(m.start); d >= backlogWindow {
-		r := float64(m.n) / d.Seconds()
-		if m.rate == 0 {
-			m.rate = r
-		} else {
-			m.rate = 0.7*m.rate + 0.3*r
-		}
-		m.start, m.n = now, 0
-	}
-}
-
-func (m *backlogMeter) get() float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.rate
-}
 
 // admitConn takes a handshake slot and a per-IP slot for bc, or explains
 // the refusal. It costs no I/O: a refused connection is closed before its
@@ -302,7 +259,7 @@ func (c *conn) registrationDone() {
 	busy := h.handshakes > 0
 	h.mu.Unlock()
 	if was {
-		h.regRate.tick(time.Now(), busy)
+		h.regRate.Tick(time.Now(), busy)
 	}
 }
 
