@@ -152,24 +152,14 @@ func newRoot() *cli.Command {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testHooks) int {
 	var f flags
 	fs := newFlagSet(&f, stderr)
-	if code, ok := cli.ParseRoot(newRoot(), fs, args, stdout, stderr); !ok {
-		return code
+	build := func() (*config.Daemon, error) {
+		if f.demoLeases < 0 || f.demoLeases > 10000 {
+			return nil, errors.New("--demo-leases must be 0–10000")
+		}
+		return buildConfig(fs, &f)
 	}
-	if f.demoLeases < 0 || f.demoLeases > 10000 {
-		fmt.Fprintln(stderr, "forgeyard-daemon: --demo-leases must be 0–10000")
-		return cli.ExitUsage
-	}
-	cfg, err := buildConfig(fs, &f)
-	if err != nil {
-		fmt.Fprintf(stderr, "forgeyard-daemon: %v\n", err)
-		return cli.ExitUsage
-	}
-	log := cfg.Log.NewLogger(stderr)
-	if err := serve(ctx, cfg, &f, log, th); err != nil {
-		log.Error("daemon failed", "err", err)
-		return cli.ExitCodeOf(err) // 2 for a configured file that is missing or refused
-	}
-	return cli.ExitOK
+	return cli.RunRole(newRoot(), fs, args, stdout, stderr, "daemon", build,
+		func(cfg *config.Daemon, log *slog.Logger) error { return serve(ctx, cfg, &f, log, th) })
 }
 
 // buildConfig loads the file (if any), applies the flags that were set,
