@@ -335,7 +335,7 @@ func TestHandshakeWorkersHerd(t *testing.T) {
 			t.Fatalf("Accept after %d of %d: %v (stats %+v)", i, n, err, e.ln.HandshakeStats())
 		}
 	}
-	for c := range conns {
+	for c := range conns { //lint:ignore SA9001 conns is closed above; the defers close the clients at the end of the test
 		defer c.CloseWithCode(wire.CloseNormal, "")
 	}
 	st := e.ln.HandshakeStats()
