@@ -420,8 +420,8 @@ func instrument(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, te
 // then the listeners. On failure it shuts d down.
 func openListeners(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, d *daemon.Daemon, au authority.Authority, tlsConf *tls.Config, hsf *serversetup.HandshakeFailures, log *slog.Logger) ([]serversetup.Listener, map[string][]netip.AddrPort, error) {
 	qcfg, ycfg := listenerConfigs(dcfg.AllLimits().Conn, log, hsf.Report) // the daemon's per-connection limits: the backends' stream credit
-	qcfg.Admit = d.AdmitEarly            // the connection cap, before the QUIC handshake
-	qcfg.Backlog = d.RegistrationBacklog // the way in bounded up to registration
+	qcfg.Admit = d.AdmitEarly                                             // the connection cap, before the QUIC handshake
+	qcfg.Backlog = d.RegistrationBacklog                                  // the way in bounded up to registration
 	var err error
 	if qcfg.StatelessResetKey, err = serversetup.ResetKey(cfg.Listen.StatelessResetKeyFile, cfg.TLS); err != nil {
 		_ = d.Shutdown(context.Background())
