@@ -419,9 +419,10 @@ func instrument(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, te
 // stateless reset key, the previous process's agents (restart hints),
 // then the listeners. On failure it shuts d down.
 func openListeners(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, d *daemon.Daemon, au authority.Authority, tlsConf *tls.Config, hsf *serversetup.HandshakeFailures, log *slog.Logger) ([]serversetup.Listener, map[string][]netip.AddrPort, error) {
-	qcfg, ycfg := listenerConfigs(dcfg.AllLimits().Conn, log, hsf.Report) // the daemon's per-connection limits: the backends' stream credit
-	qcfg.Admit = d.AdmitEarly                                             // the connection cap, before the QUIC handshake
-	qcfg.Backlog = d.RegistrationBacklog                                  // the way in bounded up to registration
+	// The daemon's per-connection limits: the backends' stream credit.
+	qcfg, ycfg := listenerConfigs(dcfg.AllLimits().Conn, log, hsf.Report)
+	qcfg.Admit = d.AdmitEarly            // the connection cap, before the QUIC handshake
+	qcfg.Backlog = d.RegistrationBacklog // the way in bounded up to registration
 	var err error
 	if qcfg.StatelessResetKey, err = serversetup.ResetKey(cfg.Listen.StatelessResetKeyFile, cfg.TLS); err != nil {
 		_ = d.Shutdown(context.Background())
