@@ -124,7 +124,8 @@ type ConnStats struct {
 // streams are taken from the backend by a goroutine started by the first
 // AcceptStream call, and its unidirectional streams by one started by the
 // first AcceptUniStream call (plus one short goroutine per stream while its
-// header arrives). Once started, a loop runs until the connection closes,
+// header arrives; with HandleStreams that goroutine goes on to serve the
+// stream, and no goroutine waits in Accept). Once started, a loop runs until the connection closes,
 // whether or not an Accept call is waiting, so limits, refusals and header
 // checks apply to every later stream of that direction. Streams the peer
 // opens in a direction this side has never accepted wait inside the
@@ -456,8 +457,9 @@ func (s *slot) release() {
 }
 
 // AcceptStream waits for the peer's next bidirectional stream whose header
-// was valid and which fit the limits. It returns ctx's error or, after
-// the connection closed, its *ConnError. The first call starts taking the
+// was valid and which fit the limits. It returns ctx's error, after the
+// connection closed its *ConnError, and after HandleStreams
+// ErrStreamsHandled. The first call starts taking the
 // peer's bidirectional streams from the backend (see Conn).
 func (c *Conn) AcceptStream(ctx context.Context) (*Stream, error) {
 	c.bidiOnce.Do(func() { go c.acceptLoop(false) })
@@ -472,18 +474,67 @@ func (c *Conn) AcceptUniStream(ctx context.Context) (*RecvStream, error) {
 	return c.acceptUni.take(ctx, c)
 }
 
-// acceptQueue holds admitted streams until Accept takes them. At most
-// Limits.MaxStreams are queued (each holds a slot), so push never blocks;
-// the slice is released whenever the queue empties, so an idle connection
-// holds no buffer.
+// HandleStreams hands every bidirectional stream the peer opens to
+// handle, on the goroutine that read the stream's header, instead of
+// queueing it for AcceptStream: a server that serves each stream on a
+// goroutine of its own then needs no goroutine waiting in AcceptStream for
+// the next one, so an idle connection costs one goroutine less (limits,
+// refusals and header checks are the same). Streams already queued are
+// handed over at once, each on a goroutine of its own. handle may be
+// called concurrently and may block for as long as it serves the stream.
+// After the call AcceptStream returns ErrStreamsHandled; a second call
+// replaces the handler for later streams.
+func (c *Conn) HandleStreams(handle func(*Stream)) {
+	c.acceptBidi.setHandler(handle)
+	c.bidiOnce.Do(func() { go c.acceptLoop(false) })
+}
+
+// HandleUniStreams is HandleStreams for the peer's unidirectional streams;
+// after it AcceptUniStream returns ErrStreamsHandled.
+func (c *Conn) HandleUniStreams(handle func(*RecvStream)) {
+	c.acceptUni.setHandler(handle)
+	c.uniOnce.Do(func() { go c.acceptLoop(true) })
+}
+
+// ErrStreamsHandled is returned by AcceptStream and AcceptUniStream once
+// HandleStreams or HandleUniStreams took that direction's streams.
+var ErrStreamsHandled = errors.New("semantics: the connection's incoming streams go to its stream handler")
+
+// acceptQueue holds admitted streams until Accept takes them, or hands
+// them to its handler. At most Limits.MaxStreams are queued (each holds a
+// slot), so push never blocks; the slice is released whenever the queue
+// empties, so an idle connection holds no buffer.
 type acceptQueue[T any] struct {
-	mu    sync.Mutex
-	items []T
-	wake  chan struct{} // nil, or closed and cleared by push
+	mu     sync.Mutex
+	items  []T
+	wake   chan struct{} // nil, or closed and cleared by push
+	handle func(T)       // nil: queue for take
+}
+
+// setHandler makes h the receiver of every later push and hands it the
+// queued items; a waiting take returns ErrStreamsHandled.
+func (q *acceptQueue[T]) setHandler(h func(T)) {
+	q.mu.Lock()
+	items := q.items
+	q.items = nil
+	q.handle = h
+	if q.wake != nil {
+		close(q.wake)
+		q.wake = nil
+	}
+	q.mu.Unlock()
+	for _, v := range items {
+		go h(v)
+	}
 }
 
 func (q *acceptQueue[T]) push(v T) {
 	q.mu.Lock()
+	if h := q.handle; h != nil {
+		q.mu.Unlock()
+		h(v)
+		return
+	}
 	q.items = append(q.items, v)
 	if q.wake != nil {
 		close(q.wake)
@@ -501,6 +552,10 @@ func (q *acceptQueue[T]) take(ctx context.Context, c *Conn) (T, error) {
 			return zero, c.closeErr()
 		}
 		q.mu.Lock()
+		if q.handle != nil {
+			q.mu.Unlock()
+			return zero, ErrStreamsHandled
+		}
 		if len(q.items) > 0 {
 			v := q.items[0]
 			q.items[0] = zero
