@@ -88,18 +88,13 @@ type conn struct {
 	// may wait on the authority (lease answers, renewals, completions,
 	// data-plane requests, phase reports), so that the read goroutine keeps
 	// answering heartbeats while the authority is slow (a loaded database,
-	// a loaded machine). Created by the read goroutine on first use;
-	// workDone is closed when the work goroutine has returned.
-	work     chan func()
-	workDone chan struct{}
-	// invQ carries the inventory's authority writes in order
-	// (inventory.go inventoryLater); read goroutine, created on first use.
-	// Its goroutine runs only while writes are queued (invRun, under invMu)
-	// and invWG counts it, so an idle connection holds none.
-	invQ   chan func()
-	invMu  sync.Mutex
-	invRun bool
-	invWG  sync.WaitGroup
+	// a loaded machine). Pushed by the read goroutine only; its goroutine
+	// runs only while messages are queued.
+	work lazyQueue
+	// inv carries the inventory's authority writes in order (inventory.go
+	// inventoryLater), apart from work so that they do not queue ahead of
+	// lease answers and completions; read goroutine only.
+	inv lazyQueue
 }
 
 // workQueue bounds the messages queued for the work goroutine; when it is
@@ -109,35 +104,20 @@ const workQueue = 64
 
 // ordered runs f on the conn's work goroutine after every function queued
 // before it. Read goroutine only. It returns without running f when the
-// transport closes first.
+// transport closes first, and f is skipped if the transport is closing
+// when its turn comes (drain: the transport is going away).
 func (c *conn) ordered(f func()) {
-	if c.work == nil {
-		c.work, c.workDone = make(chan func(), workQueue), make(chan struct{})
-		go func() {
-			defer close(c.workDone)
-			for f := range c.work {
-				if c.getState() >= session.Closing {
-					continue // drain: the transport is going away
-				}
-				f()
-			}
-		}()
-	}
-	select {
-	case c.work <- f:
-	case <-c.sc.Done():
-	}
+	c.work.push(workQueue, func() {
+		if c.getState() < session.Closing {
+			f()
+		}
+	}, c.sc.Done())
 }
 
-// stopWork ends the work goroutine after the queued functions (skipped if
-// the transport is closing) and waits for it. Read goroutine only, after
-// the last ordered call.
-func (c *conn) stopWork() {
-	if c.work != nil {
-		close(c.work)
-		<-c.workDone
-	}
-}
+// stopWork waits for the functions queued for the work goroutine (skipped
+// if the transport is closing). Read goroutine only, after the last
+// ordered call.
+func (c *conn) stopWork() { c.work.wait() }
 
 func (d *Daemon) newConn(bc semantics.BackendConn) (*conn, error) {
 	c := &conn{d: d, bc: bc, transport: wire.NewTransportSessionId(), connectedAt: d.now(), done: make(chan struct{}),
@@ -265,8 +245,8 @@ func (c *conn) serve(ctx context.Context) {
 	if d.casSrv != nil {
 		casSess = d.casSrv.NewSession()
 	}
-	go c.serveStreams(dctx, casSess)
-	go c.serveUniStreams(dctx)
+	c.serveStreams(dctx, casSess)
+	c.serveUniStreams(dctx)
 	_ = c.ch.Run(c.handle, c.bad)
 	c.closeNow(wire.CloseProtocolError, "control stream ended")
 	c.stopWork()

@@ -242,56 +242,47 @@ func (c *conn) dataAllowed() bool {
 
 // serveStreams serves the bidirectional streams the peer opens after the
 // control stream: CAS streams go to the CAS session, everything else is
-// refused (StreamRefused).
+// refused (StreamRefused). Each stream is served on the goroutine that read
+// its header (semantics.Conn.HandleStreams): no goroutine waits for the
+// next one.
 func (c *conn) serveStreams(ctx context.Context, sess *cas.Session) {
-	for {
-		s, err := c.sc.AcceptStream(context.Background())
-		if err != nil {
-			return
-		}
+	c.sc.HandleStreams(func(s *semantics.Stream) {
 		k := s.Kind()
 		casOK := (k == wire.StreamCasUpload || k == wire.StreamCasDownload) && c.dataAllowed() ||
 			k == wire.StreamCasDownload && c.deviceDataAllowed() // device.go: an install's artifact
 		if sess != nil && casOK && c.admitCasStream() {
-			go func() {
-				// Streams carry no trace context: a cas.stream span is a root.
-				sctx, sp := c.d.cfg.Tracing.Start(ctx, telemetry.SpanCasStream, telemetry.AttrBackend(c.bc.Backend()))
-				telemetry.End(sp, sess.Handle(sctx, s))
-			}()
-			continue
+			// Streams carry no trace context: a cas.stream span is a root.
+			sctx, sp := c.d.cfg.Tracing.Start(ctx, telemetry.SpanCasStream, telemetry.AttrBackend(c.bc.Backend()))
+			telemetry.End(sp, sess.Handle(sctx, s))
+			return
 		}
 		s.CancelRead(semantics.StreamRefused)
 		s.CancelWrite(semantics.StreamRefused)
-	}
+	})
 }
 
 // serveUniStreams serves the unidirectional streams the peer opens: log
-// streams go to the log receiver, everything else is refused.
+// streams go to the log receiver, everything else is refused; each on the
+// goroutine that read its header, as serveStreams.
 func (c *conn) serveUniStreams(ctx context.Context) {
 	r := c.d.logRecv
-	for {
-		rs, err := c.sc.AcceptUniStream(context.Background())
-		if err != nil {
+	c.sc.HandleUniStreams(func(rs *semantics.RecvStream) {
+		if rs.Kind() == wire.StreamLog && c.deviceDataAllowed() {
+			c.serveDeviceLog(rs) // device.go: a test run's log
 			return
 		}
-		if rs.Kind() == wire.StreamLog && c.deviceDataAllowed() {
-			go c.serveDeviceLog(rs) // device.go: a test run's log
-			continue
-		}
 		if r != nil && rs.Kind() == wire.StreamLog && c.dataAllowed() {
-			go func() {
-				sctx, sp := c.d.cfg.Tracing.Start(ctx, telemetry.SpanLogStream, telemetry.AttrBackend(c.bc.Backend()))
-				err := r.Serve(sctx, rs)
-				telemetry.End(sp, err)
-				if re, ok := errors.AsType[*logs.RejectError](err); ok && re.Reason == logs.RejectLost {
-					c.d.log.Warn("attempt log refused: the agent no longer holds frames it was told were durable and this daemon's log store lacks them; "+lostFramesFix,
-						"attempt", re.Attempt.String(), "missing_from", re.NextSeq)
-				}
-			}()
-			continue
+			sctx, sp := c.d.cfg.Tracing.Start(ctx, telemetry.SpanLogStream, telemetry.AttrBackend(c.bc.Backend()))
+			err := r.Serve(sctx, rs)
+			telemetry.End(sp, err)
+			if re, ok := errors.AsType[*logs.RejectError](err); ok && re.Reason == logs.RejectLost {
+				c.d.log.Warn("attempt log refused: the agent no longer holds frames it was told were durable and this daemon's log store lacks them; "+lostFramesFix,
+					"attempt", re.Attempt.String(), "missing_from", re.NextSeq)
+			}
+			return
 		}
 		rs.CancelRead(semantics.StreamRefused)
-	}
+	})
 }
 
 // dataCtx is the ctx of c's data streams: it ends with the connection and

@@ -215,46 +215,9 @@ func (c *conn) checkDigest(digest wire.CapabilityDigest) {
 // inventoryLater runs f on the connection's inventory goroutine, after
 // every inventory write queued before it: the inventory's authority writes
 // stay in order without queueing ahead of lease answers and completions on
-// the work goroutine. Read goroutine only (it creates the queue). The
-// goroutine is started when a write is queued and none runs, and returns
-// when it finds the queue empty: an idle connection holds no goroutine
-// (issue 26 item 1). A queue that is not empty always has a running
-// goroutine (it exits only under invMu with the queue empty, and the sender
-// checks under invMu after each send), so a full queue still makes the
-// read goroutine wait as before.
-func (c *conn) inventoryLater(f func()) {
-	if c.invQ == nil {
-		c.invQ = make(chan func(), invQueue)
-	}
-	c.invQ <- f
-	c.invMu.Lock()
-	defer c.invMu.Unlock()
-	if c.invRun {
-		return
-	}
-	c.invRun = true
-	c.invWG.Add(1)
-	go c.runInventory()
-}
-
-// runInventory runs the queued inventory writes until the queue is empty.
-func (c *conn) runInventory() {
-	defer c.invWG.Done()
-	for {
-		select {
-		case f := <-c.invQ:
-			f()
-		default:
-			c.invMu.Lock()
-			if len(c.invQ) == 0 {
-				c.invRun = false
-				c.invMu.Unlock()
-				return
-			}
-			c.invMu.Unlock()
-		}
-	}
-}
+// the work goroutine. Read goroutine only. The goroutine runs only while
+// writes are queued (lazyQueue): an idle connection holds none.
+func (c *conn) inventoryLater(f func()) { c.inv.push(invQueue, f, nil) }
 
 // invQueue bounds the inventory writes queued per connection; when full
 // the read goroutine waits (as with the work queue).
@@ -284,7 +247,7 @@ func (c *conn) noteGone() {
 			}
 		})
 	}
-	c.invWG.Wait() // the read goroutine queues no more
+	c.inv.wait() // the read goroutine queues no more
 }
 
 // applyCapabilities records a capability snapshot (CapabilityUpdateV1 or

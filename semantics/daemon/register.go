@@ -75,6 +75,13 @@ func (c *conn) identity(m *agentwire.RegisterAgentV1) (*x509.Certificate, error)
 	if len(m.CertChain) > 0 {
 		certs := make([]*x509.Certificate, len(m.CertChain))
 		for i, der := range m.CertChain {
+			if i < len(cs.PeerCertificates) && bytes.Equal(cs.PeerCertificates[i].Raw, der) {
+				// The TLS handshake parsed this one already, and the
+				// connection keeps it: share it rather than hold a
+				// second parse per agent (≈ 2.5 KiB each).
+				certs[i] = cs.PeerCertificates[i]
+				continue
+			}
 			cert, err := x509.ParseCertificate(der)
 			if err != nil {
 				return nil, fmt.Errorf("cert_chain[%d]: %w", i, err)
