@@ -102,7 +102,7 @@ func rawServer(backend, pkiDir string, out io.Writer) error {
 		var ms runtime.MemStats
 		for {
 			runtime.ReadMemStats(&ms)
-			fmt.Fprintf(out, "held %d heap %d\n", s.Held(), ms.HeapAlloc)
+			fmt.Fprintf(out, "held %d heap %d goroutines %d\n", s.Held(), ms.HeapAlloc, runtime.NumGoroutine())
 			select {
 			case <-ctx.Done():
 				return
@@ -117,19 +117,23 @@ func rawServer(backend, pkiDir string, out io.Writer) error {
 // with N idle connections, and what admitting them cost (Parallel = N is
 // the raw herd: every client at once).
 type RawResult struct {
-	Backend     string        `json:"backend"`
-	N           int           `json:"n"`
-	Parallel    int           `json:"parallel"`
-	Dials       int64         `json:"dials"`              // handshakes begun, retries included
-	ServerCPU   float64       `json:"server_cpu_seconds"` // the raw server's CPU while admitting
-	ClientCPU   float64       `json:"client_cpu_seconds"` // this process's CPU while admitting
-	RSSBefore   int64         `json:"rss_before_bytes"`
-	RSSAfter    int64         `json:"rss_after_bytes"`
-	HeapBefore  int64         `json:"heap_before_bytes"`
-	HeapAfter   int64         `json:"heap_after_bytes"`
-	RSSPerConn  float64       `json:"rss_per_conn_bytes"`
-	HeapPerConn float64       `json:"heap_per_conn_bytes"`
-	Took        time.Duration `json:"took_ns"`
+	Backend     string  `json:"backend"`
+	N           int     `json:"n"`
+	Parallel    int     `json:"parallel"`
+	Dials       int64   `json:"dials"`              // handshakes begun, retries included
+	ServerCPU   float64 `json:"server_cpu_seconds"` // the raw server's CPU while admitting
+	ClientCPU   float64 `json:"client_cpu_seconds"` // this process's CPU while admitting
+	RSSBefore   int64   `json:"rss_before_bytes"`
+	RSSAfter    int64   `json:"rss_after_bytes"`
+	HeapBefore  int64   `json:"heap_before_bytes"`
+	HeapAfter   int64   `json:"heap_after_bytes"`
+	RSSPerConn  float64 `json:"rss_per_conn_bytes"`
+	HeapPerConn float64 `json:"heap_per_conn_bytes"`
+	// The server's goroutines before and with the N idle connections.
+	GoroutinesBefore  int64         `json:"goroutines_before"`
+	GoroutinesAfter   int64         `json:"goroutines_after"`
+	GoroutinesPerConn float64       `json:"goroutines_per_conn"`
+	Took              time.Duration `json:"took_ns"`
 }
 
 // RawBaseline starts the raw server of backend ("quic" or "yamux") as a
@@ -160,7 +164,7 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 	}
 	defer func() { _ = stdin.Close(); _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
 	var mu sync.Mutex
-	var held, heap int64
+	var held, heap, gs int64
 	addrc := make(chan string, 1)
 	update := make(chan struct{}, 1)
 	go func() {
@@ -170,11 +174,12 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 			switch {
 			case len(f) == 2 && f[0] == "listening":
 				addrc <- f[1]
-			case len(f) == 4 && f[0] == "held":
+			case len(f) == 6 && f[0] == "held":
 				h, _ := strconv.ParseInt(f[1], 10, 64)
 				hp, _ := strconv.ParseInt(f[3], 10, 64)
+				g, _ := strconv.ParseInt(f[5], 10, 64)
 				mu.Lock()
-				held, heap = h, hp
+				held, heap, gs = h, hp, g
 				mu.Unlock()
 				select {
 				case update <- struct{}{}:
@@ -205,7 +210,7 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 		return nil, err
 	}
 	mu.Lock()
-	res := &RawResult{Backend: backend, N: n, Parallel: parallel, RSSBefore: before.RSS, HeapBefore: heap}
+	res := &RawResult{Backend: backend, N: n, Parallel: parallel, RSSBefore: before.RSS, HeapBefore: heap, GoroutinesBefore: gs}
 	mu.Unlock()
 	start, self0 := time.Now(), selfCPU()
 	var closeClient func()
@@ -249,8 +254,9 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 		return nil, err
 	}
 	mu.Lock()
-	res.RSSAfter, res.HeapAfter = after.RSS, heap
+	res.RSSAfter, res.HeapAfter, res.GoroutinesAfter = after.RSS, heap, gs
 	mu.Unlock()
+	res.GoroutinesPerConn = float64(res.GoroutinesAfter-res.GoroutinesBefore) / float64(n)
 	res.RSSPerConn = float64(res.RSSAfter-res.RSSBefore) / float64(n)
 	res.HeapPerConn = float64(res.HeapAfter-res.HeapBefore) / float64(n)
 	return res, nil

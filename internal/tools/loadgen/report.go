@@ -172,18 +172,23 @@ type RestartResult struct {
 
 // DaemonResult are the daemon process's figures (/proc/<pid>, /metrics).
 type DaemonResult struct {
-	RSSIdle           int64   `json:"rss_idle_bytes"`
-	RSS               int64   `json:"rss_bytes"`
-	HWM               int64   `json:"rss_peak_bytes"`
-	RSSPerAgent       float64 `json:"rss_per_agent_bytes"`
-	HeapIdle          int64   `json:"heap_idle_bytes,omitempty"`
-	Heap              int64   `json:"heap_bytes,omitempty"`
-	HeapPerAgent      float64 `json:"heap_per_agent_bytes,omitempty"`
-	CPUSeconds        float64 `json:"cpu_seconds"`
-	CPUSecondsSteady  float64 `json:"cpu_seconds_steady"`
-	CPUPercentPer1000 float64 `json:"cpu_percent_per_1000_agents"` // of one core, steady window
-	FDs               int     `json:"fds"`
-	Threads           int     `json:"threads"`
+	RSSIdle      int64   `json:"rss_idle_bytes"`
+	RSS          int64   `json:"rss_bytes"`
+	HWM          int64   `json:"rss_peak_bytes"`
+	RSSPerAgent  float64 `json:"rss_per_agent_bytes"`
+	HeapIdle     int64   `json:"heap_idle_bytes,omitempty"`
+	Heap         int64   `json:"heap_bytes,omitempty"`
+	HeapPerAgent float64 `json:"heap_per_agent_bytes,omitempty"`
+	// Goroutines before the fleet and after the steady window (go_goroutines
+	// on /metrics; 0 when the daemon does not export the Go collector).
+	GoroutinesIdle     int64   `json:"goroutines_idle,omitempty"`
+	Goroutines         int64   `json:"goroutines,omitempty"`
+	GoroutinesPerAgent float64 `json:"goroutines_per_agent,omitempty"`
+	CPUSeconds         float64 `json:"cpu_seconds"`
+	CPUSecondsSteady   float64 `json:"cpu_seconds_steady"`
+	CPUPercentPer1000  float64 `json:"cpu_percent_per_1000_agents"` // of one core, steady window
+	FDs                int     `json:"fds"`
+	Threads            int     `json:"threads"`
 }
 
 // CompletionStats check exactly-once: every lease an agent accepted must
@@ -291,8 +296,9 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("registered agents dropped", fmt.Sprintf("%d (heartbeat timeouts %d, reconnects %d)", s.Drops, s.HeartbeatTimeouts, s.Reconnects))
 	row("daemon RSS", fmt.Sprintf("%s (idle %s, peak %s), %s per agent", mib(s.Daemon.RSS), mib(s.Daemon.RSSIdle), mib(s.Daemon.HWM), kib(s.Daemon.RSSPerAgent)))
 	row("daemon Go heap", fmt.Sprintf("%s, %s per agent", mib(s.Daemon.Heap), kib(s.Daemon.HeapPerAgent)))
+	row("daemon goroutines", fmt.Sprintf("%d (idle %d), %.2f per agent", s.Daemon.Goroutines, s.Daemon.GoroutinesIdle, s.Daemon.GoroutinesPerAgent))
 	if s.Raw != nil {
-		row("raw "+s.Raw.Backend+" per connection", fmt.Sprintf("RSS %s, heap %s (N=%d)", kib(s.Raw.RSSPerConn), kib(s.Raw.HeapPerConn), s.Raw.N))
+		row("raw "+s.Raw.Backend+" per connection", fmt.Sprintf("RSS %s, heap %s, %.2f goroutines (N=%d)", kib(s.Raw.RSSPerConn), kib(s.Raw.HeapPerConn), s.Raw.GoroutinesPerConn, s.Raw.N))
 		ratio := func(r float64) string {
 			if r == 0 {
 				return "-"

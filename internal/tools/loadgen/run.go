@@ -219,6 +219,7 @@ func (r *runner) measureIdle(ctx context.Context) error {
 	r.base, _ = d.Proc()
 	s.Daemon.RSSIdle = r.base.RSS
 	s.Daemon.HeapIdle = heapOf(ctx, d)
+	s.Daemon.GoroutinesIdle = goroutinesOf(ctx, d)
 	return nil
 }
 
@@ -322,6 +323,10 @@ func (r *runner) measureSteady(ctx context.Context) {
 	if h := heapOf(ctx, d); h > 0 {
 		s.Daemon.Heap = h
 		s.Daemon.HeapPerAgent = float64(h-s.Daemon.HeapIdle) / float64(o.N)
+	}
+	if g := goroutinesOf(ctx, d); g > 0 {
+		s.Daemon.Goroutines = g
+		s.Daemon.GoroutinesPerAgent = float64(g-s.Daemon.GoroutinesIdle) / float64(o.N)
 	}
 	if r.herdProf != nil {
 		r.collectProfiles(ctx)
@@ -565,6 +570,16 @@ func handshakesOf(ctx context.Context, d *Daemon, backend string) *HandshakeCoun
 		return nil
 	}
 	return h
+}
+
+// goroutinesOf reads go_goroutines from the daemon's /metrics (0 when it
+// does not export the Go collector).
+func goroutinesOf(ctx context.Context, d *Daemon) int64 {
+	m, err := d.Metrics(ctx, "go_goroutines")
+	if err != nil {
+		return 0
+	}
+	return int64(m["go_goroutines"])
 }
 
 // heapOf reads go_memstats_heap_alloc_bytes from the daemon's /metrics (0
