@@ -51,6 +51,13 @@ func (h *Held[C]) Len() int {
 	return len(h.list)
 }
 
+// All returns a copy of the list held.
+func (h *Held[C]) All() []C {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]C(nil), h.list...)
+}
+
 // CloseAll closes every one held with closeOne and forgets them; it
 // returns their errors joined.
 func (h *Held[C]) CloseAll(closeOne func(C) error) error {
@@ -64,22 +71,108 @@ func (h *Held[C]) CloseAll(closeOne func(C) error) error {
 	return errors.Join(errs...)
 }
 
-// Server is what a raw baseline server keeps: the connections it holds
-// and how many of them delivered their byte.
+// Server is what a raw baseline server keeps: the connections it holds,
+// how many of them delivered their byte, and their streams (left open and
+// unread until EchoAll).
 type Server[C any] struct {
-	Conns Held[C]
-	held  atomic.Int64
+	Conns   Held[C]
+	streams Held[io.ReadWriter]
+	held    atomic.Int64
 }
 
 // Held is the number of connections whose stream delivered its byte.
 func (s *Server[C]) Held() int64 { return s.held.Load() }
 
 // Echo runs Echo on st and counts the connection as held if the echo was
-// written.
+// written; st is kept (no goroutine reads it) for EchoAll.
 func (s *Server[C]) Echo(st io.ReadWriter) {
 	if Echo(st) {
+		s.streams.Add(st)
 		s.held.Add(1)
 	}
+}
+
+// EchoAll starts, on every held stream, a goroutine that writes back what
+// it reads until the stream fails: the server's side of the steady echo
+// (StartEcho), started after the idle connections were measured.
+func (s *Server[C]) EchoAll() {
+	s.streams.mu.Lock()
+	defer s.streams.mu.Unlock()
+	for _, st := range s.streams.list {
+		go func() {
+			var b [512]byte
+			for {
+				n, err := st.Read(b[:])
+				if err != nil {
+					return
+				}
+				if _, err := st.Write(b[:n]); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// EchoRun is a running steady echo (StartEcho).
+type EchoRun struct {
+	done  atomic.Int64
+	first atomic.Pointer[error]
+	wg    sync.WaitGroup
+	stop  context.CancelFunc
+}
+
+// StartEcho is the client's side of the steady echo: every stream writes
+// size bytes and reads them back once per interval, the streams spread
+// evenly over the interval (as a fleet's heartbeats are), until window has
+// passed or ctx ends. A failed echo ends that stream's loop.
+func StartEcho(ctx context.Context, streams []Stream, interval time.Duration, size int, window time.Duration) *EchoRun {
+	ctx, cancel := context.WithTimeout(ctx, window)
+	e := &EchoRun{stop: cancel}
+	for i, st := range streams {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			t := time.NewTimer(interval * time.Duration(i) / time.Duration(len(streams)))
+			defer t.Stop()
+			out, in := make([]byte, size), make([]byte, size)
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				t.Reset(interval)
+				_ = st.SetDeadline(time.Now().Add(interval))
+				_, err := st.Write(out)
+				if err == nil {
+					_, err = io.ReadFull(st, in)
+				}
+				if err != nil {
+					if ctx.Err() == nil {
+						err := fmt.Errorf("rawkit: echo on stream %d: %w", i, err)
+						e.first.CompareAndSwap(nil, &err)
+					}
+					return
+				}
+				e.done.Add(1)
+			}
+		}()
+	}
+	return e
+}
+
+// Count is the number of echoes completed so far.
+func (e *EchoRun) Count() int64 { return e.done.Load() }
+
+// Wait waits for the window to end and returns the first failed echo.
+func (e *EchoRun) Wait() error {
+	e.wg.Wait()
+	e.stop()
+	if err := e.first.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 // Serve calls accept until ctx ends (it then closes ln, which makes accept

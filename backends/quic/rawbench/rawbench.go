@@ -77,10 +77,21 @@ func closeConn(c *quic.Conn) error { return c.CloseWithError(0, "") }
 // Client holds raw client connections, dialed over one shared UDP socket
 // (quic.Transport) per source address.
 type Client struct {
-	trs   []*quic.Transport
-	conns rawkit.Held[*quic.Conn]
-	dials atomic.Int64
+	trs     []*quic.Transport
+	conns   rawkit.Held[*quic.Conn]
+	streams rawkit.Held[rawkit.Stream]
+	dials   atomic.Int64
 }
+
+// StartEcho starts the client's side of the steady echo on the stream
+// each held connection pinged on (rawkit.StartEcho); the server must have
+// started its side (EchoAll).
+func (c *Client) StartEcho(ctx context.Context, interval time.Duration, size int, window time.Duration) *rawkit.EchoRun {
+	return rawkit.StartEcho(ctx, c.streams.All(), interval, size, window)
+}
+
+// EchoAll starts the server's side of the steady echo (rawkit.Server.EchoAll).
+func (s *Server) EchoAll() { s.held.EchoAll() }
 
 // Dials is the number of handshakes the client began (retries included).
 func (c *Client) Dials() int64 { return c.dials.Load() }
@@ -124,22 +135,17 @@ func (c *Client) dialOne(ctx context.Context, tr *quic.Transport, ua *net.UDPAdd
 	if err != nil {
 		return err
 	}
-	err = echo(ctx, conn)
+	st, err := conn.OpenStreamSync(ctx)
+	if err == nil {
+		err = rawkit.Ping(ctx, st) // the server's echo: it holds the connection
+	}
 	if err != nil {
 		_ = conn.CloseWithError(0, "")
 		return err
 	}
 	c.conns.Add(conn)
+	c.streams.Add(st)
 	return nil
-}
-
-// echo writes one byte on a new stream and reads the server's echo.
-func echo(ctx context.Context, conn *quic.Conn) error {
-	st, err := conn.OpenStreamSync(ctx)
-	if err != nil {
-		return err
-	}
-	return rawkit.Ping(ctx, st)
 }
 
 // Len is the number of connections held.

@@ -83,9 +83,20 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // Client holds raw client sessions.
 type Client struct {
-	sess  rawkit.Held[*yamux.Session]
-	dials atomic.Int64
+	sess    rawkit.Held[*yamux.Session]
+	streams rawkit.Held[rawkit.Stream]
+	dials   atomic.Int64
 }
+
+// StartEcho starts the client's side of the steady echo on the stream
+// each held connection pinged on (rawkit.StartEcho); the server must have
+// started its side (EchoAll).
+func (c *Client) StartEcho(ctx context.Context, interval time.Duration, size int, window time.Duration) *rawkit.EchoRun {
+	return rawkit.StartEcho(ctx, c.streams.All(), interval, size, window)
+}
+
+// EchoAll starts the server's side of the steady echo (rawkit.Server.EchoAll).
+func (s *Server) EchoAll() { s.held.EchoAll() }
 
 // Dials is the number of handshakes the client began (retries included).
 func (c *Client) Dials() int64 { return c.dials.Load() }
@@ -131,6 +142,7 @@ func (c *Client) dialOne(ctx context.Context, addr string, src *net.TCPAddr, con
 		return err
 	}
 	c.sess.Add(se)
+	c.streams.Add(st)
 	return nil
 }
 

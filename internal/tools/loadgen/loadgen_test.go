@@ -154,9 +154,20 @@ func TestRawBaseline(t *testing.T) {
 	}
 	for _, b := range []string{"quic", "yamux"} {
 		t.Run(b, func(t *testing.T) {
-			r, err := RawBaseline(context.Background(), b, p, 20, 20, 4, time.Minute)
+			echo := RawEcho{Interval: 200 * time.Millisecond, Window: time.Second, Size: rawEchoSize}
+			r, err := RawBaseline(context.Background(), b, p, 20, 20, 4, time.Minute, echo)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The steady echo: every connection echoed (about five
+			// times each in the window; at least once each however
+			// loaded the machine is), and the server counted a goroutine
+			// per connection at least (quic-go's or the TLS reader's).
+			if r.Echoes < 20 || r.EchoWindow != echo.Window || r.EchoCPUSeconds < 0 {
+				t.Errorf("raw %s steady echo: %d echoes in %v, server CPU %.3f s", b, r.Echoes, r.EchoWindow, r.EchoCPUSeconds)
+			}
+			if r.GoroutinesPerConn < 1 {
+				t.Errorf("raw %s: %.2f goroutines per connection", b, r.GoroutinesPerConn)
 			}
 			if r.RSSBefore <= 0 || r.RSSAfter <= 0 || r.HeapAfter <= 0 || r.N != 20 {
 				t.Errorf("raw %s: %+v", b, r)

@@ -71,13 +71,26 @@ func rawServer(backend, pkiDir string, out io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	// The parent closes stdin (or dies): stop.
-	go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop() }()
 	type server interface {
 		Serve(context.Context) error
 		Held() int64
+		EchoAll()
 	}
 	var s server
+	// The parent writes "echo" to start the steady echo, and closes stdin
+	// (or dies) to stop.
+	echo := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		started := false
+		for sc.Scan() {
+			if sc.Text() == "echo" && !started {
+				started = true
+				close(echo)
+			}
+		}
+		stop()
+	}()
 	var addr string
 	switch backend {
 	case "quic":
@@ -96,6 +109,13 @@ func rawServer(backend, pkiDir string, out io.Writer) error {
 		return fmt.Errorf("no raw baseline for backend %q", backend)
 	}
 	fmt.Fprintf(out, "listening %s\n", addr)
+	go func() {
+		select {
+		case <-echo:
+			s.EchoAll()
+		case <-ctx.Done():
+		}
+	}()
 	go func() {
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
@@ -134,6 +154,30 @@ type RawResult struct {
 	GoroutinesAfter   int64         `json:"goroutines_after"`
 	GoroutinesPerConn float64       `json:"goroutines_per_conn"`
 	Took              time.Duration `json:"took_ns"`
+	// The steady echo (RawEcho), when asked for: the server's CPU over the
+	// window, the echoes completed in it, and the CPU per 1,000
+	// connections (% of one core) and per echo.
+	EchoInterval       time.Duration `json:"echo_interval_ns,omitempty"`
+	EchoWindow         time.Duration `json:"echo_window_ns,omitempty"`
+	EchoCPUSeconds     float64       `json:"echo_server_cpu_seconds,omitempty"`
+	Echoes             int64         `json:"echoes,omitempty"`
+	EchoCPUPercent1000 float64       `json:"echo_cpu_percent_per_1000,omitempty"`
+	EchoCPUPerEcho     time.Duration `json:"echo_cpu_per_echo_ns,omitempty"`
+}
+
+// RawEcho asks RawBaseline for a steady phase after the memory figures:
+// every connection echoes Size bytes once per Interval (spread evenly, as
+// the fleet's heartbeats are), and the server's CPU is read over Window
+// after one Interval of ramp. The zero value asks for none.
+type RawEcho struct {
+	Interval, Window time.Duration
+	Size             int
+}
+
+// echoRun is a client's running steady echo.
+type echoRun interface {
+	Count() int64
+	Wait() error
 }
 
 // RawBaseline starts the raw server of backend ("quic" or "yamux") as a
@@ -141,7 +185,7 @@ type RawResult struct {
 // of p), dialed parallel at a time (n: the raw herd), and measures its
 // RSS and Go heap by the same method as the daemon's, and the CPU both
 // processes spent admitting them.
-func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sources int, timeout time.Duration) (*RawResult, error) {
+func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sources int, timeout time.Duration, echo RawEcho) (*RawResult, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -215,6 +259,7 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 	start, self0 := time.Now(), selfCPU()
 	var closeClient func()
 	var dials func() int64
+	var startEcho func() echoRun
 	switch backend {
 	case "quic":
 		c, err := quicraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
@@ -222,12 +267,14 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 			return nil, err
 		}
 		closeClient, dials = c.Close, c.Dials
+		startEcho = func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, echo.Interval+echo.Window) }
 	case "yamux":
 		c, err := yamuxraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
 		if err != nil {
 			return nil, err
 		}
 		closeClient, dials = c.Close, c.Dials
+		startEcho = func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, echo.Interval+echo.Window) }
 	}
 	defer closeClient()
 	for {
@@ -259,5 +306,45 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 	res.GoroutinesPerConn = float64(res.GoroutinesAfter-res.GoroutinesBefore) / float64(n)
 	res.RSSPerConn = float64(res.RSSAfter-res.RSSBefore) / float64(n)
 	res.HeapPerConn = float64(res.HeapAfter-res.HeapBefore) / float64(n)
+	if echo.Window > 0 && echo.Interval > 0 {
+		if _, err := io.WriteString(stdin, "echo\n"); err != nil {
+			return nil, err
+		}
+		if err := steadyEcho(ctx, res, cmd.Process.Pid, n, startEcho(), echo); err != nil {
+			return nil, err
+		}
+	}
 	return res, nil
+}
+
+// steadyEcho measures the steady phase of RawEcho (run, on n connections)
+// on the server process pid and records it in res.
+func steadyEcho(ctx context.Context, res *RawResult, pid, n int, run echoRun, e RawEcho) error {
+	ramp := time.NewTimer(e.Interval)
+	defer ramp.Stop()
+	select {
+	case <-ramp.C:
+	case <-ctx.Done():
+		_ = run.Wait()
+		return ctx.Err()
+	}
+	p0, err := ReadProc(pid)
+	if err != nil {
+		return err
+	}
+	echoes0 := run.Count()
+	if err := run.Wait(); err != nil {
+		return fmt.Errorf("loadgen: raw steady echo: %w", err)
+	}
+	p1, err := ReadProc(pid)
+	if err != nil {
+		return err
+	}
+	res.EchoInterval, res.EchoWindow = e.Interval, e.Window
+	res.EchoCPUSeconds, res.Echoes = p1.CPUSeconds-p0.CPUSeconds, run.Count()-echoes0
+	res.EchoCPUPercent1000 = res.EchoCPUSeconds / e.Window.Seconds() * 100 / (float64(n) / 1000)
+	if res.Echoes > 0 {
+		res.EchoCPUPerEcho = time.Duration(res.EchoCPUSeconds / float64(res.Echoes) * 1e9)
+	}
+	return nil
 }

@@ -314,6 +314,13 @@ func (s *Summary) WriteTable(w io.Writer) error {
 			a.TookRatio, a.HandshakesPerAgent, a.RawDialsPerConn, a.DaemonCPUPerAgent, a.CPURatio))
 	}
 	row("daemon CPU", fmt.Sprintf("%.1f s total; steady %.1f%% of a core per 1,000 agents", s.Daemon.CPUSeconds, s.Daemon.CPUPercentPer1000))
+	if s.Steady.Heartbeats > 0 && s.Daemon.CPUSecondsSteady > 0 {
+		row("daemon CPU per heartbeat (steady)", fmt.Sprintf("%d µs (%.1f s over %d heartbeats)", int64(s.Daemon.CPUSecondsSteady/float64(s.Steady.Heartbeats)*1e6), s.Daemon.CPUSecondsSteady, s.Steady.Heartbeats))
+	}
+	if s.Raw != nil && s.Raw.Echoes > 0 {
+		row("raw steady echo ("+s.Raw.Backend+")", fmt.Sprintf("%.1f%% of a core per 1,000 connections; %d µs per %d-byte echo (%.1f s over %d echoes, every %s)",
+			s.Raw.EchoCPUPercent1000, s.Raw.EchoCPUPerEcho.Microseconds(), rawEchoSize, s.Raw.EchoCPUSeconds, s.Raw.Echoes, ms(s.Raw.EchoInterval)))
+	}
 	row("daemon fds / threads", fmt.Sprintf("%d / %d", s.Daemon.FDs, s.Daemon.Threads))
 	row("leases", fmt.Sprintf("%d offered, %d accepted, %d rejected, %d failed, %d skipped", s.Leases.Offered, s.Leases.Accepted, s.Leases.Rejected, s.Leases.Failed, s.Leases.Skipped))
 	row("offer→accept p50 / p99 / max", ms(s.Leases.AcceptP50)+" / "+ms(s.Leases.AcceptP99)+" / "+ms(s.Leases.AcceptMax))

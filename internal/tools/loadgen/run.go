@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -474,6 +475,14 @@ func (r *runner) closeFleet(ctx context.Context) {
 	s.TimedOut = ctx.Err() != nil
 }
 
+// rawEchoSize is the raw steady echo's message: about a heartbeat and its
+// envelope, as BenchmarkHeartbeatCPU's raw echo.
+const rawEchoSize = 64
+
+// defaultHeartbeat is the daemon's default heartbeat interval
+// (daemon.DefaultHeartbeatInterval; not imported for one constant).
+const defaultHeartbeat = 10 * time.Second
+
 // rawBaseline is the raw phase: the raw herd and the raw baseline of the
 // backend with N connections, and the fleet's ratios to them.
 func (r *runner) rawBaseline(ctx context.Context) {
@@ -488,13 +497,22 @@ func (r *runner) rawBaseline(ctx context.Context) {
 	budget := func() time.Duration { return min(max(time.Until(deadlineOf(ctx)), time.Second), 3*time.Minute) }
 	// The herd first: every client at once, as the fleet started
 	// (its memory is not the baseline's: transient handshake state).
-	if herd, err := RawBaseline(ctx, rb, p, o.N, o.N, max(o.SourceAddrs, 1), budget()); err != nil {
+	if herd, err := RawBaseline(ctx, rb, p, o.N, o.N, max(o.SourceAddrs, 1), budget(), RawEcho{}); err != nil {
 		s.Violations = append(s.Violations, "raw herd: "+err.Error())
 	} else {
 		s.RawHerd = herd
 		s.Admission = admissionRatios(s)
 	}
-	raw, err := RawBaseline(ctx, rb, p, o.N, 64, max(o.SourceAddrs, 1), budget())
+	// The steady echo: the raw connections echo a heartbeat-sized 64 bytes
+	// at the interval the fleet lived, over as long a window.
+	var echo RawEcho
+	if o.Steady > 0 {
+		echo = RawEcho{Interval: s.Steady.ObservedInterval, Window: o.Steady, Size: rawEchoSize}
+		if echo.Interval <= 0 {
+			echo.Interval = cmp.Or(o.Heartbeat, defaultHeartbeat)
+		}
+	}
+	raw, err := RawBaseline(ctx, rb, p, o.N, 64, max(o.SourceAddrs, 1), budget(), echo)
 	if err != nil {
 		s.Violations = append(s.Violations, "raw baseline: "+err.Error())
 	} else {
