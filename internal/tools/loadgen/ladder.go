@@ -128,7 +128,7 @@ func RunLadder(ctx context.Context, steps []Step, base Options, log io.Writer) [
 func WriteLadderMarkdown(w io.Writer, results []LadderResult, header string) error {
 	var b strings.Builder
 	b.WriteString(header)
-	b.WriteString("\n| step | all registered | attempts/agent (mean, max) | failed attempts (cold) | peak reg/s | heartbeat p50 / p99 steady (interval per agent) | heartbeat p99 herd | /healthz p99 herd / steady | daemon RSS per agent | raw per conn | ratio | daemon heap per agent (raw) | goroutines per agent (raw) | steady CPU per 1,000 agents (raw echo) | offer→accept p99 | completions recorded / dup / lost / revoked | kill-restart: noticed max (after the restarted daemon was ready), all back | graceful: all back | result |\n")
+	b.WriteString("\n| step | all registered | attempts/agent (mean, max) | failed attempts (cold) | peak reg/s | heartbeat p50 / p99 steady (interval per agent) | heartbeat p99 herd | /healthz p99 herd / steady | daemon RSS per agent | raw per conn | ratio | daemon heap per agent (raw) | goroutines per agent (raw); their stacks | steady CPU per 1,000 agents (raw echo) | offer→accept p99 | completions recorded / dup / lost / revoked | kill-restart: noticed max (after the restarted daemon was ready), all back | graceful: all back | result |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		s := r.Summary
@@ -138,11 +138,13 @@ func WriteLadderMarkdown(w io.Writer, results []LadderResult, header string) err
 		}
 		raw, ratio := "-", "-"
 		heap, gs := kib(s.Daemon.HeapPerAgent), fmt.Sprintf("%.2f", s.Daemon.GoroutinesPerAgent)
+		stack := kib(s.Daemon.StackPerAgent)
 		cpu := fmt.Sprintf("%.1f%%", s.Daemon.CPUPercentPer1000)
 		if s.Raw != nil {
 			raw = kib(s.Raw.RSSPerConn)
 			heap += " (" + kib(s.Raw.HeapPerConn) + ")"
 			gs += fmt.Sprintf(" (%.2f)", s.Raw.GoroutinesPerConn)
+			stack += " (" + kib(s.Raw.StackPerConn) + ")"
 			if s.Raw.Echoes > 0 {
 				cpu += fmt.Sprintf(" (%.1f%%)", s.Raw.EchoCPUPercent1000)
 			}
@@ -169,7 +171,7 @@ func WriteLadderMarkdown(w io.Writer, results []LadderResult, header string) err
 		fmt.Fprintf(&b, "| %s | %s | %.2f, %d | %d%s | %d | %s / %s (%s) | %s | %s / %s | %s | %s | %s | %s | %s | %s | %s | %d / %d / %d / %d | %s | %s | %s |\n",
 			r.Step, roundCell(s.Cold), s.Cold.AttemptsPerAgent.Mean, s.Cold.AttemptsPerAgent.Max, s.Cold.Failed, reasons(s.Cold.FailedByReason), s.Cold.PeakPerSecond,
 			ms(s.Steady.HeartbeatP50), ms(s.Steady.HeartbeatP99), ms(s.Steady.ObservedInterval), ms(s.Cold.HeartbeatP99), ms(s.Cold.HealthzP99), ms(s.Steady.HealthzP99),
-			kib(s.Daemon.RSSPerAgent), raw, ratio, heap, gs, cpu, ms(s.Leases.AcceptP99),
+			kib(s.Daemon.RSSPerAgent), raw, ratio, heap, gs+"; "+stack, cpu, ms(s.Leases.AcceptP99),
 			s.Completions.Accepted, s.Completions.Duplicated, s.Completions.Lost, s.Completions.Revoked, kill, grace, strings.ReplaceAll(verdict, "|", "/"))
 	}
 	writeAdmissionMarkdown(&b, results)

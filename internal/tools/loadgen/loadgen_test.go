@@ -154,7 +154,8 @@ func TestRawBaseline(t *testing.T) {
 	}
 	for _, b := range []string{"quic", "yamux"} {
 		t.Run(b, func(t *testing.T) {
-			echo := RawEcho{Interval: 200 * time.Millisecond, Window: time.Second, Size: rawEchoSize}
+			prof := filepath.Join(t.TempDir(), "raw-heap.pprof")
+			echo := RawSteady{Interval: 200 * time.Millisecond, Window: time.Second, Size: rawEchoSize, HeapProfile: prof}
 			r, err := RawBaseline(context.Background(), b, p, 20, 20, 4, time.Minute, echo)
 			if err != nil {
 				t.Fatal(err)
@@ -165,6 +166,9 @@ func TestRawBaseline(t *testing.T) {
 			// per connection at least (quic-go's or the TLS reader's).
 			if r.Echoes < 20 || r.EchoWindow != echo.Window || r.EchoCPUSeconds < 0 {
 				t.Errorf("raw %s steady echo: %d echoes in %v, server CPU %.3f s", b, r.Echoes, r.EchoWindow, r.EchoCPUSeconds)
+			}
+			if fi, err := os.Stat(prof); err != nil || fi.Size() == 0 {
+				t.Errorf("raw %s heap profile: %v", b, err)
 			}
 			if r.GoroutinesPerConn < 1 {
 				t.Errorf("raw %s: %.2f goroutines per connection", b, r.GoroutinesPerConn)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,14 +80,33 @@ func rawServer(backend, pkiDir string, out io.Writer) error {
 	var s server
 	// The parent writes "echo" to start the steady echo, and closes stdin
 	// (or dies) to stop.
-	echo := make(chan struct{})
+	// "gc" asks for a report after a collection, so that the heap figure
+	// is the live heap (the daemon's is read after /debug/pprof/heap?gc=1).
+	echo, gc := make(chan struct{}), make(chan struct{}, 1)
 	go func() {
 		sc := bufio.NewScanner(os.Stdin)
 		started := false
 		for sc.Scan() {
-			if sc.Text() == "echo" && !started {
-				started = true
-				close(echo)
+			switch sc.Text() {
+			case "echo":
+				if !started {
+					started = true
+					close(echo)
+				}
+			case "gc":
+				select {
+				case gc <- struct{}{}:
+				default:
+				}
+			default:
+				if path, ok := strings.CutPrefix(sc.Text(), "heap "); ok {
+					runtime.GC()
+					if err := writeHeapProfile(path); err != nil {
+						fmt.Fprintf(out, "heap-profile failed: %v\n", err)
+					} else {
+						fmt.Fprintln(out, "heap-profile ok")
+					}
+				}
 			}
 		}
 		stop()
@@ -120,17 +140,34 @@ func rawServer(backend, pkiDir string, out io.Writer) error {
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
 		var ms runtime.MemStats
+		gcs := 0 // collections asked for ("gc")
 		for {
 			runtime.ReadMemStats(&ms)
-			fmt.Fprintf(out, "held %d heap %d goroutines %d\n", s.Held(), ms.HeapAlloc, runtime.NumGoroutine())
+			fmt.Fprintf(out, "held %d heap %d goroutines %d stack %d gcs %d\n", s.Held(), ms.HeapAlloc, runtime.NumGoroutine(), ms.StackInuse, gcs)
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			case <-gc:
+				runtime.GC()
+				gcs++
 			}
 		}
 	}()
 	return s.Serve(ctx)
+}
+
+// writeHeapProfile writes the process's heap profile to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // RawResult is the raw baseline: the server process's memory before and
@@ -150,11 +187,15 @@ type RawResult struct {
 	RSSPerConn  float64 `json:"rss_per_conn_bytes"`
 	HeapPerConn float64 `json:"heap_per_conn_bytes"`
 	// The server's goroutines before and with the N idle connections.
-	GoroutinesBefore  int64         `json:"goroutines_before"`
-	GoroutinesAfter   int64         `json:"goroutines_after"`
-	GoroutinesPerConn float64       `json:"goroutines_per_conn"`
-	Took              time.Duration `json:"took_ns"`
-	// The steady echo (RawEcho), when asked for: the server's CPU over the
+	GoroutinesBefore  int64   `json:"goroutines_before"`
+	GoroutinesAfter   int64   `json:"goroutines_after"`
+	GoroutinesPerConn float64 `json:"goroutines_per_conn"`
+	// Its goroutine stacks (runtime.MemStats.StackInuse).
+	StackBefore  int64         `json:"stack_before_bytes"`
+	StackAfter   int64         `json:"stack_after_bytes"`
+	StackPerConn float64       `json:"stack_per_conn_bytes"`
+	Took         time.Duration `json:"took_ns"`
+	// The steady echo (RawSteady), when asked for: the server's CPU over the
 	// window, the echoes completed in it, and the CPU per 1,000
 	// connections (% of one core) and per echo.
 	EchoInterval       time.Duration `json:"echo_interval_ns,omitempty"`
@@ -165,11 +206,14 @@ type RawResult struct {
 	EchoCPUPerEcho     time.Duration `json:"echo_cpu_per_echo_ns,omitempty"`
 }
 
-// RawEcho asks RawBaseline for a steady phase after the memory figures:
-// every connection echoes Size bytes once per Interval (spread evenly, as
-// the fleet's heartbeats are), and the server's CPU is read over Window
-// after one Interval of ramp. The zero value asks for none.
-type RawEcho struct {
+// RawSteady asks RawBaseline for more after the memory figures: the
+// server's heap profile (after a collection) written to HeapProfile, and a
+// steady echo — every connection echoes Size bytes once per Interval
+// (spread evenly, as the fleet's heartbeats are), and the server's CPU is
+// read over Window after one Interval of ramp. The zero value asks for
+// neither.
+type RawSteady struct {
+	HeapProfile      string
 	Interval, Window time.Duration
 	Size             int
 }
@@ -185,7 +229,7 @@ type echoRun interface {
 // of p), dialed parallel at a time (n: the raw herd), and measures its
 // RSS and Go heap by the same method as the daemon's, and the CPU both
 // processes spent admitting them.
-func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sources int, timeout time.Duration, echo RawEcho) (*RawResult, error) {
+func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sources int, timeout time.Duration, echo RawSteady) (*RawResult, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -208,8 +252,8 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 	}
 	defer func() { _ = stdin.Close(); _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
 	var mu sync.Mutex
-	var held, heap, gs int64
-	addrc := make(chan string, 1)
+	var held, heap, gs, stack, gcs int64
+	addrc, profiled := make(chan string, 1), make(chan string, 1)
 	update := make(chan struct{}, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -218,12 +262,16 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 			switch {
 			case len(f) == 2 && f[0] == "listening":
 				addrc <- f[1]
-			case len(f) == 6 && f[0] == "held":
+			case len(f) >= 2 && f[0] == "heap-profile":
+				profiled <- strings.Join(f[1:], " ")
+			case len(f) == 10 && f[0] == "held":
 				h, _ := strconv.ParseInt(f[1], 10, 64)
 				hp, _ := strconv.ParseInt(f[3], 10, 64)
 				g, _ := strconv.ParseInt(f[5], 10, 64)
+				st, _ := strconv.ParseInt(f[7], 10, 64)
+				c, _ := strconv.ParseInt(f[9], 10, 64)
 				mu.Lock()
-				held, heap, gs = h, hp, g
+				held, heap, gs, stack, gcs = h, hp, g, st, c
 				mu.Unlock()
 				select {
 				case update <- struct{}{}:
@@ -254,7 +302,7 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 		return nil, err
 	}
 	mu.Lock()
-	res := &RawResult{Backend: backend, N: n, Parallel: parallel, RSSBefore: before.RSS, HeapBefore: heap, GoroutinesBefore: gs}
+	res := &RawResult{Backend: backend, N: n, Parallel: parallel, RSSBefore: before.RSS, HeapBefore: heap, GoroutinesBefore: gs, StackBefore: stack}
 	mu.Unlock()
 	start, self0 := time.Now(), selfCPU()
 	var closeClient func()
@@ -296,16 +344,41 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 		res.ServerCPU = ps.CPUSeconds - before.CPUSeconds
 	}
 	// One more report: the heap figure after the last connection.
-	after, err := afterReport()
-	if err != nil {
+	if _, err := io.WriteString(stdin, "gc\n"); err != nil {
 		return nil, err
 	}
+	var after ProcStats
+	for {
+		if after, err = afterReport(); err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		collected := gcs > 0
+		mu.Unlock()
+		if collected {
+			break
+		}
+	}
 	mu.Lock()
-	res.RSSAfter, res.HeapAfter, res.GoroutinesAfter = after.RSS, heap, gs
+	res.RSSAfter, res.HeapAfter, res.GoroutinesAfter, res.StackAfter = after.RSS, heap, gs, stack
 	mu.Unlock()
 	res.GoroutinesPerConn = float64(res.GoroutinesAfter-res.GoroutinesBefore) / float64(n)
+	res.StackPerConn = float64(res.StackAfter-res.StackBefore) / float64(n)
 	res.RSSPerConn = float64(res.RSSAfter-res.RSSBefore) / float64(n)
 	res.HeapPerConn = float64(res.HeapAfter-res.HeapBefore) / float64(n)
+	if echo.HeapProfile != "" {
+		if _, err := fmt.Fprintf(stdin, "heap %s\n", echo.HeapProfile); err != nil {
+			return nil, err
+		}
+		select {
+		case e := <-profiled:
+			if e != "ok" {
+				return nil, fmt.Errorf("loadgen: raw server's heap profile: %s", e)
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	if echo.Window > 0 && echo.Interval > 0 {
 		if _, err := io.WriteString(stdin, "echo\n"); err != nil {
 			return nil, err
@@ -317,9 +390,9 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 	return res, nil
 }
 
-// steadyEcho measures the steady phase of RawEcho (run, on n connections)
+// steadyEcho measures the steady phase of RawSteady (run, on n connections)
 // on the server process pid and records it in res.
-func steadyEcho(ctx context.Context, res *RawResult, pid, n int, run echoRun, e RawEcho) error {
+func steadyEcho(ctx context.Context, res *RawResult, pid, n int, run echoRun, e RawSteady) error {
 	ramp := time.NewTimer(e.Interval)
 	defer ramp.Stop()
 	select {

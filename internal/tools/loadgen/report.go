@@ -184,11 +184,17 @@ type DaemonResult struct {
 	GoroutinesIdle     int64   `json:"goroutines_idle,omitempty"`
 	Goroutines         int64   `json:"goroutines,omitempty"`
 	GoroutinesPerAgent float64 `json:"goroutines_per_agent,omitempty"`
-	CPUSeconds         float64 `json:"cpu_seconds"`
-	CPUSecondsSteady   float64 `json:"cpu_seconds_steady"`
-	CPUPercentPer1000  float64 `json:"cpu_percent_per_1000_agents"` // of one core, steady window
-	FDs                int     `json:"fds"`
-	Threads            int     `json:"threads"`
+	// Goroutine stacks (go_memstats_stack_inuse_bytes) and the free heap
+	// the runtime has not returned to the OS, after the steady window.
+	StackIdle         int64   `json:"stack_idle_bytes,omitempty"`
+	Stack             int64   `json:"stack_bytes,omitempty"`
+	StackPerAgent     float64 `json:"stack_per_agent_bytes,omitempty"`
+	HeapUnreturned    int64   `json:"heap_unreturned_bytes,omitempty"`
+	CPUSeconds        float64 `json:"cpu_seconds"`
+	CPUSecondsSteady  float64 `json:"cpu_seconds_steady"`
+	CPUPercentPer1000 float64 `json:"cpu_percent_per_1000_agents"` // of one core, steady window
+	FDs               int     `json:"fds"`
+	Threads           int     `json:"threads"`
 }
 
 // CompletionStats check exactly-once: every lease an agent accepted must
@@ -296,9 +302,10 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	row("registered agents dropped", fmt.Sprintf("%d (heartbeat timeouts %d, reconnects %d)", s.Drops, s.HeartbeatTimeouts, s.Reconnects))
 	row("daemon RSS", fmt.Sprintf("%s (idle %s, peak %s), %s per agent", mib(s.Daemon.RSS), mib(s.Daemon.RSSIdle), mib(s.Daemon.HWM), kib(s.Daemon.RSSPerAgent)))
 	row("daemon Go heap", fmt.Sprintf("%s, %s per agent", mib(s.Daemon.Heap), kib(s.Daemon.HeapPerAgent)))
-	row("daemon goroutines", fmt.Sprintf("%d (idle %d), %.2f per agent", s.Daemon.Goroutines, s.Daemon.GoroutinesIdle, s.Daemon.GoroutinesPerAgent))
+	row("daemon goroutines", fmt.Sprintf("%d (idle %d), %.2f per agent; stacks %s, %s per agent; free heap not returned to the OS %s",
+		s.Daemon.Goroutines, s.Daemon.GoroutinesIdle, s.Daemon.GoroutinesPerAgent, mib(s.Daemon.Stack), kib(s.Daemon.StackPerAgent), mib(s.Daemon.HeapUnreturned)))
 	if s.Raw != nil {
-		row("raw "+s.Raw.Backend+" per connection", fmt.Sprintf("RSS %s, heap %s, %.2f goroutines (N=%d)", kib(s.Raw.RSSPerConn), kib(s.Raw.HeapPerConn), s.Raw.GoroutinesPerConn, s.Raw.N))
+		row("raw "+s.Raw.Backend+" per connection", fmt.Sprintf("RSS %s, heap %s, %.2f goroutines, stacks %s (N=%d)", kib(s.Raw.RSSPerConn), kib(s.Raw.HeapPerConn), s.Raw.GoroutinesPerConn, kib(s.Raw.StackPerConn), s.Raw.N))
 		ratio := func(r float64) string {
 			if r == 0 {
 				return "-"

@@ -219,8 +219,9 @@ func (r *runner) measureIdle(ctx context.Context) error {
 	}
 	r.base, _ = d.Proc()
 	s.Daemon.RSSIdle = r.base.RSS
-	s.Daemon.HeapIdle = heapOf(ctx, d)
-	s.Daemon.GoroutinesIdle = goroutinesOf(ctx, d)
+	r.prof.collect(ctx)
+	idle := goStatsOf(ctx, d)
+	s.Daemon.HeapIdle, s.Daemon.GoroutinesIdle, s.Daemon.StackIdle = idle.heap, idle.goroutines, idle.stack
 	return nil
 }
 
@@ -321,13 +322,12 @@ func (r *runner) measureSteady(ctx context.Context) {
 		s.Daemon.RSS, s.Daemon.HWM, s.Daemon.CPUSeconds, s.Daemon.FDs, s.Daemon.Threads = ps.RSS, ps.HWM, ps.CPUSeconds, ps.FDs, ps.Threads
 		s.Daemon.RSSPerAgent = float64(ps.RSS-r.base.RSS) / float64(o.N)
 	}
-	if h := heapOf(ctx, d); h > 0 {
-		s.Daemon.Heap = h
-		s.Daemon.HeapPerAgent = float64(h-s.Daemon.HeapIdle) / float64(o.N)
-	}
-	if g := goroutinesOf(ctx, d); g > 0 {
-		s.Daemon.Goroutines = g
-		s.Daemon.GoroutinesPerAgent = float64(g-s.Daemon.GoroutinesIdle) / float64(o.N)
+	r.prof.collect(ctx) // the heap figure is then the live heap
+	if g := goStatsOf(ctx, d); g.heap > 0 {
+		s.Daemon.Heap, s.Daemon.Goroutines, s.Daemon.Stack, s.Daemon.HeapUnreturned = g.heap, g.goroutines, g.stack, g.unreturned
+		s.Daemon.HeapPerAgent = float64(g.heap-s.Daemon.HeapIdle) / float64(o.N)
+		s.Daemon.GoroutinesPerAgent = float64(g.goroutines-s.Daemon.GoroutinesIdle) / float64(o.N)
+		s.Daemon.StackPerAgent = float64(g.stack-s.Daemon.StackIdle) / float64(o.N)
 	}
 	if r.herdProf != nil {
 		r.collectProfiles(ctx)
@@ -497,7 +497,7 @@ func (r *runner) rawBaseline(ctx context.Context) {
 	budget := func() time.Duration { return min(max(time.Until(deadlineOf(ctx)), time.Second), 3*time.Minute) }
 	// The herd first: every client at once, as the fleet started
 	// (its memory is not the baseline's: transient handshake state).
-	if herd, err := RawBaseline(ctx, rb, p, o.N, o.N, max(o.SourceAddrs, 1), budget(), RawEcho{}); err != nil {
+	if herd, err := RawBaseline(ctx, rb, p, o.N, o.N, max(o.SourceAddrs, 1), budget(), RawSteady{}); err != nil {
 		s.Violations = append(s.Violations, "raw herd: "+err.Error())
 	} else {
 		s.RawHerd = herd
@@ -505,9 +505,12 @@ func (r *runner) rawBaseline(ctx context.Context) {
 	}
 	// The steady echo: the raw connections echo a heartbeat-sized 64 bytes
 	// at the interval the fleet lived, over as long a window.
-	var echo RawEcho
+	var echo RawSteady
 	if o.Steady > 0 {
-		echo = RawEcho{Interval: s.Steady.ObservedInterval, Window: o.Steady, Size: rawEchoSize}
+		echo = RawSteady{Interval: s.Steady.ObservedInterval, Window: o.Steady, Size: rawEchoSize}
+		if r.prof != nil { // --profile: the raw server's heap beside the daemon's
+			echo.HeapProfile = filepath.Join(o.Dir, "raw-heap.pprof")
+		}
 		if echo.Interval <= 0 {
 			echo.Interval = cmp.Or(o.Heartbeat, defaultHeartbeat)
 		}
@@ -590,24 +593,22 @@ func handshakesOf(ctx context.Context, d *Daemon, backend string) *HandshakeCoun
 	return h
 }
 
-// goroutinesOf reads go_goroutines from the daemon's /metrics (0 when it
-// does not export the Go collector).
-func goroutinesOf(ctx context.Context, d *Daemon) int64 {
-	m, err := d.Metrics(ctx, "go_goroutines")
-	if err != nil {
-		return 0
-	}
-	return int64(m["go_goroutines"])
+// goStats are the daemon's Go runtime figures from its /metrics (zero
+// when it does not export the Go collector).
+type goStats struct {
+	heap, goroutines, stack int64
+	unreturned              int64 // free heap not yet returned to the OS
 }
 
-// heapOf reads go_memstats_heap_alloc_bytes from the daemon's /metrics (0
-// when it does not export the Go collector).
-func heapOf(ctx context.Context, d *Daemon) int64 {
-	m, err := d.Metrics(ctx, "go_memstats_heap_alloc_bytes")
+func goStatsOf(ctx context.Context, d *Daemon) goStats {
+	m, err := d.Metrics(ctx, "go_memstats_heap_alloc_bytes", "go_goroutines", "go_memstats_stack_inuse_bytes",
+		"go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes")
 	if err != nil {
-		return 0
+		return goStats{}
 	}
-	return int64(m["go_memstats_heap_alloc_bytes"])
+	return goStats{heap: int64(m["go_memstats_heap_alloc_bytes"]), goroutines: int64(m["go_goroutines"]),
+		stack:      int64(m["go_memstats_stack_inuse_bytes"]),
+		unreturned: int64(m["go_memstats_heap_idle_bytes"] - m["go_memstats_heap_released_bytes"])}
 }
 
 // healthPoller times GET /healthz every 500 ms, by phase ("herd" until the
