@@ -128,7 +128,7 @@ func RunLadder(ctx context.Context, steps []Step, base Options, log io.Writer) [
 func WriteLadderMarkdown(w io.Writer, results []LadderResult, header string) error {
 	var b strings.Builder
 	b.WriteString(header)
-	b.WriteString("\n| step | all registered | attempts/agent (mean, max) | failed attempts (cold) | peak reg/s | heartbeat p50 / p99 steady (interval per agent) | heartbeat p99 herd | /healthz p99 herd / steady | daemon RSS per agent | raw per conn | ratio | daemon heap per agent (raw) | goroutines per agent (raw); their stacks | steady CPU per 1,000 agents (raw echo) | offer→accept p99 | completions recorded / dup / lost / revoked | kill-restart: noticed max (after the restarted daemon was ready), all back | graceful: all back | result |\n")
+	b.WriteString("\n| step | all registered | attempts/agent (mean, max) | failed attempts (cold) | peak reg/s | heartbeat p50 / p99 steady (interval per agent) | heartbeat p99 herd | /healthz p99 herd / steady | daemon RSS per agent | raw per conn (raw herd's) | ratio (to the raw herd's) | daemon heap per agent (raw) | goroutines per agent (raw); their stacks | steady CPU per 1,000 agents (raw echo) | offer→accept p99 | completions recorded / dup / lost / revoked | kill-restart: noticed max (after the restarted daemon was ready), all back | graceful: all back | result |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		s := r.Summary
@@ -150,6 +150,12 @@ func WriteLadderMarkdown(w io.Writer, results []LadderResult, header string) err
 			}
 			if s.RSSRatio > 0 {
 				ratio = fmt.Sprintf("%.2f×", s.RSSRatio)
+			}
+			// The fleet came as a herd: the raw herd's process, which
+			// admitted the same N at once, is the like-for-like RSS.
+			if h := s.RawHerd; h != nil && h.RSSPerConn > 0 {
+				raw += " (" + kib(h.RSSPerConn) + ")"
+				ratio += fmt.Sprintf(" (%.2f×)", s.Daemon.RSSPerAgent/h.RSSPerConn)
 			}
 		}
 		kill, grace := "-", "-"

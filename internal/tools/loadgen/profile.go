@@ -45,20 +45,25 @@ func newProfiling(dir string) (*profiling, []string, error) {
 	return p, []string{"--admin-pprof", "--admin-socket", sock}, nil
 }
 
-// collect makes the daemon run a garbage collection (the heap profile's
+// collect makes the daemon run two garbage collections (the heap profile's
 // gc=1), so that the heap read next is the live heap. A nil p (no
 // --profile: no admin socket) does nothing.
 func (p *profiling) collect(ctx context.Context) {
 	if p == nil {
 		return
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://daemon/debug/pprof/heap?gc=1", nil)
-	if err != nil {
-		return
-	}
-	if resp, err := p.http.Do(req); err == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
+	// Twice, as the raw server does: the first collection moves sync.Pool
+	// contents (quic-go's packet buffers) to the victim cache, the second
+	// frees them.
+	for range 2 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://daemon/debug/pprof/heap?gc=1", nil)
+		if err != nil {
+			return
+		}
+		if resp, err := p.http.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
 	}
 }
 
