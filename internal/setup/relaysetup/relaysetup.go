@@ -15,11 +15,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"os"
 	"path/filepath"
 	"time"
 
+	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/semantics/trust"
 )
@@ -52,6 +54,15 @@ func RelayUpstreamTLS(u config.RelayUpstream) (*tls.Config, error) {
 		}
 	}
 	return tc, nil
+}
+
+// AgentYamuxConfig is the configuration of the relay's agent-facing
+// TLS+yamux listener (listen.yamux): the per-stream receive window from
+// limits.stream_window (r after ApplyDefaults: 2 MiB,
+// relay.DefaultAgentStreamWindow, which says why it is below the backend's
+// 16 MiB), logging to log.
+func AgentYamuxConfig(r *config.Relay, log *slog.Logger) yamux.Config {
+	return yamux.Config{Logger: log, MaxStreamWindow: uint32(r.Limits.StreamWindow)}
 }
 
 // DevRelay fills the TLS paths of r from a development PKI in dir,
