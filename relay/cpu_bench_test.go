@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"forgeyard.dev/transport/backends/yamux/rawbench"
+	"forgeyard.dev/transport/relay"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/trust/trusttest"
 	"forgeyard.dev/transport/wire"
@@ -23,18 +24,25 @@ import (
 //     same 16 MiB stream window as the backend),
 //   - leg-quic: a direct QUIC connection, raw streams of backends/quic (a
 //     thin adapter over quic-go streams; quic-go itself may only be imported
-//     by the QUIC backends).
+//     by the QUIC backends),
+//   - leg-yamux-relaywin: leg-yamux with the relay's agent-facing window
+//     (relay.DefaultAgentStreamWindow) instead of 16 MiB,
+//   - raw-chain: the ideal relay on this machine, leg-yamux-relaywin into a
+//     plain io.CopyBuffer (CopyBuffer bytes) into a raw QUIC leg: what any
+//     relay must at least spend, and the fastest it can go, when all three
+//     parties share the same CPUs.
 //
-// Every op moves relayCPUBytes agent → daemon over each of the three paths
-// in turn (256 KiB writes), so load from elsewhere on the machine hits all
-// three alike. Agent, relay and daemon live in this process: the figures
+// Every op moves relayCPUBytes agent → daemon over each of the paths in
+// turn (256 KiB writes), so load from elsewhere on the machine hits all of
+// them alike. Agent, relay and daemon live in this process: the figures
 // are the process's user+system CPU seconds per GiB delivered, for the
 // whole path (both ends of each leg). "ratio" is relay ÷ (leg-yamux +
 // leg-quic): 1 means relaying costs exactly its two legs (the agent's
 // TLS+yamux send and the relay's receive, the relay's QUIC send and the
 // daemon's receive), so the excess is the relay's own work (copying,
 // pacing, stream bookkeeping) plus the difference between our backends and
-// the raw libraries at the ends. Per path it also reports the Go heap
+// the raw libraries at the ends; "ratio-relaywin" is the same with
+// leg-yamux-relaywin, "ratio-chain" relay ÷ raw-chain. Per path it also reports the Go heap
 // bytes allocated per byte delivered (alloc-B/B, runtime.MemStats) and the
 // cores busy (CPU ÷ wall seconds: 2 on this 2-vCPU machine means the path
 // is CPU-bound, so its rate is cores ÷ CPU per byte).
@@ -68,6 +76,23 @@ func BenchmarkRelayCPU(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = yp.Close() })
 	paths = append(paths, &path{name: "leg-yamux", w: yp.Client, r: yp.Server})
+	// The same raw leg with the relay's agent-facing window, and the raw
+	// chain: that leg, a plain copy loop, a raw QUIC leg.
+	yw, err := rawbench.StreamPairWindow(ctx, pki.ServerConfig(b, serverName), pki.ClientConfig(b, wire.NewRunnerId(), serverName), relay.DefaultAgentStreamWindow)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = yw.Close() })
+	paths = append(paths, &path{name: "leg-yamux-relaywin", w: yw.Client, r: yw.Server})
+	yc, err := rawbench.StreamPairWindow(ctx, pki.ServerConfig(b, serverName), pki.ClientConfig(b, wire.NewRunnerId(), serverName), relay.DefaultAgentStreamWindow)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = yc.Close() })
+	qa, qd := benchPath(b, "direct-quic")
+	qw, qr := rawUniPair(b, qa, qd)
+	go func() { _, _ = io.CopyBuffer(qw, yc.Server, make([]byte, relay.DefaultCopyBuffer)) }() // ends when yc closes
+	paths = append(paths, &path{name: "raw-chain", w: yc.Client, r: qr})
 
 	buf := make([]byte, 256<<10)
 	var ms runtime.MemStats
@@ -108,6 +133,12 @@ func BenchmarkRelayCPU(b *testing.B) {
 	}
 	if legs := per["leg-yamux"] + per["leg-quic"]; legs > 0 {
 		b.ReportMetric(per["relay-yamux"]/legs, "ratio")
+	}
+	if legs := per["leg-yamux-relaywin"] + per["leg-quic"]; legs > 0 {
+		b.ReportMetric(per["relay-yamux"]/legs, "ratio-relaywin")
+	}
+	if per["raw-chain"] > 0 {
+		b.ReportMetric(per["relay-yamux"]/per["raw-chain"], "ratio-chain")
 	}
 	b.ReportMetric(0, "ns/op")
 }
