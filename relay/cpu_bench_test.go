@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,8 +60,16 @@ func BenchmarkRelayCPU(b *testing.B) {
 		wall  time.Duration
 		alloc uint64 // bytes allocated on the Go heap (runtime.MemStats.TotalAlloc)
 	}
+	// Every goroutine of a path (set up under its label, or started per op
+	// under it) carries pprof label path=<name>, so a CPU profile splits by
+	// path: go tool pprof -tagfocus path=relay-yamux.
+	label := func(name string) {
+		pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("path", name)))
+	}
+	defer pprof.SetGoroutineLabels(context.Background())
 	var paths []*path
 	for _, name := range []string{"relay-yamux", "direct-quic"} {
+		label(strings.Replace(name, "direct-quic", "leg-quic", 1))
 		a, d := benchPath(b, name)
 		w, r := rawUniPair(b, a, d)
 		if name == "direct-quic" {
@@ -70,6 +80,7 @@ func BenchmarkRelayCPU(b *testing.B) {
 	pki := trusttest.NewPKI(b)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	label("leg-yamux")
 	yp, err := rawbench.StreamPair(ctx, pki.ServerConfig(b, serverName), pki.ClientConfig(b, wire.NewRunnerId(), serverName))
 	if err != nil {
 		b.Fatal(err)
@@ -78,12 +89,14 @@ func BenchmarkRelayCPU(b *testing.B) {
 	paths = append(paths, &path{name: "leg-yamux", w: yp.Client, r: yp.Server})
 	// The same raw leg with the relay's agent-facing window, and the raw
 	// chain: that leg, a plain copy loop, a raw QUIC leg.
+	label("leg-yamux-relaywin")
 	yw, err := rawbench.StreamPairWindow(ctx, pki.ServerConfig(b, serverName), pki.ClientConfig(b, wire.NewRunnerId(), serverName), relay.DefaultAgentStreamWindow)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = yw.Close() })
 	paths = append(paths, &path{name: "leg-yamux-relaywin", w: yw.Client, r: yw.Server})
+	label("raw-chain")
 	yc, err := rawbench.StreamPairWindow(ctx, pki.ServerConfig(b, serverName), pki.ClientConfig(b, wire.NewRunnerId(), serverName), relay.DefaultAgentStreamWindow)
 	if err != nil {
 		b.Fatal(err)
@@ -99,6 +112,7 @@ func BenchmarkRelayCPU(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		for _, p := range paths {
+			label(p.name)
 			got := make(chan int64, 1)
 			runtime.ReadMemStats(&ms)
 			a0 := ms.TotalAlloc
