@@ -35,12 +35,12 @@ const (
 	// hashicorp/yamux's per-stream receive buffer, a bytes.Buffer that
 	// reallocates (a fresh, zeroed slice of twice the backlog) every time
 	// its tail is reached with more than half of it unread, until its
-	// capacity exceeds twice the window: about 4–13 windows allocated and
-	// cleared per backlogged stream, 62–74 MiB for a 64 MiB upload at
-	// 16 MiB (docs/perf.md §5). A 2 MiB window bounds that to tens of MiB
-	// per stream and what one stream holds in the relay to the window,
-	// and lets TCP flow control push back on the agent; it still carries
-	// 0.75 × 2 MiB / RTT per stream (about 125 Mbit/s at 100 ms).
+	// capacity exceeds twice the window: 53–77 MiB allocated and cleared
+	// for a 64 MiB upload at 16 MiB, and the relayed path's CPU per GiB
+	// ×1.3–1.4 (docs/perf.md §5). A 2 MiB window bounds that to 7–42 MiB per
+	// stream and what one stream holds in the relay to about twice the
+	// window, and lets TCP flow control push back on the agent; it still
+	// carries 0.75 × 2 MiB / RTT per stream (about 125 Mbit/s at 100 ms).
 	DefaultAgentStreamWindow = 2 << 20
 	// DefaultBulkChunk is the largest write of a bulk (log, CAS) stream;
 	// a control write waits behind at most one chunk per bulk stream.
