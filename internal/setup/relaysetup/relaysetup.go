@@ -1,6 +1,7 @@
 // Package relaysetup is the relay's own assembly from its configuration:
-// the TLS client configuration towards the daemons and the development
-// PKI of both sides. What the relay shares with the daemon (server TLS,
+// the TLS client configuration towards the daemons, the backend
+// configuration of its agent-facing TLS+yamux listener (its bounded
+// per-stream window), and the development PKI of both sides. What the relay shares with the daemon (server TLS,
 // certificate reloader, listeners) is package serversetup. forgeyard-relay
 // links no engine (neither semantics/daemon nor semantics/agent) and no
 // database driver (internal/testkit/deptest checks it).
