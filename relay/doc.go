@@ -36,7 +36,12 @@
 //     semantics.StreamRefused, the connection and other agents unharmed);
 //     each stream direction copies through one Config.CopyBuffer buffer, so
 //     a connection holds at most 2 × MaxStreamsPerConn × CopyBuffer bytes
-//     in the relay (plus the backends' own bounded receive windows).
+//     in the relay (plus the backends' own bounded receive windows). Give
+//     an agent-facing TLS+yamux listener DefaultAgentStreamWindow (2 MiB,
+//     forgeyard-relay's limits.stream_window) rather than the backend's
+//     16 MiB: a stream the relay forwards more slowly than the agent sends
+//     backs up in hashicorp/yamux's per-stream receive buffer, which then
+//     grows to about twice the window and reallocates as it does.
 //   - Trust: the relay authenticates agents with mTLS on its listeners and
 //     itself to the daemon with a certificate that names no runner; it
 //     cannot register as a runner because registration needs a signature
@@ -47,7 +52,7 @@
 // Embedding (tests, netns scenarios, the demo):
 //
 //	r, err := relay.New(relay.Config{Upstreams: []string{"127.0.0.1:7443"}, UpstreamTLS: tlsToDaemon})
-//	ln, err := yamux.Listen("127.0.0.1:0", agentFacingTLS, yamux.Config{})
+//	ln, err := yamux.Listen("127.0.0.1:0", agentFacingTLS, yamux.Config{MaxStreamWindow: relay.DefaultAgentStreamWindow})
 //	go r.Serve(ctx, ln)
 //	...
 //	r.Shutdown(ctx) // closes ln and every relayed connection (CloseShutdown)

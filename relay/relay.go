@@ -26,6 +26,22 @@ const (
 	DefaultCopyBuffer        = 32 << 10
 	DefaultHeaderTimeout     = 10 * time.Second
 	DefaultCloseGrace        = time.Second
+	// DefaultAgentStreamWindow is the per-stream receive window (bytes,
+	// yamux Config.MaxStreamWindow) of the relay's agent-facing TLS+yamux
+	// listener: forgeyard-relay's limits.stream_window default. It is
+	// smaller than the backend's 16 MiB default on purpose. When the
+	// relay's QUIC side drains a stream more slowly than the agent fills
+	// it (loopback, a busy relay, a slow daemon), the backlog waits in
+	// hashicorp/yamux's per-stream receive buffer, a bytes.Buffer that
+	// reallocates (a fresh, zeroed slice of twice the backlog) every time
+	// its tail is reached with more than half of it unread, until its
+	// capacity exceeds twice the window: 53–77 MiB allocated and cleared
+	// for a 64 MiB upload at 16 MiB, and the relayed path's CPU per GiB
+	// ×1.3–1.4 (docs/perf.md §5). A 2 MiB window bounds that to 7–42 MiB per
+	// stream and what one stream holds in the relay to about twice the
+	// window, and lets TCP flow control push back on the agent; it still
+	// carries 0.75 × 2 MiB / RTT per stream (about 125 Mbit/s at 100 ms).
+	DefaultAgentStreamWindow = 2 << 20
 	// DefaultBulkChunk is the largest write of a bulk (log, CAS) stream;
 	// a control write waits behind at most one chunk per bulk stream.
 	DefaultBulkChunk = 16 << 10

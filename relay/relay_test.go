@@ -59,7 +59,9 @@ func agentListener(t testing.TB, pki *trusttest.PKI, backend string) (semantics.
 	var err error
 	switch backend {
 	case "yamux":
-		ln, err = yamux.Listen("127.0.0.1:0", pki.ServerConfig(t, serverName), yamux.Config{})
+		// The window forgeyard-relay gives its agent-facing listener
+		// (limits.stream_window).
+		ln, err = yamux.Listen("127.0.0.1:0", pki.ServerConfig(t, serverName), yamux.Config{MaxStreamWindow: relay.DefaultAgentStreamWindow})
 	case "webtransport":
 		ln, err = webtransport.Listen("127.0.0.1:0", pki.ServerConfig(t, serverName), webtransport.Config{})
 	default:

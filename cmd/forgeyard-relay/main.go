@@ -43,7 +43,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"forgeyard.dev/transport/backends/quic"
-	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/buildinfo"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
@@ -236,7 +235,7 @@ func serve(ctx context.Context, cfg *config.Relay, log *slog.Logger, th *testHoo
 		return err
 	}
 	ls, err := serversetup.Listen(config.Listen{Yamux: cfg.Listen.Yamux, WebTransport: cfg.Listen.WebTransport},
-		serverTLS, quic.Config{Logger: log, StatelessResetKey: resetKey}, yamux.Config{Logger: log})
+		serverTLS, quic.Config{Logger: log, StatelessResetKey: resetKey}, relaysetup.AgentYamuxConfig(cfg, log))
 	if err != nil {
 		return err
 	}

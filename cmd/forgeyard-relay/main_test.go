@@ -95,7 +95,8 @@ func TestUsageErrors(t *testing.T) {
 // package relay's.
 func TestDefaultsMatchPackage(t *testing.T) {
 	if config.DefaultRelayDialTimeout != relay.DefaultDialTimeout || config.DefaultRelayMaxConnections != relay.DefaultMaxConns ||
-		config.DefaultRelayMaxStreamsPerConn != relay.DefaultMaxStreamsPerConn || config.DefaultRelayCopyBuffer != relay.DefaultCopyBuffer {
+		config.DefaultRelayMaxStreamsPerConn != relay.DefaultMaxStreamsPerConn || config.DefaultRelayCopyBuffer != relay.DefaultCopyBuffer ||
+		config.DefaultRelayStreamWindow != relay.DefaultAgentStreamWindow {
 		t.Fatal("config.DefaultRelay* and relay.Default* differ")
 	}
 }

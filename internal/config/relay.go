@@ -32,6 +32,18 @@ const (
 	relayEndpointKey              = "upstream.endpoints[%d]"
 )
 
+const (
+	// DefaultRelayStreamWindow is limits.stream_window: the per-stream
+	// receive window of the agent-facing TLS+yamux listener (equal to
+	// relay.DefaultAgentStreamWindow, whose doc says why it is below the
+	// backend's 16 MiB).
+	DefaultRelayStreamWindow = 2 << 20
+	// The stream window's range: yamux's smallest window, and the
+	// backend's default (enough for ~1 Gbit/s at 100 ms).
+	minRelayStreamWindow = 256 << 10
+	maxRelayStreamWindow = 16 << 20
+)
+
 // Relay is the forgeyard-relay configuration file.
 //
 //	[listen]                          # agent-facing; at least one
@@ -55,6 +67,7 @@ const (
 //	max_connections = 10000
 //	max_streams_per_connection = 256
 //	copy_buffer = 32768
+//	stream_window = 2097152           # TLS+yamux per-stream receive window towards agents
 //
 //	[log]
 //	level = "info"
@@ -111,6 +124,12 @@ type RelayLimits struct {
 	MaxConnections          int `toml:"max_connections"`
 	MaxStreamsPerConnection int `toml:"max_streams_per_connection"`
 	CopyBuffer              int `toml:"copy_buffer"`
+	// StreamWindow is the per-stream receive window (bytes) of the
+	// agent-facing TLS+yamux listener: what one agent stream can have in
+	// flight towards the relay, so agent → relay goodput per stream is at
+	// most about 0.75 × StreamWindow / RTT, and what one backlogged stream
+	// holds in the relay (its buffer grows to about twice the window).
+	StreamWindow int `toml:"stream_window"`
 }
 
 // LoadRelay reads, parses, defaults and validates a relay configuration
@@ -146,6 +165,9 @@ func (r *Relay) ApplyDefaults() {
 	}
 	if r.Limits.CopyBuffer == 0 {
 		r.Limits.CopyBuffer = DefaultRelayCopyBuffer
+	}
+	if r.Limits.StreamWindow == 0 {
+		r.Limits.StreamWindow = DefaultRelayStreamWindow
 	}
 	if r.ShutdownTimeout.Duration == 0 {
 		r.ShutdownTimeout.Duration = DefaultRelayShutdownTimeout
@@ -218,6 +240,8 @@ func (r *Relay) Validate() error {
 		return invalid("limits.max_streams_per_connection", "%d out of range 1–%d", l.MaxStreamsPerConnection, maxRelayStreamsPerConn)
 	case l.CopyBuffer < minRelayCopyBuffer || l.CopyBuffer > maxRelayCopyBuffer:
 		return invalid("limits.copy_buffer", "%d bytes out of range %d–%d", l.CopyBuffer, minRelayCopyBuffer, maxRelayCopyBuffer)
+	case l.StreamWindow < minRelayStreamWindow || l.StreamWindow > maxRelayStreamWindow:
+		return invalid("limits.stream_window", "%d bytes out of range %d–%d", l.StreamWindow, minRelayStreamWindow, maxRelayStreamWindow)
 	}
 	if _, err := AdminAddr("admin.listen", r.Admin.Listen, r.Admin.AllowRemote); err != nil {
 		return err

@@ -41,7 +41,8 @@ func TestParseRelay(t *testing.T) {
 		t.Fatalf("UpstreamAddrs = %v", got)
 	}
 	if r.Upstream.DialTimeout.Duration != 500*time.Millisecond || r.Limits.MaxStreamsPerConnection != 64 ||
-		r.Limits.MaxConnections != DefaultRelayMaxConnections || r.Limits.CopyBuffer != DefaultRelayCopyBuffer {
+		r.Limits.MaxConnections != DefaultRelayMaxConnections || r.Limits.CopyBuffer != DefaultRelayCopyBuffer ||
+		r.Limits.StreamWindow != DefaultRelayStreamWindow {
 		t.Fatalf("parsed %+v", r)
 	}
 	if r.AdminListen() != "127.0.0.1:9465" {
@@ -56,6 +57,8 @@ func TestRelayErrors(t *testing.T) {
 		{`client_ca = "/etc/forgeyard/runner-ca.pem"|`, "tls.client_ca", "required"},
 		{`private_key = "/etc/forgeyard/relay-client-key.pem"|`, "upstream.certificate", "go together"},
 		{`max_streams_per_connection = 64|copy_buffer = 12`, "limits.copy_buffer", "out of range"},
+		{`max_streams_per_connection = 64|stream_window = 65536`, "limits.stream_window", "out of range"},
+		{`max_streams_per_connection = 64|stream_window = 33554432`, "limits.stream_window", "out of range"},
 		{`dial_timeout = "500ms"|dial_timeout = "2m"`, "upstream.dial_timeout", "maximum"},
 		{`listen = ":9465"|listen = "10.0.0.1:9465"`, "admin.listen", "not a loopback"},
 		{`listen = ":9465"|listen = ":9465"

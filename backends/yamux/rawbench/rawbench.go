@@ -174,6 +174,12 @@ func (p *Pair) Close() error {
 // serverConf over 127.0.0.1 (yamux DefaultConfig but StreamWindow, logs
 // discarded) and opens one stream, bounded by ctx.
 func StreamPair(ctx context.Context, serverConf, clientConf *tls.Config) (*Pair, error) {
+	return StreamPairWindow(ctx, serverConf, clientConf, StreamWindow)
+}
+
+// StreamPairWindow is StreamPair with a stream window of window bytes (at
+// least yamux's 256 KiB), e.g. the relay's agent-facing window.
+func StreamPairWindow(ctx context.Context, serverConf, clientConf *tls.Config, window uint32) (*Pair, error) {
 	sconf, cconf := rawkit.TLS(serverConf), rawkit.TLS(clientConf)
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", sconf)
 	if err != nil {
@@ -181,7 +187,7 @@ func StreamPair(ctx context.Context, serverConf, clientConf *tls.Config) (*Pair,
 	}
 	defer ln.Close()
 	ycfg := yamux.DefaultConfig()
-	ycfg.MaxStreamWindowSize = StreamWindow
+	ycfg.MaxStreamWindowSize = window
 	ycfg.LogOutput = io.Discard
 	type res struct {
 		s   *yamux.Session

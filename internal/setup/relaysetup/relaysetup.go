@@ -1,6 +1,7 @@
 // Package relaysetup is the relay's own assembly from its configuration:
-// the TLS client configuration towards the daemons and the development
-// PKI of both sides. What the relay shares with the daemon (server TLS,
+// the TLS client configuration towards the daemons, the backend
+// configuration of its agent-facing TLS+yamux listener (its bounded
+// per-stream window), and the development PKI of both sides. What the relay shares with the daemon (server TLS,
 // certificate reloader, listeners) is package serversetup. forgeyard-relay
 // links no engine (neither semantics/daemon nor semantics/agent) and no
 // database driver (internal/testkit/deptest checks it).
@@ -15,11 +16,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"os"
 	"path/filepath"
 	"time"
 
+	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/semantics/trust"
 )
@@ -52,6 +55,15 @@ func RelayUpstreamTLS(u config.RelayUpstream) (*tls.Config, error) {
 		}
 	}
 	return tc, nil
+}
+
+// AgentYamuxConfig is the configuration of the relay's agent-facing
+// TLS+yamux listener (listen.yamux): the per-stream receive window from
+// limits.stream_window (r after ApplyDefaults: 2 MiB,
+// relay.DefaultAgentStreamWindow, which says why it is below the backend's
+// 16 MiB), logging to log.
+func AgentYamuxConfig(r *config.Relay, log *slog.Logger) yamux.Config {
+	return yamux.Config{Logger: log, MaxStreamWindow: uint32(r.Limits.StreamWindow)}
 }
 
 // DevRelay fills the TLS paths of r from a development PKI in dir,
