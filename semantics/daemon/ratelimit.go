@@ -32,42 +32,43 @@ func newBucket(r semantics.Rate) *tokenbucket.Bucket { return tokenbucket.New(r.
 
 // connRates are one connection's buckets and its strike count. mu makes
 // a message's two takes (its class and the control class) and the strike
-// count one step.
+// count one step. A class's bucket is made when its first message comes:
+// an idle agent sends control messages and heartbeats, rarely the others
+// (five buckets up front were ≈ 1 KiB per idle agent).
 type connRates struct {
-	once    sync.Once
 	mu      sync.Mutex
 	buckets [numRateClasses]*tokenbucket.Bucket
 	strikes int
 }
 
-func (c *conn) rates() *connRates {
+// bucket returns the bucket of class, making it on first use. Under r.mu.
+func (c *conn) bucket(class rateClass) *tokenbucket.Bucket {
 	r := &c.rl
-	r.once.Do(func() {
-		lim := c.sc.Limits()
-		r.buckets[rateControl] = newBucket(lim.ControlRate)
-		r.buckets[rateHeartbeat] = newBucket(lim.HeartbeatRate)
-		r.buckets[rateHealth] = newBucket(lim.HealthRate)
-		r.buckets[rateCas] = newBucket(lim.CasRate)
-		r.buckets[rateIdentity] = newBucket(lim.IdentityRate)
-	})
-	return r
+	if b := r.buckets[class]; b != nil {
+		return b
+	}
+	lim := c.sc.Limits()
+	rate := [numRateClasses]semantics.Rate{rateControl: lim.ControlRate, rateHeartbeat: lim.HeartbeatRate,
+		rateHealth: lim.HealthRate, rateCas: lim.CasRate, rateIdentity: lim.IdentityRate}[class]
+	r.buckets[class] = newBucket(rate)
+	return r.buckets[class]
 }
 
 // takeRate takes a token of class (and of the control class for control
 // messages); it returns the class that refused and the wait, or ok.
 func (c *conn) takeRate(class rateClass, control bool) (rateClass, time.Duration, bool) {
-	r := c.rates()
+	r := &c.rl
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if control {
-		if ok, wait := r.buckets[rateControl].Take(now); !ok {
+		if ok, wait := c.bucket(rateControl).Take(now); !ok {
 			r.strikes++
 			return rateControl, wait, false
 		}
 	}
 	if class != rateControl {
-		if ok, wait := r.buckets[class].Take(now); !ok {
+		if ok, wait := c.bucket(class).Take(now); !ok {
 			r.strikes++
 			return class, wait, false
 		}
@@ -81,7 +82,7 @@ func (c *conn) takeRate(class rateClass, control bool) (rateClass, time.Duration
 // struck closes the connection with CloseLimitExceeded once the strikes
 // exceed Limits.MaxRateStrikes.
 func (c *conn) struck() {
-	r := c.rates()
+	r := &c.rl
 	r.mu.Lock()
 	n := r.strikes
 	r.mu.Unlock()
