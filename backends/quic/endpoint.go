@@ -12,6 +12,7 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 
 	"forgeyard.dev/transport/backends/internal/refcount"
+	"forgeyard.dev/transport/semantics"
 )
 
 // endpoint owns one UDP socket and the quic-go Transport on it. It closes
@@ -69,7 +70,7 @@ func (e *endpoint) release() {
 // watchHints makes c, dialled from this socket, hear restart hints from
 // its peer (conn.PeerHints), starting the socket's watcher with the first.
 func (e *endpoint) watchHints(c *conn) {
-	c.hints = make(chan struct{}, 1)
+	c.hints = NewHintTarget()
 	e.mu.Lock()
 	if e.dialled == nil {
 		e.dialled = make(map[*conn]struct{})
@@ -86,18 +87,16 @@ func (e *endpoint) watchHints(c *conn) {
 	})
 }
 
-// hinted passes a restart hint from `from` to the connections with that
-// peer.
-func (e *endpoint) hinted(from netip.AddrPort) {
+// hinted passes a restart hint from `from`, carrying tok (zero: none),
+// to the connections with that peer (HintTarget.Deliver: only the one
+// armed with tok ends; those armed with another token of the same key
+// ignore it).
+func (e *endpoint) hinted(from netip.AddrPort, tok semantics.RestartToken) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for c := range e.dialled {
-		if c.remote == from {
+		if c.remote == from && c.hints.Deliver(tok) == semantics.HintProbe {
 			c.heard.Add(1)
-			select {
-			case c.hints <- struct{}{}:
-			default: // one pending is enough
-			}
 		}
 	}
 }

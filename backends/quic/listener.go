@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"net/netip"
 	"sync"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -94,10 +93,10 @@ func (l *Listener) Close() error {
 	return err
 }
 
-// HintRestart sends a restart hint to each of peers from the listening
-// socket, perSecond at most (≤ 0: DefaultRestartHintRate): a daemon that
-// restarted after a crash tells the agents of its previous process at
-// once (restarthint.go). It returns how many were sent.
-func (l *Listener) HintRestart(ctx context.Context, peers []netip.AddrPort, perSecond int) (int, error) {
-	return SendRestartHints(ctx, l.ep.tr, peers, perSecond)
+// HintRestart sends hints from the listening socket, perSecond at most
+// (≤ 0: DefaultRestartHintRate): a daemon that restarted after a crash
+// tells the agents of its previous process at once (restarthint.go). It
+// returns how many were sent.
+func (l *Listener) HintRestart(ctx context.Context, hints []RestartHint, perSecond int) (int, error) {
+	return SendRestartHints(ctx, l.ep.tr, hints, perSecond)
 }

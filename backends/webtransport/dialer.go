@@ -106,14 +106,11 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 	}
 	c := newConn(sess, qc, closeEndpoint, hintMaxRTT(d.Config))
 	c.credit = d.Config.StreamCredit()
-	c.hints = make(chan struct{}, 1)
+	c.hints = fyquic.NewHintTarget()
 	peer := netip.AddrPortFrom(ua.AddrPort().Addr().Unmap(), ua.AddrPort().Port())
-	go fyquic.WatchRestartHints(hintCtx, tr, func(from netip.AddrPort) {
+	go fyquic.WatchRestartHints(hintCtx, tr, func(from netip.AddrPort, tok semantics.RestartToken) {
 		if from == peer {
-			select {
-			case c.hints <- struct{}{}:
-			default:
-			}
+			c.hints.Deliver(tok)
 		}
 	})
 	return c, nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/netip"
 	"sync"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -211,9 +210,9 @@ func quicConnOf(r *http.Request) *quicgo.Conn {
 	return qc
 }
 
-// HintRestart sends a restart hint to each of peers from the listening
+// HintRestart sends hints (one per session) from the listening
 // socket (backends/quic.SendRestartHints): a daemon that restarted after a
 // crash tells the agents of its previous process at once.
-func (l *Listener) HintRestart(ctx context.Context, peers []netip.AddrPort, perSecond int) (int, error) {
-	return fyquic.SendRestartHints(ctx, l.tr, peers, perSecond)
+func (l *Listener) HintRestart(ctx context.Context, hints []fyquic.RestartHint, perSecond int) (int, error) {
+	return fyquic.SendRestartHints(ctx, l.tr, hints, perSecond)
 }
