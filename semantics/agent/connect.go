@@ -356,6 +356,9 @@ func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link,
 			// No heartbeat ack for HeartbeatMisses intervals (heartbeat.go):
 			// do not wait for the transport's idle timeout.
 			closeCode, closeReason = wire.CloseIdleTimeout, "no heartbeat ack"
+			if errors.Is(l.deadErr, ErrDaemonRestarted) {
+				closeReason = "the daemon restarted"
+			}
 			endErr = l.deadErr
 		case p := <-moves:
 			// Register the better transport first; the daemon fences l.
