@@ -93,6 +93,18 @@ func (l *Listener) Close() error {
 	return err
 }
 
+// Abort is what the death of the process does to the listener: it closes
+// the socket at once and drops every connection on it without a word to
+// its peer (no CONNECTION_CLOSE: quic-go destroys them), which then learns
+// of it only from a restart hint, a stateless reset or its idle timeout.
+// For crash tests (restart hints); a server closes with Close. Idempotent.
+func (l *Listener) Abort() {
+	_ = l.ln.Close()
+	_ = l.ep.tr.Close() // destroys the connections silently
+	_ = l.ep.udp.Close()
+	l.closeOnce.Do(l.ep.release)
+}
+
 // HintRestart sends hints from the listening socket, perSecond at most
 // (≤ 0: DefaultRestartHintRate): a daemon that restarted after a crash
 // tells the agents of its previous process at once (restarthint.go). It
