@@ -130,7 +130,7 @@ func (w *restartWorld) startAgent(tokens bool) (*agent.Agent, chan error) {
 		Endpoints: []agent.Endpoint{{Address: w.addr, Backend: config.BackendQUIC,
 			Dialer: quic.Dialer{TLS: w.pki.ClientConfigWith(t, cert, "localhost")}}},
 		Executor: agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), MaxParallel: 1,
-		Backoff:  agent.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}, RequestTimeout: 2 * time.Second,
+		Backoff: agent.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}, RequestTimeout: 2 * time.Second,
 		Features: wire.Implemented, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if !tokens {
 		cfg.Features = wire.Features(wire.FeatureLogResumeV1, wire.FeatureCasRangeResumeV1, wire.FeatureLogCompressionV1,
