@@ -208,3 +208,54 @@ func TestRestartHintTokenPerSession(t *testing.T) {
 		}
 	}
 }
+
+// A restarted daemon sends one hint per session, in bursts: every
+// connection behind one shared socket hears its own, however many arrive
+// together (more than the 32 non-QUIC packets quic-go would queue for
+// Transport.ReadNonQUICPacket before dropping the rest: the socket takes
+// them out of its read path, NewHintSocket).
+func TestRestartHintBurstOnSharedSocket(t *testing.T) {
+	const n = 48
+	e := newTenv(t, testConfig)
+	tr, err := NewTransport("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	key := bytes.Repeat([]byte{0x42}, 32)
+	to := tr.LocalAddr().(*net.UDPAddr).AddrPort()
+	hints := make([]RestartHint, n)
+	conns := make([]*conn, n)
+	for i := range conns {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		go func() {
+			if s, err := e.ln.Accept(ctx); err == nil {
+				t.Cleanup(func() { _ = s.CloseWithCode(wire.CloseNormal, "") })
+			}
+		}()
+		c, err := Dialer{TLS: e.pki.ClientConfig(t, wire.NewRunnerId(), serverName), Config: testConfig, Transport: tr}.Dial(ctx, e.ln.Addr().String())
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.CloseWithCode(wire.CloseNormal, "") })
+		conns[i] = c.(*conn)
+		tok := semantics.DeriveRestartToken(key, wire.NewAgentSessionId(), wire.NewTransportSessionId())
+		conns[i].ArmRestartToken(tok)
+		hints[i] = RestartHint{To: to, Token: tok}
+	}
+	if sent, err := e.ln.HintRestart(context.Background(), hints, 1_000_000); err != nil || sent != n { // one batch
+		t.Fatalf("HintRestart sent %d, %v; want %d", sent, err, n)
+	}
+	deadline := time.After(10 * time.Second)
+	for i, c := range conns {
+		select {
+		case <-c.PeerRestarted():
+		case <-deadline:
+			t.Fatalf("connection %d of %d heard no hint with its token", i, n)
+		}
+		if h := c.heard.Load(); h != 0 {
+			t.Fatalf("connection %d took %d of the others' hints as probes, want 0", i, h)
+		}
+	}
+}
