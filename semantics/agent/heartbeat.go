@@ -167,14 +167,11 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 	// one sent after the hint is acked (a live daemon: the next tick ends it) or the
 	// connection ends (the restarted daemon's stateless reset), at most
 	// maxProbes; hints closer than probeEvery to the last are ignored.
-	var hintC, restartC <-chan struct{}
+	// (A hint carrying the link's restart token ends the link in serve:
+	// restartedC.)
+	var hintC <-chan struct{}
 	if ph, ok := l.bc.(semantics.PeerHinter); ok {
 		hintC = ph.PeerHints()
-	}
-	// A hint carrying the link's restart token (armRestartToken) ends
-	// the link at once.
-	if rh, ok := l.bc.(semantics.RestartTokenHinter); ok {
-		restartC = rh.PeerRestarted()
 	}
 	h.cur = every
 	for {
@@ -184,9 +181,6 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 		case <-hintC:
 			h.onRestartHint()
 			continue
-		case <-restartC:
-			h.daemonRestarted()
-			return
 		case <-h.hintDeadC:
 			if h.hintUnanswered() {
 				return
@@ -227,13 +221,23 @@ func (h *heartbeatState) onRestartHint() {
 	h.hintDeadC = h.hintDead.C
 }
 
-// daemonRestarted is the authenticated restart hint's step: the link is
-// dead, closing l.dead with ErrDaemonRestarted.
-func (h *heartbeatState) daemonRestarted() {
-	h.a.st.restartTokenEnds.Add(1)
-	h.a.log.Info("the daemon restarted (restart hint with this link's token): reconnecting",
-		"backend", h.l.ep.Backend, "endpoint", h.l.ep.Address)
-	h.l.deadOnce.Do(func() { h.l.deadErr = ErrDaemonRestarted; close(h.l.dead) })
+// restartedC is the channel on which l's connection reports a restart
+// hint carrying the link's restart token (nil: the backend has none);
+// serve ends the link on it with ErrDaemonRestarted (daemonRestarted).
+func restartedC(l *link) <-chan struct{} {
+	if rh, ok := l.bc.(semantics.RestartTokenHinter); ok {
+		return rh.PeerRestarted()
+	}
+	return nil
+}
+
+// daemonRestarted counts and logs an authenticated restart hint and
+// returns the link's end: ErrDaemonRestarted.
+func (a *Agent) daemonRestarted(l *link) error {
+	a.st.restartTokenEnds.Add(1)
+	a.log.Info("the daemon restarted (restart hint with this link's token): reconnecting",
+		"backend", l.ep.Backend, "endpoint", l.ep.Address)
+	return ErrDaemonRestarted
 }
 
 // armRestartToken arms l's connection with the restart token the daemon
