@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"net/netip"
 	"sync"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -105,10 +106,18 @@ func (l *Listener) Abort() {
 	l.closeOnce.Do(l.ep.release)
 }
 
-// HintRestart sends hints from the listening socket, perSecond at most
-// (≤ 0: DefaultRestartHintRate): a daemon that restarted after a crash
-// tells the agents of its previous process at once (restarthint.go). It
-// returns how many were sent.
-func (l *Listener) HintRestart(ctx context.Context, hints []RestartHint, perSecond int) (int, error) {
-	return SendRestartHints(ctx, l.ep.tr, hints, perSecond)
+// HintRestart sends a tokenless restart hint to each of peers from the
+// listening socket, perSecond at most (≤ 0: DefaultRestartHintRate): a
+// daemon that restarted after a crash tells the agents of its previous
+// process at once (restarthint.go). It returns how many were sent.
+// HintRestartTo sends hints carrying the sessions' restart tokens.
+func (l *Listener) HintRestart(ctx context.Context, peers []netip.AddrPort, perSecond int) (int, error) {
+	return SendRestartHints(ctx, l.ep.tr, peers, perSecond)
+}
+
+// HintRestartTo sends hints (one per session, with its restart token)
+// from the listening socket, perSecond at most (≤ 0:
+// DefaultRestartHintRate). It returns how many were sent.
+func (l *Listener) HintRestartTo(ctx context.Context, hints []RestartHint, perSecond int) (int, error) {
+	return SendRestartHintsTo(ctx, l.ep.tr, hints, perSecond)
 }

@@ -91,12 +91,23 @@ type RestartHint struct {
 	Token semantics.RestartToken
 }
 
-// SendRestartHints sends each of hints from tr (the listening transport),
+// SendRestartHints sends one tokenless restart hint to each of peers from
+// tr, as SendRestartHintsTo does (the hints of a daemon without restart
+// tokens: agents then answer with a heartbeat probe).
+func SendRestartHints(ctx context.Context, tr *quicgo.Transport, peers []netip.AddrPort, perSecond int) (int, error) {
+	hints := make([]RestartHint, len(peers))
+	for i, p := range peers {
+		hints[i].To = p
+	}
+	return SendRestartHintsTo(ctx, tr, hints, perSecond)
+}
+
+// SendRestartHintsTo sends each of hints from tr (the listening transport),
 // at most perSecond per second (≤ 0: the default, plus a first batch of a
 // millisecond's worth), checking every millisecond. It returns how many were sent; it stops early when ctx ends
 // or tr's socket closes (an address the socket cannot send to is
 // skipped).
-func SendRestartHints(ctx context.Context, tr *quicgo.Transport, hints []RestartHint, perSecond int) (int, error) {
+func SendRestartHintsTo(ctx context.Context, tr *quicgo.Transport, hints []RestartHint, perSecond int) (int, error) {
 	if perSecond <= 0 {
 		perSecond = DefaultRestartHintRate
 	}
@@ -188,6 +199,31 @@ func (s *hintSocket) check(p []byte, from net.Addr) {
 	}
 	if ap, ok := addrPort(from); ok {
 		s.onHint(ap, tok)
+	}
+}
+
+// WatchRestartHints reads the non-QUIC packets arriving at tr (a client
+// transport) until ctx ends or tr closes, and calls onHint with the sender
+// of every restart hint (its token, if any, is not passed on). Other
+// non-QUIC packets are ignored.
+//
+// Deprecated: quic-go queues 32 non-QUIC packets for it and drops the
+// rest, which loses most of a restart's one-hint-per-session burst on a
+// shared socket; wrap the socket with NewHintSocket instead (the dialers
+// of this package and backends/webtransport do).
+func WatchRestartHints(ctx context.Context, tr *quicgo.Transport, onHint func(from netip.AddrPort)) {
+	buf := make([]byte, maxRestartHint)
+	for {
+		n, from, err := tr.ReadNonQUICPacket(ctx, buf)
+		if err != nil {
+			return
+		}
+		if !IsRestartHint(buf[:n]) {
+			continue
+		}
+		if ap, ok := addrPort(from); ok {
+			onHint(ap)
+		}
 	}
 }
 

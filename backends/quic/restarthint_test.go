@@ -27,13 +27,13 @@ func TestRestartHintHeard(t *testing.T) {
 	}
 	to := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), qc.qc.LocalAddr().(*net.UDPAddr).AddrPort().Port())
 	ctx := context.Background()
-	if n, err := SendRestartHints(ctx, other.ln.ep.tr, []RestartHint{{To: to}}, 0); err != nil || n != 1 {
+	if n, err := SendRestartHints(ctx, other.ln.ep.tr, []netip.AddrPort{to}, 0); err != nil || n != 1 {
 		t.Fatalf("hint from another socket: sent %d, %v", n, err)
 	}
 	if _, err := e.ln.ep.tr.WriteTo([]byte{0x00, 'n', 'o', 'p', 'e', 0x01}, net.UDPAddrFromAddrPort(to)); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := e.ln.HintRestart(ctx, []RestartHint{{}, {To: to}}, 0); err != nil || n != 1 {
+	if n, err := e.ln.HintRestart(ctx, []netip.AddrPort{{}, to}, 0); err != nil || n != 1 {
 		t.Fatalf("HintRestart sent %d, %v; want 1 (the invalid address skipped)", n, err)
 	}
 	select {
@@ -64,9 +64,9 @@ func TestSendRestartHintsPaced(t *testing.T) {
 	}
 	defer sink.Close()
 	to := sink.LocalAddr().(*net.UDPAddr).AddrPort()
-	peers := make([]RestartHint, 300)
+	peers := make([]netip.AddrPort, 300)
 	for i := range peers {
-		peers[i] = RestartHint{To: to}
+		peers[i] = to
 	}
 	start := time.Now()
 	n, err := e.ln.HintRestart(context.Background(), peers, 1000) // one per millisecond tick
@@ -164,7 +164,7 @@ func TestRestartHintTokenPerSession(t *testing.T) {
 	to = netip.AddrPortFrom(to.Addr().Unmap(), to.Port())
 	send := func(tok semantics.RestartToken) {
 		t.Helper()
-		if n, err := e.ln.HintRestart(context.Background(), []RestartHint{{To: to, Token: tok}}, 0); err != nil || n != 1 {
+		if n, err := e.ln.HintRestartTo(context.Background(), []RestartHint{{To: to, Token: tok}}, 0); err != nil || n != 1 {
 			t.Fatalf("HintRestart sent %d, %v", n, err)
 		}
 	}
@@ -244,7 +244,7 @@ func TestRestartHintBurstOnSharedSocket(t *testing.T) {
 		conns[i].ArmRestartToken(tok)
 		hints[i] = RestartHint{To: to, Token: tok}
 	}
-	if sent, err := e.ln.HintRestart(context.Background(), hints, 1_000_000); err != nil || sent != n { // one batch
+	if sent, err := e.ln.HintRestartTo(context.Background(), hints, 1_000_000); err != nil || sent != n { // one batch
 		t.Fatalf("HintRestart sent %d, %v; want %d", sent, err, n)
 	}
 	deadline := time.After(10 * time.Second)

@@ -118,7 +118,7 @@ func Listen(l config.Listen, tlsConf *tls.Config, qcfg quic.Config, ycfg yamux.C
 // RestartHinter is a listener that can send restart hints from its socket
 // (the QUIC and WebTransport listeners; see backends/quic.SendRestartHints).
 type RestartHinter interface {
-	HintRestart(ctx context.Context, hints []quic.RestartHint, perSecond int) (int, error)
+	HintRestartTo(ctx context.Context, hints []quic.RestartHint, perSecond int) (int, error)
 }
 
 // RestartTokenKey derives the daemon's restart token key
@@ -148,7 +148,7 @@ func HintRestart(ctx context.Context, log *slog.Logger, peers map[string][]quic.
 			continue
 		}
 		start := time.Now()
-		n, err := h.HintRestart(ctx, peers[l.Backend], perSecond)
+		n, err := h.HintRestartTo(ctx, peers[l.Backend], perSecond)
 		total += n
 		if err != nil && ctx.Err() == nil {
 			log.Warn("restart hints not all sent", "backend", l.Backend, "sent", n, "peers", len(peers[l.Backend]), "err", err)
