@@ -82,9 +82,14 @@ type RestartTokenHinter interface {
 type HintVerdict uint8
 
 const (
-	HintProbe     HintVerdict = iota // unauthenticated: answer with a heartbeat probe (PeerHints)
-	HintRestarted                    // carries the armed token: the peer restarted (PeerRestarted)
-	HintIgnore                       // another session's token under the same key: not for this connection
+	// HintProbe: unauthenticated; answer with a heartbeat probe (PeerHints).
+	HintProbe HintVerdict = iota
+	// HintRestarted: the hint carries the armed token; the peer restarted
+	// (PeerRestarted).
+	HintRestarted
+	// HintIgnore: another session's token under the same key; not for
+	// this connection.
+	HintIgnore
 )
 
 // ClassifyRestartHint is the backends' rule for a hint carrying hint (zero:

@@ -256,8 +256,11 @@ func NewHintTarget() *HintTarget {
 // Arm sets the connection's token.
 func (h *HintTarget) Arm(t semantics.RestartToken) { h.armed.Store(&t) }
 
-// Hints and Restarted are the channels of semantics.RestartTokenHinter.
-func (h *HintTarget) Hints() <-chan struct{}     { return h.hints }
+// Hints is the channel of unauthenticated hints (semantics.PeerHinter).
+func (h *HintTarget) Hints() <-chan struct{} { return h.hints }
+
+// Restarted is the channel of hints carrying the armed token
+// (semantics.RestartTokenHinter.PeerRestarted).
 func (h *HintTarget) Restarted() <-chan struct{} { return h.restarted }
 
 // Deliver passes a hint carrying tok (zero: none) from the connection's
