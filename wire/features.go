@@ -26,6 +26,11 @@ const (
 	// agent.RegistrationDeferredV1{retry_after_ms} instead of
 	// RegistrationRejectedV1{Overloaded} (since 1.2).
 	FeatureRetryAfterV1 ProtocolFeature = 7
+	// FeatureRestartTokenV1: the daemon gives the agent a restart token
+	// (agent.RestartTokenV1), and the agent ends its link at once when a
+	// restart hint carrying that token arrives from the daemon's address
+	// (docs/protocols/internal/restart-hint.md; since 1.3).
+	FeatureRestartTokenV1 ProtocolFeature = 8
 
 	maxKnownFeature = 63
 )
@@ -38,6 +43,7 @@ var featureNames = [...]string{
 	FeatureSigningV1:        "SigningV1",
 	FeatureTraceContextV1:   "TraceContextV1",
 	FeatureRetryAfterV1:     "RetryAfterV1",
+	FeatureRestartTokenV1:   "RestartTokenV1",
 }
 
 // String returns the feature's name, or Feature(n) for a number this build does not know.
@@ -146,5 +152,9 @@ func (s *FeatureSet) DecodePostcard(d *postcard.Decoder) {
 // RetryAfterV1 (since v0.3.0, protocol 1.2): an agent advertising it obeys
 // agent.RegistrationDeferredV1; a daemon sends that message only to such
 // agents (others get RegistrationRejectedV1{Overloaded, RetryBackoff}).
+//
+// RestartTokenV1 (protocol 1.3): a daemon sends agent.RestartTokenV1 only
+// to agents that negotiated it; an agent without a token answers restart
+// hints with a heartbeat probe as before.
 var Implemented = Features(FeatureLogResumeV1, FeatureCasRangeResumeV1, FeatureLogCompressionV1, FeatureTraceContextV1,
-	FeatureRetryAfterV1)
+	FeatureRetryAfterV1, FeatureRestartTokenV1)

@@ -20,7 +20,7 @@ type ProtocolVersion struct {
 func V(major, minor uint16) ProtocolVersion { return ProtocolVersion{major, minor} }
 
 // Current is the highest protocol version this build speaks.
-var Current = ProtocolVersion{Major: 1, Minor: 2}
+var Current = ProtocolVersion{Major: 1, Minor: 3}
 
 // Supported is the protocol range this build supports.
 var Supported = ProtocolRange{Min: ProtocolVersion{1, 0}, Max: Current}

@@ -18,6 +18,8 @@ import (
 var (
 	_ semantics.BackendConn = (*conn)(nil)
 	_ semantics.BulkHinter  = (*conn)(nil)
+
+	_ semantics.RestartTokenHinter = (*conn)(nil)
 )
 
 // conn adapts *quicgo.Conn to semantics.BackendConn. All methods are safe
@@ -31,13 +33,36 @@ type conn struct {
 	// remote is the peer's address; hints, on a dialled connection, gets
 	// its restart hints (endpoint.watchHints), nil on accepted ones.
 	remote netip.AddrPort
-	hints  chan struct{}
-	heard  atomic.Int64 // restart hints delivered (not coalesced)
+	hints  *HintTarget
+	heard  atomic.Int64 // unauthenticated restart hints delivered (not coalesced)
 }
 
 // PeerHints implements semantics.PeerHinter: restart hints from the peer's
-// address (restarthint.go). An accepted connection never gets one.
-func (c *conn) PeerHints() <-chan struct{} { return c.hints }
+// address (restarthint.go) that do not carry the armed token. An accepted
+// connection never gets one (nil).
+func (c *conn) PeerHints() <-chan struct{} {
+	if c.hints == nil {
+		return nil
+	}
+	return c.hints.Hints()
+}
+
+// PeerRestarted implements semantics.RestartTokenHinter: hints carrying
+// the armed token. Nil on an accepted connection.
+func (c *conn) PeerRestarted() <-chan struct{} {
+	if c.hints == nil {
+		return nil
+	}
+	return c.hints.Restarted()
+}
+
+// ArmRestartToken implements semantics.RestartTokenHinter (a no-op on an
+// accepted connection).
+func (c *conn) ArmRestartToken(t semantics.RestartToken) {
+	if c.hints != nil {
+		c.hints.Arm(t)
+	}
+}
 
 // IncomingStreamCredit implements semantics.StreamCreditor.
 func (c *conn) IncomingStreamCredit() int { return c.credit }

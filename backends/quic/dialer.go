@@ -42,7 +42,7 @@ type Transport struct{ ep *endpoint }
 // NewTransport opens a shared client socket on local ("host:port"; port 0
 // picks one).
 func NewTransport(local string) (*Transport, error) {
-	ep, err := newEndpoint("udp", local)
+	ep, err := newDialEndpoint("udp", local)
 	if err != nil {
 		return nil, fmt.Errorf("quic: transport %s: %w", local, err)
 	}
@@ -97,7 +97,7 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 				local = "[::]:0"
 			}
 		}
-		if ep, err = newEndpoint("udp", local); err != nil {
+		if ep, err = newDialEndpoint("udp", local); err != nil {
 			return nil, fmt.Errorf("quic: dial %s: %w", addr, err)
 		}
 	}

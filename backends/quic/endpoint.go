@@ -12,6 +12,7 @@ import (
 	quicgo "github.com/quic-go/quic-go"
 
 	"forgeyard.dev/transport/backends/internal/refcount"
+	"forgeyard.dev/transport/semantics"
 )
 
 // endpoint owns one UDP socket and the quic-go Transport on it. It closes
@@ -28,10 +29,9 @@ type endpoint struct {
 
 	mu sync.Mutex
 	// The connections dialled from this socket, which hear restart
-	// hints (restarthint.go), and the watcher's stop; nil until the first
-	// dial. Guarded by mu.
-	dialled  map[*conn]struct{}
-	hintStop context.CancelFunc
+	// hints (restarthint.go; the socket's read path hands them to hinted:
+	// dialSocket); nil until the first dial. Guarded by mu.
+	dialled map[*conn]struct{}
 }
 
 // newEndpoint opens a UDP socket on addr ("host:port"; port 0 picks one).
@@ -48,6 +48,18 @@ func newEndpoint(network, addr string) (*endpoint, error) {
 	return &endpoint{udp: udp, tr: &quicgo.Transport{Conn: udp}, users: refcount.New()}, nil
 }
 
+// newDialEndpoint is newEndpoint for dialling: restart hints are taken
+// out of the socket's read path (NewHintSocket) and passed to the
+// connections dialled from it.
+func newDialEndpoint(network, addr string) (*endpoint, error) {
+	e, err := newEndpoint(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	e.tr.Conn = NewHintSocket(e.udp, e.hinted)
+	return e, nil
+}
+
 // acquire registers a connection; false if the endpoint already closed.
 func (e *endpoint) acquire() bool { return e.users.Acquire() }
 
@@ -58,24 +70,18 @@ func (e *endpoint) acquireShared() bool { return e.users.AcquireOwned() }
 // release drops one user and closes the endpoint with the last.
 func (e *endpoint) release() {
 	if e.users.Release() {
-		if e.hintStop != nil {
-			e.hintStop()
-		}
 		_ = e.tr.Close()
 		_ = e.udp.Close()
 	}
 }
 
 // watchHints makes c, dialled from this socket, hear restart hints from
-// its peer (conn.PeerHints), starting the socket's watcher with the first.
+// its peer (conn.PeerHints, conn.PeerRestarted).
 func (e *endpoint) watchHints(c *conn) {
-	c.hints = make(chan struct{}, 1)
+	c.hints = NewHintTarget()
 	e.mu.Lock()
 	if e.dialled == nil {
 		e.dialled = make(map[*conn]struct{})
-		ctx, cancel := context.WithCancel(context.Background())
-		e.hintStop = cancel
-		go WatchRestartHints(ctx, e.tr, e.hinted)
 	}
 	e.dialled[c] = struct{}{}
 	e.mu.Unlock()
@@ -86,18 +92,17 @@ func (e *endpoint) watchHints(c *conn) {
 	})
 }
 
-// hinted passes a restart hint from `from` to the connections with that
-// peer.
-func (e *endpoint) hinted(from netip.AddrPort) {
+// hinted passes a restart hint from `from`, carrying tok (zero: none),
+// to the connections with that peer (HintTarget.Deliver: only the one
+// armed with tok ends; those armed with another token of the same key
+// ignore it). It runs on quic-go's read loop (NewHintSocket): a few
+// comparisons and non-blocking sends per connection.
+func (e *endpoint) hinted(from netip.AddrPort, tok semantics.RestartToken) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for c := range e.dialled {
-		if c.remote == from {
+		if c.remote == from && c.hints.Deliver(tok) == semantics.HintProbe {
 			c.heard.Add(1)
-			select {
-			case c.hints <- struct{}{}:
-			default: // one pending is enough
-			}
 		}
 	}
 }

@@ -94,10 +94,30 @@ func (l *Listener) Close() error {
 	return err
 }
 
-// HintRestart sends a restart hint to each of peers from the listening
-// socket, perSecond at most (≤ 0: DefaultRestartHintRate): a daemon that
-// restarted after a crash tells the agents of its previous process at
-// once (restarthint.go). It returns how many were sent.
+// Abort is what the death of the process does to the listener: it closes
+// the socket at once and drops every connection on it without a word to
+// its peer (no CONNECTION_CLOSE: quic-go destroys them), which then learns
+// of it only from a restart hint, a stateless reset or its idle timeout.
+// For crash tests (restart hints); a server closes with Close. Idempotent.
+func (l *Listener) Abort() {
+	_ = l.ln.Close()
+	_ = l.ep.tr.Close() // destroys the connections silently
+	_ = l.ep.udp.Close()
+	l.closeOnce.Do(l.ep.release)
+}
+
+// HintRestart sends a tokenless restart hint to each of peers from the
+// listening socket, perSecond at most (≤ 0: DefaultRestartHintRate): a
+// daemon that restarted after a crash tells the agents of its previous
+// process at once (restarthint.go). It returns how many were sent.
+// HintRestartTo sends hints carrying the sessions' restart tokens.
 func (l *Listener) HintRestart(ctx context.Context, peers []netip.AddrPort, perSecond int) (int, error) {
 	return SendRestartHints(ctx, l.ep.tr, peers, perSecond)
+}
+
+// HintRestartTo sends hints (one per session, with its restart token)
+// from the listening socket, perSecond at most (≤ 0:
+// DefaultRestartHintRate). It returns how many were sent.
+func (l *Listener) HintRestartTo(ctx context.Context, hints []RestartHint, perSecond int) (int, error) {
+	return SendRestartHintsTo(ctx, l.ep.tr, hints, perSecond)
 }

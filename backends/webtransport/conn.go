@@ -21,6 +21,8 @@ var (
 	_ semantics.RawStream     = (*stream)(nil)
 	_ semantics.RawSendStream = (*sendStream)(nil)
 	_ semantics.RawRecvStream = (*recvStream)(nil)
+
+	_ semantics.RestartTokenHinter = (*conn)(nil)
 )
 
 // causeWait bounds how long a session that ended without a WebTransport
@@ -35,14 +37,37 @@ type conn struct {
 	hint   *fyquic.DelayHint // nil unless Config.DelayHintMaxRTT > 0
 	ctx    context.Context   // cancelled with the *semantics.ConnError
 	cancel context.CancelCauseFunc
-	credit int           // WebTransport streams the peer may open (Config.StreamCredit)
-	hints  chan struct{} // restart hints of a dialled connection; nil on accepted ones
+	credit int                // WebTransport streams the peer may open (Config.StreamCredit)
+	hints  *fyquic.HintTarget // restart hints of a dialled connection; nil on accepted ones
 }
 
 // PeerHints implements semantics.PeerHinter: the restart hints a dialled
 // connection's socket received from its peer (backends/quic restart
-// hints). An accepted connection never gets one.
-func (c *conn) PeerHints() <-chan struct{} { return c.hints }
+// hints) that do not carry the armed token. An accepted connection never
+// gets one (nil).
+func (c *conn) PeerHints() <-chan struct{} {
+	if c.hints == nil {
+		return nil
+	}
+	return c.hints.Hints()
+}
+
+// PeerRestarted implements semantics.RestartTokenHinter: hints carrying
+// the armed token. Nil on an accepted connection.
+func (c *conn) PeerRestarted() <-chan struct{} {
+	if c.hints == nil {
+		return nil
+	}
+	return c.hints.Restarted()
+}
+
+// ArmRestartToken implements semantics.RestartTokenHinter (a no-op on an
+// accepted connection).
+func (c *conn) ArmRestartToken(t semantics.RestartToken) {
+	if c.hints != nil {
+		c.hints.Arm(t)
+	}
+}
 
 // IncomingStreamCredit implements semantics.StreamCreditor.
 func (c *conn) IncomingStreamCredit() int { return c.credit }

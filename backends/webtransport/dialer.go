@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -65,9 +66,16 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 	if err != nil {
 		return nil, fmt.Errorf("webtransport: dial %s: %w", addr, err)
 	}
-	tr := &quicgo.Transport{Conn: udp}
-	hintCtx, stopHints := context.WithCancel(context.Background())
-	closeEndpoint := func() { stopHints(); _ = tr.Close(); _ = udp.Close() }
+	// Restart hints are taken out of the socket's read path
+	// (fyquic.NewHintSocket) and passed to the connection once it exists.
+	peer := netip.AddrPortFrom(ua.AddrPort().Addr().Unmap(), ua.AddrPort().Port())
+	var hints atomic.Pointer[fyquic.HintTarget]
+	tr := &quicgo.Transport{Conn: fyquic.NewHintSocket(udp, func(from netip.AddrPort, tok semantics.RestartToken) {
+		if h := hints.Load(); h != nil && from == peer {
+			h.Deliver(tok)
+		}
+	})}
+	closeEndpoint := func() { _ = tr.Close(); _ = udp.Close() }
 
 	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout(d.Config))
 	defer cancel()
@@ -106,16 +114,8 @@ func (d Dialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, e
 	}
 	c := newConn(sess, qc, closeEndpoint, hintMaxRTT(d.Config))
 	c.credit = d.Config.StreamCredit()
-	c.hints = make(chan struct{}, 1)
-	peer := netip.AddrPortFrom(ua.AddrPort().Addr().Unmap(), ua.AddrPort().Port())
-	go fyquic.WatchRestartHints(hintCtx, tr, func(from netip.AddrPort) {
-		if from == peer {
-			select {
-			case c.hints <- struct{}{}:
-			default:
-			}
-		}
-	})
+	c.hints = fyquic.NewHintTarget()
+	hints.Store(c.hints)
 	return c, nil
 }
 

@@ -211,9 +211,16 @@ func quicConnOf(r *http.Request) *quicgo.Conn {
 	return qc
 }
 
-// HintRestart sends a restart hint to each of peers from the listening
-// socket (backends/quic.SendRestartHints): a daemon that restarted after a
-// crash tells the agents of its previous process at once.
+// HintRestart sends a tokenless restart hint to each of peers from the
+// listening socket (backends/quic.SendRestartHints): a daemon that
+// restarted after a crash tells the agents of its previous process at
+// once. HintRestartTo sends hints carrying the sessions' restart tokens.
 func (l *Listener) HintRestart(ctx context.Context, peers []netip.AddrPort, perSecond int) (int, error) {
 	return fyquic.SendRestartHints(ctx, l.tr, peers, perSecond)
+}
+
+// HintRestartTo sends hints (one per session, with its restart token)
+// from the listening socket (backends/quic.SendRestartHintsTo).
+func (l *Listener) HintRestartTo(ctx context.Context, hints []fyquic.RestartHint, perSecond int) (int, error) {
+	return fyquic.SendRestartHintsTo(ctx, l.tr, hints, perSecond)
 }

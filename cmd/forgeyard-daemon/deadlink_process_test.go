@@ -15,6 +15,7 @@ import (
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/wire"
 )
 
 // TestProcessDaemonKilledAgentNoticesInSeconds runs forgeyard-daemon as a
@@ -84,6 +85,7 @@ func newKillHarnessOn(t *testing.T, every time.Duration, backend string) *killHa
 		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), RequestTimeout: 2 * time.Second,
 		Backoff:  agent.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		Fallback: agent.Fallback{ProbeInterval: -1},
+		Features: wire.Implemented, // as forgeyard-agent: restart tokens among them
 		Hooks: agent.Hooks{OnConnected: func(s agent.Status) { h.connected <- s },
 			OnDisconnected: func(err error) { h.disc <- err }}})
 	if err != nil {
@@ -204,10 +206,11 @@ func TestProcessDaemonRestartResetsAgents(t *testing.T) {
 // TestProcessDaemonRestartNoticedWithin2s: an idle agent (its next
 // heartbeat 5 s away) learns within 2 s that its daemon was
 // SIGKILLed and restarted, on every backend. Over QUIC and WebTransport
-// the restarted daemon sends a restart hint to the addresses of its
-// previous process's sessions (from the authority); the agent answers with
-// a heartbeat, which draws the stateless reset. Over TLS+yamux the kernel
-// closed the dead process's sockets: the agent reads EOF at once.
+// the restarted daemon sends a restart hint to each session its previous
+// process held (from the authority), carrying the session's restart
+// token; the agent, which got the token at registration, ends the link at
+// once (ErrDaemonRestarted), without a heartbeat. Over TLS+yamux the
+// kernel closed the dead process's sockets: the agent reads EOF at once.
 func TestProcessDaemonRestartNoticedWithin2s(t *testing.T) {
 	const within = 2 * time.Second
 	for _, backend := range []string{config.BackendQUIC, config.BackendWebTransport, config.BackendYamux} {
@@ -241,8 +244,9 @@ func TestProcessDaemonRestartNoticedWithin2s(t *testing.T) {
 			}
 			h.await("restarted daemon")
 			st := h.a.Stats()
-			if backend != config.BackendYamux && st.RestartHints < 1 {
-				t.Fatalf("the agent answered %d restart hints, want ≥ 1 (it noticed without one: %v)", st.RestartHints, end)
+			if backend != config.BackendYamux && (!errors.Is(end, agent.ErrDaemonRestarted) || st.RestartTokenEnds != 1) {
+				t.Fatalf("link ended with %v, %d by a restart token (%d hints probed); want ErrDaemonRestarted, 1",
+					end, st.RestartTokenEnds, st.RestartHints)
 			}
 		})
 	}

@@ -36,7 +36,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -304,6 +303,14 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 		return err
 	}
 	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
+	// The QUIC listeners' stateless reset key, and from it the restart
+	// token key: both must survive restarts, so that the next process can
+	// tell this one's agents it restarted (restart hints).
+	resetKey, err := serversetup.ResetKey(cfg.Listen.StatelessResetKeyFile, cfg.TLS)
+	if err != nil {
+		return err
+	}
+	dcfg.RestartTokenKey = serversetup.RestartTokenKey(resetKey)
 	d, err := daemon.New(dcfg)
 	if err != nil {
 		return err
@@ -323,7 +330,7 @@ func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, 
 	hsf := serversetup.NewHandshakeFailures(log, tel.m, 0, 0)
 	defer hsf.Close()
 	tel.setHandshakeFailures(hsf)
-	ls, restartPeers, err := openListeners(ctx, cfg, &dcfg, d, au, tlsConf, hsf, log)
+	ls, restartPeers, err := openListeners(ctx, cfg, &dcfg, d, au, tlsConf, resetKey, hsf, log)
 	if err != nil {
 		return err
 	}
@@ -416,22 +423,18 @@ func instrument(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, te
 }
 
 // openListeners is the listener step: the listeners' configurations and
-// stateless reset key, the previous process's agents (restart hints),
-// then the listeners. On failure it shuts d down.
-func openListeners(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, d *daemon.Daemon, au authority.Authority, tlsConf *tls.Config, hsf *serversetup.HandshakeFailures, log *slog.Logger) ([]serversetup.Listener, map[string][]netip.AddrPort, error) {
+// stateless reset key, the previous process's agents (restart hints, with
+// their tokens), then the listeners. On failure it shuts d down.
+func openListeners(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, d *daemon.Daemon, au authority.Authority, tlsConf *tls.Config, resetKey *[32]byte, hsf *serversetup.HandshakeFailures, log *slog.Logger) ([]serversetup.Listener, map[string][]quic.RestartHint, error) {
 	// The daemon's per-connection limits: the backends' stream credit.
 	qcfg, ycfg := listenerConfigs(dcfg.AllLimits().Conn, log, hsf.Report)
 	qcfg.Admit = d.AdmitEarly            // the connection cap, before the QUIC handshake
 	qcfg.Backlog = d.RegistrationBacklog // the way in bounded up to registration
-	var err error
-	if qcfg.StatelessResetKey, err = serversetup.ResetKey(cfg.Listen.StatelessResetKeyFile, cfg.TLS); err != nil {
-		_ = d.Shutdown(context.Background())
-		return nil, nil, err
-	}
+	qcfg.StatelessResetKey = resetKey
 	// Where the agents of a previous process that crashed were: read
 	// before anything registers (registrations overwrite the rows), told
 	// once the listeners accept.
-	restartPeers, err := daemonsetup.RestartPeers(ctx, authority.PeersOf(au), cfg.ID)
+	restartPeers, err := daemonsetup.RestartPeers(ctx, authority.PeersOf(au), cfg.ID, dcfg.RestartTokenKey)
 	if err != nil {
 		log.Warn("restart hints skipped: the authority did not list the previous process's agents", "err", err)
 	}

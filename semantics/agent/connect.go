@@ -338,6 +338,7 @@ func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link,
 		loops.Add(1)
 		go func() { defer loops.Done(); a.certRenewLoop(lctx, l) }() // enroll.go
 	}
+	restarted := restartedC(l)
 	moves := make(chan *link)
 	loops.Add(1)
 	go func() { defer loops.Done(); a.probeLoop(lctx, l.ep, eps, moves) }()
@@ -357,6 +358,11 @@ func (a *Agent) serve(ctx context.Context, l *link, eps []Endpoint) (next *link,
 			// do not wait for the transport's idle timeout.
 			closeCode, closeReason = wire.CloseIdleTimeout, "no heartbeat ack"
 			endErr = l.deadErr
+		case <-restarted:
+			// A restart hint with this link's token (heartbeat.go): the
+			// daemon lost the connection; no heartbeat needed to learn it.
+			closeReason = "the daemon restarted"
+			endErr = a.daemonRestarted(l)
 		case p := <-moves:
 			// Register the better transport first; the daemon fences l.
 			if err := a.register(ctx, p); err != nil {

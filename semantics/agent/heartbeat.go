@@ -10,6 +10,7 @@ import (
 
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/control"
+	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
 
@@ -29,6 +30,13 @@ var ErrHeartbeatTimeout = errors.New("agent: no heartbeat ack within the livenes
 // storm drops most), or it is unresponsive. The agent reconnects as after
 // any other cut.
 var ErrRestartHinted = errors.New("agent: restart hint and no heartbeat ack within its window")
+
+// ErrDaemonRestarted ends a link on which a restart hint carrying the
+// link's restart token arrived (agentwire.RestartTokenV1,
+// semantics.RestartTokenHinter): the daemon crashed and restarted, and
+// told this session so with a token only it could derive. The agent
+// reconnects as after any other cut, without waiting for a heartbeat.
+var ErrDaemonRestarted = errors.New("agent: the daemon restarted (authenticated restart hint)")
 
 // liveness is the agent's dead-link rule: the link is dead once
 // misses × every passed since the last ack of any heartbeat, or since the
@@ -159,6 +167,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context, l *link) {
 	// one sent after the hint is acked (a live daemon: the next tick ends it) or the
 	// connection ends (the restarted daemon's stateless reset), at most
 	// maxProbes; hints closer than probeEvery to the last are ignored.
+	// (A hint carrying the link's restart token ends the link in serve:
+	// restartedC.)
 	var hintC <-chan struct{}
 	if ph, ok := l.bc.(semantics.PeerHinter); ok {
 		hintC = ph.PeerHints()
@@ -209,6 +219,39 @@ func (h *heartbeatState) onRestartHint() {
 		h.hintDead.Reset(hintWindow)
 	}
 	h.hintDeadC = h.hintDead.C
+}
+
+// restartedC is the channel on which l's connection reports a restart
+// hint carrying the link's restart token (nil: the backend has none);
+// serve ends the link on it with ErrDaemonRestarted (daemonRestarted).
+func restartedC(l *link) <-chan struct{} {
+	if rh, ok := l.bc.(semantics.RestartTokenHinter); ok {
+		return rh.PeerRestarted()
+	}
+	return nil
+}
+
+// daemonRestarted counts and logs an authenticated restart hint and
+// returns the link's end: ErrDaemonRestarted.
+func (a *Agent) daemonRestarted(l *link) error {
+	a.st.restartTokenEnds.Add(1)
+	a.log.Info("the daemon restarted (restart hint with this link's token): reconnecting",
+		"backend", l.ep.Backend, "endpoint", l.ep.Address)
+	return ErrDaemonRestarted
+}
+
+// armRestartToken arms l's connection with the restart token the daemon
+// gave it (agentwire.RestartTokenV1), when the link negotiated
+// wire.FeatureRestartTokenV1 and the backend can check hints
+// (semantics.RestartTokenHinter); a token for another transport is
+// ignored.
+func (a *Agent) armRestartToken(l *link, m *agentwire.RestartTokenV1) {
+	rh, ok := l.bc.(semantics.RestartTokenHinter)
+	if !ok || !l.features.Has(wire.FeatureRestartTokenV1) || m.TransportSession != l.transport {
+		return
+	}
+	rh.ArmRestartToken(semantics.RestartToken{KeyID: m.KeyID, Token: m.Token})
+	a.st.restartTokens.Add(1)
 }
 
 // hintUnanswered is the restart hint's liveness judgement at the end of

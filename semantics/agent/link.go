@@ -141,6 +141,8 @@ func (a *Agent) handle(l *link, env *wire.Envelope) {
 		_ = l.ch.ReplyError(env.MessageID, wire.ErrCodeInvalidState, wire.RetryNever, "secret material is accepted only on a secret stream")
 	case *agentwire.ServerTimeV1:
 		a.observeServerTime(m.ServerTimeMs, time.Time{}, a.now()) // clock.go
+	case *agentwire.RestartTokenV1:
+		a.armRestartToken(l, m) // heartbeat.go
 	case *wire.WireErrorV1:
 		// Diagnostics only; uncorrelated errors are logged. A failing data
 		// store on the daemon is remembered: the logs-finalized barrier is

@@ -22,6 +22,7 @@ type agentStats struct {
 	deferrals                                                         atomic.Int64 // connect.go: waits that obeyed a retry hint
 	hbQuickened                                                       atomic.Int64 // heartbeat.go: switches to quickened heartbeats
 	restartHints, hintTimeouts                                        atomic.Int64 // heartbeat.go: restart hints answered; links ended by one
+	restartTokens, restartTokenEnds                                   atomic.Int64 // heartbeat.go: tokens armed; links ended by an authenticated hint
 	leaseExpired, capUpdates, healthProbes                            atomic.Int64 // clock.go, inventory.go
 }
 
@@ -66,9 +67,15 @@ type Stats struct {
 	// RestartHintTimeouts counts the links ended because no heartbeat was
 	// acked within 1 s of a restart hint (ErrRestartHinted).
 	RestartHintTimeouts int64
-	LogFinalizeFailed   int64 // attempts completed without a passed logs-finalized barrier
-	OutputsUploaded     int64 // outputs uploaded (or already held) before completions
-	OutputsFailed       int64 // local outputs that could not be uploaded (left out of completions)
+	// RestartTokens counts the restart tokens the daemon gave (armed on
+	// the link's connection, agentwire.RestartTokenV1).
+	RestartTokens int64
+	// RestartTokenEnds counts the links ended by a restart hint carrying
+	// the link's token (ErrDaemonRestarted).
+	RestartTokenEnds  int64
+	LogFinalizeFailed int64 // attempts completed without a passed logs-finalized barrier
+	OutputsUploaded   int64 // outputs uploaded (or already held) before completions
+	OutputsFailed     int64 // local outputs that could not be uploaded (left out of completions)
 	// OutputsStorageRetries counts upload retries because the daemon's
 	// content store was unavailable (WireErrorV1 StorageUnavailable) or
 	// the link failed under the upload.
@@ -191,6 +198,7 @@ func (a *Agent) Stats() Stats {
 		Cancels: s.cancels.Load(), HeartbeatsSent: s.hbSent.Load(), HeartbeatsAcked: s.hbAcked.Load(), HeartbeatTimeouts: s.hbTimeouts.Load(), DialFailures: s.dialFailures.Load(),
 		RetryHintsObeyed: s.deferrals.Load(), HeartbeatsQuickened: s.hbQuickened.Load(),
 		RestartHints: s.restartHints.Load(), RestartHintTimeouts: s.hintTimeouts.Load(),
+		RestartTokens: s.restartTokens.Load(), RestartTokenEnds: s.restartTokenEnds.Load(),
 		LeasesExpired: s.leaseExpired.Load(), CapabilityUpdates: s.capUpdates.Load(), HealthProbes: s.healthProbes.Load(),
 		LogFinalizeFailed: s.logFinalizeFailed.Load(), OutputsUploaded: s.outputsUploaded.Load(), OutputsFailed: s.outputsFailed.Load(),
 		OutputsStorageRetries: s.outputsStorageRetries.Load(), LogStorageRetries: s.logStorageRetries.Load(),

@@ -3,17 +3,23 @@ package authority
 import (
 	"context"
 	"database/sql"
+
+	"forgeyard.dev/transport/wire"
 )
 
 // MaxPeers bounds Peers.HeldBy's answer.
 const MaxPeers = 1 << 20
 
 // Peer is where one session a daemon held was connected: the backend
-// ("" when the inventory has no presence record of it) and the remote
-// address the daemon saw (Registration.Remote).
+// ("" when the inventory has no presence record of it), the remote
+// address the daemon saw (Registration.Remote), and the session and the
+// transport of its last registration (a restarted daemon derives the
+// session's restart token from them, semantics.DeriveRestartToken).
 type Peer struct {
-	Backend string
-	Remote  string
+	Backend   string
+	Remote    string
+	Session   wire.AgentSessionId
+	Transport wire.TransportSessionId
 }
 
 // Peers lists the live sessions a daemon holds according to the
@@ -45,7 +51,7 @@ func (s *store) HeldBy(ctx context.Context, daemon string, limit int) ([]Peer, e
 	var out []Peer
 	err := s.tx(ctx, func(t *sql.Tx) error {
 		out = out[:0]
-		rows, err := t.QueryContext(ctx, s.rebind(`SELECT s.remote, COALESCE(p.backend, '') FROM fy_sessions s
+		rows, err := t.QueryContext(ctx, s.rebind(`SELECT s.remote, COALESCE(p.backend, ''), s.session_id, s.transport_id FROM fy_sessions s
 			LEFT JOIN fy_runner_presence p ON p.session_id = s.session_id
 			WHERE s.daemon = ? AND s.ended = ? AND (p.session_id IS NULL OR (p.connected = ? AND p.daemon = ?))
 			LIMIT ?`), daemon, false, true, daemon, limit)
@@ -55,9 +61,12 @@ func (s *store) HeldBy(ctx context.Context, daemon string, limit int) ([]Peer, e
 		defer rows.Close()
 		for rows.Next() {
 			var p Peer
-			if err := rows.Scan(&p.Remote, &p.Backend); err != nil {
+			var session, transport []byte
+			if err := rows.Scan(&p.Remote, &p.Backend, &session, &transport); err != nil {
 				return err
 			}
+			copy(p.Session.ULID[:], session)
+			copy(p.Transport.ULID[:], transport)
 			out = append(out, p)
 		}
 		return rows.Err()

@@ -136,6 +136,17 @@ type Config struct {
 	MinProtocol wire.ProtocolVersion
 	// Features offered to agents; the ack carries the intersection.
 	Features wire.FeatureSet
+	// RestartTokenKey (at least 32 secret bytes) keys the restart tokens
+	// given to QUIC and WebTransport agents that negotiated
+	// wire.FeatureRestartTokenV1 (agentwire.RestartTokenV1,
+	// semantics.DeriveRestartToken): after a crash, the restarted daemon
+	// derives them again for the sessions its previous process held and
+	// sends each in a restart hint, which ends the agent's link at once
+	// (docs/protocols/internal/restart-hint.md). It must survive restarts
+	// (forgeyard-daemon derives it from the QUIC stateless reset key).
+	// Nil or shorter: no tokens; agents answer restart hints with a
+	// heartbeat probe.
+	RestartTokenKey []byte
 	// Timing policy; zero fields are defaults.
 	Timing Timing
 	// AlternateEndpoints are sent to agents for reconnects and GoAway.

@@ -48,6 +48,9 @@ type Stats struct {
 	// CapabilitiesRecovered counts snapshots fetched because a heartbeat's
 	// capability digest differed from the one held (§236).
 	CapabilitiesRecovered int64
+	// RestartTokens counts the restart tokens given (RestartTokenV1,
+	// restarttoken.go).
+	RestartTokens int64
 }
 
 type latencies struct {
@@ -89,6 +92,7 @@ type stats struct {
 	logsFinalized, outputsFinalized                       atomic.Int64
 	sendRefused                                           atomic.Int64 // send.go
 	capRecovered                                          atomic.Int64 // inventory.go checkDigest
+	restartTokens                                         atomic.Int64 // restarttoken.go
 }
 
 // Stats returns a snapshot of the counters.
@@ -105,6 +109,7 @@ func (d *Daemon) Stats() Stats {
 		OfferToAccept: s.offerLat.snapshot(), CompletionToAck: s.complLat.snapshot(), CancelDelivery: s.cancelLat.snapshot(),
 		LogsFinalized: s.logsFinalized.Load(), OutputsFinalized: s.outputsFinalized.Load(),
 		SendRefused: s.sendRefused.Load(), CapabilitiesRecovered: s.capRecovered.Load(),
+		RestartTokens: s.restartTokens.Load(),
 	}
 	for i := range s.completions {
 		out.Completions[i] = s.completions[i].Load()

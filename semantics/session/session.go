@@ -59,7 +59,7 @@ type Class uint8
 const (
 	ClassUnknown   Class = iota // not a type this build knows
 	ClassCommon                 // WireErrorV1: legal for everyone
-	ClassSession                // hello, ack, register, accepted/rejected, heartbeat+ack, goaway, server time, fenced
+	ClassSession                // hello, ack, register, accepted/rejected, heartbeat+ack, goaway, server time, fenced, restart token
 	ClassExecution              // lease*, cancel*, phase, completion*, resync, capability update, probe, secret; logs and CAS
 	ClassAdmin                  // typed admin commands (daemon → agent) and their ack
 	ClassHealth                 // health probes
@@ -87,6 +87,7 @@ var sessionTypes = map[wire.MessageTypeId]bool{
 	agentwire.MsgHeartbeat: true, agentwire.MsgHeartbeatAck: true,
 	agentwire.MsgGoAway: true, agentwire.MsgServerTime: true, agentwire.MsgSessionFenced: true,
 	agentwire.MsgCertificateRequest: true, agentwire.MsgCertificateIssued: true, agentwire.MsgRegistrationDeferred: true,
+	agentwire.MsgRestartToken: true,
 }
 
 // Classify returns the class of t.
@@ -186,6 +187,7 @@ var directions = map[wire.MessageTypeId]Direction{
 	agentwire.MsgCertificateRequest:   FromAgent,
 	agentwire.MsgCertificateIssued:    FromDaemon,
 	agentwire.MsgRegistrationDeferred: FromDaemon,
+	agentwire.MsgRestartToken:         FromDaemon,
 	admin.MsgDrain:                    FromDaemon,
 	admin.MsgResume:                   FromDaemon,
 	admin.MsgRefreshCapabilities:      FromDaemon,

@@ -123,8 +123,8 @@ func TestRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(Messages) != 28 {
-		t.Errorf("Messages has %d entries, want 28 (0x01–0x1c)", len(Messages))
+	if len(Messages) != 29 {
+		t.Errorf("Messages has %d entries, want 29 (0x01–0x1d)", len(Messages))
 	}
 	sampled := map[wire.MessageTypeId]bool{}
 	for _, m := range Samples() {
@@ -157,6 +157,9 @@ func TestRegistry(t *testing.T) {
 		want := wire.V(1, 0)
 		if mi.Type == MsgCertificateRequest || mi.Type == MsgCertificateIssued || mi.Type == MsgRegistrationDeferred {
 			want = wire.V(1, 2)
+		}
+		if mi.Type == MsgRestartToken { // restart tokens: protocol 1.3, feature RestartTokenV1
+			want = wire.V(1, 3)
 		}
 		if mi.Since != want {
 			t.Errorf("%s: Since %s, want %s", mi.Name, mi.Since, want)

@@ -383,6 +383,7 @@ func maximal() []wire.Message {
 		&CertificateIssuedV1{Runner: sRunner, NotAfterMs: u64,
 			CertChain: [][]byte{make([]byte, MaxCertDER), make([]byte, MaxCertDER), make([]byte, MaxCertDER), make([]byte, MaxCertDER)}},
 		&RegistrationDeferredV1{Code: 0xffff, RetryAfterMs: MaxRetryAfterMs, Message: str(MaxRejectMessage)},
+		&RestartTokenV1{TransportSession: sTransport, KeyID: [4]byte{0xff, 0xff, 0xff, 0xff}, Token: [16]byte{0: 0xff, 15: 0xff}},
 	}
 }
 

@@ -73,4 +73,6 @@ var Messages = []wire.MessageInfo{
 		New: func() wire.Message { return new(CertificateIssuedV1) }},
 	{Type: MsgRegistrationDeferred, Name: nameRegistrationDeferred, Since: wire.V(1, 2), MaxSize: maxRegistrationDeferredSize,
 		New: func() wire.Message { return new(RegistrationDeferredV1) }},
+	{Type: MsgRestartToken, Name: nameRestartToken, Since: wire.V(1, 3), MaxSize: maxRestartTokenSize,
+		New: func() wire.Message { return new(RestartTokenV1) }},
 }

@@ -262,6 +262,8 @@ func Samples() []wire.Message {
 		&CertificateIssuedV1{Runner: sRunner, CertChain: [][]byte{sampleBytes(0x30, 48), sampleBytes(0x32, 40)}, NotAfterMs: sampleTimeMs + 30*86400000},
 		&RegistrationDeferredV1{Code: wire.ErrCodeOverloaded, RetryAfterMs: 2750,
 			Message: "registration rate limit (200/s burst 400) reached; retry after 2.75s"},
+		&RestartTokenV1{TransportSession: sTransport, KeyID: [4]byte{0x5a, 0x1e, 0x7b, 0x02},
+			Token: [16]byte(sampleBytes(0x40, 16))},
 	)
 	return out
 }

@@ -14,10 +14,11 @@ package serversetup
 
 import (
 	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"time"
 
@@ -117,13 +118,29 @@ func Listen(l config.Listen, tlsConf *tls.Config, qcfg quic.Config, ycfg yamux.C
 // RestartHinter is a listener that can send restart hints from its socket
 // (the QUIC and WebTransport listeners; see backends/quic.SendRestartHints).
 type RestartHinter interface {
-	HintRestart(ctx context.Context, peers []netip.AddrPort, perSecond int) (int, error)
+	HintRestartTo(ctx context.Context, hints []quic.RestartHint, perSecond int) (int, error)
+}
+
+// RestartTokenKey derives the daemon's restart token key
+// (daemon.Config.RestartTokenKey) from its QUIC stateless reset key
+// (ResetKey): secret, and the same after a restart for as long as the
+// reset key is — which is what a restarted daemon needs to derive the
+// tokens its previous process gave. Nil for a nil reset key.
+func RestartTokenKey(resetKey *[32]byte) []byte {
+	if resetKey == nil {
+		return nil
+	}
+	k, err := hkdf.Key(sha256.New, resetKey[:], nil, "forgeyard restart token key", 32)
+	if err != nil { // only for lengths above 255*32
+		panic(err)
+	}
+	return k
 }
 
 // HintRestart sends the restart hints for peers (RestartPeers) from the
 // listeners of their backends, at perSecond (≤ 0: the QUIC default), and
 // logs what it sent. It returns the number sent.
-func HintRestart(ctx context.Context, log *slog.Logger, peers map[string][]netip.AddrPort, ls []Listener, perSecond int) int {
+func HintRestart(ctx context.Context, log *slog.Logger, peers map[string][]quic.RestartHint, ls []Listener, perSecond int) int {
 	total := 0
 	for _, l := range ls {
 		h, ok := l.BackendListener.(RestartHinter)
@@ -131,7 +148,7 @@ func HintRestart(ctx context.Context, log *slog.Logger, peers map[string][]netip
 			continue
 		}
 		start := time.Now()
-		n, err := h.HintRestart(ctx, peers[l.Backend], perSecond)
+		n, err := h.HintRestartTo(ctx, peers[l.Backend], perSecond)
 		total += n
 		if err != nil && ctx.Err() == nil {
 			log.Warn("restart hints not all sent", "backend", l.Backend, "sent", n, "peers", len(peers[l.Backend]), "err", err)

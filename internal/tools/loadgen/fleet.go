@@ -478,6 +478,10 @@ func (f *Fleet) AgentStats() agent.Stats {
 		s.HeartbeatsSent += a.HeartbeatsSent
 		s.HeartbeatsAcked += a.HeartbeatsAcked
 		s.HeartbeatTimeouts += a.HeartbeatTimeouts
+		s.RestartHints += a.RestartHints
+		s.RestartHintTimeouts += a.RestartHintTimeouts
+		s.RestartTokens += a.RestartTokens
+		s.RestartTokenEnds += a.RestartTokenEnds
 		s.DialFailures += a.DialFailures
 		s.LeasesAccepted += a.LeasesAccepted
 		s.LeasesRejected += a.LeasesRejected

@@ -168,6 +168,13 @@ type RestartResult struct {
 	Ready               time.Duration `json:"ready_ns"`
 	NoticeP50AfterReady time.Duration `json:"notice_p50_after_ready_ns"`
 	NoticeMaxAfterReady time.Duration `json:"notice_max_after_ready_ns"`
+	// How the links ended, from the agents' counters over the round: by a
+	// restart hint carrying the link's token (agent.ErrDaemonRestarted),
+	// and the hints answered with a heartbeat probe and the links those
+	// ended by their window (agent.ErrRestartHinted).
+	TokenEnds    int64 `json:"restart_token_ends"`
+	HintProbes   int64 `json:"restart_hint_probes"`
+	HintTimeouts int64 `json:"restart_hint_timeouts"`
 }
 
 // DaemonResult are the daemon process's figures (/proc/<pid>, /metrics).
@@ -344,7 +351,7 @@ func (s *Summary) WriteTable(w io.Writer) error {
 		row("lost attempt", a)
 	}
 	for _, r := range s.Restarts {
-		row(r.Kind, roundCell(r.Round)+fmt.Sprintf("; %d noticed, p50 %s, max %s (after the restarted daemon was ready in %s: p50 %s, max %s); %.2f attempts per agent, %d failed; peak %d/s", r.Noticed, ms(r.NoticeP50), ms(r.NoticeMax), ms(r.Ready), ms(r.NoticeP50AfterReady), ms(r.NoticeMaxAfterReady), r.Round.AttemptsPerAgentMean, r.Round.Failed, r.Round.PeakPerSecond))
+		row(r.Kind, roundCell(r.Round)+fmt.Sprintf("; %d noticed, p50 %s, max %s (after the restarted daemon was ready in %s: p50 %s, max %s); %.2f attempts per agent, %d failed; peak %d/s; links ended by a restart token %d, hints probed %d, hint windows expired %d", r.Noticed, ms(r.NoticeP50), ms(r.NoticeMax), ms(r.Ready), ms(r.NoticeP50AfterReady), ms(r.NoticeMaxAfterReady), r.Round.AttemptsPerAgentMean, r.Round.Failed, r.Round.PeakPerSecond, r.TokenEnds, r.HintProbes, r.HintTimeouts))
 	}
 	verdict := "ok"
 	if !s.OK() {

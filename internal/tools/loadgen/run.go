@@ -394,6 +394,7 @@ func (r *runner) restart(ctx context.Context, kind string, stop func() error) er
 		return nil
 	}
 	before, failedBefore := f.attempts.Load(), f.failed.Load()
+	stBefore := f.AgentStats()
 	rd := f.BeginRound(kind)
 	if err := stop(); err != nil {
 		s.Violations = append(s.Violations, fmt.Sprintf("%s: stopping the daemon: %v", kind, err))
@@ -409,6 +410,10 @@ func (r *runner) restart(ctx context.Context, kind string, stop func() error) er
 	rr.NoticeP50AfterReady, rr.NoticeMaxAfterReady = max(0, rr.NoticeP50-ready), max(0, rr.NoticeMax-ready)
 	rr.Round.AttemptsPerAgentMean = float64(f.attempts.Load()-before) / float64(o.N)
 	rr.Round.Failed = f.failed.Load() - failedBefore
+	st := f.AgentStats()
+	rr.TokenEnds = st.RestartTokenEnds - stBefore.RestartTokenEnds
+	rr.HintProbes = st.RestartHints - stBefore.RestartHints
+	rr.HintTimeouts = st.RestartHintTimeouts - stBefore.RestartHintTimeouts
 	s.Restarts = append(s.Restarts, rr)
 	return nil
 }

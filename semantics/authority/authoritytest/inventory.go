@@ -256,13 +256,15 @@ func testPeers(t *testing.T, o Opener) {
 	ps := facet(t, a, authority.PeersOf, "has no Peers")
 	inv := inventory(t, a)
 	ctx := context.Background()
+	transports := map[wire.AgentSessionId]wire.TransportSessionId{}
 	reg := func(daemon, remote string) (wire.RunnerId, wire.AgentSessionId) {
 		t.Helper()
-		r, s := wire.NewRunnerId(), wire.NewAgentSessionId()
-		if _, err := a.RegisterSession(ctx, authority.Registration{Runner: r, Session: s, Transport: wire.NewTransportSessionId(),
+		r, s, tr := wire.NewRunnerId(), wire.NewAgentSessionId(), wire.NewTransportSessionId()
+		if _, err := a.RegisterSession(ctx, authority.Registration{Runner: r, Session: s, Transport: tr,
 			Daemon: daemon, Remote: remote, Now: t0}); err != nil {
 			t.Fatal(err)
 		}
+		transports[s] = tr
 		return r, s
 	}
 	presence := func(r wire.RunnerId, s wire.AgentSessionId, daemon, backend string, connected bool) {
@@ -274,7 +276,7 @@ func testPeers(t *testing.T, o Opener) {
 	}
 	r1, s1 := reg("d1", "127.0.0.1:4001") // quic, connected
 	presence(r1, s1, "d1", "quic", true)
-	reg("d1", "127.0.0.1:4002")           // no presence record yet
+	_, s2 := reg("d1", "127.0.0.1:4002")  // no presence record yet
 	r3, s3 := reg("d1", "127.0.0.1:4003") // transport ended
 	presence(r3, s3, "d1", "quic", true)
 	presence(r3, s3, "d1", "", false)
@@ -288,7 +290,8 @@ func testPeers(t *testing.T, o Opener) {
 		t.Fatal(err)
 	}
 	slices.SortFunc(got, func(x, y authority.Peer) int { return strings.Compare(x.Remote, y.Remote) })
-	want := []authority.Peer{{Backend: "quic", Remote: "127.0.0.1:4001"}, {Backend: "", Remote: "127.0.0.1:4002"}}
+	want := []authority.Peer{{Backend: "quic", Remote: "127.0.0.1:4001", Session: s1, Transport: transports[s1]},
+		{Backend: "", Remote: "127.0.0.1:4002", Session: s2, Transport: transports[s2]}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("HeldBy(d1) = %+v, want %+v", got, want)
 	}
