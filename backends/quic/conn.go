@@ -40,29 +40,15 @@ type conn struct {
 // PeerHints implements semantics.PeerHinter: restart hints from the peer's
 // address (restarthint.go) that do not carry the armed token. An accepted
 // connection never gets one (nil).
-func (c *conn) PeerHints() <-chan struct{} {
-	if c.hints == nil {
-		return nil
-	}
-	return c.hints.Hints()
-}
+func (c *conn) PeerHints() <-chan struct{} { return c.hints.Hints() }
 
 // PeerRestarted implements semantics.RestartTokenHinter: hints carrying
 // the armed token. Nil on an accepted connection.
-func (c *conn) PeerRestarted() <-chan struct{} {
-	if c.hints == nil {
-		return nil
-	}
-	return c.hints.Restarted()
-}
+func (c *conn) PeerRestarted() <-chan struct{} { return c.hints.Restarted() }
 
 // ArmRestartToken implements semantics.RestartTokenHinter (a no-op on an
 // accepted connection).
-func (c *conn) ArmRestartToken(t semantics.RestartToken) {
-	if c.hints != nil {
-		c.hints.Arm(t)
-	}
-}
+func (c *conn) ArmRestartToken(t semantics.RestartToken) { c.hints.Arm(t) }
 
 // IncomingStreamCredit implements semantics.StreamCreditor.
 func (c *conn) IncomingStreamCredit() int { return c.credit }

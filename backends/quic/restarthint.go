@@ -253,15 +253,32 @@ func NewHintTarget() *HintTarget {
 	return &HintTarget{hints: make(chan struct{}, 1), restarted: make(chan struct{}, 1)}
 }
 
-// Arm sets the connection's token.
-func (h *HintTarget) Arm(t semantics.RestartToken) { h.armed.Store(&t) }
+// Arm sets the connection's token. On a nil HintTarget (an accepted
+// connection, which hears no hints) it does nothing, and Hints and
+// Restarted return nil, so a backend's connection passes its methods on
+// without checking.
+func (h *HintTarget) Arm(t semantics.RestartToken) {
+	if h != nil {
+		h.armed.Store(&t)
+	}
+}
 
 // Hints is the channel of unauthenticated hints (semantics.PeerHinter).
-func (h *HintTarget) Hints() <-chan struct{} { return h.hints }
+func (h *HintTarget) Hints() <-chan struct{} {
+	if h == nil {
+		return nil
+	}
+	return h.hints
+}
 
 // Restarted is the channel of hints carrying the armed token
 // (semantics.RestartTokenHinter.PeerRestarted).
-func (h *HintTarget) Restarted() <-chan struct{} { return h.restarted }
+func (h *HintTarget) Restarted() <-chan struct{} {
+	if h == nil {
+		return nil
+	}
+	return h.restarted
+}
 
 // Deliver passes a hint carrying tok (zero: none) from the connection's
 // peer to the channel its verdict names, and returns the verdict.
