@@ -41,8 +41,14 @@ func newKillHarness(t *testing.T, every time.Duration) *killHarness {
 }
 
 // newKillHarnessOn is newKillHarness with the agent on backend (quic,
-// webtransport or yamux).
+// webtransport or yamux), offering every feature forgeyard-agent does
+// (restart tokens among them).
 func newKillHarnessOn(t *testing.T, every time.Duration, backend string) *killHarness {
+	return newKillHarnessWith(t, every, backend, wire.Implemented)
+}
+
+// newKillHarnessWith is newKillHarnessOn with the agent offering features.
+func newKillHarnessWith(t *testing.T, every time.Duration, backend string, features wire.FeatureSet) *killHarness {
 	dir := t.TempDir()
 	daemonBin, _ := buildCommands(t, filepath.Join(dir, "bin"))
 	pkiDir := filepath.Join(dir, "pki")
@@ -85,7 +91,7 @@ func newKillHarnessOn(t *testing.T, every time.Duration, backend string) *killHa
 		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), RequestTimeout: 2 * time.Second,
 		Backoff:  agent.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		Fallback: agent.Fallback{ProbeInterval: -1},
-		Features: wire.Implemented, // as forgeyard-agent: restart tokens among them
+		Features: features,
 		Hooks: agent.Hooks{OnConnected: func(s agent.Status) { h.connected <- s },
 			OnDisconnected: func(err error) { h.disc <- err }}})
 	if err != nil {
@@ -175,10 +181,14 @@ func TestProcessDaemonKilledAgentNoticesInSeconds(t *testing.T) {
 // once answers the old connection's next packet with a QUIC stateless
 // reset (its key derives from the unchanged TLS key file), so the agent
 // reconnects at its next heartbeat — not after 3 missed intervals, and
-// not after the QUIC idle timeout.
+// not after the QUIC idle timeout. The agent does not offer restart
+// tokens (an agent older than protocol 1.3), so the reset, not the
+// authenticated hint, ends its link (the token path is
+// TestProcessDaemonRestartNoticedWithin2s's).
 func TestProcessDaemonRestartResetsAgents(t *testing.T) {
 	const every = 2 * time.Second // dead-link detection alone would take 6 s
-	h := newKillHarness(t, every)
+	noTokens := wire.Implemented &^ wire.FeatureSet(0).With(wire.FeatureRestartTokenV1)
+	h := newKillHarnessWith(t, every, config.BackendQUIC, noTokens)
 	h.await("first daemon")
 	h.acked(1)
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,9 +234,16 @@ func TestRestartHintCompatibility(t *testing.T) {
 				t.Fatalf("the link did not end within 10 s of the restart: %+v", a.Stats())
 			}
 			st := a.Stats()
-			if errors.Is(err, agent.ErrDaemonRestarted) || st.RestartTokens != 0 || st.RestartTokenEnds != 0 || st.RestartHints < 1 {
-				t.Fatalf("link ended with %v; tokens %d, token ends %d, hints probed %d; want a probe ending, no token",
-					err, st.RestartTokens, st.RestartTokenEnds, st.RestartHints)
+			if errors.Is(err, agent.ErrDaemonRestarted) || st.RestartTokens != 0 || st.RestartTokenEnds != 0 {
+				t.Fatalf("link ended with %v; tokens %d, token ends %d; want no token", err, st.RestartTokens, st.RestartTokenEnds)
+			}
+			// The hint is probed — unless a packet the agent sent anyway
+			// (an acknowledgement of the crashed daemon's last packet)
+			// reached the restarted daemon first and drew the stateless
+			// reset before the hint was read (seen once on a loaded
+			// machine): that ends the link the same way, without a token.
+			if st.RestartHints < 1 && (err == nil || !strings.Contains(err.Error(), "stateless reset")) {
+				t.Fatalf("link ended with %v and %d hints probed; want a probe, or the stateless reset a probe draws", err, st.RestartHints)
 			}
 			await(t, "registration with the restarted daemon", func() bool { return w.d.Stats().Registrations == 1 })
 			if n := w.d.Stats().RestartTokens; n != 0 {
