@@ -36,13 +36,16 @@ type killHarness struct {
 	disc      chan error
 }
 
+// Its agent advertises no optional feature: without RestartTokenV1 it
+// learns of a restart by the heartbeat probe and the stateless reset (what
+// the tests using it measure).
 func newKillHarness(t *testing.T, every time.Duration) *killHarness {
-	return newKillHarnessOn(t, every, config.BackendQUIC)
+	return newKillHarnessOn(t, every, config.BackendQUIC, 0)
 }
 
 // newKillHarnessOn is newKillHarness with the agent on backend (quic,
-// webtransport or yamux).
-func newKillHarnessOn(t *testing.T, every time.Duration, backend string) *killHarness {
+// webtransport or yamux) advertising features.
+func newKillHarnessOn(t *testing.T, every time.Duration, backend string, features wire.FeatureSet) *killHarness {
 	dir := t.TempDir()
 	daemonBin, _ := buildCommands(t, filepath.Join(dir, "bin"))
 	pkiDir := filepath.Join(dir, "pki")
@@ -85,7 +88,7 @@ func newKillHarnessOn(t *testing.T, every time.Duration, backend string) *killHa
 		Executor:  agent.NewSyntheticExecutor(1, agent.SyntheticOptions{}), RequestTimeout: 2 * time.Second,
 		Backoff:  agent.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		Fallback: agent.Fallback{ProbeInterval: -1},
-		Features: wire.Implemented, // as forgeyard-agent: restart tokens among them
+		Features: features,
 		Hooks: agent.Hooks{OnConnected: func(s agent.Status) { h.connected <- s },
 			OnDisconnected: func(err error) { h.disc <- err }}})
 	if err != nil {
@@ -217,7 +220,7 @@ func TestProcessDaemonRestartNoticedWithin2s(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			// 5 s: the kill comes right after the first ack, so the
 			// agent's next packet would be the heartbeat 5 s later.
-			h := newKillHarnessOn(t, 5*time.Second, backend)
+			h := newKillHarnessOn(t, 5*time.Second, backend, wire.Implemented) // as forgeyard-agent: restart tokens
 			h.await("first daemon")
 			h.acked(1) // idle from here until the next heartbeat, an interval later
 
