@@ -36,19 +36,16 @@ type killHarness struct {
 	disc      chan error
 }
 
+// Its agent advertises no optional feature: without RestartTokenV1 it
+// learns of a restart by the heartbeat probe and the stateless reset (what
+// the tests using it measure).
 func newKillHarness(t *testing.T, every time.Duration) *killHarness {
-	return newKillHarnessOn(t, every, config.BackendQUIC)
+	return newKillHarnessOn(t, every, config.BackendQUIC, 0)
 }
 
 // newKillHarnessOn is newKillHarness with the agent on backend (quic,
-// webtransport or yamux), offering every feature forgeyard-agent does
-// (restart tokens among them).
-func newKillHarnessOn(t *testing.T, every time.Duration, backend string) *killHarness {
-	return newKillHarnessWith(t, every, backend, wire.Implemented)
-}
-
-// newKillHarnessWith is newKillHarnessOn with the agent offering features.
-func newKillHarnessWith(t *testing.T, every time.Duration, backend string, features wire.FeatureSet) *killHarness {
+// webtransport or yamux) advertising features.
+func newKillHarnessOn(t *testing.T, every time.Duration, backend string, features wire.FeatureSet) *killHarness {
 	dir := t.TempDir()
 	daemonBin, _ := buildCommands(t, filepath.Join(dir, "bin"))
 	pkiDir := filepath.Join(dir, "pki")
@@ -181,14 +178,10 @@ func TestProcessDaemonKilledAgentNoticesInSeconds(t *testing.T) {
 // once answers the old connection's next packet with a QUIC stateless
 // reset (its key derives from the unchanged TLS key file), so the agent
 // reconnects at its next heartbeat — not after 3 missed intervals, and
-// not after the QUIC idle timeout. The agent does not offer restart
-// tokens (an agent older than protocol 1.3), so the reset, not the
-// authenticated hint, ends its link (the token path is
-// TestProcessDaemonRestartNoticedWithin2s's).
+// not after the QUIC idle timeout.
 func TestProcessDaemonRestartResetsAgents(t *testing.T) {
 	const every = 2 * time.Second // dead-link detection alone would take 6 s
-	noTokens := wire.Implemented &^ wire.FeatureSet(0).With(wire.FeatureRestartTokenV1)
-	h := newKillHarnessWith(t, every, config.BackendQUIC, noTokens)
+	h := newKillHarness(t, every)
 	h.await("first daemon")
 	h.acked(1)
 
@@ -227,7 +220,7 @@ func TestProcessDaemonRestartNoticedWithin2s(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			// 5 s: the kill comes right after the first ack, so the
 			// agent's next packet would be the heartbeat 5 s later.
-			h := newKillHarnessOn(t, 5*time.Second, backend)
+			h := newKillHarnessOn(t, 5*time.Second, backend, wire.Implemented) // as forgeyard-agent: restart tokens
 			h.await("first daemon")
 			h.acked(1) // idle from here until the next heartbeat, an interval later
 
