@@ -125,9 +125,10 @@ type ConnStats struct {
 // AcceptStream call, and its unidirectional streams by one started by the
 // first AcceptUniStream call (plus one short goroutine per stream while its
 // header arrives; with HandleStreams that goroutine goes on to serve the
-// stream, and no goroutine waits in Accept). Once started, a loop runs until the connection closes,
-// whether or not an Accept call is waiting, so limits, refusals and header
-// checks apply to every later stream of that direction. Streams the peer
+// stream, and no goroutine waits in Accept). Once started, a loop runs
+// until the connection closes, whether or not an Accept call is waiting,
+// so limits, refusals and header checks apply to every later stream of
+// that direction. Streams the peer
 // opens in a direction this side has never accepted wait inside the
 // backend, bounded by the backend's own incoming-stream limit (the peer's
 // open then blocks or is refused, as the backend documents); they are not

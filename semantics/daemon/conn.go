@@ -88,8 +88,9 @@ type conn struct {
 	// may wait on the authority (lease answers, renewals, completions,
 	// data-plane requests, phase reports), so that the read goroutine keeps
 	// answering heartbeats while the authority is slow (a loaded database,
-	// a loaded machine). Pushed by the read goroutine only; its goroutine
-	// runs only while messages are queued.
+	// a loaded machine). Pushed by the read goroutine only (or by the
+	// goroutine it waits for, onOwnStack); its goroutine runs only while
+	// messages are queued.
 	work lazyQueue
 	// inv carries the inventory's authority writes in order (inventory.go
 	// inventoryLater), apart from work so that they do not queue ahead of

@@ -78,39 +78,6 @@ func rawServer(backend, pkiDir string, out io.Writer) error {
 		EchoAll()
 	}
 	var s server
-	// The parent writes "echo" to start the steady echo, and closes stdin
-	// (or dies) to stop.
-	// "gc" asks for a report after a collection, so that the heap figure
-	// is the live heap (the daemon's is read after /debug/pprof/heap?gc=1).
-	echo, gc := make(chan struct{}), make(chan struct{}, 1)
-	go func() {
-		sc := bufio.NewScanner(os.Stdin)
-		started := false
-		for sc.Scan() {
-			switch sc.Text() {
-			case "echo":
-				if !started {
-					started = true
-					close(echo)
-				}
-			case "gc":
-				select {
-				case gc <- struct{}{}:
-				default:
-				}
-			default:
-				if path, ok := strings.CutPrefix(sc.Text(), "heap "); ok {
-					runtime.GC()
-					if err := writeHeapProfile(path); err != nil {
-						fmt.Fprintf(out, "heap-profile failed: %v\n", err)
-					} else {
-						fmt.Fprintln(out, "heap-profile ok")
-					}
-				}
-			}
-		}
-		stop()
-	}()
 	var addr string
 	switch backend {
 	case "quic":
@@ -129,12 +96,38 @@ func rawServer(backend, pkiDir string, out io.Writer) error {
 		return fmt.Errorf("no raw baseline for backend %q", backend)
 	}
 	fmt.Fprintf(out, "listening %s\n", addr)
+	// The parent's commands on stdin: "echo" starts the steady echo (once),
+	// "gc" asks for a report after two collections, so that the heap figure
+	// is the live heap (the daemon's is read after /debug/pprof/heap?gc=1),
+	// "heap PATH" writes the heap profile; closing stdin (or dying) stops.
+	gc := make(chan struct{}, 1)
 	go func() {
-		select {
-		case <-echo:
-			s.EchoAll()
-		case <-ctx.Done():
+		sc := bufio.NewScanner(os.Stdin)
+		started := false
+		for sc.Scan() {
+			switch sc.Text() {
+			case "echo":
+				if !started {
+					started = true
+					s.EchoAll()
+				}
+			case "gc":
+				select {
+				case gc <- struct{}{}:
+				default:
+				}
+			default:
+				if path, ok := strings.CutPrefix(sc.Text(), "heap "); ok {
+					runtime.GC()
+					if err := writeHeapProfile(path); err != nil {
+						fmt.Fprintf(out, "heap-profile failed: %v\n", err)
+					} else {
+						fmt.Fprintln(out, "heap-profile ok")
+					}
+				}
+			}
 		}
+		stop()
 	}()
 	go func() {
 		t := time.NewTicker(200 * time.Millisecond)
