@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"net"
 	"net/netip"
-	"sync/atomic"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -34,7 +33,6 @@ type conn struct {
 	// its restart hints (endpoint.watchHints), nil on accepted ones.
 	remote netip.AddrPort
 	hints  *HintTarget
-	heard  atomic.Int64 // unauthenticated restart hints delivered (not coalesced)
 }
 
 // PeerHints implements semantics.PeerHinter: restart hints from the peer's

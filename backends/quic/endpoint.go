@@ -101,8 +101,8 @@ func (e *endpoint) hinted(from netip.AddrPort, tok semantics.RestartToken) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for c := range e.dialled {
-		if c.remote == from && c.hints.Deliver(tok) == semantics.HintProbe {
-			c.heard.Add(1)
+		if c.remote == from {
+			c.hints.Deliver(tok)
 		}
 	}
 }

@@ -244,6 +244,7 @@ func addrPort(a net.Addr) (netip.AddrPort, bool) {
 // NewHintTarget.
 type HintTarget struct {
 	armed     atomic.Pointer[semantics.RestartToken]
+	probes    atomic.Int64 // unauthenticated hints delivered (not coalesced), counted before the signal
 	hints     chan struct{}
 	restarted chan struct{}
 }
@@ -291,6 +292,7 @@ func (h *HintTarget) Deliver(tok semantics.RestartToken) semantics.HintVerdict {
 	var ch chan struct{}
 	switch v {
 	case semantics.HintProbe:
+		h.probes.Add(1)
 		ch = h.hints
 	case semantics.HintRestarted:
 		ch = h.restarted

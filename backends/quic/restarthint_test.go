@@ -41,7 +41,7 @@ func TestRestartHintHeard(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no restart hint heard from the peer's socket")
 	}
-	if h := qc.heard.Load(); h != 1 {
+	if h := qc.hints.probes.Load(); h != 1 {
 		t.Fatalf("%d hints delivered, want 1 (only the peer's own)", h)
 	}
 	// The connection is untouched: a hint never ends it by itself.
@@ -183,7 +183,7 @@ func TestRestartHintTokenPerSession(t *testing.T) {
 	wait("probe on b after a tokenless hint", b.PeerHints())
 	wait("probe on a after a tokenless hint", a.PeerHints())
 	wait("probe on the unarmed connection after a tokenless hint", bare.PeerHints())
-	if h := b.heard.Load(); h != 1 {
+	if h := b.hints.probes.Load(); h != 1 {
 		t.Fatalf("b heard %d unauthenticated hints, want 1 (a's token is not for it)", h)
 	}
 	select {
@@ -193,7 +193,7 @@ func TestRestartHintTokenPerSession(t *testing.T) {
 	}
 	send(otherKey) // another key: the daemon's key changed; unauthenticated
 	wait("probe on b after a hint under another key", b.PeerHints())
-	if h := b.heard.Load(); h != 2 {
+	if h := b.hints.probes.Load(); h != 2 {
 		t.Fatalf("b heard %d unauthenticated hints, want 2", h)
 	}
 	select {
@@ -254,7 +254,7 @@ func TestRestartHintBurstOnSharedSocket(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("connection %d of %d heard no hint with its token", i, n)
 		}
-		if h := c.heard.Load(); h != 0 {
+		if h := c.hints.probes.Load(); h != 0 {
 			t.Fatalf("connection %d took %d of the others' hints as probes, want 0", i, h)
 		}
 	}
