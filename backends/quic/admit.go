@@ -311,12 +311,18 @@ func (a *Admission) verifySourceAddress(net.Addr) bool {
 
 // GateTLS returns a clone of conf whose handshakes take a worker slot of
 // a (acquire) before the server's cryptography and give it back after its
-// signature (release).
+// signature (release). The clone serves every handshake itself (its
+// GetConfigForClient returns nil after acquiring, and its GetCertificate
+// wraps the chosen certificate's key): a config cloned per handshake would
+// stay with the connection for its life (crypto/tls keeps the config a
+// handshake used; quic-go clones a returned config once more), ≈ 0.6 KiB
+// per idle agent (issue 26 item 1). Only a per-client config of conf's own
+// GetConfigForClient is cloned, to wrap its keys.
 func (a *Admission) GateTLS(conf *tls.Config) *tls.Config {
 	c := conf.Clone()
 	next := conf.GetConfigForClient
 	c.GetConfigForClient = func(chi *tls.ClientHelloInfo) (*tls.Config, error) {
-		w, _ := chi.Context().Value(handshakeWatchKey{}).(*handshakeWatch)
+		w := watchOf(chi)
 		if w == nil { // not one of this Transport's attempts
 			if next != nil {
 				return next(chi)
@@ -326,7 +332,6 @@ func (a *Admission) GateTLS(conf *tls.Config) *tls.Config {
 		if err := a.acquire(chi.Context(), w); err != nil {
 			return nil, err
 		}
-		base := conf
 		if next != nil {
 			nc, err := next(chi)
 			if err != nil {
@@ -334,41 +339,91 @@ func (a *Admission) GateTLS(conf *tls.Config) *tls.Config {
 				return nil, err
 			}
 			if nc != nil {
-				base = nc
+				return a.releasingConfig(nc, w), nil
 			}
 		}
-		return a.releasingConfig(base, w), nil
+		return nil, nil // c: its GetCertificate releases the slot
+	}
+	if conf.GetCertificate != nil || len(conf.Certificates) > 0 {
+		c.Certificates = nil // chosen by GetCertificate, as crypto/tls would
+		c.GetCertificate = func(chi *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			cert, err := chooseCertificate(conf, chi)
+			if err != nil || cert == nil {
+				return cert, err
+			}
+			if w := watchOf(chi); w != nil {
+				return a.releasing(cert, w), nil
+			}
+			return cert, nil
+		}
 	}
 	return c
 }
 
-// releasingConfig is base for one handshake, its certificates' keys
-// wrapped so that the server's signature gives w's slot back.
+// watchOf is the handshakeWatch of chi's attempt, nil when it is not one
+// of an Admission's Transport.
+func watchOf(chi *tls.ClientHelloInfo) *handshakeWatch {
+	w, _ := chi.Context().Value(handshakeWatchKey{}).(*handshakeWatch)
+	return w
+}
+
+// chooseCertificate picks conf's certificate for chi as crypto/tls does
+// (Config.getCertificate, without the deprecated NameToCertificate):
+// GetCertificate first when there are no Certificates or the client named
+// a server, then the only certificate, then the first chi supports, then
+// the first.
+func chooseCertificate(conf *tls.Config, chi *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if conf.GetCertificate != nil && (len(conf.Certificates) == 0 || chi.ServerName != "") {
+		cert, err := conf.GetCertificate(chi)
+		if cert != nil || err != nil {
+			return cert, err
+		}
+	}
+	switch len(conf.Certificates) {
+	case 0:
+		return nil, errors.New("tls: no certificates configured")
+	case 1:
+		return &conf.Certificates[0], nil
+	}
+	for i := range conf.Certificates {
+		if chi.SupportsCertificate(&conf.Certificates[i]) == nil {
+			return &conf.Certificates[i], nil
+		}
+	}
+	return &conf.Certificates[0], nil
+}
+
+// releasing is cert with its key wrapped so that the server's signature
+// gives w's slot back (cert itself when its key cannot sign).
+func (a *Admission) releasing(cert *tls.Certificate, w *handshakeWatch) *tls.Certificate {
+	s, ok := cert.PrivateKey.(crypto.Signer)
+	if !ok {
+		return cert
+	}
+	cc := *cert
+	cc.PrivateKey = releasingSigner{Signer: s, done: func() { a.signed.Add(1); a.release(w) }}
+	return &cc
+}
+
+// releasingConfig is base (a per-client config of the server's own
+// GetConfigForClient) for one handshake, its certificates' keys wrapped so
+// that the server's signature gives w's slot back.
 func (a *Admission) releasingConfig(base *tls.Config, w *handshakeWatch) *tls.Config {
 	c := base.Clone()
 	c.GetConfigForClient = nil
-	wrap := func(cert *tls.Certificate) *tls.Certificate {
-		s, ok := cert.PrivateKey.(crypto.Signer)
-		if !ok {
-			return cert
-		}
-		cc := *cert
-		cc.PrivateKey = releasingSigner{Signer: s, done: func() { a.signed.Add(1); a.release(w) }}
-		return &cc
-	}
 	if get := base.GetCertificate; get != nil {
 		c.GetCertificate = func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			cert, err := get(h)
 			if err != nil || cert == nil {
 				return cert, err
 			}
-			return wrap(cert), nil
+			return a.releasing(cert, w), nil
 		}
 	}
 	if len(base.Certificates) > 0 {
 		c.Certificates = make([]tls.Certificate, len(base.Certificates))
 		for i := range base.Certificates {
-			c.Certificates[i] = *wrap(&base.Certificates[i])
+			c.Certificates[i] = *a.releasing(&base.Certificates[i], w)
 		}
 	}
 	return c
@@ -437,7 +492,7 @@ func PrepareServerTransport(tr *quicgo.Transport, backend string, cfg Config) *A
 		a.started.Add(1)
 		w := &handshakeWatch{admission: a, start: time.Now()}
 		ctx = context.WithValue(ctx, handshakeWatchKey{}, w)
-		context.AfterFunc(ctx, func() {
+		w.unwatch = context.AfterFunc(ctx, func() {
 			w.done()
 			if !w.state.CompareAndSwap(attemptPending, attemptEnded) {
 				return // accepted: not a handshake failure
@@ -519,6 +574,10 @@ type handshakeWatch struct {
 	slot         atomic.Bool  // holds a worker slot
 	queueTimeout atomic.Bool  // found no worker in time
 	once         sync.Once
+	// unwatch stops the AfterFunc that sees the attempt's end; called once
+	// the connection is accepted, so that an established connection does
+	// not keep it (set by ConnContext before the handshake starts).
+	unwatch func() bool
 }
 
 // A handshakeWatch's state: the first of Accept (HandshakeAccepted) and

@@ -2,6 +2,7 @@ package quic
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"os"
@@ -344,5 +345,40 @@ func TestHandshakeWorkersHerd(t *testing.T) {
 	}
 	if max := e.ln.adm.maxWorking.Load(); max != 1 {
 		t.Fatalf("%d handshakes worked at once, want 1", max)
+	}
+}
+
+// TestChooseCertificate: the gated config picks the certificate crypto/tls
+// would have picked from the server's config (GateTLS moves Certificates
+// behind its GetCertificate to wrap the chosen key).
+func TestChooseCertificate(t *testing.T) {
+	a, b := tls.Certificate{Certificate: [][]byte{{1}}}, tls.Certificate{Certificate: [][]byte{{2}}}
+	got := &tls.Certificate{Certificate: [][]byte{{3}}}
+	get := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return got, nil }
+	none := func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, nil }
+	for _, tc := range []struct {
+		name string
+		conf *tls.Config
+		sni  string
+		want *tls.Certificate
+	}{
+		{"one certificate", &tls.Config{Certificates: []tls.Certificate{a}}, "", &a},
+		{"GetCertificate only", &tls.Config{GetCertificate: get}, "", got},
+		{"Certificates win without a server name", &tls.Config{Certificates: []tls.Certificate{a}, GetCertificate: get}, "", &a},
+		{"GetCertificate first with a server name", &tls.Config{Certificates: []tls.Certificate{a}, GetCertificate: get}, "x.test", got},
+		{"GetCertificate nil falls back", &tls.Config{Certificates: []tls.Certificate{a, b}, GetCertificate: none}, "x.test", &a},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := chooseCertificate(tc.conf, &tls.ClientHelloInfo{ServerName: tc.sni})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Certificate[0][0] != tc.want.Certificate[0][0] {
+				t.Fatalf("chose certificate %d, want %d", c.Certificate[0][0], tc.want.Certificate[0][0])
+			}
+		})
+	}
+	if _, err := chooseCertificate(&tls.Config{GetCertificate: none}, &tls.ClientHelloInfo{}); err == nil {
+		t.Fatal("no certificate at all: no error")
 	}
 }
