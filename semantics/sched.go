@@ -76,8 +76,7 @@ type scheduler struct {
 	// urgent holds the start time of every non-bulk write in progress. A
 	// write older than maxWait no longer holds bulk back: it is stuck on
 	// its own stream's flow control, not competing for the link.
-	// Allocated on first use, so an idle connection holds none.
-	urgent      map[uint64]time.Time
+	urgent      urgentSet
 	urgentSeq   uint64
 	bulkWaiting [2]int // by class: 0 log, 1 CAS
 	bulkWriting [2]int
@@ -126,10 +125,7 @@ func (s *scheduler) beginUrgent(p Priority, n int) uint64 {
 	s.mu.Lock()
 	s.urgentSeq++
 	tok := s.urgentSeq
-	if s.urgent == nil {
-		s.urgent = make(map[uint64]time.Time)
-	}
-	s.urgent[tok] = time.Now()
+	s.urgent.add(tok, time.Now())
 	s.addQueued(p, n)
 	s.mu.Unlock()
 	return tok
@@ -139,7 +135,7 @@ func (s *scheduler) beginUrgent(p Priority, n int) uint64 {
 // reached the backend.
 func (s *scheduler) endUrgent(tok uint64, p Priority, n, written int) {
 	s.mu.Lock()
-	delete(s.urgent, tok)
+	s.urgent.remove(tok)
 	s.addQueued(p, -n)
 	s.stats.Written[p] += int64(written)
 	s.signalLocked()
@@ -172,16 +168,75 @@ func bulkIndex(p Priority) int {
 // of class p waiting. The BulkHinter condition is checked separately,
 // outside the lock.
 func (s *scheduler) blockedLocked(p Priority) bool {
-	if len(s.urgent) > 0 {
-		now := time.Now()
-		for _, t := range s.urgent {
-			if now.Sub(t) < s.maxWait {
+	if s.urgent.youngerThan(s.maxWait) {
+		return true
+	}
+	if bulkIndex(p) == 1 && s.bulkWaiting[0]+s.bulkWriting[0] > 0 {
+		return true
+	}
+	return false
+}
+
+// urgentSet is the set of non-bulk writes in progress: a few at a time in
+// the struct itself, more in a map made only while more are in progress.
+// A map kept for the connection's life held ≈ 0.3 KiB per idle agent
+// (Go's maps keep their groups after deletes; issue 26 item 1).
+type urgentSet struct {
+	inline [4]urgentWrite // tok 0: a free slot
+	more   map[uint64]time.Time
+}
+
+type urgentWrite struct {
+	tok   uint64
+	start time.Time
+}
+
+func (u *urgentSet) add(tok uint64, start time.Time) {
+	for i := range u.inline {
+		if u.inline[i].tok == 0 {
+			u.inline[i] = urgentWrite{tok, start}
+			return
+		}
+	}
+	if u.more == nil {
+		u.more = make(map[uint64]time.Time)
+	}
+	u.more[tok] = start
+}
+
+func (u *urgentSet) remove(tok uint64) {
+	for i := range u.inline {
+		if u.inline[i].tok == tok {
+			u.inline[i] = urgentWrite{}
+			return
+		}
+	}
+	delete(u.more, tok)
+	if len(u.more) == 0 {
+		u.more = nil
+	}
+}
+
+// youngerThan reports whether a write in progress started less than d ago.
+func (u *urgentSet) youngerThan(d time.Duration) bool {
+	var now time.Time
+	for i := range u.inline {
+		if u.inline[i].tok != 0 {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if now.Sub(u.inline[i].start) < d {
 				return true
 			}
 		}
 	}
-	if bulkIndex(p) == 1 && s.bulkWaiting[0]+s.bulkWriting[0] > 0 {
-		return true
+	for _, t := range u.more {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		if now.Sub(t) < d {
+			return true
+		}
 	}
 	return false
 }

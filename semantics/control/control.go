@@ -127,7 +127,10 @@ type Channel struct {
 	wmu   sync.Mutex // serialises writes with their priority
 	proto wire.ProtocolVersion
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// pending: the requests awaiting their answer; made by the first and
+	// dropped by the last (Go's maps keep their memory after deletes, and an
+	// idle channel has none pending: issue 26 item 1).
 	pending map[wire.MessageId]chan *wire.Envelope
 	done    chan struct{}
 	err     error
@@ -155,10 +158,19 @@ func (c *Channel) DeferOutcome(t wire.MessageTypeId) func(semantics.Outcome) {
 	return func(o semantics.Outcome) { once.Do(func() { c.handled(t.Family(), o) }) }
 }
 
+// forget removes id from the pending requests, dropping the map with the
+// last. Called with c.mu held.
+func (c *Channel) forget(id wire.MessageId) {
+	delete(c.pending, id)
+	if len(c.pending) == 0 {
+		c.pending = nil
+	}
+}
+
 // New wraps a control stream.
 func New(s Stream, cfg Config) *Channel {
 	c := &Channel{s: s, reg: cfg.Registry, now: cfg.Now, wto: cfg.WriteTimeout, maxP: cfg.MaxPending,
-		log: cfg.Logger, proto: cfg.Protocol, pending: map[wire.MessageId]chan *wire.Envelope{}, done: make(chan struct{})}
+		log: cfg.Logger, proto: cfg.Protocol, done: make(chan struct{})}
 	if !semantics.IsNilObserver(cfg.Metrics) {
 		c.m = cfg.Metrics
 	}
@@ -289,11 +301,14 @@ func (c *Channel) Call(ctx context.Context, o Out, timeout time.Duration) (*wire
 		c.mu.Unlock()
 		return nil, ErrDuplicateRequest
 	}
+	if c.pending == nil {
+		c.pending = make(map[wire.MessageId]chan *wire.Envelope)
+	}
 	c.pending[o.ID] = ch
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
-		delete(c.pending, o.ID)
+		c.forget(o.ID)
 		c.mu.Unlock()
 	}()
 	if _, err := c.Send(o); err != nil {
@@ -365,7 +380,7 @@ func (c *Channel) Run(handle func(*wire.Envelope), bad func(*DecodeError)) error
 			c.mu.Lock()
 			ch, ok := c.pending[wire.MessageId(env.CorrelationID)]
 			if ok {
-				delete(c.pending, wire.MessageId(env.CorrelationID))
+				c.forget(wire.MessageId(env.CorrelationID))
 			}
 			c.mu.Unlock()
 			if ok {
