@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unique"
 
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/control"
@@ -96,16 +97,38 @@ func (s *invState) get(t wire.TransportSessionId) *liveInv {
 
 // capsOf converts validated wire capabilities.
 func capsOf(c agentwire.RunnerCapabilitiesV1, digest wire.CapabilityDigest) authority.Capabilities {
-	return authority.Capabilities{OS: c.OS, Arch: c.Arch, Labels: slices.Clone(c.Labels), MaxParallel: c.MaxParallel,
-		CPUMillis: c.CPUMillis, MemBytes: c.MemBytes, DiskBytes: c.DiskBytes, Tools: slices.Clone(c.Tools), Digest: digest.Digest}
+	return authority.Capabilities{OS: intern(c.OS), Arch: intern(c.Arch), Labels: internAll(c.Labels), MaxParallel: c.MaxParallel,
+		CPUMillis: c.CPUMillis, MemBytes: c.MemBytes, DiskBytes: c.DiskBytes, Tools: internAll(c.Tools), Digest: digest.Digest}
+}
+
+// intern returns the one copy of s the daemon keeps: the strings a
+// connection holds for its life (capabilities, health, agent version) are
+// mostly the same across a fleet, and each decoded copy would otherwise
+// stay with its connection (issue 26 item 1).
+func intern(s string) string { return unique.Make(s).Value() }
+
+// internAll is a copy of ss with its strings interned (as slices.Clone:
+// nil stays nil).
+func internAll(ss []string) []string {
+	if ss == nil {
+		return nil
+	}
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = intern(s)
+	}
+	return out
 }
 
 // healthOf converts a validated wire summary; probe is "" for a summary
 // the agent sent on its own.
 func healthOf(s *health.HealthSummaryV1, probe string, at time.Time) authority.Health {
-	h := authority.Health{Status: s.Status.String(), UptimeMs: s.UptimeMs, Probe: probe, ReportedAt: at}
-	for _, c := range s.Checks {
-		h.Checks = append(h.Checks, authority.HealthCheck{Name: c.Name, Status: c.Status.String(), Message: c.Message})
+	h := authority.Health{Status: s.Status.String(), UptimeMs: s.UptimeMs, Probe: intern(probe), ReportedAt: at}
+	if len(s.Checks) > 0 {
+		h.Checks = make([]authority.HealthCheck, len(s.Checks))
+	}
+	for i, c := range s.Checks {
+		h.Checks[i] = authority.HealthCheck{Name: intern(c.Name), Status: c.Status.String(), Message: intern(c.Message)}
 	}
 	return h
 }

@@ -48,7 +48,7 @@ func (c *conn) onHello(env *wire.Envelope, m *agentwire.TransportHelloV1) {
 	if m.HasAgentSession {
 		c.helloSession = m.AgentSession
 	}
-	c.agentVersion = m.AgentVersion
+	c.agentVersion = intern(m.AgentVersion)
 	c.features = d.cfg.Features.Intersect(m.Features)
 	c.mu.Unlock()
 	c.ch.SetProtocol(v)
@@ -174,7 +174,7 @@ func (c *conn) onRegister(env *wire.Envelope, m *agentwire.RegisterAgentV1) {
 	}
 	c.mu.Lock()
 	c.runner, c.session, c.epoch = m.Runner, m.Session, grant.Epoch
-	c.agentVersion = m.AgentVersion
+	c.agentVersion = intern(m.AgentVersion)
 	c.mu.Unlock()
 	c.noteCredential(leaf)
 
