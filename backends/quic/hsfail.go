@@ -38,8 +38,9 @@ func HandshakeAccepted(qc *quicgo.Conn) {
 	if w, ok := qc.Context().Value(handshakeWatchKey{}).(*handshakeWatch); ok {
 		if w.state.CompareAndSwap(attemptPending, attemptAccepted) {
 			w.admission.completed.Add(1)
-			if w.unwatch != nil {
-				w.unwatch() // its end is no handshake's: nothing left to watch
+			if stop := w.unwatch; stop != nil {
+				w.unwatch = nil // the func holds the AfterFunc's context
+				stop()          // its end is no handshake's: nothing left to watch
 			}
 		}
 		w.done()
