@@ -72,6 +72,7 @@ type conn struct {
 	hbInterval  time.Duration                                // given at registration (the heartbeat budget); guarded by mu
 	phases      map[wire.JobAttemptId]agentwire.AttemptPhase // last reported, work goroutine only
 	hbTimer     *time.Timer
+	regTimer    *time.Timer // closes a transport not registered in time; dropped at registration
 	cred        credential  // enroll.go: the certificate registered with
 	expiryTimer *time.Timer // enroll.go: closes the transport when it expires
 	closeOnce   sync.Once
@@ -215,9 +216,12 @@ func (c *conn) serve(ctx context.Context) {
 			c.closeNow(wire.CloseRegistrationTimeout, "not registered within "+d.timing.RegistrationTimeout.String())
 		}
 	})
+	c.mu.Lock()
+	c.regTimer = regTimer
+	c.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() { c.closeNow(wire.CloseShutdown, "daemon stopping") })
 	defer func() {
-		regTimer.Stop()
+		c.stopRegTimer()
 		stop()
 		c.teardown()
 	}()
@@ -253,6 +257,17 @@ func (c *conn) serve(ctx context.Context) {
 	c.stopWork()
 	<-c.sc.Done()
 	c.closeErr = c.sc.Err()
+}
+
+// stopRegTimer stops the registration timeout and drops it, so that a
+// registered connection does not keep it for its life.
+func (c *conn) stopRegTimer() {
+	c.mu.Lock()
+	if c.regTimer != nil {
+		c.regTimer.Stop()
+		c.regTimer = nil
+	}
+	c.mu.Unlock()
 }
 
 func (c *conn) teardown() {

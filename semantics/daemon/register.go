@@ -304,6 +304,7 @@ func (c *conn) accept(env *wire.Envelope, m *agentwire.RegisterAgentV1, leaf *x5
 	} else {
 		c.setState(session.Registered)
 	}
+	c.stopRegTimer()
 	c.registrationDone()
 	t := d.timing
 	hb := t.heartbeatInterval(d.registeredSessions())
