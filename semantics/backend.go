@@ -95,6 +95,24 @@ type StreamCreditor interface {
 	IncomingStreamCredit() int
 }
 
+// StreamPusher is implemented by a BackendConn whose peer's streams
+// already arrive on a goroutine of the backend's own (yamux: one loop
+// takes every stream from the session and reads its direction marker).
+// Conn then has the backend hand each stream to it instead of calling
+// AcceptStream and AcceptUniStream on two goroutines waiting for the next
+// one: an idle connection costs two goroutines less (issue 26 item 1).
+// Backends whose library accepts each direction with a blocking call
+// (quic-go) gain nothing and do not implement it.
+type StreamPusher interface {
+	// PushStreams makes bidi and uni the receivers of every stream the
+	// peer opens from now on, and of those the backend holds already, and
+	// starts taking streams if it had not. They are called on the
+	// backend's goroutines, possibly concurrently, and must not block.
+	// After the call AcceptStream and AcceptUniStream are not used. It
+	// returns false when the backend cannot push (Conn then accepts).
+	PushStreams(bidi func(RawStream), uni func(RawRecvStream)) bool
+}
+
 // BulkHinter is implemented by backends that can report how much data is
 // queued below the application (for example unsent bytes in a kernel socket
 // buffer). The priority scheduler uses it, when present, to keep bulk data

@@ -145,6 +145,8 @@ type Conn struct {
 	check SendChecker
 
 	bidiOnce, uniOnce sync.Once // start the accept loops
+	pushOnce          sync.Once // asks a StreamPusher backend (startIncoming)
+	pushed            bool      // it pushes; set once under pushOnce
 	acceptBidi        acceptQueue[*Stream]
 	acceptUni         acceptQueue[*RecvStream]
 
@@ -463,7 +465,7 @@ func (s *slot) release() {
 // ErrStreamsHandled. The first call starts taking the
 // peer's bidirectional streams from the backend (see Conn).
 func (c *Conn) AcceptStream(ctx context.Context) (*Stream, error) {
-	c.bidiOnce.Do(func() { go c.acceptLoop(false) })
+	c.startIncoming(false)
 	return c.acceptBidi.take(ctx, c)
 }
 
@@ -471,7 +473,7 @@ func (c *Conn) AcceptStream(ctx context.Context) (*Stream, error) {
 // AcceptStream. The first call starts taking the peer's unidirectional
 // streams from the backend.
 func (c *Conn) AcceptUniStream(ctx context.Context) (*RecvStream, error) {
-	c.uniOnce.Do(func() { go c.acceptLoop(true) })
+	c.startIncoming(true)
 	return c.acceptUni.take(ctx, c)
 }
 
@@ -487,14 +489,14 @@ func (c *Conn) AcceptUniStream(ctx context.Context) (*RecvStream, error) {
 // replaces the handler for later streams.
 func (c *Conn) HandleStreams(handle func(*Stream)) {
 	c.acceptBidi.setHandler(handle)
-	c.bidiOnce.Do(func() { go c.acceptLoop(false) })
+	c.startIncoming(false)
 }
 
 // HandleUniStreams is HandleStreams for the peer's unidirectional streams;
 // after it AcceptUniStream returns ErrStreamsHandled.
 func (c *Conn) HandleUniStreams(handle func(*RecvStream)) {
 	c.acceptUni.setHandler(handle)
-	c.uniOnce.Do(func() { go c.acceptLoop(true) })
+	c.startIncoming(true)
 }
 
 // ErrStreamsHandled is returned by AcceptStream and AcceptUniStream once
@@ -583,6 +585,44 @@ func (q *acceptQueue[T]) take(ctx context.Context, c *Conn) (T, error) {
 }
 
 // acceptLoop accepts raw streams until the connection closes.
+// startIncoming starts taking the peer's streams of one direction from
+// the backend: both at once from a StreamPusher, else that direction's
+// accept loop.
+func (c *Conn) startIncoming(uni bool) {
+	if p, ok := c.bc.(StreamPusher); ok {
+		c.pushOnce.Do(func() {
+			c.pushed = p.PushStreams(func(s RawStream) { c.incoming(s, s) }, func(s RawRecvStream) { c.incoming(s, nil) })
+		})
+		if c.pushed {
+			return
+		}
+	}
+	if uni {
+		c.uniOnce.Do(func() { go c.acceptLoop(true) })
+	} else {
+		c.bidiOnce.Do(func() { go c.acceptLoop(false) })
+	}
+}
+
+// incoming takes one stream the peer opened (bidi nil for a
+// unidirectional one): over the total limit it is refused, else its
+// header is read and checked on a goroutine of its own (admit).
+func (c *Conn) incoming(rs RawRecvStream, bidi RawStream) {
+	if c.ctx.Err() != nil { // closed: pushed by a backend still shutting down
+		resetRaw(rs, bidi, StreamShutdown)
+		return
+	}
+	c.mu.Lock()
+	if c.inTotal >= c.lim.MaxStreams {
+		c.mu.Unlock()
+		c.refuse(rs, bidi, "total stream limit")
+		return
+	}
+	c.inTotal++ // held while the header arrives
+	c.mu.Unlock()
+	go c.admit(rs, bidi)
+}
+
 func (c *Conn) acceptLoop(uni bool) {
 	for {
 		var rs RawRecvStream
@@ -602,15 +642,7 @@ func (c *Conn) acceptLoop(uni bool) {
 			}
 			return
 		}
-		c.mu.Lock()
-		if c.inTotal >= c.lim.MaxStreams {
-			c.mu.Unlock()
-			c.refuse(rs, bidi, "total stream limit")
-			continue
-		}
-		c.inTotal++ // held while the header arrives
-		c.mu.Unlock()
-		go c.admit(rs, bidi)
+		c.incoming(rs, bidi)
 	}
 }
 

@@ -93,6 +93,10 @@ type Conn struct {
 	// accepting is set once the accept loop was started, by the first
 	// AcceptStream or AcceptUniStream call.
 	accepting bool
+	// pushBidi and pushUni receive the peer's streams once the owner asked
+	// for them (PushStreams); nil: classify queues them for Accept.
+	pushBidi func(semantics.RawStream)
+	pushUni  func(semantics.RawRecvStream)
 
 	bidi, uni streamQueue
 	closing   chan struct{} // closed when CloseWithCode starts
@@ -673,9 +677,45 @@ func (c *Conn) classify(s *stream) {
 		s.refuseCode(semantics.StreamProtocolError, true)
 		return
 	}
-	if !q.push(s) {
+	// Queued under c.mu, so that PushStreams (which drains the queues
+	// under it) never leaves a stream behind.
+	c.mu.Lock()
+	pushBidi, pushUni := c.pushBidi, c.pushUni
+	queued := pushBidi != nil || q.push(s)
+	c.mu.Unlock()
+	switch {
+	case pushBidi != nil && q == &c.bidi:
+		pushBidi(s)
+	case pushUni != nil:
+		pushUni(s)
+	case !queued:
 		s.refuse(b[0] == markerBidi)
 	}
+}
+
+// PushStreams implements semantics.StreamPusher: the streams classify
+// sorted by their marker go to bidi and uni (those queued already first)
+// instead of waiting for AcceptStream and AcceptUniStream, so that the
+// owner needs no goroutine per direction waiting for the next one.
+func (c *Conn) PushStreams(bidi func(semantics.RawStream), uni func(semantics.RawRecvStream)) bool {
+	c.mu.Lock()
+	c.pushBidi, c.pushUni = bidi, uni
+	var bs, us []*stream
+	for s := c.bidi.pop(); s != nil; s = c.bidi.pop() {
+		bs = append(bs, s)
+	}
+	for s := c.uni.pop(); s != nil; s = c.uni.pop() {
+		us = append(us, s)
+	}
+	c.mu.Unlock()
+	for _, s := range bs {
+		bidi(s)
+	}
+	for _, s := range us {
+		uni(s)
+	}
+	c.startAccepting()
+	return true
 }
 
 // usable returns the error to report if the connection cannot start new
