@@ -88,9 +88,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 		return nil, errors.New("cas: invalid UploaderConfig")
 	}
 	orDefault(&cfg.Concurrency, DefaultClientConcurrency)
-	orDefault(&cfg.BufferSize, DefaultBufferSize)
-	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
-	orDefault(&cfg.AckTimeout, DefaultHeaderTimeout)
+	transferDefaults(&cfg.BufferSize, &cfg.IdleTimeout, &cfg.AckTimeout)
 	return &Uploader{cfg: cfg, sem: newSem(cfg.Concurrency), interrupted: map[wire.CasObjectRef]struct{}{}}, nil
 }
 
@@ -349,9 +347,7 @@ func NewDownloader(cfg DownloaderConfig) (*Downloader, error) {
 		return nil, errors.New("cas: invalid DownloaderConfig")
 	}
 	orDefault(&cfg.Concurrency, DefaultClientConcurrency)
-	orDefault(&cfg.BufferSize, DefaultBufferSize)
-	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
-	orDefault(&cfg.HeaderTimeout, DefaultHeaderTimeout)
+	transferDefaults(&cfg.BufferSize, &cfg.IdleTimeout, &cfg.HeaderTimeout)
 	return &Downloader{cfg: cfg, sem: newSem(cfg.Concurrency)}, nil
 }
 
