@@ -140,6 +140,9 @@ type CasFetchRequestV1 struct {
 	Offset uint64
 }
 
+// Alike in shape to CasRangeResumeRequestV1, but a download's start, not an
+// upload's resume: one layout (appendObjectOffset), two messages of the API.
+
 // MessageType implements wire.Message.
 func (*CasFetchRequestV1) MessageType() wire.MessageTypeId { return MsgCasFetchRequest }
 
