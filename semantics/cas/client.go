@@ -132,20 +132,13 @@ func (u *Uploader) UploadAll(ctx context.Context, conn *semantics.Conn, ctl Cont
 			b.add(fmt.Errorf("%w: invalid MissingObjectsV1", ErrProtocol))
 			break
 		}
-		for _, ref := range missing.Objects {
-			if err := b.run(ctx, func() error {
-				if err := u.Upload(ctx, conn, lease, ref); err != nil {
-					return fmt.Errorf("cas: upload %s: %w", ref, err)
-				}
-				return nil
-			}); err != nil {
-				// ctx ended before the upload of ref started: it is not
-				// uploaded, so UploadAll must fail (the fault-injection
-				// soak found completions claiming outputs never sent
-				// when the link changed here).
-				b.add(fmt.Errorf("cas: upload %s: %w", ref, err))
-				break
-			}
+		upload := func(ref wire.CasObjectRef) error { return u.Upload(ctx, conn, lease, ref) }
+		if ref, err := b.runEach(ctx, missing.Objects, "upload", upload); err != nil {
+			// ctx ended before the upload of ref started: it is not
+			// uploaded, so UploadAll must fail (the fault-injection
+			// soak found completions claiming outputs never sent
+			// when the link changed here).
+			b.add(fmt.Errorf("cas: upload %s: %w", ref, err))
 		}
 	}
 	return b.wait()
@@ -360,16 +353,9 @@ func (d *Downloader) Stats() DownloaderStats {
 // Concurrency at once, and returns the errors joined.
 func (d *Downloader) FetchAll(ctx context.Context, conn *semantics.Conn, lease wire.LeaseId, refs []wire.CasObjectRef) error {
 	b := newBoundedGroup(d.cfg.Concurrency)
-	for _, ref := range refs {
-		if err := b.run(ctx, func() error {
-			if err := d.Fetch(ctx, conn, lease, ref); err != nil {
-				return fmt.Errorf("cas: fetch %s: %w", ref, err)
-			}
-			return nil
-		}); err != nil {
-			b.add(err)
-			break
-		}
+	fetch := func(ref wire.CasObjectRef) error { return d.Fetch(ctx, conn, lease, ref) }
+	if _, err := b.runEach(ctx, refs, "fetch", fetch); err != nil {
+		b.add(err)
 	}
 	return b.wait()
 }
@@ -502,6 +488,23 @@ func (b *boundedGroup) run(ctx context.Context, f func() error) error {
 }
 
 // add records err; safe while goroutines run.
+// runEach runs do for each of refs in turn (an error of do is recorded as
+// "cas: <verb> <ref>: …"). When ctx ends before one of them could start, it
+// starts no more and returns that ref and ctx's error.
+func (b *boundedGroup) runEach(ctx context.Context, refs []wire.CasObjectRef, verb string, do func(wire.CasObjectRef) error) (wire.CasObjectRef, error) {
+	for _, ref := range refs {
+		if err := b.run(ctx, func() error {
+			if err := do(ref); err != nil {
+				return fmt.Errorf("cas: %s %s: %w", verb, ref, err)
+			}
+			return nil
+		}); err != nil {
+			return ref, err
+		}
+	}
+	return wire.CasObjectRef{}, nil
+}
+
 func (b *boundedGroup) add(err error) {
 	b.mu.Lock()
 	b.errs = append(b.errs, err)
