@@ -183,18 +183,12 @@ func (u *Uploader) Upload(ctx context.Context, conn *semantics.Conn, lease wire.
 // attempt runs one upload stream. done reports Verified; otherwise next
 // is the offset the daemon asked to continue from.
 func (u *Uploader) attempt(ctx context.Context, conn *semantics.Conn, lease wire.LeaseId, ref wire.CasObjectRef, offset uint64, probe bool, buf []byte) (done bool, next uint64, err error) {
-	st, err := conn.OpenStream(ctx, wire.StreamCasUpload)
+	st, end, err := openTransfer(ctx, conn, wire.StreamCasUpload)
 	if err != nil {
 		return false, 0, err
 	}
-	stop := context.AfterFunc(ctx, func() { reset(st, semantics.StreamCancelled) })
-	defer stop()
 	ok := false
-	defer func() {
-		if !ok {
-			reset(st, semantics.StreamCancelled)
-		}
-	}()
+	defer func() { end(ok) }()
 	if probe {
 		u.probes.Add(1)
 		if err := writeMsg(&st.SendStream, &wcas.CasRangeResumeRequestV1{Lease: lease, Object: ref}); err != nil {
@@ -386,18 +380,12 @@ func (d *Downloader) Fetch(ctx context.Context, conn *semantics.Conn, lease wire
 		}
 	}()
 	offset := p.Len()
-	st, err := conn.OpenStream(ctx, wire.StreamCasDownload)
+	st, end, err := openTransfer(ctx, conn, wire.StreamCasDownload)
 	if err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { reset(st, semantics.StreamCancelled) })
-	defer stop()
 	clean := false
-	defer func() {
-		if !clean {
-			reset(st, semantics.StreamCancelled)
-		}
-	}()
+	defer func() { end(clean) }()
 	if err := writeMsg(&st.SendStream, &wcas.CasFetchRequestV1{Lease: lease, Object: ref, Offset: offset}); err != nil {
 		return err
 	}
@@ -457,6 +445,23 @@ func (d *Downloader) Fetch(ctx context.Context, conn *semantics.Conn, lease wire
 }
 
 // gate takes a slot of g or fails with ctx's error.
+// openTransfer opens a stream of kind for one transfer. The stream is reset
+// (StreamCancelled) when ctx ends, and by end(false); end(true) leaves a
+// stream that ended cleanly alone. Defer the call of end.
+func openTransfer(ctx context.Context, conn *semantics.Conn, kind wire.StreamKind) (*semantics.Stream, func(ok bool), error) {
+	st, err := conn.OpenStream(ctx, kind)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { reset(st, semantics.StreamCancelled) })
+	return st, func(ok bool) {
+		if !ok {
+			reset(st, semantics.StreamCancelled)
+		}
+		stop()
+	}, nil
+}
+
 // boundedGroup runs functions in at most n goroutines at once and joins
 // the errors they (and the caller, through add) report.
 type boundedGroup struct {
