@@ -29,6 +29,8 @@ func (c CasCompression) String() string {
 	return enum.Name(casCompressionNames[:], c, "CasCompression")
 }
 
+// Alike in shape to wire.DigestAlgorithm and the families' other enums, but
+// each is its own enum of the API with its own names.
 var casCompressionNames = [...]string{CasCompressionNone: "None", CasCompressionFlate: "Flate"}
 
 // LogValue renders the value by its String form in logs (JSON handlers
