@@ -25,6 +25,9 @@ import (
 	"forgeyard.dev/transport/wire"
 )
 
+// Alike in shape to the other packages' sentinel-error blocks, but these are
+// this package's own failures, each a stable API value: they stay apart.
+
 // Errors. Compare with errors.Is.
 var (
 	// ErrRunnerDisabled: the runner is disabled or revoked (§224–225).

@@ -8,6 +8,9 @@ import (
 	"forgeyard.dev/transport/wire"
 )
 
+// Alike in shape to the other packages' sentinel-error blocks, but these are
+// this package's own failures, each a stable API value: they stay apart.
+
 // Identity errors (§20, §224–225). Compare with errors.Is.
 var (
 	// ErrTokenUnknown: no enrollment token has this hash.
@@ -137,16 +140,14 @@ type Revision struct{ db, local uint64 }
 // RevocationRevisionsOf returns a's RevocationRevisions, or nil. It looks
 // through decorators (Unwrapper).
 func RevocationRevisionsOf(a Authority) RevocationRevisions {
-	r, _ := optional[RevocationRevisions](a)
-	return r
+	return optionalOr[RevocationRevisions](a)
 }
 
 // IdentitiesOf returns a's Identities, or nil if the implementation has
 // none (a test double, say). Like every XOf lookup it looks through
 // decorators (Unwrapper).
 func IdentitiesOf(a Authority) Identities {
-	id, _ := optional[Identities](a)
-	return id
+	return optionalOr[Identities](a)
 }
 
 // Unwrapper is implemented by an Authority that decorates another (a
@@ -173,16 +174,21 @@ func optional[T any](a Authority) (T, bool) {
 	return zero, false
 }
 
+// optionalOr is optional without the flag: what every XOf lookup returns
+// (nil when a does not implement T).
+func optionalOr[T any](a Authority) T {
+	t, _ := optional[T](a)
+	return t
+}
+
 // WatcherOf returns a's Watcher, or nil (SQLite, a test double).
 func WatcherOf(a Authority) Watcher {
-	w, _ := optional[Watcher](a)
-	return w
+	return optionalOr[Watcher](a)
 }
 
 // SweepElectorOf returns a's SweepElector, or nil.
 func SweepElectorOf(a Authority) SweepElector {
-	e, _ := optional[SweepElector](a)
-	return e
+	return optionalOr[SweepElector](a)
 }
 
 // Pinger is implemented by an authority that can check cheaply that its
@@ -194,6 +200,5 @@ type Pinger interface {
 
 // PingerOf returns a's Pinger, or nil (a test double).
 func PingerOf(a Authority) Pinger {
-	p, _ := optional[Pinger](a)
-	return p
+	return optionalOr[Pinger](a)
 }

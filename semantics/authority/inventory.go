@@ -124,8 +124,7 @@ type Inventory interface {
 // InventoryOf returns a's runner inventory, or nil if a has none (an
 // Authority implemented outside this package).
 func InventoryOf(a Authority) Inventory {
-	inv, _ := optional[Inventory](a)
-	return inv
+	return optionalOr[Inventory](a)
 }
 
 var _ Inventory = (*store)(nil)
@@ -297,23 +296,14 @@ func (s *store) PutHealth(ctx context.Context, runner wire.RunnerId, h Health) e
 	})
 }
 
-// SetDrain's upsert and event look like SetRunnerEnabled's (sqlstore.go),
-// but draining is not disabling: it revokes no lease and ends no session.
+// SetDrain records the flag as SetRunnerEnabled does (setRunnerFlag), but
+// draining is not disabling: it revokes no lease and ends no session.
 func (s *store) SetDrain(ctx context.Context, runner wire.RunnerId, drained bool, reason string, now time.Time) error {
 	if err := checkText("drain reason", reason); err != nil {
 		return err
 	}
 	return s.tx(ctx, func(t *sql.Tx) error {
-		if _, err := s.exec(ctx, t, `INSERT INTO fy_runner_drain (runner_id, drained, reason, changed_ms) VALUES (?, ?, ?, ?)
-			ON CONFLICT (runner_id) DO UPDATE SET drained = excluded.drained, reason = excluded.reason, changed_ms = excluded.changed_ms`,
-			idb(runner.ULID), drained, reason, ms(now)); err != nil {
-			return err
-		}
-		ev := Event{Kind: EventRunner, Runner: runner, Reason: RunnerEventResumed}
-		if drained {
-			ev.Reason = RunnerEventDrained
-		}
-		return s.notify(ctx, t, ev)
+		return s.setRunnerFlag(ctx, t, "fy_runner_drain", "drained", runner, drained, reason, now, RunnerEventDrained, RunnerEventResumed)
 	})
 }
 

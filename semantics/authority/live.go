@@ -25,8 +25,7 @@ type LiveLister interface {
 
 // LiveListerOf returns a's LiveLister, or nil (a test double).
 func LiveListerOf(a Authority) LiveLister {
-	l, _ := optional[LiveLister](a)
-	return l
+	return optionalOr[LiveLister](a)
 }
 
 func (s *store) LiveLeases(ctx context.Context) ([]Lease, error) {

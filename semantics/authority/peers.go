@@ -38,8 +38,7 @@ type Peers interface {
 // PeersOf returns a's Peers, or nil if a has none (an Authority
 // implemented outside this package).
 func PeersOf(a Authority) Peers {
-	p, _ := optional[Peers](a)
-	return p
+	return optionalOr[Peers](a)
 }
 
 var _ Peers = (*store)(nil)

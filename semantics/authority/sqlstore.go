@@ -245,19 +245,27 @@ func (s *store) RunnerStatus(ctx context.Context, runner wire.RunnerId) (RunnerS
 	return st, err
 }
 
+// setRunnerFlag, in t, upserts a runner's flag row (table with the flag in
+// column, its reason and changed_ms: fy_runners.enabled,
+// fy_runner_drain.drained) and notifies the runner event onEv or offEv.
+// table and column are constants of this package, never input.
+func (s *store) setRunnerFlag(ctx context.Context, t *sql.Tx, table, column string, runner wire.RunnerId, on bool, reason string, now time.Time, onEv, offEv uint32) error {
+	if _, err := s.exec(ctx, t, `INSERT INTO `+table+` (runner_id, `+column+`, reason, changed_ms) VALUES (?, ?, ?, ?)
+			ON CONFLICT (runner_id) DO UPDATE SET `+column+` = excluded.`+column+`, reason = excluded.reason, changed_ms = excluded.changed_ms`,
+		idb(runner.ULID), on, reason, ms(now)); err != nil {
+		return err
+	}
+	ev := Event{Kind: EventRunner, Runner: runner, Reason: offEv}
+	if on {
+		ev.Reason = onEv
+	}
+	return s.notify(ctx, t, ev)
+}
+
 func (s *store) SetRunnerEnabled(ctx context.Context, runner wire.RunnerId, enabled bool, reason string, now time.Time) error {
 	defer s.revoking.Add(1) // after the commit (RevocationRevision)
 	return s.tx(ctx, func(t *sql.Tx) error {
-		if _, err := s.exec(ctx, t, `INSERT INTO fy_runners (runner_id, enabled, reason, changed_ms) VALUES (?, ?, ?, ?)
-			ON CONFLICT (runner_id) DO UPDATE SET enabled = excluded.enabled, reason = excluded.reason, changed_ms = excluded.changed_ms`,
-			idb(runner.ULID), enabled, reason, ms(now)); err != nil {
-			return err
-		}
-		ev := Event{Kind: EventRunner, Runner: runner, Reason: RunnerEventDisabled}
-		if enabled {
-			ev.Reason = RunnerEventEnabled
-		}
-		if err := s.notify(ctx, t, ev); err != nil {
+		if err := s.setRunnerFlag(ctx, t, "fy_runners", "enabled", runner, enabled, reason, now, RunnerEventEnabled, RunnerEventDisabled); err != nil {
 			return err
 		}
 		if enabled {

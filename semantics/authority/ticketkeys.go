@@ -46,8 +46,7 @@ type TicketKeyStore interface {
 // TicketKeysOf returns a's ticket key store, or nil when it has none (a
 // test double); it looks through decorators (Unwrapper).
 func TicketKeysOf(a Authority) TicketKeyStore {
-	k, _ := optional[TicketKeyStore](a)
-	return k
+	return optionalOr[TicketKeyStore](a)
 }
 
 var _ TicketKeyStore = (*store)(nil)

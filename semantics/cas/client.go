@@ -88,9 +88,7 @@ func NewUploader(cfg UploaderConfig) (*Uploader, error) {
 		return nil, errors.New("cas: invalid UploaderConfig")
 	}
 	orDefault(&cfg.Concurrency, DefaultClientConcurrency)
-	orDefault(&cfg.BufferSize, DefaultBufferSize)
-	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
-	orDefault(&cfg.AckTimeout, DefaultHeaderTimeout)
+	transferDefaults(&cfg.BufferSize, &cfg.IdleTimeout, &cfg.AckTimeout)
 	return &Uploader{cfg: cfg, sem: newSem(cfg.Concurrency), interrupted: map[wire.CasObjectRef]struct{}{}}, nil
 }
 
@@ -134,20 +132,13 @@ func (u *Uploader) UploadAll(ctx context.Context, conn *semantics.Conn, ctl Cont
 			b.add(fmt.Errorf("%w: invalid MissingObjectsV1", ErrProtocol))
 			break
 		}
-		for _, ref := range missing.Objects {
-			if err := b.run(ctx, func() error {
-				if err := u.Upload(ctx, conn, lease, ref); err != nil {
-					return fmt.Errorf("cas: upload %s: %w", ref, err)
-				}
-				return nil
-			}); err != nil {
-				// ctx ended before the upload of ref started: it is not
-				// uploaded, so UploadAll must fail (the fault-injection
-				// soak found completions claiming outputs never sent
-				// when the link changed here).
-				b.add(fmt.Errorf("cas: upload %s: %w", ref, err))
-				break
-			}
+		upload := func(ref wire.CasObjectRef) error { return u.Upload(ctx, conn, lease, ref) }
+		if ref, err := b.runEach(ctx, missing.Objects, "upload", upload); err != nil {
+			// ctx ended before the upload of ref started: it is not
+			// uploaded, so UploadAll must fail (the fault-injection
+			// soak found completions claiming outputs never sent
+			// when the link changed here).
+			b.add(fmt.Errorf("cas: upload %s: %w", ref, err))
 		}
 	}
 	return b.wait()
@@ -192,18 +183,12 @@ func (u *Uploader) Upload(ctx context.Context, conn *semantics.Conn, lease wire.
 // attempt runs one upload stream. done reports Verified; otherwise next
 // is the offset the daemon asked to continue from.
 func (u *Uploader) attempt(ctx context.Context, conn *semantics.Conn, lease wire.LeaseId, ref wire.CasObjectRef, offset uint64, probe bool, buf []byte) (done bool, next uint64, err error) {
-	st, err := conn.OpenStream(ctx, wire.StreamCasUpload)
+	st, end, err := openTransfer(ctx, conn, wire.StreamCasUpload)
 	if err != nil {
 		return false, 0, err
 	}
-	stop := context.AfterFunc(ctx, func() { reset(st, semantics.StreamCancelled) })
-	defer stop()
 	ok := false
-	defer func() {
-		if !ok {
-			reset(st, semantics.StreamCancelled)
-		}
-	}()
+	defer func() { end(ok) }()
 	if probe {
 		u.probes.Add(1)
 		if err := writeMsg(&st.SendStream, &wcas.CasRangeResumeRequestV1{Lease: lease, Object: ref}); err != nil {
@@ -349,9 +334,7 @@ func NewDownloader(cfg DownloaderConfig) (*Downloader, error) {
 		return nil, errors.New("cas: invalid DownloaderConfig")
 	}
 	orDefault(&cfg.Concurrency, DefaultClientConcurrency)
-	orDefault(&cfg.BufferSize, DefaultBufferSize)
-	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
-	orDefault(&cfg.HeaderTimeout, DefaultHeaderTimeout)
+	transferDefaults(&cfg.BufferSize, &cfg.IdleTimeout, &cfg.HeaderTimeout)
 	return &Downloader{cfg: cfg, sem: newSem(cfg.Concurrency)}, nil
 }
 
@@ -364,16 +347,9 @@ func (d *Downloader) Stats() DownloaderStats {
 // Concurrency at once, and returns the errors joined.
 func (d *Downloader) FetchAll(ctx context.Context, conn *semantics.Conn, lease wire.LeaseId, refs []wire.CasObjectRef) error {
 	b := newBoundedGroup(d.cfg.Concurrency)
-	for _, ref := range refs {
-		if err := b.run(ctx, func() error {
-			if err := d.Fetch(ctx, conn, lease, ref); err != nil {
-				return fmt.Errorf("cas: fetch %s: %w", ref, err)
-			}
-			return nil
-		}); err != nil {
-			b.add(err)
-			break
-		}
+	fetch := func(ref wire.CasObjectRef) error { return d.Fetch(ctx, conn, lease, ref) }
+	if _, err := b.runEach(ctx, refs, "fetch", fetch); err != nil {
+		b.add(err)
 	}
 	return b.wait()
 }
@@ -404,18 +380,12 @@ func (d *Downloader) Fetch(ctx context.Context, conn *semantics.Conn, lease wire
 		}
 	}()
 	offset := p.Len()
-	st, err := conn.OpenStream(ctx, wire.StreamCasDownload)
+	st, end, err := openTransfer(ctx, conn, wire.StreamCasDownload)
 	if err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { reset(st, semantics.StreamCancelled) })
-	defer stop()
 	clean := false
-	defer func() {
-		if !clean {
-			reset(st, semantics.StreamCancelled)
-		}
-	}()
+	defer func() { end(clean) }()
 	if err := writeMsg(&st.SendStream, &wcas.CasFetchRequestV1{Lease: lease, Object: ref, Offset: offset}); err != nil {
 		return err
 	}
@@ -475,6 +445,23 @@ func (d *Downloader) Fetch(ctx context.Context, conn *semantics.Conn, lease wire
 }
 
 // gate takes a slot of g or fails with ctx's error.
+// openTransfer opens a stream of kind for one transfer. The stream is reset
+// (StreamCancelled) when ctx ends, and by end(false); end(true) leaves a
+// stream that ended cleanly alone. Defer the call of end.
+func openTransfer(ctx context.Context, conn *semantics.Conn, kind wire.StreamKind) (*semantics.Stream, func(ok bool), error) {
+	st, err := conn.OpenStream(ctx, kind)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { reset(st, semantics.StreamCancelled) })
+	return st, func(ok bool) {
+		if !ok {
+			reset(st, semantics.StreamCancelled)
+		}
+		stop()
+	}, nil
+}
+
 // boundedGroup runs functions in at most n goroutines at once and joins
 // the errors they (and the caller, through add) report.
 type boundedGroup struct {
@@ -506,6 +493,23 @@ func (b *boundedGroup) run(ctx context.Context, f func() error) error {
 }
 
 // add records err; safe while goroutines run.
+// runEach runs do for each of refs in turn (an error of do is recorded as
+// "cas: <verb> <ref>: …"). When ctx ends before one of them could start, it
+// starts no more and returns that ref and ctx's error.
+func (b *boundedGroup) runEach(ctx context.Context, refs []wire.CasObjectRef, verb string, do func(wire.CasObjectRef) error) (wire.CasObjectRef, error) {
+	for _, ref := range refs {
+		if err := b.run(ctx, func() error {
+			if err := do(ref); err != nil {
+				return fmt.Errorf("cas: %s %s: %w", verb, ref, err)
+			}
+			return nil
+		}); err != nil {
+			return ref, err
+		}
+	}
+	return wire.CasObjectRef{}, nil
+}
+
 func (b *boundedGroup) add(err error) {
 	b.mu.Lock()
 	b.errs = append(b.errs, err)

@@ -8,6 +8,9 @@ import (
 	wcas "forgeyard.dev/transport/wire/cas"
 )
 
+// Alike in shape to the other packages' sentinel-error blocks, but these are
+// this package's own failures, each a stable API value: they stay apart.
+
 // Store and local errors. They are stable sentinels: compare with errors.Is.
 var (
 	// ErrUnsupportedAlgorithm: the object's digest algorithm has no

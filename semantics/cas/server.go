@@ -155,9 +155,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	orDefault(&cfg.MaxConcurrent, DefaultServerMaxConcurrent)
 	orDefault(&cfg.MaxPerConn, DefaultServerMaxPerConn)
-	orDefault(&cfg.BufferSize, DefaultBufferSize)
-	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
-	orDefault(&cfg.HeaderTimeout, DefaultHeaderTimeout)
+	transferDefaults(&cfg.BufferSize, &cfg.IdleTimeout, &cfg.HeaderTimeout)
 	return &Server{cfg: cfg, global: newSem(cfg.MaxConcurrent)}, nil
 }
 
@@ -487,4 +485,13 @@ func orDefault[T comparable](v *T, def T) {
 	if *v == zero {
 		*v = def
 	}
+}
+
+// transferDefaults fills the settings every transfer config has (Uploader,
+// Downloader, Server) when zero: the copy buffer, the idle timeout and the
+// wait for a header, request or ack.
+func transferDefaults(buf *int, idle, wait *time.Duration) {
+	orDefault(buf, DefaultBufferSize)
+	orDefault(idle, DefaultIdleTimeout)
+	orDefault(wait, DefaultHeaderTimeout)
 }

@@ -35,6 +35,9 @@ const (
 	DefaultWriteTimeout = 10 * time.Second
 )
 
+// Alike in shape to the other packages' sentinel-error blocks, but these are
+// this package's own failures, each a stable API value: they stay apart.
+
 // Errors.
 var (
 	// ErrTooManyPending: MaxPending calls are outstanding; retry later.

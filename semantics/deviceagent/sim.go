@@ -17,6 +17,9 @@ import (
 // MaxSimArtifact bounds the artifact SimDriver installs.
 const MaxSimArtifact = 1 << 20
 
+// Alike in shape to the other packages' sentinel-error blocks, but these are
+// this package's own failures, each a stable API value: they stay apart.
+
 // Errors of SimDriver.
 var (
 	ErrNoDevice      = errors.New("deviceagent: no such device")

@@ -52,6 +52,43 @@ func durableOf[T seqHolder](open func(wire.JobAttemptId) (T, error), a wire.JobA
 	return q.durable
 }
 
+// appendNext runs put, with the attempt's mutex held, for the append of
+// seq: it fails when seq is not the one after the last appended (sink names
+// the sink in the error, "file sink") and records seq as appended when put
+// succeeds.
+func appendNext[T seqHolder](open func(wire.JobAttemptId) (T, error), a wire.JobAttemptId, sink string, seq uint64, put func(T) error) error {
+	l, err := openLocked(open, a)
+	if err != nil {
+		return err
+	}
+	q := l.state()
+	defer q.mu.Unlock()
+	if err := q.checkNext(sink, seq); err != nil {
+		return err
+	}
+	if err := put(l); err != nil {
+		return err
+	}
+	q.appended = seq
+	return nil
+}
+
+// syncPending runs write, with the attempt's mutex held, when the attempt
+// has appends that are not durable yet; write makes them durable and
+// advances q.durable.
+func syncPending[T seqHolder](open func(wire.JobAttemptId) (T, error), a wire.JobAttemptId, write func(T) error) error {
+	l, err := openLocked(open, a)
+	if err != nil {
+		return err
+	}
+	q := l.state()
+	defer q.mu.Unlock()
+	if q.appended == q.durable {
+		return nil
+	}
+	return write(l)
+}
+
 // checkNext, under q.mu, fails when seq is not the one after the last
 // appended; sink names the sink in the error ("file sink").
 func (q *attemptSeq) checkNext(sink string, seq uint64) error {

@@ -146,23 +146,16 @@ func (s *BucketSink) open(a wire.JobAttemptId) (*bucketLog, error) {
 
 // Append implements LogSink. It fails when seq is not the next one.
 func (s *BucketSink) Append(a wire.JobAttemptId, seq uint64, kind wlogs.LogStreamKind, ts uint64, data []byte) error {
-	l, err := openLocked(s.open, a)
-	if err != nil {
-		return err
-	}
-	defer l.mu.Unlock()
-	if err := l.checkNext("bucket sink", seq); err != nil {
-		return err
-	}
-	if l.buf.Len() == 0 {
-		l.first = seq
-	}
-	var h [recHeadSize]byte
-	putRecHead(h[:], seq, kind, ts, len(data))
-	l.buf.Write(h[:])
-	l.buf.Write(data)
-	l.appended = seq
-	return nil
+	return appendNext(s.open, a, "bucket sink", seq, func(l *bucketLog) error {
+		if l.buf.Len() == 0 {
+			l.first = seq
+		}
+		var h [recHeadSize]byte
+		putRecHead(h[:], seq, kind, ts, len(data))
+		l.buf.Write(h[:])
+		l.buf.Write(data)
+		return nil
+	})
 }
 
 // Durable implements LogSink; 0 when the bucket cannot be listed.
@@ -173,23 +166,17 @@ func (s *BucketSink) Durable(a wire.JobAttemptId) uint64 {
 // Sync implements Syncer: one segment object for the frames appended
 // since the last Sync. A failed write keeps them buffered for the next.
 func (s *BucketSink) Sync(a wire.JobAttemptId) error {
-	l, err := openLocked(s.open, a)
-	if err != nil {
-		return err
-	}
-	defer l.mu.Unlock()
-	if l.appended == l.durable {
+	return syncPending(s.open, a, func(l *bucketLog) error {
+		key := fmt.Sprintf("%s%020d-%020d", s.dir(a), l.first, l.appended)
+		ctx, cancel := s.ctx()
+		defer cancel()
+		if err := s.b.Put(ctx, key, bytes.NewReader(l.buf.Bytes()), int64(l.buf.Len())); err != nil {
+			return fmt.Errorf("logs: bucket sink: %w", err)
+		}
+		l.durable = l.appended
+		l.buf.Reset()
 		return nil
-	}
-	key := fmt.Sprintf("%s%020d-%020d", s.dir(a), l.first, l.appended)
-	ctx, cancel := s.ctx()
-	defer cancel()
-	if err := s.b.Put(ctx, key, bytes.NewReader(l.buf.Bytes()), int64(l.buf.Len())); err != nil {
-		return fmt.Errorf("logs: bucket sink: %w", err)
-	}
-	l.durable = l.appended
-	l.buf.Reset()
-	return nil
+	})
 }
 
 // Forget drops the attempt's unsynced appends and state (the segments

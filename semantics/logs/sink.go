@@ -253,31 +253,24 @@ func (s *FileSink) open(a wire.JobAttemptId) (*sinkFile, error) {
 
 // Append implements LogSink. It fails when seq is not the next one.
 func (s *FileSink) Append(a wire.JobAttemptId, seq uint64, kind wlogs.LogStreamKind, ts uint64, data []byte) error {
-	sf, err := openLocked(s.open, a)
-	if err != nil {
-		return err
-	}
-	defer sf.mu.Unlock()
-	if err := sf.checkNext("file sink", seq); err != nil {
-		return err
-	}
-	if sf.w == nil {
-		sf.w = sinkWriters.Get().(*bufio.Writer)
-		sf.w.Reset(sf.f)
-	}
-	var h [recHeadSize]byte
-	putRecHead(h[:], seq, kind, ts, len(data))
-	if _, err := sf.w.Write(h[:]); err != nil {
-		sf.err = err
-		return err
-	}
-	if _, err := sf.w.Write(data); err != nil {
-		sf.err = err
-		return err
-	}
-	sf.size += int64(recHeadSize + len(data))
-	sf.appended = seq
-	return nil
+	return appendNext(s.open, a, "file sink", seq, func(sf *sinkFile) error {
+		if sf.w == nil {
+			sf.w = sinkWriters.Get().(*bufio.Writer)
+			sf.w.Reset(sf.f)
+		}
+		var h [recHeadSize]byte
+		putRecHead(h[:], seq, kind, ts, len(data))
+		if _, err := sf.w.Write(h[:]); err != nil {
+			sf.err = err
+			return err
+		}
+		if _, err := sf.w.Write(data); err != nil {
+			sf.err = err
+			return err
+		}
+		sf.size += int64(recHeadSize + len(data))
+		return nil
+	})
 }
 
 // Durable implements LogSink; it returns 0 when the attempt's files cannot
@@ -288,36 +281,30 @@ func (s *FileSink) Durable(a wire.JobAttemptId) uint64 {
 
 // Sync implements Syncer (see the type's comment).
 func (s *FileSink) Sync(a wire.JobAttemptId) error {
-	sf, err := openLocked(s.open, a)
-	if err != nil {
-		return err
-	}
-	defer sf.mu.Unlock()
-	if sf.appended == sf.durable {
-		return nil
-	}
-	if err := sf.w.Flush(); err != nil {
-		sf.err = err
-		return err
-	}
-	sf.releaseWriter()
-	if !s.opts.NoFsync {
-		if err := sf.f.Sync(); err != nil {
+	return syncPending(s.open, a, func(sf *sinkFile) error {
+		if err := sf.w.Flush(); err != nil {
 			sf.err = err
 			return err
 		}
-	}
-	var b [idxSize]byte
-	binary.LittleEndian.PutUint64(b[0:], sf.appended)
-	binary.LittleEndian.PutUint64(b[8:], uint64(sf.size))
-	binary.LittleEndian.PutUint32(b[16:], crc32.ChecksumIEEE(b[:16]))
-	_, idx := s.paths(a)
-	if err := writeFileAtomic(idx, b[:], !s.opts.NoFsync); err != nil {
-		sf.err = err
-		return err
-	}
-	sf.durable, sf.durOff = sf.appended, sf.size
-	return nil
+		sf.releaseWriter()
+		if !s.opts.NoFsync {
+			if err := sf.f.Sync(); err != nil {
+				sf.err = err
+				return err
+			}
+		}
+		var b [idxSize]byte
+		binary.LittleEndian.PutUint64(b[0:], sf.appended)
+		binary.LittleEndian.PutUint64(b[8:], uint64(sf.size))
+		binary.LittleEndian.PutUint32(b[16:], crc32.ChecksumIEEE(b[:16]))
+		_, idx := s.paths(a)
+		if err := writeFileAtomic(idx, b[:], !s.opts.NoFsync); err != nil {
+			sf.err = err
+			return err
+		}
+		sf.durable, sf.durOff = sf.appended, sf.size
+		return nil
+	})
 }
 
 func writeFileAtomic(path string, b []byte, fsync bool) error {

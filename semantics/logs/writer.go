@@ -28,6 +28,9 @@ const (
 // chunk DEFLATE cannot shrink still fits MaxLogChunk as stored blocks.
 const maxFlateChunk = wlogs.MaxLogChunk - 256
 
+// Alike in shape to the other packages' sentinel-error blocks, but these are
+// this package's own failures, each a stable API value: they stay apart.
+
 // Errors of the Writer.
 var (
 	// ErrClosed: Write after Close or Finalize.

@@ -471,21 +471,32 @@ func (g *devGen) verifyLeaf(name string, c *x509.Certificate, usage x509.ExtKeyU
 	return nil
 }
 
+// reuseLeaf returns the leaf certName (with keyName) that the directory
+// already holds, verified against the CA for usage, or nil when there is
+// none to reuse (g.reusable).
+func (g *devGen) reuseLeaf(certName, keyName string, usage x509.ExtKeyUsage) (*x509.Certificate, error) {
+	reuse, err := g.reusable(certName, keyName)
+	if err != nil || !reuse {
+		return nil, err
+	}
+	cert, _, err := g.loadPair(certName, keyName)
+	if err != nil {
+		return nil, g.conflict("%v", err)
+	}
+	if err := g.verifyLeaf(certName, cert, usage); err != nil {
+		return nil, err
+	}
+	return cert, nil
+}
+
 func (g *devGen) ensureServer() error {
 	dns, ips, all := g.serverSANs()
 	g.out.Server = DevServer{DevCert: DevCert{CertFile: g.path(DevServerCertFile), KeyFile: g.path(DevServerKeyFile)}, Names: all}
-	reuse, err := g.reusable(DevServerCertFile, DevServerKeyFile)
+	cert, err := g.reuseLeaf(DevServerCertFile, DevServerKeyFile, x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return err
 	}
-	if reuse {
-		cert, _, err := g.loadPair(DevServerCertFile, DevServerKeyFile)
-		if err != nil {
-			return g.conflict("%v", err)
-		}
-		if err := g.verifyLeaf(DevServerCertFile, cert, x509.ExtKeyUsageServerAuth); err != nil {
-			return err
-		}
+	if cert != nil {
 		for _, n := range all {
 			if cert.VerifyHostname(n) != nil {
 				return g.conflict("%s does not cover the requested name %q", DevServerCertFile, n)
@@ -510,7 +521,7 @@ func (g *devGen) ensureServer() error {
 	}
 	tmpl := g.leafTemplate(cn, x509.ExtKeyUsageServerAuth)
 	tmpl.DNSNames, tmpl.IPAddresses = dns, ips
-	cert, err := g.sign(tmpl, key, g.caCert, g.caKey)
+	cert, err = g.sign(tmpl, key, g.caCert, g.caKey)
 	if err != nil {
 		return err
 	}
@@ -524,18 +535,11 @@ func (g *devGen) ensureServer() error {
 func (g *devGen) ensureAgent(name string, requested bool) error {
 	certName, keyName := DevAgentCertFile(name), DevAgentKeyFile(name)
 	a := DevAgent{Name: name, DevCert: DevCert{CertFile: g.path(certName), KeyFile: g.path(keyName)}}
-	reuse, err := g.reusable(certName, keyName)
+	cert, err := g.reuseLeaf(certName, keyName, x509.ExtKeyUsageClientAuth)
 	if err != nil {
 		return err
 	}
-	if reuse {
-		cert, _, err := g.loadPair(certName, keyName)
-		if err != nil {
-			return g.conflict("%v", err)
-		}
-		if err := g.verifyLeaf(certName, cert, x509.ExtKeyUsageClientAuth); err != nil {
-			return err
-		}
+	if cert != nil {
 		id, err := RunnerIDFromCert(cert)
 		if err != nil {
 			return g.conflict("%s: %v", certName, err)
@@ -556,7 +560,7 @@ func (g *devGen) ensureAgent(name string, requested bool) error {
 	id := wire.NewRunnerId()
 	tmpl := g.leafTemplate("forgeyard agent "+name, x509.ExtKeyUsageClientAuth)
 	tmpl.URIs = []*url.URL{RunnerURI(id)}
-	cert, err := g.sign(tmpl, key, g.caCert, g.caKey)
+	cert, err = g.sign(tmpl, key, g.caCert, g.caKey)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,9 @@ import (
 	"time"
 )
 
+// Alike in shape to the other packages' sentinel-error blocks, but these are
+// this package's own failures, each a stable API value: they stay apart.
+
 // Problems with credential files. A *FileError unwraps to exactly one of
 // these (and to the underlying cause, if any), so callers can branch with
 // errors.Is while operators read the full message.

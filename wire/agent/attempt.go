@@ -27,6 +27,8 @@ type CancelAttemptV1 struct {
 	Message string
 }
 
+// Alike in shape to LeaseRejectedV1 and CompletionAckV1, but each carries its
+// own enum: one layout (note.go), three types of the API.
 const nameCancelAttempt = "agent.CancelAttemptV1"
 
 // MessageType implements wire.Message.

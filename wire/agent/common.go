@@ -111,6 +111,22 @@ type idField struct {
 	id   ulid.ULID
 }
 
+// checkNonZero fails on the first of fields, in order, that is zero: the
+// required numbers of a message (epochs, expiries, intervals).
+func checkNonZero(msg string, fields ...numField) error {
+	for _, f := range fields {
+		if f.v == 0 {
+			return invalid(msg, f.name, "zero")
+		}
+	}
+	return nil
+}
+
+type numField struct {
+	name string
+	v    uint64
+}
+
 // checkString enforces a string bound, UTF-8 validity and, if required,
 // non-emptiness.
 func checkString(msg, field, s string, max int, required bool) error {

@@ -104,6 +104,8 @@ func (r CancellationReason) String() string {
 	return enum.Name(cancellationReasonNames[:], r, "CancellationReason")
 }
 
+// Alike in shape to the other enums here (Valid, String by enum.Name,
+// LogValue), but each is its own enum of the API with its own names.
 var cancellationReasonNames = [...]string{
 	CancelUserRequested: "UserRequested", CancelSuperseded: "Superseded",
 	CancelTimeout: "Timeout", CancelLeaseRevoked: "LeaseRevoked",

@@ -81,15 +81,12 @@ func (m *LeaseOfferV1) Validate() error {
 		idField{"job", m.Job.ULID}, idField{"session", m.Session.ULID}); err != nil {
 		return err
 	}
-	switch {
-	case m.SpecID.IsZero():
+	if m.SpecID.IsZero() {
 		return invalid(n, "spec_id", "zero digest")
-	case m.ExpiresAtMs == 0:
-		return invalid(n, "expires_at_ms", "zero")
-	case m.TTLMs == 0:
-		return invalid(n, "ttl_ms", "zero")
-	case m.Epoch == 0:
-		return invalid(n, "epoch", "zero")
+	}
+	if err := checkNonZero(n, numField{"expires_at_ms", m.ExpiresAtMs}, numField{"ttl_ms", uint64(m.TTLMs)},
+		numField{"epoch", m.Epoch}); err != nil {
+		return err
 	}
 	return checkCas(n, "payload_ref", &m.PayloadRef)
 }
@@ -260,7 +257,9 @@ type RenewOutcomeV1 struct {
 
 const maxRenewOutcomeSize = maxsize.Enum + maxsize.U64 + maxsize.U32
 
-// The layout is ResyncDecisionV1's too (verdict.go).
+// The layout is ResyncDecisionV1's too (verdict.go); the kind and its type
+// are alike in shape to ResyncDecisionKind's, but they are another enum of
+// the API, with other names.
 
 func (o *RenewOutcomeV1) appendPostcard(b []byte) []byte {
 	return appendVerdict(b, uint32(o.Kind), o.ExpiresAtMs, o.TTLMs, o.Reason)
@@ -330,6 +329,8 @@ type LeaseProbeV1 struct {
 	GraceUntilMs uint64
 }
 
+// Alike in shape to LeaseRenewV1, but the third field is another thing (a
+// grace deadline, not a phase): two messages of the API.
 const nameLeaseProbe = "agent.LeaseProbeV1"
 
 var maxLeaseProbeSize = 2*maxsize.ID + maxsize.U64

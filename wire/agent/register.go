@@ -191,18 +191,14 @@ func (m *RegistrationAcceptedV1) Validate() error {
 		idField{"transport_session", m.TransportSession.ULID}); err != nil {
 		return err
 	}
-	switch {
-	case m.Epoch == 0:
-		return invalid(n, "epoch", "zero")
-	case m.HeartbeatIntervalMs == 0:
-		return invalid(n, "heartbeat_interval_ms", "zero")
-	case m.LeaseRenewIntervalMs == 0:
-		return invalid(n, "lease_renew_interval_ms", "zero")
-	case m.MaxBackoffMs == 0:
-		return invalid(n, "max_backoff_ms", "zero")
-	case len(m.FallbackStaggerMs) > MaxFallbackStagger:
+	if err := checkNonZero(n, numField{"epoch", m.Epoch}, numField{"heartbeat_interval_ms", uint64(m.HeartbeatIntervalMs)},
+		numField{"lease_renew_interval_ms", uint64(m.LeaseRenewIntervalMs)}, numField{"max_backoff_ms", uint64(m.MaxBackoffMs)}); err != nil {
+		return err
+	}
+	if len(m.FallbackStaggerMs) > MaxFallbackStagger {
 		return invalid(n, "fallback_stagger_ms", "more elements than its bound")
-	case m.ServerTimeMs == 0:
+	}
+	if m.ServerTimeMs == 0 {
 		return invalid(n, "server_time_ms", "zero")
 	}
 	return checkStrings(n, "alternate_endpoints", m.AlternateEndpoints, MaxAlternateEndpoints, MaxEndpoint)

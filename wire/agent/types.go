@@ -8,6 +8,8 @@ package agent
 
 import "forgeyard.dev/transport/wire"
 
+// Alike in shape to the other families' id, type-number list and errInvalid,
+// but each is its own family's frozen numbering and error prefix (API).
 func id(v uint8) wire.MessageTypeId { return wire.TypeID(wire.FamilyAgent, v) }
 
 // Message type numbers of the agent family (family 1).

@@ -42,6 +42,10 @@ type MissingObjectsV1 struct {
 	Objects []wire.CasObjectRef
 }
 
+// Alike in shape to NeedObjectsV1, but the answer, not the question (and an
+// empty batch is valid here): one layout (appendLeaseRefs), two messages of
+// the API.
+
 // MessageType implements wire.Message.
 func (*MissingObjectsV1) MessageType() wire.MessageTypeId { return MsgMissingObjects }
 

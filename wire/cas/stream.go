@@ -29,6 +29,8 @@ func (c CasCompression) String() string {
 	return enum.Name(casCompressionNames[:], c, "CasCompression")
 }
 
+// Alike in shape to wire.DigestAlgorithm and the families' other enums, but
+// each is its own enum of the API with its own names.
 var casCompressionNames = [...]string{CasCompressionNone: "None", CasCompressionFlate: "Flate"}
 
 // LogValue renders the value by its String form in logs (JSON handlers
@@ -139,6 +141,9 @@ type CasFetchRequestV1 struct {
 	Object wire.CasObjectRef
 	Offset uint64
 }
+
+// Alike in shape to CasRangeResumeRequestV1, but a download's start, not an
+// upload's resume: one layout (appendObjectOffset), two messages of the API.
 
 // MessageType implements wire.Message.
 func (*CasFetchRequestV1) MessageType() wire.MessageTypeId { return MsgCasFetchRequest }

@@ -25,6 +25,8 @@ import (
 	"forgeyard.dev/transport/wire/postcard"
 )
 
+// Alike in shape to the other families' id, type-number list and errInvalid,
+// but each is its own family's frozen numbering and error prefix (API).
 func id(v uint8) wire.MessageTypeId { return wire.TypeID(wire.FamilyCas, v) }
 
 // Message type numbers of the cas family (family 3). Frozen.

@@ -53,6 +53,10 @@ type ReserveResultV1 struct {
 	ReservationExpiresMs uint64
 }
 
+// Alike in shape to the other results (InstallResultV1, ResetResultV1), but
+// each answers its own operation: one head (appendResult), separate
+// messages of the API.
+
 // MessageType implements wire.Message.
 func (*ReserveResultV1) MessageType() wire.MessageTypeId { return MsgReserveResult }
 

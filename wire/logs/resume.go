@@ -44,6 +44,10 @@ type LogAckV1 struct {
 	DurableSeq uint64
 }
 
+// Alike in shape to LogResumeRequestV1 and LogsFinalizedAckV1, but the
+// sequence number means another thing in each: one layout
+// (appendAttemptSeq), three messages of the API.
+
 // MessageType implements wire.Message.
 func (*LogAckV1) MessageType() wire.MessageTypeId { return MsgLogAck }
 

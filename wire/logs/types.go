@@ -23,6 +23,8 @@ import (
 	"forgeyard.dev/transport/wire/internal/check"
 )
 
+// Alike in shape to the other families' id, type-number list and errInvalid,
+// but each is its own family's frozen numbering and error prefix (API).
 func id(v uint8) wire.MessageTypeId { return wire.TypeID(wire.FamilyLogs, v) }
 
 // Message type numbers of the logs family (family 2). Frozen.

@@ -25,6 +25,8 @@ func (k SignOutcomeKind) String() string {
 	return enum.Name(signOutcomeKindNames[:], k, "SignOutcomeKind")
 }
 
+// Alike in shape to the other enums here (Valid, String by enum.Name,
+// LogValue), but each is its own enum of the API with its own names.
 var signOutcomeKindNames = [...]string{SignSigned: "Signed", SignRejected: "Rejected"}
 
 // LogValue renders the value by its String form in logs (JSON handlers

@@ -22,6 +22,8 @@ import (
 	"forgeyard.dev/transport/wire/internal/check"
 )
 
+// Alike in shape to the other families' id, type-number list and errInvalid,
+// but each is its own family's frozen numbering and error prefix (API).
 func id(v uint8) wire.MessageTypeId { return wire.TypeID(wire.FamilySigning, v) }
 
 // Message type numbers of the signing family (family 6). Frozen.

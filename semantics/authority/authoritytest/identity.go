@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -94,19 +93,10 @@ func consumeRace(t *testing.T, as []authority.Identities, n int) {
 	if err := as[0].CreateEnrollmentToken(ctx, tok); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
 	errs := make([]error, n)
-	start := make(chan struct{})
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			_, errs[i] = as[i%len(as)].ConsumeEnrollmentToken(ctx, tok.Hash, wire.NewRunnerId(), t0.Add(time.Second))
-		}()
-	}
-	close(start)
-	wg.Wait()
+	together(n, func(i int) {
+		_, errs[i] = as[i%len(as)].ConsumeEnrollmentToken(ctx, tok.Hash, wire.NewRunnerId(), t0.Add(time.Second))
+	})
 	ok := 0
 	for i, err := range errs {
 		switch {

@@ -126,6 +126,23 @@ func runShared(t *testing.T, o Opener, name string, fn func(t *testing.T, o Open
 
 // facet returns the optional interface of(a) (authority.InventoryOf, say)
 // and fails the test, saying a's type "missing", when a lacks it.
+// together runs work(0) … work(n-1) in n goroutines released at once (so
+// that they race) and returns when all of them have.
+func together(n int, work func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			work(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
+
 func facet[T any](t *testing.T, a authority.Authority, of func(authority.Authority) T, missing string) T {
 	t.Helper()
 	v := of(a)
@@ -724,58 +741,52 @@ func expireRace(t *testing.T, ra, sa authority.Authority) {
 		cutoff := l.ExpiresAt.Add(time.Millisecond)
 		renewAt := l.ExpiresAt.Add(-time.Millisecond)
 		var (
-			wg             sync.WaitGroup
 			mu             sync.Mutex
 			extended       int
 			revokedRenew   int
 			maxExpiry      time.Time
 			expiredBySweep int
 		)
-		start := make(chan struct{})
-		for i := 0; i < renewers; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				res, err := ra.RenewLease(f.ctx, wire.NewMessageId(), l.ID, l.Attempt, f.ref(), renewAt)
-				if err != nil {
-					t.Errorf("round %d: renew: %v", round, err)
-					return
+		renew := func() {
+			res, err := ra.RenewLease(f.ctx, wire.NewMessageId(), l.ID, l.Attempt, f.ref(), renewAt)
+			if err != nil {
+				t.Errorf("round %d: renew: %v", round, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case res.Extended:
+				extended++
+				if res.ExpiresAt.After(maxExpiry) {
+					maxExpiry = res.ExpiresAt
 				}
+			case res.Revoked:
+				revokedRenew++
+			default:
+				t.Errorf("round %d: renew = %+v, want Extended or Revoked", round, res)
+			}
+		}
+		sweep := func() {
+			expired, err := sa.ExpireLease(f.ctx, l.ID, cutoff)
+			if err != nil {
+				t.Errorf("round %d: expire: %v", round, err)
+				return
+			}
+			if expired {
 				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case res.Extended:
-					extended++
-					if res.ExpiresAt.After(maxExpiry) {
-						maxExpiry = res.ExpiresAt
-					}
-				case res.Revoked:
-					revokedRenew++
-				default:
-					t.Errorf("round %d: renew = %+v, want Extended or Revoked", round, res)
-				}
-			}()
+				expiredBySweep++
+				mu.Unlock()
+			}
 		}
-		for i := 0; i < sweepers; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				expired, err := sa.ExpireLease(f.ctx, l.ID, cutoff)
-				if err != nil {
-					t.Errorf("round %d: expire: %v", round, err)
-					return
-				}
-				if expired {
-					mu.Lock()
-					expiredBySweep++
-					mu.Unlock()
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
+		// Goroutines 0..renewers-1 renew, the others sweep.
+		together(renewers+sweepers, func(i int) {
+			if i < renewers {
+				renew()
+			} else {
+				sweep()
+			}
+		})
 		if t.Failed() {
 			return
 		}
@@ -806,19 +817,14 @@ func expireRace(t *testing.T, ra, sa authority.Authority) {
 			// Once past the renewed expiry, concurrent sweeps expire it
 			// exactly once.
 			var n atomic.Int32
-			for i := 0; i < sweepers; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					expired, err := sa.ExpireLease(f.ctx, l.ID, maxExpiry.Add(time.Millisecond))
-					if err != nil {
-						t.Errorf("round %d: expire: %v", round, err)
-					} else if expired {
-						n.Add(1)
-					}
-				}()
-			}
-			wg.Wait()
+			together(sweepers, func(int) {
+				expired, err := sa.ExpireLease(f.ctx, l.ID, maxExpiry.Add(time.Millisecond))
+				if err != nil {
+					t.Errorf("round %d: expire: %v", round, err)
+				} else if expired {
+					n.Add(1)
+				}
+			})
 			if n.Load() != 1 {
 				t.Fatalf("round %d: %d concurrent sweeps expired the lease, want exactly 1", round, n.Load())
 			}
