@@ -6,13 +6,9 @@ import (
 	"crypto/subtle"
 	"crypto/x509"
 	"encoding/json"
-	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -23,14 +19,13 @@ import (
 
 	"forgeyard.dev/transport/internal/adminapi"
 	"forgeyard.dev/transport/internal/buildinfo"
-	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
+	"forgeyard.dev/transport/internal/setup/daemonsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics"
 	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
-	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 )
 
@@ -561,78 +556,6 @@ func (t *daemonTelemetry) handler(access adminAccess) http.Handler {
 	return mux
 }
 
-// startAdminSocket serves h on a unix socket at path, mode 0600. A stale
-// socket file (nobody accepting) is replaced; any other existing file is
-// an error.
-func startAdminSocket(path string, h http.Handler, log *slog.Logger) (*cli.AdminServer, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("%s exists and is not a socket; remove it or choose another admin.socket", path)
-		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("%s is in use by another process (another daemon?)", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
-		}
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, err
-	}
-	ln, err := listenUnixPrivate(path)
-	if err != nil {
-		return nil, err
-	}
-	return cli.ServeAdmin(ln, path, h, log), nil
-}
-
-// certCheckEvery is how often the daemon re-checks its certificate's
-// expiry (it also checks at start).
-const certCheckEvery = 24 * time.Hour
-
-// warnCertExpiry logs a warning when cert expires within the window (§22).
-func warnCertExpiry(log *slog.Logger, cert *x509.Certificate, now time.Time) bool {
-	if cert == nil || !trust.ExpiresWithin(cert, trust.DefaultExpiryWarningWindow, now) {
-		return false
-	}
-	h := telemetry.CertHealthOf(cert, now)
-	if now.After(cert.NotAfter) {
-		log.Error("server certificate EXPIRED: agents refuse to connect; rotate it now", "subject", h.Subject,
-			"not_after", h.NotAfter.Format(time.RFC3339))
-		return true
-	}
-	log.Warn("server certificate expires soon; rotate it before then", "subject", h.Subject,
-		"not_after", h.NotAfter.Format(time.RFC3339), "days_to_expiry", h.DaysToExpiry)
-	return true
-}
-
-// currentCert is the certificate served now (nil before attach).
-func (t *daemonTelemetry) currentCert() *x509.Certificate {
-	t.mu.Lock()
-	f := t.cert
-	t.mu.Unlock()
-	if f == nil {
-		return nil
-	}
-	return f()
-}
-
-// watchCertExpiry checks at start and every certCheckEvery until ctx ends.
-func (t *daemonTelemetry) watchCertExpiry(ctx context.Context, log *slog.Logger) {
-	warnCertExpiry(log, t.currentCert(), time.Now())
-	tick := time.NewTicker(certCheckEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			warnCertExpiry(log, t.currentCert(), now)
-		}
-	}
-}
-
 // authorityBackend names the configured authority store.
 func authorityBackend(a config.AuthorityConfig) string {
 	if a.PostgresDSNFile != "" {
@@ -641,80 +564,27 @@ func authorityBackend(a config.AuthorityConfig) string {
 	return "sqlite"
 }
 
-// startAdminEndpoints starts the TCP endpoint (tcpAddr, "" for none) and
-// the unix socket of cfg. stop shuts both down.
-func (t *daemonTelemetry) startAdminEndpoints(cfg config.Admin, tcpAddr string, log *slog.Logger, th *testHooks) (stop func(), err error) {
-	var servers []*cli.AdminServer
-	stop = func() {
-		for _, s := range servers {
-			s.Stop(2 * time.Second)
-		}
-	}
-	paths := "/healthz /readyz /metrics /status /sessions /protocols /runners"
-	t.pprof = cfg.Pprof
-	if cfg.Pprof {
-		paths += " /debug/pprof/"
-	}
-	if tcpAddr != "" {
-		access := adminAccess{publicMetrics: cfg.PublicMetrics}
-		if cfg.TokenFile != "" {
-			tok, err := adminapi.ReadTokenFile(cfg.TokenFile)
-			if err != nil {
-				return stop, fmt.Errorf("admin.token_file: %w", err)
+// adminHandlers are the handlers daemonsetup.StartAdmin serves: over TCP
+// (the --matrix-driver API beside them, testing, loopback only) for
+// clients with the bearer token of cfg ("" for none), on the socket for
+// all.
+func (t *daemonTelemetry) adminHandlers(cfg config.Admin) daemonsetup.AdminHandlers {
+	return daemonsetup.AdminHandlers{
+		TCP: func(token string) http.Handler {
+			access := adminAccess{publicMetrics: cfg.PublicMetrics}
+			if token != "" {
+				access.tokenHash, access.hasToken = sha256.Sum256([]byte(token)), true
 			}
-			access.tokenHash, access.hasToken = sha256.Sum256([]byte(tok)), true
-			if fi, err := os.Stat(cfg.TokenFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
-				log.Warn("admin.token_file is readable by other users; chmod 0600 it", "path", cfg.TokenFile, "mode", fi.Mode().Perm().String())
+			h := t.handler(access)
+			if t.matrix != nil {
+				mux := http.NewServeMux()
+				mux.Handle("/v1/matrix/", t.matrix)
+				mux.Handle("/", h)
+				h = mux
 			}
-		}
-		h := t.handler(access)
-		if t.matrix != nil { // --matrix-driver (testing, loopback only)
-			mux := http.NewServeMux()
-			mux.Handle("/v1/matrix/", t.matrix)
-			mux.Handle("/", h)
-			h = mux
-		}
-		adm, err := cli.ListenAdmin(tcpAddr, h, log)
-		if err != nil {
-			return stop, fmt.Errorf("admin.listen: %w", err)
-		}
-		servers = append(servers, adm)
-		auth := "bearer token (not /healthz, /readyz)"
-		switch {
-		case !access.hasToken:
-			auth = "none (only /healthz, /readyz and /metrics served)"
-		case cfg.PublicMetrics:
-			auth = "bearer token (not /healthz, /readyz, /metrics)"
-		}
-		log.Info("admin endpoint listening", "addr", adm.Addr(), "paths", paths, "auth", auth)
-		if !access.hasToken {
-			log.Warn("admin endpoint without admin.token_file: TCP serves only /healthz, /readyz and /metrics; use admin.socket or set a token for /status, /sessions, /protocols", "addr", adm.Addr())
-		}
-		if th != nil && th.admin != nil {
-			th.admin(adm.Addr())
-		}
-	}
-	if cfg.Socket != "" {
-		adm, err := startAdminSocket(cfg.Socket, t.handler(adminAccess{trusted: true}), log)
-		if err != nil {
-			stop()
-			return func() {}, fmt.Errorf("admin.socket: %w", err)
-		}
-		servers = append(servers, adm)
-		log.Info("admin socket listening", "path", cfg.Socket, "paths", paths, "auth", "file mode 0600")
-	}
-	return stop, nil
-}
-
-// watchFileOnce exports the expiry of the first-expiring certificate of the
-// PEM file at path as read now ("" or unreadable: nothing), for files the
-// daemon reads at start only.
-func watchFileOnce(m *telemetry.Metrics, role, path string) {
-	if path == "" {
-		return
-	}
-	if c := telemetry.CertificateFile(path)(); c != nil {
-		m.WatchCertificate(role, func() *x509.Certificate { return c })
+			return h
+		},
+		Socket: func() http.Handler { return t.handler(adminAccess{trusted: true}) },
 	}
 }
 

@@ -30,7 +30,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,11 +38,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
-	"forgeyard.dev/transport/backends/quic"
-	"forgeyard.dev/transport/backends/yamux"
 	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/internal/demoscheduler"
@@ -51,10 +47,8 @@ import (
 	"forgeyard.dev/transport/internal/setup/otlpsetup"
 	"forgeyard.dev/transport/internal/setup/serversetup"
 	"forgeyard.dev/transport/semantics"
-	"forgeyard.dev/transport/semantics/authority"
 	"forgeyard.dev/transport/semantics/daemon"
 	"forgeyard.dev/transport/semantics/telemetry"
-	"forgeyard.dev/transport/semantics/telemetry/authmetrics"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -271,93 +265,80 @@ func defaultID(l config.Listen) string {
 	return host + "/" + config.DefaultDaemonListen
 }
 
-// serve runs the daemon: its start-up steps (daemonsetup.Build: TLS,
-// authority, session tickets, the daemon's configuration and stores; then
-// hooks, telemetry, the daemon, listeners, admin API, accepting), then
-// waits and shuts down.
+// serve runs the daemon: the start-up steps of daemonsetup (Build,
+// Instrument, Listen, StartAdmin, Accept) with this command's hooks,
+// telemetry, matrix driver and demo scheduler between them, then waits and
+// shuts down (Wait). Each step that fails stops what it started; the
+// deferred calls stop the rest, in reverse order.
 func serve(ctx context.Context, cfg *config.Daemon, f *flags, log *slog.Logger, th *testHooks) error {
-	// TLS, runner CAs, identity, authority, session tickets and the
-	// daemon's configuration and stores: daemonsetup.Build's steps.
-	b, err := daemonsetup.Build(ctx, cfg, log)
+	b, err := daemonsetup.Build(ctx, cfg, log) // TLS, runner CAs, identity, authority, session tickets, stores
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	tlsConf, certs, au, dcfg := b.TLS, b.Certs, b.Authority, b.Config
-	var drv *matrixDriver
-	if f.matrixDriver {
-		if drv, err = newMatrixDriver(dcfg.Protocol, dcfg.Features); err != nil {
-			return err
-		}
+	dcfg := b.Config
+	drv, err := startDriver(f, &dcfg, log)
+	if err != nil {
+		return err
+	}
+	if drv != nil {
 		defer drv.close()
-		if err := drv.configure(&dcfg); err != nil {
-			return err
-		}
-		log.Warn("--matrix-driver is a testing feature: /v1/matrix/ on the admin endpoint offers leases and cuts connections")
 	}
 	var demo *demoscheduler.Scheduler
 	logHooks(&dcfg, log, th, &demo)
 	tel := newDaemonTelemetry()
-	tracing, err := instrument(ctx, cfg, &dcfg, tel, drv, au, log)
+	tracing, err := instrument(ctx, cfg, &dcfg, tel, drv, log)
 	if err != nil {
 		return err
 	}
 	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
-	// The QUIC listeners' stateless reset key, and from it the restart
-	// token key: both must survive restarts, so that the next process can
-	// tell this one's agents it restarted (restart hints).
-	resetKey, err := serversetup.ResetKey(cfg.Listen.StatelessResetKeyFile, cfg.TLS)
+	s, err := daemonsetup.Listen(ctx, cfg, b, dcfg, tel.m, log)
 	if err != nil {
 		return err
 	}
-	dcfg.RestartTokenKey = serversetup.RestartTokenKey(resetKey)
-	d, err := daemon.New(dcfg)
-	if err != nil {
-		return err
-	}
+	defer s.Close()
 	var track func(semantics.BackendConn) func()
 	if drv != nil {
-		drv.d, track = d, drv.track
+		drv.d, track = s.Daemon, drv.track
 	}
 	if f.demoLeases > 0 {
 		log.Warn("--demo-leases is a development feature: offering synthetic leases to every agent", "per_session", f.demoLeases)
-		demo = demoscheduler.New(d, f.demoLeases, log)
+		demo = demoscheduler.New(s.Daemon, f.demoLeases, log)
 	}
-
-	// Failed TLS handshakes (rejected client certificates, scanners) never
-	// reach the daemon: the listeners report them here, to the metric,
-	// /healthz and (certificate problems, rate-limited) the audit log.
-	hsf := serversetup.NewHandshakeFailures(log, tel.m, 0, 0)
-	defer hsf.Close()
-	tel.setHandshakeFailures(hsf)
-	ls, restartPeers, err := openListeners(ctx, cfg, &dcfg, d, au, tlsConf, resetKey, hsf, log)
+	adm, err := startAdmin(cfg, &dcfg, tel, s, b, drv, log, th)
 	if err != nil {
 		return err
 	}
-	stopAdmin, err := startAdmin(cfg, &dcfg, tel, d, ls, certs, au, drv, log, th)
-	if err != nil {
-		return err
-	}
-	defer stopAdmin() // after the drain: /healthz and /status report it
-	certCtx, stopCertWatch := context.WithCancel(context.Background())
-	certDone := make(chan struct{})
-	go func() { defer close(certDone); tel.watchCertExpiry(certCtx, log) }()
-	defer func() { stopCertWatch(); <-certDone }()
-	// Connections live on connCtx, which ends only after Shutdown has sent
-	// GoAway and waited: daemon.Serve ties its connections to its own
-	// lifetime, so closing a listener there would drop agents before they
-	// get the drain hint. Hence our own accept loop around ServeConn.
-	connCtx, cancelConns := context.WithCancel(context.Background())
-	defer cancelConns()
-	var conns sync.WaitGroup
-	errc := startAccepting(connCtx, d, ls, &conns, track, tel, log)
+	defer adm.Stop() // after the drain: /healthz and /status report it
+	s.Accept(track, tel.listenerDone)
 	if th != nil && th.ready != nil {
-		th.ready(d, ls)
+		th.ready(s.Daemon, s.Listeners)
 	}
-	if len(restartPeers) > 0 {
-		go serversetup.HintRestart(connCtx, log, restartPeers, ls, 0)
+	return s.Wait(ctx, f.shutdownTimeout, func() {
+		tel.draining.Store(true)
+		if demo != nil {
+			demo.Stop()
+		}
+	})
+}
+
+// startDriver is the --matrix-driver step: the driver, the daemon's logs
+// and CAS objects kept for its read-back; nil without the flag. The caller
+// closes it.
+func startDriver(f *flags, dcfg *daemon.Config, log *slog.Logger) (*matrixDriver, error) {
+	if !f.matrixDriver {
+		return nil, nil
 	}
-	return waitAndShutdown(ctx, f, d, ls, errc, &conns, cancelConns, demo, tel, log)
+	drv, err := newMatrixDriver(dcfg.Protocol, dcfg.Features)
+	if err != nil {
+		return nil, err
+	}
+	if err := drv.configure(dcfg); err != nil {
+		drv.close()
+		return nil, err
+	}
+	log.Warn("--matrix-driver is a testing feature: /v1/matrix/ on the admin endpoint offers leases and cuts connections")
+	return drv, nil
 }
 
 // logHooks is the hooks step: the daemon's events logged and passed to
@@ -395,10 +376,11 @@ func logHooks(dcfg *daemon.Config, log *slog.Logger, th *testHooks, demo **demos
 	}
 }
 
-// instrument is the telemetry step: metrics hooks (and the matrix
-// driver's), trace export, the authority's call metrics and the watched
-// files. The caller flushes the returned tracing at its end.
-func instrument(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, tel *daemonTelemetry, drv *matrixDriver, au authority.Authority, log *slog.Logger) (*telemetry.Tracing, error) {
+// instrument is the telemetry step: the metrics hooks (and the matrix
+// driver's) around the logging hooks, trace export, then
+// daemonsetup.Instrument. The caller flushes the returned tracing at its
+// end.
+func instrument(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, tel *daemonTelemetry, drv *matrixDriver, log *slog.Logger) (*telemetry.Tracing, error) {
 	dcfg.Hooks = tel.hooks(dcfg.Hooks)
 	if drv != nil {
 		dcfg.Hooks = drv.hooks(dcfg.Hooks)
@@ -410,156 +392,32 @@ func instrument(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, te
 	if export.Endpoint != "" {
 		log.Info("trace export", "endpoint", export.Endpoint, "protocol", export.Protocol, "from", export.Source, "sampler", export.Sampler)
 	}
-	// The engine feeds the metrics and starts the spans; the trace context
-	// travels to agents that offer it too (§211).
-	dcfg.Metrics, dcfg.Tracing = tel.m, tracing
-	// Every authority call's latency and error (the store is the daemon's
-	// one shared dependency).
-	dcfg.Authority = authmetrics.Instrument(tel.m, au)
-	watchFileOnce(tel.m, "client_ca", cfg.TLS.ClientCA) // read at start only, like the pool
-	watchFileOnce(tel.m, "issuer", cfg.Enrollment.IssuerCertificate)
-	dcfg.Features = dcfg.Features.With(wire.FeatureTraceContextV1)
+	daemonsetup.Instrument(cfg, dcfg, tel.m, tracing)
 	return tracing, nil
 }
 
-// openListeners is the listener step: the listeners' configurations and
-// stateless reset key, the previous process's agents (restart hints, with
-// their tokens), then the listeners. On failure it shuts d down.
-func openListeners(ctx context.Context, cfg *config.Daemon, dcfg *daemon.Config, d *daemon.Daemon, au authority.Authority, tlsConf *tls.Config, resetKey *[32]byte, hsf *serversetup.HandshakeFailures, log *slog.Logger) ([]serversetup.Listener, map[string][]quic.RestartHint, error) {
-	// The daemon's per-connection limits: the backends' stream credit.
-	qcfg, ycfg := listenerConfigs(dcfg.AllLimits().Conn, log, hsf.Report)
-	qcfg.Admit = d.AdmitEarly            // the connection cap, before the QUIC handshake
-	qcfg.Backlog = d.RegistrationBacklog // the way in bounded up to registration
-	qcfg.StatelessResetKey = resetKey
-	// Where the agents of a previous process that crashed were: read
-	// before anything registers (registrations overwrite the rows), told
-	// once the listeners accept.
-	restartPeers, err := daemonsetup.RestartPeers(ctx, authority.PeersOf(au), cfg.ID, dcfg.RestartTokenKey)
-	if err != nil {
-		log.Warn("restart hints skipped: the authority did not list the previous process's agents", "err", err)
-	}
-	ls, err := serversetup.Listen(cfg.Listen, tlsConf, qcfg, ycfg)
-	if err != nil {
-		_ = d.Shutdown(context.Background())
-		return nil, nil, err
-	}
-	return ls, restartPeers, nil
-}
-
-// startAdmin is the admin API step: the telemetry's view of the daemon
-// and listeners, then the admin endpoints. On failure it closes the
-// listeners and shuts d down.
-func startAdmin(cfg *config.Daemon, dcfg *daemon.Config, tel *daemonTelemetry, d *daemon.Daemon, ls []serversetup.Listener, certs *serversetup.CertReloader, au authority.Authority, drv *matrixDriver, log *slog.Logger, th *testHooks) (stop func(), err error) {
-	tel.attach(d, ls, certs.Leaf)
-	tel.info = adminInfo{id: cfg.ID, startedAt: time.Now(), au: au, auBackend: authorityBackend(cfg.Authority),
+// startAdmin is the admin API step: the telemetry's view of the daemon,
+// its listeners and their handshake failures, then daemonsetup.StartAdmin
+// with the telemetry's handlers.
+func startAdmin(cfg *config.Daemon, dcfg *daemon.Config, tel *daemonTelemetry, s *daemonsetup.Serving, b *daemonsetup.Built, drv *matrixDriver, log *slog.Logger, th *testHooks) (*daemonsetup.Admin, error) {
+	tel.setHandshakeFailures(s.HandshakeFailures)
+	tel.attach(s.Daemon, s.Listeners, b.Certs.Leaf)
+	tel.info = adminInfo{id: cfg.ID, startedAt: time.Now(), au: b.Authority, auBackend: authorityBackend(cfg.Authority),
 		protocol: dcfg.Protocol, minProtocol: dcfg.MinProtocol, features: dcfg.Features}
 	if drv != nil {
 		tel.matrix = drv.handler()
 	}
-	stopAdmin, err := tel.startAdminEndpoints(cfg.Admin, cfg.AdminListen(), log, th)
+	tel.pprof = cfg.Admin.Pprof
+	adm, err := daemonsetup.StartAdmin(cfg, b.Certs.Leaf, tel.adminHandlers(cfg.Admin), log)
 	if err != nil {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-		_ = d.Shutdown(context.Background())
 		return nil, err
 	}
-	return stopAdmin, nil
-}
-
-// startAccepting is the accepting step: one accept loop per listener on
-// connCtx; each loop's end is reported to tel and sent on the returned
-// channel.
-func startAccepting(connCtx context.Context, d *daemon.Daemon, ls []serversetup.Listener, conns *sync.WaitGroup, track func(semantics.BackendConn) func(), tel *daemonTelemetry, log *slog.Logger) chan error {
-	errc := make(chan error, len(ls))
-	for i, l := range ls {
-		log.Info("listening", "backend", l.Backend, "addr", l.Addr().String())
-		go func() {
-			err := acceptLoop(connCtx, d, l, conns, track)
-			tel.listenerDone(i, err)
-			errc <- err
-		}()
+	if th != nil && th.admin != nil && adm.Addr() != "" {
+		th.admin(adm.Addr())
 	}
-	return errc
-}
-
-// waitAndShutdown is the wait and shutdown step: until ctx ends or a
-// listener fails, then the drain (stop accepting, Shutdown within
-// --shutdown-timeout, the connections' end) and the final stats.
-func waitAndShutdown(ctx context.Context, f *flags, d *daemon.Daemon, ls []serversetup.Listener, errc chan error, conns *sync.WaitGroup, cancelConns context.CancelFunc, demo *demoscheduler.Scheduler, tel *daemonTelemetry, log *slog.Logger) error {
-	var failed error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "timeout", f.shutdownTimeout)
-		tel.draining.Store(true)
-	case failed = <-errc:
-		log.Error("listener failed; shutting down", "err", failed)
-		tel.draining.Store(true)
-	}
-	if demo != nil {
-		demo.Stop()
-	}
-	for _, l := range ls { // stop accepting first
-		_ = l.Close()
-	}
-	for range len(ls) - boolInt(failed != nil) {
-		<-errc
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
-	defer cancel()
-	if err := d.Shutdown(sctx); err != nil {
-		log.Warn("agents still connected at shutdown timeout; closed", "err", err)
-	}
-	cancelConns()
-	conns.Wait()
-	st := d.Stats()
-	log.Info("daemon stopped", "registrations", st.Registrations, "leases_offered", st.LeasesOffered,
-		"leases_accepted", st.LeasesAccepted, "completions_accepted", st.Completions[0])
-	return failed
-}
-
-// acceptLoop accepts connections until l is closed and serves each on
-// ctx.
-func acceptLoop(ctx context.Context, d *daemon.Daemon, l semantics.BackendListener, wg *sync.WaitGroup, track func(semantics.BackendConn) func()) error {
-	for {
-		bc, err := l.Accept(ctx)
-		if err != nil {
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if track != nil {
-				defer track(bc)()
-			}
-			d.ServeConn(ctx, bc)
-		}()
-	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+	return adm, nil
 }
 
 // connLimits maps the [limits] section onto semantics.Limits (zero fields
 // take the library defaults).
 func connLimits(c config.ConnLimits) semantics.Limits { return c.SemanticsLimits() }
-
-// receiveBudget bounds the QUIC receive windows of all the daemon's
-// connections beyond their initial 256 KiB (quic.Config.Budget): a window
-// grows only on a long path (quic.Config.WindowRate) and only while the
-// budget has room, so 10,000 agents cannot make the daemon buffer 16 MiB
-// each. 256 MiB is 200 connections at a 50 ms path's 1.25 MiB at once.
-const receiveBudget = 256 << 20
-
-// listenerConfigs returns the QUIC (and WebTransport) and yamux
-// configurations of the daemon's listeners: their stream credit derives
-// from the daemon's per-connection limits lim ([limits]), their failed
-// handshakes go to hsf, their window growth shares one receiveBudget.
-func listenerConfigs(lim semantics.Limits, log *slog.Logger, hsf func(semantics.HandshakeFailure)) (quic.Config, yamux.Config) {
-	return quic.Config{Logger: log, OnHandshakeFailure: hsf, Limits: lim, Budget: quic.NewMemoryBudget(receiveBudget)},
-		yamux.Config{OnHandshakeFailure: hsf, Limits: lim}
-}

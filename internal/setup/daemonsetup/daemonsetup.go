@@ -1,6 +1,8 @@
 // Package daemonsetup is the daemon's own assembly from its configuration:
 // the authority store (SQLite or PostgreSQL), the runner CA pool, the
-// enrollment identity, and the development PKI. What the daemon shares
+// enrollment identity, and the development PKI (Build); then the steps
+// that start it after Build, in order: Instrument, Listen, StartAdmin,
+// Serving.Accept and Serving.Wait (serve.go, admin.go). What the daemon shares
 // with the relay (server TLS, certificate reloader, handshake failures,
 // listeners) is package serversetup. Only the daemon (and the operator
 // CLI's offline runner commands, the demo and tests) import it: it links
