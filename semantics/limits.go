@@ -51,8 +51,8 @@ import (
 // admitted by the backend too and the refusals that escalate to
 // CloseLimitExceeded stay observable. Every backend derives it from the
 // Limits in its Config; configure the backend with the same Limits as the
-// semantics.Conn over it (forgeyard-daemon does, from [limits]: its
-// listenerConfigs); NewConn warns when a backend reports less credit
+// semantics.Conn over it (forgeyard-daemon does, from [limits]:
+// daemonsetup.Listen); NewConn warns when a backend reports less credit
 // than MaxStreams (StreamCreditor).
 type Limits struct {
 	// MaxStreams bounds concurrently open incoming streams of all kinds.
