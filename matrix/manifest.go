@@ -208,11 +208,7 @@ type Expectation struct {
 // Expect derives the expected outcome of daemon d with agent a from their
 // ranges and features: wire.Negotiate's answer, and the intersection.
 func Expect(d, a Release) (Expectation, error) {
-	dr, err := d.Range()
-	if err != nil {
-		return Expectation{}, err
-	}
-	ar, err := a.Range()
+	dr, ar, err := both(d, a, Release.Range)
 	if err != nil {
 		return Expectation{}, err
 	}
@@ -220,11 +216,7 @@ func Expect(d, a Release) (Expectation, error) {
 	if err != nil {
 		return Expectation{Rejection: err.Error()}, nil
 	}
-	df, err := d.FeatureSet()
-	if err != nil {
-		return Expectation{}, err
-	}
-	af, err := a.FeatureSet()
+	df, af, err := both(d, a, Release.FeatureSet)
 	if err != nil {
 		return Expectation{}, err
 	}
@@ -233,6 +225,15 @@ func Expect(d, a Release) (Expectation, error) {
 		e.Features = append(e.Features, f.String())
 	}
 	return e, nil
+}
+
+// both is of(d) and of(a); the error is the first one's, d's before a's.
+func both[T any](d, a Release, of func(Release) (T, error)) (dv, av T, err error) {
+	if dv, err = of(d); err != nil {
+		return dv, av, err
+	}
+	av, err = of(a)
+	return dv, av, err
 }
 
 // String renders e for tables and messages.

@@ -149,8 +149,7 @@ func bulkPair(b *testing.B, f Factory, mode string, n int) (writers []io.WriteCl
 			st, rs := openUniPair(b, ctx, ours[0], ours[1], wire.StreamCasUpload)
 			writers, r = append(writers, st), rs
 		}
-		wg.Add(1)
-		go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, r) }()
+		wg.Go(func() { _, _ = io.Copy(io.Discard, r) })
 	}
 	return writers, ours, wg.Wait
 }
@@ -163,9 +162,7 @@ func benchBulk(b *testing.B, f Factory, mode string, n int) {
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	for _, w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for next.Add(1) <= int64(b.N) {
 				if _, err := w.Write(chunk); err != nil {
 					b.Error(err)
@@ -173,7 +170,7 @@ func benchBulk(b *testing.B, f Factory, mode string, n int) {
 				}
 			}
 			_ = w.Close()
-		}()
+		})
 	}
 	wg.Wait()
 	wait()

@@ -308,18 +308,14 @@ func connConcurrent(t *testing.T, a, b *semantics.Conn, n int) {
 	ctx := testCtx(t)
 	errs := make(chan error, 3*n)
 	var wg, srv sync.WaitGroup
-	srv.Add(1)
-	go func() {
-		defer srv.Done()
+	srv.Go(func() {
 		for i := 0; i < n; i++ {
 			st, err := b.AcceptStream(ctx)
 			if err != nil {
 				errs <- err
 				return
 			}
-			srv.Add(1)
-			go func() {
-				defer srv.Done()
+			srv.Go(func() {
 				data, err := io.ReadAll(st)
 				if err != nil {
 					errs <- err
@@ -329,13 +325,11 @@ func connConcurrent(t *testing.T, a, b *semantics.Conn, n int) {
 					errs <- err
 				}
 				_ = st.Close()
-			}()
+			})
 		}
-	}()
+	})
 	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			want := payload(uint64(1000+i), 512+(i*613)%(16<<10))
 			st, err := a.OpenStream(ctx, wire.StreamCasUpload)
 			if err != nil {
@@ -351,7 +345,7 @@ func connConcurrent(t *testing.T, a, b *semantics.Conn, n int) {
 			if g := <-got; !bytes.Equal(g, want) {
 				errs <- fmt.Errorf("stream %d: echo differs (%d vs %d bytes)", i, len(g), len(want))
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	srv.Wait()
@@ -396,9 +390,7 @@ func connManyOpen(t *testing.T, a, b *semantics.Conn, n int) (opened, held []*se
 	openErrs := make(chan error, n)
 	var openers sync.WaitGroup
 	for i := range n {
-		openers.Add(1)
-		go func() {
-			defer openers.Done()
+		openers.Go(func() {
 			st, err := a.OpenStream(ctx, wire.StreamCasUpload)
 			if err != nil {
 				openErrs <- fmt.Errorf("OpenStream %d: %w", i, err)
@@ -411,7 +403,7 @@ func connManyOpen(t *testing.T, a, b *semantics.Conn, n int) (opened, held []*se
 				return
 			}
 			opened[i] = st
-		}()
+		})
 	}
 	accepted := make(chan *semantics.Stream, n)
 	acceptErr := make(chan error, 1)
@@ -457,9 +449,7 @@ func connManyEcho(t *testing.T, opened, held []*semantics.Stream) bool {
 	errs := make(chan error, 2*len(opened))
 	var wg sync.WaitGroup
 	for _, s := range held {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			var id [4]byte
 			if _, err := io.ReadFull(s, id[:]); err != nil {
 				errs <- fmt.Errorf("server read: %w", err)
@@ -468,12 +458,10 @@ func connManyEcho(t *testing.T, opened, held []*semantics.Stream) bool {
 			if _, err := s.Write(id[:]); err != nil {
 				errs <- fmt.Errorf("server write: %w", err)
 			}
-		}()
+		})
 	}
 	for i, s := range opened {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			var id [4]byte
 			if _, err := io.ReadFull(s, id[:]); err != nil {
 				errs <- fmt.Errorf("stream %d: client read: %w", i, err)
@@ -482,7 +470,7 @@ func connManyEcho(t *testing.T, opened, held []*semantics.Stream) bool {
 			if got := binary.BigEndian.Uint32(id[:]); got != uint32(i) {
 				errs <- fmt.Errorf("stream %d: answer %d", i, got)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -950,9 +938,7 @@ func MeasureControlUnderBulk(t testing.TB, a, b *semantics.Conn, n int) ControlR
 	ctl, peer := openPair(t, ctx, a, b, wire.StreamControl)
 	var bg sync.WaitGroup
 	defer bg.Wait()
-	bg.Add(1)
-	go func() { // echo
-		defer bg.Done()
+	bg.Go(func() { // echo
 		for {
 			f, err := peer.ReadFrame()
 			if err != nil {
@@ -962,7 +948,7 @@ func MeasureControlUnderBulk(t testing.TB, a, b *semantics.Conn, n int) ControlR
 				return
 			}
 		}
-	}()
+	})
 	ping := make([]byte, 64)
 	// rtts pings n times, and on fast backends keeps going until
 	// minWindow passed (at most 50n pings) so the bulk stream's progress

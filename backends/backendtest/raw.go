@@ -175,9 +175,7 @@ func rawConcurrentEcho(t *testing.T, a, b semantics.BackendConn, n int) {
 	ctx := testCtx(t)
 	errs := make(chan error, 2*n+1)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // echo server
-		defer wg.Done()
+	wg.Go(func() { // echo server
 		var inner sync.WaitGroup
 		defer inner.Wait()
 		for i := 0; i < n; i++ {
@@ -186,9 +184,7 @@ func rawConcurrentEcho(t *testing.T, a, b semantics.BackendConn, n int) {
 				errs <- fmt.Errorf("AcceptStream %d: %w", i, err)
 				return
 			}
-			inner.Add(1)
-			go func() {
-				defer inner.Done()
+			inner.Go(func() {
 				data, err := io.ReadAll(st)
 				if err != nil {
 					errs <- fmt.Errorf("echo read: %w", err)
@@ -202,13 +198,11 @@ func rawConcurrentEcho(t *testing.T, a, b semantics.BackendConn, n int) {
 				if err := st.Close(); err != nil {
 					errs <- fmt.Errorf("echo close: %w", err)
 				}
-			}()
+			})
 		}
-	}()
+	})
 	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			want := payload(uint64(i), 1024+(i*977)%(32<<10))
 			st, err := a.OpenStream(ctx)
 			if err != nil {
@@ -232,7 +226,7 @@ func rawConcurrentEcho(t *testing.T, a, b semantics.BackendConn, n int) {
 			if got := <-done; !bytes.Equal(got, want) {
 				errs <- fmt.Errorf("stream %d: echo of %d bytes differs (got %d bytes)", i, len(want), len(got))
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

@@ -252,8 +252,7 @@ func (b *blockedCalls) closer(fn func() error) { b.run(b.errsC, fn) }
 func (b *blockedCalls) peer(fn func() error) { b.run(b.errsS, fn) }
 
 func (b *blockedCalls) run(ch chan error, fn func() error) {
-	b.wg.Add(1)
-	go func() { defer b.wg.Done(); ch <- fn() }()
+	b.wg.Go(func() { ch <- fn() })
 }
 
 // closeUnblocksAll closes the connection with CloseShutdown and checks that

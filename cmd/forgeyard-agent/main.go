@@ -38,7 +38,6 @@ package main
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -54,7 +53,6 @@ import (
 	"forgeyard.dev/transport/internal/setup/otlpsetup"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/telemetry"
-	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	agentwire "forgeyard.dev/transport/wire/agent"
 )
@@ -229,11 +227,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	defer otlpsetup.Flush(tracing) // the last spans (bounded: the collector may be gone)
 	a, err := newAgent(cfg, f.seed, f.synth, protocol, log, tel.hooks(), tel.m, tracing)
 	if err != nil {
-		if errors.Is(err, trust.ErrCertExpired) {
-			err = fmt.Errorf("%w; %s; `forgeyard-agent doctor` shows the details", err, trust.MsgCredentialExpired)
-		}
-		fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-		return cli.ExitUsage
+		return agentsetup.StartFailed(stderr, prog, err, "; `forgeyard-agent doctor` shows the details")
 	}
 	defer a.Close()
 	telCtx, stopTel := context.WithCancel(context.Background())
@@ -271,14 +265,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	if th != nil && th.ready != nil {
 		th.ready(a)
 	}
-	err = a.Run(ctx)
-	if ctx.Err() != nil {
-		log.Info("agent stopped", "session", a.Session())
-		return cli.ExitOK
-	}
-	log.Error("agent failed", "err", err)
-	fmt.Fprintf(stderr, "forgeyard-agent: %v\n", err)
-	return cli.ExitFail
+	return agentsetup.Run(ctx, a, log, stderr, prog, "agent")
 }
 
 func buildConfig(fs *flag.FlagSet, f *flags) (*config.Agent, error) {

@@ -575,8 +575,7 @@ func (dm *demo) startDaemon() error {
 	}
 	dm.listeners = listeners
 	for _, l := range listeners {
-		dm.serveWG.Add(1)
-		go func() { defer dm.serveWG.Done(); _ = d.Serve(context.Background(), l) }()
+		dm.serveWG.Go(func() { _ = d.Serve(context.Background(), l) })
 	}
 	daemonURIs := "quic://" + rep.DaemonQUIC + ", yamux://" + rep.DaemonYamux
 	if rep.DaemonWT != "" {

@@ -41,7 +41,6 @@ import (
 	"forgeyard.dev/transport/internal/setup/agentsetup"
 	"forgeyard.dev/transport/semantics/agent"
 	"forgeyard.dev/transport/semantics/signer"
-	"forgeyard.dev/transport/semantics/trust"
 	"forgeyard.dev/transport/wire"
 	"forgeyard.dev/transport/wire/signing"
 )
@@ -106,25 +105,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, th *testH
 	}
 	a, err := newAgent(cfg, w, log)
 	if err != nil {
-		if errors.Is(err, trust.ErrCertExpired) {
-			err = fmt.Errorf("%w; %s", err, trust.MsgCredentialExpired)
-		}
-		fmt.Fprintf(stderr, "forgeyard-signer: %v\n", err)
-		return cli.ExitUsage
+		return agentsetup.StartFailed(stderr, "forgeyard-signer", err, "")
 	}
 	defer a.Close()
 	log.Info("signing worker starting", "session", a.Session(), "endpoints", cfg.ControlPlane.Endpoints, "keys", w.Labels())
 	if th != nil && th.ready != nil {
 		th.ready(a, w)
 	}
-	err = a.Run(ctx)
-	if ctx.Err() != nil {
-		log.Info("signing worker stopped", "session", a.Session())
-		return cli.ExitOK
-	}
-	log.Error("signing worker failed", "err", err)
-	fmt.Fprintf(stderr, "forgeyard-signer: %v\n", err)
-	return cli.ExitFail
+	return agentsetup.Run(ctx, a, log, stderr, "forgeyard-signer", "signing worker")
 }
 
 // setPairs replaces *dst, when the repeatable flag --key was set, with its

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"forgeyard.dev/transport/internal/cli"
@@ -139,7 +138,7 @@ func printDevPKI(w io.Writer, p *trust.DevPKI) {
 	day := func(t time.Time) string { return "expires " + t.UTC().Format("2006-01-02") }
 
 	fmt.Fprintf(w, "Forgeyard development PKI in %s\n(development only: the CA key is stored next to the certificates)\n\n", p.Dir)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintf(tw, "  CA\t%s\t%s\t%s\t\n", files(p.CA), state(p.CA), day(p.CA.NotAfter))
 	fmt.Fprintf(tw, "  server\t%s\t%s\t%s\tnames: %s\n", files(p.Server.DevCert), state(p.Server.DevCert), day(p.Server.NotAfter), strings.Join(p.Server.Names, ", "))
 	for _, a := range p.Agents {

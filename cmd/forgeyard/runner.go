@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -272,8 +271,7 @@ func printTokens(stdout io.Writer, toks []authority.EnrollmentToken, asJSON bool
 		printJSON(stdout, rows)
 		return
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tEXPIRES\tRUNNER")
+	tw := newTable(stdout, "ID", "NAME", "STATE", "EXPIRES", "RUNNER")
 	for _, r := range rows {
 		state, runner := r.State, "-"
 		if r.State == "used" {
@@ -409,8 +407,7 @@ func printCerts(stdout io.Writer, certs []authority.IssuedCertificate, asJSON bo
 		printJSON(stdout, rows)
 		return
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERIAL\tISSUED\tNOT AFTER\tSTATE")
+	tw := newTable(stdout, "SERIAL", "ISSUED", "NOT AFTER", "STATE")
 	for _, c := range certs {
 		state := "valid"
 		if c.Revoked {

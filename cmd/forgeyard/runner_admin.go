@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/url"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"forgeyard.dev/transport/internal/adminapi"
@@ -113,8 +112,7 @@ func writeRunners(w io.Writer, rs []adminapi.Runner, now time.Time) {
 		fmt.Fprintln(w, "no runners known")
 		return
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "RUNNER\tOS/ARCH\tLABELS\tSLOTS\tCONNECTION\tBACKEND\tPROTOCOL\tLAST HEARTBEAT\tHEALTH\tDRAINED\tAGENT\n")
+	tw := newTable(w, "RUNNER", "OS/ARCH", "LABELS", "SLOTS", "CONNECTION", "BACKEND", "PROTOCOL", "LAST HEARTBEAT", "HEALTH", "DRAINED", "AGENT")
 	for _, r := range rs {
 		drained := "no"
 		if r.Drained {
@@ -146,7 +144,7 @@ func runRunnerShow(args []string, stdout, stderr io.Writer) int {
 }
 
 func writeRunner(w io.Writer, r *adminapi.Runner, now time.Time) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	cp := &r.Capabilities
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("runner", r.Runner)

@@ -110,6 +110,16 @@ func printJSON(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
+// newTable is the command's table on w (columns two spaces apart), its
+// header row, the columns joined by tabs, written when given.
+func newTable(w io.Writer, header ...string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(header) > 0 {
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+	}
+	return tw
+}
+
 // adminShow is the rest of a read-only admin subcommand once parsed: GET
 // path into a T, then print it as JSON (--json; a nil list prints as []) or
 // with text, and return exit's status for it (nil exit: ExitOK). prog names
@@ -169,7 +179,7 @@ func daemonName(st *adminapi.Status) string {
 }
 
 func writeStatus(w io.Writer, st *adminapi.Status, now time.Time) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintf(tw, "DAEMON\t%s\n", daemonName(st))
 	if st.Version != "" {
 		fmt.Fprintf(tw, "VERSION\t%s\n", st.Version)
@@ -202,8 +212,7 @@ func writeStatus(w io.Writer, st *adminapi.Status, now time.Time) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "LISTENER\tBACKEND\tSTATE\tERROR\n")
+	tw = newTable(w, "LISTENER", "BACKEND", "STATE", "ERROR")
 	for _, l := range st.Listeners {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Address, l.Backend, l.State, tablecell.Dash(l.Error))
 	}
@@ -229,8 +238,7 @@ func writeSessions(w io.Writer, ss []adminapi.Session, now time.Time) {
 		fmt.Fprintln(w, "no agents connected")
 		return
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "RUNNER\tBACKEND\tPROTOCOL\tREMOTE\tSTATE\tEPOCH\tLAST HEARTBEAT\tCONNECTED\tAGENT\n")
+	tw := newTable(w, "RUNNER", "BACKEND", "PROTOCOL", "REMOTE", "STATE", "EPOCH", "LAST HEARTBEAT", "CONNECTED", "AGENT")
 	for _, s := range ss {
 		state := s.State
 		if s.Fenced {
@@ -258,7 +266,7 @@ func runTransportProtocols(args []string, stdout, stderr io.Writer) int {
 
 // writeProtocols prints GET /protocols as two tables.
 func writeProtocols(w io.Writer, p *adminapi.Protocols) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintf(tw, "SUPPORTED\t%s–%s\n", p.Supported.Min, p.Supported.Max)
 	fmt.Fprintf(tw, "CONFIGURED\t%s–%s\n", p.Configured.Min, p.Configured.Max)
 	fmt.Fprintf(tw, "MIN PROTOCOL\t%s\n", p.MinProtocol)
@@ -269,8 +277,7 @@ func writeProtocols(w io.Writer, p *adminapi.Protocols) {
 	fmt.Fprintf(tw, "FEATURES\t%s\n", feats)
 	tw.Flush()
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "PROTOCOL\tAGENTS\n")
+	tw = newTable(w, "PROTOCOL", "AGENTS")
 	for _, v := range p.Agents {
 		fmt.Fprintf(tw, "%s\t%d\n", v.Protocol, v.Agents)
 	}

@@ -209,23 +209,6 @@ type Backoff struct {
 	AuthMax   Duration `toml:"auth_max"`
 }
 
-// LoadAgent reads, parses, defaults and validates an agent configuration
-// file. Errors are *Error values naming the file and key.
-func LoadAgent(path string) (*Agent, error) {
-	return load[Agent](path)
-}
-
-// ReadAgent reads and parses an agent configuration file without applying
-// defaults or validating (see ReadDaemon).
-func ReadAgent(path string) (*Agent, error) {
-	return read[Agent](path)
-}
-
-// ParseAgent is LoadAgent on bytes; file only labels errors.
-func ParseAgent(file string, data []byte) (*Agent, error) {
-	return parse[Agent](file, data)
-}
-
 // ApplyDefaults fills zero fields with their defaults.
 func (a *Agent) ApplyDefaults() {
 	if a.MaxParallel == 0 {

@@ -203,6 +203,21 @@ type roleConfig[T any] interface {
 	Validate() error
 }
 
+// Each role's file, one instantiation of load, read and parse per role.
+// LoadX reads, parses, defaults and validates (ApplyDefaults, Validate)
+// the file; errors are *Error values naming the file and key. ReadX reads
+// and parses it without applying defaults or validating, for callers that
+// override keys (command flags) before calling ApplyDefaults and Validate
+// (cli.LoadConfig). ParseX is LoadX on bytes; file only labels errors.
+// The signer's file has ReadSigner only (forgeyard-signer is its one
+// reader).
+var (
+	LoadDaemon, ReadDaemon, ParseDaemon = load[Daemon], read[Daemon], parse[Daemon]
+	LoadAgent, ReadAgent, ParseAgent    = load[Agent], read[Agent], parse[Agent]
+	LoadRelay, ReadRelay, ParseRelay    = load[Relay], read[Relay], parse[Relay]
+	ReadSigner                          = read[Signer]
+)
+
 // readFile reads a configuration file with the size bound.
 func readFile(path string) ([]byte, error) {
 	f, err := os.Open(path)

@@ -222,24 +222,6 @@ func (t Timing) WithDefaults() Timing {
 	return t
 }
 
-// LoadDaemon reads, parses, defaults and validates (Validate) a daemon
-// configuration file. Errors are *Error values naming the file and key.
-func LoadDaemon(path string) (*Daemon, error) {
-	return load[Daemon](path)
-}
-
-// ReadDaemon reads and parses a daemon configuration file without
-// applying defaults or validating, for callers that override keys (command
-// flags) before calling ApplyDefaults and Validate.
-func ReadDaemon(path string) (*Daemon, error) {
-	return read[Daemon](path)
-}
-
-// ParseDaemon is LoadDaemon on bytes; file only labels errors.
-func ParseDaemon(file string, data []byte) (*Daemon, error) {
-	return parse[Daemon](file, data)
-}
-
 // ApplyDefaults fills zero fields with defaults: QUIC on
 // DefaultDaemonListen when no backend is configured, the protocol range of
 // this build, and the Timing defaults.

@@ -132,23 +132,6 @@ type RelayLimits struct {
 	StreamWindow int `toml:"stream_window"`
 }
 
-// LoadRelay reads, parses, defaults and validates a relay configuration
-// file. Errors are *Error values naming the file and key.
-func LoadRelay(path string) (*Relay, error) {
-	return load[Relay](path)
-}
-
-// ReadRelay reads and parses a relay configuration file without applying
-// defaults or validating (for callers that apply flags first).
-func ReadRelay(path string) (*Relay, error) {
-	return read[Relay](path)
-}
-
-// ParseRelay is LoadRelay on bytes; file only labels errors.
-func ParseRelay(file string, data []byte) (*Relay, error) {
-	return parse[Relay](file, data)
-}
-
 // ApplyDefaults fills zero fields with the defaults.
 func (r *Relay) ApplyDefaults() {
 	if r.Listen.Yamux == "" && r.Listen.WebTransport == "" {

@@ -62,12 +62,6 @@ type SignerRules struct {
 	ClockSkew        Duration `toml:"clock_skew"`
 }
 
-// ReadSigner reads and parses a signer configuration file without
-// applying defaults or validating.
-func ReadSigner(path string) (*Signer, error) {
-	return read[Signer](path)
-}
-
 // agent is the agent configuration the shared sections make.
 func (s *Signer) agent() *Agent {
 	return &Agent{ControlPlane: s.ControlPlane, Capabilities: s.Capabilities, MaxParallel: 1, Backoff: s.Backoff, Log: s.Log}

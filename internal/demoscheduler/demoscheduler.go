@@ -119,8 +119,7 @@ func (s *Scheduler) Registered(si daemon.SessionInfo) {
 	s.seen[si.Session] = true
 	sl := &slots{known: make(chan struct{})}
 	s.sessions[si.Session] = sl
-	s.wg.Add(1)
-	go s.offer(si.Runner, sl)
+	s.wg.Go(func() { s.offer(si.Runner, sl) })
 }
 
 // acquire waits for a free slot of sl (its capacity known, or 1 after
@@ -162,7 +161,6 @@ func (s *Scheduler) unacquire(sl *slots) {
 }
 
 func (s *Scheduler) offer(runner wire.RunnerId, sl *slots) {
-	defer s.wg.Done()
 	for i := 0; i < s.n; i++ {
 		if !s.acquire(sl) {
 			return

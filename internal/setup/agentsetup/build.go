@@ -1,10 +1,16 @@
 package agentsetup
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 
+	"forgeyard.dev/transport/internal/cli"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/semantics/agent"
+	"forgeyard.dev/transport/semantics/trust"
 )
 
 // Build is the start-up of an agent-like process (forgeyard-agent,
@@ -39,4 +45,30 @@ func Build(cfg *config.Agent, log *slog.Logger) (agent.Config, error) {
 			AuthAfter: cfg.Backoff.AuthAfter, AuthMax: cfg.Backoff.AuthMax.Duration},
 		Logger: log,
 	}, nil
+}
+
+// StartFailed reports an agent-like process that could not be made
+// (agent.New failed): "prog: err" on stderr, naming
+// trust.MsgCredentialExpired and then hint when the certificate has
+// expired; the status is cli.ExitUsage.
+func StartFailed(stderr io.Writer, prog string, err error, hint string) int {
+	if errors.Is(err, trust.ErrCertExpired) {
+		err = fmt.Errorf("%w; %s%s", err, trust.MsgCredentialExpired, hint)
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+	return cli.ExitUsage
+}
+
+// Run runs a until ctx ends (logged "<what> stopped", cli.ExitOK) or it
+// fails (logged "<what> failed" at Error and "prog: err" on stderr,
+// cli.ExitFail): the end of forgeyard-agent's and forgeyard-signer's run.
+func Run(ctx context.Context, a *agent.Agent, log *slog.Logger, stderr io.Writer, prog, what string) int {
+	err := a.Run(ctx)
+	if ctx.Err() != nil {
+		log.Info(what+" stopped", "session", a.Session())
+		return cli.ExitOK
+	}
+	log.Error(what+" failed", "err", err)
+	fmt.Fprintf(stderr, "%s: %v\n", prog, err)
+	return cli.ExitFail
 }

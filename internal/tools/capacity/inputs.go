@@ -391,6 +391,8 @@ func parseBytes(s string) float64 {
 func parsePercent(s string) float64 { return num(strings.TrimSuffix(strings.TrimSpace(s), "%")) }
 
 // parseMs reads the ladder's durations ("1.32 ms", "4418 ms", "42.3 s").
+// Alike in shape to parseBytes, but its µs case divides: a table of
+// factors would round differently (v*0.001 is not v/1000).
 func parseMs(s string) float64 {
 	v, unit := numberUnit(s)
 	switch unit {

@@ -227,9 +227,7 @@ func (f *Fleet) N() int { return len(f.members) }
 func (f *Fleet) Start() *Round {
 	f.start = time.Now()
 	r := f.BeginRound("cold start")
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
+	f.wg.Go(func() {
 		n := len(f.members)
 		for i, m := range f.members {
 			if f.o.Ramp > 0 && i > 0 {
@@ -244,17 +242,14 @@ func (f *Fleet) Start() *Round {
 					}
 				}
 			}
-			f.wg.Add(1)
-			go func() {
-				defer f.wg.Done()
+			f.wg.Go(func() {
 				defer close(m.done)
 				_ = m.a.Run(f.ctx)
-			}()
+			})
 		}
-	}()
+	})
 	if f.o.Progress != nil {
-		f.wg.Add(1)
-		go func() { defer f.wg.Done(); f.progress() }()
+		f.wg.Go(f.progress)
 	}
 	return r
 }
@@ -672,8 +667,7 @@ func (f *Fleet) Close(timeout time.Duration) error {
 	defer f.closeTransports()
 	var wg sync.WaitGroup
 	for _, m := range f.members {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = m.a.Close() }()
+		wg.Go(func() { _ = m.a.Close() })
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); f.wg.Wait(); close(done) }()

@@ -78,12 +78,10 @@ func (l *Leases) Run(ctx context.Context) {
 		}
 		r := runners[next%len(runners)]
 		next++
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
+		l.wg.Go(func() {
 			defer func() { <-sem }()
 			l.offer(ctx, r.String())
-		}()
+		})
 	}
 }
 

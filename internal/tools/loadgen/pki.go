@@ -138,9 +138,7 @@ func generateRunners(ca *x509.Certificate, caKey *ecdsa.PrivateKey, n int) ([]Ru
 	}
 	close(next)
 	for w := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range next {
 				r, err := issueRunner(ca, caKey, i, now, notAfter)
 				if err != nil {
@@ -149,7 +147,7 @@ func generateRunners(ca *x509.Certificate, caKey *ecdsa.PrivateKey, n int) ([]Ru
 				}
 				out[i] = r
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

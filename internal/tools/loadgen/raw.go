@@ -299,26 +299,27 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 	res := &RawResult{Backend: backend, N: n, Parallel: parallel, RSSBefore: before.RSS, HeapBefore: heap, GoroutinesBefore: gs, StackBefore: stack}
 	mu.Unlock()
 	start, self0 := time.Now(), selfCPU()
-	var closeClient func()
-	var dials func() int64
+	// The two raw clients have the same methods; StartEcho's result type
+	// is internal to backends/, so each case wraps its own.
+	var client interface {
+		Close()
+		Dials() int64
+	}
 	var startEcho func() echoRun
 	switch backend {
 	case "quic":
-		c, err := quicraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
-		if err != nil {
-			return nil, err
-		}
-		closeClient, dials = c.Close, c.Dials
+		c, dialErr := quicraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
+		client, err = c, dialErr
 		startEcho = func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, echo.Interval+echo.Window) }
 	case "yamux":
-		c, err := yamuxraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
-		if err != nil {
-			return nil, err
-		}
-		closeClient, dials = c.Close, c.Dials
+		c, dialErr := yamuxraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
+		client, err = c, dialErr
 		startEcho = func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, echo.Interval+echo.Window) }
 	}
-	defer closeClient()
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
 	for {
 		mu.Lock()
 		h := held
@@ -333,7 +334,7 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 		}
 	}
 	res.Took = time.Since(start)
-	res.Dials, res.ClientCPU = dials(), selfCPU()-self0
+	res.Dials, res.ClientCPU = client.Dials(), selfCPU()-self0
 	if ps, err := ReadProc(cmd.Process.Pid); err == nil {
 		res.ServerCPU = ps.CPUSeconds - before.CPUSeconds
 	}

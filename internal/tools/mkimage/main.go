@@ -4,8 +4,8 @@
 // non-root user 65532, CA certificates, /tmp, the state directory) and a
 // layer with the static binary, one image per platform under an OCI image
 // index, written as an OCI image layout tarball. `make release` runs it;
-// packaging/docker/<name>/Dockerfile builds the same image with a
-// container builder.
+// the target <name> of packaging/docker/Dockerfile builds the same image
+// with a container builder.
 //
 //	go run ./internal/tools/mkimage --name forgeyard-daemon \
 //	    --binary linux/amd64=out/release/stage/linux_amd64/forgeyard-daemon \
@@ -60,8 +60,8 @@ type Role struct {
 	Ports       []string // exposed, "7443/udp"
 }
 
-// Roles are the binaries that get an image. packaging/docker/<name>/Dockerfile
-// says the same (the test checks).
+// Roles are the binaries that get an image. The target <name> of
+// packaging/docker/Dockerfile says the same (the test checks).
 var Roles = map[string]Role{
 	"forgeyard-daemon": {Description: "Forgeyard Transport daemon: accepts agents over QUIC, TLS+yamux and WebTransport",
 		Cmd: []string{"--config", "/etc/forgeyard/daemon.toml"}, Ports: []string{"7443/udp", "7444/tcp", "9464/tcp"}},

@@ -197,22 +197,56 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// TestDockerfiles: packaging/docker/<name>/Dockerfile builds the same
-// image as mkimage: the entrypoint, the numeric non-root user, the
-// command, the ports and the label keys.
+// TestDockerfiles: the target <name> of packaging/docker/Dockerfile
+// builds the same image as mkimage: the entrypoint, the numeric non-root
+// user, the command, the ports and the label keys. A target's lines are
+// its stage's and those of the stages it is FROM or copies --from.
 func TestDockerfiles(t *testing.T) {
+	file := filepath.Join("..", "..", "..", "packaging", "docker", "Dockerfile")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := map[string][]string{} // stage name → its lines, FROM first
+	var last string
+	sc := bufio.NewScanner(strings.NewReader(strings.ReplaceAll(string(b), "\\\n", " ")))
+	for sc.Scan() {
+		l := strings.Join(strings.Fields(sc.Text()), " ")
+		if f := strings.Fields(l); len(f) == 4 && f[0] == "FROM" && f[2] == "AS" {
+			last = f[3]
+		}
+		if last != "" && l != "" && !strings.HasPrefix(l, "#") {
+			stages[last] = append(stages[last], l)
+		}
+	}
+	if last != "forgeyard-daemon" {
+		t.Errorf("%s: the last stage (the default target) is %q, want forgeyard-daemon", file, last)
+	}
+	var linesOf func(stage string, seen map[string]bool) []string
+	linesOf = func(stage string, seen map[string]bool) []string {
+		if seen[stage] {
+			return nil
+		}
+		seen[stage] = true
+		lines := stages[stage]
+		for _, l := range stages[stage] {
+			f := strings.Fields(l)
+			if f[0] == "FROM" {
+				lines = append(lines, linesOf(f[1], seen)...)
+			}
+			if from, ok := strings.CutPrefix(l, "COPY --from="); ok {
+				lines = append(lines, linesOf(strings.Fields(from)[0], seen)...)
+			}
+		}
+		return lines
+	}
 	for name, role := range Roles {
-		file := filepath.Join("..", "..", "..", "packaging", "docker", name, "Dockerfile")
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
+		if stages[name] == nil {
+			t.Errorf("%s has no target %s", file, name)
+			continue
 		}
-		df := string(b)
-		var lines []string
-		sc := bufio.NewScanner(strings.NewReader(strings.ReplaceAll(df, "\\\n", " ")))
-		for sc.Scan() {
-			lines = append(lines, strings.Join(strings.Fields(sc.Text()), " "))
-		}
+		own := stages[name]
+		lines := linesOf(name, map[string]bool{})
 		has := func(prefix string) bool {
 			return slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, prefix) })
 		}
@@ -220,20 +254,24 @@ func TestDockerfiles(t *testing.T) {
 		for _, want := range []string{`ENTRYPOINT ["/usr/local/bin/` + name + `"]`, "USER 65532:65532", cmd, "WORKDIR /var/lib/forgeyard",
 			"ENV CGO_ENABLED=0", "FROM gcr.io/distroless/static-debian12:nonroot"} {
 			if !has(want) {
-				t.Errorf("%s lacks a line %q", file, want)
+				t.Errorf("%s target %s lacks a line %q", file, name, want)
 			}
 		}
-		if !strings.Contains(df, "-trimpath") || !strings.Contains(df, "./cmd/"+name) {
-			t.Errorf("%s does not build ./cmd/%s with -trimpath", file, name)
+		all := strings.Join(lines, "\n")
+		if !strings.Contains(all, "-trimpath") || !strings.Contains(all, "./cmd/"+name) {
+			t.Errorf("%s target %s does not build ./cmd/%s with -trimpath", file, name, name)
 		}
 		for _, p := range role.Ports {
-			if !has("EXPOSE " + p) {
-				t.Errorf("%s lacks EXPOSE %s", file, p)
+			if !slices.Contains(own, "EXPOSE "+p) {
+				t.Errorf("%s target %s lacks EXPOSE %s", file, name, p)
 			}
 		}
+		if n := len(slices.DeleteFunc(slices.Clone(own), func(l string) bool { return !strings.HasPrefix(l, "EXPOSE ") })); n != len(role.Ports) {
+			t.Errorf("%s target %s exposes %d ports, mkimage %d", file, name, n, len(role.Ports))
+		}
 		for k := range Labels(Options{Name: name, Source: "x"}) {
-			if !strings.Contains(df, k+"=") {
-				t.Errorf("%s lacks the label %s", file, k)
+			if !strings.Contains(all, k+"=") {
+				t.Errorf("%s target %s lacks the label %s", file, name, k)
 			}
 		}
 	}

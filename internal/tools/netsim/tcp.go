@@ -80,8 +80,7 @@ func NewTCPProxy(target string, opts Options) (*TCPProxy, error) {
 		gate: newGate(), done: make(chan struct{}), pairs: make(map[*tcpPair]struct{}),
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	p.wg.Add(1)
-	go p.acceptLoop()
+	p.wg.Go(p.acceptLoop)
 	return p, nil
 }
 
@@ -170,7 +169,6 @@ func (p *TCPProxy) takePairs() []*tcpPair {
 }
 
 func (p *TCPProxy) acceptLoop() {
-	defer p.wg.Done()
 	for {
 		c, err := p.ln.AcceptTCP()
 		if err != nil {
@@ -219,7 +217,6 @@ func (p *TCPProxy) acceptLoop() {
 		p.mu.Unlock()
 		p.c.flows.Add(1)
 		t.live.Store(2)
-		p.wg.Add(4)
 		p.pipe(t, t.client, t.server, p.up, &p.c.upBytes)
 		p.pipe(t, t.server, t.client, p.down, &p.c.downBytes)
 	}
@@ -228,8 +225,7 @@ func (p *TCPProxy) acceptLoop() {
 // pipe starts a reader and a writer goroutine copying src → dst.
 func (p *TCPProxy) pipe(t *tcpPair, src, dst *net.TCPConn, sh *shaper, bytes *atomic.Uint64) {
 	q := make(chan chunk, tcpQueueLimit)
-	go func() { // reader
-		defer p.wg.Done()
+	p.wg.Go(func() { // reader
 		defer close(q)
 		for {
 			buf := make([]byte, tcpChunk)
@@ -253,9 +249,8 @@ func (p *TCPProxy) pipe(t *tcpPair, src, dst *net.TCPConn, sh *shaper, bytes *at
 				return
 			}
 		}
-	}()
-	go func() { // writer
-		defer p.wg.Done()
+	})
+	p.wg.Go(func() { // writer
 		for c := range q {
 			if !sleepUntil(c.due, t.done) || !p.waitGate(t) {
 				return
@@ -277,7 +272,7 @@ func (p *TCPProxy) pipe(t *tcpPair, src, dst *net.TCPConn, sh *shaper, bytes *at
 			t.close(false)
 			p.forget(t)
 		}
-	}()
+	})
 }
 
 // waitQueue blocks while the direction's bottleneck queue is over its

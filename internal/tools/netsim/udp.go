@@ -70,10 +70,9 @@ func NewUDPProxy(target string, opts Options) (*UDPProxy, error) {
 		flows: make(map[string]*udpFlow),
 		dead:  make(map[string]struct{}),
 	}
-	p.wg.Add(3)
-	go p.readLoop()
-	go p.deliver(p.upQ, true)
-	go p.deliver(p.downQ, false)
+	p.wg.Go(p.readLoop)
+	p.wg.Go(func() { p.deliver(p.upQ, true) })
+	p.wg.Go(func() { p.deliver(p.downQ, false) })
 	return p, nil
 }
 
@@ -150,7 +149,6 @@ func (p *UDPProxy) Close() error {
 }
 
 func (p *UDPProxy) readLoop() {
-	defer p.wg.Done()
 	buf := make([]byte, 64<<10)
 	for {
 		n, addr, err := p.ln.ReadFromUDP(buf)
@@ -222,13 +220,11 @@ func (p *UDPProxy) flow(addr *net.UDPAddr) *udpFlow {
 	f.last.Store(time.Now().UnixNano())
 	p.flows[key] = f
 	p.c.flows.Add(1)
-	p.wg.Add(1)
-	go p.upstreamLoop(f)
+	p.wg.Go(func() { p.upstreamLoop(f) })
 	return f
 }
 
 func (p *UDPProxy) upstreamLoop(f *udpFlow) {
-	defer p.wg.Done()
 	buf := make([]byte, 64<<10)
 	for {
 		f.conn.SetReadDeadline(time.Now().Add(p.opts.FlowIdleTimeout))
@@ -262,7 +258,6 @@ func (p *UDPProxy) upstreamLoop(f *udpFlow) {
 }
 
 func (p *UDPProxy) deliver(q chan udpPacket, up bool) {
-	defer p.wg.Done()
 	dropped, bytes := &p.c.downDropped, &p.c.downBytes
 	if up {
 		dropped, bytes = &p.c.upDropped, &p.c.upBytes
