@@ -38,7 +38,21 @@ type stream struct {
 	rerr     error // sticky read error; nil with rdone means io.EOF
 	drained  bool  // data buffered before a remote reset was delivered
 	finished bool
+
+	// nextShrink is when Read may next drop yamux's drained receive
+	// buffer (nanoseconds since shrinkEpoch); Read goroutine only.
+	nextShrink int64
 }
+
+// yamux keeps a stream's receive buffer (a bytes.Buffer grown to the
+// largest frame it held) until the stream ends: an idle control stream
+// kept the 1–2 KiB its registration messages needed, ≈ 3 KiB per idle
+// agent at 3,000 (heap profile). Read gives it back with Stream.Shrink
+// when a read drains it, at most once per shrinkEvery, so that a busy
+// stream does not allocate a new buffer for every frame (bulk).
+const shrinkEvery = time.Second
+
+var shrinkEpoch = time.Now()
 
 // Read reads stream data. It returns io.EOF after the peer's FIN,
 // *semantics.StreamError after a reset (either side), *semantics.ConnError
@@ -73,6 +87,12 @@ func (s *stream) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		return 0, s.c.streamError(s, err, true)
+	}
+	if n < len(p) { // yamux had no more buffered
+		if now := int64(time.Since(shrinkEpoch)); now >= s.nextShrink {
+			s.nextShrink = now + int64(shrinkEvery)
+			s.ys.Shrink()
+		}
 	}
 	return n, nil
 }
