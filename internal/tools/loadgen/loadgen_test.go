@@ -146,13 +146,14 @@ func TestKillRestartRecovers(t *testing.T) {
 	}
 }
 
-// TestRawBaseline: the raw servers hold N connections and report memory.
+// TestRawBaseline: the raw servers hold N connections and report memory,
+// one for every backend the fleet runs on.
 func TestRawBaseline(t *testing.T) {
 	p, err := PreparePKI(filepath.Join(t.TempDir(), "pki"), 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []string{"quic", "yamux"} {
+	for _, b := range Backends {
 		t.Run(b, func(t *testing.T) {
 			prof := filepath.Join(t.TempDir(), "raw-heap.pprof")
 			echo := RawSteady{Interval: 200 * time.Millisecond, Window: time.Second, Size: rawEchoSize, HeapProfile: prof}

@@ -19,13 +19,14 @@ import (
 	"time"
 
 	quicraw "forgeyard.dev/transport/backends/quic/rawbench"
+	wtraw "forgeyard.dev/transport/backends/webtransport/rawbench"
 	yamuxraw "forgeyard.dev/transport/backends/yamux/rawbench"
 	"forgeyard.dev/transport/internal/config"
 	"forgeyard.dev/transport/semantics/trust"
 )
 
 // The raw baseline server is this same executable started with these
-// variables (MaybeRawServer): the backend ("quic" or "yamux") and the dev
+// variables (MaybeRawServer): the backend ("quic", "yamux" or "webtransport") and the dev
 // PKI directory.
 const (
 	rawServerEnv = "FORGEYARD_LOADGEN_RAW_SERVER"
@@ -92,6 +93,12 @@ func rawServer(backend, pkiDir string, out io.Writer) error {
 			return err
 		}
 		s, addr = y, y.Addr().String()
+	case "webtransport":
+		w, err := wtraw.Listen("127.0.0.1:0", conf)
+		if err != nil {
+			return err
+		}
+		s, addr = w, w.Addr().String()
 	default:
 		return fmt.Errorf("no raw baseline for backend %q", backend)
 	}
@@ -313,6 +320,10 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 		startEcho = func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, echo.Interval+echo.Window) }
 	case "yamux":
 		c, dialErr := yamuxraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
+		client, err = c, dialErr
+		startEcho = func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, echo.Interval+echo.Window) }
+	case "webtransport":
+		c, dialErr := wtraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
 		client, err = c, dialErr
 		startEcho = func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, echo.Interval+echo.Window) }
 	}

@@ -40,8 +40,8 @@ type Options struct {
 	// (FleetOptions.SessionResumption).
 	SessionResumption bool
 	// Raw measures the raw baseline of Backend with N connections after
-	// the fleet stopped (quic and yamux; webtransport is compared with
-	// raw quic).
+	// the fleet stopped: raw quic-go, hashicorp/yamux over TLS, or
+	// webtransport-go (each backend's own library).
 	Raw bool
 	// Timeout bounds the whole run; on expiry the run stops where it is
 	// and the summary says so (TimedOut).
@@ -493,9 +493,6 @@ const defaultHeartbeat = 10 * time.Second
 func (r *runner) rawBaseline(ctx context.Context) {
 	o, s, d, p := r.o, r.s, r.d, r.p
 	rb := o.Backend
-	if rb == "webtransport" {
-		rb = "quic"
-	}
 	if o.DaemonBin != "" {
 		_ = d.Close() // the raw server gets the cores to itself too
 	}
