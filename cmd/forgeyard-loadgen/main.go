@@ -256,7 +256,7 @@ func ladder(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var c common
 	c.register(fs)
-	spec := fs.String("ladder", "", "steps backend:N[:kill+graceful+ramp=D], comma-separated (default: $SCALE_LADDER, else "+loadgen.StandardLadder+")")
+	spec := fs.String("ladder", "", "steps backend:N[:kill+graceful+ramp=D+hold=D], comma-separated (hold: dials wait until D after a restarted daemon is ready) (default: $SCALE_LADDER, else "+loadgen.StandardLadder+")")
 	out := fs.String("out", "out/scale.md", "write the markdown table to `file`")
 	if code, ok := cli.ParseNoArgs(fs, args, stdout, stderr, "forgeyard-loadgen ladder"); !ok {
 		return code

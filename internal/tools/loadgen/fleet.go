@@ -69,6 +69,7 @@ type Fleet struct {
 	metrics    *telemetry.Metrics
 	members    []*member
 	transports []*quic.Transport // QUIC: one shared socket per source address
+	gate       dialGate          // holds dials during a restart (Options.RedialHold)
 	start      time.Time
 	ctx        context.Context
 	cancel     context.CancelFunc
@@ -329,9 +330,54 @@ type countingDialer struct {
 }
 
 func (d *countingDialer) Dial(ctx context.Context, addr string) (semantics.BackendConn, error) {
+	if err := d.f.gate.wait(ctx); err != nil {
+		return nil, err
+	}
 	d.m.attempts.Add(1)
 	d.f.attempts.Add(1)
 	return d.inner.Dial(ctx, addr)
+}
+
+// dialGate holds the fleet's dials while it is closed (Options.RedialHold).
+// The zero value is open.
+type dialGate struct {
+	mu   sync.Mutex
+	shut chan struct{} // nil: open; closed by release
+}
+
+// hold closes the gate: later dials wait for release.
+func (g *dialGate) hold() {
+	g.mu.Lock()
+	if g.shut == nil {
+		g.shut = make(chan struct{})
+	}
+	g.mu.Unlock()
+}
+
+// release opens the gate and lets the waiting dials go.
+func (g *dialGate) release() {
+	g.mu.Lock()
+	if g.shut != nil {
+		close(g.shut)
+		g.shut = nil
+	}
+	g.mu.Unlock()
+}
+
+// wait returns once the gate is open, or ctx's error.
+func (g *dialGate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	shut := g.shut
+	g.mu.Unlock()
+	if shut == nil {
+		return nil
+	}
+	select {
+	case <-shut:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // countingExec counts executions per attempt (a second run of one attempt

@@ -16,13 +16,15 @@ import (
 const StandardLadder = "quic:1000,quic:3000:kill+graceful,quic:10000,yamux:3000,webtransport:3000"
 
 // Step is one rung of the ladder: backend:N[:options], options joined by
-// "+": kill (SIGKILL restart), graceful (SIGTERM restart), ramp=DURATION.
+// "+": kill (SIGKILL restart), graceful (SIGTERM restart), ramp=DURATION,
+// hold=DURATION (Options.RedialHold).
 type Step struct {
 	Backend  string
 	N        int
 	Kill     bool
 	Graceful bool
 	Ramp     time.Duration
+	Hold     time.Duration // Options.RedialHold
 }
 
 func (s Step) String() string {
@@ -33,6 +35,9 @@ func (s Step) String() string {
 	}
 	if s.Graceful {
 		opts = append(opts, "graceful")
+	}
+	if s.Hold > 0 {
+		opts = append(opts, "hold="+s.Hold.String())
 	}
 	if s.Ramp > 0 {
 		opts = append(opts, "ramp="+s.Ramp.String())
@@ -77,8 +82,12 @@ func ParseLadder(spec string) ([]Step, error) {
 					if st.Ramp, err = time.ParseDuration(strings.TrimPrefix(o, "ramp=")); err != nil || st.Ramp < 0 {
 						return nil, fmt.Errorf("ladder step %q: bad ramp", item)
 					}
+				case strings.HasPrefix(o, "hold="):
+					if st.Hold, err = time.ParseDuration(strings.TrimPrefix(o, "hold=")); err != nil || st.Hold < 0 {
+						return nil, fmt.Errorf("ladder step %q: bad hold", item)
+					}
 				default:
-					return nil, fmt.Errorf("ladder step %q: unknown option %q (kill, graceful, ramp=D)", item, o)
+					return nil, fmt.Errorf("ladder step %q: unknown option %q (kill, graceful, ramp=D, hold=D)", item, o)
 				}
 			}
 		}
@@ -104,7 +113,7 @@ func RunLadder(ctx context.Context, steps []Step, base Options, log io.Writer) [
 	var out []LadderResult
 	for i, st := range steps {
 		o := base
-		o.Backend, o.N, o.Ramp, o.KillRestart, o.GracefulRestart = st.Backend, st.N, st.Ramp, st.Kill, st.Graceful
+		o.Backend, o.N, o.Ramp, o.KillRestart, o.GracefulRestart, o.RedialHold = st.Backend, st.N, st.Ramp, st.Kill, st.Graceful, st.Hold
 		o.Dir = fmt.Sprintf("%s/step%d-%s-%d", base.Dir, i+1, st.Backend, st.N)
 		if log != nil {
 			fmt.Fprintf(log, "== step %d/%d: %s (timeout %v)\n", i+1, len(steps), st, o.Timeout)

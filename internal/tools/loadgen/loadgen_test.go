@@ -186,6 +186,27 @@ func TestRawBaseline(t *testing.T) {
 	}
 }
 
+// TestDialGate: a held gate makes dials wait until it is released (or
+// their context ends); an open one lets them through.
+func TestDialGate(t *testing.T) {
+	var g dialGate
+	if err := g.wait(context.Background()); err != nil {
+		t.Fatalf("open gate: %v", err)
+	}
+	g.hold()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.wait(ctx); err == nil {
+		t.Fatal("held gate let a dial through")
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.wait(context.Background()) }()
+	g.release()
+	if err := <-done; err != nil {
+		t.Fatalf("released gate: %v", err)
+	}
+}
+
 // TestPKICache: the second call reads the runners back.
 func TestPKICache(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "pki")
@@ -223,7 +244,10 @@ func TestParseLadder(t *testing.T) {
 	if err != nil || len(s) != 1 || s[0].Ramp != 5*time.Second || !s[0].Kill || s[0].Backend != "yamux" {
 		t.Errorf("%v %v", s, err)
 	}
-	for _, bad := range []string{"", "tcp:10", "quic:0", "quic", "quic:10:fast"} {
+	if s, err := ParseLadder("quic:30:kill+hold=3s"); err != nil || s[0].Hold != 3*time.Second || s[0].String() != "quic:30:kill+hold=3s" {
+		t.Errorf("hold: %v %v", s, err)
+	}
+	for _, bad := range []string{"", "tcp:10", "quic:0", "quic", "quic:10:fast", "quic:10:hold=-1s"} {
 		if _, err := ParseLadder(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -36,6 +36,13 @@ type Options struct {
 	// again at once; GracefulRestart: SIGTERM (GoAway), then start it
 	// again. Both need a daemon started by the loadgen.
 	KillRestart, GracefulRestart bool
+	// RedialHold, with a restart: the fleet's dials wait from the stop
+	// until RedialHold after the restarted daemon is ready, so that the
+	// agents' notice of the restart is measured apart from their
+	// reconnection storm (the one-process fleet re-handshaking on the
+	// same cores as the notices it is still to hear). Its "all back"
+	// figure then includes the hold.
+	RedialHold time.Duration
 	// SessionResumption: the fleet's agents resume their TLS sessions
 	// (FleetOptions.SessionResumption).
 	SessionResumption bool
@@ -396,13 +403,20 @@ func (r *runner) restart(ctx context.Context, kind string, stop func() error) er
 	before, failedBefore := f.attempts.Load(), f.failed.Load()
 	stBefore := f.AgentStats()
 	rd := f.BeginRound(kind)
+	if o.RedialHold > 0 {
+		f.gate.hold()
+	}
 	if err := stop(); err != nil {
 		s.Violations = append(s.Violations, fmt.Sprintf("%s: stopping the daemon: %v", kind, err))
 	}
 	if err := d.Restart(ctx); err != nil {
+		f.gate.release()
 		return fmt.Errorf("loadgen: %s: %w", kind, err)
 	}
 	ready := time.Since(rd.Start)
+	if o.RedialHold > 0 {
+		time.AfterFunc(o.RedialHold, f.gate.release)
+	}
 	rr := RestartResult{Kind: kind, Round: s.waitRound(ctx, f, rd), Ready: ready}
 	notice := rd.Notice()
 	rr.Noticed = len(notice)
