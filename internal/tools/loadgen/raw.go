@@ -225,18 +225,83 @@ type echoRun interface {
 	Wait() error
 }
 
-// RawBaseline starts the raw server of backend ("quic" or "yamux") as a
+// RawBaseline starts the raw server of backend (one of Backends) as a
 // child process, holds n raw mTLS connections to it (runner certificates
 // of p), dialed parallel at a time (n: the raw herd), and measures its
 // RSS and Go heap by the same method as the daemon's, and the CPU both
 // processes spent admitting them.
 func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sources int, timeout time.Duration, echo RawSteady) (*RawResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	rp, err := startRawServer(ctx, backend, p)
+	if err != nil {
+		return nil, err
+	}
+	defer rp.stop()
+	// The first report after listening is the idle server.
+	before, err := rp.afterReport(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := rp.report()
+	res := &RawResult{Backend: backend, N: n, Parallel: parallel, RSSBefore: before.RSS, HeapBefore: r.heap, GoroutinesBefore: r.goroutines, StackBefore: r.stack}
+	start, self0 := time.Now(), selfCPU()
+	client, startEcho, err := dialRaw(ctx, backend, rp.addr, p, n, parallel, sources, echo)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	if err := rp.awaitHeld(ctx, n); err != nil {
+		return nil, err
+	}
+	res.Took = time.Since(start)
+	res.Dials, res.ClientCPU = client.Dials(), selfCPU()-self0
+	if ps, err := ReadProc(rp.cmd.Process.Pid); err == nil {
+		res.ServerCPU = ps.CPUSeconds - before.CPUSeconds
+	}
+	if err := rp.collectMemory(ctx, res); err != nil {
+		return nil, err
+	}
+	if echo.HeapProfile != "" {
+		if err := rp.heapProfile(ctx, echo.HeapProfile); err != nil {
+			return nil, err
+		}
+	}
+	if echo.Window > 0 && echo.Interval > 0 {
+		if err := rp.command("echo"); err != nil {
+			return nil, err
+		}
+		if err := steadyEcho(ctx, res, rp.cmd.Process.Pid, n, startEcho(), echo); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// rawProc is the raw server child process (MaybeRawServer) and what its
+// reports said last.
+type rawProc struct {
+	backend  string
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	addr     string
+	mu       sync.Mutex
+	last     rawReport     // guarded by mu
+	update   chan struct{} // a report arrived
+	profiled chan string   // the answer to "heap PATH"
+}
+
+// rawReport is one of the server's "held … heap … goroutines … stack …
+// gcs …" lines.
+type rawReport struct{ held, heap, goroutines, stack, gcs int64 }
+
+// startRawServer starts the raw server of backend and waits until it
+// listens.
+func startRawServer(ctx context.Context, backend string, p *PKI) (*rawProc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), rawServerEnv+"="+backend, rawPKIEnv+"="+p.Dev.Dir, rawCurvesEnv+"="+strings.Join(p.Curves, ","))
 	cmd.Stderr = os.Stderr
@@ -251,149 +316,160 @@ func RawBaseline(ctx context.Context, backend string, p *PKI, n, parallel, sourc
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	defer func() { _ = stdin.Close(); _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
-	var mu sync.Mutex
-	var held, heap, gs, stack, gcs int64
-	addrc, profiled := make(chan string, 1), make(chan string, 1)
-	update := make(chan struct{}, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			switch {
-			case len(f) == 2 && f[0] == "listening":
-				addrc <- f[1]
-			case len(f) >= 2 && f[0] == "heap-profile":
-				profiled <- strings.Join(f[1:], " ")
-			case len(f) == 10 && f[0] == "held":
-				h, _ := strconv.ParseInt(f[1], 10, 64)
-				hp, _ := strconv.ParseInt(f[3], 10, 64)
-				g, _ := strconv.ParseInt(f[5], 10, 64)
-				st, _ := strconv.ParseInt(f[7], 10, 64)
-				c, _ := strconv.ParseInt(f[9], 10, 64)
-				mu.Lock()
-				held, heap, gs, stack, gcs = h, hp, g, st, c
-				mu.Unlock()
-				select {
-				case update <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	var addr string
+	rp := &rawProc{backend: backend, cmd: cmd, stdin: stdin, update: make(chan struct{}, 1), profiled: make(chan string, 1)}
+	addrc := make(chan string, 1)
+	go rp.read(stdout, addrc)
 	select {
-	case addr = <-addrc:
+	case rp.addr = <-addrc:
+		return rp, nil
 	case <-ctx.Done():
+		rp.stop()
 		return nil, fmt.Errorf("loadgen: raw %s server did not start: %w", backend, ctx.Err())
 	}
-	// afterReport waits for the server's next report and reads its /proc
-	// figures.
-	afterReport := func() (ProcStats, error) {
+}
+
+// read parses the server's stdout: its address, its reports and its
+// heap-profile answers.
+func (rp *rawProc) read(stdout io.Reader, addrc chan<- string) {
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 2 && f[0] == "listening":
+			addrc <- f[1]
+		case len(f) >= 2 && f[0] == "heap-profile":
+			rp.profiled <- strings.Join(f[1:], " ")
+		case len(f) == 10 && f[0] == "held":
+			var r rawReport
+			for i, v := range []*int64{&r.held, &r.heap, &r.goroutines, &r.stack, &r.gcs} {
+				*v, _ = strconv.ParseInt(f[1+2*i], 10, 64)
+			}
+			rp.mu.Lock()
+			rp.last = r
+			rp.mu.Unlock()
+			select {
+			case rp.update <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// stop ends the server: its stdin closed, SIGTERM, waited for.
+func (rp *rawProc) stop() {
+	_ = rp.stdin.Close()
+	_ = rp.cmd.Process.Signal(syscall.SIGTERM)
+	_ = rp.cmd.Wait()
+}
+
+func (rp *rawProc) report() rawReport {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return rp.last
+}
+
+// command writes one of the server's stdin commands.
+func (rp *rawProc) command(c string) error {
+	_, err := io.WriteString(rp.stdin, c+"\n")
+	return err
+}
+
+// afterReport waits for the server's next report and reads its /proc
+// figures.
+func (rp *rawProc) afterReport(ctx context.Context) (ProcStats, error) {
+	select {
+	case <-rp.update:
+	case <-ctx.Done():
+		return ProcStats{}, ctx.Err()
+	}
+	return ReadProc(rp.cmd.Process.Pid)
+}
+
+// awaitHeld waits until the server holds n connections.
+func (rp *rawProc) awaitHeld(ctx context.Context, n int) error {
+	for rp.report().held < int64(n) {
 		select {
-		case <-update:
+		case <-rp.update:
 		case <-ctx.Done():
-			return ProcStats{}, ctx.Err()
-		}
-		return ReadProc(cmd.Process.Pid)
-	}
-	// The first report after listening is the idle server.
-	before, err := afterReport()
-	if err != nil {
-		return nil, err
-	}
-	mu.Lock()
-	res := &RawResult{Backend: backend, N: n, Parallel: parallel, RSSBefore: before.RSS, HeapBefore: heap, GoroutinesBefore: gs, StackBefore: stack}
-	mu.Unlock()
-	start, self0 := time.Now(), selfCPU()
-	// The two raw clients have the same methods; StartEcho's result type
-	// is internal to backends/, so each case wraps its own.
-	var client interface {
-		Close()
-		Dials() int64
-	}
-	var startEcho func() echoRun
-	switch backend {
-	case "quic":
-		c, dialErr := quicraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
-		client, err = c, dialErr
-		startEcho = func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, echo.Interval+echo.Window) }
-	case "yamux":
-		c, dialErr := yamuxraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
-		client, err = c, dialErr
-		startEcho = func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, echo.Interval+echo.Window) }
-	case "webtransport":
-		c, dialErr := wtraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
-		client, err = c, dialErr
-		startEcho = func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, echo.Interval+echo.Window) }
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
-	for {
-		mu.Lock()
-		h := held
-		mu.Unlock()
-		if h >= int64(n) {
-			break
-		}
-		select {
-		case <-update:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("loadgen: raw %s server holds %d of %d connections: %w", backend, h, n, ctx.Err())
+			return fmt.Errorf("loadgen: raw %s server holds %d of %d connections: %w", rp.backend, rp.report().held, n, ctx.Err())
 		}
 	}
-	res.Took = time.Since(start)
-	res.Dials, res.ClientCPU = client.Dials(), selfCPU()-self0
-	if ps, err := ReadProc(cmd.Process.Pid); err == nil {
-		res.ServerCPU = ps.CPUSeconds - before.CPUSeconds
-	}
-	// One more report: the heap figure after the last connection.
-	if _, err := io.WriteString(stdin, "gc\n"); err != nil {
-		return nil, err
+	return nil
+}
+
+// collectMemory asks for two collections ("gc") and records the report
+// after them, per connection, in res.
+func (rp *rawProc) collectMemory(ctx context.Context, res *RawResult) error {
+	if err := rp.command("gc"); err != nil {
+		return err
 	}
 	var after ProcStats
-	for {
-		if after, err = afterReport(); err != nil {
-			return nil, err
+	var r rawReport
+	for r.gcs == 0 {
+		var err error
+		if after, err = rp.afterReport(ctx); err != nil {
+			return err
 		}
-		mu.Lock()
-		collected := gcs > 0
-		mu.Unlock()
-		if collected {
-			break
-		}
+		r = rp.report()
 	}
-	mu.Lock()
-	res.RSSAfter, res.HeapAfter, res.GoroutinesAfter, res.StackAfter = after.RSS, heap, gs, stack
-	mu.Unlock()
-	res.GoroutinesPerConn = float64(res.GoroutinesAfter-res.GoroutinesBefore) / float64(n)
-	res.StackPerConn = float64(res.StackAfter-res.StackBefore) / float64(n)
-	res.RSSPerConn = float64(res.RSSAfter-res.RSSBefore) / float64(n)
-	res.HeapPerConn = float64(res.HeapAfter-res.HeapBefore) / float64(n)
-	if echo.HeapProfile != "" {
-		if _, err := fmt.Fprintf(stdin, "heap %s\n", echo.HeapProfile); err != nil {
-			return nil, err
-		}
-		select {
-		case e := <-profiled:
-			if e != "ok" {
-				return nil, fmt.Errorf("loadgen: raw server's heap profile: %s", e)
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	res.RSSAfter, res.HeapAfter, res.GoroutinesAfter, res.StackAfter = after.RSS, r.heap, r.goroutines, r.stack
+	n := float64(res.N)
+	res.GoroutinesPerConn = float64(res.GoroutinesAfter-res.GoroutinesBefore) / n
+	res.StackPerConn = float64(res.StackAfter-res.StackBefore) / n
+	res.RSSPerConn = float64(res.RSSAfter-res.RSSBefore) / n
+	res.HeapPerConn = float64(res.HeapAfter-res.HeapBefore) / n
+	return nil
+}
+
+// heapProfile has the server write its heap profile to path.
+func (rp *rawProc) heapProfile(ctx context.Context, path string) error {
+	if err := rp.command("heap " + path); err != nil {
+		return err
 	}
-	if echo.Window > 0 && echo.Interval > 0 {
-		if _, err := io.WriteString(stdin, "echo\n"); err != nil {
-			return nil, err
+	select {
+	case e := <-rp.profiled:
+		if e != "ok" {
+			return fmt.Errorf("loadgen: raw server's heap profile: %s", e)
 		}
-		if err := steadyEcho(ctx, res, cmd.Process.Pid, n, startEcho(), echo); err != nil {
-			return nil, err
-		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return res, nil
+}
+
+// rawClient is what RawBaseline needs of a library's raw client.
+type rawClient interface {
+	Close()
+	Dials() int64
+}
+
+// dialRaw dials the raw clients of backend and returns them with the
+// function that starts their side of the steady echo. The clients of the
+// three libraries have the same methods; StartEcho's result type is
+// internal to backends/, so each case wraps its own.
+func dialRaw(ctx context.Context, backend, addr string, p *PKI, n, parallel, sources int, echo RawSteady) (rawClient, func() echoRun, error) {
+	window := echo.Interval + echo.Window
+	switch backend {
+	case "quic":
+		c, err := quicraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, window) }, nil
+	case "yamux":
+		c, err := yamuxraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, window) }, nil
+	case "webtransport":
+		c, err := wtraw.DialN(ctx, addr, n, parallel, sources, p.ClientTLS)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, func() echoRun { return c.StartEcho(ctx, echo.Interval, echo.Size, window) }, nil
+	}
+	return nil, nil, fmt.Errorf("loadgen: no raw client for backend %q", backend)
 }
 
 // steadyEcho measures the steady phase of RawSteady (run, on n connections)
