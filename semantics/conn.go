@@ -1,6 +1,7 @@
 package semantics
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -179,14 +180,8 @@ func NewConn(bc BackendConn, cfg Config) (*Conn, error) {
 			lim.BulkChunk = n
 		}
 	}
-	threshold := cfg.BulkQueueThreshold
-	if threshold == 0 {
-		threshold = DefaultBulkQueueThreshold
-	}
-	maxWait := cfg.BulkMaxWait
-	if maxWait == 0 {
-		maxWait = DefaultBulkMaxWait
-	}
+	threshold := cmp.Or(cfg.BulkQueueThreshold, DefaultBulkQueueThreshold)
+	maxWait := cmp.Or(cfg.BulkMaxWait, DefaultBulkMaxWait)
 	log := cfg.Logger
 	if log == nil {
 		log = discardLogger

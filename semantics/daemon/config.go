@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -103,9 +104,7 @@ func (t Timing) withDefaults() Timing {
 	def(&t.MaxBackoff, DefaultMaxBackoff)
 	def(&t.MaxHeartbeatInterval, DefaultMaxHeartbeatInterval)
 	t.MaxHeartbeatInterval = max(t.MaxHeartbeatInterval, t.HeartbeatInterval)
-	if t.MaxHeartbeatsPerSecond == 0 {
-		t.MaxHeartbeatsPerSecond = DefaultMaxHeartbeatsPerSecond
-	}
+	t.MaxHeartbeatsPerSecond = cmp.Or(t.MaxHeartbeatsPerSecond, DefaultMaxHeartbeatsPerSecond)
 	if t.HeartbeatGrace < 0 {
 		t.HeartbeatGrace = 0
 	}
