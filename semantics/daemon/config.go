@@ -336,6 +336,8 @@ type LeaseOffer struct {
 	TTL     time.Duration // 0 → Timing.LeaseTTL
 }
 
+// Alike in shape to the other packages' sentinel-error blocks, but these are
+// this package's own failures, each a stable API value: they stay apart.
 // Errors returned by the host API.
 var (
 	// ErrNotConnected: the runner has no registered, active transport on
