@@ -1,6 +1,7 @@
 package semantics
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -179,14 +180,8 @@ func NewConn(bc BackendConn, cfg Config) (*Conn, error) {
 			lim.BulkChunk = n
 		}
 	}
-	threshold := cfg.BulkQueueThreshold
-	if threshold == 0 {
-		threshold = DefaultBulkQueueThreshold
-	}
-	maxWait := cfg.BulkMaxWait
-	if maxWait == 0 {
-		maxWait = DefaultBulkMaxWait
-	}
+	threshold := cmp.Or(cfg.BulkQueueThreshold, DefaultBulkQueueThreshold)
+	maxWait := cmp.Or(cfg.BulkMaxWait, DefaultBulkMaxWait)
 	log := cfg.Logger
 	if log == nil {
 		log = discardLogger
@@ -329,14 +324,9 @@ func (c *Conn) OpenStream(ctx context.Context, kind StreamKind) (*Stream, error)
 	if !KindAllowsBidi(kind) {
 		return nil, fmt.Errorf("semantics: %s streams cannot be bidirectional", kind)
 	}
-	sl, err := c.reserve(ctx, kind)
+	raw, sl, err := openRaw(c, ctx, kind, c.bc.OpenStream)
 	if err != nil {
 		return nil, err
-	}
-	raw, err := c.bc.OpenStream(ctx)
-	if err != nil {
-		sl.release()
-		return nil, c.connErr(err)
 	}
 	s := newStream(c, raw, kind, sl)
 	if err := s.SendStream.writeHeader(); err != nil {
@@ -353,14 +343,9 @@ func (c *Conn) OpenUniStream(ctx context.Context, kind StreamKind) (*SendStream,
 	if !KindAllowsUni(kind) {
 		return nil, fmt.Errorf("semantics: %s streams cannot be unidirectional", kind)
 	}
-	sl, err := c.reserve(ctx, kind)
+	raw, sl, err := openRaw(c, ctx, kind, c.bc.OpenUniStream)
 	if err != nil {
 		return nil, err
-	}
-	raw, err := c.bc.OpenUniStream(ctx)
-	if err != nil {
-		sl.release()
-		return nil, c.connErr(err)
 	}
 	s := newSendStream(c, raw, kind, sl)
 	if err := s.writeHeader(); err != nil {
@@ -369,6 +354,24 @@ func (c *Conn) OpenUniStream(ctx context.Context, kind StreamKind) (*SendStream,
 		return nil, c.connErr(err)
 	}
 	return s, nil
+}
+
+// openRaw takes an outgoing slot for kind and opens a raw stream with open
+// (the backend's OpenStream or OpenUniStream), giving the slot back if the
+// open fails: the common start of OpenStream and OpenUniStream.
+func openRaw[R any](c *Conn, ctx context.Context, kind StreamKind, open func(context.Context) (R, error)) (R, *slot, error) {
+	sl, err := c.reserve(ctx, kind)
+	if err != nil {
+		var none R
+		return none, nil, err
+	}
+	raw, err := open(ctx)
+	if err != nil {
+		sl.release()
+		var none R
+		return none, nil, c.connErr(err)
+	}
+	return raw, sl, nil
 }
 
 // connErr prefers the connection's close error once it is closed.

@@ -55,6 +55,8 @@ type StreamError struct {
 	Remote bool
 }
 
+// Alike in shape to ConnError.Error, but each says its side in its own
+// words ("reset by local", "closed locally"): stable message text.
 // Error says which side reset the stream and with which code.
 func (e *StreamError) Error() string {
 	side := "local"

@@ -1,6 +1,7 @@
 package semantics
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"math"
@@ -287,12 +288,10 @@ func (r Rate) check(prefix string) *InvalidLimitError {
 }
 
 // WithDefaults returns a copy of l with zero fields set to defaults.
-// (backends/quic's and backends/yamux's Config.withDefaults look alike in
-// shape only: other fields, other defaults.)
+// A plain zero-means-default field is one cmp.Or (as in backends/quic's and
+// backends/yamux's Config.withDefaults).
 func (l Limits) WithDefaults() Limits {
-	if l.MaxStreams == 0 {
-		l.MaxStreams = DefaultMaxStreams
-	}
+	l.MaxStreams = cmp.Or(l.MaxStreams, DefaultMaxStreams)
 	for k := range l.MaxStreamsPerKind {
 		if l.MaxStreamsPerKind[k] == 0 {
 			l.MaxStreamsPerKind[k] = DefaultStreamsPerKind[k]
@@ -301,28 +300,14 @@ func (l Limits) WithDefaults() Limits {
 			l.MaxFrame[k] = wire.StreamKind(k).FrameLimit()
 		}
 	}
-	if l.ControlQueue == 0 {
-		l.ControlQueue = DefaultControlQueue
-	}
-	if l.LogQueue == 0 {
-		l.LogQueue = DefaultLogQueue
-	}
-	if l.CasQueue == 0 {
-		l.CasQueue = DefaultCasQueue
-	}
-	if l.MaxRefusals == 0 {
-		l.MaxRefusals = DefaultMaxRefusals
-	}
-	if l.HeaderTimeout == 0 {
-		l.HeaderTimeout = DefaultHeaderTimeout
-	}
-	if l.BulkChunk == 0 {
-		l.BulkChunk = DefaultBulkChunk
-	}
+	l.ControlQueue = cmp.Or(l.ControlQueue, DefaultControlQueue)
+	l.LogQueue = cmp.Or(l.LogQueue, DefaultLogQueue)
+	l.CasQueue = cmp.Or(l.CasQueue, DefaultCasQueue)
+	l.MaxRefusals = cmp.Or(l.MaxRefusals, DefaultMaxRefusals)
+	l.HeaderTimeout = cmp.Or(l.HeaderTimeout, DefaultHeaderTimeout)
+	l.BulkChunk = cmp.Or(l.BulkChunk, DefaultBulkChunk)
 	rate := func(r *Rate, def Rate) {
-		if r.PerSecond == 0 {
-			r.PerSecond = def.PerSecond
-		}
+		r.PerSecond = cmp.Or(r.PerSecond, def.PerSecond)
 		if r.Burst == 0 {
 			r.Burst = max(1, int(r.PerSecond*float64(def.Burst)/def.PerSecond))
 		}
@@ -332,8 +317,6 @@ func (l Limits) WithDefaults() Limits {
 	rate(&l.HealthRate, DefaultHealthRate)
 	rate(&l.CasRate, DefaultCasRate)
 	rate(&l.IdentityRate, DefaultIdentityRate)
-	if l.MaxRateStrikes == 0 {
-		l.MaxRateStrikes = DefaultMaxRateStrikes
-	}
+	l.MaxRateStrikes = cmp.Or(l.MaxRateStrikes, DefaultMaxRateStrikes)
 	return l
 }

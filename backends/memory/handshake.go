@@ -10,6 +10,8 @@ import (
 	"time"
 )
 
+// Alike in shape to other packages' sentinel-error blocks, but these are
+// crypto/tls's alert texts, each a stable API value.
 // Handshake errors as the peer of a real TLS stack would report them. The
 // side that detects a problem returns the verification error; the other
 // side sees an alert, which the dialer reports as one of these.

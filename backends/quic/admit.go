@@ -30,6 +30,8 @@ import (
 // as in progress until the listener takes its connection (Accept) or the
 // connection ends.
 
+// Alike in shape to other packages' sentinel-error blocks, but these are
+// this admission's own refusal reasons.
 // errTooManyHandshakes refuses an attempt beyond Config.MaxHandshakes;
 // errQueueFull one whose wait for a handshake worker would exceed
 // Config.HandshakeQueueWait at the measured rate; errQueueWait fails an

@@ -1,6 +1,7 @@
 package quic
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -291,44 +292,31 @@ func (c Config) WithDefaults() Config { return c.withDefaults() }
 
 // withDefaults returns c with zero fields filled.
 //
-// Its zero-means-default fills look like backends/yamux's and
-// semantics.Limits.WithDefaults's, but each fills its own fields with its
-// own defaults (some derived, as from Limits): alike in shape only, nothing
-// to share.
+// A plain zero-means-default field is one cmp.Or (the shared idiom, as in
+// backends/yamux's and semantics.Limits.WithDefaults); the fills derived from
+// Limits or another field stay spelled out.
 func (c Config) withDefaults() Config {
-	if c.KeepAlivePeriod == 0 {
-		c.KeepAlivePeriod = DefaultKeepAlivePeriod
-	}
-	if c.MaxIdleTimeout == 0 {
-		c.MaxIdleTimeout = DefaultMaxIdleTimeout
-	}
-	if c.HandshakeTimeout == 0 {
-		c.HandshakeTimeout = DefaultHandshakeTimeout
-	}
+	c.KeepAlivePeriod = cmp.Or(c.KeepAlivePeriod, DefaultKeepAlivePeriod)
+	c.MaxIdleTimeout = cmp.Or(c.MaxIdleTimeout, DefaultMaxIdleTimeout)
+	c.HandshakeTimeout = cmp.Or(c.HandshakeTimeout, DefaultHandshakeTimeout)
 	if c.MaxIncomingStreams == 0 {
 		c.MaxIncomingStreams = int64(c.Limits.StreamCredit())
 	}
 	if c.MaxIncomingUniStreams == 0 {
 		c.MaxIncomingUniStreams = int64(c.Limits.StreamCredit())
 	}
-	if c.StreamReceiveWindow == 0 {
-		c.StreamReceiveWindow = DefaultStreamReceiveWindow
-	}
+	c.StreamReceiveWindow = cmp.Or(c.StreamReceiveWindow, DefaultStreamReceiveWindow)
 	if c.ConnectionReceiveWindow == 0 {
 		c.ConnectionReceiveWindow = max(DefaultConnectionReceiveWindow, c.StreamReceiveWindow)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.MaxHandshakes == 0 {
-		c.MaxHandshakes = DefaultMaxHandshakes
-	}
+	c.MaxHandshakes = cmp.Or(c.MaxHandshakes, DefaultMaxHandshakes)
 	if c.HandshakeWorkers == 0 {
 		c.HandshakeWorkers = DefaultHandshakeWorkers()
 	}
-	if c.HandshakeQueueWait == 0 {
-		c.HandshakeQueueWait = DefaultHandshakeQueueWait
-	}
+	c.HandshakeQueueWait = cmp.Or(c.HandshakeQueueWait, DefaultHandshakeQueueWait)
 	return c
 }
 
@@ -379,9 +367,7 @@ func (c Config) quicConfig() *quicgo.Config {
 	}
 	if c.WindowRate >= 0 || c.Budget != nil {
 		g := &windowGate{initial: qc.InitialConnectionReceiveWindow, rate: c.WindowRate, budget: c.Budget}
-		if g.rate == 0 {
-			g.rate = DefaultWindowRate
-		}
+		g.rate = cmp.Or(g.rate, DefaultWindowRate)
 		qc.AllowConnectionWindowIncrease = g.allow
 	}
 	return qc

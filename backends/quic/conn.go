@@ -87,6 +87,10 @@ func (c *conn) OpenStream(ctx context.Context) (semantics.RawStream, error) {
 	return qadapt.Stream(ctx, c.qc.OpenStreamSync, c.translate, c.newStream)
 }
 
+// The open/accept methods and CloseWithCode are alike in shape to
+// backends/webtransport's, but over quic-go's connection and its 62-bit
+// application codes where that one has a session and 32-bit session codes:
+// the shared part is qadapt.Stream.
 func (c *conn) OpenUniStream(ctx context.Context) (semantics.RawSendStream, error) {
 	return qadapt.Stream(ctx, c.qc.OpenUniStreamSync, c.translate, c.newSendStream)
 }

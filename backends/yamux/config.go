@@ -1,6 +1,7 @@
 package yamux
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -165,44 +166,29 @@ func (c Config) WithDefaults() Config { return c.withDefaults() }
 
 // withDefaults returns a copy with zero fields filled.
 //
-// Its zero-means-default fills look like backends/quic's and
-// semantics.Limits.WithDefaults's, but each fills its own fields with its
-// own defaults (some derived, as from Limits): alike in shape only, nothing
-// to share.
+// A plain zero-means-default field is one cmp.Or (the shared idiom, as in
+// backends/quic's and semantics.Limits.WithDefaults); the fills derived from
+// Limits or another field stay spelled out.
 func (c Config) withDefaults() Config {
-	if c.MaxStreamWindow == 0 {
-		c.MaxStreamWindow = DefaultMaxStreamWindow
-	}
-	if c.KeepAliveInterval == 0 {
-		c.KeepAliveInterval = DefaultKeepAliveInterval
-	}
+	c.MaxStreamWindow = cmp.Or(c.MaxStreamWindow, DefaultMaxStreamWindow)
+	c.KeepAliveInterval = cmp.Or(c.KeepAliveInterval, DefaultKeepAliveInterval)
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 		if c.IdleTimeout <= c.KeepAliveInterval {
 			c.IdleTimeout = 3 * c.KeepAliveInterval
 		}
 	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
 	if c.AcceptBacklog == 0 {
 		c.AcceptBacklog = max(DefaultAcceptBacklog, c.Limits.StreamCredit())
 	}
 	if c.MaxIncomingStreams == 0 {
 		c.MaxIncomingStreams = max(DefaultMaxIncomingStreams, c.Limits.StreamCredit())
 	}
-	if c.HandshakeTimeout == 0 {
-		c.HandshakeTimeout = DefaultHandshakeTimeout
-	}
-	if c.CloseTimeout == 0 {
-		c.CloseTimeout = DefaultCloseTimeout
-	}
-	if c.NotSentLowat == 0 {
-		c.NotSentLowat = DefaultNotSentLowat
-	}
-	if c.StreamCloseTimeout == 0 {
-		c.StreamCloseTimeout = DefaultStreamCloseTimeout
-	}
+	c.HandshakeTimeout = cmp.Or(c.HandshakeTimeout, DefaultHandshakeTimeout)
+	c.CloseTimeout = cmp.Or(c.CloseTimeout, DefaultCloseTimeout)
+	c.NotSentLowat = cmp.Or(c.NotSentLowat, DefaultNotSentLowat)
+	c.StreamCloseTimeout = cmp.Or(c.StreamCloseTimeout, DefaultStreamCloseTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -274,6 +274,8 @@ func (s *stream) remoteReset(code semantics.StreamErrorCode) {
 
 // remoteStop applies the peer's StopSending record: writes fail with the
 // code and our FIN goes out at once (the peer no longer reads).
+// Alike in shape to CancelWrite, but the peer asked: no reset record, no
+// ack awaited, the FIN goes out at once.
 func (s *stream) remoteStop(code semantics.StreamErrorCode) {
 	s.mu.Lock()
 	if !s.endWriteLocked(code, true) {

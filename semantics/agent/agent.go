@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -93,27 +94,19 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Protocol == (wire.ProtocolRange{}) {
 		cfg.Protocol = wire.Supported
 	}
-	if cfg.MaxParallel == 0 {
-		cfg.MaxParallel = DefaultMaxParallel
-	}
+	cfg.MaxParallel = cmp.Or(cfg.MaxParallel, DefaultMaxParallel)
 	if cfg.Backoff.Base <= 0 {
 		cfg.Backoff.Base = DefaultBackoffBase
 	}
 	if cfg.Backoff.Max <= 0 {
 		cfg.Backoff.Max = DefaultBackoffMax
 	}
-	if cfg.Backoff.AuthAfter == 0 {
-		cfg.Backoff.AuthAfter = DefaultAuthBackoffAfter
-	}
-	if cfg.Backoff.AuthMax == 0 {
-		cfg.Backoff.AuthMax = DefaultAuthBackoffMax
-	}
+	cfg.Backoff.AuthAfter = cmp.Or(cfg.Backoff.AuthAfter, DefaultAuthBackoffAfter)
+	cfg.Backoff.AuthMax = cmp.Or(cfg.Backoff.AuthMax, DefaultAuthBackoffMax)
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
-	if cfg.LeaseGrace == 0 {
-		cfg.LeaseGrace = DefaultLeaseGrace
-	}
+	cfg.LeaseGrace = cmp.Or(cfg.LeaseGrace, DefaultLeaseGrace)
 	if cfg.Version == "" {
 		cfg.Version = "forgeyard-agent"
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -137,12 +138,8 @@ func NewSyntheticExecutor(seed uint64, opts SyntheticOptions) Executor {
 	if opts.MinDuration <= 0 {
 		opts.MinDuration = time.Millisecond
 	}
-	if opts.LogLines == 0 {
-		opts.LogLines = DefaultSyntheticLogLines
-	}
-	if opts.OutputSize == 0 {
-		opts.OutputSize = DefaultSyntheticOutputSize
-	}
+	opts.LogLines = cmp.Or(opts.LogLines, DefaultSyntheticLogLines)
+	opts.OutputSize = cmp.Or(opts.OutputSize, DefaultSyntheticOutputSize)
 	if opts.MaxDuration < opts.MinDuration {
 		opts.MaxDuration = max(opts.MinDuration, 10*time.Millisecond)
 	}

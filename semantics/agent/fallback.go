@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -127,12 +128,8 @@ func (f Fallback) withDefaults() Fallback {
 		f.ClassStagger = DefaultClassStagger
 	}
 	f.ClassStagger = slices.Clone(f.ClassStagger)
-	if f.MemoryTTL == 0 {
-		f.MemoryTTL = DefaultMemoryTTL
-	}
-	if f.ProbeInterval == 0 {
-		f.ProbeInterval = DefaultProbeInterval
-	}
+	f.MemoryTTL = cmp.Or(f.MemoryTTL, DefaultMemoryTTL)
+	f.ProbeInterval = cmp.Or(f.ProbeInterval, DefaultProbeInterval)
 	if f.ProbeSuccesses <= 0 {
 		f.ProbeSuccesses = DefaultProbeSuccesses
 	}

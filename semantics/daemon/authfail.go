@@ -8,6 +8,7 @@ import (
 
 	"forgeyard.dev/transport/semantics/internal/tokenbucket"
 	"forgeyard.dev/transport/semantics/telemetry"
+	"forgeyard.dev/transport/wire"
 )
 
 // Authority outages (issue 15 item 7). When the authority (PostgreSQL or
@@ -76,6 +77,14 @@ func (d *Daemon) AuthorityFailures() AuthorityFailureStats {
 		out.ByOperation[op] = o.failures
 	}
 	return out
+}
+
+// authUnavailable answers env "authority unavailable" (internal, retry
+// with backoff) and records the failure of op: what a request handler does
+// when its authority call failed for no reason the handler answers itself.
+func (c *conn) authUnavailable(env *wire.Envelope, op string, err error, attrs ...any) telemetry.Outcome {
+	c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
+	return c.d.authorityFailed(op, err, attrs...)
 }
 
 // authorityFailed records an authority failure of op (see above) and

@@ -35,8 +35,7 @@ func (c *conn) onCompletion(env *wire.Envelope, m *agentwire.AttemptCompletionV1
 		c.fencedErr(env)
 		return telemetry.OutcomeRejected
 	case err != nil:
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
-		return d.authorityFailed("complete", err, "attempt", m.Attempt.String())
+		return c.authUnavailable(env, "complete", err, "attempt", m.Attempt.String())
 	}
 	kind := agentwire.CompletionAckKind(ack)
 	if int(kind) < len(d.st.completions) {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -103,9 +104,7 @@ func (t Timing) withDefaults() Timing {
 	def(&t.MaxBackoff, DefaultMaxBackoff)
 	def(&t.MaxHeartbeatInterval, DefaultMaxHeartbeatInterval)
 	t.MaxHeartbeatInterval = max(t.MaxHeartbeatInterval, t.HeartbeatInterval)
-	if t.MaxHeartbeatsPerSecond == 0 {
-		t.MaxHeartbeatsPerSecond = DefaultMaxHeartbeatsPerSecond
-	}
+	t.MaxHeartbeatsPerSecond = cmp.Or(t.MaxHeartbeatsPerSecond, DefaultMaxHeartbeatsPerSecond)
 	if t.HeartbeatGrace < 0 {
 		t.HeartbeatGrace = 0
 	}
@@ -337,6 +336,8 @@ type LeaseOffer struct {
 	TTL     time.Duration // 0 → Timing.LeaseTTL
 }
 
+// Alike in shape to the other packages' sentinel-error blocks, but these are
+// this package's own failures, each a stable API value: they stay apart.
 // Errors returned by the host API.
 var (
 	// ErrNotConnected: the runner has no registered, active transport on

@@ -283,6 +283,8 @@ func (d *Daemon) RunDeviceTest(ctx context.Context, res DeviceReservation, t Dev
 	}
 	p.runs[rk] = run
 	p.mu.Unlock()
+	// Alike in shape to InstallDevice's grant guard, but a run also drops
+	// the host's log writer when it ends.
 	defer func() {
 		p.mu.Lock()
 		delete(p.runs, rk)

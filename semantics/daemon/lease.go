@@ -363,12 +363,11 @@ func (c *conn) onLeaseAnswer(env *wire.Envelope, lease wire.LeaseId, attempt wir
 	case err != nil:
 		// The offer is re-sent (the answer was not recorded): the agent
 		// answers it again from its answer cache.
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
 		op := "reject_lease"
 		if accepted {
 			op = "accept_lease"
 		}
-		return d.authorityFailed(op, err, "lease", lease.String())
+		return c.authUnavailable(env, op, err, "lease", lease.String())
 	}
 	return telemetry.OutcomeOK
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"reflect"
@@ -196,9 +197,7 @@ func (a Admission) withDefaults() Admission {
 	if a.MaxHandshakes <= 0 {
 		a.MaxHandshakes = DefaultMaxHandshakes
 	}
-	if a.MaxConnections == 0 {
-		a.MaxConnections = DefaultMaxConnections
-	}
+	a.MaxConnections = cmp.Or(a.MaxConnections, DefaultMaxConnections)
 	if a.FDHeadroom <= 0 {
 		a.FDHeadroom = DefaultFDHeadroom
 	}
@@ -261,18 +260,10 @@ func (d DataLimits) withDefaults() DataLimits {
 	if d.LogRateBytes > 0 {
 		d.LogBurstBytes = max(d.LogBurstBytes, wlogs.MaxLogChunk, int64(d.LogRateBytes))
 	}
-	if d.MaxAttemptLogBytes == 0 {
-		d.MaxAttemptLogBytes = logs.DefaultMaxAttemptBytes
-	}
-	if d.MaxLogAttempts == 0 {
-		d.MaxLogAttempts = logs.DefaultMaxAttempts
-	}
-	if d.CASMaxConcurrent == 0 {
-		d.CASMaxConcurrent = cas.DefaultServerMaxConcurrent
-	}
-	if d.CASMaxPerConn == 0 {
-		d.CASMaxPerConn = cas.DefaultServerMaxPerConn
-	}
+	d.MaxAttemptLogBytes = cmp.Or(d.MaxAttemptLogBytes, logs.DefaultMaxAttemptBytes)
+	d.MaxLogAttempts = cmp.Or(d.MaxLogAttempts, logs.DefaultMaxAttempts)
+	d.CASMaxConcurrent = cmp.Or(d.CASMaxConcurrent, cas.DefaultServerMaxConcurrent)
+	d.CASMaxPerConn = cmp.Or(d.CASMaxPerConn, cas.DefaultServerMaxPerConn)
 	return d
 }
 

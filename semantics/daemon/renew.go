@@ -27,8 +27,7 @@ func (c *conn) onRenew(env *wire.Envelope, m *agentwire.LeaseRenewV1) telemetry.
 	case errors.Is(err, authority.ErrStaleSession):
 		res = authority.RenewResult{Unknown: true}
 	case err != nil:
-		c.replyErr(env, wire.ErrCodeInternal, wire.RetryBackoff, msgAuthorityUnavailable)
-		return d.authorityFailed("renew", err, "lease", m.Lease.String())
+		return c.authUnavailable(env, "renew", err, "lease", m.Lease.String())
 	}
 	d.st.renewals.Add(1)
 	var out agentwire.RenewOutcomeV1

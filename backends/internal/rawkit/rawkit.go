@@ -114,6 +114,27 @@ func (s *Server[C]) EchoAll() {
 	}
 }
 
+// Client is what a raw baseline client keeps beside its connections: the
+// stream each connection pinged on and the handshakes it began. A rawbench
+// Client embeds it for StartEcho and Dials.
+type Client struct {
+	Streams Held[Stream]
+	dials   atomic.Int64
+}
+
+// StartEcho starts the client's side of the steady echo on the stream
+// each held connection pinged on (StartEcho); the server must have
+// started its side (Server.EchoAll).
+func (c *Client) StartEcho(ctx context.Context, interval time.Duration, size int, window time.Duration) *EchoRun {
+	return StartEcho(ctx, c.Streams.All(), interval, size, window)
+}
+
+// Dials is the number of handshakes the client began (retries included).
+func (c *Client) Dials() int64 { return c.dials.Load() }
+
+// Dialed counts one handshake begun.
+func (c *Client) Dialed() { c.dials.Add(1) }
+
 // EchoRun is a running steady echo (StartEcho).
 type EchoRun struct {
 	done  atomic.Int64

@@ -16,7 +16,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -77,24 +76,13 @@ func closeConn(c *quic.Conn) error { return c.CloseWithError(0, "") }
 // Client holds raw client connections, dialed over one shared UDP socket
 // (quic.Transport) per source address.
 type Client struct {
-	trs     []*quic.Transport
-	conns   rawkit.Held[*quic.Conn]
-	streams rawkit.Held[rawkit.Stream]
-	dials   atomic.Int64
-}
-
-// StartEcho starts the client's side of the steady echo on the stream
-// each held connection pinged on (rawkit.StartEcho); the server must have
-// started its side (EchoAll).
-func (c *Client) StartEcho(ctx context.Context, interval time.Duration, size int, window time.Duration) *rawkit.EchoRun {
-	return rawkit.StartEcho(ctx, c.streams.All(), interval, size, window)
+	trs           []*quic.Transport
+	conns         rawkit.Held[*quic.Conn]
+	rawkit.Client // the pinged streams, StartEcho, Dials
 }
 
 // EchoAll starts the server's side of the steady echo (rawkit.Server.EchoAll).
 func (s *Server) EchoAll() { s.held.EchoAll() }
-
-// Dials is the number of handshakes the client began (retries included).
-func (c *Client) Dials() int64 { return c.dials.Load() }
 
 // DialN dials n connections to addr, parallel at a time, from the
 // loopback addresses 127.0.0.1 … 127.0.0.<sources> (one shared socket
@@ -128,7 +116,7 @@ func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func
 }
 
 func (c *Client) dialOne(ctx context.Context, tr *quic.Transport, ua *net.UDPAddr, conf *tls.Config, qc *quic.Config) error {
-	c.dials.Add(1)
+	c.Dialed()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := tr.Dial(ctx, ua, rawkit.TLS(conf), qc)
@@ -144,7 +132,7 @@ func (c *Client) dialOne(ctx context.Context, tr *quic.Transport, ua *net.UDPAdd
 		return err
 	}
 	c.conns.Add(conn)
-	c.streams.Add(st)
+	c.Streams.Add(st)
 	return nil
 }
 

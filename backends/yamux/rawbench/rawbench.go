@@ -18,7 +18,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -83,23 +82,12 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // Client holds raw client sessions.
 type Client struct {
-	sess    rawkit.Held[*yamux.Session]
-	streams rawkit.Held[rawkit.Stream]
-	dials   atomic.Int64
-}
-
-// StartEcho starts the client's side of the steady echo on the stream
-// each held connection pinged on (rawkit.StartEcho); the server must have
-// started its side (EchoAll).
-func (c *Client) StartEcho(ctx context.Context, interval time.Duration, size int, window time.Duration) *rawkit.EchoRun {
-	return rawkit.StartEcho(ctx, c.streams.All(), interval, size, window)
+	sess          rawkit.Held[*yamux.Session]
+	rawkit.Client // the pinged streams, StartEcho, Dials
 }
 
 // EchoAll starts the server's side of the steady echo (rawkit.Server.EchoAll).
 func (s *Server) EchoAll() { s.held.EchoAll() }
-
-// Dials is the number of handshakes the client began (retries included).
-func (c *Client) Dials() int64 { return c.dials.Load() }
 
 // DialN dials n sessions to addr, parallel at a time, from the loopback
 // addresses 127.0.0.1 … 127.0.0.<sources>; conf(i) is session i's TLS
@@ -120,7 +108,7 @@ func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func
 }
 
 func (c *Client) dialOne(ctx context.Context, addr string, src *net.TCPAddr, conf *tls.Config) error {
-	c.dials.Add(1)
+	c.Dialed()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	d := tls.Dialer{NetDialer: &net.Dialer{LocalAddr: src}, Config: rawkit.TLS(conf)}
@@ -142,7 +130,7 @@ func (c *Client) dialOne(ctx context.Context, addr string, src *net.TCPAddr, con
 		return err
 	}
 	c.sess.Add(se)
-	c.streams.Add(st)
+	c.Streams.Add(st)
 	return nil
 }
 
