@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -123,20 +122,10 @@ func closeSession(s *wt.Session) error { return s.CloseWithError(0, "") }
 // Client holds raw client sessions, dialed over one shared UDP socket
 // (quic.Transport) per source address.
 type Client struct {
-	trs      []*quic.Transport
-	sessions rawkit.Held[*wt.Session]
-	streams  rawkit.Held[rawkit.Stream]
-	dials    atomic.Int64
+	trs           []*quic.Transport
+	sessions      rawkit.Held[*wt.Session]
+	rawkit.Client // the pinged streams, StartEcho, Dials
 }
-
-// StartEcho starts the client's side of the steady echo on the stream
-// each held session pinged on (rawkit.StartEcho).
-func (c *Client) StartEcho(ctx context.Context, interval time.Duration, size int, window time.Duration) *rawkit.EchoRun {
-	return rawkit.StartEcho(ctx, c.streams.All(), interval, size, window)
-}
-
-// Dials is the number of handshakes the client began (retries included).
-func (c *Client) Dials() int64 { return c.dials.Load() }
 
 // DialN dials n sessions to addr, parallel at a time, from the loopback
 // addresses 127.0.0.1 … 127.0.0.<sources>; conf(i) is session i's TLS
@@ -171,7 +160,7 @@ func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func
 }
 
 func (c *Client) dialOne(ctx context.Context, tr *quic.Transport, ua *net.UDPAddr, url string, conf *tls.Config, qconf *quic.Config) error {
-	c.dials.Add(1)
+	c.Dialed()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	tc := rawkit.TLS(conf)
@@ -204,7 +193,7 @@ func (c *Client) dialOne(ctx context.Context, tr *quic.Transport, ua *net.UDPAdd
 		return err
 	}
 	c.sessions.Add(sess)
-	c.streams.Add(st)
+	c.Streams.Add(st)
 	return nil
 }
 
