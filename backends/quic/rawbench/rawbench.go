@@ -94,16 +94,11 @@ func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func
 	if err != nil {
 		return nil, err
 	}
-	sources = min(max(sources, 1), 254)
-	c := &Client{}
-	for i := range sources {
-		pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))})
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		c.trs = append(c.trs, &quic.Transport{Conn: pc})
+	trs, err := Transports(sources)
+	if err != nil {
+		return nil, err
 	}
+	c := &Client{trs: trs}
 	qc := &quic.Config{KeepAlivePeriod: KeepAlive}
 	err = rawkit.DialN(ctx, n, parallel, "connection", func(i int) error {
 		return c.dialOne(ctx, c.trs[i%len(c.trs)], ua, conf(i), qc)
@@ -141,10 +136,32 @@ func (c *Client) Len() int { return c.conns.Len() }
 
 // Close closes every connection and socket.
 func (c *Client) Close() {
-	errs := []error{c.conns.CloseAll(closeConn)}
-	for _, tr := range c.trs {
+	_ = errors.Join(c.conns.CloseAll(closeConn), CloseTransports(c.trs))
+	c.trs = nil
+}
+
+// Transports opens the raw clients' sockets: one quic.Transport per
+// loopback source address 127.0.0.1 … 127.0.0.<sources> (clamped to
+// 1–254). backends/webtransport/rawbench dials from the same.
+func Transports(sources int) ([]*quic.Transport, error) {
+	sources = min(max(sources, 1), 254)
+	var trs []*quic.Transport
+	for i := range sources {
+		pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))})
+		if err != nil {
+			_ = CloseTransports(trs)
+			return nil, err
+		}
+		trs = append(trs, &quic.Transport{Conn: pc})
+	}
+	return trs, nil
+}
+
+// CloseTransports closes what Transports opened.
+func CloseTransports(trs []*quic.Transport) error {
+	var errs []error
+	for _, tr := range trs {
 		errs = append(errs, tr.Close())
 	}
-	_ = errors.Join(errs...)
-	c.trs = nil
+	return errors.Join(errs...)
 }

@@ -25,6 +25,7 @@ import (
 	wt "github.com/quic-go/webtransport-go"
 
 	"forgeyard.dev/transport/backends/internal/rawkit"
+	quicraw "forgeyard.dev/transport/backends/quic/rawbench"
 )
 
 // Path is the URL path sessions are opened on.
@@ -136,16 +137,11 @@ func DialN(ctx context.Context, addr string, n, parallel, sources int, conf func
 	if err != nil {
 		return nil, err
 	}
-	sources = min(max(sources, 1), 254)
-	c := &Client{}
-	for i := range sources {
-		pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))})
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		c.trs = append(c.trs, &quic.Transport{Conn: pc})
+	trs, err := quicraw.Transports(sources)
+	if err != nil {
+		return nil, err
 	}
+	c := &Client{trs: trs}
 	qc := quicConfig()
 	qc.KeepAlivePeriod = KeepAlive
 	url := fmt.Sprintf("https://%s%s", addr, Path)
@@ -202,10 +198,6 @@ func (c *Client) Len() int { return c.sessions.Len() }
 
 // Close closes every session and socket.
 func (c *Client) Close() {
-	errs := []error{c.sessions.CloseAll(closeSession)}
-	for _, tr := range c.trs {
-		errs = append(errs, tr.Close())
-	}
-	_ = errors.Join(errs...)
+	_ = errors.Join(c.sessions.CloseAll(closeSession), quicraw.CloseTransports(c.trs))
 	c.trs = nil
 }
