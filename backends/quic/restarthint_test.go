@@ -90,6 +90,45 @@ func TestSendRestartHintsPaced(t *testing.T) {
 	}
 }
 
+// TestSendRestartHintsTokenFirst: the hints carrying a token go before the
+// tokenless ones (listed first here), at TokenHintBoost times the rate:
+// 200 tokenless and 200 token hints at 1,000/s take at least the
+// tokenless ones' 200 ms, and the first hint the peer reads carries a token.
+func TestSendRestartHintsTokenFirst(t *testing.T) {
+	e := newTenv(t, testConfig)
+	sink, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	to := sink.LocalAddr().(*net.UDPAddr).AddrPort()
+	tok := semantics.RestartToken{KeyID: [4]byte{1}, Token: [16]byte{2}}
+	var hints []RestartHint
+	for range 200 {
+		hints = append(hints, RestartHint{To: to})
+	}
+	for range 200 {
+		hints = append(hints, RestartHint{To: to, Token: tok})
+	}
+	start := time.Now()
+	n, err := e.ln.HintRestartTo(context.Background(), hints, 1000)
+	if err != nil || n != len(hints) {
+		t.Fatalf("sent %d, %v; want %d", n, err, len(hints))
+	}
+	if el := time.Since(start); el < 150*time.Millisecond {
+		t.Fatalf("200 tokenless hints at 1000/s (after 200 at 4000/s) took %v, want ≥ 200 ms", el)
+	}
+	buf := make([]byte, 64)
+	_ = sink.SetReadDeadline(time.Now().Add(5 * time.Second))
+	m, _, err := sink.ReadFromUDP(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := ParseRestartHint(buf[:m]); !ok || got != tok {
+		t.Fatalf("first hint read %x: want the token hint first", buf[:m])
+	}
+}
+
 // The datagram: the 6-byte tokenless hint (format 1, what daemons before
 // restart tokens send) and the 26-byte hint with a token both parse;
 // longer packets (later fields) keep their token; a packet cut inside the
