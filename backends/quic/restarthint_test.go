@@ -55,15 +55,33 @@ func TestRestartHintHeard(t *testing.T) {
 	}
 }
 
-// SendRestartHints paces: n hints at r per second take about n/r.
-func TestSendRestartHintsPaced(t *testing.T) {
-	e := newTenv(t, testConfig)
+// hintSink is a loopback UDP socket to send hints to, closed at cleanup.
+func hintSink(t *testing.T) (*net.UDPConn, netip.AddrPort) {
+	t.Helper()
 	sink, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sink.Close()
-	to := sink.LocalAddr().(*net.UDPAddr).AddrPort()
+	t.Cleanup(func() { _ = sink.Close() })
+	return sink, sink.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// readHint is the next datagram sink receives (within 5 s).
+func readHint(t *testing.T, sink *net.UDPConn) []byte {
+	t.Helper()
+	buf := make([]byte, 64)
+	_ = sink.SetReadDeadline(time.Now().Add(5 * time.Second))
+	m, _, err := sink.ReadFromUDP(buf)
+	if err != nil {
+		t.Fatalf("sink read: %v", err)
+	}
+	return buf[:m]
+}
+
+// SendRestartHints paces: n hints at r per second take about n/r.
+func TestSendRestartHintsPaced(t *testing.T) {
+	e := newTenv(t, testConfig)
+	sink, to := hintSink(t)
 	peers := make([]netip.AddrPort, 300)
 	for i := range peers {
 		peers[i] = to
@@ -76,11 +94,8 @@ func TestSendRestartHintsPaced(t *testing.T) {
 	if el := time.Since(start); el < 250*time.Millisecond {
 		t.Fatalf("300 hints at 1000/s took %v, want ≈ 300 ms", el)
 	}
-	buf := make([]byte, 64)
-	_ = sink.SetReadDeadline(time.Now().Add(5 * time.Second))
-	m, _, err := sink.ReadFromUDP(buf)
-	if err != nil || !IsRestartHint(buf[:m]) {
-		t.Fatalf("sink read %x, %v; want a restart hint", buf[:m], err)
+	if p := readHint(t, sink); !IsRestartHint(p) {
+		t.Fatalf("sink read %x; want a restart hint", p)
 	}
 	// A canceled context stops it.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -96,12 +111,7 @@ func TestSendRestartHintsPaced(t *testing.T) {
 // tokenless ones' 200 ms, and the first hint the peer reads carries a token.
 func TestSendRestartHintsTokenFirst(t *testing.T) {
 	e := newTenv(t, testConfig)
-	sink, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
-	to := sink.LocalAddr().(*net.UDPAddr).AddrPort()
+	sink, to := hintSink(t)
 	tok := semantics.RestartToken{KeyID: [4]byte{1}, Token: [16]byte{2}}
 	var hints []RestartHint
 	for range 200 {
@@ -118,14 +128,9 @@ func TestSendRestartHintsTokenFirst(t *testing.T) {
 	if el := time.Since(start); el < 150*time.Millisecond {
 		t.Fatalf("200 tokenless hints at 1000/s (after 200 at 4000/s) took %v, want ≥ 200 ms", el)
 	}
-	buf := make([]byte, 64)
-	_ = sink.SetReadDeadline(time.Now().Add(5 * time.Second))
-	m, _, err := sink.ReadFromUDP(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, ok := ParseRestartHint(buf[:m]); !ok || got != tok {
-		t.Fatalf("first hint read %x: want the token hint first", buf[:m])
+	p := readHint(t, sink)
+	if got, ok := ParseRestartHint(p); !ok || got != tok {
+		t.Fatalf("first hint read %x: want the token hint first", p)
 	}
 }
 
